@@ -1,0 +1,117 @@
+# deltafin - plain Make.  Knobs: DEBUG=1, SANITIZE=address,undefined, WERROR=1,
+# CC=..., BUILD=dir.  Targets: all test check fuzz bench format lint clean.
+CC      ?= cc
+BUILD   ?= build
+DEBUG   ?= 0
+SANITIZE ?=
+WERROR  ?= 0
+
+WARN    := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wpointer-arith \
+           -Wcast-qual -Wvla -Wformat=2
+# -ffp-contract=off: the compiler must never fuse a*b+c on its own; kernels
+# use explicit fma so every ISA rounds the same way (see src/kernels.h).
+CFLAGS_BASE := -std=c11 -ffp-contract=off -fno-fast-math -pthread -MMD -MP $(WARN)
+ifeq ($(DEBUG),1)
+  OPT := -O1 -g
+else
+  OPT := -O2 -g
+endif
+ifneq ($(SANITIZE),)
+  OPT += -fsanitize=$(SANITIZE) -fno-omit-frame-pointer -fno-sanitize-recover=all
+  LDSAN := -fsanitize=$(SANITIZE)
+endif
+ifeq ($(WERROR),1)
+  WARN += -Werror
+endif
+CFLAGS  := $(CFLAGS_BASE) $(OPT) $(EXTRA_CFLAGS)
+# every binary routes allocations through the guard in util.c
+WRAP    := -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=posix_memalign
+LDFLAGS := -pthread $(LDSAN) $(WRAP)
+LDLIBS  := -lm
+
+ARCH := $(shell uname -m)
+ifeq ($(ARCH),x86_64)
+  ISA_DEFS := -DDF_HAVE_AVX2 -DDF_HAVE_AVX512
+  AVX2_FLAGS := -mavx2 -mfma
+  AVX512_FLAGS := -mavx512f -mavx512bw -mavx512vl -mavx2 -mfma
+endif
+
+LIB_SRC := util json threadpool safetensors quant mathfn kernels_ref kernels_avx2 kernels_avx512 \
+           backend_cpu expert_store expert_cache model attnres kda mla moe engine
+LIB_OBJ := $(LIB_SRC:%=$(BUILD)/%.o)
+
+TESTS := test_json test_safetensors test_kernels test_model test_loader test_engine
+TEST_BIN := $(TESTS:%=$(BUILD)/tests/%)
+
+all: $(BUILD)/deltafin $(BUILD)/k3gen
+
+$(BUILD)/%.o: src/%.c | $(BUILD)
+	$(CC) $(CFLAGS) $(ISA_DEFS) -c $< -o $@
+$(BUILD)/kernels_avx2.o: src/kernels_avx2.c | $(BUILD)
+	$(CC) $(CFLAGS) $(ISA_DEFS) $(AVX2_FLAGS) -c $< -o $@
+$(BUILD)/kernels_avx512.o: src/kernels_avx512.c | $(BUILD)
+	$(CC) $(CFLAGS) $(ISA_DEFS) $(AVX512_FLAGS) -c $< -o $@
+
+$(BUILD)/libdeltafin.a: $(LIB_OBJ)
+	rm -f $@ && ar rcs $@ $^
+
+$(BUILD)/deltafin: $(BUILD)/cli.o $(BUILD)/libdeltafin.a
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/k3gen: tools/k3gen.c | $(BUILD)
+	$(CC) -std=c11 -O2 -Wall -Wextra $(EXTRA_CFLAGS) -o $@ $< -lm
+
+$(BUILD)/tests/%.o: tests/%.c | $(BUILD)/tests
+	$(CC) $(CFLAGS) -Isrc -Itests -c $< -o $@
+$(BUILD)/tests/%: $(BUILD)/tests/%.o $(BUILD)/tests/harness.o $(BUILD)/libdeltafin.a
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BUILD) $(BUILD)/tests:
+	mkdir -p $@
+
+.PRECIOUS: $(BUILD)/tests/%.o
+
+# The unit suite, then the same suite under ASan+UBSan in build-san/.
+test: all $(TEST_BIN)
+	BUILD=$(BUILD) tests/run_tests.sh $(TEST_BIN)
+	$(MAKE) --no-print-directory test-san
+
+test-fast: all $(TEST_BIN)
+	BUILD=$(BUILD) tests/run_tests.sh $(TEST_BIN)
+
+test-san:
+	$(MAKE) --no-print-directory BUILD=build-san SANITIZE=address,undefined DEBUG=1 all $(TESTS:%=build-san/tests/%)
+	DF_SANITIZED=1 BUILD=build-san tests/run_tests.sh $(TESTS:%=build-san/tests/%)
+
+check:
+	$(MAKE) --no-print-directory WERROR=1 test
+
+FUZZ_TARGETS := fuzz_safetensors fuzz_config fuzz_json
+FUZZ_CC ?= clang
+fuzz: $(FUZZ_TARGETS:%=build-fuzz/%)
+build-fuzz/%: fuzz/%.c $(LIB_SRC:%=src/%.c)
+	mkdir -p build-fuzz
+	$(FUZZ_CC) -std=c11 -g -O1 -ffp-contract=off -fsanitize=fuzzer,address,undefined $(ISA_DEFS) \
+	    -Isrc -o $@ $< src/util.c src/json.c src/safetensors.c src/model.c src/quant.c src/mathfn.c \
+	    src/expert_store.c src/kernels_ref.c src/threadpool.c -DDF_FUZZ_NO_SIMD -pthread -lm
+fuzz-run: fuzz
+	for t in $(FUZZ_TARGETS); do build-fuzz/$$t -max_total_time=$${FUZZ_SECONDS:-20} -rss_limit_mb=2048 \
+	    fuzz/corpus/$$t >/dev/null 2>build-fuzz/$$t.log || { tail -40 build-fuzz/$$t.log; exit 1; }; \
+	    tail -1 build-fuzz/$$t.log; done
+
+bench: all
+	bench/bench_core.sh
+
+format:
+	clang-format -i src/*.c src/*.h tests/*.c tests/*.h tools/*.c bench/*.c fuzz/*.c
+
+lint:
+	cppcheck --quiet --enable=warning,performance,portability --std=c11 --error-exitcode=1 \
+	    --suppress=missingIncludeSystem -Isrc src tests tools
+
+clean:
+	rm -rf build build-san build-fuzz
+
+.PHONY: all test test-fast test-san check fuzz fuzz-run bench format lint clean
+
+-include $(wildcard $(BUILD)/*.d $(BUILD)/tests/*.d)

@@ -1,0 +1,3 @@
+build/cli.o: src/cli.c src/engine.h src/df_error.h
+src/engine.h:
+src/df_error.h:

@@ -1,0 +1,2 @@
+build/mathfn.o: src/mathfn.c src/mathfn.h
+src/mathfn.h:

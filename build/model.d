@@ -1,0 +1,15 @@
+build/model.o: src/model.c src/model.h src/backend_cpu.h src/kernels.h \
+ src/df_error.h src/threadpool.h src/engine.h src/expert_cache.h \
+ src/expert_store.h src/json.h src/quant.h src/safetensors.h src/util.h
+src/model.h:
+src/backend_cpu.h:
+src/kernels.h:
+src/df_error.h:
+src/threadpool.h:
+src/engine.h:
+src/expert_cache.h:
+src/expert_store.h:
+src/json.h:
+src/quant.h:
+src/safetensors.h:
+src/util.h:

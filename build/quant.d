@@ -1,0 +1,2 @@
+build/quant.o: src/quant.c src/quant.h
+src/quant.h:

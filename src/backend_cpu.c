@@ -1,0 +1,69 @@
+/* backend_cpu.c - see backend_cpu.h.
+ *
+ * Rows are numbered across all jobs (job 0's rows first), and parallel_for
+ * hands out row ranges; a range that crosses a job boundary is cut there.
+ * The grain keeps ranges large enough that a worker streams a useful piece
+ * of weight memory per claim.
+ */
+#include "backend_cpu.h"
+#include "util.h"
+
+typedef struct {
+    const kernel_table *kt;
+    const mm_job *jobs;
+    int n_jobs;
+    size_t starts[MM_MAX_JOBS + 1];
+} mm_ctx;
+
+static void run_rows(const kernel_table *kt, const mm_job *j, int r0, int r1)
+{
+    switch (j->w.type) {
+    case W_F32:
+        kt->matmul_f32(j->w.data, (size_t)j->w.cols, j->w.cols, j->x, j->xs, j->T, j->y, j->ys, r0, r1);
+        break;
+    case W_BF16:
+        kt->matmul_bf16(j->w.data, (size_t)j->w.cols, j->w.cols, j->x, j->xs, j->T, j->y, j->ys, r0, r1);
+        break;
+    case W_MXFP4:
+        kt->matmul_mxfp4(j->w.data, j->w.scales, j->w.cols, j->x, j->xs, j->T, j->y, j->ys, r0, r1);
+        break;
+    }
+}
+
+static void mm_worker(void *vctx, size_t begin, size_t end, int worker)
+{
+    (void)worker;
+    mm_ctx *c = vctx;
+    int j = 0;
+    while (j < c->n_jobs && c->starts[j + 1] <= begin) j++;
+    while (begin < end && j < c->n_jobs) {
+        size_t jend = c->starts[j + 1] < end ? c->starts[j + 1] : end;
+        run_rows(c->kt, &c->jobs[j], (int)(begin - c->starts[j]), (int)(jend - c->starts[j]));
+        begin = jend;
+        j++;
+    }
+}
+
+void mm_run(threadpool *pool, const kernel_table *kt, const mm_job *jobs, int n_jobs)
+{
+    CHECK(n_jobs >= 0 && n_jobs <= MM_MAX_JOBS);
+    mm_ctx c = {.kt = kt, .jobs = jobs, .n_jobs = n_jobs};
+    size_t total = 0, work = 0;
+    for (int j = 0; j < n_jobs; j++) {
+        c.starts[j] = total;
+        total += (size_t)jobs[j].w.rows;
+        work += (size_t)jobs[j].w.rows * (size_t)jobs[j].w.cols * (size_t)jobs[j].T;
+    }
+    c.starts[n_jobs] = total;
+    if (!total) return;
+    /* aim for >= ~64K multiply-adds per claimed range */
+    size_t per_row = work / total + 1;
+    size_t grain = 65536 / per_row + 1;
+    parallel_for(pool, total, grain, mm_worker, &c);
+}
+
+void mm_one(threadpool *pool, const kernel_table *kt, wmat w, const float *x, int T, float *y)
+{
+    mm_job j = {.w = w, .x = x, .xs = (size_t)w.cols, .y = y, .ys = (size_t)w.rows, .T = T};
+    mm_run(pool, kt, &j, 1);
+}

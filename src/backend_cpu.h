@@ -1,0 +1,44 @@
+/* backend_cpu.h - run matrix products on the thread pool with a kernel table.
+ *
+ * Owns: splitting the rows of one or several matrix products (a "job list")
+ * across the pool's workers, so that independent projections of the same
+ * layer (q, k, v, g ...) share one parallel_for.  Each output row is computed
+ * by exactly one kernel call, so the thread count never changes a result.
+ * Does not own: the weights (views) or the activations (caller scratch).
+ */
+#ifndef DF_BACKEND_CPU_H
+#define DF_BACKEND_CPU_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "kernels.h"
+#include "threadpool.h"
+
+enum wtype { W_F32, W_BF16, W_MXFP4 };
+
+/* A weight matrix view: [rows, cols]. For MXFP4, data = packed bytes and
+ * scales = E8M0 bytes. Borrowed: valid while the mapping / cache slot is. */
+typedef struct wmat {
+    enum wtype type;
+    const void *data;
+    const uint8_t *scales;
+    int rows, cols;
+} wmat;
+
+typedef struct mm_job {
+    wmat w;
+    const float *x;   /* [T][xs] (MXFP4: reordered with mxfp4_prep_x) */
+    size_t xs;
+    float *y;         /* [T][ys] */
+    size_t ys;
+    int T;
+} mm_job;
+
+#define MM_MAX_JOBS 512
+
+/* Run all jobs; returns when every output is written. */
+void mm_run(threadpool *pool, const kernel_table *kt, const mm_job *jobs, int n_jobs);
+/* Convenience: one product y[T][w.rows] = w * x[T][w.cols], dense strides. */
+void mm_one(threadpool *pool, const kernel_table *kt, wmat w, const float *x, int T, float *y);
+
+#endif

@@ -1,0 +1,291 @@
+/* cli.c - the deltafin command line (front end; includes engine.h only).
+ *
+ *   deltafin run  --model DIR --prompt-ids 12,7,99 [--max-new N] [--print-ids]
+ *                 [--dump-logits FILE] [--threads N] [--greedy] [--ctx N]
+ *                 [--batch N] [--kernels ref|avx2|avx512] [--stop-eos] [--stats]
+ *   deltafin info --model DIR
+ *
+ * Owns: argument parsing, the greedy generation loop, output formatting and
+ * the logits dump (written to FILE.tmp and renamed, so an existing file is
+ * never left half-written).  May exit; nothing below it does.
+ */
+#define _GNU_SOURCE
+#include "engine.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static void usage(FILE *f)
+{
+    fputs("usage: deltafin <command> [options]\n"
+          "\n"
+          "commands:\n"
+          "  run     generate from a prompt given as token ids\n"
+          "  info    print the model's dimensions and memory needs\n"
+          "\n"
+          "run options:\n"
+          "  --model DIR          K3 checkpoint directory (config.json, index, shards)\n"
+          "  --prompt-ids LIST    comma-separated token ids, e.g. 12,7,99\n"
+          "  --max-new N          tokens to generate (default 16)\n"
+          "  --print-ids          print the generated ids comma-separated on one line\n"
+          "  --dump-logits FILE   write float32 LE logits [T][vocab], one row per prompt and\n"
+          "                       generated token (row t = distribution after token t)\n"
+          "  --greedy             greedy decoding (the default and, for now, the only mode)\n"
+          "  --stop-eos           stop after generating the model's eos token\n"
+          "  --threads N          worker threads (default: all CPUs); output is identical for every N\n"
+          "  --ctx N              context capacity in tokens (default 4096)\n"
+          "  --batch N            positions per forward call during prefill (default 32)\n"
+          "  --kernels ISA        force ref, avx2 or avx512 kernels (also $DF_KERNELS)\n"
+          "  --expert-cache SIZE  expert cache budget, e.g. 512M or 4G (default 2G)\n"
+          "  --stats              print timing and expert I/O counters to stderr\n",
+          f);
+}
+
+static _Noreturn __attribute__((format(printf, 1, 2))) void die(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "deltafin: ");
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n(run 'deltafin --help' for usage)\n");
+    va_end(ap);
+    exit(2);
+}
+
+static long parse_long(const char *s, const char *flag, long lo, long hi)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi) {
+        die("%s needs an integer in [%ld, %ld], got \"%s\"", flag, lo, hi, s);
+    }
+    return v;
+}
+
+static size_t parse_size(const char *s, const char *flag)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    double mul = 1;
+    if (*end == 'K' || *end == 'k') mul = 1024.0, end++;
+    else if (*end == 'M' || *end == 'm') mul = 1024.0 * 1024, end++;
+    else if (*end == 'G' || *end == 'g') mul = 1024.0 * 1024 * 1024, end++;
+    else if (*end == 'T' || *end == 't') mul = 1024.0 * 1024 * 1024 * 1024, end++;
+    if (*end == 'i' || *end == 'B') end++;
+    if (*end == 'B') end++;
+    if (errno || end == s || *end || !(v > 0) || v * mul > 1e18) {
+        die("%s needs a size such as 512M or 4G, got \"%s\"", flag, s);
+    }
+    return (size_t)(v * mul);
+}
+
+static int parse_ids(const char *s, int32_t **out)
+{
+    int n = 0, cap = 16;
+    int32_t *ids = malloc((size_t)cap * sizeof *ids);
+    const char *p = s;
+    if (!*p) die("--prompt-ids is empty");
+    while (*p) {
+        char *end;
+        errno = 0;
+        long v = strtol(p, &end, 10);
+        if (errno || end == p || v < 0 || v > INT32_MAX) die("--prompt-ids: bad token id near \"%s\"", p);
+        if (n == cap) ids = realloc(ids, (size_t)(cap *= 2) * sizeof *ids);
+        ids[n++] = (int32_t)v;
+        p = end;
+        while (*p == ' ') p++;
+        if (*p == ',') {
+            p++;
+            if (!*p) die("--prompt-ids: trailing comma in \"%s\"", s);
+        } else if (*p) {
+            die("--prompt-ids: expected ',' near \"%s\"", p);
+        }
+    }
+    *out = ids;
+    return n;
+}
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+typedef struct {
+    const char *model, *prompt_ids, *dump, *kernels;
+    int max_new, print_ids, threads, ctx, batch, stop_eos, stats;
+    size_t cache_bytes;
+} run_args;
+
+static void parse_common(int argc, char **argv, run_args *a)
+{
+    memset(a, 0, sizeof *a);
+    a->max_new = 16;
+    for (int i = 2; i < argc; i++) {
+        const char *f = argv[i];
+#define NEED_ARG() do { if (i + 1 >= argc) die("%s needs a value", f); } while (0)
+        if (!strcmp(f, "--help") || !strcmp(f, "-h")) { usage(stdout); exit(0); }
+        else if (!strcmp(f, "--model")) { NEED_ARG(); a->model = argv[++i]; }
+        else if (!strcmp(f, "--prompt-ids")) { NEED_ARG(); a->prompt_ids = argv[++i]; }
+        else if (!strcmp(f, "--max-new")) { NEED_ARG(); a->max_new = (int)parse_long(argv[++i], f, 0, 1 << 24); }
+        else if (!strcmp(f, "--print-ids")) a->print_ids = 1;
+        else if (!strcmp(f, "--dump-logits")) { NEED_ARG(); a->dump = argv[++i]; }
+        else if (!strcmp(f, "--greedy")) {}
+        else if (!strcmp(f, "--stop-eos")) a->stop_eos = 1;
+        else if (!strcmp(f, "--threads")) { NEED_ARG(); a->threads = (int)parse_long(argv[++i], f, 1, 256); }
+        else if (!strcmp(f, "--ctx")) { NEED_ARG(); a->ctx = (int)parse_long(argv[++i], f, 1, 1 << 24); }
+        else if (!strcmp(f, "--batch")) { NEED_ARG(); a->batch = (int)parse_long(argv[++i], f, 1, 4096); }
+        else if (!strcmp(f, "--kernels")) { NEED_ARG(); a->kernels = argv[++i]; }
+        else if (!strcmp(f, "--expert-cache")) { NEED_ARG(); a->cache_bytes = parse_size(argv[++i], f); }
+        else if (!strcmp(f, "--stats")) a->stats = 1;
+        else die("unknown option \"%s\"", f);
+#undef NEED_ARG
+    }
+    if (!a->model) die("--model DIR is required");
+}
+
+static df_engine *open_engine(const run_args *a)
+{
+    df_engine_opts eo;
+    df_engine_opts_default(&eo);
+    eo.n_threads = a->threads;
+    eo.kernels = a->kernels;
+    eo.expert_cache_bytes = a->cache_bytes;
+    eo.quiet = !a->stats;
+    df_engine *eng;
+    df_error err = {0};
+    if (df_engine_open(a->model, &eo, &eng, &err)) {
+        fprintf(stderr, "deltafin: cannot load model: %s\n", err.msg);
+        exit(1);
+    }
+    return eng;
+}
+
+static int cmd_run(int argc, char **argv)
+{
+    run_args a;
+    parse_common(argc, argv, &a);
+    if (!a.prompt_ids) die("run needs --prompt-ids LIST");
+    int32_t *prompt;
+    int n_prompt = parse_ids(a.prompt_ids, &prompt);
+    df_engine *eng = open_engine(&a);
+    df_model_info info;
+    df_engine_info(eng, &info);
+    df_session_opts so;
+    df_session_opts_default(&so);
+    if (a.ctx) so.n_ctx = a.ctx;
+    if (a.batch) so.max_batch = a.batch;
+    if (so.n_ctx < n_prompt + a.max_new) so.n_ctx = n_prompt + a.max_new;
+    df_session *s;
+    df_error err = {0};
+    if (df_session_new(eng, &so, &s, &err)) {
+        fprintf(stderr, "deltafin: %s\n", err.msg);
+        return 1;
+    }
+    size_t V = (size_t)info.vocab;
+    size_t rows = (size_t)n_prompt + (size_t)a.max_new;
+    float *logits = malloc((a.dump ? rows : (size_t)n_prompt) * V * sizeof(float));
+    if (!logits) {
+        fprintf(stderr, "deltafin: cannot allocate logits for %zu rows\n", rows);
+        return 1;
+    }
+    int32_t *gen = malloc(((size_t)a.max_new + 1) * sizeof *gen);
+    double t0 = now();
+    if (df_session_eval(s, prompt, n_prompt, logits, a.dump != NULL, &err)) {
+        fprintf(stderr, "deltafin: %s\n", err.msg);
+        return 1;
+    }
+    double t1 = now();
+    size_t n_rows = a.dump ? (size_t)n_prompt : 0;
+    const float *last = a.dump ? logits + (size_t)(n_prompt - 1) * V : logits;
+    int n_gen = 0;
+    for (; n_gen < a.max_new; n_gen++) {
+        int32_t next = (int32_t)df_argmax(last, info.vocab);
+        gen[n_gen] = next;
+        float *dst = a.dump ? logits + n_rows * V : logits;
+        if (df_session_eval(s, &next, 1, dst, 0, &err)) {
+            fprintf(stderr, "deltafin: %s\n", err.msg);
+            return 1;
+        }
+        if (a.dump) n_rows++;
+        last = dst;
+        if (a.stop_eos && next == info.eos_id) {
+            n_gen++;
+            break;
+        }
+    }
+    double t2 = now();
+    if (a.print_ids) {
+        for (int i = 0; i < n_gen; i++) printf("%s%d", i ? "," : "", gen[i]);
+        printf("\n");
+        fflush(stdout);
+    }
+    if (a.dump) {
+        char tmp[PATH_MAX];
+        snprintf(tmp, sizeof tmp, "%s.tmp", a.dump);
+        FILE *f = fopen(tmp, "wb");
+        if (!f || fwrite(logits, sizeof(float) * V, n_rows, f) != n_rows || fclose(f) != 0) {
+            fprintf(stderr, "deltafin: cannot write %s: %s\n", tmp, strerror(errno));
+            remove(tmp);
+            return 1;
+        }
+        if (rename(tmp, a.dump) != 0) {
+            fprintf(stderr, "deltafin: cannot rename %s to %s: %s\n", tmp, a.dump, strerror(errno));
+            remove(tmp);
+            return 1;
+        }
+    }
+    if (a.stats) {
+        df_stats st;
+        df_engine_stats(eng, &st);
+        fprintf(stderr,
+                "deltafin: prefill %d tokens in %.3f s (%.1f tok/s); decode %d tokens in %.3f s (%.2f tok/s); "
+                "expert hits %llu misses %llu, %.1f MiB read\n",
+                n_prompt, t1 - t0, n_prompt / (t1 - t0), n_gen, t2 - t1, n_gen ? n_gen / (t2 - t1) : 0.0,
+                (unsigned long long)st.expert_hits, (unsigned long long)st.expert_misses,
+                (double)st.expert_bytes_read / (1 << 20));
+    }
+    free(gen);
+    free(logits);
+    free(prompt);
+    df_session_free(s);
+    df_engine_close(eng);
+    return 0;
+}
+
+static int cmd_info(int argc, char **argv)
+{
+    run_args a;
+    parse_common(argc, argv, &a);
+    df_engine *eng = open_engine(&a);
+    df_model_info i;
+    df_engine_info(eng, &i);
+    printf("layers %d (KDA %d, MLA %d)\nhidden %d\nvocab %d\nexperts %d, %d per token, %.2f MiB each\n"
+           "bos %d eos %d pad %d\ncontext memory per token %llu bytes (MLA latent cache, fp32)\n"
+           "fixed recurrent state %.1f MiB (KDA)\nkernels %s, threads %d, expert cache slots %d\n",
+           i.n_layers, i.n_kda_layers, i.n_mla_layers, i.hidden, i.vocab, i.n_experts, i.n_experts_used,
+           (double)i.expert_bytes / (1 << 20), i.bos_id, i.eos_id, i.pad_id,
+           (unsigned long long)i.ctx_bytes_per_token, (double)i.fixed_state_bytes / (1 << 20), i.kernels,
+           i.n_threads, i.n_cache_slots);
+    df_engine_close(eng);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+        usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    if (!strcmp(argv[1], "run")) return cmd_run(argc, argv);
+    if (!strcmp(argv[1], "info")) return cmd_info(argc, argv);
+    die("unknown command \"%s\"", argv[1]);
+}

@@ -1,0 +1,362 @@
+/* engine.c - engine.h: opening a model, sessions, and the layer loop.
+ *
+ * Owns: the engine lifecycle (kernels chosen once, model loaded, pool and
+ * expert cache created), session allocation (every buffer the token loop
+ * needs is sized here, from the config, n_ctx and max_batch), and the
+ * forward pass over a chunk of positions (spec section 4.2): AttnRes mixes,
+ * the block boundary bookkeeping, attention and FFN per layer, the final mix,
+ * norm and lm_head.  The token loop runs under the allocation guard.
+ */
+#define _GNU_SOURCE
+#include "model.h"
+#include "mathfn.h"
+#include "quant.h"
+#include "util.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+void df_engine_opts_default(df_engine_opts *o)
+{
+    memset(o, 0, sizeof *o);
+}
+
+void df_session_opts_default(df_session_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->n_ctx = 4096;
+    o->max_batch = 32;
+}
+
+int df_engine_open(const char *model_dir, const df_engine_opts *opts, df_engine **out, df_error *err)
+{
+    df_engine_opts def;
+    if (!opts) {
+        df_engine_opts_default(&def);
+        opts = &def;
+    }
+    *out = NULL;
+    quant_init();
+    df_engine *eng = xcalloc(1, sizeof *eng);
+    const char *force = opts->kernels ? opts->kernels : getenv("DF_KERNELS");
+    eng->kt = kernels_select(force, err);
+    if (!eng->kt) {
+        free(eng);
+        return -1;
+    }
+    if (model_load(eng, model_dir, err)) {
+        model_unload(eng);
+        free(eng);
+        return -1;
+    }
+    const k3_config *c = &eng->cfg;
+    eng->n_threads = opts->n_threads > 0 ? opts->n_threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    if (eng->n_threads < 1) eng->n_threads = 1;
+    if (eng->n_threads > 256) eng->n_threads = 256;
+    eng->pool = threadpool_new(eng->n_threads);
+
+    int n_moe = 0;
+    for (int il = 0; il < c->NL; il++) n_moe += c->layer_moe[il];
+    size_t slot = (eng->store.expert_bytes + 4095) & ~(size_t)4095;
+    size_t all = (size_t)n_moe * (size_t)c->E;
+    size_t budget = opts->expert_cache_bytes ? opts->expert_cache_bytes : (size_t)2 << 30;
+    size_t n_slots = budget / (slot ? slot : 1);
+    if (n_slots > all) n_slots = all;
+    if (n_slots < 1) n_slots = 1;
+    if (expert_cache_init(&eng->cache, c->NL, c->E, (int)n_slots, eng->store.expert_bytes)) {
+        df_err_set(err, DF_ERR_NOMEM, -1, "cannot allocate the expert cache (%zu slots of %zu bytes)", n_slots, slot);
+        df_engine_close(eng);
+        return -1;
+    }
+    if (!opts->quiet)
+        df_log("loaded %s: %d layers (%d KDA, %d MLA), hidden %d, %d experts (top %d); kernels %s, %d threads, "
+               "%zu expert slots of %.1f MiB",
+               model_dir, c->NL, eng->n_kda, eng->n_mla, c->h, c->E, c->k, eng->kt->name, eng->n_threads, n_slots,
+               (double)eng->store.expert_bytes / (1 << 20));
+    *out = eng;
+    return 0;
+}
+
+void df_engine_close(df_engine *eng)
+{
+    if (!eng) return;
+    threadpool_free(eng->pool);
+    expert_cache_deinit(&eng->cache);
+    model_unload(eng);
+    free(eng);
+}
+
+void df_engine_info(const df_engine *eng, df_model_info *info)
+{
+    const k3_config *c = &eng->cfg;
+    memset(info, 0, sizeof *info);
+    info->vocab = c->V;
+    info->hidden = c->h;
+    info->n_layers = c->NL;
+    info->n_mla_layers = eng->n_mla;
+    info->n_kda_layers = eng->n_kda;
+    info->n_experts = c->E;
+    info->n_experts_used = c->k;
+    info->bos_id = c->bos;
+    info->eos_id = c->eos;
+    info->pad_id = c->pad;
+    info->expert_bytes = eng->store.expert_bytes;
+    info->ctx_bytes_per_token = (uint64_t)eng->n_mla * (uint64_t)(c->Rkv + c->dr) * sizeof(float);
+    info->fixed_state_bytes = (uint64_t)eng->n_kda *
+                              ((uint64_t)c->Hk * c->Dk * c->Dk + 3ull * (uint64_t)(c->Wc - 1) * c->P) * sizeof(float);
+    info->kernels = eng->kt->name;
+    info->n_threads = eng->n_threads;
+    info->n_cache_slots = eng->cache.n_slots;
+}
+
+void df_engine_stats(const df_engine *eng, df_stats *st)
+{
+    memset(st, 0, sizeof *st);
+    st->tokens = eng->tokens;
+    st->expert_hits = eng->cache.hits;
+    st->expert_misses = eng->cache.misses;
+    st->expert_bytes_read = eng->store.bytes_read;
+}
+
+static size_t max_sz(size_t a, size_t b) { return a > b ? a : b; }
+
+#define ALLOC(field, count)                                                              \
+    do {                                                                                 \
+        size_t n_ = (size_t)(count);                                                     \
+        if (!((field) = aligned_alloc_zero((n_ ? n_ : 1) * sizeof *(field)))) goto nomem; \
+        bytes += n_ * sizeof *(field);                                                   \
+    } while (0)
+
+int df_session_new(df_engine *eng, const df_session_opts *opts, df_session **out, df_error *err)
+{
+    df_session_opts def;
+    df_session_opts_default(&def);
+    if (!opts) opts = &def;
+    *out = NULL;
+    const k3_config *c = &eng->cfg;
+    int n_ctx = opts->n_ctx > 0 ? opts->n_ctx : def.n_ctx;
+    int T = opts->max_batch > 0 ? opts->max_batch : def.max_batch;
+    if (T > 4096) return df_err_set(err, DF_ERR_ARG, -1, "max_batch %d is too large (at most 4096)", T);
+    df_session *s = xcalloc(1, sizeof *s);
+    s->eng = eng;
+    s->n_ctx = n_ctx;
+    s->max_batch = T;
+    size_t bytes = 0, h = (size_t)c->h;
+    s->n_anchor_max = (c->NL + c->B - 1) / c->B;
+    if (s->n_anchor_max > DBG_MAX_ANCHORS) {
+        int n = s->n_anchor_max;
+        free(s);
+        return df_err_set(err, DF_ERR_UNSUPPORTED, -1, "%d AttnRes blocks exceed the supported %d", n,
+                          DBG_MAX_ANCHORS);
+    }
+    size_t row_w = (size_t)c->Rkv + (size_t)c->dr;
+    ALLOC(s->kda_S, (size_t)eng->n_kda * c->Hk * c->Dk * c->Dk);
+    ALLOC(s->kda_hist, (size_t)eng->n_kda * 3 * (size_t)(c->Wc > 1 ? c->Wc - 1 : 1) * c->P);
+    ALLOC(s->mla_cache, (size_t)eng->n_mla * (size_t)n_ctx * row_w);
+    ALLOC(s->H, (size_t)T * h);
+    ALLOC(s->anchors, (size_t)s->n_anchor_max * T * h);
+    ALLOC(s->ain, (size_t)T * h);
+    ALLOC(s->xn, (size_t)T * h);
+    ALLOC(s->att, (size_t)T * h);
+    ALLOC(s->min, (size_t)T * h);
+    ALLOC(s->y, (size_t)T * h);
+    ALLOC(s->ffn, (size_t)T * h);
+    size_t bw = h;
+    bw = max_sz(bw, (size_t)c->P);
+    bw = max_sz(bw, (size_t)c->Hm * (c->dn + c->dr));
+    bw = max_sz(bw, (size_t)c->Hm * c->dv);
+    bw = max_sz(bw, (size_t)c->Dff);
+    bw = max_sz(bw, (size_t)c->Ns * c->I);
+    bw = max_sz(bw, (size_t)c->E);
+    bw = max_sz(bw, (size_t)c->Lt);
+    s->big_w = bw;
+    ALLOC(s->big0, (size_t)T * bw);
+    ALLOC(s->big1, (size_t)T * bw);
+    ALLOC(s->big2, (size_t)T * bw);
+    ALLOC(s->big3, (size_t)T * bw);
+    ALLOC(s->big4, (size_t)T * bw);
+    ALLOC(s->big5, (size_t)T * bw);
+    size_t sw = max_sz(max_sz((size_t)c->Dk, (size_t)c->Hk), max_sz((size_t)c->Rq, row_w));
+    ALLOC(s->small0, (size_t)T * sw);
+    ALLOC(s->small1, (size_t)T * sw);
+    ALLOC(s->probs, (size_t)T * (s->n_anchor_max + 1));
+    ALLOC(s->logits_tmp, (size_t)c->V);
+    s->worker_w = max_sz(6 * (size_t)c->Dk, 2 * (size_t)c->Rkv + (size_t)c->dv + (size_t)n_ctx) + 16;
+    ALLOC(s->worker_buf, (size_t)eng->n_threads * s->worker_w);
+    size_t Tk = (size_t)T * c->k;
+    ALLOC(s->route_ids, Tk);
+    ALLOC(s->route_w, Tk);
+    ALLOC(s->zp, (size_t)T * c->Lt);
+    ALLOC(s->g_x, Tk * c->Lt);
+    ALLOC(s->g_h1, Tk * c->I);
+    ALLOC(s->g_h3, Tk * c->I);
+    ALLOC(s->g_a, Tk * c->I);
+    ALLOC(s->g_out, Tk * c->Lt);
+    ALLOC(s->uniq, Tk);
+    ALLOC(s->slot_of, Tk);
+    ALLOC(s->uniq_first, Tk);
+    ALLOC(s->uniq_count, Tk);
+    ALLOC(s->uniq_slot, Tk);
+    *out = s;
+    return 0;
+nomem:
+    df_session_free(s);
+    return df_err_set(err, DF_ERR_NOMEM, -1,
+                      "cannot allocate session buffers (%zu bytes so far; n_ctx %d, max_batch %d): lower --ctx",
+                      bytes, n_ctx, T);
+}
+
+void df_session_free(df_session *s)
+{
+    if (!s) return;
+    float **fl[] = {&s->kda_S, &s->kda_hist, &s->mla_cache, &s->H, &s->anchors, &s->ain, &s->xn, &s->att,
+                    &s->min, &s->y, &s->ffn, &s->big0, &s->big1, &s->big2, &s->big3, &s->big4, &s->big5,
+                    &s->small0, &s->small1, &s->probs, &s->logits_tmp, &s->worker_buf, &s->route_w, &s->zp,
+                    &s->g_x, &s->g_h1, &s->g_h3, &s->g_a, &s->g_out};
+    for (size_t i = 0; i < sizeof fl / sizeof fl[0]; i++) aligned_free(*fl[i]);
+    aligned_free(s->route_ids);
+    aligned_free(s->uniq);
+    aligned_free(s->slot_of);
+    aligned_free(s->uniq_first);
+    aligned_free(s->uniq_count);
+    aligned_free(s->uniq_slot);
+    free(s);
+}
+
+void df_session_reset(df_session *s)
+{
+    const k3_config *c = &s->eng->cfg;
+    memset(s->kda_S, 0, (size_t)s->eng->n_kda * c->Hk * c->Dk * c->Dk * sizeof(float));
+    memset(s->kda_hist, 0, (size_t)s->eng->n_kda * 3 * (size_t)(c->Wc > 1 ? c->Wc - 1 : 1) * c->P * sizeof(float));
+    s->pos = 0;
+}
+
+int df_session_pos(const df_session *s) { return s->pos; }
+
+int df_argmax(const float *logits, int n)
+{
+    int best = 0;
+    for (int i = 1; i < n; i++)
+        if (logits[i] > logits[best]) best = i;
+    return best;
+}
+
+static void embed_rows(const df_engine *eng, const int32_t *ids, int T, float *H)
+{
+    const k3_config *c = &eng->cfg;
+    for (int t = 0; t < T; t++) {
+        size_t base = (size_t)ids[t] * c->h;
+        float *row = H + (size_t)t * c->h;
+        for (int i = 0; i < c->h; i++)
+            row[i] = eng->embed.type == W_BF16 ? load_bf16(eng->embed.data, base + i) : load_f32(eng->embed.data, base + i);
+    }
+}
+
+static void add_rows(float *dst, const float *src, size_t n)
+{
+    for (size_t i = 0; i < n; i++) dst[i] = dst[i] + src[i];
+}
+
+static void norm_rows(const float *x, const float *w, int T, int n, float eps, float *y)
+{
+    for (int t = 0; t < T; t++) rmsnorm(x + (size_t)t * n, w, n, eps, y + (size_t)t * n);
+}
+
+/* One chunk of T <= max_batch positions.  logits: NULL, or [T][V] when
+ * all_rows, or [V] for the last position. */
+static int forward_chunk(df_session *s, const int32_t *ids, int T, float *logits, int all_rows, df_error *err)
+{
+    df_engine *eng = s->eng;
+    const k3_config *c = &eng->cfg;
+    size_t h = (size_t)c->h, Th = (size_t)T * h;
+    size_t astride = (size_t)s->max_batch * h;
+    dbg_record *dbg = s->dbg && s->dbg->enabled ? s->dbg : NULL;
+    int dt = T - 1;  /* debug position: the chunk's last */
+    embed_rows(eng, ids, T, s->H);
+    if (dbg) dbg->embedding_norm = l2norm(s->H + dt * h, (int)h);
+    int n_anc = 0;
+    for (int il = 0; il < c->NL; il++) {
+        const k3_layer *L = &eng->layers[il];
+        dbg_layer *dl = dbg ? &dbg->layers[il] : NULL;
+        const float *ain = s->H;
+        if (n_anc) {
+            attnres_mix(s->anchors, n_anc, astride, s->H, T, (int)h, L->attn_res_nwpw, c->eps, s->ain, s->probs);
+            ain = s->ain;
+        }
+        if (dl) {
+            dl->n_attn_probs = n_anc + 1;
+            for (int j = 0; j <= n_anc; j++) dl->attn_probs[j] = n_anc ? s->probs[(size_t)dt * (n_anc + 1) + j] : 1.0;
+            dl->attn_input_norm = l2norm(ain + dt * h, (int)h);
+        }
+        int boundary = il % c->B == 0;
+        if (boundary) memcpy(s->anchors + (size_t)n_anc++ * astride, s->H, Th * sizeof(float));
+        norm_rows(ain, L->input_ln, T, (int)h, c->eps, s->xn);
+        if (L->kind == LAYER_KDA) kda_forward(s, L, s->xn, T, s->att);
+        else if (mla_forward(s, L, s->xn, T, s->att, err)) return -1;
+        if (boundary) memcpy(s->H, s->att, Th * sizeof(float));
+        else add_rows(s->H, s->att, Th);
+        attnres_mix(s->anchors, n_anc, astride, s->H, T, (int)h, L->mlp_res_nwpw, c->eps, s->min, s->probs);
+        if (dl) {
+            dl->attn_output_norm = l2norm(s->att + dt * h, (int)h);
+            dl->n_mlp_probs = n_anc + 1;
+            for (int j = 0; j <= n_anc; j++) dl->mlp_probs[j] = s->probs[(size_t)dt * (n_anc + 1) + j];
+            dl->mlp_input_norm = l2norm(s->min + dt * h, (int)h);
+        }
+        norm_rows(s->min, L->post_ln, T, (int)h, c->eps, s->y);
+        if (L->moe) {
+            if (moe_forward(s, il, L, s->y, T, s->ffn, err)) return -1;
+        } else {
+            dense_mlp_forward(s, L, s->y, T, s->ffn);
+        }
+        add_rows(s->H, s->ffn, Th);
+        if (dl) {
+            dl->mlp_output_norm = l2norm(s->ffn + dt * h, (int)h);
+            dl->partial_sum_norm = l2norm(s->H + dt * h, (int)h);
+            dl->n_experts = L->moe ? c->k : 0;
+            for (int j = 0; L->moe && j < c->k && j < DBG_MAX_K; j++) {
+                dl->expert_ids[j] = s->route_ids[dt * c->k + j];
+                dl->expert_weights[j] = s->route_w[dt * c->k + j];
+            }
+        }
+    }
+    attnres_mix(s->anchors, n_anc, astride, s->H, T, (int)h, eng->out_res_nwpw, c->eps, s->ain, NULL);
+    norm_rows(s->ain, eng->final_norm, T, (int)h, c->eps, s->xn);
+    if (dbg) {
+        dbg->final_mix_norm = l2norm(s->ain + dt * h, (int)h);
+        dbg->final_normed_norm = l2norm(s->xn + dt * h, (int)h);
+    }
+    if (logits) {
+        if (all_rows) mm_one(eng->pool, eng->kt, eng->lm_head, s->xn, T, logits);
+        else mm_one(eng->pool, eng->kt, eng->lm_head, s->xn + dt * h, 1, logits);
+        if (dbg) dbg->logits_norm = l2norm(all_rows ? logits + (size_t)dt * c->V : logits, c->V);
+    }
+    s->pos += T;
+    eng->tokens += (uint64_t)T;
+    return 0;
+}
+
+int df_session_eval(df_session *s, const int32_t *ids, int n, float *logits, int all_rows, df_error *err)
+{
+    const k3_config *c = &s->eng->cfg;
+    if (n <= 0) return df_err_set(err, DF_ERR_ARG, -1, "no tokens to evaluate");
+    for (int i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= c->V)
+            return df_err_set(err, DF_ERR_ARG, i, "token id %d at index %d is outside the vocabulary [0, %d)", ids[i],
+                              i, c->V);
+    if (n > s->n_ctx - s->pos)
+        return df_err_set(err, DF_ERR_LIMIT, -1, "context full: %d tokens held, %d more requested, capacity %d",
+                          s->pos, n, s->n_ctx);
+    int rc = 0;
+    alloc_guard_enter();
+    for (int off = 0; off < n && !rc; off += s->max_batch) {
+        int T = n - off < s->max_batch ? n - off : s->max_batch;
+        int last = off + T == n;
+        float *dst = NULL;
+        if (logits && all_rows) dst = logits + (size_t)off * c->V;
+        else if (logits && last) dst = logits;
+        rc = forward_chunk(s, ids + off, T, dst, all_rows, err);
+    }
+    alloc_guard_leave();
+    return rc;
+}

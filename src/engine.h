@@ -1,0 +1,74 @@
+/* engine.h - the only header the front ends (cli, server, tools) include.
+ *
+ * An engine is a loaded, validated K3 checkpoint plus its thread pool,
+ * kernels and expert cache; a session is one sequence's state (KDA state,
+ * MLA latent cache, position) and its preallocated scratch.  Types are
+ * opaque.  Every fallible call returns 0 or -1 and fills a df_error; nothing
+ * here exits.  df_session_eval is the token loop: it allocates nothing
+ * (enforced by the allocation guard) and gives bit-identical logits whatever
+ * the batch width, thread count or kernel set.  One session is used by one
+ * thread at a time; sessions of one engine share its cache and must not run
+ * concurrently.
+ */
+#ifndef DF_ENGINE_H
+#define DF_ENGINE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "df_error.h"
+
+typedef struct df_engine df_engine;
+typedef struct df_session df_session;
+
+typedef struct df_engine_opts {
+    int n_threads;              /* 0 = all online CPUs */
+    const char *kernels;        /* "ref", "avx2", "avx512"; NULL = $DF_KERNELS or the best */
+    size_t expert_cache_bytes;  /* 0 = default (all experts if they fit in 2 GiB, else 2 GiB) */
+    int quiet;                  /* no log lines on stderr */
+} df_engine_opts;
+
+typedef struct df_session_opts {
+    int n_ctx;                  /* context capacity in tokens (0 = 4096) */
+    int max_batch;              /* positions per forward call (0 = 32); longer inputs are chunked */
+} df_session_opts;
+
+typedef struct df_model_info {
+    int vocab, hidden, n_layers, n_mla_layers, n_kda_layers;
+    int n_experts, n_experts_used;
+    int bos_id, eos_id, pad_id;
+    uint64_t expert_bytes;        /* one routed expert (six tensors) */
+    uint64_t ctx_bytes_per_token; /* MLA latent cache per token of context */
+    uint64_t fixed_state_bytes;   /* KDA recurrent state + conv history */
+    const char *kernels;
+    int n_threads;
+    int n_cache_slots;
+} df_model_info;
+
+typedef struct df_stats {
+    uint64_t tokens;              /* positions evaluated */
+    uint64_t expert_hits, expert_misses;
+    uint64_t expert_bytes_read;
+} df_stats;
+
+void df_engine_opts_default(df_engine_opts *o);
+void df_session_opts_default(df_session_opts *o);
+
+int df_engine_open(const char *model_dir, const df_engine_opts *opts, df_engine **out, df_error *err);
+void df_engine_close(df_engine *eng);
+void df_engine_info(const df_engine *eng, df_model_info *info);
+void df_engine_stats(const df_engine *eng, df_stats *st);
+
+int df_session_new(df_engine *eng, const df_session_opts *opts, df_session **out, df_error *err);
+void df_session_free(df_session *s);
+void df_session_reset(df_session *s);
+int df_session_pos(const df_session *s);
+/* Consume ids[0..n).  On failure (bad id, context full: nothing consumed;
+ * an expert read error: the state is partial) reset the session before
+ * reusing it after a read error.   logits (may be NULL): when all_rows, [n][vocab] with
+ * row t the distribution after ids[t]; otherwise [vocab] after the last id. */
+int df_session_eval(df_session *s, const int32_t *ids, int n, float *logits, int all_rows, df_error *err);
+
+/* Greedy choice: the first index of the maximum (ties go to the lower id). */
+int df_argmax(const float *logits, int n);
+
+#endif

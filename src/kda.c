@@ -1,0 +1,119 @@
+/* kda.c - Kimi Delta Attention layer (spec section 5).
+ *
+ * Projections for all T positions run as one batched job list; the short
+ * convolution and the delta-rule recurrence then run per head (heads are
+ * independent, so they are spread over the pool) and, within a head,
+ * position by position in order.  Per-head state: S [Dk][Dk] and the conv
+ * history of the head's channels.  Every sum has a fixed order (loops over
+ * d outer, v inner; conv taps oldest first), so neither T nor the thread
+ * count changes a bit.  A_log is read per head (spec D1).
+ */
+#include "model.h"
+#include "mathfn.h"
+
+#include <math.h>
+#include <string.h>
+
+typedef struct {
+    df_session *s;
+    const k3_layer *L;
+    int T;
+    float *rq, *rk, *rv, *rg, *fb, *b;   /* [T][P] / [T][Hk] projections */
+    float *out;                           /* [T][P], may alias rq */
+} kda_ctx;
+
+static void kda_heads(void *vctx, size_t h0, size_t h1, int worker)
+{
+    kda_ctx *c = vctx;
+    df_session *s = c->s;
+    const k3_config *cf = &s->eng->cfg;
+    const k3_layer *L = c->L;
+    int Dk = cf->Dk, P = cf->P, Wc = cf->Wc, Hk = cf->Hk;
+    float *wb = s->worker_buf + (size_t)worker * s->worker_w;
+    float *qh = wb, *kh = wb + Dk, *vh = wb + 2 * Dk, *pred = wb + 3 * Dk, *oh = wb + 4 * Dk, *bk = wb + 5 * Dk;
+    float *S_layer = s->kda_S + (size_t)L->kda_idx * (size_t)Hk * Dk * Dk;
+    float *hist_layer = s->kda_hist + (size_t)L->kda_idx * 3 * (size_t)(Wc - 1) * P;
+    const float qscale = (float)(1.0 / sqrt((double)Dk));
+    for (size_t hh = h0; hh < h1; hh++) {
+        float *S = S_layer + hh * (size_t)Dk * Dk;
+        size_t c0 = hh * (size_t)Dk;
+        double ea = df_exp((double)L->A_log[hh]);
+        for (int t = 0; t < c->T; t++) {
+            const float *raw[3] = {c->rq + (size_t)t * P + c0, c->rk + (size_t)t * P + c0, c->rv + (size_t)t * P + c0};
+            float *dst[3] = {qh, kh, vh};
+            for (int which = 0; which < 3; which++) {
+                float *hist = hist_layer + (size_t)which * (Wc - 1) * P;
+                const float *w = L->conv[which];
+                for (int d = 0; d < Dk; d++) {
+                    size_t p = c0 + (size_t)d;
+                    float acc = 0.0f;
+                    for (int j = 0; j < Wc - 1; j++) acc += w[p * Wc + j] * hist[(size_t)j * P + p];
+                    acc += w[p * Wc + (Wc - 1)] * raw[which][d];
+                    dst[which][d] = df_siluf(acc);
+                    for (int j = 0; j + 1 < Wc - 1; j++) hist[(size_t)j * P + p] = hist[(size_t)(j + 1) * P + p];
+                    if (Wc > 1) hist[(size_t)(Wc - 2) * P + p] = raw[which][d];
+                }
+            }
+            double sq = 0.0, sk = 0.0;
+            for (int d = 0; d < Dk; d++) {
+                sq += (double)qh[d] * qh[d];
+                sk += (double)kh[d] * kh[d];
+            }
+            float rq = (float)(1.0 / sqrt(sq + 1e-6)), rk = (float)(1.0 / sqrt(sk + 1e-6));
+            for (int d = 0; d < Dk; d++) {
+                qh[d] = (qh[d] * rq) * qscale;
+                kh[d] = kh[d] * rk;
+            }
+            float beta = df_sigmoidf(c->b[(size_t)t * Hk + hh]);
+            /* decay rows first */
+            for (int d = 0; d < Dk; d++) {
+                float z = c->fb[(size_t)t * P + c0 + d] + L->dt_bias[c0 + d];
+                float g = cf->glb * (float)(1.0 / (1.0 + df_exp(-ea * (double)z)));
+                float decay = df_expf(g);
+                float *row = S + (size_t)d * Dk;
+                for (int v = 0; v < Dk; v++) row[v] *= decay;
+            }
+            for (int v = 0; v < Dk; v++) pred[v] = 0.0f;
+            for (int d = 0; d < Dk; d++) {
+                const float *row = S + (size_t)d * Dk;
+                for (int v = 0; v < Dk; v++) pred[v] += kh[d] * row[v];
+            }
+            for (int v = 0; v < Dk; v++) pred[v] = vh[v] - pred[v];
+            for (int d = 0; d < Dk; d++) bk[d] = beta * kh[d];
+            for (int d = 0; d < Dk; d++) {
+                float *row = S + (size_t)d * Dk;
+                for (int v = 0; v < Dk; v++) row[v] += bk[d] * pred[v];
+            }
+            for (int v = 0; v < Dk; v++) oh[v] = 0.0f;
+            for (int d = 0; d < Dk; d++) {
+                const float *row = S + (size_t)d * Dk;
+                for (int v = 0; v < Dk; v++) oh[v] += qh[d] * row[v];
+            }
+            rmsnorm(oh, L->o_norm, Dk, cf->eps, oh);
+            float *o = c->out + (size_t)t * P + c0;
+            const float *gate = c->rg + (size_t)t * P + c0;
+            for (int d = 0; d < Dk; d++) o[d] = oh[d] * df_sigmoidf(gate[d]);
+        }
+    }
+}
+
+void kda_forward(df_session *s, const k3_layer *L, const float *x, int T, float *out)
+{
+    df_engine *eng = s->eng;
+    const k3_config *c = &eng->cfg;
+    kda_ctx k = {.s = s, .L = L, .T = T, .rq = s->big0, .rk = s->big1, .rv = s->big2, .rg = s->big3,
+                 .fb = s->big4, .b = s->small1, .out = s->big0};
+    size_t h = (size_t)c->h;
+    mm_job jobs[6] = {
+        {.w = L->q, .x = x, .xs = h, .y = k.rq, .ys = (size_t)c->P, .T = T},
+        {.w = L->k, .x = x, .xs = h, .y = k.rk, .ys = (size_t)c->P, .T = T},
+        {.w = L->v, .x = x, .xs = h, .y = k.rv, .ys = (size_t)c->P, .T = T},
+        {.w = L->g, .x = x, .xs = h, .y = k.rg, .ys = (size_t)c->P, .T = T},
+        {.w = L->fa, .x = x, .xs = h, .y = s->small0, .ys = (size_t)c->Dk, .T = T},
+        {.w = L->b, .x = x, .xs = h, .y = k.b, .ys = (size_t)c->Hk, .T = T},
+    };
+    mm_run(eng->pool, eng->kt, jobs, 6);
+    mm_one(eng->pool, eng->kt, L->fb, s->small0, T, k.fb);
+    parallel_for(eng->pool, (size_t)c->Hk, 1, kda_heads, &k);
+    mm_one(eng->pool, eng->kt, L->o, k.out, T, out);
+}

@@ -1,0 +1,69 @@
+/* kernels.h - matrix kernels: one table per ISA, chosen once at startup.
+ *
+ * Every kernel computes, for rows r in [r0, r1) and positions t in [0, T):
+ *     y[t*ys + r] = sum_c W[r, c] * x[t*xs + c]
+ * with ONE reduction order, fixed by this contract and followed by every ISA:
+ *
+ *   Dense (F32 / BF16 weights): 16 lanes; lane l accumulates the columns
+ *   c = 16k + l in increasing k with fused multiply-add starting from +0
+ *   (columns past C contribute fma(0, 0, acc)); the lanes are then combined
+ *   by the tree s[i] = a[i] + a[i+8] (i < 8), s[i] += s[i+4] (i < 4),
+ *   s[i] += s[i+2] (i < 2), y = s[0] + s[1].
+ *
+ *   MXFP4: per block b of 32 columns and lane j < 16, with the activation
+ *   reordered by mxfp4_prep_x (xe = even columns, xo = odd columns):
+ *     p = e2m1(lo nibble of byte j) * xe[j];  p = fma(e2m1(hi nibble), xo[j], p);
+ *     acc[j] = fma(p, 2^(scale_b - 127), acc[j]);
+ *   then the same lane tree.  C must be a multiple of 32.
+ *
+ * The result of a row depends only on that row and that position: not on T,
+ * on [r0, r1), on the thread that runs it or on the ISA.  kernels_ref.c is
+ * the specification; kernels_avx2.c and kernels_avx512.c must match it bit
+ * for bit (tests/test_kernels.c checks).  Kernels never allocate.
+ */
+#ifndef DF_KERNELS_H
+#define DF_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "df_error.h"
+
+typedef struct kernel_table {
+    const char *name;
+    /* W: [R, C] row-major F32, rows `ld` elements apart; may be unaligned */
+    void (*matmul_f32)(const void *W, size_t ld, int C, const float *x, size_t xs, int T,
+                       float *y, size_t ys, int r0, int r1);
+    /* W: [R, C] row-major BF16 */
+    void (*matmul_bf16)(const void *W, size_t ld, int C, const float *x, size_t xs, int T,
+                        float *y, size_t ys, int r0, int r1);
+    /* packed: [R, C/2] U8, scales: [R, C/32] U8; xp: activations reordered
+     * by mxfp4_prep_x, positions xs floats apart */
+    void (*matmul_mxfp4)(const uint8_t *packed, const uint8_t *scales, int C, const float *xp,
+                         size_t xs, int T, float *y, size_t ys, int r0, int r1);
+} kernel_table;
+
+enum kernel_isa { KERNEL_REF, KERNEL_AVX2, KERNEL_AVX512 };
+
+const kernel_table *kernels_ref(void);
+const kernel_table *kernels_avx2(void);    /* NULL if not compiled in */
+const kernel_table *kernels_avx512(void);  /* NULL if not compiled in */
+
+/* Whether this CPU can run an ISA's table. */
+int kernels_cpu_has(enum kernel_isa isa);
+/* The best table for this CPU, or the one named by `force` ("ref", "avx2",
+ * "avx512"; NULL or "" = best; the DF_KERNELS environment variable is read
+ * by the engine, not here).  Fails if the forced ISA is unknown or the CPU
+ * lacks it. */
+const kernel_table *kernels_select(const char *force, df_error *err);
+
+/* The lane tree shared by the reference code (and documented above). */
+static inline float lane_tree16(const float a[16])
+{
+    float s[8];
+    for (int i = 0; i < 8; i++) s[i] = a[i] + a[i + 8];
+    for (int i = 0; i < 4; i++) s[i] = s[i] + s[i + 4];
+    for (int i = 0; i < 2; i++) s[i] = s[i] + s[i + 2];
+    return s[0] + s[1];
+}
+
+#endif

@@ -1,0 +1,141 @@
+/* kernels_avx2.c - AVX2 + FMA versions of the kernels in kernels_ref.c, which
+ * they must match bit for bit.  The 16 lanes of the contract in kernels.h
+ * live in two __m256 registers (lanes 0-7 and 8-15); their sum is the first
+ * step of the lane tree.  Tails are handled with zero-filled copies of the
+ * last partial chunk, the same fma(0, 0, acc) as the reference.  Up to four
+ * positions share one pass over a weight row.  Compiled with -mavx2 -mfma.
+ */
+#include "kernels.h"
+#include "quant.h"
+
+#if defined(__x86_64__) && defined(DF_HAVE_AVX2)
+#include <immintrin.h>
+#include <string.h>
+
+#define ALWAYS_INLINE static inline __attribute__((always_inline))
+
+/* matches lane_tree16() with lanes 0-7 in a and 8-15 in b */
+ALWAYS_INLINE float tree2x256(__m256 a, __m256 b)
+{
+    __m256 s8 = _mm256_add_ps(a, b);
+    __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
+    __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+    __m128 s1 = _mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1));
+    return _mm_cvtss_f32(s1);
+}
+
+ALWAYS_INLINE __m256 ld8_bf16(const uint8_t *p)
+{
+    __m128i h = _mm_loadu_si128((const __m128i *)p);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+ALWAYS_INLINE __m256 ld8_f32(const uint8_t *p) { return _mm256_loadu_ps((const float *)p); }
+
+#define DENSE_ROW(NAME, LOAD8, ESIZE)                                                              \
+    ALWAYS_INLINE void NAME##_rows(const uint8_t *row, int C, const float *x, size_t xs, int nt,   \
+                                   float *y, size_t ys)                                          \
+    {                                                                                              \
+        __m256 a0[4], a1[4];                                                                       \
+        for (int u = 0; u < 4; u++) a0[u] = a1[u] = _mm256_setzero_ps();                           \
+        int c = 0;                                                                                 \
+        for (; c + 16 <= C; c += 16) {                                                             \
+            __m256 w0 = LOAD8(row + (size_t)c * ESIZE), w1 = LOAD8(row + (size_t)(c + 8) * ESIZE); \
+            for (int u = 0; u < nt; u++) {                                                         \
+                const float *xu = x + (size_t)u * xs + c;                                          \
+                a0[u] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(xu), a0[u]);                           \
+                a1[u] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(xu + 8), a1[u]);                       \
+            }                                                                                      \
+        }                                                                                          \
+        if (c < C) {                                                                               \
+            uint8_t wt[16 * ESIZE] __attribute__((aligned(32)));                                   \
+            float xt[16] __attribute__((aligned(32)));                                             \
+            memset(wt, 0, sizeof wt);                                                              \
+            memcpy(wt, row + (size_t)c * ESIZE, (size_t)(C - c) * ESIZE);                          \
+            __m256 w0 = LOAD8(wt), w1 = LOAD8(wt + 8 * ESIZE);                                     \
+            for (int u = 0; u < nt; u++) {                                                         \
+                memset(xt, 0, sizeof xt);                                                          \
+                memcpy(xt, x + (size_t)u * xs + c, (size_t)(C - c) * 4);                           \
+                a0[u] = _mm256_fmadd_ps(w0, _mm256_load_ps(xt), a0[u]);                            \
+                a1[u] = _mm256_fmadd_ps(w1, _mm256_load_ps(xt + 8), a1[u]);                        \
+            }                                                                                      \
+        }                                                                                          \
+        for (int u = 0; u < nt; u++) y[(size_t)u * ys] = tree2x256(a0[u], a1[u]);                  \
+    }                                                                                              \
+    static void NAME(const void *W, size_t ld, int C, const float *x, size_t xs, int T, float *y,  \
+                     size_t ys, int r0, int r1)                                                    \
+    {                                                                                              \
+        for (int r = r0; r < r1; r++) {                                                            \
+            const uint8_t *row = (const uint8_t *)W + (size_t)r * ld * ESIZE;                      \
+            int t = 0;                                                                             \
+            for (; t + 4 <= T; t += 4)                                                             \
+                NAME##_rows(row, C, x + (size_t)t * xs, xs, 4, y + (size_t)t * ys + r, ys);        \
+            for (; t < T; t++)                                                                     \
+                NAME##_rows(row, C, x + (size_t)t * xs, xs, 1, y + (size_t)t * ys + r, ys);        \
+        }                                                                                          \
+    }
+
+DENSE_ROW(matmul_bf16_avx2, ld8_bf16, 2)
+DENSE_ROW(matmul_f32_avx2, ld8_f32, 4)
+
+/* 8 nibble codes (one per 32-bit lane) -> E2M1 values: magnitude from a
+ * table of 8, sign from bit 3; exact, and -0 for code 8 as in e2m1_table */
+ALWAYS_INLINE __m256 e2m1_8(__m256i codes, __m256 mag)
+{
+    __m256i idx = _mm256_and_si256(codes, _mm256_set1_epi32(7));
+    __m256i sgn = _mm256_slli_epi32(_mm256_and_si256(codes, _mm256_set1_epi32(8)), 28);
+    return _mm256_xor_ps(_mm256_permutevar8x32_ps(mag, idx), _mm256_castsi256_ps(sgn));
+}
+
+ALWAYS_INLINE void mxfp4_rows(const uint8_t *prow, const uint8_t *srow, int C, const float *xp,
+                              size_t xs, int nt, float *y, size_t ys)
+{
+    const __m256 mag = _mm256_loadu_ps(e2m1_table);
+    __m256 a0[4], a1[4];
+    for (int u = 0; u < 4; u++) a0[u] = a1[u] = _mm256_setzero_ps();
+    for (int b = 0; b < C / MXFP4_BLOCK; b++) {
+        __m128i bytes = _mm_loadu_si128((const __m128i *)(prow + (size_t)b * 16));
+        __m256i v0 = _mm256_cvtepu8_epi32(bytes);
+        __m256i v1 = _mm256_cvtepu8_epi32(_mm_srli_si128(bytes, 8));
+        __m256 we0 = e2m1_8(v0, mag), we1 = e2m1_8(v1, mag);
+        __m256 wo0 = e2m1_8(_mm256_srli_epi32(v0, 4), mag), wo1 = e2m1_8(_mm256_srli_epi32(v1, 4), mag);
+        __m256 sc = _mm256_set1_ps(e8m0_table[srow[b]]);
+        for (int u = 0; u < nt; u++) {
+            const float *xe = xp + (size_t)u * xs + (size_t)b * MXFP4_BLOCK;
+            __m256 p0 = _mm256_mul_ps(we0, _mm256_loadu_ps(xe));
+            __m256 p1 = _mm256_mul_ps(we1, _mm256_loadu_ps(xe + 8));
+            p0 = _mm256_fmadd_ps(wo0, _mm256_loadu_ps(xe + 16), p0);
+            p1 = _mm256_fmadd_ps(wo1, _mm256_loadu_ps(xe + 24), p1);
+            a0[u] = _mm256_fmadd_ps(p0, sc, a0[u]);
+            a1[u] = _mm256_fmadd_ps(p1, sc, a1[u]);
+        }
+    }
+    for (int u = 0; u < nt; u++) y[(size_t)u * ys] = tree2x256(a0[u], a1[u]);
+}
+
+static void matmul_mxfp4_avx2(const uint8_t *packed, const uint8_t *scales, int C, const float *xp,
+                              size_t xs, int T, float *y, size_t ys, int r0, int r1)
+{
+    size_t pb = (size_t)C / 2, sb = (size_t)C / MXFP4_BLOCK;
+    for (int r = r0; r < r1; r++) {
+        const uint8_t *prow = packed + (size_t)r * pb, *srow = scales + (size_t)r * sb;
+        int t = 0;
+        for (; t + 4 <= T; t += 4)
+            mxfp4_rows(prow, srow, C, xp + (size_t)t * xs, xs, 4, y + (size_t)t * ys + r, ys);
+        for (; t < T; t++)
+            mxfp4_rows(prow, srow, C, xp + (size_t)t * xs, xs, 1, y + (size_t)t * ys + r, ys);
+    }
+}
+
+static const kernel_table avx2_table = {
+    .name = "avx2",
+    .matmul_f32 = matmul_f32_avx2,
+    .matmul_bf16 = matmul_bf16_avx2,
+    .matmul_mxfp4 = matmul_mxfp4_avx2,
+};
+
+const kernel_table *kernels_avx2(void) { return &avx2_table; }
+
+#else
+const kernel_table *kernels_avx2(void) { return 0; }
+#endif

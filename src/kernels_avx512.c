@@ -1,0 +1,123 @@
+/* kernels_avx512.c - AVX-512 (F, BW, VL) versions of the kernels in
+ * kernels_ref.c, which they must match bit for bit.  One __m512 holds the 16
+ * lanes of the contract in kernels.h; tails use masked loads that read zeros,
+ * which is what the reference's fma(0, 0, acc) does.  Up to four positions
+ * share one pass over a weight row (prefill and verification reuse weights
+ * from L1); each position keeps its own accumulators, so the grouping cannot
+ * change any result.  Compiled with -mavx512f -mavx512bw -mavx512vl -mfma
+ * (Makefile); only called after a runtime CPU check.
+ */
+#include "kernels.h"
+#include "quant.h"
+
+#if defined(__x86_64__) && defined(DF_HAVE_AVX512)
+#include <immintrin.h>
+
+#define ALWAYS_INLINE static inline __attribute__((always_inline))
+
+/* matches lane_tree16() */
+ALWAYS_INLINE float tree512(__m512 a)
+{
+    __m256 lo = _mm512_castps512_ps256(a);
+    __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1));
+    __m256 s8 = _mm256_add_ps(lo, hi);
+    __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
+    __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+    __m128 s1 = _mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1));
+    return _mm_cvtss_f32(s1);
+}
+
+ALWAYS_INLINE __m512 ld_w_bf16(const uint8_t *row, int c, __mmask16 m)
+{
+    __m256i h = _mm256_maskz_loadu_epi16(m, row + 2 * (size_t)c);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+ALWAYS_INLINE __m512 ld_w_f32(const uint8_t *row, int c, __mmask16 m)
+{
+    return _mm512_maskz_loadu_ps(m, row + 4 * (size_t)c);
+}
+
+#define DENSE_ROW(NAME, LOADW, ESIZE)                                                             \
+    ALWAYS_INLINE void NAME##_rows(const uint8_t *row, int C, const float *x, size_t xs, int nt,  \
+                                   float *y, size_t ys)                                         \
+    {                                                                                             \
+        __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),          \
+                         _mm512_setzero_ps()};                                                    \
+        int c = 0;                                                                                \
+        for (; c + 16 <= C; c += 16) {                                                            \
+            __m512 w = LOADW(row, c, 0xFFFF);                                                     \
+            for (int u = 0; u < nt; u++)                                                          \
+                acc[u] = _mm512_fmadd_ps(w, _mm512_loadu_ps(x + (size_t)u * xs + c), acc[u]);    \
+        }                                                                                         \
+        if (c < C) {                                                                              \
+            __mmask16 m = (__mmask16)((1u << (C - c)) - 1);                                       \
+            __m512 w = LOADW(row, c, m);                                                          \
+            for (int u = 0; u < nt; u++)                                                          \
+                acc[u] = _mm512_fmadd_ps(w, _mm512_maskz_loadu_ps(m, x + (size_t)u * xs + c), acc[u]); \
+        }                                                                                         \
+        for (int u = 0; u < nt; u++) y[(size_t)u * ys] = tree512(acc[u]);                         \
+    }                                                                                             \
+    static void NAME(const void *W, size_t ld, int C, const float *x, size_t xs, int T, float *y, \
+                     size_t ys, int r0, int r1)                                                   \
+    {                                                                                             \
+        for (int r = r0; r < r1; r++) {                                                           \
+            const uint8_t *row = (const uint8_t *)W + (size_t)r * ld * ESIZE;                     \
+            int t = 0;                                                                            \
+            for (; t + 4 <= T; t += 4)                                                            \
+                NAME##_rows(row, C, x + (size_t)t * xs, xs, 4, y + (size_t)t * ys + r, ys);       \
+            for (; t < T; t++)                                                                    \
+                NAME##_rows(row, C, x + (size_t)t * xs, xs, 1, y + (size_t)t * ys + r, ys);       \
+        }                                                                                         \
+    }
+
+DENSE_ROW(matmul_bf16_avx512, ld_w_bf16, 2)
+DENSE_ROW(matmul_f32_avx512, ld_w_f32, 4)
+
+ALWAYS_INLINE void mxfp4_rows(const uint8_t *prow, const uint8_t *srow, int C, const float *xp,
+                              size_t xs, int nt, float *y, size_t ys)
+{
+    const __m512 tab = _mm512_loadu_ps(e2m1_table);
+    const __m512i low4 = _mm512_set1_epi32(15);
+    __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+    for (int b = 0; b < C / MXFP4_BLOCK; b++) {
+        __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(prow + (size_t)b * 16)));
+        __m512 we = _mm512_permutexvar_ps(_mm512_and_si512(v, low4), tab);
+        __m512 wo = _mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), tab);
+        __m512 sc = _mm512_set1_ps(e8m0_table[srow[b]]);
+        for (int u = 0; u < nt; u++) {
+            const float *xe = xp + (size_t)u * xs + (size_t)b * MXFP4_BLOCK;
+            __m512 p = _mm512_mul_ps(we, _mm512_loadu_ps(xe));
+            p = _mm512_fmadd_ps(wo, _mm512_loadu_ps(xe + 16), p);
+            acc[u] = _mm512_fmadd_ps(p, sc, acc[u]);
+        }
+    }
+    for (int u = 0; u < nt; u++) y[(size_t)u * ys] = tree512(acc[u]);
+}
+
+static void matmul_mxfp4_avx512(const uint8_t *packed, const uint8_t *scales, int C, const float *xp,
+                                size_t xs, int T, float *y, size_t ys, int r0, int r1)
+{
+    size_t pb = (size_t)C / 2, sb = (size_t)C / MXFP4_BLOCK;
+    for (int r = r0; r < r1; r++) {
+        const uint8_t *prow = packed + (size_t)r * pb, *srow = scales + (size_t)r * sb;
+        int t = 0;
+        for (; t + 4 <= T; t += 4)
+            mxfp4_rows(prow, srow, C, xp + (size_t)t * xs, xs, 4, y + (size_t)t * ys + r, ys);
+        for (; t < T; t++)
+            mxfp4_rows(prow, srow, C, xp + (size_t)t * xs, xs, 1, y + (size_t)t * ys + r, ys);
+    }
+}
+
+static const kernel_table avx512_table = {
+    .name = "avx512",
+    .matmul_f32 = matmul_f32_avx512,
+    .matmul_bf16 = matmul_bf16_avx512,
+    .matmul_mxfp4 = matmul_mxfp4_avx512,
+};
+
+const kernel_table *kernels_avx512(void) { return &avx512_table; }
+
+#else
+const kernel_table *kernels_avx512(void) { return 0; }
+#endif

@@ -1,0 +1,128 @@
+/* kernels_ref.c - the scalar reference kernels: the specification of the
+ * reduction order that every ISA file must reproduce bit for bit (the
+ * contract is written out in kernels.h).  Written for clarity, not speed; it
+ * also serves as the fallback on CPUs without AVX2.  fmaf() is the correctly
+ * rounded fused multiply-add, the same operation as the SIMD FMA
+ * instructions.
+ */
+#include "kernels.h"
+#include "quant.h"
+#include "util.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void matmul_f32_ref(const void *W, size_t ld, int C, const float *x, size_t xs, int T,
+                           float *y, size_t ys, int r0, int r1)
+{
+    for (int r = r0; r < r1; r++) {
+        const uint8_t *row = (const uint8_t *)W + (size_t)r * ld * 4;
+        for (int t = 0; t < T; t++) {
+            const float *xt = x + (size_t)t * xs;
+            float acc[16] = {0};
+            for (int c0 = 0; c0 < C; c0 += 16)
+                for (int l = 0; l < 16; l++) {
+                    int c = c0 + l;
+                    float w = c < C ? load_f32(row, (size_t)c) : 0.0f;
+                    float v = c < C ? xt[c] : 0.0f;
+                    acc[l] = fmaf(w, v, acc[l]);
+                }
+            y[(size_t)t * ys + r] = lane_tree16(acc);
+        }
+    }
+}
+
+static void matmul_bf16_ref(const void *W, size_t ld, int C, const float *x, size_t xs, int T,
+                            float *y, size_t ys, int r0, int r1)
+{
+    for (int r = r0; r < r1; r++) {
+        const uint8_t *row = (const uint8_t *)W + (size_t)r * ld * 2;
+        for (int t = 0; t < T; t++) {
+            const float *xt = x + (size_t)t * xs;
+            float acc[16] = {0};
+            for (int c0 = 0; c0 < C; c0 += 16)
+                for (int l = 0; l < 16; l++) {
+                    int c = c0 + l;
+                    float w = c < C ? load_bf16(row, (size_t)c) : 0.0f;
+                    float v = c < C ? xt[c] : 0.0f;
+                    acc[l] = fmaf(w, v, acc[l]);
+                }
+            y[(size_t)t * ys + r] = lane_tree16(acc);
+        }
+    }
+}
+
+static void matmul_mxfp4_ref(const uint8_t *packed, const uint8_t *scales, int C, const float *xp,
+                             size_t xs, int T, float *y, size_t ys, int r0, int r1)
+{
+    size_t pb = (size_t)C / 2, sb = (size_t)C / MXFP4_BLOCK;
+    for (int r = r0; r < r1; r++) {
+        const uint8_t *prow = packed + (size_t)r * pb;
+        const uint8_t *srow = scales + (size_t)r * sb;
+        for (int t = 0; t < T; t++) {
+            const float *xt = xp + (size_t)t * xs;
+            float acc[16] = {0};
+            for (int b = 0; b < C / MXFP4_BLOCK; b++) {
+                float scale = e8m0_table[srow[b]];
+                const uint8_t *bytes = prow + (size_t)b * 16;
+                const float *xe = xt + (size_t)b * MXFP4_BLOCK, *xo = xe + 16;
+                for (int j = 0; j < 16; j++) {
+                    float p = e2m1_table[bytes[j] & 15] * xe[j];
+                    p = fmaf(e2m1_table[bytes[j] >> 4], xo[j], p);
+                    acc[j] = fmaf(p, scale, acc[j]);
+                }
+            }
+            y[(size_t)t * ys + r] = lane_tree16(acc);
+        }
+    }
+}
+
+static const kernel_table ref_table = {
+    .name = "ref",
+    .matmul_f32 = matmul_f32_ref,
+    .matmul_bf16 = matmul_bf16_ref,
+    .matmul_mxfp4 = matmul_mxfp4_ref,
+};
+
+const kernel_table *kernels_ref(void) { return &ref_table; }
+
+int kernels_cpu_has(enum kernel_isa isa)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_cpu_init();
+    switch (isa) {
+    case KERNEL_REF: return 1;
+    case KERNEL_AVX2: return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    case KERNEL_AVX512:
+        return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+               __builtin_cpu_supports("avx512vl");
+    }
+    return 0;
+#else
+    return isa == KERNEL_REF;
+#endif
+}
+
+const kernel_table *kernels_select(const char *force, df_error *err)
+{
+    if (force && *force) {
+        enum kernel_isa isa;
+        const kernel_table *t;
+        if (!strcmp(force, "ref")) { isa = KERNEL_REF; t = kernels_ref(); }
+        else if (!strcmp(force, "avx2")) { isa = KERNEL_AVX2; t = kernels_avx2(); }
+        else if (!strcmp(force, "avx512")) { isa = KERNEL_AVX512; t = kernels_avx512(); }
+        else {
+            df_err_set(err, DF_ERR_ARG, -1, "unknown kernel set \"%s\" (expected ref, avx2 or avx512)", force);
+            return NULL;
+        }
+        if (!t || !kernels_cpu_has(isa)) {
+            df_err_set(err, DF_ERR_UNSUPPORTED, -1, "kernel set \"%s\" is not available on this CPU or build", force);
+            return NULL;
+        }
+        return t;
+    }
+    if (kernels_avx512() && kernels_cpu_has(KERNEL_AVX512)) return kernels_avx512();
+    if (kernels_avx2() && kernels_cpu_has(KERNEL_AVX2)) return kernels_avx2();
+    return kernels_ref();
+}

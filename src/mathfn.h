@@ -1,0 +1,27 @@
+/* mathfn.h - the project's own exp, tanh, sigmoid and activations.
+ *
+ * Every code path (reference or SIMD kernels, any thread count) calls these
+ * same scalar functions, so transcendental results never depend on the libm
+ * or the CPU.  They work in double internally (exp by range reduction and a
+ * degree-13 Taylor polynomial, error far below one float ulp) and round once
+ * to float, so results are also within an ulp of the true value.
+ */
+#ifndef DF_MATHFN_H
+#define DF_MATHFN_H
+
+double df_exp(double x);
+float df_expf(float x);
+float df_tanhf(float x);
+float df_sigmoidf(float x);
+float df_siluf(float x);
+/* SiTU(g, u) = (b1*tanh(g/b1) * sigmoid(g)) * (b2*tanh(u/b2)), in the
+ * operation order of Kimi's SituAndMul. */
+float df_situ(float g, float u, float b1, float b2);
+
+/* RMSNorm: y = w * (x * 1/sqrt(mean(x^2) + eps)); sum in double, in order.
+ * w may be NULL (no weight).  y may alias x. */
+void rmsnorm(const float *x, const float *w, int n, float eps, float *y);
+/* L2 norm of a vector, double sum in order (debug / tests). */
+double l2norm(const float *x, int n);
+
+#endif

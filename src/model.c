@@ -1,0 +1,640 @@
+/* model.c - K3 config parsing, binding tensors by name, validation.
+ *
+ * Owns: reading config.json (root "kimi_k3" with a nested text_config, or a
+ * flat "kimi_linear" text config), the shard index and every shard header;
+ * checking that each tensor K3 needs for each layer kind exists with the
+ * right dtype and shape; mapping the trunk tensors (each tensor's own byte
+ * range, read-only, so routed experts are never mapped) and registering the
+ * routed experts with the expert_store.  Vision tensors are skipped.
+ * Every failure names the file, the tensor or key, and what is wrong.
+ * Does not own: the forward pass, sessions, the cache.
+ */
+#define _GNU_SOURCE
+#include "model.h"
+#include "json.h"
+#include "quant.h"
+#include "safetensors.h"
+#include "util.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#define PFX "language_model."
+
+/* ---------------------------------------------------------------- config */
+
+static int cfg_int(const json_value *o, const char *key, int lo, int hi, int *out, df_error *err)
+{
+    const json_value *v = json_get(o, key);
+    if (!v) return df_err_set(err, DF_ERR_FORMAT, -1, "config.json: missing key \"%s\"", key);
+    if (v->type != JSON_NUMBER || !v->is_int)
+        return df_err_set(err, DF_ERR_FORMAT, v->pos, "config.json: \"%s\" must be an integer, found %s", key,
+                          v->type == JSON_NUMBER ? "a fraction" : json_type_name(v->type));
+    if (v->i < lo || v->i > hi)
+        return df_err_set(err, DF_ERR_FORMAT, v->pos, "config.json: \"%s\" = %lld is outside [%d, %d]", key,
+                          (long long)v->i, lo, hi);
+    *out = (int)v->i;
+    return 0;
+}
+
+static int cfg_float(const json_value *o, const char *key, double lo, double hi, float *out, df_error *err)
+{
+    const json_value *v = json_get(o, key);
+    if (!v) return df_err_set(err, DF_ERR_FORMAT, -1, "config.json: missing key \"%s\"", key);
+    if (v->type != JSON_NUMBER)
+        return df_err_set(err, DF_ERR_FORMAT, v->pos, "config.json: \"%s\" must be a number, found %s", key,
+                          json_type_name(v->type));
+    if (!(v->num >= lo && v->num <= hi))
+        return df_err_set(err, DF_ERR_FORMAT, v->pos, "config.json: \"%s\" = %g is outside [%g, %g]", key, v->num,
+                          lo, hi);
+    *out = (float)v->num;
+    return 0;
+}
+
+static int cfg_expect_str(const json_value *o, const char *key, const char *want, int required, df_error *err)
+{
+    const json_value *v = json_get(o, key);
+    if (!v) return required ? df_err_set(err, DF_ERR_FORMAT, -1, "config.json: missing key \"%s\"", key) : 0;
+    if (v->type != JSON_STRING || strcmp(v->str, want))
+        return df_err_set(err, DF_ERR_UNSUPPORTED, v->pos, "config.json: \"%s\" must be \"%s\"", key, want);
+    return 0;
+}
+
+static int cfg_expect_bool(const json_value *o, const char *key, int want, df_error *err)
+{
+    const json_value *v = json_get(o, key);
+    if (!v) return 0; /* defaults are the K3 values */
+    if (v->type != JSON_BOOL || v->b != want)
+        return df_err_set(err, DF_ERR_UNSUPPORTED, v->pos, "config.json: \"%s\" must be %s for K3", key,
+                          want ? "true" : "false");
+    return 0;
+}
+
+void k3_config_free(k3_config *c);
+int k3_config_parse(const char *text, size_t len, k3_config *c, df_error *err);
+
+void k3_config_free(k3_config *c)
+{
+    if (!c) return;
+    free(c->layer_kind);
+    free(c->layer_moe);
+    c->layer_kind = c->layer_moe = NULL;
+}
+
+static int parse_layer_list(const json_value *lac, const char *key, int NL, uint8_t *seen, int kind, uint8_t *kinds,
+                            df_error *err)
+{
+    const json_value *a = json_get(lac, key);
+    if (!a || a->type != JSON_ARRAY)
+        return df_err_set(err, DF_ERR_FORMAT, a ? a->pos : -1, "config.json: linear_attn_config.%s must be an array",
+                          key);
+    for (size_t i = 0; i < a->len; i++) {
+        const json_value *v = a->items[i];
+        if (v->type != JSON_NUMBER || !v->is_int || v->i < 1 || v->i > NL)
+            return df_err_set(err, DF_ERR_FORMAT, v->pos,
+                              "config.json: linear_attn_config.%s[%zu] is not a 1-based layer number in [1, %d]", key,
+                              i, NL);
+        int L = (int)v->i - 1;
+        if (seen[L])
+            return df_err_set(err, DF_ERR_FORMAT, v->pos,
+                              "config.json: layer %d (1-based) is listed twice in kda_layers/full_attn_layers", L + 1);
+        seen[L] = 1;
+        kinds[L] = (uint8_t)kind;
+    }
+    return 0;
+}
+
+int k3_config_parse(const char *text, size_t len, k3_config *c, df_error *err)
+{
+    memset(c, 0, sizeof *c);
+    df_error jerr = {0};
+    json_doc *doc = json_parse(text, len, &jerr);
+    if (!doc) return df_err_set(err, DF_ERR_FORMAT, jerr.pos, "config.json: %s", jerr.msg);
+    int rc = -1;
+    uint8_t *seen = NULL;
+    const json_value *root = json_root(doc), *tc;
+    if (root->type != JSON_OBJECT) {
+        df_err_set(err, DF_ERR_FORMAT, 0, "config.json: top level is not an object");
+        goto done;
+    }
+    const char *mt = json_get_str(root, "model_type");
+    if (mt && !strcmp(mt, "kimi_k3")) {
+        tc = json_get(root, "text_config");
+        if (!tc || tc->type != JSON_OBJECT) {
+            df_err_set(err, DF_ERR_FORMAT, -1, "config.json: model_type kimi_k3 needs a \"text_config\" object");
+            goto done;
+        }
+        int tie;
+        if (!json_get_bool(root, "tie_word_embeddings", &tie) && tie) {
+            df_err_set(err, DF_ERR_UNSUPPORTED, -1, "config.json: tie_word_embeddings must be false for K3");
+            goto done;
+        }
+    } else if (mt && !strcmp(mt, "kimi_linear")) {
+        tc = root;
+    } else {
+        df_err_set(err, DF_ERR_UNSUPPORTED, -1, "config.json: model_type is %s%s%s, expected \"kimi_k3\"",
+                   mt ? "\"" : "", mt ? mt : "missing", mt ? "\"" : "");
+        goto done;
+    }
+    const int BIG = 1 << 24;
+    if (cfg_int(tc, "vocab_size", 1, BIG, &c->V, err) || cfg_int(tc, "hidden_size", 1, 1 << 17, &c->h, err) ||
+        cfg_int(tc, "num_hidden_layers", 1, 4096, &c->NL, err) ||
+        cfg_int(tc, "attn_res_block_size", 1, 4096, &c->B, err) ||
+        cfg_int(tc, "num_attention_heads", 1, 4096, &c->Hm, err) ||
+        cfg_int(tc, "q_lora_rank", 1, 1 << 16, &c->Rq, err) || cfg_int(tc, "kv_lora_rank", 1, 1 << 16, &c->Rkv, err) ||
+        cfg_int(tc, "qk_nope_head_dim", 1, 4096, &c->dn, err) ||
+        cfg_int(tc, "qk_rope_head_dim", 0, 4096, &c->dr, err) || cfg_int(tc, "v_head_dim", 1, 4096, &c->dv, err) ||
+        cfg_int(tc, "intermediate_size", 1, 1 << 20, &c->Dff, err) ||
+        cfg_int(tc, "num_experts", 1, 1 << 16, &c->E, err) ||
+        cfg_int(tc, "num_experts_per_token", 1, 1 << 10, &c->k, err) ||
+        cfg_int(tc, "num_shared_experts", 0, 64, &c->Ns, err) ||
+        cfg_int(tc, "moe_intermediate_size", 1, 1 << 20, &c->I, err) ||
+        cfg_int(tc, "routed_expert_hidden_size", 1, 1 << 20, &c->Lt, err) ||
+        cfg_int(tc, "first_k_dense_replace", 0, 4096, &c->first_dense, err) ||
+        cfg_int(tc, "moe_layer_freq", 1, 4096, &c->moe_freq, err) ||
+        cfg_int(tc, "bos_token_id", 0, BIG, &c->bos, err) || cfg_int(tc, "eos_token_id", 0, BIG, &c->eos, err) ||
+        cfg_int(tc, "pad_token_id", 0, BIG, &c->pad, err) ||
+        cfg_float(tc, "rms_norm_eps", 0.0, 1.0, &c->eps, err) ||
+        cfg_float(tc, "activation_situ_beta", 1e-6, 1e6, &c->b1, err) ||
+        cfg_float(tc, "activation_situ_linear_beta", 1e-6, 1e6, &c->b2, err) ||
+        cfg_float(tc, "routed_scaling_factor", 0.0, 1e6, &c->rsf, err))
+        goto done;
+    if (c->k > c->E) {
+        df_err_set(err, DF_ERR_FORMAT, -1, "config.json: num_experts_per_token %d > num_experts %d", c->k, c->E);
+        goto done;
+    }
+    if (c->bos >= c->V || c->eos >= c->V || c->pad >= c->V) {
+        df_err_set(err, DF_ERR_FORMAT, -1, "config.json: bos/eos/pad token ids must be < vocab_size %d", c->V);
+        goto done;
+    }
+    if (c->Lt % 32 || c->I % 32) {
+        df_err_set(err, DF_ERR_UNSUPPORTED, -1,
+                   "config.json: routed_expert_hidden_size (%d) and moe_intermediate_size (%d) must be multiples of 32 for MXFP4",
+                   c->Lt, c->I);
+        goto done;
+    }
+    if (cfg_expect_str(tc, "hidden_act", "situ", 0, err) ||
+        cfg_expect_str(tc, "moe_router_activation_func", "sigmoid", 0, err) ||
+        cfg_expect_str(tc, "topk_method", "noaux_tc", 0, err) || cfg_expect_bool(tc, "mla_use_nope", 1, err) ||
+        cfg_expect_bool(tc, "mla_use_output_gate", 1, err) || cfg_expect_bool(tc, "latent_moe_use_norm", 1, err) ||
+        cfg_expect_bool(tc, "moe_renormalize", 1, err))
+        goto done;
+    int ng = 1, tg = 1, mtp = 0;
+    if ((json_get(tc, "num_expert_group") && cfg_int(tc, "num_expert_group", 1, 1, &ng, err)) ||
+        (json_get(tc, "topk_group") && cfg_int(tc, "topk_group", 1, 1, &tg, err)) ||
+        (json_get(tc, "num_nextn_predict_layers") && cfg_int(tc, "num_nextn_predict_layers", 0, 0, &mtp, err)))
+        goto done;
+    const json_value *lac = json_get(tc, "linear_attn_config");
+    if (!lac || lac->type != JSON_OBJECT) {
+        df_err_set(err, DF_ERR_FORMAT, -1, "config.json: missing \"linear_attn_config\" object");
+        goto done;
+    }
+    if (cfg_int(lac, "num_heads", 1, 4096, &c->Hk, err) || cfg_int(lac, "head_dim", 1, 4096, &c->Dk, err) ||
+        cfg_int(lac, "short_conv_kernel_size", 1, 64, &c->Wc, err) ||
+        cfg_float(lac, "gate_lower_bound", -1e6, 0.0, &c->glb, err) ||
+        cfg_expect_bool(lac, "use_full_rank_gate", 1, err))
+        goto done;
+    if (c->Hk > c->Dk) {
+        df_err_set(err, DF_ERR_UNSUPPORTED, -1,
+                   "config.json: linear_attn_config.num_heads %d > head_dim %d (A_log is stored as [head_dim])", c->Hk,
+                   c->Dk);
+        goto done;
+    }
+    c->P = c->Hk * c->Dk;
+    c->layer_kind = xcalloc((size_t)c->NL, 1);
+    c->layer_moe = xcalloc((size_t)c->NL, 1);
+    seen = xcalloc((size_t)c->NL, 1);
+    if (parse_layer_list(lac, "kda_layers", c->NL, seen, LAYER_KDA, c->layer_kind, err) ||
+        parse_layer_list(lac, "full_attn_layers", c->NL, seen, LAYER_MLA, c->layer_kind, err))
+        goto done;
+    for (int L = 0; L < c->NL; L++)
+        if (!seen[L]) {
+            df_err_set(err, DF_ERR_FORMAT, -1,
+                       "config.json: layer %d (1-based) is in neither kda_layers nor full_attn_layers", L + 1);
+            goto done;
+        }
+    for (int L = 0; L < c->NL; L++) c->layer_moe[L] = L >= c->first_dense && L % c->moe_freq == 0;
+    /* quantization: inside text_config (K3) or at the root (spec D4) */
+    const json_value *q = json_get(tc, "quantization_config");
+    if (!q) q = json_get(root, "quantization_config");
+    if (q) {
+        const char *fmt = json_get_str(q, "format");
+        if (fmt && strcmp(fmt, "mxfp4-pack-quantized")) {
+            df_err_set(err, DF_ERR_UNSUPPORTED, -1,
+                       "config.json: quantization_config.format \"%s\" is not supported (expected mxfp4-pack-quantized)",
+                       fmt);
+            goto done;
+        }
+    }
+    rc = 0;
+done:
+    free(seen);
+    json_free(doc);
+    if (rc) k3_config_free(c);
+    return rc;
+}
+
+/* ------------------------------------------------------------ tensor index */
+
+typedef struct name_entry {
+    const char *name;   /* points into the index document */
+    int shard;
+} name_entry;
+
+typedef struct loader {
+    df_engine *eng;
+    const char *dir;
+    st_file *files;
+    name_entry *names;
+    size_t n_names;
+} loader;
+
+static int cmp_entry(const void *a, const void *b)
+{
+    return strcmp(((const name_entry *)a)->name, ((const name_entry *)b)->name);
+}
+
+static int is_vision(const char *name)
+{
+    return !strncmp(name, "vision_tower.", 13) || !strncmp(name, "mm_projector.", 13) ||
+           !strncmp(name, PFX "vision_tower.", sizeof PFX + 12) || !strncmp(name, PFX "mm_projector.", sizeof PFX + 12);
+}
+
+static const st_tensor *find_tensor(loader *ld, const char *name, int *shard, df_error *err)
+{
+    name_entry key = {.name = name};
+    const name_entry *e = bsearch(&key, ld->names, ld->n_names, sizeof key, cmp_entry);
+    if (!e) {
+        df_err_set(err, DF_ERR_FORMAT, -1, "model.safetensors.index.json: tensor %s is missing from weight_map", name);
+        return NULL;
+    }
+    const st_tensor *t = st_find(&ld->files[e->shard], name);
+    if (!t) {
+        df_err_set(err, DF_ERR_FORMAT, -1, "%s: tensor %s is listed in the index for this shard but not in its header",
+                   ld->files[e->shard].path, name);
+        return NULL;
+    }
+    *shard = e->shard;
+    return t;
+}
+
+static void fmt_shape(const st_tensor *t, char *buf, size_t n)
+{
+    size_t k = 0;
+    k += (size_t)snprintf(buf + k, n - k, "[");
+    for (int d = 0; d < t->n_dims && k < n; d++)
+        k += (size_t)snprintf(buf + k, n - k, "%s%lld", d ? ", " : "", (long long)t->shape[d]);
+    if (k < n) snprintf(buf + k, n - k, "]");
+}
+
+/* Look up a tensor and check its shape (d1 = 0 for a vector) and dtype set. */
+static const st_tensor *expect(loader *ld, const char *name, int64_t d0, int64_t d1, int64_t d2, unsigned dtypes,
+                               int *shard, df_error *err)
+{
+    const st_tensor *t = find_tensor(ld, name, shard, err);
+    if (!t) return NULL;
+    const char *path = ld->files[*shard].path;
+    if (!((1u << t->dtype) & dtypes)) {
+        df_err_set(err, DF_ERR_FORMAT, -1, "%s: tensor %s has dtype %s, expected %s", path, name,
+                   st_dtype_name(t->dtype),
+                   dtypes == (1u << ST_U8) ? "U8" : dtypes == (1u << ST_F32) ? "F32" : "BF16 or F32");
+        return NULL;
+    }
+    int nd = d2 ? 3 : d1 ? 2 : 1;
+    int64_t want[3] = {d0, d1, d2};
+    int ok = t->n_dims == nd;
+    for (int d = 0; ok && d < nd; d++) ok = t->shape[d] == want[d];
+    if (!ok) {
+        char got[128];
+        fmt_shape(t, got, sizeof got);
+        if (nd == 1) df_err_set(err, DF_ERR_FORMAT, -1, "%s: tensor %s has shape %s, expected [%lld]", path, name, got, (long long)d0);
+        else if (nd == 2)
+            df_err_set(err, DF_ERR_FORMAT, -1, "%s: tensor %s has shape %s, expected [%lld, %lld]", path, name, got,
+                       (long long)d0, (long long)d1);
+        else
+            df_err_set(err, DF_ERR_FORMAT, -1, "%s: tensor %s has shape %s, expected [%lld, %lld, %lld]", path, name,
+                       got, (long long)d0, (long long)d1, (long long)d2);
+        return NULL;
+    }
+    return t;
+}
+
+#define DT_FLOAT ((1u << ST_BF16) | (1u << ST_F32))
+
+/* Map a trunk matrix's own byte range read-only. */
+static int bind_mat(loader *ld, const char *name, int rows, int cols, wmat *out, df_error *err)
+{
+    int shard;
+    const st_tensor *t = expect(ld, name, rows, cols, 0, DT_FLOAT, &shard, err);
+    if (!t) return -1;
+    df_engine *eng = ld->eng;
+    shard_map *sm = &eng->shards[shard];
+    if (sm->fd < 0) {
+        sm->fd = open(sm->path, O_RDONLY | O_CLOEXEC);
+        if (sm->fd < 0) return df_err_set(err, DF_ERR_IO, -1, "%s: cannot open: %s", sm->path, strerror(errno));
+    }
+    /* map only this tensor's pages: routed experts share the shards and must
+     * never be mapped (they are read into cache slots by expert_store) */
+    uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+    uint64_t start = t->offset & ~(page - 1);
+    size_t span = (size_t)(t->offset + t->nbytes - start);
+    void *p = mmap(NULL, span ? span : 1, PROT_READ, MAP_SHARED, sm->fd, (off_t)start);
+    if (p == MAP_FAILED) return df_err_set(err, DF_ERR_IO, -1, "%s: mmap of %s failed: %s", sm->path, name, strerror(errno));
+    if (eng->n_maps == eng->cap_maps) {
+        eng->cap_maps = eng->cap_maps ? eng->cap_maps * 2 : 64;
+        eng->maps = xrealloc(eng->maps, (size_t)eng->cap_maps * sizeof *eng->maps);
+    }
+    eng->maps[eng->n_maps].base = p;
+    eng->maps[eng->n_maps].size = span ? span : 1;
+    eng->n_maps++;
+    eng->trunk_mapped_bytes += t->nbytes;
+    out->type = t->dtype == ST_BF16 ? W_BF16 : W_F32;
+    out->data = (const uint8_t *)p + (t->offset - start);
+    out->scales = NULL;
+    out->rows = rows;
+    out->cols = cols;
+    return 0;
+}
+
+static float *own_vec(df_engine *eng, size_t n)
+{
+    if (eng->n_owned == eng->cap_owned) {
+        eng->cap_owned = eng->cap_owned ? eng->cap_owned * 2 : 64;
+        eng->owned = xrealloc(eng->owned, (size_t)eng->cap_owned * sizeof *eng->owned);
+    }
+    float *v = aligned_alloc_zero(n * sizeof(float));
+    CHECK(v);
+    eng->owned[eng->n_owned++] = v;
+    return v;
+}
+
+static int pread_all(const char *path, uint8_t *dst, size_t n, uint64_t off, df_error *err)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return df_err_set(err, DF_ERR_IO, -1, "%s: cannot open: %s", path, strerror(errno));
+    size_t got = 0;
+    while (got < n) {
+        ssize_t r = pread(fd, dst + got, n - got, (off_t)(off + got));
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) {
+            close(fd);
+            return df_err_set(err, DF_ERR_IO, (int64_t)(off + got), "%s: read failed: %s", path,
+                              r < 0 ? strerror(errno) : "unexpected end of file");
+        }
+        got += (size_t)r;
+    }
+    close(fd);
+    return 0;
+}
+
+/* Read a small vector (or [d0, d1] array) and upcast it to owned f32. */
+static float *load_vec(loader *ld, const char *name, int64_t d0, int64_t d1, int64_t d2, unsigned dtypes,
+                       df_error *err)
+{
+    int shard;
+    const st_tensor *t = expect(ld, name, d0, d1, d2, dtypes, &shard, err);
+    if (!t) return NULL;
+    size_t n = (size_t)d0 * (size_t)(d1 ? d1 : 1) * (size_t)(d2 ? d2 : 1);
+    uint8_t *raw = xmalloc(t->nbytes ? t->nbytes : 1);
+    if (pread_all(ld->files[shard].path, raw, t->nbytes, t->offset, err)) {
+        free(raw);
+        return NULL;
+    }
+    float *v = own_vec(ld->eng, n);
+    for (size_t i = 0; i < n; i++) v[i] = t->dtype == ST_BF16 ? load_bf16(raw, i) : load_f32(raw, i);
+    free(raw);
+    return v;
+}
+
+static float *nwpw(loader *ld, const char *norm, const char *proj, int h, df_error *err)
+{
+    float *nw = load_vec(ld, norm, h, 0, 0, DT_FLOAT, err);
+    if (!nw) return NULL;
+    float *pw = load_vec(ld, proj, 1, h, 0, DT_FLOAT, err);
+    if (!pw) return NULL;
+    for (int i = 0; i < h; i++) nw[i] = nw[i] * pw[i];
+    return nw;
+}
+
+static int bind_layer(loader *ld, int il, df_error *err)
+{
+    df_engine *eng = ld->eng;
+    const k3_config *c = &eng->cfg;
+    k3_layer *L = &eng->layers[il];
+    char n1[256], n2[256];
+#define NAME(buf, suffix) (snprintf(buf, sizeof buf, PFX "model.layers.%d.%s", il, suffix), buf)
+#define MAT(field, suffix, r, cc) \
+    if (bind_mat(ld, NAME(n1, suffix), (r), (cc), &L->field, err)) return -1
+#define VEC(field, suffix, d0, d1, d2, dt) \
+    if (!(L->field = load_vec(ld, NAME(n1, suffix), (d0), (d1), (d2), (dt), err))) return -1
+    L->kind = c->layer_kind[il];
+    L->moe = c->layer_moe[il];
+    if (!(L->attn_res_nwpw = nwpw(ld, NAME(n1, "self_attention_res_norm.weight"),
+                                  NAME(n2, "self_attention_res_proj.weight"), c->h, err)))
+        return -1;
+    if (!(L->mlp_res_nwpw = nwpw(ld, NAME(n1, "mlp_res_norm.weight"), NAME(n2, "mlp_res_proj.weight"), c->h, err)))
+        return -1;
+    VEC(input_ln, "input_layernorm.weight", c->h, 0, 0, DT_FLOAT);
+    VEC(post_ln, "post_attention_layernorm.weight", c->h, 0, 0, DT_FLOAT);
+    if (L->kind == LAYER_KDA) {
+        MAT(q, "self_attn.q_proj.weight", c->P, c->h);
+        MAT(k, "self_attn.k_proj.weight", c->P, c->h);
+        MAT(v, "self_attn.v_proj.weight", c->P, c->h);
+        MAT(g, "self_attn.g_proj.weight", c->P, c->h);
+        MAT(fa, "self_attn.f_a_proj.weight", c->Dk, c->h);
+        MAT(fb, "self_attn.f_b_proj.weight", c->P, c->Dk);
+        MAT(b, "self_attn.b_proj.weight", c->Hk, c->h);
+        MAT(o, "self_attn.o_proj.weight", c->h, c->P);
+        VEC(conv[0], "self_attn.q_conv1d.weight", c->P, 1, c->Wc, DT_FLOAT);
+        VEC(conv[1], "self_attn.k_conv1d.weight", c->P, 1, c->Wc, DT_FLOAT);
+        VEC(conv[2], "self_attn.v_conv1d.weight", c->P, 1, c->Wc, DT_FLOAT);
+        VEC(A_log, "self_attn.A_log", c->Dk, 0, 0, DT_FLOAT);
+        VEC(dt_bias, "self_attn.dt_bias", c->P, 0, 0, DT_FLOAT);
+        VEC(o_norm, "self_attn.o_norm.weight", c->Dk, 0, 0, DT_FLOAT);
+    } else {
+        MAT(q_a, "self_attn.q_a_proj.weight", c->Rq, c->h);
+        MAT(q_b, "self_attn.q_b_proj.weight", c->Hm * (c->dn + c->dr), c->Rq);
+        MAT(kv_a, "self_attn.kv_a_proj_with_mqa.weight", c->Rkv + c->dr, c->h);
+        MAT(kv_b, "self_attn.kv_b_proj.weight", c->Hm * (c->dn + c->dv), c->Rkv);
+        MAT(mg, "self_attn.g_proj.weight", c->Hm * c->dv, c->h);
+        MAT(o, "self_attn.o_proj.weight", c->h, c->Hm * c->dv);
+        VEC(q_a_ln, "self_attn.q_a_layernorm.weight", c->Rq, 0, 0, DT_FLOAT);
+        VEC(kv_a_ln, "self_attn.kv_a_layernorm.weight", c->Rkv, 0, 0, DT_FLOAT);
+    }
+    if (!L->moe) {
+        MAT(gate, "mlp.gate_proj.weight", c->Dff, c->h);
+        MAT(up, "mlp.up_proj.weight", c->Dff, c->h);
+        MAT(down, "mlp.down_proj.weight", c->h, c->Dff);
+        return 0;
+    }
+    MAT(router, "block_sparse_moe.gate.weight", c->E, c->h);
+    VEC(router_bias, "block_sparse_moe.gate.e_score_correction_bias", c->E, 0, 0, DT_FLOAT);
+    MAT(lat_down, "block_sparse_moe.routed_expert_down_proj.weight", c->Lt, c->h);
+    VEC(lat_norm, "block_sparse_moe.routed_expert_norm.weight", c->Lt, 0, 0, DT_FLOAT);
+    MAT(lat_up, "block_sparse_moe.routed_expert_up_proj.weight", c->h, c->Lt);
+    MAT(sh_gate, "block_sparse_moe.shared_experts.gate_proj.weight", c->Ns * c->I, c->h);
+    MAT(sh_up, "block_sparse_moe.shared_experts.up_proj.weight", c->Ns * c->I, c->h);
+    MAT(sh_down, "block_sparse_moe.shared_experts.down_proj.weight", c->h, c->Ns * c->I);
+    /* routed experts: located through header offsets, registered with the store */
+    static const char *parts[EX_N] = {"w1.weight_packed", "w1.weight_scale", "w2.weight_packed",
+                                      "w2.weight_scale", "w3.weight_packed", "w3.weight_scale"};
+    const int64_t shp[EX_N][2] = {{c->I, c->Lt / 2}, {c->I, c->Lt / 32}, {c->Lt, c->I / 2},
+                                  {c->Lt, c->I / 32}, {c->I, c->Lt / 2}, {c->I, c->Lt / 32}};
+    for (int e = 0; e < c->E; e++) {
+        int file = -1;
+        for (int p = 0; p < EX_N; p++) {
+            char suffix[128];
+            snprintf(suffix, sizeof suffix, "block_sparse_moe.experts.%d.%s", e, parts[p]);
+            int shard;
+            const st_tensor *t = expect(ld, NAME(n1, suffix), shp[p][0], shp[p][1], 0, 1u << ST_U8, &shard, err);
+            if (!t) return -1;
+            int f = expert_store_add_file(&eng->store, ld->files[shard].path, err);
+            if (f < 0) return -1;
+            if (file >= 0 && f != file)
+                return df_err_set(err, DF_ERR_UNSUPPORTED, -1,
+                                  "layer %d expert %d: its tensors are split across shards %s and %s", il, e,
+                                  eng->store.paths[file], eng->store.paths[f]);
+            file = f;
+            expert_store_set(&eng->store, il, e, p, f, t->offset);
+        }
+    }
+    return 0;
+#undef NAME
+#undef MAT
+#undef VEC
+}
+
+static int path_join(char *out, size_t n, const char *dir, const char *file, df_error *err)
+{
+    if ((size_t)snprintf(out, n, "%s/%s", dir, file) >= n)
+        return df_err_set(err, DF_ERR_ARG, -1, "path too long: %s/%s", dir, file);
+    return 0;
+}
+
+int model_load(df_engine *eng, const char *dir, df_error *err)
+{
+    char path[PATH_MAX];
+    char *text = NULL;
+    size_t len = 0;
+    json_doc *idx = NULL;
+    loader ld = {.eng = eng, .dir = dir};
+    int rc = -1;
+    k3_config *c = &eng->cfg;
+
+    if (path_join(path, sizeof path, dir, "config.json", err) ||
+        read_small_file(path, &text, &len, 64u << 20, err))
+        goto done;
+    if (k3_config_parse(text, len, c, err)) {
+        df_err_prefix(err, "%s", dir);
+        goto done;
+    }
+    free(text);
+    text = NULL;
+
+    if (path_join(path, sizeof path, dir, "model.safetensors.index.json", err) ||
+        read_small_file(path, &text, &len, 1u << 30, err))
+        goto done;
+    df_error jerr = {0};
+    idx = json_parse(text, len, &jerr);
+    if (!idx) {
+        df_err_set(err, DF_ERR_FORMAT, jerr.pos, "%s: %s", path, jerr.msg);
+        goto done;
+    }
+    const json_value *wm = json_get(json_root(idx), "weight_map");
+    if (!wm || wm->type != JSON_OBJECT) {
+        df_err_set(err, DF_ERR_FORMAT, -1, "%s: missing \"weight_map\" object", path);
+        goto done;
+    }
+    /* distinct shard files, in first-seen order */
+    const char **shard_names = xcalloc(wm->len + 1, sizeof *shard_names);
+    int n_sh = 0;
+    ld.names = xcalloc(wm->len + 1, sizeof *ld.names);
+    for (size_t i = 0; i < wm->len; i++) {
+        const json_value *v = wm->items[i];
+        if (v->type != JSON_STRING || !v->str[0] || strchr(v->str, '/') || !strcmp(v->str, "..")) {
+            df_err_set(err, DF_ERR_FORMAT, v->pos, "%s: weight_map[\"%s\"] is not a plain shard file name", path,
+                       wm->keys[i]);
+            free((void *)shard_names);
+            goto done;
+        }
+        if (is_vision(wm->keys[i])) continue;
+        int s;
+        for (s = n_sh - 1; s >= 0; s--)
+            if (!strcmp(shard_names[s], v->str)) break;
+        if (s < 0) {
+            s = n_sh;
+            shard_names[n_sh++] = v->str;
+        }
+        ld.names[ld.n_names].name = wm->keys[i];
+        ld.names[ld.n_names].shard = s;
+        ld.n_names++;
+    }
+    qsort(ld.names, ld.n_names, sizeof *ld.names, cmp_entry);
+    ld.files = xcalloc((size_t)n_sh + 1, sizeof *ld.files);
+    eng->shards = xcalloc((size_t)n_sh + 1, sizeof *eng->shards);
+    eng->n_shards = n_sh;
+    for (int s = 0; s < n_sh; s++) {
+        eng->shards[s].fd = -1;
+        char sp[PATH_MAX];
+        if (path_join(sp, sizeof sp, dir, shard_names[s], err) || st_open(sp, &ld.files[s], err)) {
+            free((void *)shard_names);
+            goto done;
+        }
+        eng->shards[s].path = xstrdup(sp);
+    }
+    free((void *)shard_names);
+
+    /* globals */
+    if (bind_mat(&ld, PFX "model.embed_tokens.weight", c->V, c->h, &eng->embed, err) ||
+        bind_mat(&ld, PFX "lm_head.weight", c->V, c->h, &eng->lm_head, err))
+        goto done;
+    if (!(eng->final_norm = load_vec(&ld, PFX "model.norm.weight", c->h, 0, 0, DT_FLOAT, err))) goto done;
+    if (!(eng->out_res_nwpw = nwpw(&ld, PFX "model.output_attn_res_norm.weight",
+                                   PFX "model.output_attn_res_proj.weight", c->h, err)))
+        goto done;
+
+    uint32_t sizes[EX_N] = {(uint32_t)(c->I * c->Lt / 2), (uint32_t)(c->I * c->Lt / 32),
+                            (uint32_t)(c->Lt * c->I / 2), (uint32_t)(c->Lt * c->I / 32),
+                            (uint32_t)(c->I * c->Lt / 2), (uint32_t)(c->I * c->Lt / 32)};
+    expert_store_init(&eng->store, c->NL, c->E, sizes);
+    eng->layers = xcalloc((size_t)c->NL, sizeof *eng->layers);
+    for (int il = 0; il < c->NL; il++) {
+        k3_layer *L = &eng->layers[il];
+        L->kda_idx = L->mla_idx = -1;
+        if (c->layer_kind[il] == LAYER_KDA) L->kda_idx = eng->n_kda++;
+        else L->mla_idx = eng->n_mla++;
+        if (bind_layer(&ld, il, err)) goto done;
+    }
+    if (expert_store_finish(&eng->store, c->layer_moe, err)) goto done;
+    rc = 0;
+done:
+    free(text);
+    json_free(idx);
+    if (ld.files)
+        for (int s = 0; s < eng->n_shards; s++) st_deinit(&ld.files[s]);
+    free(ld.files);
+    free(ld.names);
+    return rc;
+}
+
+void model_unload(df_engine *eng)
+{
+    for (int s = 0; s < eng->n_shards; s++) {
+        shard_map *sm = &eng->shards[s];
+        if (sm->fd >= 0) close(sm->fd);
+        free(sm->path);
+    }
+    for (int i = 0; i < eng->n_maps; i++) munmap(eng->maps[i].base, eng->maps[i].size);
+    free(eng->maps);
+    free(eng->shards);
+    for (int i = 0; i < eng->n_owned; i++) aligned_free(eng->owned[i]);
+    free(eng->owned);
+    free(eng->layers);
+    expert_store_deinit(&eng->store);
+    k3_config_free(&eng->cfg);
+}

@@ -1,0 +1,177 @@
+/* model.h - L3 internals shared by the model files (model, attnres, kda, mla,
+ * moe, engine): the K3 config, the per-layer weight views, the engine and the
+ * session with its scratch.  Front ends never include this (engine.h only);
+ * tests may, to reach debug records and internals.
+ *
+ * Weights: matrices are views into the read-only shard mappings (wmat);
+ * small vectors (norm weights, biases, conv taps) are upcast once at load to
+ * owned f32 arrays, because every kernel would otherwise convert them on
+ * each use.  Routed experts are not mapped: moe reads them through
+ * expert_cache / expert_store.
+ */
+#ifndef DF_MODEL_H
+#define DF_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "backend_cpu.h"
+#include "engine.h"
+#include "expert_cache.h"
+#include "expert_store.h"
+#include "kernels.h"
+#include "threadpool.h"
+
+enum { LAYER_KDA = 0, LAYER_MLA = 1 };
+
+typedef struct k3_config {
+    int V, h, NL, B;
+    int Hk, Dk, P, Wc;
+    float glb;
+    int Hm, Rq, Rkv, dn, dr, dv;
+    int Dff, E, k, Ns, I, Lt;
+    float eps, b1, b2, rsf;
+    int first_dense, moe_freq;
+    int bos, eos, pad;
+    uint8_t *layer_kind;      /* [NL] LAYER_KDA / LAYER_MLA */
+    uint8_t *layer_moe;       /* [NL] 1 = MoE block, 0 = dense MLP */
+} k3_config;
+
+typedef struct k3_layer {
+    int kind, moe;
+    int kda_idx, mla_idx;     /* index among layers of its kind, for state arrays */
+    float *attn_res_nwpw;     /* [h] self_attention_res_norm * self_attention_res_proj */
+    float *mlp_res_nwpw;      /* [h] mlp_res_norm * mlp_res_proj */
+    float *input_ln;          /* [h] */
+    float *post_ln;           /* [h] */
+    /* KDA */
+    wmat q, k, v, g;          /* [P, h] */
+    wmat fa;                  /* [Dk, h] */
+    wmat fb;                  /* [P, Dk] */
+    wmat b;                   /* [Hk, h] */
+    wmat o;                   /* [h, P] (KDA) or [h, Hm*dv] (MLA) */
+    float *conv[3];           /* q, k, v: [P][Wc] taps */
+    float *A_log;             /* [Dk], first Hk used */
+    float *dt_bias;           /* [P] */
+    float *o_norm;            /* [Dk] */
+    /* MLA */
+    wmat q_a;                 /* [Rq, h] */
+    wmat q_b;                 /* [Hm*(dn+dr), Rq] */
+    wmat kv_a;                /* [Rkv+dr, h] */
+    wmat kv_b;                /* [Hm*(dn+dv), Rkv] */
+    wmat mg;                  /* [Hm*dv, h] output gate */
+    float *q_a_ln;            /* [Rq] */
+    float *kv_a_ln;           /* [Rkv] */
+    /* dense MLP */
+    wmat gate, up, down;      /* [Dff, h], [Dff, h], [h, Dff] */
+    /* MoE */
+    wmat router;              /* [E, h] */
+    float *router_bias;       /* [E] e_score_correction_bias */
+    wmat lat_down;            /* [Lt, h] */
+    float *lat_norm;          /* [Lt] */
+    wmat lat_up;              /* [h, Lt] */
+    wmat sh_gate, sh_up;      /* [Ns*I, h] */
+    wmat sh_down;             /* [h, Ns*I] */
+} k3_layer;
+
+typedef struct shard_map {
+    char *path;
+    int fd;                   /* opened on first trunk tensor, -1 before */
+} shard_map;
+
+typedef struct tensor_map {
+    void *base;               /* read-only mapping of one trunk tensor's pages */
+    size_t size;
+} tensor_map;
+
+struct df_engine {
+    k3_config cfg;
+    k3_layer *layers;
+    wmat embed;               /* [V, h] */
+    wmat lm_head;             /* [V, h] */
+    float *final_norm;        /* [h] */
+    float *out_res_nwpw;      /* [h] */
+    int n_kda, n_mla;
+    shard_map *shards;
+    int n_shards;
+    tensor_map *maps;
+    int n_maps, cap_maps;
+    uint64_t trunk_mapped_bytes;
+    expert_store store;
+    expert_cache cache;
+    threadpool *pool;
+    const kernel_table *kt;
+    int n_threads;
+    uint64_t tokens;
+    float **owned;            /* owned f32 vectors, freed at close */
+    int n_owned, cap_owned;
+};
+
+/* Per-layer debug record at one position (tests compare with the fixtures). */
+#define DBG_MAX_ANCHORS 64
+#define DBG_MAX_K 64
+typedef struct dbg_layer {
+    int n_attn_probs, n_mlp_probs;
+    double attn_probs[DBG_MAX_ANCHORS + 1], mlp_probs[DBG_MAX_ANCHORS + 1];
+    double attn_input_norm, attn_output_norm, mlp_input_norm, mlp_output_norm, partial_sum_norm;
+    int n_experts;
+    int expert_ids[DBG_MAX_K];
+    double expert_weights[DBG_MAX_K];
+} dbg_layer;
+
+typedef struct dbg_record {
+    int enabled;
+    int t;                    /* which position of the next eval call to record (-1 = last) */
+    double embedding_norm, final_mix_norm, final_normed_norm, logits_norm;
+    dbg_layer *layers;        /* [NL], caller-allocated */
+} dbg_record;
+
+struct df_session {
+    df_engine *eng;
+    int n_ctx, max_batch, pos;
+    /* KDA state */
+    float *kda_S;             /* [n_kda][Hk][Dk][Dk] */
+    float *kda_hist;          /* [n_kda][3][Wc-1][P] raw projections, oldest first */
+    /* MLA latent cache */
+    float *mla_cache;         /* [n_mla][n_ctx][Rkv+dr] */
+    /* scratch, all sized for max_batch positions */
+    float *H;                 /* [T][h] running block partial sum */
+    float *anchors;           /* [n_anchor_max][T][h] */
+    int n_anchor_max;
+    float *ain, *xn, *att, *min, *y, *ffn;   /* [T][h] */
+    float *big0, *big1, *big2, *big3, *big4, *big5;  /* [T][big_w] */
+    float *small0, *small1;   /* [T][max(Dk, Hk, Rq, Rkv+dr)] */
+    size_t big_w;
+    float *probs;             /* [T][n_anchor_max+1] */
+    float *logits_tmp;        /* [V] */
+    float *worker_buf;        /* [n_threads][worker_w] */
+    size_t worker_w;
+    /* MoE scratch */
+    int *route_ids;           /* [T][k] */
+    float *route_w;           /* [T][k] */
+    float *zp;                /* [T][Lt] reordered latent inputs */
+    float *g_x;               /* [T*k][Lt] gathered expert inputs (reordered) */
+    float *g_h1, *g_h3;       /* [T*k][I] */
+    float *g_a;               /* [T*k][I] reordered activations */
+    float *g_out;             /* [T*k][Lt] */
+    int *uniq;                /* [T*k] unique experts of a layer */
+    int *slot_of;             /* [T*k] gathered row of (t, j) */
+    int *uniq_first, *uniq_count; /* [T*k] gathered rows per unique expert */
+    uint8_t **uniq_slot;      /* [T*k] */
+    dbg_record *dbg;          /* optional, owned by the caller */
+};
+
+/* model.c */
+int model_load(df_engine *eng, const char *dir, df_error *err);
+void model_unload(df_engine *eng);
+
+/* attnres.c: out[t] = Mix(anchors, p[t]) for t < T; probs [T][m+1] optional */
+void attnres_mix(const float *anchors, int n_anchors, size_t anchor_stride, const float *p, int T, int h,
+                 const float *nwpw, float eps, float *out, float *probs);
+
+/* kda.c / mla.c / moe.c: one layer's block for T positions at s->pos */
+void kda_forward(df_session *s, const k3_layer *L, const float *x, int T, float *out);
+int mla_forward(df_session *s, const k3_layer *L, const float *x, int T, float *out, df_error *err);
+int moe_forward(df_session *s, int il, const k3_layer *L, const float *y, int T, float *out, df_error *err);
+void dense_mlp_forward(df_session *s, const k3_layer *L, const float *y, int T, float *out);
+
+#endif

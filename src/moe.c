@@ -1,0 +1,185 @@
+/* moe.c - the K3 FFN blocks: latent MoE with shared experts (spec section 7)
+ * and the dense first-layer MLP (7.4).
+ *
+ * Data path: moe -> expert_cache -> expert_store.  For a batch, the routed
+ * experts of all positions are collected once (each distinct expert is
+ * acquired and, on a miss, read once), the inputs routed to one expert are
+ * gathered into consecutive rows, and each expert's three MXFP4 products run
+ * as jobs of one job list.  Each (position, route slot) output lands in its
+ * own row; the weighted sum then runs per position in route order (the
+ * descending biased score), so the result does not depend on which other
+ * positions share the batch.  When more distinct experts are needed than the
+ * cache has slots, they are processed in groups.
+ */
+#include "model.h"
+#include "mathfn.h"
+#include "quant.h"
+#include "util.h"
+
+#include <math.h>
+#include <string.h>
+
+static void situ_rows(const float *g, const float *u, size_t n, float b1, float b2, float *out)
+{
+    for (size_t i = 0; i < n; i++) out[i] = df_situ(g[i], u[i], b1, b2);
+}
+
+void dense_mlp_forward(df_session *s, const k3_layer *L, const float *y, int T, float *out)
+{
+    df_engine *eng = s->eng;
+    const k3_config *c = &eng->cfg;
+    mm_job jobs[2] = {
+        {.w = L->gate, .x = y, .xs = (size_t)c->h, .y = s->big0, .ys = (size_t)c->Dff, .T = T},
+        {.w = L->up, .x = y, .xs = (size_t)c->h, .y = s->big1, .ys = (size_t)c->Dff, .T = T},
+    };
+    mm_run(eng->pool, eng->kt, jobs, 2);
+    situ_rows(s->big0, s->big1, (size_t)T * c->Dff, c->b1, c->b2, s->big0);
+    mm_one(eng->pool, eng->kt, L->down, s->big0, T, out);
+}
+
+/* Top-k by biased score, descending; ties go to the lower expert id. */
+static void route(const k3_config *c, const float *logits, const float *bias, int *ids, float *w, float *sig,
+                  float *choice)
+{
+    for (int e = 0; e < c->E; e++) {
+        sig[e] = df_sigmoidf(logits[e]);
+        choice[e] = sig[e] + bias[e];
+    }
+    double sum = 0.0;
+    for (int j = 0; j < c->k; j++) {
+        int best = -1;
+        for (int e = 0; e < c->E; e++) {
+            if (choice[e] == -INFINITY) continue;
+            if (best < 0 || choice[e] > choice[best]) best = e;
+        }
+        ids[j] = best;
+        choice[best] = -INFINITY;
+        sum += sig[best];
+    }
+    for (int j = 0; j < c->k; j++) w[j] = (float)((double)sig[ids[j]] / (sum + 1e-20) * (double)c->rsf);
+}
+
+static wmat expert_mat(const expert_loc *loc, const uint8_t *slot, int wp, int ws, int rows, int cols)
+{
+    wmat m = {.type = W_MXFP4, .data = slot + loc->rel[wp], .scales = slot + loc->rel[ws], .rows = rows, .cols = cols};
+    return m;
+}
+
+int moe_forward(df_session *s, int il, const k3_layer *L, const float *y, int T, float *out, df_error *err)
+{
+    df_engine *eng = s->eng;
+    const k3_config *c = &eng->cfg;
+    int E = c->E, k = c->k, Lt = c->Lt, I = c->I, h = c->h, NsI = c->Ns * c->I;
+
+    /* router, latent down-projection and shared experts in one job list */
+    float *rlog = s->big2, *z = s->big3;
+    mm_job jobs[MM_MAX_JOBS];
+    int nj = 0;
+    jobs[nj++] = (mm_job){.w = L->router, .x = y, .xs = (size_t)h, .y = rlog, .ys = (size_t)E, .T = T};
+    jobs[nj++] = (mm_job){.w = L->lat_down, .x = y, .xs = (size_t)h, .y = z, .ys = (size_t)Lt, .T = T};
+    if (NsI) {
+        jobs[nj++] = (mm_job){.w = L->sh_gate, .x = y, .xs = (size_t)h, .y = s->big0, .ys = (size_t)NsI, .T = T};
+        jobs[nj++] = (mm_job){.w = L->sh_up, .x = y, .xs = (size_t)h, .y = s->big1, .ys = (size_t)NsI, .T = T};
+    }
+    mm_run(eng->pool, eng->kt, jobs, nj);
+    if (NsI) {
+        situ_rows(s->big0, s->big1, (size_t)T * NsI, c->b1, c->b2, s->big0);
+        mm_one(eng->pool, eng->kt, L->sh_down, s->big0, T, out);
+    } else {
+        memset(out, 0, (size_t)T * h * sizeof(float));
+    }
+
+    /* routing; sig/choice scratch in big4/big5 */
+    for (int t = 0; t < T; t++)
+        route(c, rlog + (size_t)t * E, L->router_bias, s->route_ids + (size_t)t * k, s->route_w + (size_t)t * k,
+              s->big4, s->big5);
+    for (int t = 0; t < T; t++) mxfp4_prep_x(z + (size_t)t * Lt, Lt, s->zp + (size_t)t * Lt);
+
+    /* distinct experts in first-use order, and each one's gathered rows */
+    int n_u = 0;
+    for (int i = 0; i < T * k; i++) {
+        int e = s->route_ids[i], u;
+        for (u = 0; u < n_u; u++)
+            if (s->uniq[u] == e) break;
+        if (u == n_u) {
+            s->uniq[n_u] = e;
+            s->uniq_count[n_u] = 0;
+            n_u++;
+        }
+        s->uniq_count[u]++;
+    }
+    for (int u = 0, acc = 0; u < n_u; u++) {
+        s->uniq_first[u] = acc;
+        acc += s->uniq_count[u];
+        s->uniq_count[u] = 0;
+    }
+    for (int i = 0; i < T * k; i++) {
+        int u;
+        for (u = 0; s->uniq[u] != s->route_ids[i]; u++) {}
+        int row = s->uniq_first[u] + s->uniq_count[u]++;
+        s->slot_of[i] = row;
+        memcpy(s->g_x + (size_t)row * Lt, s->zp + (size_t)(i / k) * Lt, (size_t)Lt * sizeof(float));
+    }
+
+    int group = eng->cache.n_slots < MM_MAX_JOBS / 2 ? eng->cache.n_slots : MM_MAX_JOBS / 2;
+    for (int u0 = 0; u0 < n_u; u0 += group) {
+        int u1 = u0 + group < n_u ? u0 + group : n_u;
+        for (int u = u0; u < u1; u++) {
+            uint8_t *slot;
+            int r = expert_cache_acquire(&eng->cache, il, s->uniq[u], &slot);
+            CHECK(r != EC_FULL); /* a group never exceeds the slot count */
+            if (r == EC_MISS) {
+                if (expert_store_read(&eng->store, il, s->uniq[u], slot, err)) {
+                    expert_cache_abort(&eng->cache, il, s->uniq[u]);
+                    for (int v = u0; v < u; v++) expert_cache_release(&eng->cache, il, s->uniq[v]);
+                    return -1;
+                }
+                expert_cache_filled(&eng->cache, il, s->uniq[u]);
+            }
+            s->uniq_slot[u] = slot;
+        }
+        nj = 0;
+        for (int u = u0; u < u1; u++) {
+            const expert_loc *loc = &eng->store.loc[(size_t)il * E + (size_t)s->uniq[u]];
+            size_t r0 = (size_t)s->uniq_first[u];
+            int nt = s->uniq_count[u];
+            jobs[nj++] = (mm_job){.w = expert_mat(loc, s->uniq_slot[u], EX_W1P, EX_W1S, I, Lt),
+                                  .x = s->g_x + r0 * Lt, .xs = (size_t)Lt, .y = s->g_h1 + r0 * I, .ys = (size_t)I, .T = nt};
+            jobs[nj++] = (mm_job){.w = expert_mat(loc, s->uniq_slot[u], EX_W3P, EX_W3S, I, Lt),
+                                  .x = s->g_x + r0 * Lt, .xs = (size_t)Lt, .y = s->g_h3 + r0 * I, .ys = (size_t)I, .T = nt};
+        }
+        mm_run(eng->pool, eng->kt, jobs, nj);
+        for (int u = u0; u < u1; u++)
+            for (int r = s->uniq_first[u]; r < s->uniq_first[u] + s->uniq_count[u]; r++) {
+                float *h1 = s->g_h1 + (size_t)r * I, *h3 = s->g_h3 + (size_t)r * I;
+                situ_rows(h1, h3, (size_t)I, c->b1, c->b2, h1);
+                mxfp4_prep_x(h1, I, s->g_a + (size_t)r * I);
+            }
+        nj = 0;
+        for (int u = u0; u < u1; u++) {
+            const expert_loc *loc = &eng->store.loc[(size_t)il * E + (size_t)s->uniq[u]];
+            size_t r0 = (size_t)s->uniq_first[u];
+            jobs[nj++] = (mm_job){.w = expert_mat(loc, s->uniq_slot[u], EX_W2P, EX_W2S, Lt, I),
+                                  .x = s->g_a + r0 * I, .xs = (size_t)I, .y = s->g_out + r0 * Lt, .ys = (size_t)Lt,
+                                  .T = s->uniq_count[u]};
+        }
+        mm_run(eng->pool, eng->kt, jobs, nj);
+        for (int u = u0; u < u1; u++) expert_cache_release(&eng->cache, il, s->uniq[u]);
+    }
+
+    /* weighted sum in route order, latent norm, up-projection, + shared */
+    float *acc = s->big4;
+    for (int t = 0; t < T; t++) {
+        float *a = acc + (size_t)t * Lt;
+        for (int i = 0; i < Lt; i++) a[i] = 0.0f;
+        for (int j = 0; j < k; j++) {
+            const float *o = s->g_out + (size_t)s->slot_of[t * k + j] * Lt;
+            float w = s->route_w[t * k + j];
+            for (int i = 0; i < Lt; i++) a[i] = a[i] + o[i] * w;
+        }
+        rmsnorm(a, L->lat_norm, Lt, c->eps, a);
+    }
+    mm_one(eng->pool, eng->kt, L->lat_up, acc, T, s->big5);
+    for (size_t i = 0; i < (size_t)T * h; i++) out[i] = s->big5[i] + out[i];
+    return 0;
+}

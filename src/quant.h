@@ -1,0 +1,61 @@
+/* quant.h - number formats of the weights: BF16, F32 and MXFP4 (E2M1 + E8M0).
+ *
+ * This file is the specification of the formats; kernels must decode exactly
+ * as these functions do.  MXFP4 layout (compressed-tensors
+ * mxfp4-pack-quantized): a logical [R, C] matrix is `packed` U8 [R, C/2]
+ * (byte j of a row holds column 2j in its low nibble and 2j+1 in its high
+ * nibble) plus `scales` U8 [R, C/32] (E8M0: 2^(s-127) for 32 consecutive
+ * columns).  All decodes are exact in fp32; E8M0 0 is 2^-127 (subnormal, as
+ * OCP says) and 255 is NaN.
+ */
+#ifndef DF_QUANT_H
+#define DF_QUANT_H
+
+#include <stdint.h>
+#include <string.h>
+
+#define MXFP4_BLOCK 32
+
+extern const float e2m1_table[16];
+extern float e8m0_table[256];   /* filled by quant_init() */
+
+void quant_init(void);
+
+static inline float bf16_to_f32(uint16_t b)
+{
+    uint32_t u = (uint32_t)b << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* Load a possibly unaligned BF16 / F32 element (weights live at arbitrary
+ * byte offsets inside mapped shards). */
+static inline float load_bf16(const void *base, size_t i)
+{
+    uint16_t b;
+    memcpy(&b, (const uint8_t *)base + 2 * i, 2);
+    return bf16_to_f32(b);
+}
+
+static inline float load_f32(const void *base, size_t i)
+{
+    float f;
+    memcpy(&f, (const uint8_t *)base + 4 * i, 4);
+    return f;
+}
+
+static inline float mxfp4_value(const uint8_t *packed_row, const uint8_t *scale_row, size_t c)
+{
+    uint8_t byte = packed_row[c / 2];
+    uint8_t code = (c & 1) ? (byte >> 4) : (byte & 15);
+    return e2m1_table[code] * e8m0_table[scale_row[c / MXFP4_BLOCK]];
+}
+
+/* Reorder an activation vector for the MXFP4 kernels: for every block of 32,
+ * the 16 even columns first, then the 16 odd ones (the order in which one
+ * 16-byte group of packed weights yields its low and high nibbles).
+ * C must be a multiple of 32.  xp must not alias x. */
+void mxfp4_prep_x(const float *x, int C, float *xp);
+
+#endif

@@ -1,0 +1,52 @@
+/* util.h - L0 plumbing: CHECK, allocators, the error helpers, logging, clock.
+ *
+ * Owns: the always-on CHECK macro (bugs abort with file:line), the x-allocators
+ * (abort on out-of-memory; only for small/startup allocations), the error
+ * helpers, and the allocation guard that enforces "nothing allocates in the
+ * token loop": every binary links malloc/calloc/realloc/posix_memalign through
+ * --wrap (see Makefile), and while a guard is held (alloc_guard_enter/leave,
+ * nesting allowed, any thread) an allocation from our own objects aborts.
+ * Does not own: files, threads, anything model-specific.
+ */
+#ifndef DF_UTIL_H
+#define DF_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include "df_error.h"
+
+#define CHECK(cond) \
+    do { if (!(cond)) df_check_fail(__FILE__, __LINE__, #cond); } while (0)
+
+_Noreturn void df_check_fail(const char *file, int line, const char *expr);
+
+void *xmalloc(size_t n);
+void *xcalloc(size_t n, size_t size);
+void *xrealloc(void *p, size_t n);
+char *xstrdup(const char *s);
+/* 64-byte aligned, zeroed; returns NULL on failure (big budgeted buffers). */
+void *aligned_alloc_zero(size_t n);
+void aligned_free(void *p);
+
+/* Allocation guard: see the file comment. */
+void alloc_guard_enter(void);
+void alloc_guard_leave(void);
+int alloc_guard_active(void);
+
+/* Fill err if it holds no error yet (the first error wins). Returns -1. */
+int df_err_set(df_error *err, int code, int64_t pos, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* Prefix an existing message with context ("file.safetensors: ..."). */
+void df_err_prefix(df_error *err, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+void df_err_clear(df_error *err);
+
+double now_sec(void);
+void df_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+extern int df_log_quiet;
+
+/* Read a whole small file (configs, indexes). NUL-terminates. */
+int read_small_file(const char *path, char **out, size_t *len, size_t max_len, df_error *err);
+
+#endif
