@@ -83,21 +83,26 @@ test-san:
 	$(MAKE) --no-print-directory BUILD=build-san SANITIZE=address,undefined DEBUG=1 all $(TESTS:%=build-san/tests/%)
 	DF_SANITIZED=1 BUILD=build-san tests/run_tests.sh $(TESTS:%=build-san/tests/%)
 
+# What CI runs (README's test command): -Werror build and both suites, then
+# every fuzz target for FUZZ_SECONDS (default 10) under ASan + UBSan.
 check:
 	$(MAKE) --no-print-directory WERROR=1 test
+	$(MAKE) --no-print-directory fuzz-run FUZZ_SECONDS=$${FUZZ_SECONDS:-10}
 
 FUZZ_TARGETS := fuzz_safetensors fuzz_config fuzz_json
 FUZZ_CC ?= clang
 fuzz: $(FUZZ_TARGETS:%=build-fuzz/%)
-build-fuzz/%: fuzz/%.c $(LIB_SRC:%=src/%.c)
+FUZZ_SRC := util json safetensors model quant mathfn expert_store kernels_ref kernels_avx2 kernels_avx512
+build-fuzz/%: fuzz/%.c $(FUZZ_SRC:%=src/%.c)
 	mkdir -p build-fuzz
-	$(FUZZ_CC) -std=c11 -g -O1 -ffp-contract=off -fsanitize=fuzzer,address,undefined $(ISA_DEFS) \
-	    -Isrc -o $@ $< src/util.c src/json.c src/safetensors.c src/model.c src/quant.c src/mathfn.c \
-	    src/expert_store.c src/kernels_ref.c src/threadpool.c -DDF_FUZZ_NO_SIMD -pthread -lm
+	$(FUZZ_CC) -std=c11 -g -O1 -ffp-contract=off -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -Isrc -o $@ $< \
+	    $(FUZZ_SRC:%=src/%.c) -pthread $(WRAP) -lm
+# Run each target for FUZZ_SECONDS on a scratch copy of its seed corpus.
 fuzz-run: fuzz
-	for t in $(FUZZ_TARGETS); do build-fuzz/$$t -max_total_time=$${FUZZ_SECONDS:-20} -rss_limit_mb=2048 \
-	    fuzz/corpus/$$t >/dev/null 2>build-fuzz/$$t.log || { tail -40 build-fuzz/$$t.log; exit 1; }; \
-	    tail -1 build-fuzz/$$t.log; done
+	for t in $(FUZZ_TARGETS); do rm -rf build-fuzz/corpus-$$t && cp -r fuzz/corpus/$$t build-fuzz/corpus-$$t && \
+	    build-fuzz/$$t -max_total_time=$${FUZZ_SECONDS:-20} -rss_limit_mb=2048 -max_len=65536 \
+	    build-fuzz/corpus-$$t >/dev/null 2>build-fuzz/$$t.log || { tail -40 build-fuzz/$$t.log; exit 1; }; \
+	    echo "$$t: $$(grep -c . build-fuzz/$$t.log) log lines, $$(ls build-fuzz/corpus-$$t | wc -l) corpus files, no crash"; done
 
 bench: all
 	bench/bench_core.sh

@@ -267,10 +267,10 @@ static void list_finish(cursor *p, list *l, json_value *v, int with_keys)
 {
     v->len = l->n;
     v->items = arena_alloc(p->doc, (l->n ? l->n : 1) * sizeof *v->items);
-    memcpy(v->items, l->items, l->n * sizeof *v->items);
+    if (l->n) memcpy(v->items, l->items, l->n * sizeof *v->items);
     if (with_keys) {
         v->keys = arena_alloc(p->doc, (l->n ? l->n : 1) * sizeof *v->keys);
-        memcpy(v->keys, l->keys, l->n * sizeof *v->keys);
+        if (l->n) memcpy(v->keys, l->keys, l->n * sizeof *v->keys);
     }
     free(l->items);
     free(l->keys);

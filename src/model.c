@@ -75,9 +75,6 @@ static int cfg_expect_bool(const json_value *o, const char *key, int want, df_er
     return 0;
 }
 
-void k3_config_free(k3_config *c);
-int k3_config_parse(const char *text, size_t len, k3_config *c, df_error *err);
-
 void k3_config_free(k3_config *c)
 {
     if (!c) return;
@@ -270,7 +267,7 @@ static const st_tensor *find_tensor(loader *ld, const char *name, int *shard, df
     name_entry key = {.name = name};
     const name_entry *e = bsearch(&key, ld->names, ld->n_names, sizeof key, cmp_entry);
     if (!e) {
-        df_err_set(err, DF_ERR_FORMAT, -1, "model.safetensors.index.json: tensor %s is missing from weight_map", name);
+        df_err_set(err, DF_ERR_FORMAT, -1, "%s/model.safetensors.index.json: tensor %s is missing from weight_map", ld->dir, name);
         return NULL;
     }
     const st_tensor *t = st_find(&ld->files[e->shard], name);

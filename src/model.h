@@ -161,6 +161,8 @@ struct df_session {
 };
 
 /* model.c */
+int k3_config_parse(const char *text, size_t len, k3_config *c, df_error *err);
+void k3_config_free(k3_config *c);
 int model_load(df_engine *eng, const char *dir, df_error *err);
 void model_unload(df_engine *eng);
 

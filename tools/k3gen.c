@@ -1,23 +1,21 @@
 /*
- * k3gen: writes a Kimi-K3-layout test checkpoint directory (config.json,
- * model.safetensors.index.json, model-NNNNN-of-NNNNNN.safetensors shards,
- * tiktoken.model, tokenizer_config.json) with deterministic random weights,
- * at any size (presets + --set overrides). Layout spec:
- * shared/docs/k3-architecture.md sections 2, 3, 3.1, 8, 9.1; reference:
- * shared/fixtures/k3-tiny-a/checkpoint/. Self-contained (libc + libm only).
+ * k3gen: writes a Kimi-K3-layout test checkpoint directory (config.json, index json,
+ * model-NNNNN-of-NNNNNN.safetensors shards, tiktoken.model, tokenizer_config.json)
+ * with deterministic random weights at any size (presets + --set). Layout follows
+ * shared/docs/k3-architecture.md sections 2, 3, 3.1, 8, 9.1 and reproduces
+ * shared/fixtures/k3-tiny-a/checkpoint byte for byte in everything but the values
+ * and tiktoken.model (preset tiny-a-shape). Self-contained: libc + libm only.
  * Invariants:
- *  - tensor contents depend only on (--seed, tensor name): every tensor has its
- *    own xoshiro256** stream seeded from seed and the FNV-1a hash of its name;
- *    data is generated and streamed in chunks, never held whole in memory.
- *  - shard = F32 group, BF16 group, U8 group, each strcmp-sorted, no gaps, so an
- *    expert's six tensors (w1/w2/w3 packed+scale) are contiguous; a layer (and so
- *    all its experts) never spans shards; embed_tokens is in the first shard,
- *    lm_head / model.norm / output_attn_res_* in the last.
- *  - tokenizer depends only on vocab_size (not on --seed): ranks 0..255 are the
- *    bytes in GPT-2 order, then BPE merges (XTML words first), then filler
- *    concatenations; byte strings are unique; XTML words encode to one token.
- *  - files are written as NAME.k3gen-tmp and renamed when complete; the index
- *    json is written last, so its presence means the directory is complete.
+ *  - a tensor's bytes depend only on (--seed, its name): own xoshiro256** stream
+ *    seeded from the seed and the name's FNV-1a hash; data is streamed in chunks.
+ *  - a shard holds the F32, then BF16, then U8 group, each strcmp-sorted, no gaps,
+ *    so an expert's six tensors are contiguous; a layer (so all its experts) never
+ *    spans shards; embed_tokens in the first shard, lm_head/model.norm/output_* last.
+ *  - the tokenizer depends only on vocab_size: ranks 0..255 = bytes in GPT-2 order,
+ *    then BPE merges (XTML words first, each a single token once V >= ~570), then
+ *    filler concatenations of two existing tokens; all byte strings are unique.
+ *  - files are written as NAME.k3gen-tmp and renamed when complete; the index json
+ *    is written last, so its presence means the directory is complete.
  */
 #define _POSIX_C_SOURCE 200809L
 

@@ -1,2 +1,0 @@
-build/mathfn.o: src/mathfn.c src/mathfn.h
-src/mathfn.h:

@@ -1,2 +1,0 @@
-build/quant.o: src/quant.c src/quant.h
-src/quant.h:

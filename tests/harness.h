@@ -1,0 +1,32 @@
+/* harness.h - the project's 40-line test helper.
+ *
+ * A test file defines `static const test_case tests[] = {{"name", fn}, ...}`
+ * and calls test_main.  TCHECK records a failure (file:line and the
+ * expression or a formatted message) and lets the test continue; TSKIP
+ * marks the test skipped.  The last line printed is
+ * `unit: N passed, N failed, N skipped`.
+ */
+#ifndef DF_TEST_HARNESS_H
+#define DF_TEST_HARNESS_H
+
+#include <stdio.h>
+
+typedef struct test_case {
+    const char *name;
+    void (*fn)(void);
+} test_case;
+
+extern int t_failed_now, t_skipped_now;
+
+void t_fail(const char *file, int line, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+void t_skip(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+int test_main(const test_case *tests, int n, int argc, char **argv);
+/* Directory holding the test data (env DF_TESTDATA, default "testdata"). */
+const char *testdata_dir(void);
+
+#define TCHECK(cond) do { if (!(cond)) t_fail(__FILE__, __LINE__, "%s", #cond); } while (0)
+#define TCHECKF(cond, ...) do { if (!(cond)) t_fail(__FILE__, __LINE__, __VA_ARGS__); } while (0)
+#define TSKIP(...) do { t_skip(__VA_ARGS__); return; } while (0)
+#define NTESTS(a) ((int)(sizeof(a) / sizeof((a)[0])))
+
+#endif

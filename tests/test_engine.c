@@ -1,0 +1,221 @@
+/* test_engine.c - exactness across execution choices, on the fixture model:
+ * batch width (one call, chunks of 1/3/7/32 vs token by token), thread count
+ * (1, 2, 3), kernel set (ref vs avx2 vs avx512 where the CPU has them),
+ * expert cache size (one slot vs all) must all give bit-identical logits.
+ * Also: the allocation guard really trips, and bad ids / a full context are
+ * clear errors that leave the session usable.
+ */
+#define _GNU_SOURCE
+#include "harness.h"
+#include "kernels.h"
+#include "model.h"
+#include "util.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+/* p3 of the fixture followed by its greedy continuation: 57 tokens */
+static const int32_t ids[] = {387, 267, 263, 257, 294, 1,   389, 34,  78,  84,  77,  83,  304, 376, 75,
+                              274, 68,  83,  13,  388, 267, 389, 386, 387, 267, 263, 257, 294, 1,   389,
+                              54,  89,  76,  76,  79,  388, 267, 389, 386, 387, 267, 263, 257, 83,  1,
+                              389, 2,   75,  388, 267, 389, 386, 387, 267, 263, 257, 83};
+#define N_IDS ((int)(sizeof ids / sizeof ids[0]))
+
+typedef struct {
+    int threads;
+    const char *kernels;
+    size_t cache_bytes;
+    int chunk;       /* tokens per eval call (0 = all at once) */
+    int max_batch;
+} run_cfg;
+
+static float *run(const run_cfg *rc, int *V)
+{
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/k3-tiny-a/checkpoint", testdata_dir());
+    df_engine_opts o;
+    df_engine_opts_default(&o);
+    o.n_threads = rc->threads;
+    o.kernels = rc->kernels;
+    o.expert_cache_bytes = rc->cache_bytes;
+    o.quiet = 1;
+    df_engine *eng;
+    df_error err = {0};
+    if (df_engine_open(dir, &o, &eng, &err)) {
+        t_fail(__FILE__, __LINE__, "open: %s", err.msg);
+        return NULL;
+    }
+    df_model_info info;
+    df_engine_info(eng, &info);
+    *V = info.vocab;
+    df_session_opts so;
+    df_session_opts_default(&so);
+    if (rc->max_batch) so.max_batch = rc->max_batch;
+    df_session *s;
+    TCHECK(df_session_new(eng, &so, &s, &err) == 0);
+    float *out = malloc((size_t)N_IDS * info.vocab * sizeof(float));
+    int chunk = rc->chunk ? rc->chunk : N_IDS;
+    for (int off = 0; off < N_IDS; off += chunk) {
+        int n = N_IDS - off < chunk ? N_IDS - off : chunk;
+        if (df_session_eval(s, ids + off, n, out + (size_t)off * info.vocab, 1, &err))
+            t_fail(__FILE__, __LINE__, "eval: %s", err.msg);
+    }
+    df_session_free(s);
+    df_engine_close(eng);
+    return out;
+}
+
+static void same_bits(const char *what, const float *a, const float *b, int V)
+{
+    if (!a || !b) return;
+    size_t n = (size_t)N_IDS * V;
+    for (size_t i = 0; i < n; i++)
+        if (memcmp(&a[i], &b[i], 4)) {
+            t_fail(__FILE__, __LINE__, "%s: logits differ at row %zu col %zu (%.9g vs %.9g)", what, i / V, i % V,
+                   a[i], b[i]);
+            return;
+        }
+}
+
+static void test_batch_vs_sequential(void)
+{
+    int V;
+    run_cfg base = {.threads = 1, .chunk = 1};
+    float *seq = run(&base, &V);
+    int chunks[] = {0, 3, 7, 32};
+    int batches[] = {64, 5, 32, 32};
+    for (int i = 0; i < 4; i++) {
+        run_cfg c = {.threads = 1, .chunk = chunks[i], .max_batch = batches[i]};
+        float *b = run(&c, &V);
+        char what[64];
+        snprintf(what, sizeof what, "chunk %d / max_batch %d", chunks[i], batches[i]);
+        same_bits(what, seq, b, V);
+        free(b);
+    }
+    free(seq);
+}
+
+static void test_thread_counts(void)
+{
+    int V;
+    run_cfg c1 = {.threads = 1, .chunk = 0, .max_batch = 16};
+    float *a = run(&c1, &V);
+    for (int t = 2; t <= 3; t++) {
+        run_cfg c = {.threads = t, .chunk = 0, .max_batch = 16};
+        float *b = run(&c, &V);
+        char what[32];
+        snprintf(what, sizeof what, "%d threads", t);
+        same_bits(what, a, b, V);
+        free(b);
+        run_cfg d = {.threads = t, .chunk = 1};
+        b = run(&d, &V);
+        snprintf(what, sizeof what, "%d threads, token by token", t);
+        same_bits(what, a, b, V);
+        free(b);
+    }
+    free(a);
+}
+
+static void test_kernel_sets(void)
+{
+    int V;
+    run_cfg r = {.threads = 2, .kernels = "ref"};
+    float *a = run(&r, &V);
+    int compared = 0;
+    const char *isas[] = {"avx2", "avx512"};
+    enum kernel_isa ids_[] = {KERNEL_AVX2, KERNEL_AVX512};
+    for (int i = 0; i < 2; i++) {
+        if (!kernels_cpu_has(ids_[i])) {
+            fprintf(stderr, "    %s not available on this CPU\n", isas[i]);
+            continue;
+        }
+        run_cfg c = {.threads = 2, .kernels = isas[i]};
+        float *b = run(&c, &V);
+        same_bits(isas[i], a, b, V);
+        free(b);
+        compared++;
+    }
+    free(a);
+    if (!compared) TSKIP("no SIMD kernel set on this CPU");
+}
+
+static void test_cache_sizes(void)
+{
+    int V;
+    run_cfg all = {.threads = 2};
+    float *a = run(&all, &V);
+    run_cfg one = {.threads = 2, .cache_bytes = 1}; /* one slot: every expert re-read */
+    float *b = run(&one, &V);
+    same_bits("1-slot cache", a, b, V);
+    run_cfg seq = {.threads = 1, .cache_bytes = 3 * 4096, .chunk = 1};
+    float *c = run(&seq, &V);
+    same_bits("3-slot cache, token by token", a, c, V);
+    free(a);
+    free(b);
+    free(c);
+}
+
+static void test_alloc_guard_trips(void)
+{
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        int fd = open("/dev/null", 1);
+        if (fd >= 0) dup2(fd, 2);
+        alloc_guard_enter();
+        void *volatile p = malloc(100);
+        (void)p;
+        _exit(0);
+    }
+    int st = 0;
+    waitpid(pid, &st, 0);
+    TCHECKF(WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT, "malloc under the guard did not abort (status %d)", st);
+}
+
+static void test_errors_keep_session(void)
+{
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/k3-tiny-a/checkpoint", testdata_dir());
+    df_engine_opts o;
+    df_engine_opts_default(&o);
+    o.quiet = 1;
+    df_engine *eng;
+    df_error err = {0};
+    if (df_engine_open(dir, &o, &eng, &err)) {
+        t_fail(__FILE__, __LINE__, "open: %s", err.msg);
+        return;
+    }
+    df_session_opts so = {.n_ctx = 8, .max_batch = 4};
+    df_session *s;
+    TCHECK(df_session_new(eng, &so, &s, &err) == 0);
+    int32_t bad[2] = {1, 640};
+    TCHECK(df_session_eval(s, bad, 2, NULL, 0, &err) == -1);
+    TCHECKF(err.code == DF_ERR_ARG && strstr(err.msg, "640"), "bad id message: %s", err.msg);
+    TCHECK(df_session_pos(s) == 0);
+    df_err_clear(&err);
+    TCHECK(df_session_eval(s, ids, 6, NULL, 0, &err) == 0);
+    TCHECK(df_session_eval(s, ids, 3, NULL, 0, &err) == -1);
+    TCHECKF(err.code == DF_ERR_LIMIT && strstr(err.msg, "context full"), "context message: %s", err.msg);
+    TCHECK(df_session_pos(s) == 6);
+    df_err_clear(&err);
+    TCHECK(df_session_eval(s, ids, 2, NULL, 0, &err) == 0);
+    df_session_reset(s);
+    TCHECK(df_session_pos(s) == 0);
+    df_session_free(s);
+    df_engine_close(eng);
+}
+
+static const test_case tests[] = {
+    {"batch_vs_sequential_bit_identical", test_batch_vs_sequential},
+    {"thread_counts_bit_identical", test_thread_counts},
+    {"kernel_sets_bit_identical", test_kernel_sets},
+    {"cache_sizes_bit_identical", test_cache_sizes},
+    {"alloc_guard_trips", test_alloc_guard_trips},
+    {"errors_keep_session_usable", test_errors_keep_session},
+};
+
+int main(int argc, char **argv) { return test_main(tests, NTESTS(tests), argc, argv); }

@@ -1,0 +1,192 @@
+/* test_kernels.c - every kernel set against the scalar reference, bit for
+ * bit, on random data with awkward shapes (column tails, odd position
+ * counts, partial row ranges, unaligned weight pointers); the reference
+ * against a float64 dot product; the format tables; and the project's own
+ * exp / tanh / sigmoid against libm.
+ */
+#include "harness.h"
+#include "kernels.h"
+#include "mathfn.h"
+#include "quant.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static uint64_t rng = 0x9E3779B97F4A7C15ull;
+static uint32_t rnd(void)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (uint32_t)(rng >> 16);
+}
+static float rndf(void) { return ((float)(rnd() & 0xFFFFFF) / 16777216.0f - 0.5f) * 4.0f; }
+
+typedef void (*dense_fn)(const void *, size_t, int, const float *, size_t, int, float *, size_t, int, int);
+
+static void check_dense(const char *isa, int esize, dense_fn ref, dense_fn fn)
+{
+    const int Cs[] = {16, 32, 40, 17, 5, 64, 96, 1000};
+    for (size_t ci = 0; ci < sizeof Cs / sizeof Cs[0]; ci++) {
+        int C = Cs[ci], R = 13, T = 7;
+        uint8_t *wbuf = malloc((size_t)R * C * esize + 3);
+        uint8_t *W = wbuf + 1; /* unaligned on purpose */
+        for (int i = 0; i < R * C; i++) {
+            if (esize == 2) {
+                float f = rndf();
+                uint32_t u;
+                memcpy(&u, &f, 4);
+                uint16_t b = (uint16_t)(u >> 16);
+                memcpy(W + 2 * i, &b, 2);
+            } else {
+                float f = rndf();
+                memcpy(W + 4 * i, &f, 4);
+            }
+        }
+        size_t xs = (size_t)C + 3;
+        float *x = malloc((size_t)T * xs * sizeof(float));
+        for (size_t i = 0; i < (size_t)T * xs; i++) x[i] = rndf();
+        float *y0 = calloc((size_t)T * R, sizeof(float)), *y1 = calloc((size_t)T * R, sizeof(float));
+        for (int t = 1; t <= T; t += 2) {
+            ref(W, (size_t)C, C, x, xs, t, y0, (size_t)R, 2, R);
+            fn(W, (size_t)C, C, x, xs, t, y1, (size_t)R, 2, R);
+            TCHECKF(!memcmp(y0, y1, (size_t)T * R * sizeof(float)), "%s dense esize %d C=%d T=%d: not bit-identical",
+                    isa, esize, C, t);
+        }
+        /* reference vs float64 */
+        double worst = 0;
+        for (int r = 2; r < R; r++) {
+            double d = 0, mag = 0;
+            for (int c = 0; c < C; c++) {
+                double w = esize == 2 ? load_bf16(W, (size_t)r * C + c) : load_f32(W, (size_t)r * C + c);
+                d += w * x[c];
+                mag += fabs(w * x[c]);
+            }
+            double e = fabs(d - y0[r]) / (mag + 1e-30);
+            if (e > worst) worst = e;
+        }
+        TCHECKF(worst < 1e-5, "%s reference dot vs float64: relative error %g", isa, worst);
+        free(wbuf);
+        free(x);
+        free(y0);
+        free(y1);
+    }
+}
+
+static void check_mxfp4(const char *isa, const kernel_table *ref, const kernel_table *kt)
+{
+    const int Cs[] = {32, 64, 96, 3584 / 8};
+    for (size_t ci = 0; ci < sizeof Cs / sizeof Cs[0]; ci++) {
+        int C = Cs[ci], R = 11, T = 9;
+        uint8_t *P = malloc((size_t)R * C / 2 + 1), *S = malloc((size_t)R * C / 32 + 1);
+        for (int i = 0; i < R * C / 2; i++) P[i] = (uint8_t)rnd();
+        for (int i = 0; i < R * C / 32; i++) S[i] = (uint8_t)(100 + rnd() % 50);
+        S[0] = 0;   /* 2^-127: subnormal scale */
+        S[1] = 254; /* 2^127 */
+        float *x = malloc((size_t)T * C * sizeof(float)), *xp = malloc((size_t)T * C * sizeof(float));
+        for (int i = 0; i < T * C; i++) x[i] = rndf() * 1e-3f;
+        for (int t = 0; t < T; t++) mxfp4_prep_x(x + (size_t)t * C, C, xp + (size_t)t * C);
+        float *y0 = calloc((size_t)T * R, sizeof(float)), *y1 = calloc((size_t)T * R, sizeof(float));
+        for (int t = 1; t <= T; t += 4) {
+            ref->matmul_mxfp4(P, S, C, xp, (size_t)C, t, y0, (size_t)R, 1, R);
+            kt->matmul_mxfp4(P, S, C, xp, (size_t)C, t, y1, (size_t)R, 1, R);
+            TCHECKF(!memcmp(y0, y1, (size_t)T * R * sizeof(float)), "%s mxfp4 C=%d T=%d: not bit-identical", isa, C, t);
+        }
+        double worst = 0;
+        for (int r = 2; r < R; r++) {
+            double d = 0, mag = 0;
+            for (int c = 0; c < C; c++) {
+                double w = mxfp4_value(P + (size_t)r * C / 2, S + (size_t)r * C / 32, (size_t)c);
+                d += w * x[c];
+                mag += fabs(w * x[c]);
+            }
+            double e = fabs(d - y0[r]) / (mag + 1e-30);
+            if (e > worst) worst = e;
+        }
+        TCHECKF(worst < 1e-5, "%s mxfp4 reference vs float64: relative error %g", isa, worst);
+        free(P);
+        free(S);
+        free(x);
+        free(xp);
+        free(y0);
+        free(y1);
+    }
+}
+
+static void test_isa(enum kernel_isa isa, const kernel_table *kt, const char *name)
+{
+    if (!kt) TSKIP("%s not compiled in", name);
+    if (!kernels_cpu_has(isa)) TSKIP("%s not supported by this CPU", name);
+    const kernel_table *ref = kernels_ref();
+    check_dense(name, 2, ref->matmul_bf16, kt->matmul_bf16);
+    check_dense(name, 4, ref->matmul_f32, kt->matmul_f32);
+    check_mxfp4(name, ref, kt);
+}
+
+static void test_ref_self(void) { test_isa(KERNEL_REF, kernels_ref(), "ref"); }
+static void test_avx2(void) { test_isa(KERNEL_AVX2, kernels_avx2(), "avx2"); }
+static void test_avx512(void) { test_isa(KERNEL_AVX512, kernels_avx512(), "avx512"); }
+
+static void test_formats(void)
+{
+    quant_init();
+    static const float want[16] = {0, 0.5f, 1, 1.5f, 2, 3, 4, 6, -0.0f, -0.5f, -1, -1.5f, -2, -3, -4, -6};
+    TCHECK(!memcmp(e2m1_table, want, sizeof want));
+    TCHECK(e8m0_table[127] == 1.0f && e8m0_table[128] == 2.0f && e8m0_table[100] == ldexpf(1, -27));
+    TCHECK(e8m0_table[0] == ldexpf(1, -127) && e8m0_table[0] > 0);
+    TCHECK(isnan(e8m0_table[255]));
+    uint8_t packed[16] = {0x21}, scales[1] = {128};
+    TCHECK(mxfp4_value(packed, scales, 0) == 1.0f); /* low nibble 1 = 0.5, scale 2 */
+    TCHECK(mxfp4_value(packed, scales, 1) == 2.0f); /* high nibble 2 = 1.0, scale 2 */
+    TCHECK(bf16_to_f32(0x3F80) == 1.0f && bf16_to_f32(0xC000) == -2.0f);
+    float x[32], xp[32];
+    for (int i = 0; i < 32; i++) x[i] = (float)i;
+    mxfp4_prep_x(x, 32, xp);
+    TCHECK(xp[0] == 0 && xp[1] == 2 && xp[15] == 30 && xp[16] == 1 && xp[31] == 31);
+}
+
+static double ulps(float a, double ref)
+{
+    float r = (float)ref;
+    if (a == r) return 0;
+    float next = nextafterf(r, a > r ? INFINITY : -INFINITY);
+    return fabs((double)a - ref) / fabs((double)next - (double)r);
+}
+
+static void test_mathfn(void)
+{
+    double we = 0, wt = 0, ws = 0;
+    for (int i = 0; i < 200000; i++) {
+        float x = (float)((i - 100000) * 0.00087);
+        double e = ulps(df_expf(x), exp((double)x));
+        double t = ulps(df_tanhf(x), tanh((double)x));
+        double s = ulps(df_sigmoidf(x), 1.0 / (1.0 + exp(-(double)x)));
+        if (e > we) we = e;
+        if (t > wt) wt = t;
+        if (s > ws) ws = s;
+    }
+    float tiny[] = {1e-30f, -3e-8f, 1e-5f, 2e-4f, -0.3f};
+    for (int i = 0; i < 5; i++) {
+        double t = ulps(df_tanhf(tiny[i]), tanh((double)tiny[i]));
+        if (t > wt) wt = t;
+    }
+    fprintf(stderr, "    worst ulps: exp %.2f tanh %.2f sigmoid %.2f\n", we, wt, ws);
+    TCHECK(we <= 1.0 && wt <= 1.0 && ws <= 1.0);
+    TCHECK(df_expf(-200.0f) == 0.0f && isinf(df_expf(200.0f)));
+    TCHECK(df_tanhf(30.0f) == 1.0f && df_tanhf(-30.0f) == -1.0f);
+    TCHECK(df_sigmoidf(-200.0f) == 0.0f && df_sigmoidf(200.0f) == 1.0f);
+    float g = 0.7f, u = -3.0f;
+    double want = (4.0 * tanh(g / 4.0) / (1 + exp(-g))) * (25.0 * tanh(u / 25.0));
+    TCHECK(fabs(df_situ(g, u, 4.0f, 25.0f) - want) < 1e-6);
+}
+
+static const test_case tests[] = {
+    {"formats", test_formats},
+    {"mathfn_within_one_ulp", test_mathfn},
+    {"ref_consistent", test_ref_self},
+    {"avx2_matches_ref_bitwise", test_avx2},
+    {"avx512_matches_ref_bitwise", test_avx512},
+};
+
+int main(int argc, char **argv) { return test_main(tests, NTESTS(tests), argc, argv); }

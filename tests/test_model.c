@@ -1,0 +1,257 @@
+/* test_model.c - the K3 forward pass against the independent float64
+ * reference fixtures (testdata/k3-tiny-a): teacher-forced logits for every
+ * row, free-running greedy continuations, and per-layer debug values at the
+ * last prompt position.  Tolerances are the fixture README's: greedy ids
+ * exact, max |logit diff| <= 5e-3, max row relative L2 <= 5e-4, debug norms
+ * and probabilities within 1e-3 relative.
+ */
+#include "harness.h"
+#include "json.h"
+#include "model.h"
+#include "util.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *prompts[] = {"p1_len1", "p2_len7", "p3_len33_chat"};
+
+typedef struct {
+    int32_t *prompt, *all, *cont;
+    int n_prompt, n_all, n_cont;
+    float *logits;   /* [n_all][V] */
+    json_doc *debug;
+} fixture;
+
+static int32_t *ids_of(const json_value *a, int *n)
+{
+    *n = (int)a->len;
+    int32_t *v = malloc((a->len + 1) * sizeof *v);
+    for (size_t i = 0; i < a->len; i++) v[i] = (int32_t)a->items[i]->i;
+    return v;
+}
+
+static int load_fixture(const char *name, int V, fixture *f)
+{
+    memset(f, 0, sizeof *f);
+    char path[512];
+    char *text;
+    size_t len;
+    df_error err = {0};
+    snprintf(path, sizeof path, "%s/k3-tiny-a/fixtures/%s.json", testdata_dir(), name);
+    if (read_small_file(path, &text, &len, 1 << 24, &err)) return -1;
+    json_doc *d = json_parse(text, len, &err);
+    free(text);
+    if (!d) return -1;
+    const json_value *r = json_root(d);
+    f->prompt = ids_of(json_get(r, "prompt_ids"), &f->n_prompt);
+    f->all = ids_of(json_get(r, "all_ids"), &f->n_all);
+    f->cont = ids_of(json_get(r, "continuation_ids"), &f->n_cont);
+    json_free(d);
+    snprintf(path, sizeof path, "%s/k3-tiny-a/fixtures/%s.logits.f32.bin", testdata_dir(), name);
+    if (read_small_file(path, &text, &len, 1 << 26, &err)) return -1;
+    if (len != (size_t)f->n_all * V * 4) {
+        free(text);
+        return -1;
+    }
+    f->logits = malloc(len);
+    memcpy(f->logits, text, len);
+    free(text);
+    snprintf(path, sizeof path, "%s/k3-tiny-a/fixtures/%s.debug.json", testdata_dir(), name);
+    if (read_small_file(path, &text, &len, 1 << 24, &err)) return -1;
+    f->debug = json_parse(text, len, &err);
+    free(text);
+    return f->debug ? 0 : -1;
+}
+
+static void free_fixture(fixture *f)
+{
+    free(f->prompt);
+    free(f->all);
+    free(f->cont);
+    free(f->logits);
+    json_free(f->debug);
+}
+
+static df_engine *open_tiny(int threads, const char *kernels)
+{
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/k3-tiny-a/checkpoint", testdata_dir());
+    df_engine_opts o;
+    df_engine_opts_default(&o);
+    o.n_threads = threads;
+    o.kernels = kernels;
+    o.quiet = 1;
+    df_engine *eng = NULL;
+    df_error err = {0};
+    if (df_engine_open(dir, &o, &eng, &err)) t_fail(__FILE__, __LINE__, "open: %s", err.msg);
+    return eng;
+}
+
+static void compare_rows(const char *name, const float *got, const float *want, int rows, int V)
+{
+    double max_abs = 0, max_rel = 0;
+    for (int t = 0; t < rows; t++) {
+        double dd = 0, ww = 0;
+        for (int i = 0; i < V; i++) {
+            double d = (double)got[(size_t)t * V + i] - want[(size_t)t * V + i];
+            if (fabs(d) > max_abs) max_abs = fabs(d);
+            dd += d * d;
+            ww += (double)want[(size_t)t * V + i] * want[(size_t)t * V + i];
+        }
+        double rel = sqrt(dd / (ww > 0 ? ww : 1));
+        if (rel > max_rel) max_rel = rel;
+    }
+    fprintf(stderr, "    %s: max|d| %.3g, max row rel L2 %.3g\n", name, max_abs, max_rel);
+    TCHECKF(max_abs <= 5e-3, "%s: max |logit diff| %g > 5e-3", name, max_abs);
+    TCHECKF(max_rel <= 5e-4, "%s: max row relative L2 %g > 5e-4", name, max_rel);
+}
+
+static void test_teacher_forced(void)
+{
+    df_engine *eng = open_tiny(0, NULL);
+    if (!eng) return;
+    df_model_info info;
+    df_engine_info(eng, &info);
+    for (int p = 0; p < 3; p++) {
+        fixture f;
+        if (load_fixture(prompts[p], info.vocab, &f)) {
+            t_fail(__FILE__, __LINE__, "cannot load fixture %s", prompts[p]);
+            continue;
+        }
+        df_session *s;
+        df_error err = {0};
+        TCHECK(df_session_new(eng, NULL, &s, &err) == 0);
+        float *out = malloc((size_t)f.n_all * info.vocab * sizeof(float));
+        /* prompt as one batch, then the continuation as one more batch */
+        TCHECK(df_session_eval(s, f.all, f.n_prompt, out, 1, &err) == 0);
+        TCHECK(df_session_eval(s, f.all + f.n_prompt, f.n_all - f.n_prompt, out + (size_t)f.n_prompt * info.vocab,
+                               1, &err) == 0);
+        compare_rows(prompts[p], out, f.logits, f.n_all, info.vocab);
+        free(out);
+        df_session_free(s);
+        free_fixture(&f);
+    }
+    df_engine_close(eng);
+}
+
+static void test_free_running(void)
+{
+    df_engine *eng = open_tiny(0, NULL);
+    if (!eng) return;
+    df_model_info info;
+    df_engine_info(eng, &info);
+    float *logits = malloc((size_t)info.vocab * sizeof(float));
+    for (int p = 0; p < 3; p++) {
+        fixture f;
+        if (load_fixture(prompts[p], info.vocab, &f)) {
+            t_fail(__FILE__, __LINE__, "cannot load fixture %s", prompts[p]);
+            continue;
+        }
+        df_session *s;
+        df_error err = {0};
+        TCHECK(df_session_new(eng, NULL, &s, &err) == 0);
+        TCHECK(df_session_eval(s, f.prompt, f.n_prompt, logits, 0, &err) == 0);
+        int same = 1;
+        for (int i = 0; i < f.n_cont; i++) {
+            int32_t next = df_argmax(logits, info.vocab);
+            if (next != f.cont[i]) {
+                t_fail(__FILE__, __LINE__, "%s: generated token %d is %d, expected %d", prompts[p], i, next, f.cont[i]);
+                same = 0;
+                break;
+            }
+            TCHECK(df_session_eval(s, &next, 1, logits, 0, &err) == 0);
+        }
+        if (same) fprintf(stderr, "    %s: %d greedy tokens identical\n", prompts[p], f.n_cont);
+        df_session_free(s);
+        free_fixture(&f);
+    }
+    free(logits);
+    df_engine_close(eng);
+}
+
+static void near(const char *what, int il, double got, double want)
+{
+    double rel = fabs(got - want) / (fabs(want) > 1e-12 ? fabs(want) : 1.0);
+    TCHECKF(rel <= 1e-3, "%s layer %d: %.9g vs reference %.9g (rel %.2g)", what, il, got, want, rel);
+}
+
+static void test_debug_norms(void)
+{
+    df_engine *eng = open_tiny(0, NULL);
+    if (!eng) return;
+    df_model_info info;
+    df_engine_info(eng, &info);
+    for (int p = 0; p < 3; p++) {
+        fixture f;
+        if (load_fixture(prompts[p], info.vocab, &f)) {
+            t_fail(__FILE__, __LINE__, "cannot load fixture %s", prompts[p]);
+            continue;
+        }
+        df_session *s;
+        df_error err = {0};
+        df_session_opts so;
+        df_session_opts_default(&so);
+        so.max_batch = 64; /* the whole prompt in one chunk: debug is recorded at its last position */
+        TCHECK(df_session_new(eng, &so, &s, &err) == 0);
+        dbg_record dbg = {.enabled = 1, .t = -1};
+        dbg.layers = calloc((size_t)info.n_layers, sizeof *dbg.layers);
+        s->dbg = &dbg;
+        float *logits = malloc((size_t)info.vocab * sizeof(float));
+        TCHECK(df_session_eval(s, f.prompt, f.n_prompt, logits, 0, &err) == 0);
+        const json_value *r = json_root(f.debug);
+        double v;
+        json_get_num(r, "embedding_norm", &v);
+        near("embedding_norm", -1, dbg.embedding_norm, v);
+        json_get_num(r, "final_mix_norm", &v);
+        near("final_mix_norm", -1, dbg.final_mix_norm, v);
+        json_get_num(r, "final_normed_norm", &v);
+        near("final_normed_norm", -1, dbg.final_normed_norm, v);
+        json_get_num(r, "logits_norm", &v);
+        near("logits_norm", -1, dbg.logits_norm, v);
+        const json_value *layers = json_get(r, "layers");
+        TCHECK(layers && (int)layers->len == info.n_layers);
+        for (int il = 0; layers && il < (int)layers->len && il < info.n_layers; il++) {
+            const json_value *L = layers->items[il];
+            const dbg_layer *d = &dbg.layers[il];
+            static const char *keys[] = {"attn_input_norm", "attn_output_norm", "mlp_input_norm", "mlp_output_norm",
+                                         "partial_sum_norm"};
+            const double got[] = {d->attn_input_norm, d->attn_output_norm, d->mlp_input_norm, d->mlp_output_norm,
+                                   d->partial_sum_norm};
+            for (int k = 0; k < 5; k++) {
+                json_get_num(L, keys[k], &v);
+                near(keys[k], il, got[k], v);
+            }
+            const json_value *ap = json_get(L, "attn_res_probs"), *mp = json_get(L, "mlp_res_probs");
+            TCHECKF(ap && (int)ap->len == d->n_attn_probs, "layer %d: attn_res_probs count", il);
+            TCHECKF(mp && (int)mp->len == d->n_mlp_probs, "layer %d: mlp_res_probs count", il);
+            for (int j = 0; ap && j < (int)ap->len && j < d->n_attn_probs; j++)
+                TCHECKF(fabs(d->attn_probs[j] - ap->items[j]->num) <= 1e-3, "layer %d attn prob %d", il, j);
+            for (int j = 0; mp && j < (int)mp->len && j < d->n_mlp_probs; j++)
+                TCHECKF(fabs(d->mlp_probs[j] - mp->items[j]->num) <= 1e-3, "layer %d mlp prob %d", il, j);
+            const json_value *ids = json_get(L, "expert_ids"), *ws = json_get(L, "expert_weights");
+            if (ids) {
+                TCHECKF((int)ids->len == d->n_experts, "layer %d: expert count", il);
+                for (int j = 0; j < (int)ids->len && j < d->n_experts; j++) {
+                    TCHECKF(d->expert_ids[j] == ids->items[j]->i, "layer %d route slot %d: expert %d, reference %lld",
+                            il, j, d->expert_ids[j], (long long)ids->items[j]->i);
+                    TCHECKF(fabs(d->expert_weights[j] - ws->items[j]->num) <= 1e-3 * ws->items[j]->num,
+                            "layer %d route slot %d weight", il, j);
+                }
+            }
+        }
+        free(logits);
+        free(dbg.layers);
+        df_session_free(s);
+        free_fixture(&f);
+    }
+    df_engine_close(eng);
+}
+
+static const test_case tests[] = {
+    {"fixture_teacher_forced_logits", test_teacher_forced},
+    {"fixture_free_running_greedy", test_free_running},
+    {"fixture_debug_norms_and_routes", test_debug_norms},
+};
+
+int main(int argc, char **argv) { return test_main(tests, NTESTS(tests), argc, argv); }
