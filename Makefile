@@ -104,7 +104,10 @@ fuzz-run: fuzz
 	    build-fuzz/corpus-$$t >/dev/null 2>build-fuzz/$$t.log || { tail -40 build-fuzz/$$t.log; exit 1; }; \
 	    echo "$$t: $$(grep -c . build-fuzz/$$t.log) log lines, $$(ls build-fuzz/corpus-$$t | wc -l) corpus files, no crash"; done
 
-bench: all
+$(BUILD)/bench_core: bench/bench_core.c $(BUILD)/libdeltafin.a | $(BUILD)
+	$(CC) $(CFLAGS) -Isrc $(LDFLAGS) -o $@ $< $(BUILD)/libdeltafin.a $(LDLIBS)
+
+bench: all $(BUILD)/bench_core
 	bench/bench_core.sh
 
 format:

@@ -14,7 +14,7 @@ int expert_cache_init(expert_cache *c, int n_layers, int n_experts, int n_slots,
     c->n_experts = n_experts;
     c->n_slots = n_slots;
     c->slot_bytes = (expert_bytes + 4095) & ~(size_t)4095;
-    c->mem = aligned_alloc_zero((size_t)n_slots * c->slot_bytes);
+    c->mem = aligned_alloc_raw((size_t)n_slots * c->slot_bytes);
     if (!c->mem) return -1;
     c->slot_key = xmalloc((size_t)n_slots * sizeof *c->slot_key);
     c->ready = xcalloc((size_t)n_slots, 1);

@@ -37,11 +37,11 @@ ALWAYS_INLINE __m256 ld8_f32(const uint8_t *p) { return _mm256_loadu_ps((const f
                                    float *y, size_t ys)                                          \
     {                                                                                              \
         __m256 a0[4], a1[4];                                                                       \
-        for (int u = 0; u < 4; u++) a0[u] = a1[u] = _mm256_setzero_ps();                           \
+        _Pragma("GCC unroll 4") for (int u = 0; u < 4; u++) a0[u] = a1[u] = _mm256_setzero_ps();                           \
         int c = 0;                                                                                 \
         for (; c + 16 <= C; c += 16) {                                                             \
             __m256 w0 = LOAD8(row + (size_t)c * ESIZE), w1 = LOAD8(row + (size_t)(c + 8) * ESIZE); \
-            for (int u = 0; u < nt; u++) {                                                         \
+            _Pragma("GCC unroll 4") for (int u = 0; u < nt; u++) {                                                         \
                 const float *xu = x + (size_t)u * xs + c;                                          \
                 a0[u] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(xu), a0[u]);                           \
                 a1[u] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(xu + 8), a1[u]);                       \
@@ -53,14 +53,14 @@ ALWAYS_INLINE __m256 ld8_f32(const uint8_t *p) { return _mm256_loadu_ps((const f
             memset(wt, 0, sizeof wt);                                                              \
             memcpy(wt, row + (size_t)c * ESIZE, (size_t)(C - c) * ESIZE);                          \
             __m256 w0 = LOAD8(wt), w1 = LOAD8(wt + 8 * ESIZE);                                     \
-            for (int u = 0; u < nt; u++) {                                                         \
+            _Pragma("GCC unroll 4") for (int u = 0; u < nt; u++) {                                                         \
                 memset(xt, 0, sizeof xt);                                                          \
                 memcpy(xt, x + (size_t)u * xs + c, (size_t)(C - c) * 4);                           \
                 a0[u] = _mm256_fmadd_ps(w0, _mm256_load_ps(xt), a0[u]);                            \
                 a1[u] = _mm256_fmadd_ps(w1, _mm256_load_ps(xt + 8), a1[u]);                        \
             }                                                                                      \
         }                                                                                          \
-        for (int u = 0; u < nt; u++) y[(size_t)u * ys] = tree2x256(a0[u], a1[u]);                  \
+        _Pragma("GCC unroll 4") for (int u = 0; u < nt; u++) y[(size_t)u * ys] = tree2x256(a0[u], a1[u]);                  \
     }                                                                                              \
     static void NAME(const void *W, size_t ld, int C, const float *x, size_t xs, int T, float *y,  \
                      size_t ys, int r0, int r1)                                                    \
@@ -70,8 +70,11 @@ ALWAYS_INLINE __m256 ld8_f32(const uint8_t *p) { return _mm256_loadu_ps((const f
             int t = 0;                                                                             \
             for (; t + 4 <= T; t += 4)                                                             \
                 NAME##_rows(row, C, x + (size_t)t * xs, xs, 4, y + (size_t)t * ys + r, ys);        \
-            for (; t < T; t++)                                                                     \
-                NAME##_rows(row, C, x + (size_t)t * xs, xs, 1, y + (size_t)t * ys + r, ys);        \
+            switch (T - t) { /* constant nt so the token loop unrolls */                            \
+            case 3: NAME##_rows(row, C, x + (size_t)t * xs, xs, 3, y + (size_t)t * ys + r, ys); break; \
+            case 2: NAME##_rows(row, C, x + (size_t)t * xs, xs, 2, y + (size_t)t * ys + r, ys); break; \
+            case 1: NAME##_rows(row, C, x + (size_t)t * xs, xs, 1, y + (size_t)t * ys + r, ys); break; \
+            }                                                                                      \
         }                                                                                          \
     }
 
@@ -92,7 +95,7 @@ ALWAYS_INLINE void mxfp4_rows(const uint8_t *prow, const uint8_t *srow, int C, c
 {
     const __m256 mag = _mm256_loadu_ps(e2m1_table);
     __m256 a0[4], a1[4];
-    for (int u = 0; u < 4; u++) a0[u] = a1[u] = _mm256_setzero_ps();
+    _Pragma("GCC unroll 4") for (int u = 0; u < 4; u++) a0[u] = a1[u] = _mm256_setzero_ps();
     for (int b = 0; b < C / MXFP4_BLOCK; b++) {
         __m128i bytes = _mm_loadu_si128((const __m128i *)(prow + (size_t)b * 16));
         __m256i v0 = _mm256_cvtepu8_epi32(bytes);
@@ -100,7 +103,7 @@ ALWAYS_INLINE void mxfp4_rows(const uint8_t *prow, const uint8_t *srow, int C, c
         __m256 we0 = e2m1_8(v0, mag), we1 = e2m1_8(v1, mag);
         __m256 wo0 = e2m1_8(_mm256_srli_epi32(v0, 4), mag), wo1 = e2m1_8(_mm256_srli_epi32(v1, 4), mag);
         __m256 sc = _mm256_set1_ps(e8m0_table[srow[b]]);
-        for (int u = 0; u < nt; u++) {
+        _Pragma("GCC unroll 4") for (int u = 0; u < nt; u++) {
             const float *xe = xp + (size_t)u * xs + (size_t)b * MXFP4_BLOCK;
             __m256 p0 = _mm256_mul_ps(we0, _mm256_loadu_ps(xe));
             __m256 p1 = _mm256_mul_ps(we1, _mm256_loadu_ps(xe + 8));
@@ -110,7 +113,7 @@ ALWAYS_INLINE void mxfp4_rows(const uint8_t *prow, const uint8_t *srow, int C, c
             a1[u] = _mm256_fmadd_ps(p1, sc, a1[u]);
         }
     }
-    for (int u = 0; u < nt; u++) y[(size_t)u * ys] = tree2x256(a0[u], a1[u]);
+    _Pragma("GCC unroll 4") for (int u = 0; u < nt; u++) y[(size_t)u * ys] = tree2x256(a0[u], a1[u]);
 }
 
 static void matmul_mxfp4_avx2(const uint8_t *packed, const uint8_t *scales, int C, const float *xp,
@@ -122,8 +125,11 @@ static void matmul_mxfp4_avx2(const uint8_t *packed, const uint8_t *scales, int 
         int t = 0;
         for (; t + 4 <= T; t += 4)
             mxfp4_rows(prow, srow, C, xp + (size_t)t * xs, xs, 4, y + (size_t)t * ys + r, ys);
-        for (; t < T; t++)
-            mxfp4_rows(prow, srow, C, xp + (size_t)t * xs, xs, 1, y + (size_t)t * ys + r, ys);
+        switch (T - t) { /* constant nt so the token loop unrolls */
+        case 3: mxfp4_rows(prow, srow, C, xp + (size_t)t * xs, xs, 3, y + (size_t)t * ys + r, ys); break;
+        case 2: mxfp4_rows(prow, srow, C, xp + (size_t)t * xs, xs, 2, y + (size_t)t * ys + r, ys); break;
+        case 1: mxfp4_rows(prow, srow, C, xp + (size_t)t * xs, xs, 1, y + (size_t)t * ys + r, ys); break;
+        }
     }
 }
 

@@ -47,16 +47,16 @@ ALWAYS_INLINE __m512 ld_w_f32(const uint8_t *row, int c, __mmask16 m)
         int c = 0;                                                                                \
         for (; c + 16 <= C; c += 16) {                                                            \
             __m512 w = LOADW(row, c, 0xFFFF);                                                     \
-            for (int u = 0; u < nt; u++)                                                          \
+            _Pragma("GCC unroll 4") for (int u = 0; u < nt; u++)                                                          \
                 acc[u] = _mm512_fmadd_ps(w, _mm512_loadu_ps(x + (size_t)u * xs + c), acc[u]);    \
         }                                                                                         \
         if (c < C) {                                                                              \
             __mmask16 m = (__mmask16)((1u << (C - c)) - 1);                                       \
             __m512 w = LOADW(row, c, m);                                                          \
-            for (int u = 0; u < nt; u++)                                                          \
+            _Pragma("GCC unroll 4") for (int u = 0; u < nt; u++)                                                          \
                 acc[u] = _mm512_fmadd_ps(w, _mm512_maskz_loadu_ps(m, x + (size_t)u * xs + c), acc[u]); \
         }                                                                                         \
-        for (int u = 0; u < nt; u++) y[(size_t)u * ys] = tree512(acc[u]);                         \
+        _Pragma("GCC unroll 4") for (int u = 0; u < nt; u++) y[(size_t)u * ys] = tree512(acc[u]);                         \
     }                                                                                             \
     static void NAME(const void *W, size_t ld, int C, const float *x, size_t xs, int T, float *y, \
                      size_t ys, int r0, int r1)                                                   \
@@ -66,8 +66,11 @@ ALWAYS_INLINE __m512 ld_w_f32(const uint8_t *row, int c, __mmask16 m)
             int t = 0;                                                                            \
             for (; t + 4 <= T; t += 4)                                                            \
                 NAME##_rows(row, C, x + (size_t)t * xs, xs, 4, y + (size_t)t * ys + r, ys);       \
-            for (; t < T; t++)                                                                    \
-                NAME##_rows(row, C, x + (size_t)t * xs, xs, 1, y + (size_t)t * ys + r, ys);       \
+            switch (T - t) { /* constant nt so the token loop unrolls */                           \
+            case 3: NAME##_rows(row, C, x + (size_t)t * xs, xs, 3, y + (size_t)t * ys + r, ys); break; \
+            case 2: NAME##_rows(row, C, x + (size_t)t * xs, xs, 2, y + (size_t)t * ys + r, ys); break; \
+            case 1: NAME##_rows(row, C, x + (size_t)t * xs, xs, 1, y + (size_t)t * ys + r, ys); break; \
+            }                                                                                     \
         }                                                                                         \
     }
 
@@ -85,14 +88,14 @@ ALWAYS_INLINE void mxfp4_rows(const uint8_t *prow, const uint8_t *srow, int C, c
         __m512 we = _mm512_permutexvar_ps(_mm512_and_si512(v, low4), tab);
         __m512 wo = _mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), tab);
         __m512 sc = _mm512_set1_ps(e8m0_table[srow[b]]);
-        for (int u = 0; u < nt; u++) {
+        _Pragma("GCC unroll 4") for (int u = 0; u < nt; u++) {
             const float *xe = xp + (size_t)u * xs + (size_t)b * MXFP4_BLOCK;
             __m512 p = _mm512_mul_ps(we, _mm512_loadu_ps(xe));
             p = _mm512_fmadd_ps(wo, _mm512_loadu_ps(xe + 16), p);
             acc[u] = _mm512_fmadd_ps(p, sc, acc[u]);
         }
     }
-    for (int u = 0; u < nt; u++) y[(size_t)u * ys] = tree512(acc[u]);
+    _Pragma("GCC unroll 4") for (int u = 0; u < nt; u++) y[(size_t)u * ys] = tree512(acc[u]);
 }
 
 static void matmul_mxfp4_avx512(const uint8_t *packed, const uint8_t *scales, int C, const float *xp,
@@ -104,8 +107,11 @@ static void matmul_mxfp4_avx512(const uint8_t *packed, const uint8_t *scales, in
         int t = 0;
         for (; t + 4 <= T; t += 4)
             mxfp4_rows(prow, srow, C, xp + (size_t)t * xs, xs, 4, y + (size_t)t * ys + r, ys);
-        for (; t < T; t++)
-            mxfp4_rows(prow, srow, C, xp + (size_t)t * xs, xs, 1, y + (size_t)t * ys + r, ys);
+        switch (T - t) { /* constant nt so the token loop unrolls */
+        case 3: mxfp4_rows(prow, srow, C, xp + (size_t)t * xs, xs, 3, y + (size_t)t * ys + r, ys); break;
+        case 2: mxfp4_rows(prow, srow, C, xp + (size_t)t * xs, xs, 2, y + (size_t)t * ys + r, ys); break;
+        case 1: mxfp4_rows(prow, srow, C, xp + (size_t)t * xs, xs, 1, y + (size_t)t * ys + r, ys); break;
+        }
     }
 }
 

@@ -112,6 +112,13 @@ void *aligned_alloc_zero(size_t n)
     return p;
 }
 
+void *aligned_alloc_raw(size_t n)
+{
+    void *p = NULL;
+    if (posix_memalign(&p, 4096, n ? n : 4096) != 0) return NULL;
+    return p;
+}
+
 void aligned_free(void *p) { free(p); }
 
 int df_err_set(df_error *err, int code, int64_t pos, const char *fmt, ...)

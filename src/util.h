@@ -27,6 +27,8 @@ void *xrealloc(void *p, size_t n);
 char *xstrdup(const char *s);
 /* 64-byte aligned, zeroed; returns NULL on failure (big budgeted buffers). */
 void *aligned_alloc_zero(size_t n);
+/* 4096-aligned, NOT zeroed (pages stay untouched until first written). */
+void *aligned_alloc_raw(size_t n);
 void aligned_free(void *p);
 
 /* Allocation guard: see the file comment. */
