@@ -40,7 +40,7 @@ LIB_SRC := util json threadpool safetensors quant mathfn kernels_ref kernels_avx
            backend_cpu expert_store expert_cache model attnres kda mla moe engine
 LIB_OBJ := $(LIB_SRC:%=$(BUILD)/%.o)
 
-TESTS := test_json test_safetensors test_kernels test_model test_loader test_engine
+TESTS := test_json test_safetensors test_kernels test_model test_loader test_engine test_generated
 TEST_BIN := $(TESTS:%=$(BUILD)/tests/%)
 
 all: $(BUILD)/deltafin $(BUILD)/k3gen
