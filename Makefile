@@ -29,6 +29,14 @@ WRAP    := -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=posix_memalign
 LDFLAGS := -pthread $(LDSAN) $(WRAP)
 LDLIBS  := -lm
 
+# io_uring through liburing when its header is installed (Debian: liburing-dev);
+# without it the expert reads use the pread thread pool.
+HAVE_URING := $(shell test -f /usr/include/liburing.h && echo 1)
+ifeq ($(HAVE_URING),1)
+  URING_DEFS := -DDF_HAVE_URING
+  LDLIBS += -luring
+endif
+
 ARCH := $(shell uname -m)
 ifeq ($(ARCH),x86_64)
   ISA_DEFS := -DDF_HAVE_AVX2 -DDF_HAVE_AVX512
@@ -36,7 +44,7 @@ ifeq ($(ARCH),x86_64)
   AVX512_FLAGS := -mavx512f -mavx512bw -mavx512vl -mavx2 -mfma
 endif
 
-LIB_SRC := util json threadpool safetensors quant mathfn kernels_ref kernels_avx2 kernels_avx512 \
+LIB_SRC := util file json threadpool safetensors quant mathfn kernels_ref kernels_avx2 kernels_avx512 \
            backend_cpu expert_store expert_cache model attnres kda mla moe engine
 LIB_OBJ := $(LIB_SRC:%=$(BUILD)/%.o)
 
@@ -46,7 +54,7 @@ TEST_BIN := $(TESTS:%=$(BUILD)/tests/%)
 all: $(BUILD)/deltafin $(BUILD)/k3gen
 
 $(BUILD)/%.o: src/%.c | $(BUILD)
-	$(CC) $(CFLAGS) $(ISA_DEFS) -c $< -o $@
+	$(CC) $(CFLAGS) $(ISA_DEFS) $(URING_DEFS) -c $< -o $@
 $(BUILD)/kernels_avx2.o: src/kernels_avx2.c | $(BUILD)
 	$(CC) $(CFLAGS) $(ISA_DEFS) $(AVX2_FLAGS) -c $< -o $@
 $(BUILD)/kernels_avx512.o: src/kernels_avx512.c | $(BUILD)
@@ -92,7 +100,7 @@ check:
 FUZZ_TARGETS := fuzz_safetensors fuzz_config fuzz_json
 FUZZ_CC ?= clang
 fuzz: $(FUZZ_TARGETS:%=build-fuzz/%)
-FUZZ_SRC := util json safetensors model quant mathfn expert_store kernels_ref kernels_avx2 kernels_avx512
+FUZZ_SRC := util file json safetensors model quant mathfn expert_store kernels_ref kernels_avx2 kernels_avx512
 build-fuzz/%: fuzz/%.c $(FUZZ_SRC:%=src/%.c)
 	mkdir -p build-fuzz
 	$(FUZZ_CC) -std=c11 -g -O1 -ffp-contract=off -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -Isrc -o $@ $< \

@@ -41,7 +41,12 @@ static void usage(FILE *f)
           "  --ctx N              context capacity in tokens (default 4096)\n"
           "  --batch N            positions per forward call during prefill (default 32)\n"
           "  --kernels ISA        force ref, avx2 or avx512 kernels (also $DF_KERNELS)\n"
-          "  --expert-cache SIZE  expert cache budget, e.g. 512M or 4G (default 2G)\n"
+          "  --mem SIZE           memory budget for everything, e.g. 4G (default: 70% of RAM);\n"
+          "                       the expert cache gets what the trunk and state leave\n"
+          "  --expert-cache SIZE  set the expert cache size directly instead\n"
+          "  --io MODE            expert reads: auto (O_DIRECT where possible), direct, buffered\n"
+          "  --io-backend B       auto (io_uring where possible), uring, threads\n"
+          "  --io-depth N         expert reads in flight (default 32)\n"
           "  --stats              print timing and expert I/O counters to stderr\n",
           f);
 }
@@ -120,9 +125,9 @@ static double now(void)
 }
 
 typedef struct {
-    const char *model, *prompt_ids, *dump, *kernels;
-    int max_new, print_ids, threads, ctx, batch, stop_eos, stats;
-    size_t cache_bytes;
+    const char *model, *prompt_ids, *dump, *kernels, *io, *io_backend;
+    int max_new, print_ids, threads, ctx, batch, stop_eos, stats, io_depth;
+    size_t cache_bytes, mem;
 } run_args;
 
 static void parse_common(int argc, char **argv, run_args *a)
@@ -146,6 +151,10 @@ static void parse_common(int argc, char **argv, run_args *a)
         else if (!strcmp(f, "--kernels")) { NEED_ARG(); a->kernels = argv[++i]; }
         else if (!strcmp(f, "--expert-cache")) { NEED_ARG(); a->cache_bytes = parse_size(argv[++i], f); }
         else if (!strcmp(f, "--stats")) a->stats = 1;
+        else if (!strcmp(f, "--mem")) { NEED_ARG(); a->mem = parse_size(argv[++i], f); }
+        else if (!strcmp(f, "--io")) { NEED_ARG(); a->io = argv[++i]; }
+        else if (!strcmp(f, "--io-backend")) { NEED_ARG(); a->io_backend = argv[++i]; }
+        else if (!strcmp(f, "--io-depth")) { NEED_ARG(); a->io_depth = (int)parse_long(argv[++i], f, 1, 256); }
         else die("unknown option \"%s\"", f);
 #undef NEED_ARG
     }
@@ -159,6 +168,12 @@ static df_engine *open_engine(const run_args *a)
     eo.n_threads = a->threads;
     eo.kernels = a->kernels;
     eo.expert_cache_bytes = a->cache_bytes;
+    eo.mem_budget = a->mem;
+    eo.io_mode = a->io;
+    eo.io_backend = a->io_backend;
+    eo.io_depth = a->io_depth;
+    eo.plan_ctx = a->ctx;
+    eo.plan_batch = a->batch;
     eo.quiet = !a->stats;
     df_engine *eng;
     df_error err = {0};
@@ -247,11 +262,14 @@ static int cmd_run(int argc, char **argv)
         df_stats st;
         df_engine_stats(eng, &st);
         fprintf(stderr,
-                "deltafin: prefill %d tokens in %.3f s (%.1f tok/s); decode %d tokens in %.3f s (%.2f tok/s); "
-                "expert hits %llu misses %llu, %.1f MiB read\n",
+                "deltafin: prefill %d tokens in %.3f s (%.1f tok/s); decode %d tokens in %.3f s (%.2f tok/s)\n"
+                "deltafin: experts: %llu hits, %llu misses (hit rate %.1f%%), %.1f MiB read in %llu reads, "
+                "%.2f s waiting for I/O (%.1f%% of the run), %.2f GB/s while waiting\n",
                 n_prompt, t1 - t0, n_prompt / (t1 - t0), n_gen, t2 - t1, n_gen ? n_gen / (t2 - t1) : 0.0,
                 (unsigned long long)st.expert_hits, (unsigned long long)st.expert_misses,
-                (double)st.expert_bytes_read / (1 << 20));
+                st.expert_hits + st.expert_misses ? 100.0 * st.expert_hits / (st.expert_hits + st.expert_misses) : 0.0,
+                (double)st.expert_bytes_read / (1 << 20), (unsigned long long)st.expert_reads, st.io_wait_sec,
+                100.0 * st.io_wait_sec / (t2 - t0), st.io_wait_sec > 0 ? st.expert_bytes_io / st.io_wait_sec / 1e9 : 0.0);
     }
     free(gen);
     free(logits);

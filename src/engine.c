@@ -29,6 +29,86 @@ void df_session_opts_default(df_session_opts *o)
     o->max_batch = 32;
 }
 
+static int session_alloc(df_engine *eng, const df_session_opts *opts, int dry, df_session **out, size_t *state_bytes,
+                         size_t *scratch_bytes, df_error *err);
+
+static int io_options(df_engine *eng, const df_engine_opts *o, df_error *err)
+{
+    const char *m = o->io_mode && *o->io_mode ? o->io_mode : "auto";
+    if (!strcmp(m, "auto")) eng->io_mode = IO_AUTO;
+    else if (!strcmp(m, "direct")) eng->io_mode = IO_DIRECT;
+    else if (!strcmp(m, "buffered")) eng->io_mode = IO_BUFFERED;
+    else return df_err_set(err, DF_ERR_ARG, -1, "unknown I/O mode \"%s\" (expected auto, direct or buffered)", m);
+    const char *b = o->io_backend && *o->io_backend ? o->io_backend : "auto";
+    if (!strcmp(b, "auto")) eng->io_backend = IO_BACKEND_AUTO;
+    else if (!strcmp(b, "uring")) eng->io_backend = IO_BACKEND_URING;
+    else if (!strcmp(b, "threads")) eng->io_backend = IO_BACKEND_THREADS;
+    else return df_err_set(err, DF_ERR_ARG, -1, "unknown I/O backend \"%s\" (expected auto, uring or threads)", b);
+    eng->io_depth = o->io_depth > 0 ? o->io_depth : 32;
+    return 0;
+}
+
+static double gib(uint64_t b) { return (double)b / (double)(1ull << 30); }
+
+/* Where every byte of the budget goes: the trunk (mapped; resident once
+ * touched), one session's state and scratch at the planned context, a
+ * reserve for the process itself, and the expert cache with what is left. */
+static int plan_memory(df_engine *eng, const df_engine_opts *o, df_error *err)
+{
+    const k3_config *c = &eng->cfg;
+    uint64_t phys = (uint64_t)sysconf(_SC_PHYS_PAGES) * (uint64_t)sysconf(_SC_PAGESIZE);
+    uint64_t budget = o->mem_budget ? o->mem_budget : phys / 10 * 7;
+    df_session_opts so;
+    df_session_opts_default(&so);
+    if (o->plan_ctx > 0) so.n_ctx = o->plan_ctx;
+    if (o->plan_batch > 0) so.max_batch = o->plan_batch;
+    size_t state = 0, scratch = 0;
+    if (session_alloc(eng, &so, 1, NULL, &state, &scratch, err)) return -1;
+    uint64_t trunk = eng->trunk_mapped_bytes;
+    uint64_t reserve = (64ull << 20) + (uint64_t)eng->n_threads * (8ull << 20);
+    uint64_t fixed = trunk + state + scratch + reserve;
+    size_t slot = eng->store.slot_bytes;
+    int n_moe = 0;
+    for (int il = 0; il < c->NL; il++) n_moe += c->layer_moe[il];
+    uint64_t all = (uint64_t)n_moe * (uint64_t)c->E;
+    uint64_t n_slots;
+    if (o->expert_cache_bytes) {
+        n_slots = o->expert_cache_bytes / slot;
+    } else {
+        if (fixed + slot > budget)
+            return df_err_set(err, DF_ERR_NOMEM, -1,
+                              "--mem %.2f GiB is too small: trunk %.2f GiB + context state %.2f GiB + scratch %.2f GiB "
+                              "+ reserve %.2f GiB + one expert slot need %.2f GiB (streaming the trunk is not "
+                              "supported yet)",
+                              gib(budget), gib(trunk), gib(state), gib(scratch), gib(reserve), gib(fixed + slot));
+        n_slots = (budget - fixed) / slot;
+    }
+    if (n_slots > all) n_slots = all;
+    if (n_slots < 1) n_slots = 1;
+    if (n_slots > INT32_MAX / 2) n_slots = INT32_MAX / 2;
+    if (expert_cache_init(&eng->cache, c->NL, c->E, (int)n_slots, slot))
+        return df_err_set(err, DF_ERR_NOMEM, -1, "cannot allocate the expert cache (%llu slots of %zu bytes)",
+                          (unsigned long long)n_slots, slot);
+    eng->plan_budget = budget;
+    eng->plan_trunk = trunk;
+    eng->plan_state = state;
+    eng->plan_scratch = scratch;
+    eng->plan_reserve = reserve;
+    if (!o->quiet) {
+        uint64_t cache = n_slots * slot, used = fixed + cache;
+        df_log("memory plan for --mem %.2f GiB (context %d, batch %d):", gib(budget), so.n_ctx, so.max_batch);
+        df_log("  trunk, mapped and resident   %9.3f GiB", gib(trunk));
+        df_log("  KDA state + MLA cache        %9.3f GiB", gib(state));
+        df_log("  scratch                      %9.3f GiB", gib(scratch));
+        df_log("  process reserve              %9.3f GiB", gib(reserve));
+        df_log("  expert cache                 %9.3f GiB (%llu of %llu experts, %.2f MiB slots)", gib(cache),
+               (unsigned long long)n_slots, (unsigned long long)all, (double)slot / (1 << 20));
+        df_log("  %s                       %9.3f GiB", used <= budget ? "unused" : "OVER  ",
+               gib(used <= budget ? budget - used : used - budget));
+    }
+    return 0;
+}
+
 int df_engine_open(const char *model_dir, const df_engine_opts *opts, df_engine **out, df_error *err)
 {
     df_engine_opts def;
@@ -39,6 +119,10 @@ int df_engine_open(const char *model_dir, const df_engine_opts *opts, df_engine 
     *out = NULL;
     quant_init();
     df_engine *eng = xcalloc(1, sizeof *eng);
+    if (io_options(eng, opts, err)) {
+        free(eng);
+        return -1;
+    }
     const char *force = opts->kernels ? opts->kernels : getenv("DF_KERNELS");
     eng->kt = kernels_select(force, err);
     if (!eng->kt) {
@@ -50,30 +134,21 @@ int df_engine_open(const char *model_dir, const df_engine_opts *opts, df_engine 
         free(eng);
         return -1;
     }
-    const k3_config *c = &eng->cfg;
     eng->n_threads = opts->n_threads > 0 ? opts->n_threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
     if (eng->n_threads < 1) eng->n_threads = 1;
     if (eng->n_threads > 256) eng->n_threads = 256;
     eng->pool = threadpool_new(eng->n_threads);
 
-    int n_moe = 0;
-    for (int il = 0; il < c->NL; il++) n_moe += c->layer_moe[il];
-    size_t slot = (eng->store.expert_bytes + 4095) & ~(size_t)4095;
-    size_t all = (size_t)n_moe * (size_t)c->E;
-    size_t budget = opts->expert_cache_bytes ? opts->expert_cache_bytes : (size_t)2 << 30;
-    size_t n_slots = budget / (slot ? slot : 1);
-    if (n_slots > all) n_slots = all;
-    if (n_slots < 1) n_slots = 1;
-    if (expert_cache_init(&eng->cache, c->NL, c->E, (int)n_slots, eng->store.expert_bytes)) {
-        df_err_set(err, DF_ERR_NOMEM, -1, "cannot allocate the expert cache (%zu slots of %zu bytes)", n_slots, slot);
+    if (plan_memory(eng, opts, err)) {
         df_engine_close(eng);
         return -1;
     }
     if (!opts->quiet)
-        df_log("loaded %s: %d layers (%d KDA, %d MLA), hidden %d, %d experts (top %d); kernels %s, %d threads, "
-               "%zu expert slots of %.1f MiB",
-               model_dir, c->NL, eng->n_kda, eng->n_mla, c->h, c->E, c->k, eng->kt->name, eng->n_threads, n_slots,
-               (double)eng->store.expert_bytes / (1 << 20));
+        df_log("loaded %s: %d layers (%d KDA, %d MLA), hidden %d, %d experts (top %d); kernels %s, %d threads; "
+               "expert reads %s via %s, %d in flight",
+               model_dir, eng->cfg.NL, eng->n_kda, eng->n_mla, eng->cfg.h, eng->cfg.E, eng->cfg.k, eng->kt->name,
+               eng->n_threads, eng->store.n_files && eng->store.files[0].direct ? "O_DIRECT" : "buffered",
+               io_queue_backend(eng->store.q), eng->io_depth);
     *out = eng;
     return 0;
 }
@@ -116,24 +191,30 @@ void df_engine_stats(const df_engine *eng, df_stats *st)
     st->tokens = eng->tokens;
     st->expert_hits = eng->cache.hits;
     st->expert_misses = eng->cache.misses;
-    st->expert_bytes_read = eng->store.bytes_read;
+    st->expert_bytes_read = eng->store.st.bytes_read;
+    st->expert_bytes_io = eng->store.st.bytes_io;
+    st->expert_reads = eng->store.st.n_reads;
+    st->io_wait_sec = eng->store.st.wait_sec;
 }
 
 static size_t max_sz(size_t a, size_t b) { return a > b ? a : b; }
 
-#define ALLOC(field, count)                                                              \
-    do {                                                                                 \
-        size_t n_ = (size_t)(count);                                                     \
-        if (!((field) = aligned_alloc_zero((n_ ? n_ : 1) * sizeof *(field)))) goto nomem; \
-        bytes += n_ * sizeof *(field);                                                   \
+/* Every session buffer goes through ALLOC, so the memory planner can size a
+ * session with the same code (dry = 1 counts bytes and allocates nothing). */
+#define ALLOC(field, count)                                                                  \
+    do {                                                                                     \
+        size_t n_ = (size_t)(count);                                                         \
+        if (!dry && !((field) = aligned_alloc_zero((n_ ? n_ : 1) * sizeof *(field)))) goto nomem; \
+        bytes += n_ * sizeof *(field);                                                       \
     } while (0)
 
-int df_session_new(df_engine *eng, const df_session_opts *opts, df_session **out, df_error *err)
+static int session_alloc(df_engine *eng, const df_session_opts *opts, int dry, df_session **out, size_t *state_bytes,
+                         size_t *scratch_bytes, df_error *err)
 {
     df_session_opts def;
     df_session_opts_default(&def);
     if (!opts) opts = &def;
-    *out = NULL;
+    if (out) *out = NULL;
     const k3_config *c = &eng->cfg;
     int n_ctx = opts->n_ctx > 0 ? opts->n_ctx : def.n_ctx;
     int T = opts->max_batch > 0 ? opts->max_batch : def.max_batch;
@@ -154,6 +235,7 @@ int df_session_new(df_engine *eng, const df_session_opts *opts, df_session **out
     ALLOC(s->kda_S, (size_t)eng->n_kda * c->Hk * c->Dk * c->Dk);
     ALLOC(s->kda_hist, (size_t)eng->n_kda * 3 * (size_t)(c->Wc > 1 ? c->Wc - 1 : 1) * c->P);
     ALLOC(s->mla_cache, (size_t)eng->n_mla * (size_t)n_ctx * row_w);
+    size_t state = bytes;
     ALLOC(s->H, (size_t)T * h);
     ALLOC(s->anchors, (size_t)s->n_anchor_max * T * h);
     ALLOC(s->ain, (size_t)T * h);
@@ -198,6 +280,14 @@ int df_session_new(df_engine *eng, const df_session_opts *opts, df_session **out
     ALLOC(s->uniq_first, Tk);
     ALLOC(s->uniq_count, Tk);
     ALLOC(s->uniq_slot, Tk);
+    ALLOC(s->uniq_state, Tk);
+    ALLOC(s->ready_list, Tk);
+    if (state_bytes) *state_bytes = state;
+    if (scratch_bytes) *scratch_bytes = bytes - state;
+    if (dry) {
+        free(s);
+        return 0;
+    }
     *out = s;
     return 0;
 nomem:
@@ -205,6 +295,11 @@ nomem:
     return df_err_set(err, DF_ERR_NOMEM, -1,
                       "cannot allocate session buffers (%zu bytes so far; n_ctx %d, max_batch %d): lower --ctx",
                       bytes, n_ctx, T);
+}
+
+int df_session_new(df_engine *eng, const df_session_opts *opts, df_session **out, df_error *err)
+{
+    return session_alloc(eng, opts, 0, out, NULL, NULL, err);
 }
 
 void df_session_free(df_session *s)
@@ -221,6 +316,8 @@ void df_session_free(df_session *s)
     aligned_free(s->uniq_first);
     aligned_free(s->uniq_count);
     aligned_free(s->uniq_slot);
+    aligned_free(s->uniq_state);
+    aligned_free(s->ready_list);
     free(s);
 }
 

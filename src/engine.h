@@ -23,7 +23,12 @@ typedef struct df_session df_session;
 typedef struct df_engine_opts {
     int n_threads;              /* 0 = all online CPUs */
     const char *kernels;        /* "ref", "avx2", "avx512"; NULL = $DF_KERNELS or the best */
-    size_t expert_cache_bytes;  /* 0 = default (all experts if they fit in 2 GiB, else 2 GiB) */
+    size_t mem_budget;          /* --mem: bytes for everything (0 = 70% of physical RAM) */
+    size_t expert_cache_bytes;  /* override the planner's expert cache size (0 = plan from mem_budget) */
+    int plan_ctx, plan_batch;   /* the session the planner reserves for (0 = defaults) */
+    const char *io_mode;        /* expert reads: "auto" (O_DIRECT where possible), "direct", "buffered" */
+    const char *io_backend;     /* "auto" (io_uring where possible), "uring", "threads" */
+    int io_depth;               /* expert reads in flight (0 = 32) */
     int quiet;                  /* no log lines on stderr */
 } df_engine_opts;
 
@@ -47,7 +52,10 @@ typedef struct df_model_info {
 typedef struct df_stats {
     uint64_t tokens;              /* positions evaluated */
     uint64_t expert_hits, expert_misses;
-    uint64_t expert_bytes_read;
+    uint64_t expert_bytes_read;   /* expert bytes delivered by reads */
+    uint64_t expert_bytes_io;     /* bytes transferred (aligned spans) */
+    uint64_t expert_reads;
+    double io_wait_sec;           /* time the token loop waited for expert reads */
 } df_stats;
 
 void df_engine_opts_default(df_engine_opts *o);

@@ -1,4 +1,11 @@
-/* expert_store.c - see expert_store.h. */
+/* expert_store.c - see expert_store.h.
+ *
+ * Tags: the caller's tag is packed with (layer, expert) into the io_req tag
+ * so that a failed read can name its expert; only the caller's part is
+ * handed back.  The aligned span may run past the end of the file (the last
+ * expert of a shard); O_DIRECT then returns a short count, which is fine as
+ * long as the expert's own bytes arrived.
+ */
 #define _GNU_SOURCE
 #include "expert_store.h"
 #include "util.h"
@@ -28,17 +35,15 @@ void expert_store_init(expert_store *s, int n_layers, int n_experts, const uint3
         off += sizes[k];
     }
     s->expert_bytes = off;
+    s->slot_bytes = (size_t)align_up(off, DF_DIRECT_ALIGN) + DF_DIRECT_ALIGN;
 }
 
 int expert_store_add_file(expert_store *s, const char *path, df_error *err)
 {
+    (void)err;
     for (int i = 0; i < s->n_files; i++)
         if (!strcmp(s->paths[i], path)) return i;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return df_err_set(err, DF_ERR_IO, -1, "%s: cannot open for expert reads: %s", path, strerror(errno));
-    s->fds = xrealloc(s->fds, (size_t)(s->n_files + 1) * sizeof *s->fds);
     s->paths = xrealloc(s->paths, (size_t)(s->n_files + 1) * sizeof *s->paths);
-    s->fds[s->n_files] = fd;
     s->paths[s->n_files] = xstrdup(path);
     return s->n_files++;
 }
@@ -50,8 +55,19 @@ void expert_store_set(expert_store *s, int il, int e, int which, int file, uint6
     l->src[which] = off;
 }
 
-int expert_store_finish(expert_store *s, const uint8_t *moe_layer, df_error *err)
+int expert_store_finish(expert_store *s, const uint8_t *moe_layer, enum io_mode mode, int depth,
+                        enum io_backend backend, df_error *err)
 {
+    s->mode = mode;
+    s->files = xcalloc((size_t)(s->n_files ? s->n_files : 1), sizeof *s->files);
+    s->plain_fds = xmalloc((size_t)(s->n_files ? s->n_files : 1) * sizeof *s->plain_fds);
+    for (int i = 0; i < s->n_files; i++) s->files[i].fd = s->plain_fds[i] = -1;
+    for (int i = 0; i < s->n_files; i++) {
+        if (df_file_open(&s->files[i], s->paths[i], mode, err)) return -1;
+        s->plain_fds[i] = open(s->paths[i], O_RDONLY | O_CLOEXEC);
+        if (s->plain_fds[i] < 0)
+            return df_err_set(err, DF_ERR_IO, -1, "%s: cannot open: %s", s->paths[i], strerror(errno));
+    }
     for (int il = 0; il < s->n_layers; il++) {
         if (!moe_layer[il]) continue;
         for (int e = 0; e < s->n_experts; e++) {
@@ -66,12 +82,19 @@ int expert_store_finish(expert_store *s, const uint8_t *moe_layer, df_error *err
                 if (l->src[k] < lo) lo = l->src[k];
                 if (l->src[k] + s->sizes[k] > hi) hi = l->src[k] + s->sizes[k];
             }
+            if (hi > s->files[l->file].size)
+                return df_err_set(err, DF_ERR_FORMAT, (int64_t)hi, "%s: layer %d expert %d ends past the end of the file",
+                                  s->paths[l->file], il, e);
             l->contiguous = hi - lo == s->expert_bytes;
             if (l->contiguous) {
                 l->offset = lo;
+                l->span_off = align_down(lo, DF_DIRECT_ALIGN);
+                l->span_len = (uint32_t)(align_up(hi, DF_DIRECT_ALIGN) - l->span_off);
+                l->lead = (uint32_t)(lo - l->span_off);
                 for (int k = 0; k < EX_N; k++) l->rel[k] = (uint32_t)(l->src[k] - lo);
             } else {
                 uint32_t off = 0;
+                l->lead = 0;
                 for (int k = 0; k < EX_N; k++) {
                     l->rel[k] = off;
                     off += s->sizes[k];
@@ -79,53 +102,142 @@ int expert_store_finish(expert_store *s, const uint8_t *moe_layer, df_error *err
             }
         }
     }
-    return 0;
+    s->q = io_queue_new(depth, backend, err);
+    return s->q ? 0 : -1;
 }
 
-static int pread_full(int fd, uint8_t *dst, uint64_t n, uint64_t off)
+static int pread_plain(int fd, uint8_t *dst, uint64_t n, uint64_t off)
 {
     uint64_t got = 0;
     while (got < n) {
         ssize_t r = pread(fd, dst + got, (size_t)(n - got), (off_t)(off + got));
         if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) return r < 0 ? -errno : -EIO;
+        if (r < 0) return -errno;
+        if (r == 0) return -EIO;
         got += (uint64_t)r;
     }
     return 0;
 }
 
-int expert_store_read(expert_store *s, int il, int e, uint8_t *dst, df_error *err)
+/* tag layout: caller tag (32 bits) | layer (16) | expert (16) */
+static int64_t pack_tag(int64_t tag, int il, int e)
+{
+    return (int64_t)(((uint64_t)(uint32_t)tag << 32) | ((uint64_t)(uint16_t)il << 16) | (uint16_t)e);
+}
+
+int expert_store_queue(expert_store *s, int il, int e, uint8_t *slot, int64_t tag, df_error *err)
 {
     const expert_loc *l = &s->loc[(size_t)il * (size_t)s->n_experts + (size_t)e];
-    CHECK(l->file >= 0);
-    int fd = s->fds[l->file];
-    if (l->contiguous) {
-        int rc = pread_full(fd, dst, s->expert_bytes, l->offset);
-        if (rc)
-            return df_err_set(err, DF_ERR_IO, (int64_t)l->offset, "%s: reading layer %d expert %d failed: %s",
-                              s->paths[l->file], il, e, strerror(-rc));
-        s->n_reads++;
-    } else {
+    CHECK(l->file >= 0 && tag >= 0 && tag <= UINT32_MAX);
+    if (!l->contiguous) {
         for (int k = 0; k < EX_N; k++) {
-            int rc = pread_full(fd, dst + l->rel[k], s->sizes[k], l->src[k]);
+            int rc = pread_plain(s->plain_fds[l->file], slot + l->rel[k], s->sizes[k], l->src[k]);
             if (rc)
                 return df_err_set(err, DF_ERR_IO, (int64_t)l->src[k], "%s: reading layer %d expert %d %s failed: %s",
                                   s->paths[l->file], il, e, tensor_names[k], strerror(-rc));
-            s->n_reads++;
+            s->st.n_reads++;
+            s->st.bytes_io += s->sizes[k];
         }
+        s->st.bytes_read += s->expert_bytes;
+        /* completes at once: hand the tag back through the next wait */
+        io_req r = {.fd = -1, .tag = pack_tag(tag, il, e)};
+        CHECK(s->n_batch < EXPERT_BATCH_MAX);
+        s->batch[s->n_batch++] = r;
+        return 0;
     }
-    s->bytes_read += s->expert_bytes;
+    io_req r = {.fd = s->files[l->file].fd, .off = l->span_off, .len = l->span_len, .buf = slot,
+                .tag = pack_tag(tag, il, e)};
+    if (!s->files[l->file].direct) {
+        /* buffered: read exactly the expert, into the same place in the slot */
+        r.off = l->offset;
+        r.len = (size_t)s->expert_bytes;
+        r.buf = slot + l->lead;
+    }
+    CHECK(s->n_batch < EXPERT_BATCH_MAX);
+    s->batch[s->n_batch++] = r;
     return 0;
+}
+
+static int cmp_req(const void *a, const void *b)
+{
+    const io_req *x = a, *y = b;
+    if (x->fd != y->fd) return x->fd < y->fd ? -1 : 1;
+    return x->off < y->off ? -1 : x->off > y->off;
+}
+
+void expert_store_flush(expert_store *s)
+{
+    int n = 0;
+    for (int i = 0; i < s->n_batch; i++) {
+        if (s->batch[i].fd < 0) s->sync_done[s->n_sync_done++] = s->batch[i].tag;
+        else s->batch[n++] = s->batch[i];
+    }
+    qsort(s->batch, (size_t)n, sizeof *s->batch, cmp_req);
+    io_queue_submit(s->q, s->batch, n);
+    s->n_batch = 0;
+}
+
+int expert_store_wait(expert_store *s, int64_t *tags, int max, int *n_tags, df_error *err)
+{
+    *n_tags = 0;
+    while (s->n_sync_done && *n_tags < max)
+        tags[(*n_tags)++] = (int64_t)((uint64_t)s->sync_done[--s->n_sync_done] >> 32);
+    if (*n_tags) return 0;
+    if (!io_queue_in_flight(s->q)) return 0;
+    io_done done[64];
+    double t0 = now_sec();
+    int got = io_queue_wait(s->q, done, max < 64 ? max : 64);
+    s->st.wait_sec += now_sec() - t0;
+    int rc = 0;
+    for (int i = 0; i < got; i++) {
+        int il = (int)((done[i].tag >> 16) & 0xFFFF), e = (int)(done[i].tag & 0xFFFF);
+        const expert_loc *l = &s->loc[(size_t)il * (size_t)s->n_experts + (size_t)e];
+        const df_file *f = &s->files[l->file];
+        uint64_t need = f->direct ? (uint64_t)l->lead + s->expert_bytes : s->expert_bytes;
+        if (done[i].result < 0 || (uint64_t)done[i].result < need) {
+            if (!rc)
+                df_err_set(err, DF_ERR_IO, (int64_t)l->offset, "%s: reading layer %d expert %d failed: %s", f->path,
+                           il, e, done[i].result < 0 ? strerror((int)-done[i].result) : "short read (file truncated?)");
+            rc = -1;
+            continue;
+        }
+        s->st.n_reads++;
+        s->st.bytes_read += s->expert_bytes;
+        s->st.bytes_io += (uint64_t)done[i].result;
+        if (!f->direct) df_file_dontneed(f, l->offset, s->expert_bytes);
+        tags[(*n_tags)++] = (int64_t)((uint64_t)done[i].tag >> 32);
+    }
+    if (rc) {
+        /* drain: nothing may still be writing into slots the caller frees */
+        while (io_queue_in_flight(s->q)) io_queue_wait(s->q, done, 64);
+    }
+    return rc;
+}
+
+int expert_store_read(expert_store *s, int il, int e, uint8_t *slot, df_error *err)
+{
+    CHECK(s->n_batch == 0 && !s->n_sync_done && !io_queue_in_flight(s->q));
+    if (expert_store_queue(s, il, e, slot, 0, err)) return -1;
+    expert_store_flush(s);
+    int64_t tag;
+    int n;
+    for (;;) {
+        if (expert_store_wait(s, &tag, 1, &n, err)) return -1;
+        if (n) return 0;
+    }
 }
 
 void expert_store_deinit(expert_store *s)
 {
     if (!s) return;
-    for (int i = 0; i < s->n_files; i++) {
-        close(s->fds[i]);
-        free(s->paths[i]);
+    io_queue_free(s->q);
+    for (int i = 0; s->files && i < s->n_files; i++) {
+        df_file_close(&s->files[i]);
+        if (s->plain_fds[i] >= 0) close(s->plain_fds[i]);
     }
-    free(s->fds);
+    for (int i = 0; i < s->n_files; i++) free(s->paths[i]);
+    free(s->files);
+    free(s->plain_fds);
     free(s->paths);
     free(s->loc);
     memset(s, 0, sizeof *s);

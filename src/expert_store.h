@@ -1,13 +1,16 @@
 /* expert_store.h - where each routed expert's bytes live and how to read them.
  *
  * Owns: the table (layer, expert) -> file, byte range, and the position of
- * its six tensors (w1/w2/w3 packed + scales) inside that range; the read
- * file descriptors; read counters.  In K3 the six tensors of an expert are
- * contiguous, so one expert is one pread into a slot; a layout that is not
- * contiguous is read tensor by tensor into the same slot layout.
+ * its six tensors (w1/w2/w3 packed + scales) inside that range; the shard
+ * files (opened for O_DIRECT where possible) and the io_queue that reads
+ * them; read counters.  In K3 the six tensors of an expert are contiguous,
+ * so one expert is ONE read: of the 4 KiB-aligned span around it, straight
+ * into a cache slot (the expert's data starts `lead` bytes into the slot).
+ * A layer's misses are submitted together, sorted by file and offset, and
+ * complete out of order.  An expert whose tensors are not contiguous is read
+ * tensor by tensor with buffered preads into the same slot layout.
  * Does not own: slots or any caching policy (expert_cache), nor deciding
- * what to read (moe).  Reads use plain pread for now; O_DIRECT, io_uring and
- * prefetch come later behind the same expert_store_read call.
+ * what to read (moe).  Thread: the session thread.
  */
 #ifndef DF_EXPERT_STORE_H
 #define DF_EXPERT_STORE_H
@@ -15,6 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "df_error.h"
+#include "file.h"
 
 enum { EX_W1P, EX_W1S, EX_W2P, EX_W2S, EX_W3P, EX_W3S, EX_N };
 
@@ -22,31 +26,70 @@ typedef struct expert_loc {
     int file;                 /* index into the store's files, -1 = not a MoE layer */
     int contiguous;           /* the six tensors form one gap-free range */
     uint64_t offset;          /* contiguous: start of the range in the file */
+    uint64_t span_off;        /* aligned read: start (<= offset) */
+    uint32_t span_len;        /* aligned read: length */
+    uint32_t lead;            /* offset - span_off: where the data starts in the slot */
     uint64_t src[EX_N];       /* absolute file offset of each tensor */
-    uint32_t rel[EX_N];       /* offset of each tensor inside the slot */
+    uint32_t rel[EX_N];       /* offset of each tensor from the data start */
 } expert_loc;
+
+typedef struct expert_store_stats {
+    uint64_t n_reads;         /* read requests completed */
+    uint64_t bytes_read;      /* expert bytes delivered */
+    uint64_t bytes_io;        /* bytes transferred (aligned spans) */
+    double wait_sec;          /* time the session thread waited for reads */
+} expert_store_stats;
+
+#define EXPERT_BATCH_MAX 4096
 
 typedef struct expert_store {
     int n_layers, n_experts;
     expert_loc *loc;          /* [n_layers][n_experts] */
     uint32_t sizes[EX_N];     /* byte size of each tensor (same for all experts) */
-    uint64_t expert_bytes;    /* slot size: sum of sizes */
+    uint64_t expert_bytes;    /* sum of sizes */
+    size_t slot_bytes;        /* what a cache slot must hold: aligned span bound */
     int n_files;
-    int *fds;
+    df_file *files;           /* read files (O_DIRECT when possible) */
+    int *plain_fds;           /* buffered fds for non-contiguous experts */
     char **paths;
-    uint64_t n_reads, bytes_read;   /* counters (owner: the session thread) */
+    enum io_mode mode;
+    io_queue *q;
+    io_req batch[EXPERT_BATCH_MAX];
+    int n_batch;
+    int64_t sync_done[EXPERT_BATCH_MAX];   /* tags of reads finished inside queue */
+    int n_sync_done;
+    expert_store_stats st;
 } expert_store;
 
 void expert_store_init(expert_store *s, int n_layers, int n_experts, const uint32_t sizes[EX_N]);
-/* Register a file (opened read-only); returns its index or -1. */
+/* Register a shard path; returns its index (the file is opened in finish). */
 int expert_store_add_file(expert_store *s, const char *path, df_error *err);
 /* Record tensor `which` of expert (il, e) at absolute offset `off` in file. */
 void expert_store_set(expert_store *s, int il, int e, int which, int file, uint64_t off);
-/* After all set calls: decide contiguity and slot layout; checks every MoE
- * layer's experts are complete.  `moe_layer[il]` says which layers have experts. */
-int expert_store_finish(expert_store *s, const uint8_t *moe_layer, df_error *err);
-/* Read expert (il, e) into dst (expert_bytes long). */
-int expert_store_read(expert_store *s, int il, int e, uint8_t *dst, df_error *err);
+/* After all set calls: open files, decide contiguity, aligned spans and the
+ * slot layout; checks every MoE layer's experts are complete and inside
+ * their files.  `moe_layer[il]` says which layers have experts. */
+int expert_store_finish(expert_store *s, const uint8_t *moe_layer, enum io_mode mode, int depth,
+                        enum io_backend backend, df_error *err);
+
+/* Where the expert's data begins inside its slot. */
+static inline uint8_t *expert_store_data(const expert_store *s, int il, int e, uint8_t *slot)
+{
+    return slot + s->loc[(size_t)il * (size_t)s->n_experts + (size_t)e].lead;
+}
+
+/* Queue a read of expert (il, e) into slot; `tag` comes back from wait.
+ * Non-contiguous experts are read synchronously here. Returns -1 on error. */
+int expert_store_queue(expert_store *s, int il, int e, uint8_t *slot, int64_t tag, df_error *err);
+/* Submit everything queued, sorted by file and offset. */
+void expert_store_flush(expert_store *s);
+/* Wait for at least one queued expert; writes up to max tags.  On a failed
+ * or short read returns -1 with an error naming the expert and the file,
+ * after draining every read still in flight; *n_tags then lists the tags
+ * that did complete.  Returns 0 when nothing is in flight. */
+int expert_store_wait(expert_store *s, int64_t *tags, int max, int *n_tags, df_error *err);
+/* Synchronous read of one expert (tests, warming). */
+int expert_store_read(expert_store *s, int il, int e, uint8_t *slot, df_error *err);
 void expert_store_deinit(expert_store *s);
 
 #endif

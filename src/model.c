@@ -607,7 +607,7 @@ int model_load(df_engine *eng, const char *dir, df_error *err)
         else L->mla_idx = eng->n_mla++;
         if (bind_layer(&ld, il, err)) goto done;
     }
-    if (expert_store_finish(&eng->store, c->layer_moe, err)) goto done;
+    if (expert_store_finish(&eng->store, c->layer_moe, eng->io_mode, eng->io_depth, eng->io_backend, err)) goto done;
     rc = 0;
 done:
     free(text);

@@ -100,8 +100,12 @@ struct df_engine {
     expert_cache cache;
     threadpool *pool;
     const kernel_table *kt;
+    enum io_mode io_mode;     /* expert reads: O_DIRECT / buffered / auto */
+    int io_depth;             /* reads in flight */
+    enum io_backend io_backend;
     int n_threads;
     uint64_t tokens;
+    uint64_t plan_budget, plan_trunk, plan_state, plan_scratch, plan_reserve;
     float **owned;            /* owned f32 vectors, freed at close */
     int n_owned, cap_owned;
 };
@@ -156,7 +160,9 @@ struct df_session {
     int *uniq;                /* [T*k] unique experts of a layer */
     int *slot_of;             /* [T*k] gathered row of (t, j) */
     int *uniq_first, *uniq_count; /* [T*k] gathered rows per unique expert */
-    uint8_t **uniq_slot;      /* [T*k] */
+    uint8_t **uniq_slot;      /* [T*k] slot of each distinct expert */
+    int *uniq_state;          /* [T*k] 1 = bytes present in the slot */
+    int *ready_list;          /* [T*k] */
     dbg_record *dbg;          /* optional, owned by the caller */
 };
 

@@ -59,17 +59,130 @@ static void route(const k3_config *c, const float *logits, const float *bias, in
     for (int j = 0; j < c->k; j++) w[j] = (float)((double)sig[ids[j]] / (sum + 1e-20) * (double)c->rsf);
 }
 
-static wmat expert_mat(const expert_loc *loc, const uint8_t *slot, int wp, int ws, int rows, int cols)
+static wmat expert_mat(const expert_loc *loc, const uint8_t *data, int wp, int ws, int rows, int cols)
 {
-    wmat m = {.type = W_MXFP4, .data = slot + loc->rel[wp], .scales = slot + loc->rel[ws], .rows = rows, .cols = cols};
+    wmat m = {.type = W_MXFP4, .data = data + loc->rel[wp], .scales = data + loc->rel[ws], .rows = rows, .cols = cols};
     return m;
+}
+
+/* The three MXFP4 products of the listed distinct experts (indices into
+ * s->uniq), each over the rows gathered for it. */
+static void run_experts(df_session *s, int il, const int *us, int n)
+{
+    df_engine *eng = s->eng;
+    const k3_config *c = &eng->cfg;
+    int E = c->E, Lt = c->Lt, I = c->I;
+    mm_job jobs[MM_MAX_JOBS];
+    int nj = 0;
+    CHECK(n > 0 && 2 * n <= MM_MAX_JOBS);
+    for (int i = 0; i < n; i++) {
+        int u = us[i];
+        const expert_loc *loc = &eng->store.loc[(size_t)il * E + (size_t)s->uniq[u]];
+        const uint8_t *data = s->uniq_slot[u] + loc->lead;
+        size_t r0 = (size_t)s->uniq_first[u];
+        int nt = s->uniq_count[u];
+        jobs[nj++] = (mm_job){.w = expert_mat(loc, data, EX_W1P, EX_W1S, I, Lt), .x = s->g_x + r0 * Lt,
+                              .xs = (size_t)Lt, .y = s->g_h1 + r0 * I, .ys = (size_t)I, .T = nt};
+        jobs[nj++] = (mm_job){.w = expert_mat(loc, data, EX_W3P, EX_W3S, I, Lt), .x = s->g_x + r0 * Lt,
+                              .xs = (size_t)Lt, .y = s->g_h3 + r0 * I, .ys = (size_t)I, .T = nt};
+    }
+    mm_run(eng->pool, eng->kt, jobs, nj);
+    for (int i = 0; i < n; i++) {
+        int u = us[i];
+        for (int r = s->uniq_first[u]; r < s->uniq_first[u] + s->uniq_count[u]; r++) {
+            float *h1 = s->g_h1 + (size_t)r * I, *h3 = s->g_h3 + (size_t)r * I;
+            situ_rows(h1, h3, (size_t)I, c->b1, c->b2, h1);
+            mxfp4_prep_x(h1, I, s->g_a + (size_t)r * I);
+        }
+    }
+    nj = 0;
+    for (int i = 0; i < n; i++) {
+        int u = us[i];
+        const expert_loc *loc = &eng->store.loc[(size_t)il * E + (size_t)s->uniq[u]];
+        const uint8_t *data = s->uniq_slot[u] + loc->lead;
+        size_t r0 = (size_t)s->uniq_first[u];
+        jobs[nj++] = (mm_job){.w = expert_mat(loc, data, EX_W2P, EX_W2S, Lt, I), .x = s->g_a + r0 * I,
+                              .xs = (size_t)I, .y = s->g_out + r0 * Lt, .ys = (size_t)Lt, .T = s->uniq_count[u]};
+    }
+    mm_run(eng->pool, eng->kt, jobs, nj);
+}
+
+/* Acquire experts uniq[u0..u1) and queue the misses' reads (submitted
+ * together, sorted by offset).  Returns the number of misses, or -1 when a
+ * read could not even be queued (the group is still finished normally). */
+static int experts_begin(df_session *s, int il, int u0, int u1, int *n_ready, df_error *err)
+{
+    df_engine *eng = s->eng;
+    int n_miss = 0, rc = 0;
+    *n_ready = 0;
+    for (int u = u0; u < u1; u++) {
+        int e = s->uniq[u], r = expert_cache_acquire(&eng->cache, il, e, &s->uniq_slot[u]);
+        CHECK(r != EC_FULL); /* a group never exceeds the slot count */
+        s->uniq_state[u] = r == EC_HIT;
+        if (r == EC_HIT) {
+            s->ready_list[(*n_ready)++] = u;
+        } else {
+            n_miss++;
+            if (!rc && expert_store_queue(&eng->store, il, e, s->uniq_slot[u], u, err)) rc = -1;
+        }
+    }
+    expert_store_flush(&eng->store);
+    return rc ? -1 : n_miss;
+}
+
+/* Compute the resident experts while the reads are in flight, then each
+ * missed one as its read lands; give every slot back (failed reads are
+ * dropped from the cache). */
+static int experts_finish(df_session *s, int il, int u0, int u1, int n_ready, int n_miss, int rc, df_error *err)
+{
+    df_engine *eng = s->eng;
+    expert_cache *cache = &eng->cache;
+    int *ready = s->ready_list;
+    if (!rc && n_ready) run_experts(s, il, ready, n_ready);
+    int64_t tags[64];
+    for (;;) {
+        int n = 0;
+        int wrc = expert_store_wait(&eng->store, tags, 64, &n, err);
+        if (!n && !wrc) break; /* nothing left in flight */
+        n_ready = 0;
+        for (int i = 0; i < n; i++) {
+            int u = (int)tags[i];
+            expert_cache_filled(cache, il, s->uniq[u]);
+            s->uniq_state[u] = 1;
+            ready[n_ready++] = u;
+        }
+        n_miss -= n;
+        if (wrc) rc = -1;
+        if (!rc && n_ready) run_experts(s, il, ready, n_ready);
+    }
+    CHECK(rc || n_miss == 0);
+    for (int u = u0; u < u1; u++) {
+        if (s->uniq_state[u]) expert_cache_release(cache, il, s->uniq[u]);
+        else expert_cache_abort(cache, il, s->uniq[u]);
+    }
+    return rc;
+}
+
+/* shared experts: SiTU of the gate/up products already in big0/big1, then
+ * the down-projection into out (zeros when the model has none) */
+static void shared_down(df_session *s, const k3_layer *L, int T, float *out)
+{
+    df_engine *eng = s->eng;
+    const k3_config *c = &eng->cfg;
+    int NsI = c->Ns * c->I;
+    if (NsI) {
+        situ_rows(s->big0, s->big1, (size_t)T * NsI, c->b1, c->b2, s->big0);
+        mm_one(eng->pool, eng->kt, L->sh_down, s->big0, T, out);
+    } else {
+        memset(out, 0, (size_t)T * c->h * sizeof(float));
+    }
 }
 
 int moe_forward(df_session *s, int il, const k3_layer *L, const float *y, int T, float *out, df_error *err)
 {
     df_engine *eng = s->eng;
     const k3_config *c = &eng->cfg;
-    int E = c->E, k = c->k, Lt = c->Lt, I = c->I, h = c->h, NsI = c->Ns * c->I;
+    int E = c->E, k = c->k, Lt = c->Lt, h = c->h, NsI = c->Ns * c->I;
 
     /* router, latent down-projection and shared experts in one job list */
     float *rlog = s->big2, *z = s->big3;
@@ -82,12 +195,6 @@ int moe_forward(df_session *s, int il, const k3_layer *L, const float *y, int T,
         jobs[nj++] = (mm_job){.w = L->sh_up, .x = y, .xs = (size_t)h, .y = s->big1, .ys = (size_t)NsI, .T = T};
     }
     mm_run(eng->pool, eng->kt, jobs, nj);
-    if (NsI) {
-        situ_rows(s->big0, s->big1, (size_t)T * NsI, c->b1, c->b2, s->big0);
-        mm_one(eng->pool, eng->kt, L->sh_down, s->big0, T, out);
-    } else {
-        memset(out, 0, (size_t)T * h * sizeof(float));
-    }
 
     /* routing; sig/choice scratch in big4/big5 */
     for (int t = 0; t < T; t++)
@@ -121,50 +228,14 @@ int moe_forward(df_session *s, int il, const k3_layer *L, const float *y, int T,
         memcpy(s->g_x + (size_t)row * Lt, s->zp + (size_t)(i / k) * Lt, (size_t)Lt * sizeof(float));
     }
 
+    /* experts in groups that fit the cache; the first group's reads overlap
+     * the shared experts' down-projection */
     int group = eng->cache.n_slots < MM_MAX_JOBS / 2 ? eng->cache.n_slots : MM_MAX_JOBS / 2;
     for (int u0 = 0; u0 < n_u; u0 += group) {
-        int u1 = u0 + group < n_u ? u0 + group : n_u;
-        for (int u = u0; u < u1; u++) {
-            uint8_t *slot;
-            int r = expert_cache_acquire(&eng->cache, il, s->uniq[u], &slot);
-            CHECK(r != EC_FULL); /* a group never exceeds the slot count */
-            if (r == EC_MISS) {
-                if (expert_store_read(&eng->store, il, s->uniq[u], slot, err)) {
-                    expert_cache_abort(&eng->cache, il, s->uniq[u]);
-                    for (int v = u0; v < u; v++) expert_cache_release(&eng->cache, il, s->uniq[v]);
-                    return -1;
-                }
-                expert_cache_filled(&eng->cache, il, s->uniq[u]);
-            }
-            s->uniq_slot[u] = slot;
-        }
-        nj = 0;
-        for (int u = u0; u < u1; u++) {
-            const expert_loc *loc = &eng->store.loc[(size_t)il * E + (size_t)s->uniq[u]];
-            size_t r0 = (size_t)s->uniq_first[u];
-            int nt = s->uniq_count[u];
-            jobs[nj++] = (mm_job){.w = expert_mat(loc, s->uniq_slot[u], EX_W1P, EX_W1S, I, Lt),
-                                  .x = s->g_x + r0 * Lt, .xs = (size_t)Lt, .y = s->g_h1 + r0 * I, .ys = (size_t)I, .T = nt};
-            jobs[nj++] = (mm_job){.w = expert_mat(loc, s->uniq_slot[u], EX_W3P, EX_W3S, I, Lt),
-                                  .x = s->g_x + r0 * Lt, .xs = (size_t)Lt, .y = s->g_h3 + r0 * I, .ys = (size_t)I, .T = nt};
-        }
-        mm_run(eng->pool, eng->kt, jobs, nj);
-        for (int u = u0; u < u1; u++)
-            for (int r = s->uniq_first[u]; r < s->uniq_first[u] + s->uniq_count[u]; r++) {
-                float *h1 = s->g_h1 + (size_t)r * I, *h3 = s->g_h3 + (size_t)r * I;
-                situ_rows(h1, h3, (size_t)I, c->b1, c->b2, h1);
-                mxfp4_prep_x(h1, I, s->g_a + (size_t)r * I);
-            }
-        nj = 0;
-        for (int u = u0; u < u1; u++) {
-            const expert_loc *loc = &eng->store.loc[(size_t)il * E + (size_t)s->uniq[u]];
-            size_t r0 = (size_t)s->uniq_first[u];
-            jobs[nj++] = (mm_job){.w = expert_mat(loc, s->uniq_slot[u], EX_W2P, EX_W2S, Lt, I),
-                                  .x = s->g_a + r0 * I, .xs = (size_t)I, .y = s->g_out + r0 * Lt, .ys = (size_t)Lt,
-                                  .T = s->uniq_count[u]};
-        }
-        mm_run(eng->pool, eng->kt, jobs, nj);
-        for (int u = u0; u < u1; u++) expert_cache_release(&eng->cache, il, s->uniq[u]);
+        int u1 = u0 + group < n_u ? u0 + group : n_u, n_ready;
+        int n_miss = experts_begin(s, il, u0, u1, &n_ready, err);
+        if (u0 == 0) shared_down(s, L, T, out);
+        if (experts_finish(s, il, u0, u1, n_ready, n_miss < 0 ? 0 : n_miss, n_miss < 0 ? -1 : 0, err)) return -1;
     }
 
     /* weighted sum in route order, latent norm, up-projection, + shared */

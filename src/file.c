@@ -1,0 +1,310 @@
+/* file.c - see file.h.
+ *
+ * The pread pool: submit appends to a fixed ring of pending requests; each
+ * worker pops one, preads until done (resuming short reads, stopping at
+ * EOF), and appends the completion to a fixed ring of results.  Rings are
+ * sized at creation (IO_RING_CAP), so submitting and waiting never allocate.
+ * The io_uring backend (built when liburing is available) keeps `depth`
+ * reads in the kernel's submission queue and resubmits the rest of a short
+ * read itself.
+ */
+#define _GNU_SOURCE
+#include "file.h"
+#include "util.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#ifdef DF_HAVE_URING
+#include <liburing.h>
+#endif
+
+#define IO_RING_CAP 8192
+
+int df_file_open(df_file *f, const char *path, enum io_mode mode, df_error *err)
+{
+    memset(f, 0, sizeof *f);
+    f->fd = -1;
+    struct stat st;
+    if (stat(path, &st) != 0) return df_err_set(err, DF_ERR_IO, -1, "%s: cannot stat: %s", path, strerror(errno));
+    f->size = (uint64_t)st.st_size;
+    if (mode != IO_BUFFERED) {
+        int fd = open(path, O_RDONLY | O_CLOEXEC | O_DIRECT);
+        if (fd >= 0) {
+            /* some file systems accept the flag and fail the read: probe one block */
+            void *probe = aligned_alloc_raw(DF_DIRECT_ALIGN);
+            ssize_t r = probe ? pread(fd, probe, DF_DIRECT_ALIGN, 0) : -1;
+            aligned_free(probe);
+            if (r >= 0) {
+                f->fd = fd;
+                f->direct = 1;
+            } else {
+                close(fd);
+            }
+        }
+        if (f->fd < 0 && mode == IO_DIRECT)
+            return df_err_set(err, DF_ERR_IO, -1, "%s: O_DIRECT reads are not supported here", path);
+    }
+    if (f->fd < 0) {
+        f->fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (f->fd < 0) return df_err_set(err, DF_ERR_IO, -1, "%s: cannot open: %s", path, strerror(errno));
+        posix_fadvise(f->fd, 0, 0, POSIX_FADV_RANDOM);
+    }
+    f->path = xstrdup(path);
+    return 0;
+}
+
+void df_file_close(df_file *f)
+{
+    if (!f) return;
+    if (f->fd >= 0) close(f->fd);
+    free(f->path);
+    f->fd = -1;
+    f->path = NULL;
+}
+
+void df_file_dontneed(const df_file *f, uint64_t off, uint64_t len)
+{
+    if (!f->direct) posix_fadvise(f->fd, (off_t)off, (off_t)len, POSIX_FADV_DONTNEED);
+}
+
+struct io_queue {
+    enum io_backend backend;
+    int depth;
+    int in_flight;                     /* submitted, not yet returned by wait */
+    /* pread pool */
+    pthread_t *threads;
+    int n_threads;
+    pthread_mutex_t mu;
+    pthread_cond_t have_work, have_done;
+    io_req *pend;
+    size_t pend_head, pend_count;
+    io_done *done;
+    size_t done_head, done_count;
+    int stop;
+#ifdef DF_HAVE_URING
+    struct io_uring ring;
+    io_req *uq;                         /* requests waiting for a kernel slot */
+    size_t uq_head, uq_count;
+    io_req *slots;                      /* [depth] request per kernel slot */
+    uint64_t *slot_done;                /* bytes already read for the slot */
+    int *free_slots;
+    int n_free;
+#endif
+};
+
+static int64_t pread_full(const io_req *r)
+{
+    size_t got = 0;
+    while (got < r->len) {
+        ssize_t n = pread(r->fd, (uint8_t *)r->buf + got, r->len - got, (off_t)(r->off + got));
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) return -errno;
+        if (n == 0) break;
+        got += (size_t)n;
+    }
+    return (int64_t)got;
+}
+
+static void *io_worker(void *arg)
+{
+    io_queue *q = arg;
+    pthread_mutex_lock(&q->mu);
+    for (;;) {
+        while (!q->pend_count && !q->stop) pthread_cond_wait(&q->have_work, &q->mu);
+        if (q->stop) break;
+        io_req r = q->pend[q->pend_head];
+        q->pend_head = (q->pend_head + 1) % IO_RING_CAP;
+        q->pend_count--;
+        pthread_mutex_unlock(&q->mu);
+        int64_t res = pread_full(&r);
+        pthread_mutex_lock(&q->mu);
+        CHECK(q->done_count < IO_RING_CAP);
+        q->done[(q->done_head + q->done_count) % IO_RING_CAP] = (io_done){.tag = r.tag, .result = res};
+        q->done_count++;
+        pthread_cond_signal(&q->have_done);
+    }
+    pthread_mutex_unlock(&q->mu);
+    return NULL;
+}
+
+io_queue *io_queue_new(int depth, enum io_backend backend, df_error *err)
+{
+    if (depth < 1) depth = 1;
+    if (depth > 256) depth = 256;
+    io_queue *q = xcalloc(1, sizeof *q);
+    q->depth = depth;
+#ifdef DF_HAVE_URING
+    if (backend != IO_BACKEND_THREADS) {
+        int rc = io_uring_queue_init((unsigned)depth, &q->ring, 0);
+        if (rc == 0) {
+            q->backend = IO_BACKEND_URING;
+            q->uq = xmalloc(IO_RING_CAP * sizeof *q->uq);
+            q->slots = xcalloc((size_t)depth, sizeof *q->slots);
+            q->slot_done = xcalloc((size_t)depth, sizeof *q->slot_done);
+            q->free_slots = xmalloc((size_t)depth * sizeof *q->free_slots);
+            for (int i = 0; i < depth; i++) q->free_slots[i] = depth - 1 - i;
+            q->n_free = depth;
+            q->done = xmalloc(IO_RING_CAP * sizeof *q->done);
+            return q;
+        }
+        if (backend == IO_BACKEND_URING) {
+            df_err_set(err, DF_ERR_UNSUPPORTED, -1, "io_uring is not available: %s", strerror(-rc));
+            free(q);
+            return NULL;
+        }
+    }
+#else
+    if (backend == IO_BACKEND_URING) {
+        df_err_set(err, DF_ERR_UNSUPPORTED, -1, "this build has no io_uring support (liburing missing at build time)");
+        free(q);
+        return NULL;
+    }
+#endif
+    q->backend = IO_BACKEND_THREADS;
+    pthread_mutex_init(&q->mu, NULL);
+    pthread_cond_init(&q->have_work, NULL);
+    pthread_cond_init(&q->have_done, NULL);
+    q->pend = xmalloc(IO_RING_CAP * sizeof *q->pend);
+    q->done = xmalloc(IO_RING_CAP * sizeof *q->done);
+    q->n_threads = depth;
+    q->threads = xcalloc((size_t)depth, sizeof *q->threads);
+    for (int i = 0; i < depth; i++) CHECK(pthread_create(&q->threads[i], NULL, io_worker, q) == 0);
+    return q;
+}
+
+void io_queue_free(io_queue *q)
+{
+    if (!q) return;
+    while (io_queue_in_flight(q)) {
+        io_done d[64];
+        io_queue_wait(q, d, 64);
+    }
+#ifdef DF_HAVE_URING
+    if (q->backend == IO_BACKEND_URING) {
+        io_uring_queue_exit(&q->ring);
+        free(q->uq);
+        free(q->slots);
+        free(q->slot_done);
+        free(q->free_slots);
+        free(q->done);
+        free(q);
+        return;
+    }
+#endif
+    pthread_mutex_lock(&q->mu);
+    q->stop = 1;
+    pthread_cond_broadcast(&q->have_work);
+    pthread_mutex_unlock(&q->mu);
+    for (int i = 0; i < q->n_threads; i++) pthread_join(q->threads[i], NULL);
+    pthread_mutex_destroy(&q->mu);
+    pthread_cond_destroy(&q->have_work);
+    pthread_cond_destroy(&q->have_done);
+    free(q->threads);
+    free(q->pend);
+    free(q->done);
+    free(q);
+}
+
+const char *io_queue_backend(const io_queue *q)
+{
+    return q->backend == IO_BACKEND_URING ? "io_uring" : "pread threads";
+}
+
+int io_queue_in_flight(const io_queue *q) { return q->in_flight; }
+
+#ifdef DF_HAVE_URING
+static void uring_fill(io_queue *q)
+{
+    int added = 0;
+    while (q->uq_count && q->n_free) {
+        int s = q->free_slots[--q->n_free];
+        q->slots[s] = q->uq[q->uq_head];
+        q->slot_done[s] = 0;
+        q->uq_head = (q->uq_head + 1) % IO_RING_CAP;
+        q->uq_count--;
+        struct io_uring_sqe *sqe = io_uring_get_sqe(&q->ring);
+        CHECK(sqe);
+        io_uring_prep_read(sqe, q->slots[s].fd, q->slots[s].buf, (unsigned)q->slots[s].len, q->slots[s].off);
+        io_uring_sqe_set_data64(sqe, (uint64_t)s);
+        added++;
+    }
+    if (added) io_uring_submit(&q->ring);
+}
+#endif
+
+void io_queue_submit(io_queue *q, const io_req *reqs, int n)
+{
+    if (n <= 0) return;
+#ifdef DF_HAVE_URING
+    if (q->backend == IO_BACKEND_URING) {
+        CHECK(q->uq_count + (size_t)n <= IO_RING_CAP);
+        for (int i = 0; i < n; i++) q->uq[(q->uq_head + q->uq_count++) % IO_RING_CAP] = reqs[i];
+        q->in_flight += n;
+        uring_fill(q);
+        return;
+    }
+#endif
+    pthread_mutex_lock(&q->mu);
+    CHECK(q->pend_count + (size_t)n <= IO_RING_CAP);
+    for (int i = 0; i < n; i++) q->pend[(q->pend_head + q->pend_count++) % IO_RING_CAP] = reqs[i];
+    q->in_flight += n;
+    pthread_cond_broadcast(&q->have_work);
+    pthread_mutex_unlock(&q->mu);
+}
+
+int io_queue_wait(io_queue *q, io_done *done, int max)
+{
+    if (!q->in_flight || max <= 0) return 0;
+#ifdef DF_HAVE_URING
+    if (q->backend == IO_BACKEND_URING) {
+        int got = 0;
+        while (!got) {
+            struct io_uring_cqe *cqe;
+            int rc = io_uring_wait_cqe(&q->ring, &cqe);
+            if (rc == -EINTR) continue;
+            CHECK(rc == 0);
+            while (got < max && io_uring_peek_cqe(&q->ring, &cqe) == 0) {
+                int s = (int)io_uring_cqe_get_data64(cqe);
+                int res = cqe->res;
+                io_uring_cqe_seen(&q->ring, cqe);
+                io_req *r = &q->slots[s];
+                int retry = res == -EINTR || res == -EAGAIN;
+                if (retry || (res > 0 && q->slot_done[s] + (uint64_t)res < r->len)) {
+                    /* interrupted or short read: ask for the rest in the same slot */
+                    if (!retry) q->slot_done[s] += (uint64_t)res;
+                    struct io_uring_sqe *sqe = io_uring_get_sqe(&q->ring);
+                    CHECK(sqe);
+                    io_uring_prep_read(sqe, r->fd, (uint8_t *)r->buf + q->slot_done[s],
+                                       (unsigned)(r->len - q->slot_done[s]), r->off + q->slot_done[s]);
+                    io_uring_sqe_set_data64(sqe, (uint64_t)s);
+                    io_uring_submit(&q->ring);
+                    continue;
+                }
+                int64_t total = res < 0 ? res : (int64_t)(q->slot_done[s] + (uint64_t)res);
+                done[got++] = (io_done){.tag = r->tag, .result = total};
+                q->free_slots[q->n_free++] = s;
+                q->in_flight--;
+            }
+            uring_fill(q);
+        }
+        return got;
+    }
+#endif
+    pthread_mutex_lock(&q->mu);
+    while (!q->done_count) pthread_cond_wait(&q->have_done, &q->mu);
+    int got = 0;
+    while (got < max && q->done_count) {
+        done[got++] = q->done[q->done_head];
+        q->done_head = (q->done_head + 1) % IO_RING_CAP;
+        q->done_count--;
+    }
+    q->in_flight -= got;
+    pthread_mutex_unlock(&q->mu);
+    return got;
+}

@@ -1,0 +1,57 @@
+/* tokenizer.h - K3's tokenizer: tiktoken-style byte-level BPE over K3's
+ * pre-tokenizer regex, plus the 256 reserved special tokens (spec section 9).
+ *
+ * Owns: loading `tiktoken.model` (base64 bytes + rank per line) and the
+ * special spellings of `tokenizer_config.json`; encoding text to ids (special
+ * spellings recognised only when the caller allows it); decoding ids back to
+ * bytes, incrementally, never emitting half a UTF-8 character and never
+ * splitting a special token.  Invalid UTF-8 in encoder input is handled as
+ * documented in tokenizer.c.  Thread-safety: a loaded tokenizer is read-only;
+ * encode/decode may run concurrently from several threads; a tok_decoder
+ * belongs to one thread.
+ */
+#ifndef DF_TOKENIZER_H
+#define DF_TOKENIZER_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "df_error.h"
+
+typedef struct tokenizer tokenizer;
+
+/* Load model_dir/tiktoken.model and model_dir/tokenizer_config.json.
+ * The vocabulary is n_ranks BPE tokens followed by 256 specials. */
+int tokenizer_load(const char *model_dir, tokenizer **out, df_error *err);
+void tokenizer_free(tokenizer *t);
+int tokenizer_n_vocab(const tokenizer *t);
+
+/* Append the ids of text[0..len) to the growable array *ids (*n used, *cap
+ * allocated; *ids may start NULL).  allow_special = 1: special spellings in
+ * the text become their ids; 0: they are ordinary text. */
+int tokenizer_encode(const tokenizer *t, const char *text, size_t len, int allow_special, int32_t **ids,
+                     size_t *n, size_t *cap, df_error *err);
+
+/* id of a special spelling such as "<|open|>", or -1. */
+int32_t tokenizer_special_id(const tokenizer *t, const char *spelling);
+int tokenizer_is_special(const tokenizer *t, int32_t id);
+/* The bytes of a token (a special's spelling); NULL for an id out of range.
+ * Valid while the tokenizer is. */
+const char *tokenizer_token_bytes(const tokenizer *t, int32_t id, size_t *len);
+
+/* Incremental decoder: bytes of ordinary tokens are held back until they
+ * complete a UTF-8 character; a special token is emitted whole.  Bytes that
+ * can never form a valid character come out as U+FFFD. */
+typedef struct tok_decoder {
+    const tokenizer *t;
+    unsigned char pend[8];
+    int n_pend;
+} tok_decoder;
+
+void tok_decoder_init(tok_decoder *d, const tokenizer *t);
+/* Decode one id; writes at most cap bytes to out (cap >= the token's length
+ * + 8 is always enough) and returns the count. */
+size_t tok_decoder_feed(tok_decoder *d, int32_t id, char *out, size_t cap);
+/* End of stream: pending incomplete bytes become U+FFFD. */
+size_t tok_decoder_flush(tok_decoder *d, char *out, size_t cap);
+
+#endif
