@@ -48,7 +48,7 @@ LIB_SRC := util file json threadpool safetensors quant mathfn kernels_ref kernel
            backend_cpu expert_store expert_cache model attnres kda mla moe engine
 LIB_OBJ := $(LIB_SRC:%=$(BUILD)/%.o)
 
-TESTS := test_json test_safetensors test_kernels test_model test_loader test_engine test_generated
+TESTS := test_json test_safetensors test_kernels test_model test_loader test_engine test_generated test_io
 TEST_BIN := $(TESTS:%=$(BUILD)/tests/%)
 
 all: $(BUILD)/deltafin $(BUILD)/k3gen

@@ -65,7 +65,8 @@ static int plan_memory(df_engine *eng, const df_engine_opts *o, df_error *err)
     size_t state = 0, scratch = 0;
     if (session_alloc(eng, &so, 1, NULL, &state, &scratch, err)) return -1;
     uint64_t trunk = eng->trunk_mapped_bytes;
-    uint64_t reserve = (64ull << 20) + (uint64_t)eng->n_threads * (8ull << 20);
+    /* the binary, libc, thread stacks as touched, I/O rings: measured ~10 MiB */
+    uint64_t reserve = (16ull << 20) + (uint64_t)eng->n_threads * (1ull << 20);
     uint64_t fixed = trunk + state + scratch + reserve;
     size_t slot = eng->store.slot_bytes;
     int n_moe = 0;
