@@ -27,6 +27,8 @@ static void usage(FILE *f)
           "commands:\n"
           "  run     generate from a prompt given as token ids\n"
           "  info    print the model's dimensions and memory needs\n"
+          "  cachesim --trace FILE [--slots 64,256,1024]\n"
+          "          replay a route trace through the LRU and LFU caches and Belady's optimal\n"
           "\n"
           "run options:\n"
           "  --model DIR          K3 checkpoint directory (config.json, index, shards)\n"
@@ -47,6 +49,8 @@ static void usage(FILE *f)
           "  --io MODE            expert reads: auto (O_DIRECT where possible), direct, buffered\n"
           "  --io-backend B       auto (io_uring where possible), uring, threads\n"
           "  --io-depth N         expert reads in flight (default 32)\n"
+          "  --cache-policy P     expert cache policy: lfu (default), tlfu (LFU + admission) or lru\n"
+          "  --trace FILE         write the route trace (one JSON line per position and MoE layer)\n"
           "  --stats              print timing and expert I/O counters to stderr\n",
           f);
 }
@@ -125,7 +129,7 @@ static double now(void)
 }
 
 typedef struct {
-    const char *model, *prompt_ids, *dump, *kernels, *io, *io_backend;
+    const char *model, *prompt_ids, *dump, *kernels, *io, *io_backend, *policy, *trace, *slots;
     int max_new, print_ids, threads, ctx, batch, stop_eos, stats, io_depth;
     size_t cache_bytes, mem;
 } run_args;
@@ -155,10 +159,13 @@ static void parse_common(int argc, char **argv, run_args *a)
         else if (!strcmp(f, "--io")) { NEED_ARG(); a->io = argv[++i]; }
         else if (!strcmp(f, "--io-backend")) { NEED_ARG(); a->io_backend = argv[++i]; }
         else if (!strcmp(f, "--io-depth")) { NEED_ARG(); a->io_depth = (int)parse_long(argv[++i], f, 1, 256); }
+        else if (!strcmp(f, "--cache-policy")) { NEED_ARG(); a->policy = argv[++i]; }
+        else if (!strcmp(f, "--trace")) { NEED_ARG(); a->trace = argv[++i]; }
+        else if (!strcmp(f, "--slots")) { NEED_ARG(); a->slots = argv[++i]; }
         else die("unknown option \"%s\"", f);
 #undef NEED_ARG
     }
-    if (!a->model) die("--model DIR is required");
+    if (!a->model && strcmp(argv[1], "cachesim")) die("--model DIR is required");
 }
 
 static df_engine *open_engine(const run_args *a)
@@ -174,6 +181,8 @@ static df_engine *open_engine(const run_args *a)
     eo.io_depth = a->io_depth;
     eo.plan_ctx = a->ctx;
     eo.plan_batch = a->batch;
+    eo.cache_policy = a->policy;
+    eo.trace_path = a->trace;
     eo.quiet = !a->stats;
     df_engine *eng;
     df_error err = {0};
@@ -297,6 +306,41 @@ static int cmd_info(int argc, char **argv)
     return 0;
 }
 
+static int cmd_cachesim(int argc, char **argv)
+{
+    run_args a;
+    parse_common(argc, argv, &a);
+    if (!a.trace) die("cachesim needs --trace FILE (written by 'deltafin run --trace FILE')");
+    int slots[64], n = 0;
+    const char *p = a.slots ? a.slots : "16,64,256,1024";
+    while (*p && n < 64) {
+        char *end;
+        long v = strtol(p, &end, 10);
+        if (end == p || v < 1 || v > (1 << 24)) die("--slots: bad cache size near \"%s\"", p);
+        slots[n++] = (int)v;
+        p = *end == ',' ? end + 1 : end;
+        if (*end && *end != ',') die("--slots: expected ',' near \"%s\"", end);
+    }
+    df_cachesim_row rows[64];
+    df_error err = {0};
+    if (df_cachesim(a.trace, slots, n, rows, &err)) {
+        fprintf(stderr, "deltafin: %s\n", err.msg);
+        return 1;
+    }
+    printf("trace %s: %llu steps, %llu expert uses\n", a.trace, (unsigned long long)rows[0].steps,
+           (unsigned long long)rows[0].accesses);
+    printf("%10s %9s %9s %9s %9s %11s %11s %11s\n", "slots", "LRU hit%", "LFU hit%", "TLFU hit%", "Belady%",
+           "LRU/Belady", "LFU/Belady", "TLFU/Belady");
+    for (int i = 0; i < n; i++) {
+        const df_cachesim_row *r = &rows[i];
+        double acc = (double)r->accesses, b = (double)r->hits_belady;
+        printf("%10d %9.2f %9.2f %9.2f %9.2f %11.3f %11.3f %11.3f\n", r->slots, 100 * r->hits_lru / acc,
+               100 * r->hits_lfu / acc, 100 * r->hits_tlfu / acc, 100 * b / acc, b ? r->hits_lru / b : 1.0,
+               b ? r->hits_lfu / b : 1.0, b ? r->hits_tlfu / b : 1.0);
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
@@ -305,5 +349,6 @@ int main(int argc, char **argv)
     }
     if (!strcmp(argv[1], "run")) return cmd_run(argc, argv);
     if (!strcmp(argv[1], "info")) return cmd_info(argc, argv);
+    if (!strcmp(argv[1], "cachesim")) return cmd_cachesim(argc, argv);
     die("unknown command \"%s\"", argv[1]);
 }

@@ -13,6 +13,8 @@
 #include "quant.h"
 #include "util.h"
 
+#include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -87,7 +89,13 @@ static int plan_memory(df_engine *eng, const df_engine_opts *o, df_error *err)
     if (n_slots > all) n_slots = all;
     if (n_slots < 1) n_slots = 1;
     if (n_slots > INT32_MAX / 2) n_slots = INT32_MAX / 2;
-    if (expert_cache_init(&eng->cache, c->NL, c->E, (int)n_slots, slot))
+    enum cache_policy pol;
+    if (expert_cache_policy_parse(o->cache_policy, &pol))
+        return df_err_set(err, DF_ERR_ARG, -1, "unknown cache policy \"%s\" (expected lfu, tlfu or lru)", o->cache_policy);
+    /* TLFU streams experts it does not admit through k extra slots, paid from the cache's share */
+    int n_transient = pol == CACHE_TLFU ? (n_slots > (uint64_t)c->k ? c->k : 0) : 0;
+    n_slots -= (uint64_t)n_transient;
+    if (expert_cache_init(&eng->cache, c->NL, c->E, (int)n_slots, n_transient, slot, pol))
         return df_err_set(err, DF_ERR_NOMEM, -1, "cannot allocate the expert cache (%llu slots of %zu bytes)",
                           (unsigned long long)n_slots, slot);
     eng->plan_budget = budget;
@@ -96,14 +104,15 @@ static int plan_memory(df_engine *eng, const df_engine_opts *o, df_error *err)
     eng->plan_scratch = scratch;
     eng->plan_reserve = reserve;
     if (!o->quiet) {
-        uint64_t cache = n_slots * slot, used = fixed + cache;
+        uint64_t cache = (n_slots + (uint64_t)n_transient) * slot, used = fixed + cache;
         df_log("memory plan for --mem %.2f GiB (context %d, batch %d):", gib(budget), so.n_ctx, so.max_batch);
         df_log("  trunk, mapped and resident   %9.3f GiB", gib(trunk));
         df_log("  KDA state + MLA cache        %9.3f GiB", gib(state));
         df_log("  scratch                      %9.3f GiB", gib(scratch));
         df_log("  process reserve              %9.3f GiB", gib(reserve));
-        df_log("  expert cache                 %9.3f GiB (%llu of %llu experts, %.2f MiB slots)", gib(cache),
-               (unsigned long long)n_slots, (unsigned long long)all, (double)slot / (1 << 20));
+        df_log("  expert cache                 %9.3f GiB (%llu of %llu experts + %d transient, %.2f MiB slots, %s)",
+               gib(cache), (unsigned long long)n_slots, (unsigned long long)all, n_transient,
+               (double)slot / (1 << 20), expert_cache_policy_name(pol));
         df_log("  %s                       %9.3f GiB", used <= budget ? "unused" : "OVER  ",
                gib(used <= budget ? budget - used : used - budget));
     }
@@ -144,6 +153,19 @@ int df_engine_open(const char *model_dir, const df_engine_opts *opts, df_engine 
         df_engine_close(eng);
         return -1;
     }
+    if (opts->trace_path) {
+        /* own buffer: stdio must not allocate inside the token loop */
+        eng->trace = fopen(opts->trace_path, "w");
+        if (!eng->trace) {
+            df_err_set(err, DF_ERR_IO, -1, "%s: cannot create the route trace: %s", opts->trace_path, strerror(errno));
+            df_engine_close(eng);
+            return -1;
+        }
+        eng->trace_buf = xmalloc(1 << 16);
+        setvbuf(eng->trace, eng->trace_buf, _IOFBF, 1 << 16);
+        fprintf(eng->trace, "{\"trace\":\"deltafin routes\",\"version\":1,\"layers\":%d,\"experts\":%d,\"top_k\":%d}\n",
+                eng->cfg.NL, eng->cfg.E, eng->cfg.k);
+    }
     if (!opts->quiet)
         df_log("loaded %s: %d layers (%d KDA, %d MLA), hidden %d, %d experts (top %d); kernels %s, %d threads; "
                "expert reads %s via %s, %d in flight",
@@ -157,6 +179,10 @@ int df_engine_open(const char *model_dir, const df_engine_opts *opts, df_engine 
 void df_engine_close(df_engine *eng)
 {
     if (!eng) return;
+    if (eng->trace) {
+        fclose(eng->trace);
+        free(eng->trace_buf);
+    }
     threadpool_free(eng->pool);
     expert_cache_deinit(&eng->cache);
     model_unload(eng);
@@ -361,6 +387,21 @@ static void norm_rows(const float *x, const float *w, int T, int n, float eps, f
     for (int t = 0; t < T; t++) rmsnorm(x + (size_t)t * n, w, n, eps, y + (size_t)t * n);
 }
 
+/* Route trace: one JSON line per (position, MoE layer), experts in route
+ * order with their weights (--trace; the input of `deltafin cachesim`). */
+static void trace_routes(const df_session *s, int il, int T)
+{
+    const df_engine *eng = s->eng;
+    int k = eng->cfg.k;
+    for (int t = 0; t < T; t++) {
+        fprintf(eng->trace, "{\"pos\":%d,\"layer\":%d,\"experts\":[", s->pos + t, il);
+        for (int j = 0; j < k; j++) fprintf(eng->trace, "%s%d", j ? "," : "", s->route_ids[t * k + j]);
+        fprintf(eng->trace, "],\"weights\":[");
+        for (int j = 0; j < k; j++) fprintf(eng->trace, "%s%.7g", j ? "," : "", (double)s->route_w[t * k + j]);
+        fprintf(eng->trace, "]}\n");
+    }
+}
+
 /* One chunk of T <= max_batch positions.  logits: NULL, or [T][V] when
  * all_rows, or [V] for the last position. */
 static int forward_chunk(df_session *s, const int32_t *ids, int T, float *logits, int all_rows, df_error *err)
@@ -404,6 +445,7 @@ static int forward_chunk(df_session *s, const int32_t *ids, int T, float *logits
         norm_rows(s->min, L->post_ln, T, (int)h, c->eps, s->y);
         if (L->moe) {
             if (moe_forward(s, il, L, s->y, T, s->ffn, err)) return -1;
+            if (eng->trace) trace_routes(s, il, T);
         } else {
             dense_mlp_forward(s, L, s->y, T, s->ffn);
         }

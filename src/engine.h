@@ -29,6 +29,8 @@ typedef struct df_engine_opts {
     const char *io_mode;        /* expert reads: "auto" (O_DIRECT where possible), "direct", "buffered" */
     const char *io_backend;     /* "auto" (io_uring where possible), "uring", "threads" */
     int io_depth;               /* expert reads in flight (0 = 32) */
+    const char *cache_policy;   /* "lfu" (default), "tlfu" or "lru" */
+    const char *trace_path;     /* write the route trace (JSON lines) here, or NULL */
     int quiet;                  /* no log lines on stderr */
 } df_engine_opts;
 
@@ -75,6 +77,15 @@ int df_session_pos(const df_session *s);
  * reusing it after a read error.   logits (may be NULL): when all_rows, [n][vocab] with
  * row t the distribution after ids[t]; otherwise [vocab] after the last id. */
 int df_session_eval(df_session *s, const int32_t *ids, int n, float *logits, int all_rows, df_error *err);
+
+/* Offline replay of a route trace (written with trace_path) through the
+ * cache policies and Belady's optimal, at several cache sizes (in experts). */
+typedef struct df_cachesim_row {
+    int slots;
+    uint64_t steps, accesses;     /* (position, layer) steps; distinct experts used per step, summed */
+    uint64_t hits_lru, hits_lfu, hits_tlfu, hits_belady;
+} df_cachesim_row;
+int df_cachesim(const char *trace_path, const int *slots, int n, df_cachesim_row *rows, df_error *err);
 
 /* Greedy choice: the first index of the maximum (ties go to the lower id). */
 int df_argmax(const float *logits, int n);

@@ -1,19 +1,24 @@
-/* expert_cache.c - see expert_cache.h.  LRU by a tick stamp; eviction scans
- * the slots (n_slots is small: a few hundred to a few thousand). */
+/* expert_cache.c - see expert_cache.h.  Eviction scans the slots (a few
+ * hundred to a few thousand; the scan is small next to reading an expert). */
 #include "expert_cache.h"
 #include "util.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-int expert_cache_init(expert_cache *c, int n_layers, int n_experts, int n_slots, size_t expert_bytes)
+int expert_cache_init(expert_cache *c, int n_layers, int n_experts, int n_slots, int n_transient,
+                      size_t slot_bytes, enum cache_policy policy)
 {
     memset(c, 0, sizeof *c);
-    CHECK(n_slots >= 1);
+    CHECK(n_slots >= 1 && n_transient >= 0);
     c->n_layers = n_layers;
     c->n_experts = n_experts;
-    c->n_slots = n_slots;
-    c->slot_bytes = (expert_bytes + 4095) & ~(size_t)4095;
+    if (policy != CACHE_TLFU) n_transient = 0;
+    c->n_transient = n_transient;
+    n_slots += n_transient; /* arrays below cover both kinds; n_slots counts the cache proper */
+    c->n_slots = n_slots - n_transient;
+    c->policy = policy;
+    c->slot_bytes = (slot_bytes + 4095) & ~(size_t)4095;
     c->mem = aligned_alloc_raw((size_t)n_slots * c->slot_bytes);
     if (!c->mem) return -1;
     c->slot_key = xmalloc((size_t)n_slots * sizeof *c->slot_key);
@@ -22,8 +27,11 @@ int expert_cache_init(expert_cache *c, int n_layers, int n_experts, int n_slots,
     c->last_use = xcalloc((size_t)n_slots, sizeof *c->last_use);
     size_t nk = (size_t)n_layers * (size_t)n_experts;
     c->map = xmalloc(nk * sizeof *c->map);
+    c->freq = xcalloc(nk, sizeof *c->freq);
     for (int s = 0; s < n_slots; s++) c->slot_key[s] = -1;
     for (size_t k = 0; k < nk; k++) c->map[k] = -1;
+    /* halve the counts after about ten cache-fulls of acquires */
+    c->aging_period = 10 * (uint64_t)c->n_slots > 4096 ? 10 * (uint64_t)c->n_slots : 4096;
     return 0;
 }
 
@@ -36,7 +44,38 @@ void expert_cache_deinit(expert_cache *c)
     free(c->pins);
     free(c->last_use);
     free(c->map);
+    free(c->freq);
     memset(c, 0, sizeof *c);
+}
+
+static void count_use(expert_cache *c, int32_t key)
+{
+    c->freq[key] += 1.0f;
+    if (++c->since_aging >= c->aging_period) {
+        size_t nk = (size_t)c->n_layers * (size_t)c->n_experts;
+        for (size_t k = 0; k < nk; k++) c->freq[k] *= 0.5f;
+        c->since_aging = 0;
+    }
+}
+
+static int pick_victim(const expert_cache *c)
+{
+    int victim = -1;
+    for (int i = 0; i < c->n_slots; i++) {
+        if (atomic_load(&c->pins[i])) continue;
+        if (c->slot_key[i] < 0) return i;
+        if (victim < 0) {
+            victim = i;
+            continue;
+        }
+        if (c->policy != CACHE_LRU) {
+            float fi = c->freq[c->slot_key[i]], fv = c->freq[c->slot_key[victim]];
+            if (fi < fv || (fi == fv && c->last_use[i] < c->last_use[victim])) victim = i;
+        } else if (c->last_use[i] < c->last_use[victim]) {
+            victim = i;
+        }
+    }
+    return victim;
 }
 
 int expert_cache_acquire(expert_cache *c, int il, int e, uint8_t **slot)
@@ -48,15 +87,21 @@ int expert_cache_acquire(expert_cache *c, int il, int e, uint8_t **slot)
         atomic_fetch_add(&c->pins[s], 1);
         c->last_use[s] = c->tick;
         c->hits++;
+        count_use(c, key);
         *slot = c->mem + (size_t)s * c->slot_bytes;
         return EC_HIT;
     }
     CHECK(s < 0); /* a reserved-but-unfilled slot is never acquired twice */
-    int victim = -1;
-    for (int i = 0; i < c->n_slots; i++) {
-        if (atomic_load(&c->pins[i])) continue;
-        if (c->slot_key[i] < 0) { victim = i; break; }
-        if (victim < 0 || c->last_use[i] < c->last_use[victim]) victim = i;
+    int victim = pick_victim(c);
+    count_use(c, key);
+    if (c->policy == CACHE_TLFU && (victim < 0 || (c->slot_key[victim] >= 0 &&
+                                                    c->freq[key] <= c->freq[c->slot_key[victim]]))) {
+        /* not admitted: stream it through a transient slot if one is free */
+        for (int i = c->n_slots; i < c->n_slots + c->n_transient; i++)
+            if (c->slot_key[i] < 0) {
+                victim = i;
+                break;
+            }
     }
     if (victim < 0) return EC_FULL;
     if (c->slot_key[victim] >= 0) c->map[c->slot_key[victim]] = -1;
@@ -90,7 +135,33 @@ void expert_cache_abort(expert_cache *c, int il, int e)
 
 void expert_cache_release(expert_cache *c, int il, int e)
 {
-    int s = c->map[il * c->n_experts + e];
+    int32_t key = il * c->n_experts + e;
+    int s = c->map[key];
     CHECK(s >= 0 && atomic_load(&c->pins[s]) > 0);
-    atomic_fetch_sub(&c->pins[s], 1);
+    if (atomic_fetch_sub(&c->pins[s], 1) == 1 && s >= c->n_slots) {
+        /* a transient slot forgets its expert once nobody uses it */
+        c->map[key] = -1;
+        c->slot_key[s] = -1;
+        c->ready[s] = 0;
+    }
+}
+
+int expert_cache_resident(const expert_cache *c, int il, int e)
+{
+    int s = c->map[il * c->n_experts + e];
+    return s >= 0 && c->ready[s];
+}
+
+const char *expert_cache_policy_name(enum cache_policy p)
+{
+    return p == CACHE_LFU ? "lfu" : p == CACHE_TLFU ? "tlfu" : "lru";
+}
+
+int expert_cache_policy_parse(const char *s, enum cache_policy *out)
+{
+    if (!s || !*s || !strcmp(s, "lfu")) *out = CACHE_LFU;
+    else if (!strcmp(s, "lru")) *out = CACHE_LRU;
+    else if (!strcmp(s, "tlfu")) *out = CACHE_TLFU;
+    else return -1;
+    return 0;
 }

@@ -1,12 +1,24 @@
 /* expert_cache.h - fixed slots for routed experts, pinned by acquire/release.
  *
  * Owns: one aligned block of n_slots * slot_bytes, the (layer, expert) ->
- * slot map, pin counts and the replacement policy (LRU for now).  Does no
- * I/O: on a miss it hands back a reserved slot that the caller fills from the
- * expert_store and then publishes with expert_cache_filled (or drops with
- * expert_cache_abort).  Hits are counted only for experts resident before
- * the acquire.  Thread: the session thread owns the cache; pins are atomic so
- * that later prefetch threads can share it.
+ * slot map, pin counts, per-expert use counts, and the replacement policy:
+ *   LRU - evict the least recently used unpinned slot;
+ *   LFU - evict the unpinned slot whose expert has the lowest decayed use
+ *         count (ties: least recently used).  Counts live per (layer,
+ *         expert), not per slot, so they survive eviction; every
+ *         `aging_period` acquires all counts are halved, so the policy
+ *         follows shifts in what the model routes to.
+ *   TLFU - LFU eviction plus TinyLFU-style admission: a missed expert whose
+ *         count does not exceed the victim's is read into one of the
+ *         n_transient extra slots and dropped on release, so one-off experts
+ *         do not push out hot ones.
+ * Does no I/O: on a miss it hands back a reserved slot that the caller fills
+ * (from the expert_store) and publishes with expert_cache_filled, or drops
+ * with expert_cache_abort.  A hit is counted only when the expert was
+ * resident before the acquire (a read that lands later is never a hit).
+ * The use counts can be exported and imported (the heat file).
+ * Thread: the session thread owns the cache; pins are atomic so that later
+ * prefetch threads can share it.
  */
 #ifndef DF_EXPERT_CACHE_H
 #define DF_EXPERT_CACHE_H
@@ -16,9 +28,12 @@
 #include <stdint.h>
 
 enum { EC_MISS = 0, EC_HIT = 1, EC_FULL = -1 };
+enum cache_policy { CACHE_LRU, CACHE_LFU, CACHE_TLFU };
 
 typedef struct expert_cache {
     int n_layers, n_experts, n_slots;
+    int n_transient;          /* extra slots [n_slots, n_slots + n_transient) for non-admitted reads */
+    enum cache_policy policy;
     size_t slot_bytes;        /* rounded up to 4096 */
     uint8_t *mem;             /* [n_slots][slot_bytes] */
     int32_t *slot_key;        /* slot -> il * n_experts + e, or -1 */
@@ -26,12 +41,15 @@ typedef struct expert_cache {
     uint8_t *ready;           /* slot holds valid bytes */
     atomic_int *pins;
     uint64_t *last_use;
+    float *freq;              /* [n_layers * n_experts] decayed use counts */
+    uint64_t aging_period, since_aging;
     uint64_t tick;
     uint64_t hits, misses;
 } expert_cache;
 
 /* Returns 0, or -1 if the slots cannot be allocated. */
-int expert_cache_init(expert_cache *c, int n_layers, int n_experts, int n_slots, size_t expert_bytes);
+int expert_cache_init(expert_cache *c, int n_layers, int n_experts, int n_slots, int n_transient,
+                      size_t slot_bytes, enum cache_policy policy);
 void expert_cache_deinit(expert_cache *c);
 /* EC_HIT: *slot points at the expert.  EC_MISS: *slot is reserved and pinned;
  * fill it, then call expert_cache_filled.  EC_FULL: every slot is pinned. */
@@ -39,5 +57,8 @@ int expert_cache_acquire(expert_cache *c, int il, int e, uint8_t **slot);
 void expert_cache_filled(expert_cache *c, int il, int e);
 void expert_cache_abort(expert_cache *c, int il, int e);
 void expert_cache_release(expert_cache *c, int il, int e);
+int expert_cache_resident(const expert_cache *c, int il, int e);
+const char *expert_cache_policy_name(enum cache_policy p);
+int expert_cache_policy_parse(const char *s, enum cache_policy *out);
 
 #endif

@@ -14,6 +14,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include "backend_cpu.h"
 #include "engine.h"
 #include "expert_cache.h"
@@ -105,6 +106,8 @@ struct df_engine {
     enum io_backend io_backend;
     int n_threads;
     uint64_t tokens;
+    FILE *trace;              /* route trace (--trace), or NULL */
+    char *trace_buf;
     uint64_t plan_budget, plan_trunk, plan_state, plan_scratch, plan_reserve;
     float **owned;            /* owned f32 vectors, freed at close */
     int n_owned, cap_owned;

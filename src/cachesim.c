@@ -1,0 +1,205 @@
+/* cachesim.c - offline replay of a route trace through the expert cache's
+ * policies and Belady's optimal policy (research surface behind
+ * `deltafin cachesim`).
+ *
+ * A step is one (position, MoE layer) line of the trace; its distinct
+ * experts are acquired together (pinned) and then released, exactly as the
+ * MoE layer does for a batch of one, so the hit rates are the engine's true
+ * hit rates for that trace and cache size.  LRU and LFU run the real
+ * expert_cache code (slots are address space only, never touched); Belady
+ * evicts the unpinned resident expert whose next use is farthest away.
+ */
+#include "engine.h"
+#include "expert_cache.h"
+#include "json.h"
+#include "util.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    int32_t *key;      /* [n] layer * E + expert, distinct within a step */
+    int32_t *step;     /* [n] */
+    size_t n, cap;
+    int n_layers, n_experts, n_steps, top_k;
+} trace_t;
+
+static int load_trace(const char *path, trace_t *t, df_error *err)
+{
+    char *text;
+    size_t len;
+    memset(t, 0, sizeof *t);
+    if (read_small_file(path, &text, &len, (size_t)1 << 34, err)) return -1;
+    int rc = -1, line = 0;
+    char *p = text;
+    while (*p) {
+        char *nl = strchr(p, '\n');
+        size_t ll = nl ? (size_t)(nl - p) : strlen(p);
+        line++;
+        if (ll) {
+            df_error jerr = {0};
+            json_doc *d = json_parse(p, ll, &jerr);
+            if (!d) {
+                df_err_set(err, DF_ERR_FORMAT, -1, "%s:%d: %s", path, line, jerr.msg);
+                goto done;
+            }
+            const json_value *r = json_root(d);
+            int64_t v;
+            if (line == 1 && json_get(r, "trace")) {
+                if (json_get_int(r, "layers", &v) || v < 1 || v > 65535) goto bad_header;
+                t->n_layers = (int)v;
+                if (json_get_int(r, "experts", &v) || v < 1 || v > 65535) goto bad_header;
+                t->n_experts = (int)v;
+                t->top_k = json_get_int(r, "top_k", &v) || v < 1 || v > 4096 ? 16 : (int)v;
+                json_free(d);
+            } else {
+                const json_value *ex = json_get(r, "experts");
+                int64_t layer;
+                if (!t->n_layers || json_get_int(r, "layer", &layer) || layer < 0 || layer >= t->n_layers || !ex ||
+                    ex->type != JSON_ARRAY) {
+                    json_free(d);
+                    df_err_set(err, DF_ERR_FORMAT, -1, "%s:%d: not a route line of a deltafin trace", path, line);
+                    goto done;
+                }
+                size_t start = t->n;
+                for (size_t j = 0; j < ex->len; j++) {
+                    const json_value *e = ex->items[j];
+                    if (e->type != JSON_NUMBER || !e->is_int || e->i < 0 || e->i >= t->n_experts) {
+                        json_free(d);
+                        df_err_set(err, DF_ERR_FORMAT, -1, "%s:%d: expert id out of range", path, line);
+                        goto done;
+                    }
+                    int32_t key = (int32_t)(layer * t->n_experts + e->i);
+                    int dup = 0;
+                    for (size_t q = start; q < t->n; q++) dup |= t->key[q] == key;
+                    if (dup) continue;
+                    if (t->n == t->cap) {
+                        t->cap = t->cap ? t->cap * 2 : 4096;
+                        t->key = xrealloc(t->key, t->cap * sizeof *t->key);
+                        t->step = xrealloc(t->step, t->cap * sizeof *t->step);
+                    }
+                    t->key[t->n] = key;
+                    t->step[t->n] = t->n_steps;
+                    t->n++;
+                }
+                t->n_steps++;
+                json_free(d);
+            }
+        }
+        if (!nl) break;
+        p = nl + 1;
+    }
+    if (!t->n) {
+        df_err_set(err, DF_ERR_FORMAT, -1, "%s: the trace holds no routes", path);
+        goto done;
+    }
+    rc = 0;
+    goto done;
+bad_header:
+    df_err_set(err, DF_ERR_FORMAT, -1, "%s:1: bad trace header", path);
+done:
+    free(text);
+    return rc;
+}
+
+/* Replay through the real cache code; groups larger than the cache are
+ * processed slot-count at a time, as moe does. */
+static uint64_t replay_policy(const trace_t *t, int slots, enum cache_policy pol)
+{
+    expert_cache c;
+    /* as the engine: TLFU's transient slots (top_k) come out of the same budget */
+    int n_transient = pol == CACHE_TLFU && slots > t->top_k ? t->top_k : 0;
+    slots -= n_transient;
+    if (pol == CACHE_TLFU && !n_transient) pol = CACHE_LFU;
+    CHECK(expert_cache_init(&c, t->n_layers, t->n_experts, slots, n_transient, 1, pol) == 0);
+    size_t i = 0;
+    while (i < t->n) {
+        size_t end = i;
+        while (end < t->n && t->step[end] == t->step[i]) end++;
+        for (size_t g = i; g < end; g += (size_t)slots) {
+            size_t ge = g + (size_t)slots < end ? g + (size_t)slots : end;
+            for (size_t q = g; q < ge; q++) {
+                uint8_t *slot;
+                int il = t->key[q] / t->n_experts, e = t->key[q] % t->n_experts;
+                if (expert_cache_acquire(&c, il, e, &slot) == EC_MISS) expert_cache_filled(&c, il, e);
+            }
+            for (size_t q = g; q < ge; q++) expert_cache_release(&c, t->key[q] / t->n_experts, t->key[q] % t->n_experts);
+        }
+        i = end;
+    }
+    uint64_t hits = c.hits;
+    expert_cache_deinit(&c);
+    return hits;
+}
+
+static uint64_t replay_belady(const trace_t *t, int slots)
+{
+    size_t nk = (size_t)t->n_layers * (size_t)t->n_experts;
+    size_t *next = xmalloc(t->n * sizeof *next), *last = xmalloc(nk * sizeof *last);
+    for (size_t k = 0; k < nk; k++) last[k] = SIZE_MAX;
+    for (size_t i = t->n; i-- > 0;) {
+        next[i] = last[t->key[i]];
+        last[t->key[i]] = i;
+    }
+    int32_t *res = xmalloc((size_t)slots * sizeof *res);     /* resident keys */
+    size_t *res_next = xmalloc((size_t)slots * sizeof *res_next);
+    int32_t *res_step = xmalloc((size_t)slots * sizeof *res_step);
+    int32_t *where = xmalloc(nk * sizeof *where);
+    for (size_t k = 0; k < nk; k++) where[k] = -1;
+    int n_res = 0;
+    uint64_t hits = 0;
+    for (size_t i = 0; i < t->n; i++) {
+        int32_t key = t->key[i];
+        int w = where[key];
+        if (w >= 0) {
+            hits++;
+            res_next[w] = next[i];
+            res_step[w] = t->step[i];
+            continue;
+        }
+        if (n_res < slots) {
+            w = n_res++;
+        } else {
+            /* farthest next use among experts not pinned by this step */
+            w = -1;
+            for (int s = 0; s < n_res; s++) {
+                if (res_step[s] == t->step[i]) continue;
+                if (w < 0 || res_next[s] > res_next[w]) w = s;
+            }
+            if (w < 0) continue; /* every slot pinned: streamed through, never resident */
+            /* not caching at all is better when this expert's next use is later still */
+            if (next[i] > res_next[w]) continue;
+            where[res[w]] = -1;
+        }
+        res[w] = key;
+        res_next[w] = next[i];
+        res_step[w] = t->step[i];
+        where[key] = w;
+    }
+    free(next), free(last), free(res), free(res_next), free(res_step), free(where);
+    return hits;
+}
+
+int df_cachesim(const char *trace_path, const int *slots, int n, df_cachesim_row *rows, df_error *err)
+{
+    trace_t t;
+    if (load_trace(trace_path, &t, err)) {
+        free(t.key);
+        free(t.step);
+        return -1;
+    }
+    for (int i = 0; i < n; i++) {
+        df_cachesim_row *r = &rows[i];
+        memset(r, 0, sizeof *r);
+        r->slots = slots[i] < 1 ? 1 : slots[i];
+        r->accesses = t.n;
+        r->steps = (uint64_t)t.n_steps;
+        r->hits_lru = replay_policy(&t, r->slots, CACHE_LRU);
+        r->hits_lfu = replay_policy(&t, r->slots, CACHE_LFU);
+        r->hits_tlfu = replay_policy(&t, r->slots, CACHE_TLFU);
+        r->hits_belady = replay_belady(&t, r->slots);
+    }
+    free(t.key);
+    free(t.step);
+    return 0;
+}
