@@ -51,6 +51,7 @@ static void usage(FILE *f)
           "  --io-depth N         expert reads in flight (default 32)\n"
           "  --cache-policy P     expert cache policy: lfu (default), tlfu (LFU + admission) or lru\n"
           "  --trace FILE         write the route trace (one JSON line per position and MoE layer)\n"
+          "  --heat FILE          expert heat histogram: warms the cache at start, updated at exit\n"
           "  --stats              print timing and expert I/O counters to stderr\n",
           f);
 }
@@ -129,7 +130,7 @@ static double now(void)
 }
 
 typedef struct {
-    const char *model, *prompt_ids, *dump, *kernels, *io, *io_backend, *policy, *trace, *slots;
+    const char *model, *prompt_ids, *dump, *kernels, *io, *io_backend, *policy, *trace, *slots, *heat;
     int max_new, print_ids, threads, ctx, batch, stop_eos, stats, io_depth;
     size_t cache_bytes, mem;
 } run_args;
@@ -161,6 +162,7 @@ static void parse_common(int argc, char **argv, run_args *a)
         else if (!strcmp(f, "--io-depth")) { NEED_ARG(); a->io_depth = (int)parse_long(argv[++i], f, 1, 256); }
         else if (!strcmp(f, "--cache-policy")) { NEED_ARG(); a->policy = argv[++i]; }
         else if (!strcmp(f, "--trace")) { NEED_ARG(); a->trace = argv[++i]; }
+        else if (!strcmp(f, "--heat")) { NEED_ARG(); a->heat = argv[++i]; }
         else if (!strcmp(f, "--slots")) { NEED_ARG(); a->slots = argv[++i]; }
         else die("unknown option \"%s\"", f);
 #undef NEED_ARG
@@ -183,6 +185,7 @@ static df_engine *open_engine(const run_args *a)
     eo.plan_batch = a->batch;
     eo.cache_policy = a->policy;
     eo.trace_path = a->trace;
+    eo.heat_path = a->heat;
     eo.quiet = !a->stats;
     df_engine *eng;
     df_error err = {0};

@@ -8,6 +8,7 @@
  * norm and lm_head.  The token loop runs under the allocation guard.
  */
 #define _GNU_SOURCE
+#include "heat.h"
 #include "model.h"
 #include "mathfn.h"
 #include "quant.h"
@@ -119,6 +120,81 @@ static int plan_memory(df_engine *eng, const df_engine_opts *o, df_error *err)
     return 0;
 }
 
+static const float *heat_sort_keys;
+static int cmp_heat(const void *a, const void *b)
+{
+    float x = heat_sort_keys[*(const int32_t *)a], y = heat_sort_keys[*(const int32_t *)b];
+    if (x != y) return x > y ? -1 : 1;
+    return *(const int32_t *)a - *(const int32_t *)b;
+}
+
+/* Seed the cache's use counts from the heat file and read the hottest
+ * experts into it before the first token (all reads in flight at once). */
+static int heat_warm(df_engine *eng, int verbose, df_error *err)
+{
+    const k3_config *c = &eng->cfg;
+    size_t nk = (size_t)c->NL * (size_t)c->E;
+    df_error herr = {0};
+    if (heat_load(eng->heat_path, c->NL, c->E, eng->cache.freq, &herr)) {
+        memset(eng->cache.freq, 0, nk * sizeof *eng->cache.freq);
+        if (herr.code != DF_ERR_IO && verbose) df_log("ignoring the heat file: %s", herr.msg);
+        return 0;
+    }
+    int32_t *keys = xmalloc(nk * sizeof *keys);
+    size_t n = 0;
+    for (size_t k = 0; k < nk; k++)
+        if (eng->cache.freq[k] > 0 && c->layer_moe[k / (size_t)c->E]) keys[n++] = (int32_t)k;
+    heat_sort_keys = eng->cache.freq;
+    qsort(keys, n, sizeof *keys, cmp_heat);
+    if (n > (size_t)eng->cache.n_slots) n = (size_t)eng->cache.n_slots;
+    double t0 = now_sec();
+    size_t done = 0;
+    int rc = 0;
+    for (size_t b = 0; b < n && !rc; b += EXPERT_BATCH_MAX / 2) {
+        size_t e_ = b + EXPERT_BATCH_MAX / 2 < n ? b + EXPERT_BATCH_MAX / 2 : n;
+        for (size_t i = b; i < e_; i++) {
+            uint8_t *slot;
+            int il = keys[i] / c->E, e = keys[i] % c->E;
+            CHECK(expert_cache_acquire(&eng->cache, il, e, &slot) == EC_MISS);
+            if (expert_store_queue(&eng->store, il, e, slot, (int64_t)i, err)) {
+                expert_cache_abort(&eng->cache, il, e);
+                rc = -1;
+                break;
+            }
+        }
+        expert_store_flush(&eng->store);
+        int64_t tags[64];
+        int got;
+        for (;;) {
+            int wrc = expert_store_wait(&eng->store, tags, 64, &got, err);
+            for (int j = 0; j < got; j++) {
+                int il = keys[tags[j]] / c->E, e = keys[tags[j]] % c->E;
+                expert_cache_filled(&eng->cache, il, e);
+                expert_cache_release(&eng->cache, il, e);
+                done++;
+            }
+            if (wrc) rc = -1;
+            if (!got && !wrc) break;
+        }
+        if (rc) {
+            /* drop whatever stayed reserved */
+            for (size_t i = b; i < e_; i++) {
+                int il = keys[i] / c->E, e = keys[i] % c->E;
+                int s_ = eng->cache.map[keys[i]];
+                if (s_ >= 0 && !eng->cache.ready[s_]) expert_cache_abort(&eng->cache, il, e);
+            }
+        }
+    }
+    /* warming is not use: hit, miss and read counters start at zero for the run */
+    eng->cache.hits = eng->cache.misses = 0;
+    memset(&eng->store.st, 0, sizeof eng->store.st);
+    free(keys);
+    if (verbose)
+        df_log("warmed the cache with %zu experts from %s (%.1f MiB in %.2f s)", done, eng->heat_path,
+               done * (double)eng->store.expert_bytes / (1 << 20), now_sec() - t0);
+    return rc;
+}
+
 int df_engine_open(const char *model_dir, const df_engine_opts *opts, df_engine **out, df_error *err)
 {
     df_engine_opts def;
@@ -153,6 +229,13 @@ int df_engine_open(const char *model_dir, const df_engine_opts *opts, df_engine 
         df_engine_close(eng);
         return -1;
     }
+    if (opts->heat_path) {
+        eng->heat_path = xstrdup(opts->heat_path);
+        if (heat_warm(eng, !opts->quiet, err)) {
+            df_engine_close(eng);
+            return -1;
+        }
+    }
     if (opts->trace_path) {
         /* own buffer: stdio must not allocate inside the token loop */
         eng->trace = fopen(opts->trace_path, "w");
@@ -179,6 +262,12 @@ int df_engine_open(const char *model_dir, const df_engine_opts *opts, df_engine 
 void df_engine_close(df_engine *eng)
 {
     if (!eng) return;
+    if (eng->heat_path && eng->cache.freq) {
+        df_error herr = {0};
+        if (heat_save(eng->heat_path, eng->cfg.NL, eng->cfg.E, eng->cache.freq, &herr))
+            df_log("could not save the heat file: %s", herr.msg);
+    }
+    free(eng->heat_path);
     if (eng->trace) {
         fclose(eng->trace);
         free(eng->trace_buf);

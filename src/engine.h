@@ -31,6 +31,7 @@ typedef struct df_engine_opts {
     int io_depth;               /* expert reads in flight (0 = 32) */
     const char *cache_policy;   /* "lfu" (default), "tlfu" or "lru" */
     const char *trace_path;     /* write the route trace (JSON lines) here, or NULL */
+    const char *heat_path;      /* per-expert heat histogram: warms the cache at open, saved at close */
     int quiet;                  /* no log lines on stderr */
 } df_engine_opts;
 

@@ -107,6 +107,7 @@ struct df_engine {
     int n_threads;
     uint64_t tokens;
     FILE *trace;              /* route trace (--trace), or NULL */
+    char *heat_path;          /* heat file (--heat), or NULL */
     char *trace_buf;
     uint64_t plan_budget, plan_trunk, plan_state, plan_scratch, plan_reserve;
     float **owned;            /* owned f32 vectors, freed at close */

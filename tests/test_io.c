@@ -8,9 +8,11 @@
 #include "harness.h"
 #include "engine.h"
 #include "file.h"
+#include "heat.h"
 #include "util.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
@@ -284,6 +286,99 @@ static void test_rss_within_budget(void)
     TCHECKF(peak <= budget + budget / 20, "peak RSS %zu exceeds --mem %s + 5%%", peak, mem);
 }
 
+static float *run_heat(const char *dir, const char *heat, const int32_t *ids, int n, int *V, df_stats *st)
+{
+    df_engine_opts o;
+    df_engine_opts_default(&o);
+    o.quiet = 1;
+    o.expert_cache_bytes = 200 * 20480;
+    o.heat_path = heat;
+    df_engine *eng;
+    df_error err = {0};
+    if (df_engine_open(dir, &o, &eng, &err)) {
+        t_fail(__FILE__, __LINE__, "open: %s", err.msg);
+        return NULL;
+    }
+    df_model_info info;
+    df_engine_info(eng, &info);
+    *V = info.vocab;
+    df_session *s;
+    TCHECK(df_session_new(eng, NULL, &s, &err) == 0);
+    float *out = malloc((size_t)n * info.vocab * sizeof(float));
+    for (int i = 0; i < n; i++) TCHECK(df_session_eval(s, ids + i, 1, out + (size_t)i * info.vocab, 1, &err) == 0);
+    df_engine_stats(eng, st);
+    df_session_free(s);
+    df_engine_close(eng);
+    return out;
+}
+
+static void test_heat_warms_cache(void)
+{
+    char dir[512], heat[600];
+    if (gen("small", "--preset small --seed 11", dir, sizeof dir)) return;
+    snprintf(heat, sizeof heat, "%s/heat.bin", root);
+    unlink(heat);
+    int32_t ids[16];
+    for (int i = 0; i < 16; i++) ids[i] = (i * 71 + 3) % 3800;
+    int V;
+    df_stats cold, warm;
+    float *a = run_heat(dir, heat, ids, 16, &V, &cold);
+    struct stat st;
+    TCHECKF(stat(heat, &st) == 0 && st.st_size == 20 + 8 * 128 * 4, "heat file not written with the bounded size");
+    float *b = run_heat(dir, heat, ids, 16, &V, &warm);
+    fprintf(stderr, "    cold: %llu hits / %llu misses; warmed: %llu hits / %llu misses\n",
+            (unsigned long long)cold.expert_hits, (unsigned long long)cold.expert_misses,
+            (unsigned long long)warm.expert_hits, (unsigned long long)warm.expert_misses);
+    TCHECK(warm.expert_hits > cold.expert_hits && warm.expert_misses < cold.expert_misses);
+    if (a && b) TCHECK(!memcmp(a, b, (size_t)16 * V * sizeof(float)));
+    free(a), free(b);
+    /* a corrupt heat file is ignored: cold start, same output */
+    FILE *f = fopen(heat, "r+b");
+    CHECK(f && fseek(f, 100, SEEK_SET) == 0 && fputc(0x5A, f) != EOF && fclose(f) == 0);
+    float *c = run_heat(dir, heat, ids, 16, &V, &warm);
+    TCHECK(warm.expert_misses == cold.expert_misses);
+    free(c);
+}
+
+static void test_heat_crash_mid_write(void)
+{
+    char heat[600];
+    if (!root[0]) {
+        char d[512];
+        if (gen("small", "--preset small --seed 11", d, sizeof d)) return;
+    }
+    snprintf(heat, sizeof heat, "%s/crash.heat", root);
+    enum { L = 4, E = 64 };
+    float old[L * E], neu[L * E], got[L * E];
+    for (int i = 0; i < L * E; i++) old[i] = (float)i, neu[i] = (float)(1000 - i);
+    df_error err = {0};
+    TCHECK(heat_save(heat, L, E, old, &err) == 0);
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        setenv("DF_HEAT_TEST_PAUSE_MS", "5000", 1);
+        df_error e2 = {0};
+        heat_save(heat, L, E, neu, &e2);
+        _exit(0);
+    }
+    usleep(300 * 1000); /* the child has written half of the new file and sleeps */
+    kill(pid, SIGKILL);
+    int status;
+    waitpid(pid, &status, 0);
+    TCHECK(WIFSIGNALED(status));
+    char tmp[700];
+    snprintf(tmp, sizeof tmp, "%s.tmp", heat);
+    struct stat st;
+    TCHECKF(stat(tmp, &st) == 0 && st.st_size < 20 + L * E * 4, "the killed writer left no partial temp file");
+    TCHECKF(heat_load(heat, L, E, got, &err) == 0, "old heat file unreadable after the crash: %s", err.msg);
+    TCHECK(!memcmp(got, old, sizeof old));
+    /* the next save replaces the stale temp file */
+    TCHECK(heat_save(heat, L, E, neu, &err) == 0 && heat_load(heat, L, E, got, &err) == 0 && !memcmp(got, neu, sizeof neu));
+    TCHECK(stat(tmp, &st) != 0);
+    /* wrong shape is refused */
+    TCHECK(heat_load(heat, L, E + 1, got, &err) == -1);
+}
+
 static void test_cleanup(void)
 {
     if (!root[0]) return;
@@ -299,6 +394,8 @@ static const test_case tests[] = {
     {"hit_accounting", test_hit_accounting},
     {"truncated_expert_file_named", test_truncated_expert_file},
     {"rss_within_mem_budget", test_rss_within_budget},
+    {"heat_file_warms_cache", test_heat_warms_cache},
+    {"heat_file_survives_kill_mid_write", test_heat_crash_mid_write},
     {"cleanup", test_cleanup},
 };
 
