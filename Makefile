@@ -45,7 +45,7 @@ ifeq ($(ARCH),x86_64)
 endif
 
 LIB_SRC := util file json threadpool safetensors quant mathfn kernels_ref kernels_avx2 kernels_avx512 \
-           backend_cpu expert_store expert_cache model attnres kda mla moe engine cachesim heat
+           backend_cpu expert_store expert_cache model attnres kda mla moe engine cachesim heat iobench
 LIB_OBJ := $(LIB_SRC:%=$(BUILD)/%.o)
 
 TESTS := test_json test_safetensors test_kernels test_model test_loader test_engine test_generated test_io

@@ -27,6 +27,9 @@ static void usage(FILE *f)
           "commands:\n"
           "  run     generate from a prompt given as token ids\n"
           "  info    print the model's dimensions and memory needs\n"
+          "  iobench DIR [--chunk SIZE] [--io-depth N] [--seconds S] [--io buffered]\n"
+          "          measure the drive's read bandwidth with the engine's read size and depth\n"
+          "          (DIR: a model directory or any directory of large files)\n"
           "  cachesim --trace FILE [--slots 64,256,1024]\n"
           "          replay a route trace through the LRU and LFU caches and Belady's optimal\n"
           "\n"
@@ -52,6 +55,7 @@ static void usage(FILE *f)
           "  --cache-policy P     expert cache policy: lfu (default), tlfu (LFU + admission) or lru\n"
           "  --trace FILE         write the route trace (one JSON line per position and MoE layer)\n"
           "  --heat FILE          expert heat histogram: warms the cache at start, updated at exit\n"
+          "  --events FILE        JSON line per forward call: hit rate, bytes read, GB/s, I/O wait, layer ms\n"
           "  --stats              print timing and expert I/O counters to stderr\n",
           f);
 }
@@ -130,7 +134,7 @@ static double now(void)
 }
 
 typedef struct {
-    const char *model, *prompt_ids, *dump, *kernels, *io, *io_backend, *policy, *trace, *slots, *heat;
+    const char *model, *prompt_ids, *dump, *kernels, *io, *io_backend, *policy, *trace, *slots, *heat, *events;
     int max_new, print_ids, threads, ctx, batch, stop_eos, stats, io_depth;
     size_t cache_bytes, mem;
 } run_args;
@@ -163,6 +167,7 @@ static void parse_common(int argc, char **argv, run_args *a)
         else if (!strcmp(f, "--cache-policy")) { NEED_ARG(); a->policy = argv[++i]; }
         else if (!strcmp(f, "--trace")) { NEED_ARG(); a->trace = argv[++i]; }
         else if (!strcmp(f, "--heat")) { NEED_ARG(); a->heat = argv[++i]; }
+        else if (!strcmp(f, "--events")) { NEED_ARG(); a->events = argv[++i]; }
         else if (!strcmp(f, "--slots")) { NEED_ARG(); a->slots = argv[++i]; }
         else die("unknown option \"%s\"", f);
 #undef NEED_ARG
@@ -186,6 +191,7 @@ static df_engine *open_engine(const run_args *a)
     eo.cache_policy = a->policy;
     eo.trace_path = a->trace;
     eo.heat_path = a->heat;
+    eo.events_path = a->events;
     eo.quiet = !a->stats;
     df_engine *eng;
     df_error err = {0};
@@ -309,6 +315,34 @@ static int cmd_info(int argc, char **argv)
     return 0;
 }
 
+static int cmd_iobench(int argc, char **argv)
+{
+    if (argc < 3 || argv[2][0] == '-') die("iobench needs a directory: deltafin iobench DIR");
+    df_iobench_opts o = {0};
+    for (int i = 3; i < argc; i++) {
+        const char *f = argv[i];
+        if (i + 1 >= argc) die("%s needs a value", f);
+        if (!strcmp(f, "--chunk")) o.chunk_bytes = parse_size(argv[++i], f);
+        else if (!strcmp(f, "--io-depth")) o.depth = (int)parse_long(argv[++i], f, 1, 256);
+        else if (!strcmp(f, "--seconds")) o.seconds = (double)parse_long(argv[++i], f, 1, 3600);
+        else if (!strcmp(f, "--io")) {
+            const char *m = argv[++i];
+            if (!strcmp(m, "buffered")) o.buffered = 1;
+            else if (strcmp(m, "direct")) die("--io must be direct or buffered, got \"%s\"", m);
+        } else die("unknown option \"%s\"", f);
+    }
+    df_iobench_result r;
+    df_error err = {0};
+    if (df_iobench(argv[2], &o, &r, &err)) {
+        fprintf(stderr, "deltafin: iobench: %s\n", err.msg);
+        return 1;
+    }
+    printf("iobench %s: %.2f GB/s (%s, %s, %.2f MiB reads, %d in flight, %llu reads in %.1f s)\n", argv[2], r.gbps,
+           r.direct ? "O_DIRECT" : "buffered", r.backend, r.chunk_bytes / 1048576.0, r.depth,
+           (unsigned long long)r.reads, r.seconds);
+    return 0;
+}
+
 static int cmd_cachesim(int argc, char **argv)
 {
     run_args a;
@@ -353,5 +387,6 @@ int main(int argc, char **argv)
     if (!strcmp(argv[1], "run")) return cmd_run(argc, argv);
     if (!strcmp(argv[1], "info")) return cmd_info(argc, argv);
     if (!strcmp(argv[1], "cachesim")) return cmd_cachesim(argc, argv);
+    if (!strcmp(argv[1], "iobench")) return cmd_iobench(argc, argv);
     die("unknown command \"%s\"", argv[1]);
 }

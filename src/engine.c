@@ -236,6 +236,18 @@ int df_engine_open(const char *model_dir, const df_engine_opts *opts, df_engine 
             return -1;
         }
     }
+    if (opts->events_path) {
+        eng->events = fopen(opts->events_path, "w");
+        if (!eng->events) {
+            df_err_set(err, DF_ERR_IO, -1, "%s: cannot create the events file: %s", opts->events_path,
+                       strerror(errno));
+            df_engine_close(eng);
+            return -1;
+        }
+        eng->events_buf = xmalloc(1 << 16);
+        setvbuf(eng->events, eng->events_buf, _IOFBF, 1 << 16);
+        eng->layer_sec = xcalloc((size_t)eng->cfg.NL, sizeof *eng->layer_sec);
+    }
     if (opts->trace_path) {
         /* own buffer: stdio must not allocate inside the token loop */
         eng->trace = fopen(opts->trace_path, "w");
@@ -272,6 +284,11 @@ void df_engine_close(df_engine *eng)
         fclose(eng->trace);
         free(eng->trace_buf);
     }
+    if (eng->events) {
+        fclose(eng->events);
+        free(eng->events_buf);
+    }
+    free(eng->layer_sec);
     threadpool_free(eng->pool);
     expert_cache_deinit(&eng->cache);
     model_unload(eng);
@@ -501,6 +518,9 @@ static int forward_chunk(df_session *s, const int32_t *ids, int T, float *logits
     size_t astride = (size_t)s->max_batch * h;
     dbg_record *dbg = s->dbg && s->dbg->enabled ? s->dbg : NULL;
     int dt = T - 1;  /* debug position: the chunk's last */
+    double t_start = now_sec(), t_layer = t_start;
+    uint64_t hits0 = eng->cache.hits, miss0 = eng->cache.misses, bytes0 = eng->store.st.bytes_io;
+    double wait0 = eng->store.st.wait_sec;
     embed_rows(eng, ids, T, s->H);
     if (dbg) dbg->embedding_norm = l2norm(s->H + dt * h, (int)h);
     int n_anc = 0;
@@ -539,6 +559,11 @@ static int forward_chunk(df_session *s, const int32_t *ids, int T, float *logits
             dense_mlp_forward(s, L, s->y, T, s->ffn);
         }
         add_rows(s->H, s->ffn, Th);
+        if (eng->events) {
+            double t = now_sec();
+            eng->layer_sec[il] = t - t_layer;
+            t_layer = t;
+        }
         if (dl) {
             dl->mlp_output_norm = l2norm(s->ffn + dt * h, (int)h);
             dl->partial_sum_norm = l2norm(s->H + dt * h, (int)h);
@@ -559,6 +584,22 @@ static int forward_chunk(df_session *s, const int32_t *ids, int T, float *logits
         if (all_rows) mm_one(eng->pool, eng->kt, eng->lm_head, s->xn, T, logits);
         else mm_one(eng->pool, eng->kt, eng->lm_head, s->xn + dt * h, 1, logits);
         if (dbg) dbg->logits_norm = l2norm(all_rows ? logits + (size_t)dt * c->V : logits, c->V);
+    }
+    if (eng->events) {
+        /* one JSON line per forward call (per token while decoding) */
+        double dt_s = now_sec() - t_start, wait = eng->store.st.wait_sec - wait0;
+        uint64_t hits = eng->cache.hits - hits0, miss = eng->cache.misses - miss0;
+        uint64_t bytes = eng->store.st.bytes_io - bytes0;
+        fprintf(eng->events,
+                "{\"pos\":%d,\"tokens\":%d,\"ms\":%.3f,\"expert_hits\":%llu,\"expert_misses\":%llu,"
+                "\"hit_rate\":%.4f,\"bytes_read\":%llu,\"io_wait_ms\":%.3f,\"io_wait_share\":%.4f,"
+                "\"read_gbps\":%.3f,\"layer_ms\":[",
+                s->pos, T, 1e3 * dt_s, (unsigned long long)hits, (unsigned long long)miss,
+                hits + miss ? (double)hits / (double)(hits + miss) : 1.0, (unsigned long long)bytes, 1e3 * wait,
+                dt_s > 0 ? wait / dt_s : 0.0, dt_s > 0 ? (double)bytes / dt_s / 1e9 : 0.0);
+        for (int il = 0; il < c->NL; il++) fprintf(eng->events, "%s%.3f", il ? "," : "", 1e3 * eng->layer_sec[il]);
+        fprintf(eng->events, "]}\n");
+        fflush(eng->events);
     }
     s->pos += T;
     eng->tokens += (uint64_t)T;

@@ -31,6 +31,7 @@ typedef struct df_engine_opts {
     int io_depth;               /* expert reads in flight (0 = 32) */
     const char *cache_policy;   /* "lfu" (default), "tlfu" or "lru" */
     const char *trace_path;     /* write the route trace (JSON lines) here, or NULL */
+    const char *events_path;    /* JSON line per forward call: hits, bytes, I/O wait, per-layer ms */
     const char *heat_path;      /* per-expert heat histogram: warms the cache at open, saved at close */
     int quiet;                  /* no log lines on stderr */
 } df_engine_opts;
@@ -87,6 +88,22 @@ typedef struct df_cachesim_row {
     uint64_t hits_lru, hits_lfu, hits_tlfu, hits_belady;
 } df_cachesim_row;
 int df_cachesim(const char *trace_path, const int *slots, int n, df_cachesim_row *rows, df_error *err);
+
+/* Device read bandwidth with the engine's read size and queue depth. */
+typedef struct df_iobench_opts {
+    size_t chunk_bytes;   /* bytes per read (0 = one K3 expert, 17,547,264) */
+    int depth;            /* reads in flight (0 = 32) */
+    double seconds;       /* duration (0 = 5) */
+    int buffered;         /* measure buffered reads instead of O_DIRECT */
+} df_iobench_opts;
+typedef struct df_iobench_result {
+    uint64_t bytes, reads;
+    double seconds, gbps;
+    size_t chunk_bytes;
+    int depth, direct;
+    char backend[32];
+} df_iobench_result;
+int df_iobench(const char *dir, const df_iobench_opts *o, df_iobench_result *r, df_error *err);
 
 /* Greedy choice: the first index of the maximum (ties go to the lower id). */
 int df_argmax(const float *logits, int n);

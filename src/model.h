@@ -108,6 +108,9 @@ struct df_engine {
     uint64_t tokens;
     FILE *trace;              /* route trace (--trace), or NULL */
     char *heat_path;          /* heat file (--heat), or NULL */
+    FILE *events;             /* per-call JSON lines (--events), or NULL */
+    char *events_buf;
+    double *layer_sec;        /* [NL] time of each layer in the last call (events) */
     char *trace_buf;
     uint64_t plan_budget, plan_trunk, plan_state, plan_scratch, plan_reserve;
     float **owned;            /* owned f32 vectors, freed at close */
