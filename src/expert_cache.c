@@ -5,6 +5,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 int expert_cache_init(expert_cache *c, int n_layers, int n_experts, int n_slots, int n_transient,
                       size_t slot_bytes, enum cache_policy policy)
@@ -35,9 +36,37 @@ int expert_cache_init(expert_cache *c, int n_layers, int n_experts, int n_slots,
     return 0;
 }
 
+static void *prefault_main(void *arg)
+{
+    expert_cache *c = arg;
+#ifdef MADV_POPULATE_WRITE
+    size_t total = (size_t)(c->n_slots + c->n_transient) * c->slot_bytes, step = (size_t)64 << 20;
+    /* from the end: slots are handed out from the start */
+    for (size_t end = total; end > 0 && !atomic_load(&c->prefault_stop);) {
+        size_t begin = end > step ? end - step : 0;
+        if (madvise(c->mem + begin, end - begin, MADV_POPULATE_WRITE) != 0) break;
+        end = begin;
+    }
+#else
+    (void)c;
+#endif
+    return NULL;
+}
+
+void expert_cache_prefault(expert_cache *c)
+{
+    if (c->prefault_running) return;
+    atomic_store(&c->prefault_stop, 0);
+    c->prefault_running = pthread_create(&c->prefault_thread, NULL, prefault_main, c) == 0;
+}
+
 void expert_cache_deinit(expert_cache *c)
 {
     if (!c) return;
+    if (c->prefault_running) {
+        atomic_store(&c->prefault_stop, 1);
+        pthread_join(c->prefault_thread, NULL);
+    }
     aligned_free(c->mem);
     free(c->slot_key);
     free(c->ready);

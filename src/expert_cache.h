@@ -23,6 +23,7 @@
 #ifndef DF_EXPERT_CACHE_H
 #define DF_EXPERT_CACHE_H
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -45,6 +46,10 @@ typedef struct expert_cache {
     uint64_t aging_period, since_aging;
     uint64_t tick;
     uint64_t hits, misses;
+    /* background prefault of the slot memory (see expert_cache_prefault) */
+    pthread_t prefault_thread;
+    int prefault_running;
+    atomic_int prefault_stop;
 } expert_cache;
 
 /* Returns 0, or -1 if the slots cannot be allocated. */
@@ -58,6 +63,11 @@ void expert_cache_filled(expert_cache *c, int il, int e);
 void expert_cache_abort(expert_cache *c, int il, int e);
 void expert_cache_release(expert_cache *c, int il, int e);
 int expert_cache_resident(const expert_cache *c, int il, int e);
+/* Fault the slot memory in from a background thread (MADV_POPULATE_WRITE,
+ * which never touches contents, so it is safe while slots are being
+ * filled).  On some VMs first-touching fresh memory runs below disk speed;
+ * this moves that cost out of the token loop.  No-op where unsupported. */
+void expert_cache_prefault(expert_cache *c);
 const char *expert_cache_policy_name(enum cache_policy p);
 int expert_cache_policy_parse(const char *s, enum cache_policy *out);
 
