@@ -56,6 +56,8 @@ static void usage(FILE *f)
           "  --trace FILE         write the route trace (one JSON line per position and MoE layer)\n"
           "  --heat FILE          expert heat histogram: warms the cache at start, updated at exit\n"
           "  --events FILE        JSON line per forward call: hit rate, bytes read, GB/s, I/O wait, layer ms\n"
+          "  --prefault           fault the expert cache's memory in at start, in the background (pays\n"
+          "                       off in long runs where first-touching memory is slow, as in some VMs)\n"
           "  --stats              print timing and expert I/O counters to stderr\n",
           f);
 }
@@ -135,7 +137,7 @@ static double now(void)
 
 typedef struct {
     const char *model, *prompt_ids, *dump, *kernels, *io, *io_backend, *policy, *trace, *slots, *heat, *events;
-    int max_new, print_ids, threads, ctx, batch, stop_eos, stats, io_depth;
+    int max_new, print_ids, threads, ctx, batch, stop_eos, stats, io_depth, prefault;
     size_t cache_bytes, mem;
 } run_args;
 
@@ -168,6 +170,7 @@ static void parse_common(int argc, char **argv, run_args *a)
         else if (!strcmp(f, "--trace")) { NEED_ARG(); a->trace = argv[++i]; }
         else if (!strcmp(f, "--heat")) { NEED_ARG(); a->heat = argv[++i]; }
         else if (!strcmp(f, "--events")) { NEED_ARG(); a->events = argv[++i]; }
+        else if (!strcmp(f, "--prefault")) a->prefault = 1;
         else if (!strcmp(f, "--slots")) { NEED_ARG(); a->slots = argv[++i]; }
         else die("unknown option \"%s\"", f);
 #undef NEED_ARG
@@ -192,6 +195,7 @@ static df_engine *open_engine(const run_args *a)
     eo.trace_path = a->trace;
     eo.heat_path = a->heat;
     eo.events_path = a->events;
+    eo.prefault = a->prefault;
     eo.quiet = !a->stats;
     df_engine *eng;
     df_error err = {0};

@@ -99,7 +99,7 @@ static int plan_memory(df_engine *eng, const df_engine_opts *o, df_error *err)
     if (expert_cache_init(&eng->cache, c->NL, c->E, (int)n_slots, n_transient, slot, pol))
         return df_err_set(err, DF_ERR_NOMEM, -1, "cannot allocate the expert cache (%llu slots of %zu bytes)",
                           (unsigned long long)n_slots, slot);
-    expert_cache_prefault(&eng->cache);
+    if (o->prefault) expert_cache_prefault(&eng->cache);
     eng->plan_budget = budget;
     eng->plan_trunk = trunk;
     eng->plan_state = state;

@@ -33,6 +33,7 @@ typedef struct df_engine_opts {
     const char *trace_path;     /* write the route trace (JSON lines) here, or NULL */
     const char *events_path;    /* JSON line per forward call: hits, bytes, I/O wait, per-layer ms */
     const char *heat_path;      /* per-expert heat histogram: warms the cache at open, saved at close */
+    int prefault;               /* fault the expert cache memory in from a background thread at open */
     int quiet;                  /* no log lines on stderr */
 } df_engine_opts;
 
