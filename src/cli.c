@@ -56,6 +56,9 @@ static void usage(FILE *f)
           "  --trace FILE         write the route trace (one JSON line per position and MoE layer)\n"
           "  --heat FILE          expert heat histogram: warms the cache at start, updated at exit\n"
           "  --events FILE        JSON line per forward call: hit rate, bytes read, GB/s, I/O wait, layer ms\n"
+          "  --no-prefetch        no router look-ahead prefetch (on by default; it turns itself off\n"
+          "                       for layers where its predictions do not pay)\n"
+          "  --prefetch-k N       experts predicted per position and layer (default top_k / 2)\n"
           "  --prefault           fault the expert cache's memory in at start, in the background (pays\n"
           "                       off in long runs where first-touching memory is slow, as in some VMs)\n"
           "  --stats              print timing and expert I/O counters to stderr\n",
@@ -137,7 +140,7 @@ static double now(void)
 
 typedef struct {
     const char *model, *prompt_ids, *dump, *kernels, *io, *io_backend, *policy, *trace, *slots, *heat, *events;
-    int max_new, print_ids, threads, ctx, batch, stop_eos, stats, io_depth, prefault;
+    int max_new, print_ids, threads, ctx, batch, stop_eos, stats, io_depth, prefault, no_prefetch, prefetch_k;
     size_t cache_bytes, mem;
 } run_args;
 
@@ -171,6 +174,8 @@ static void parse_common(int argc, char **argv, run_args *a)
         else if (!strcmp(f, "--heat")) { NEED_ARG(); a->heat = argv[++i]; }
         else if (!strcmp(f, "--events")) { NEED_ARG(); a->events = argv[++i]; }
         else if (!strcmp(f, "--prefault")) a->prefault = 1;
+        else if (!strcmp(f, "--no-prefetch")) a->no_prefetch = 1;
+        else if (!strcmp(f, "--prefetch-k")) { NEED_ARG(); a->prefetch_k = (int)parse_long(argv[++i], f, 1, 4096); }
         else if (!strcmp(f, "--slots")) { NEED_ARG(); a->slots = argv[++i]; }
         else die("unknown option \"%s\"", f);
 #undef NEED_ARG
@@ -196,6 +201,8 @@ static df_engine *open_engine(const run_args *a)
     eo.heat_path = a->heat;
     eo.events_path = a->events;
     eo.prefault = a->prefault;
+    eo.no_prefetch = a->no_prefetch;
+    eo.prefetch_k = a->prefetch_k;
     eo.quiet = !a->stats;
     df_engine *eng;
     df_error err = {0};
@@ -292,6 +299,14 @@ static int cmd_run(int argc, char **argv)
                 st.expert_hits + st.expert_misses ? 100.0 * st.expert_hits / (st.expert_hits + st.expert_misses) : 0.0,
                 (double)st.expert_bytes_read / (1 << 20), (unsigned long long)st.expert_reads, st.io_wait_sec,
                 100.0 * st.io_wait_sec / (t2 - t0), st.io_wait_sec > 0 ? st.expert_bytes_io / st.io_wait_sec / 1e9 : 0.0);
+        if (st.prefetch_predicted)
+            fprintf(stderr,
+                    "deltafin: prefetch: precision %.2f, recall %.2f; %llu reads issued, %llu used (%llu late), "
+                    "%llu evicted unused\n",
+                    (double)st.prefetch_correct / st.prefetch_predicted,
+                    st.prefetch_actual ? (double)st.prefetch_correct / st.prefetch_actual : 0.0,
+                    (unsigned long long)st.prefetch_issued, (unsigned long long)st.prefetch_used,
+                    (unsigned long long)st.prefetch_late, (unsigned long long)st.prefetch_wasted);
     }
     free(gen);
     free(logits);

@@ -165,26 +165,19 @@ static int heat_warm(df_engine *eng, int verbose, df_error *err)
         }
         expert_store_flush(&eng->store);
         int64_t tags[64];
-        int got;
-        for (;;) {
-            int wrc = expert_store_wait(&eng->store, tags, 64, &got, err);
+        int ok[64], got;
+        while ((got = expert_store_wait(&eng->store, tags, ok, 64, err)) > 0)
             for (int j = 0; j < got; j++) {
                 int il = keys[tags[j]] / c->E, e = keys[tags[j]] % c->E;
-                expert_cache_filled(&eng->cache, il, e);
-                expert_cache_release(&eng->cache, il, e);
-                done++;
+                if (ok[j]) {
+                    expert_cache_filled(&eng->cache, il, e);
+                    expert_cache_release(&eng->cache, il, e);
+                    done++;
+                } else {
+                    expert_cache_abort(&eng->cache, il, e);
+                    rc = -1;
+                }
             }
-            if (wrc) rc = -1;
-            if (!got && !wrc) break;
-        }
-        if (rc) {
-            /* drop whatever stayed reserved */
-            for (size_t i = b; i < e_; i++) {
-                int il = keys[i] / c->E, e = keys[i] % c->E;
-                int s_ = eng->cache.map[keys[i]];
-                if (s_ >= 0 && !eng->cache.ready[s_]) expert_cache_abort(&eng->cache, il, e);
-            }
-        }
     }
     /* warming is not use: hit, miss and read counters start at zero for the run */
     eng->cache.hits = eng->cache.misses = 0;
@@ -230,6 +223,19 @@ int df_engine_open(const char *model_dir, const df_engine_opts *opts, df_engine 
         df_engine_close(eng);
         return -1;
     }
+    eng->quiet = opts->quiet;
+    eng->pf_on = !opts->no_prefetch;
+    eng->pf_k = opts->prefetch_k > 0 ? opts->prefetch_k : (eng->cfg.k + 1) / 2;
+    if (eng->pf_k > eng->cfg.k) eng->pf_k = eng->cfg.k;
+    size_t nl_ = (size_t)eng->cfg.NL;
+    eng->pf_layer_on = xmalloc(nl_);
+    memset(eng->pf_layer_on, 1, nl_);
+    eng->pf_pred = xcalloc(nl_ * (size_t)eng->cfg.E, 1);
+    eng->pf_npred = xcalloc(nl_, sizeof *eng->pf_npred);
+    eng->pf_tries = xcalloc(nl_, sizeof *eng->pf_tries);
+    eng->pf_predicted = xcalloc(nl_, sizeof *eng->pf_predicted);
+    eng->pf_correct = xcalloc(nl_, sizeof *eng->pf_correct);
+    eng->pf_actual = xcalloc(nl_, sizeof *eng->pf_actual);
     if (opts->heat_path) {
         eng->heat_path = xstrdup(opts->heat_path);
         if (heat_warm(eng, !opts->quiet, err)) {
@@ -290,6 +296,13 @@ void df_engine_close(df_engine *eng)
         free(eng->events_buf);
     }
     free(eng->layer_sec);
+    free(eng->pf_layer_on);
+    free(eng->pf_pred);
+    free(eng->pf_npred);
+    free(eng->pf_tries);
+    free(eng->pf_predicted);
+    free(eng->pf_correct);
+    free(eng->pf_actual);
     threadpool_free(eng->pool);
     expert_cache_deinit(&eng->cache);
     model_unload(eng);
@@ -329,6 +342,15 @@ void df_engine_stats(const df_engine *eng, df_stats *st)
     st->expert_bytes_io = eng->store.st.bytes_io;
     st->expert_reads = eng->store.st.n_reads;
     st->io_wait_sec = eng->store.st.wait_sec;
+    st->prefetch_issued = eng->pf_issued;
+    st->prefetch_used = eng->cache.pf_used;
+    st->prefetch_wasted = eng->cache.pf_wasted;
+    st->prefetch_late = eng->cache.late;
+    for (int il = 0; il < eng->cfg.NL && eng->pf_predicted; il++) {
+        st->prefetch_predicted += eng->pf_predicted[il];
+        st->prefetch_correct += eng->pf_correct[il];
+        st->prefetch_actual += eng->pf_actual[il];
+    }
 }
 
 static size_t max_sz(size_t a, size_t b) { return a > b ? a : b; }
@@ -521,6 +543,7 @@ static int forward_chunk(df_session *s, const int32_t *ids, int T, float *logits
     int dt = T - 1;  /* debug position: the chunk's last */
     double t_start = now_sec(), t_layer = t_start;
     uint64_t hits0 = eng->cache.hits, miss0 = eng->cache.misses, bytes0 = eng->store.st.bytes_io;
+    uint64_t pfi0 = eng->pf_issued, pfu0 = eng->cache.pf_used, late0 = eng->cache.late;
     double wait0 = eng->store.st.wait_sec;
     embed_rows(eng, ids, T, s->H);
     if (dbg) dbg->embedding_norm = l2norm(s->H + dt * h, (int)h);
@@ -542,7 +565,7 @@ static int forward_chunk(df_session *s, const int32_t *ids, int T, float *logits
         if (boundary) memcpy(s->anchors + (size_t)n_anc++ * astride, s->H, Th * sizeof(float));
         norm_rows(ain, L->input_ln, T, (int)h, c->eps, s->xn);
         if (L->kind == LAYER_KDA) kda_forward(s, L, s->xn, T, s->att);
-        else if (mla_forward(s, L, s->xn, T, s->att, err)) return -1;
+        else if (mla_forward(s, L, s->xn, T, s->att, err)) goto fail;
         if (boundary) memcpy(s->H, s->att, Th * sizeof(float));
         else add_rows(s->H, s->att, Th);
         attnres_mix(s->anchors, n_anc, astride, s->H, T, (int)h, L->mlp_res_nwpw, c->eps, s->min, s->probs);
@@ -554,12 +577,13 @@ static int forward_chunk(df_session *s, const int32_t *ids, int T, float *logits
         }
         norm_rows(s->min, L->post_ln, T, (int)h, c->eps, s->y);
         if (L->moe) {
-            if (moe_forward(s, il, L, s->y, T, s->ffn, err)) return -1;
+            if (moe_forward(s, il, L, s->y, T, s->ffn, err)) goto fail;
             if (eng->trace) trace_routes(s, il, T);
         } else {
             dense_mlp_forward(s, L, s->y, T, s->ffn);
         }
         add_rows(s->H, s->ffn, Th);
+        moe_prefetch_next(s, il, T, s->H);
         if (eng->events) {
             double t = now_sec();
             eng->layer_sec[il] = t - t_layer;
@@ -594,17 +618,26 @@ static int forward_chunk(df_session *s, const int32_t *ids, int T, float *logits
         fprintf(eng->events,
                 "{\"pos\":%d,\"tokens\":%d,\"ms\":%.3f,\"expert_hits\":%llu,\"expert_misses\":%llu,"
                 "\"hit_rate\":%.4f,\"bytes_read\":%llu,\"io_wait_ms\":%.3f,\"io_wait_share\":%.4f,"
-                "\"read_gbps\":%.3f,\"layer_ms\":[",
+                "\"read_gbps\":%.3f,\"prefetch_issued\":%llu,\"prefetch_used\":%llu,\"prefetch_late\":%llu,"
+                "\"layer_ms\":[",
                 s->pos, T, 1e3 * dt_s, (unsigned long long)hits, (unsigned long long)miss,
                 hits + miss ? (double)hits / (double)(hits + miss) : 1.0, (unsigned long long)bytes, 1e3 * wait,
-                dt_s > 0 ? wait / dt_s : 0.0, dt_s > 0 ? (double)bytes / dt_s / 1e9 : 0.0);
+                dt_s > 0 ? wait / dt_s : 0.0, dt_s > 0 ? (double)bytes / dt_s / 1e9 : 0.0,
+                (unsigned long long)(eng->pf_issued - pfi0), (unsigned long long)(eng->cache.pf_used - pfu0),
+                (unsigned long long)(eng->cache.late - late0));
         for (int il = 0; il < c->NL; il++) fprintf(eng->events, "%s%.3f", il ? "," : "", 1e3 * eng->layer_sec[il]);
         fprintf(eng->events, "]}\n");
         fflush(eng->events);
     }
     s->pos += T;
     eng->tokens += (uint64_t)T;
+    /* predictions that were wrong may still be reading: take them in now so
+     * that no slot stays pending across calls */
+    moe_drain_prefetches(s, NULL); /* a failed prediction is not an error of this call */
     return 0;
+fail:
+    moe_drain_prefetches(s, NULL);
+    return -1;
 }
 
 int df_session_eval(df_session *s, const int32_t *ids, int n, float *logits, int all_rows, df_error *err)

@@ -33,6 +33,8 @@ typedef struct df_engine_opts {
     const char *trace_path;     /* write the route trace (JSON lines) here, or NULL */
     const char *events_path;    /* JSON line per forward call: hits, bytes, I/O wait, per-layer ms */
     const char *heat_path;      /* per-expert heat histogram: warms the cache at open, saved at close */
+    int no_prefetch;            /* turn the router look-ahead prefetch off */
+    int prefetch_k;             /* experts predicted per position and layer (0 = top_k / 2) */
     int prefault;               /* fault the expert cache memory in from a background thread at open */
     int quiet;                  /* no log lines on stderr */
 } df_engine_opts;
@@ -61,6 +63,12 @@ typedef struct df_stats {
     uint64_t expert_bytes_io;     /* bytes transferred (aligned spans) */
     uint64_t expert_reads;
     double io_wait_sec;           /* time the token loop waited for expert reads */
+    uint64_t prefetch_issued;     /* look-ahead reads started */
+    uint64_t prefetch_used;       /* of those, experts later used */
+    uint64_t prefetch_wasted;     /* evicted before any use */
+    uint64_t prefetch_late;       /* used while still in flight (counted as misses) */
+    uint64_t prefetch_predicted, prefetch_correct, prefetch_actual;  /* precision = correct / predicted,
+                                                                         recall = correct / actual */
 } df_stats;
 
 void df_engine_opts_default(df_engine_opts *o);

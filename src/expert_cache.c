@@ -24,6 +24,8 @@ int expert_cache_init(expert_cache *c, int n_layers, int n_experts, int n_slots,
     if (!c->mem) return -1;
     c->slot_key = xmalloc((size_t)n_slots * sizeof *c->slot_key);
     c->ready = xcalloc((size_t)n_slots, 1);
+    c->pending = xcalloc((size_t)n_slots, 1);
+    c->pf_unused = xcalloc((size_t)n_slots, 1);
     c->pins = xcalloc((size_t)n_slots, sizeof *c->pins);
     c->last_use = xcalloc((size_t)n_slots, sizeof *c->last_use);
     size_t nk = (size_t)n_layers * (size_t)n_experts;
@@ -70,6 +72,8 @@ void expert_cache_deinit(expert_cache *c)
     aligned_free(c->mem);
     free(c->slot_key);
     free(c->ready);
+    free(c->pending);
+    free(c->pf_unused);
     free(c->pins);
     free(c->last_use);
     free(c->map);
@@ -113,6 +117,7 @@ int expert_cache_acquire(expert_cache *c, int il, int e, uint8_t **slot)
     int s = c->map[key];
     c->tick++;
     if (s >= 0 && c->ready[s]) {
+        if (c->pf_unused[s]) c->pf_used++, c->pf_unused[s] = 0;
         atomic_fetch_add(&c->pins[s], 1);
         c->last_use[s] = c->tick;
         c->hits++;
@@ -120,7 +125,18 @@ int expert_cache_acquire(expert_cache *c, int il, int e, uint8_t **slot)
         *slot = c->mem + (size_t)s * c->slot_bytes;
         return EC_HIT;
     }
-    CHECK(s < 0); /* a reserved-but-unfilled slot is never acquired twice */
+    if (s >= 0 && c->pending[s]) {
+        atomic_fetch_add(&c->pins[s], 1);
+        c->last_use[s] = c->tick;
+        c->misses++;
+        c->late++;
+        c->pf_used++;
+        c->pf_unused[s] = 2; /* claimed while reading: not "unused" when it lands */
+        count_use(c, key);
+        *slot = c->mem + (size_t)s * c->slot_bytes;
+        return EC_PENDING;
+    }
+    CHECK(s < 0); /* a reserved-but-unfilled demand slot is never acquired twice */
     int victim = pick_victim(c);
     count_use(c, key);
     if (c->policy == CACHE_TLFU && (victim < 0 || (c->slot_key[victim] >= 0 &&
@@ -134,6 +150,7 @@ int expert_cache_acquire(expert_cache *c, int il, int e, uint8_t **slot)
     }
     if (victim < 0) return EC_FULL;
     if (c->slot_key[victim] >= 0) c->map[c->slot_key[victim]] = -1;
+    if (c->pf_unused[victim]) c->pf_wasted++, c->pf_unused[victim] = 0;
     c->slot_key[victim] = key;
     c->map[key] = victim;
     c->ready[victim] = 0;
@@ -144,11 +161,37 @@ int expert_cache_acquire(expert_cache *c, int il, int e, uint8_t **slot)
     return EC_MISS;
 }
 
+int expert_cache_acquire_prefetch(expert_cache *c, int il, int e, uint8_t **slot)
+{
+    int32_t key = il * c->n_experts + e;
+    if (c->map[key] >= 0) return EC_HIT;
+    int victim = pick_victim(c);
+    if (victim < 0) return EC_FULL;
+    /* TLFU: a prediction is not evidence of use; only take a free slot or
+     * one colder than what the predictor asks for */
+    if (c->policy == CACHE_TLFU && c->slot_key[victim] >= 0 && c->freq[key] <= c->freq[c->slot_key[victim]])
+        return EC_FULL;
+    if (c->slot_key[victim] >= 0) c->map[c->slot_key[victim]] = -1;
+    if (c->pf_unused[victim]) c->pf_wasted++, c->pf_unused[victim] = 0;
+    c->slot_key[victim] = key;
+    c->map[key] = victim;
+    c->ready[victim] = 0;
+    c->pending[victim] = 1;
+    c->n_pending++;
+    c->last_use[victim] = ++c->tick;
+    atomic_store(&c->pins[victim], 1);
+    *slot = c->mem + (size_t)victim * c->slot_bytes;
+    return EC_MISS;
+}
+
 void expert_cache_filled(expert_cache *c, int il, int e)
 {
     int s = c->map[il * c->n_experts + e];
     CHECK(s >= 0);
+    c->pf_unused[s] = c->pending[s] && c->pf_unused[s] != 2;
+    c->n_pending -= c->pending[s];
     c->ready[s] = 1;
+    c->pending[s] = 0;
 }
 
 void expert_cache_abort(expert_cache *c, int il, int e)
@@ -159,6 +202,9 @@ void expert_cache_abort(expert_cache *c, int il, int e)
     c->map[key] = -1;
     c->slot_key[s] = -1;
     c->ready[s] = 0;
+    c->n_pending -= c->pending[s];
+    c->pending[s] = 0;
+    c->pf_unused[s] = 0;
     atomic_store(&c->pins[s], 0);
 }
 

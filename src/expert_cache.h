@@ -28,7 +28,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-enum { EC_MISS = 0, EC_HIT = 1, EC_FULL = -1 };
+enum { EC_MISS = 0, EC_HIT = 1, EC_FULL = -1, EC_PENDING = 2 };
 enum cache_policy { CACHE_LRU, CACHE_LFU, CACHE_TLFU };
 
 typedef struct expert_cache {
@@ -40,12 +40,18 @@ typedef struct expert_cache {
     int32_t *slot_key;        /* slot -> il * n_experts + e, or -1 */
     int32_t *map;             /* key -> slot, or -1 */
     uint8_t *ready;           /* slot holds valid bytes */
+    uint8_t *pending;         /* slot reserved by a prefetch whose read is in flight */
+    uint8_t *pf_unused;       /* 1: filled by a prefetch, not used yet; 2: claimed while reading */
     atomic_int *pins;
     uint64_t *last_use;
     float *freq;              /* [n_layers * n_experts] decayed use counts */
     uint64_t aging_period, since_aging;
     uint64_t tick;
     uint64_t hits, misses;
+    int n_pending;            /* slots reserved by prefetches still reading */
+    uint64_t late;            /* misses that found a prefetch still in flight */
+    uint64_t pf_used;         /* prefetched experts later used (hit or late) */
+    uint64_t pf_wasted;       /* prefetched experts evicted unused */
     /* background prefault of the slot memory (see expert_cache_prefault) */
     pthread_t prefault_thread;
     int prefault_running;
@@ -57,8 +63,15 @@ int expert_cache_init(expert_cache *c, int n_layers, int n_experts, int n_slots,
                       size_t slot_bytes, enum cache_policy policy);
 void expert_cache_deinit(expert_cache *c);
 /* EC_HIT: *slot points at the expert.  EC_MISS: *slot is reserved and pinned;
- * fill it, then call expert_cache_filled.  EC_FULL: every slot is pinned. */
+ * fill it, then call expert_cache_filled.  EC_PENDING: a prefetch is reading
+ * it; *slot is pinned, wait for that read (counted as a miss: the expert was
+ * not resident when asked for).  EC_FULL: every slot is pinned. */
 int expert_cache_acquire(expert_cache *c, int il, int e, uint8_t **slot);
+/* A prefetch: EC_MISS reserves a pinned slot marked pending (fill it, then
+ * expert_cache_filled and release); EC_HIT means resident or already
+ * pending (nothing to do, nothing pinned); EC_FULL: no unpinned slot.
+ * Prefetches count neither as uses nor as hits or misses. */
+int expert_cache_acquire_prefetch(expert_cache *c, int il, int e, uint8_t **slot);
 void expert_cache_filled(expert_cache *c, int il, int e);
 void expert_cache_abort(expert_cache *c, int il, int e);
 void expert_cache_release(expert_cache *c, int il, int e);

@@ -177,41 +177,39 @@ void expert_store_flush(expert_store *s)
     s->n_batch = 0;
 }
 
-int expert_store_wait(expert_store *s, int64_t *tags, int max, int *n_tags, df_error *err)
+int expert_store_in_flight(const expert_store *s) { return s->n_sync_done + io_queue_in_flight(s->q); }
+
+int expert_store_wait(expert_store *s, int64_t *tags, int *ok, int max, df_error *err)
 {
-    *n_tags = 0;
-    while (s->n_sync_done && *n_tags < max)
-        tags[(*n_tags)++] = (int64_t)((uint64_t)s->sync_done[--s->n_sync_done] >> 32);
-    if (*n_tags) return 0;
-    if (!io_queue_in_flight(s->q)) return 0;
+    int n = 0;
+    while (s->n_sync_done && n < max) {
+        tags[n] = (int64_t)((uint64_t)s->sync_done[--s->n_sync_done] >> 32);
+        ok[n++] = 1;
+    }
+    if (n || !io_queue_in_flight(s->q)) return n;
     io_done done[64];
     double t0 = now_sec();
     int got = io_queue_wait(s->q, done, max < 64 ? max : 64);
     s->st.wait_sec += now_sec() - t0;
-    int rc = 0;
     for (int i = 0; i < got; i++) {
         int il = (int)((done[i].tag >> 16) & 0xFFFF), e = (int)(done[i].tag & 0xFFFF);
         const expert_loc *l = &s->loc[(size_t)il * (size_t)s->n_experts + (size_t)e];
         const df_file *f = &s->files[l->file];
         uint64_t need = f->direct ? (uint64_t)l->lead + s->expert_bytes : s->expert_bytes;
+        tags[n] = (int64_t)((uint64_t)done[i].tag >> 32);
         if (done[i].result < 0 || (uint64_t)done[i].result < need) {
-            if (!rc)
-                df_err_set(err, DF_ERR_IO, (int64_t)l->offset, "%s: reading layer %d expert %d failed: %s", f->path,
-                           il, e, done[i].result < 0 ? strerror((int)-done[i].result) : "short read (file truncated?)");
-            rc = -1;
+            df_err_set(err, DF_ERR_IO, (int64_t)l->offset, "%s: reading layer %d expert %d failed: %s", f->path, il,
+                       e, done[i].result < 0 ? strerror((int)-done[i].result) : "short read (file truncated?)");
+            ok[n++] = 0;
             continue;
         }
         s->st.n_reads++;
         s->st.bytes_read += s->expert_bytes;
         s->st.bytes_io += (uint64_t)done[i].result;
         if (!f->direct) df_file_dontneed(f, l->offset, s->expert_bytes);
-        tags[(*n_tags)++] = (int64_t)((uint64_t)done[i].tag >> 32);
+        ok[n++] = 1;
     }
-    if (rc) {
-        /* drain: nothing may still be writing into slots the caller frees */
-        while (io_queue_in_flight(s->q)) io_queue_wait(s->q, done, 64);
-    }
-    return rc;
+    return n;
 }
 
 int expert_store_read(expert_store *s, int il, int e, uint8_t *slot, df_error *err)
@@ -220,11 +218,9 @@ int expert_store_read(expert_store *s, int il, int e, uint8_t *slot, df_error *e
     if (expert_store_queue(s, il, e, slot, 0, err)) return -1;
     expert_store_flush(s);
     int64_t tag;
-    int n;
-    for (;;) {
-        if (expert_store_wait(s, &tag, 1, &n, err)) return -1;
-        if (n) return 0;
-    }
+    int ok;
+    while (expert_store_wait(s, &tag, &ok, 1, err) == 0) {}
+    return ok ? 0 : -1;
 }
 
 void expert_store_deinit(expert_store *s)

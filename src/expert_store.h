@@ -83,11 +83,12 @@ static inline uint8_t *expert_store_data(const expert_store *s, int il, int e, u
 int expert_store_queue(expert_store *s, int il, int e, uint8_t *slot, int64_t tag, df_error *err);
 /* Submit everything queued, sorted by file and offset. */
 void expert_store_flush(expert_store *s);
-/* Wait for at least one queued expert; writes up to max tags.  On a failed
- * or short read returns -1 with an error naming the expert and the file,
- * after draining every read still in flight; *n_tags then lists the tags
- * that did complete.  Returns 0 when nothing is in flight. */
-int expert_store_wait(expert_store *s, int64_t *tags, int max, int *n_tags, df_error *err);
+/* Wait for at least one queued expert; writes up to max completions:
+ * tags[i] with ok[i] = 1, or ok[i] = 0 for a failed or short read (the
+ * first failure also fills err, naming the expert and the file).  Returns
+ * the count, 0 when nothing is in flight. */
+int expert_store_wait(expert_store *s, int64_t *tags, int *ok, int max, df_error *err);
+int expert_store_in_flight(const expert_store *s);
 /* Synchronous read of one expert (tests, warming). */
 int expert_store_read(expert_store *s, int il, int e, uint8_t *slot, df_error *err);
 void expert_store_deinit(expert_store *s);

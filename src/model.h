@@ -111,6 +111,14 @@ struct df_engine {
     FILE *events;             /* per-call JSON lines (--events), or NULL */
     char *events_buf;
     double *layer_sec;        /* [NL] time of each layer in the last call (events) */
+    int quiet;
+    /* router look-ahead prefetch (moe.c) */
+    int pf_on, pf_k;
+    uint8_t *pf_layer_on;     /* [NL] turned off where it does not pay */
+    uint8_t *pf_pred;         /* [NL][E] the last prediction for each layer */
+    int *pf_npred;            /* [NL] size of that prediction (0 = none pending) */
+    uint64_t *pf_tries, *pf_predicted, *pf_correct, *pf_actual;   /* [NL] */
+    uint64_t pf_issued, pf_landed;
     char *trace_buf;
     uint64_t plan_budget, plan_trunk, plan_state, plan_scratch, plan_reserve;
     float **owned;            /* owned f32 vectors, freed at close */
@@ -187,6 +195,8 @@ void attnres_mix(const float *anchors, int n_anchors, size_t anchor_stride, cons
 void kda_forward(df_session *s, const k3_layer *L, const float *x, int T, float *out);
 int mla_forward(df_session *s, const k3_layer *L, const float *x, int T, float *out, df_error *err);
 int moe_forward(df_session *s, int il, const k3_layer *L, const float *y, int T, float *out, df_error *err);
+void moe_prefetch_next(df_session *s, int il, int T, const float *H);
+int moe_drain_prefetches(df_session *s, df_error *err);
 void dense_mlp_forward(df_session *s, const k3_layer *L, const float *y, int T, float *out);
 
 #endif

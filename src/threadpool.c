@@ -10,6 +10,7 @@
 #include "util.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 
@@ -58,7 +59,11 @@ static void *worker_main(void *arg)
         unsigned g;
         int spins = 0;
         while ((g = atomic_load(&p->generation)) == seen && !atomic_load(&p->stop)) {
-            if (++spins < 20000) { cpu_relax(); continue; }
+            if (++spins < 20000) {
+                if (spins % 1024 == 0) sched_yield();
+                else cpu_relax();
+                continue;
+            }
             pthread_mutex_lock(&p->mu);
             while (atomic_load(&p->generation) == seen && !atomic_load(&p->stop))
                 pthread_cond_wait(&p->cv, &p->mu);
@@ -126,5 +131,10 @@ void parallel_for(threadpool *p, size_t n, size_t grain, parallel_fn fn, void *c
     pthread_cond_broadcast(&p->cv);
     pthread_mutex_unlock(&p->mu);
     run_job(p, 0);
-    while (atomic_load(&p->done) < p->n_threads - 1) cpu_relax();
+    /* spin briefly, then yield: on an oversubscribed machine the worker we
+     * wait for may need this core */
+    for (int spins = 0; atomic_load(&p->done) < p->n_threads - 1; spins++) {
+        if (spins < 2000) cpu_relax();
+        else sched_yield();
+    }
 }

@@ -119,7 +119,7 @@ static void test_queue_uring(void) { test_queue(IO_BACKEND_URING); }
 typedef struct {
     size_t mem, cache;
     const char *io, *backend;
-    int threads, chunk;
+    int threads, chunk, no_prefetch;
 } cfg;
 
 static float *run(const char *dir, const cfg *c, const int32_t *ids, int n, int *V, df_stats *st)
@@ -134,6 +134,7 @@ static float *run(const char *dir, const cfg *c, const int32_t *ids, int n, int 
     o.io_backend = c->backend;
     o.plan_ctx = 256;
     o.plan_batch = 8;
+    o.no_prefetch = c->no_prefetch;
     df_engine *eng;
     df_error err = {0};
     if (df_engine_open(dir, &o, &eng, &err)) {
@@ -167,7 +168,8 @@ static void test_exact_across_io(void)
     for (int i = 0; i < 24; i++) ids[i] = (i * 131 + 7) % 3800;
     int V;
     df_stats st;
-    cfg base = {.cache = (size_t)1 << 30, .io = "buffered", .backend = "threads", .threads = 1, .chunk = 1};
+    cfg base = {.cache = (size_t)1 << 30, .io = "buffered", .backend = "threads", .threads = 1, .chunk = 1,
+                .no_prefetch = 1};
     float *a = run(dir, &base, ids, 24, &V, &st);
     const cfg variants[] = {
         {.mem = 0, .cache = 0, .io = "auto", .backend = "auto"},
@@ -175,6 +177,9 @@ static void test_exact_across_io(void)
         {.cache = 1, .io = "direct", .backend = "threads"},
         {.cache = 64 * 20480, .io = "buffered", .backend = "uring", .chunk = 5},
         {.mem = (size_t)200 << 20, .io = "auto", .backend = "auto", .threads = 3, .chunk = 3},
+        {.cache = 40 * 20480, .io = "direct", .backend = "uring", .chunk = 1, .no_prefetch = 1},
+        {.cache = 40 * 20480, .io = "direct", .backend = "uring", .chunk = 1},
+        {.cache = 200 * 20480, .io = "buffered", .backend = "threads", .chunk = 1},
     };
     for (size_t i = 0; i < sizeof variants / sizeof variants[0]; i++) {
         float *b = run(dir, &variants[i], ids, 24, &V, NULL);
@@ -195,7 +200,7 @@ static void test_hit_accounting(void)
     int V;
     df_stats st;
     /* everything fits: each expert is read once, every later use is a hit */
-    cfg big = {.cache = (size_t)1 << 30, .io = "auto", .backend = "auto", .chunk = 1};
+    cfg big = {.cache = (size_t)1 << 30, .io = "auto", .backend = "auto", .chunk = 1, .no_prefetch = 1};
     float *a = run(dir, &big, ids, 6, &V, &st);
     TCHECKF(st.expert_misses == st.expert_reads, "misses %llu != reads %llu", (unsigned long long)st.expert_misses,
             (unsigned long long)st.expert_reads);
@@ -204,12 +209,38 @@ static void test_hit_accounting(void)
     TCHECK(st.expert_bytes_read == st.expert_misses * 20480 * 0 + st.expert_bytes_read); /* counted */
     TCHECK(st.expert_misses <= 7 * 128);
     /* one slot: nothing is ever resident before its use except a repeat within a layer */
-    cfg one = {.cache = 1, .io = "auto", .backend = "auto", .chunk = 1};
+    cfg one = {.cache = 1, .io = "auto", .backend = "auto", .chunk = 1, .no_prefetch = 1};
     df_stats st1;
     float *b = run(dir, &one, ids, 6, &V, &st1);
     TCHECKF(st1.expert_hits == 0, "1-slot cache counted %llu hits", (unsigned long long)st1.expert_hits);
     TCHECK(st1.expert_misses == 6 * 7 * 8);
     free(a), free(b);
+}
+
+static void test_prefetch_accounting(void)
+{
+    char dir[512];
+    if (gen("small", "--preset small --seed 11", dir, sizeof dir)) return;
+    int32_t ids[30];
+    for (int i = 0; i < 30; i++) ids[i] = (i * 97 + 1) % 3800;
+    int V;
+    df_stats st;
+    cfg c = {.cache = 60 * 20480, .io = "auto", .backend = "auto", .chunk = 1};
+    float *a = run(dir, &c, ids, 30, &V, &st);
+    fprintf(stderr, "    prefetch: %llu issued, %llu used, %llu late, %llu wasted; precision %.2f recall %.2f\n",
+            (unsigned long long)st.prefetch_issued, (unsigned long long)st.prefetch_used,
+            (unsigned long long)st.prefetch_late, (unsigned long long)st.prefetch_wasted,
+            st.prefetch_predicted ? (double)st.prefetch_correct / st.prefetch_predicted : 0.0,
+            st.prefetch_actual ? (double)st.prefetch_correct / st.prefetch_actual : 0.0);
+    TCHECK(st.prefetch_issued > 0 && st.prefetch_predicted > 0);
+    TCHECK(st.prefetch_used + st.prefetch_wasted <= st.prefetch_issued);
+    TCHECK(st.prefetch_late <= st.prefetch_used && st.prefetch_correct <= st.prefetch_predicted);
+    /* every read is a demand miss not served by a prefetch, or a prefetch */
+    TCHECKF(st.expert_reads == st.expert_misses - st.prefetch_late + st.prefetch_issued,
+            "reads %llu != misses %llu - late %llu + prefetches %llu", (unsigned long long)st.expert_reads,
+            (unsigned long long)st.expert_misses, (unsigned long long)st.prefetch_late,
+            (unsigned long long)st.prefetch_issued);
+    free(a);
 }
 
 static void test_truncated_expert_file(void)
@@ -392,6 +423,7 @@ static const test_case tests[] = {
     {"io_queue_uring", test_queue_uring},
     {"exact_across_budgets_modes_backends", test_exact_across_io},
     {"hit_accounting", test_hit_accounting},
+    {"prefetch_accounting", test_prefetch_accounting},
     {"truncated_expert_file_named", test_truncated_expert_file},
     {"rss_within_mem_budget", test_rss_within_budget},
     {"heat_file_warms_cache", test_heat_warms_cache},
