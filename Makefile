@@ -10,7 +10,7 @@ WARN    := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wpoi
            -Wcast-qual -Wvla -Wformat=2
 # -ffp-contract=off: the compiler must never fuse a*b+c on its own; kernels
 # use explicit fma so every ISA rounds the same way (see src/kernels.h).
-CFLAGS_BASE := -std=c11 -ffp-contract=off -fno-fast-math -pthread -MMD -MP $(WARN)
+CFLAGS_BASE = -std=c11 -ffp-contract=off -fno-fast-math -pthread -MMD -MP $(WARN)
 ifeq ($(DEBUG),1)
   OPT := -O1 -g
 else
@@ -23,11 +23,11 @@ endif
 ifeq ($(WERROR),1)
   WARN += -Werror
 endif
-CFLAGS  := $(CFLAGS_BASE) $(OPT) $(EXTRA_CFLAGS)
+CFLAGS  = $(CFLAGS_BASE) $(OPT) $(EXTRA_CFLAGS)
 # every binary routes allocations through the guard in util.c
 WRAP    := -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=posix_memalign
 LDFLAGS := -pthread $(LDSAN) $(WRAP)
-LDLIBS  := -lm
+LDLIBS  := -lm -lpcre2-8
 
 # io_uring through liburing when its header is installed (Debian: liburing-dev);
 # without it the expert reads use the pread thread pool.
@@ -44,11 +44,12 @@ ifeq ($(ARCH),x86_64)
   AVX512_FLAGS := -mavx512f -mavx512bw -mavx512vl -mavx2 -mfma
 endif
 
-LIB_SRC := util file json threadpool safetensors quant mathfn kernels_ref kernels_avx2 kernels_avx512 \
-           backend_cpu expert_store expert_cache model attnres kda mla moe engine cachesim heat iobench
+LIB_SRC := util file json json_write threadpool safetensors quant mathfn kernels_ref kernels_avx2 kernels_avx512 \
+           backend_cpu expert_store expert_cache model attnres kda mla moe engine cachesim heat iobench place \
+           tokenizer chat_template
 LIB_OBJ := $(LIB_SRC:%=$(BUILD)/%.o)
 
-TESTS := test_json test_safetensors test_kernels test_model test_loader test_engine test_generated test_io
+TESTS := test_json test_safetensors test_kernels test_model test_loader test_engine test_generated test_io test_tokenizer test_chat_template test_repl
 TEST_BIN := $(TESTS:%=$(BUILD)/tests/%)
 
 all: $(BUILD)/deltafin $(BUILD)/k3gen
@@ -63,7 +64,7 @@ $(BUILD)/kernels_avx512.o: src/kernels_avx512.c | $(BUILD)
 $(BUILD)/libdeltafin.a: $(LIB_OBJ)
 	rm -f $@ && ar rcs $@ $^
 
-$(BUILD)/deltafin: $(BUILD)/cli.o $(BUILD)/libdeltafin.a
+$(BUILD)/deltafin: $(BUILD)/cli.o $(BUILD)/cli_chat.o $(BUILD)/lineedit.o $(BUILD)/libdeltafin.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 $(BUILD)/k3gen: tools/k3gen.c | $(BUILD)
@@ -72,7 +73,7 @@ $(BUILD)/k3gen: tools/k3gen.c | $(BUILD)
 $(BUILD)/tests/%.o: tests/%.c | $(BUILD)/tests
 	$(CC) $(CFLAGS) -Isrc -Itests -c $< -o $@
 $(BUILD)/tests/%: $(BUILD)/tests/%.o $(BUILD)/tests/harness.o $(BUILD)/libdeltafin.a
-	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) -lutil
 
 $(BUILD) $(BUILD)/tests:
 	mkdir -p $@
@@ -91,20 +92,24 @@ test-san:
 	$(MAKE) --no-print-directory BUILD=build-san SANITIZE=address,undefined DEBUG=1 all $(TESTS:%=build-san/tests/%)
 	DF_SANITIZED=1 BUILD=build-san tests/run_tests.sh $(TESTS:%=build-san/tests/%)
 
-# What CI runs (README's test command): -Werror build and both suites, then
-# every fuzz target for FUZZ_SECONDS (default 10) under ASan + UBSan.
+# What CI runs (README's test command): -Werror build and both suites, every
+# fuzz target for FUZZ_SECONDS (default 10) under ASan + UBSan, and the
+# tokenizer against tiktoken.
 check:
 	$(MAKE) --no-print-directory WERROR=1 test
 	$(MAKE) --no-print-directory fuzz-run FUZZ_SECONDS=$${FUZZ_SECONDS:-10}
+	$(MAKE) --no-print-directory tokenizer-oracle
 
-FUZZ_TARGETS := fuzz_safetensors fuzz_config fuzz_json
+FUZZ_TARGETS := fuzz_safetensors fuzz_config fuzz_json fuzz_tokenizer fuzz_chat_parser fuzz_chat_render
 FUZZ_CC ?= clang
 fuzz: $(FUZZ_TARGETS:%=build-fuzz/%)
-FUZZ_SRC := util file json safetensors model quant mathfn expert_store kernels_ref kernels_avx2 kernels_avx512
+FUZZ_SRC := util file json json_write safetensors model quant mathfn expert_store kernels_ref kernels_avx2 \
+            kernels_avx512 tokenizer chat_template
 build-fuzz/%: fuzz/%.c $(FUZZ_SRC:%=src/%.c)
 	mkdir -p build-fuzz
 	$(FUZZ_CC) -std=c11 -g -O1 -ffp-contract=off -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -Isrc -o $@ $< \
-	    $(FUZZ_SRC:%=src/%.c) -pthread $(WRAP) -lm
+	    $(FUZZ_SRC:%=src/%.c) -pthread $(WRAP) -lm -lpcre2-8
+build-fuzz/fuzz_chat_render: fuzz/fuzz_chat_parser.c
 # Run each target for FUZZ_SECONDS on a scratch copy of its seed corpus.
 fuzz-run: fuzz
 	for t in $(FUZZ_TARGETS); do rm -rf build-fuzz/corpus-$$t && cp -r fuzz/corpus/$$t build-fuzz/corpus-$$t && \
@@ -114,6 +119,11 @@ fuzz-run: fuzz
 
 $(BUILD)/bench_core: bench/bench_core.c $(BUILD)/libdeltafin.a | $(BUILD)
 	$(CC) $(CFLAGS) -Isrc $(LDFLAGS) -o $@ $< $(BUILD)/libdeltafin.a $(LDLIBS)
+
+# tiktoken (npm) as the oracle for the tokenizer: needs node and
+# `npm ci --prefix tests/oracle` (.ci/run does both)
+tokenizer-oracle: $(BUILD)/tests/tok_dump $(BUILD)/k3gen
+	BUILD=$(BUILD) TOK_DUMP=$(BUILD)/tests/tok_dump K3GEN=$(BUILD)/k3gen tests/oracle/run_tokenizer_oracle.sh
 
 bench: all $(BUILD)/bench_core
 	bench/bench_core.sh
@@ -128,6 +138,6 @@ lint:
 clean:
 	rm -rf build build-san build-fuzz
 
-.PHONY: all test test-fast test-san check fuzz fuzz-run bench format lint clean
+.PHONY: tokenizer-oracle all test test-fast test-san check fuzz fuzz-run bench format lint clean
 
 -include $(wildcard $(BUILD)/*.d $(BUILD)/tests/*.d)

@@ -147,5 +147,11 @@ size_t chat_parser_feed(chat_parser *p, int32_t id, const chat_event **ev);
 size_t chat_parser_finish(chat_parser *p, const chat_event **ev);
 /* 1 after <|end_of_msg|>. */
 int chat_parser_done(const chat_parser *p);
+/* The XTML (control spellings and tag words, to encode with allow_special
+ * = 1) that closes the assistant message from the parser's current state,
+ * e.g. "<|close|>response<|sep|><|close|>message<|sep|><|end_of_msg|>";
+ * "" when the message is complete.  Used when a generation is interrupted
+ * so that the conversation state stays well-formed. */
+const char *chat_parser_closing(const chat_parser *p);
 
 #endif

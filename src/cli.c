@@ -10,6 +10,7 @@
  * never left half-written).  May exit; nothing below it does.
  */
 #define _GNU_SOURCE
+#include "cli.h"
 #include "engine.h"
 
 #include <errno.h>
@@ -20,23 +21,37 @@
 #include <string.h>
 #include <time.h>
 
-static void usage(FILE *f)
+void usage(FILE *f)
 {
     fputs("usage: deltafin <command> [options]\n"
           "\n"
           "commands:\n"
-          "  run     generate from a prompt given as token ids\n"
+          "  run     generate from a prompt (text, or token ids)\n"
+          "  chat    interactive multi-turn chat (line editing, Ctrl-C stops a reply;\n"
+          "          /reset, /stats, /quit)\n"
+          "  tokenize --model DIR [--special] \"text\" | --decode 12,7,99\n"
+          "          print the token ids of a text, or the text of ids\n"
           "  info    print the model's dimensions and memory needs\n"
           "  iobench DIR [--chunk SIZE] [--io-depth N] [--seconds S] [--io buffered]\n"
           "          measure the drive's read bandwidth with the engine's read size and depth\n"
           "          (DIR: a model directory or any directory of large files)\n"
+          "  place   --model DIR --to DIR [--to DIR ...] [--stripe]\n"
+          "          copy the experts to other drives: every expert to every DIR (replicas,\n"
+          "          reads go to the least busy copy) or spread across them (--stripe);\n"
+          "          then run with --expert-path DIR for each\n"
           "  cachesim --trace FILE [--slots 64,256,1024]\n"
           "          replay a route trace through the LRU and LFU caches and Belady's optimal\n"
           "\n"
           "run options:\n"
           "  --model DIR          K3 checkpoint directory (config.json, index, shards)\n"
+          "  --prompt TEXT        the prompt; raw continuation (no BOS), stops at the eos token\n"
+          "  --chat               apply the chat template to --prompt and show the reply\n"
+          "                       (reasoning on stderr, the answer on stdout)\n"
+          "  --system TEXT        a system message (with --chat and in chat)\n"
+          "  --reasoning-effort E low, high or max (default max)\n"
+          "  --no-think           answer without the thinking channel\n"
           "  --prompt-ids LIST    comma-separated token ids, e.g. 12,7,99\n"
-          "  --max-new N          tokens to generate (default 16)\n"
+          "  --max-new N          tokens to generate (default 16 with --prompt-ids, else 512)\n"
           "  --print-ids          print the generated ids comma-separated on one line\n"
           "  --dump-logits FILE   write float32 LE logits [T][vocab], one row per prompt and\n"
           "                       generated token (row t = distribution after token t)\n"
@@ -52,6 +67,7 @@ static void usage(FILE *f)
           "  --io MODE            expert reads: auto (O_DIRECT where possible), direct, buffered\n"
           "  --io-backend B       auto (io_uring where possible), uring, threads\n"
           "  --io-depth N         expert reads in flight (default 32)\n"
+          "  --expert-path DIR    read experts from a directory written by 'deltafin place' (repeatable)\n"
           "  --cache-policy P     expert cache policy: lfu (default), tlfu (LFU + admission) or lru\n"
           "  --trace FILE         write the route trace (one JSON line per position and MoE layer)\n"
           "  --heat FILE          expert heat histogram: warms the cache at start, updated at exit\n"
@@ -61,11 +77,12 @@ static void usage(FILE *f)
           "  --prefetch-k N       experts predicted per position and layer (default top_k / 2)\n"
           "  --prefault           fault the expert cache's memory in at start, in the background (pays\n"
           "                       off in long runs where first-touching memory is slow, as in some VMs)\n"
-          "  --stats              print timing and expert I/O counters to stderr\n",
+          "  --stats              a live status line (tok/s, tokens, time to first token) and\n"
+          "                       timing and expert I/O counters on stderr\n",
           f);
 }
 
-static _Noreturn __attribute__((format(printf, 1, 2))) void die(const char *fmt, ...)
+_Noreturn void die(const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -76,7 +93,7 @@ static _Noreturn __attribute__((format(printf, 1, 2))) void die(const char *fmt,
     exit(2);
 }
 
-static long parse_long(const char *s, const char *flag, long lo, long hi)
+long parse_long(const char *s, const char *flag, long lo, long hi)
 {
     char *end;
     errno = 0;
@@ -87,7 +104,7 @@ static long parse_long(const char *s, const char *flag, long lo, long hi)
     return v;
 }
 
-static size_t parse_size(const char *s, const char *flag)
+size_t parse_size(const char *s, const char *flag)
 {
     char *end;
     errno = 0;
@@ -105,7 +122,7 @@ static size_t parse_size(const char *s, const char *flag)
     return (size_t)(v * mul);
 }
 
-static int parse_ids(const char *s, int32_t **out)
+int parse_ids(const char *s, int32_t **out)
 {
     int n = 0, cap = 16;
     int32_t *ids = malloc((size_t)cap * sizeof *ids);
@@ -131,20 +148,14 @@ static int parse_ids(const char *s, int32_t **out)
     return n;
 }
 
-static double now(void)
+double now(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-typedef struct {
-    const char *model, *prompt_ids, *dump, *kernels, *io, *io_backend, *policy, *trace, *slots, *heat, *events;
-    int max_new, print_ids, threads, ctx, batch, stop_eos, stats, io_depth, prefault, no_prefetch, prefetch_k;
-    size_t cache_bytes, mem;
-} run_args;
-
-static void parse_common(int argc, char **argv, run_args *a)
+void parse_common(int argc, char **argv, run_args *a)
 {
     memset(a, 0, sizeof *a);
     a->max_new = 16;
@@ -154,7 +165,11 @@ static void parse_common(int argc, char **argv, run_args *a)
         if (!strcmp(f, "--help") || !strcmp(f, "-h")) { usage(stdout); exit(0); }
         else if (!strcmp(f, "--model")) { NEED_ARG(); a->model = argv[++i]; }
         else if (!strcmp(f, "--prompt-ids")) { NEED_ARG(); a->prompt_ids = argv[++i]; }
-        else if (!strcmp(f, "--max-new")) { NEED_ARG(); a->max_new = (int)parse_long(argv[++i], f, 0, 1 << 24); }
+        else if (!strcmp(f, "--max-new")) {
+            NEED_ARG();
+            a->max_new = (int)parse_long(argv[++i], f, 0, 1 << 24);
+            a->max_new_set = 1;
+        }
         else if (!strcmp(f, "--print-ids")) a->print_ids = 1;
         else if (!strcmp(f, "--dump-logits")) { NEED_ARG(); a->dump = argv[++i]; }
         else if (!strcmp(f, "--greedy")) {}
@@ -174,16 +189,36 @@ static void parse_common(int argc, char **argv, run_args *a)
         else if (!strcmp(f, "--heat")) { NEED_ARG(); a->heat = argv[++i]; }
         else if (!strcmp(f, "--events")) { NEED_ARG(); a->events = argv[++i]; }
         else if (!strcmp(f, "--prefault")) a->prefault = 1;
+        else if (!strcmp(f, "--stripe")) a->stripe = 1;
+        else if (!strcmp(f, "--expert-path") || !strcmp(f, "--to")) {
+            NEED_ARG();
+            if (a->n_xpaths == 7) die("at most 7 %s directories", f);
+            a->xpaths[a->n_xpaths++] = argv[++i];
+        }
         else if (!strcmp(f, "--no-prefetch")) a->no_prefetch = 1;
         else if (!strcmp(f, "--prefetch-k")) { NEED_ARG(); a->prefetch_k = (int)parse_long(argv[++i], f, 1, 4096); }
         else if (!strcmp(f, "--slots")) { NEED_ARG(); a->slots = argv[++i]; }
+        else if (!strcmp(f, "--prompt")) { NEED_ARG(); a->prompt = argv[++i]; }
+        else if (!strcmp(f, "--system")) { NEED_ARG(); a->system = argv[++i]; }
+        else if (!strcmp(f, "--chat")) a->chat = 1;
+        else if (!strcmp(f, "--no-think")) a->no_think = 1;
+        else if (!strcmp(f, "--reasoning-effort")) {
+            NEED_ARG();
+            a->effort = argv[++i];
+            if (strcmp(a->effort, "low") && strcmp(a->effort, "high") && strcmp(a->effort, "max"))
+                die("--reasoning-effort must be low, high or max, got \"%s\"", a->effort);
+        }
+        else if (!strcmp(f, "--special")) a->special = 1;
+        else if (!strcmp(f, "--decode")) { NEED_ARG(); a->decode = argv[++i]; }
+        else if (f[0] != '-' && !a->text) a->text = f;
         else die("unknown option \"%s\"", f);
 #undef NEED_ARG
     }
     if (!a->model && strcmp(argv[1], "cachesim")) die("--model DIR is required");
+    if (a->max_new_set == 0 && (a->chat || a->prompt)) a->max_new = 512;
 }
 
-static df_engine *open_engine(const run_args *a)
+df_engine *open_engine(const run_args *a)
 {
     df_engine_opts eo;
     df_engine_opts_default(&eo);
@@ -201,6 +236,8 @@ static df_engine *open_engine(const run_args *a)
     eo.heat_path = a->heat;
     eo.events_path = a->events;
     eo.prefault = a->prefault;
+    eo.expert_paths = a->xpaths;
+    eo.n_expert_paths = a->n_xpaths;
     eo.no_prefetch = a->no_prefetch;
     eo.prefetch_k = a->prefetch_k;
     eo.quiet = !a->stats;
@@ -217,7 +254,8 @@ static int cmd_run(int argc, char **argv)
 {
     run_args a;
     parse_common(argc, argv, &a);
-    if (!a.prompt_ids) die("run needs --prompt-ids LIST");
+    if (a.prompt || a.chat) return run_text(&a);
+    if (!a.prompt_ids) die("run needs --prompt \"text\" or --prompt-ids LIST");
     int32_t *prompt;
     int n_prompt = parse_ids(a.prompt_ids, &prompt);
     df_engine *eng = open_engine(&a);
@@ -362,6 +400,34 @@ static int cmd_iobench(int argc, char **argv)
     return 0;
 }
 
+static void place_progress(void *ctx, uint64_t done, uint64_t total)
+{
+    double *last = ctx, t = now();
+    if (t - *last < 0.5 && done < total) return;
+    *last = t;
+    fprintf(stderr, "\rdeltafin: placing experts: %5.1f%% (%.2f of %.2f GB)", total ? 100.0 * done / total : 100.0,
+            done / 1e9, total / 1e9);
+    if (done >= total) fputc('\n', stderr);
+}
+
+static int cmd_place(int argc, char **argv)
+{
+    run_args a;
+    parse_common(argc, argv, &a);
+    if (!a.n_xpaths) die("place needs at least one --to DIR");
+    double last = 0;
+    df_error err = {0};
+    if (df_place(a.model, a.xpaths, a.n_xpaths, a.stripe, place_progress, &last, &err)) {
+        fprintf(stderr, "\ndeltafin: place: %s\n", err.msg);
+        return 1;
+    }
+    fprintf(stderr, "deltafin: experts of %s placed (%s) in %d director%s; run with", a.model,
+            a.stripe ? "striped" : "replicated", a.n_xpaths, a.n_xpaths == 1 ? "y" : "ies");
+    for (int i = 0; i < a.n_xpaths; i++) fprintf(stderr, " --expert-path %s", a.xpaths[i]);
+    fprintf(stderr, "\n");
+    return 0;
+}
+
 static int cmd_cachesim(int argc, char **argv)
 {
     run_args a;
@@ -407,5 +473,8 @@ int main(int argc, char **argv)
     if (!strcmp(argv[1], "info")) return cmd_info(argc, argv);
     if (!strcmp(argv[1], "cachesim")) return cmd_cachesim(argc, argv);
     if (!strcmp(argv[1], "iobench")) return cmd_iobench(argc, argv);
+    if (!strcmp(argv[1], "place")) return cmd_place(argc, argv);
+    if (!strcmp(argv[1], "chat")) return cmd_chat(argc, argv);
+    if (!strcmp(argv[1], "tokenize")) return cmd_tokenize(argc, argv);
     die("unknown command \"%s\"", argv[1]);
 }

@@ -219,6 +219,10 @@ int df_engine_open(const char *model_dir, const df_engine_opts *opts, df_engine 
     if (eng->n_threads > 256) eng->n_threads = 256;
     eng->pool = threadpool_new(eng->n_threads);
 
+    if (opts->n_expert_paths && engine_use_expert_paths(eng, opts->expert_paths, opts->n_expert_paths, err)) {
+        df_engine_close(eng);
+        return -1;
+    }
     if (plan_memory(eng, opts, err)) {
         df_engine_close(eng);
         return -1;
@@ -342,6 +346,7 @@ void df_engine_stats(const df_engine *eng, df_stats *st)
     st->expert_bytes_io = eng->store.st.bytes_io;
     st->expert_reads = eng->store.st.n_reads;
     st->io_wait_sec = eng->store.st.wait_sec;
+    for (int i = 0; i < eng->store.n_src && i < 8; i++) st->source_reads[i] = eng->store.src[i].reads;
     st->prefetch_issued = eng->pf_issued;
     st->prefetch_used = eng->cache.pf_used;
     st->prefetch_wasted = eng->cache.pf_wasted;

@@ -35,6 +35,8 @@ typedef struct df_engine_opts {
     const char *heat_path;      /* per-expert heat histogram: warms the cache at open, saved at close */
     int no_prefetch;            /* turn the router look-ahead prefetch off */
     int prefetch_k;             /* experts predicted per position and layer (0 = top_k / 2) */
+    const char *const *expert_paths; /* --expert-path dirs written by df_place (NULL: the model dir) */
+    int n_expert_paths;
     int prefault;               /* fault the expert cache memory in from a background thread at open */
     int quiet;                  /* no log lines on stderr */
 } df_engine_opts;
@@ -63,6 +65,7 @@ typedef struct df_stats {
     uint64_t expert_bytes_io;     /* bytes transferred (aligned spans) */
     uint64_t expert_reads;
     double io_wait_sec;           /* time the token loop waited for expert reads */
+    uint64_t source_reads[8];     /* expert reads per source: [0] model dir, [1..] --expert-path dirs */
     uint64_t prefetch_issued;     /* look-ahead reads started */
     uint64_t prefetch_used;       /* of those, experts later used */
     uint64_t prefetch_wasted;     /* evicted before any use */
@@ -113,6 +116,15 @@ typedef struct df_iobench_result {
     char backend[32];
 } df_iobench_result;
 int df_iobench(const char *dir, const df_iobench_opts *o, df_iobench_result *r, df_error *err);
+
+/* Copy the routed experts of model_dir to the directories dirs[0..n):
+ * every expert to every directory (replicas) or expert i to directory
+ * i mod n (stripe), keeping file names and offsets; each directory gets a
+ * manifest that --expert-path reads.  progress(ctx, done, total) after each
+ * expert. */
+typedef void (*df_place_progress)(void *ctx, uint64_t done, uint64_t total);
+int df_place(const char *model_dir, const char *const *dirs, int n, int stripe, df_place_progress progress,
+             void *ctx, df_error *err);
 
 /* Greedy choice: the first index of the maximum (ties go to the lower id). */
 int df_argmax(const float *logits, int n);

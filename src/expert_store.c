@@ -102,6 +102,7 @@ int expert_store_finish(expert_store *s, const uint8_t *moe_layer, enum io_mode 
             }
         }
     }
+    s->n_src = 1;
     s->q = io_queue_new(depth, backend, err);
     return s->q ? 0 : -1;
 }
@@ -119,10 +120,66 @@ static int pread_plain(int fd, uint8_t *dst, uint64_t n, uint64_t off)
     return 0;
 }
 
-/* tag layout: caller tag (32 bits) | layer (16) | expert (16) */
-static int64_t pack_tag(int64_t tag, int il, int e)
+/* tag layout: caller tag (32 bits) | source (4) | layer (12) | expert (16) */
+static int64_t pack_tag(int64_t tag, int src, int il, int e)
 {
-    return (int64_t)(((uint64_t)(uint32_t)tag << 32) | ((uint64_t)(uint16_t)il << 16) | (uint16_t)e);
+    return (int64_t)(((uint64_t)(uint32_t)tag << 32) | ((uint64_t)src << 28) | ((uint64_t)(il & 0xFFF) << 16) |
+                     (uint16_t)e);
+}
+
+int expert_store_set_sources(expert_store *s, const char *const *dirs, int n, const uint8_t *const *held,
+                             const uint8_t *moe_layer, df_error *err)
+{
+    if (n < 1 || n > EXPERT_MAX_SOURCES - 1)
+        return df_err_set(err, DF_ERR_ARG, -1, "between 1 and %d expert paths are supported", EXPERT_MAX_SOURCES - 1);
+    size_t nk = (size_t)s->n_layers * (size_t)s->n_experts;
+    s->holders = xcalloc(nk, 1);
+    for (int d = 0; d < n; d++) {
+        expert_source *src = &s->src[d + 1];
+        src->dir = xstrdup(dirs[d]);
+        src->files = xcalloc((size_t)s->n_files, sizeof *src->files);
+        for (int f = 0; f < s->n_files; f++) src->files[f].fd = -1;
+        for (size_t k = 0; k < nk; k++) {
+            if (!held[d][k]) continue;
+            const expert_loc *l = &s->loc[k];
+            if (l->file < 0) continue;
+            df_file *df = &src->files[l->file];
+            if (df->fd < 0) {
+                const char *base = strrchr(s->paths[l->file], '/');
+                char path[4096];
+                snprintf(path, sizeof path, "%s/%s", dirs[d], base ? base + 1 : s->paths[l->file]);
+                if (df_file_open(df, path, s->mode, err)) return -1;
+                if (df->size != s->files[l->file].size)
+                    return df_err_set(err, DF_ERR_FORMAT, -1, "%s: %llu bytes, but the model's shard has %llu", path,
+                                      (unsigned long long)df->size, (unsigned long long)s->files[l->file].size);
+            }
+            s->holders[k] |= (uint8_t)(1u << (d + 1));
+        }
+    }
+    for (int il = 0; il < s->n_layers; il++)
+        for (int e = 0; moe_layer[il] && e < s->n_experts; e++)
+            if (!s->holders[(size_t)il * s->n_experts + (size_t)e])
+                return df_err_set(err, DF_ERR_ARG, -1, "layer %d expert %d is in none of the expert paths", il, e);
+    s->n_src = n + 1;
+    return 0;
+}
+
+/* The source to read expert k from: the holder with the fewest reads in flight. */
+static int pick_source(const expert_store *s, size_t k)
+{
+    if (!s->holders) return 0;
+    int best = -1;
+    for (int i = 1; i < s->n_src; i++)
+        if ((s->holders[k] >> i) & 1)
+            if (best < 0 || s->src[i].in_flight < s->src[best].in_flight ||
+                (s->src[i].in_flight == s->src[best].in_flight && s->src[i].reads < s->src[best].reads))
+                best = i;
+    return best;
+}
+
+static const df_file *src_file(const expert_store *s, int src, int file)
+{
+    return src == 0 ? &s->files[file] : &s->src[src].files[file];
 }
 
 int expert_store_queue(expert_store *s, int il, int e, uint8_t *slot, int64_t tag, df_error *err)
@@ -140,14 +197,16 @@ int expert_store_queue(expert_store *s, int il, int e, uint8_t *slot, int64_t ta
         }
         s->st.bytes_read += s->expert_bytes;
         /* completes at once: hand the tag back through the next wait */
-        io_req r = {.fd = -1, .tag = pack_tag(tag, il, e)};
+        io_req r = {.fd = -1, .tag = pack_tag(tag, 0, il, e)};
         CHECK(s->n_batch < EXPERT_BATCH_MAX);
         s->batch[s->n_batch++] = r;
         return 0;
     }
-    io_req r = {.fd = s->files[l->file].fd, .off = l->span_off, .len = l->span_len, .buf = slot,
-                .tag = pack_tag(tag, il, e)};
-    if (!s->files[l->file].direct) {
+    int src = pick_source(s, (size_t)il * (size_t)s->n_experts + (size_t)e);
+    const df_file *f = src_file(s, src, l->file);
+    s->src[src].in_flight++;
+    io_req r = {.fd = f->fd, .off = l->span_off, .len = l->span_len, .buf = slot, .tag = pack_tag(tag, src, il, e)};
+    if (!f->direct) {
         /* buffered: read exactly the expert, into the same place in the slot */
         r.off = l->offset;
         r.len = (size_t)s->expert_bytes;
@@ -192,9 +251,11 @@ int expert_store_wait(expert_store *s, int64_t *tags, int *ok, int max, df_error
     int got = io_queue_wait(s->q, done, max < 64 ? max : 64);
     s->st.wait_sec += now_sec() - t0;
     for (int i = 0; i < got; i++) {
-        int il = (int)((done[i].tag >> 16) & 0xFFFF), e = (int)(done[i].tag & 0xFFFF);
+        int src = (int)((done[i].tag >> 28) & 0xF);
+        int il = (int)((done[i].tag >> 16) & 0xFFF), e = (int)(done[i].tag & 0xFFFF);
         const expert_loc *l = &s->loc[(size_t)il * (size_t)s->n_experts + (size_t)e];
-        const df_file *f = &s->files[l->file];
+        const df_file *f = src_file(s, src, l->file);
+        s->src[src].in_flight--;
         uint64_t need = f->direct ? (uint64_t)l->lead + s->expert_bytes : s->expert_bytes;
         tags[n] = (int64_t)((uint64_t)done[i].tag >> 32);
         if (done[i].result < 0 || (uint64_t)done[i].result < need) {
@@ -206,6 +267,8 @@ int expert_store_wait(expert_store *s, int64_t *tags, int *ok, int max, df_error
         s->st.n_reads++;
         s->st.bytes_read += s->expert_bytes;
         s->st.bytes_io += (uint64_t)done[i].result;
+        s->src[src].reads++;
+        s->src[src].bytes += (uint64_t)done[i].result;
         if (!f->direct) df_file_dontneed(f, l->offset, s->expert_bytes);
         ok[n++] = 1;
     }
@@ -232,6 +295,12 @@ void expert_store_deinit(expert_store *s)
         if (s->plain_fds[i] >= 0) close(s->plain_fds[i]);
     }
     for (int i = 0; i < s->n_files; i++) free(s->paths[i]);
+    for (int d = 1; d < EXPERT_MAX_SOURCES; d++) { /* also sources of a failed set_sources */
+        for (int f = 0; s->src[d].files && f < s->n_files; f++) df_file_close(&s->src[d].files[f]);
+        free(s->src[d].files);
+        free(s->src[d].dir);
+    }
+    free(s->holders);
     free(s->files);
     free(s->plain_fds);
     free(s->paths);

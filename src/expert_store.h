@@ -41,6 +41,20 @@ typedef struct expert_store_stats {
 } expert_store_stats;
 
 #define EXPERT_BATCH_MAX 4096
+#define EXPERT_MAX_SOURCES 8
+
+/* Where expert bytes can be read from: source 0 is the model directory's
+ * shards; sources 1.. are --expert-path directories holding copies of some
+ * or all experts at the same offsets in files of the same names (written by
+ * `deltafin place`).  With expert paths, reads go only to them; each read
+ * picks, among the sources holding the expert, the one with the fewest
+ * reads in flight (replicas hedge each other; stripes spread the load). */
+typedef struct expert_source {
+    char *dir;
+    df_file *files;           /* [n_files], fd -1 where this source has no copy */
+    int in_flight;
+    uint64_t reads, bytes;
+} expert_source;
 
 typedef struct expert_store {
     int n_layers, n_experts;
@@ -53,6 +67,9 @@ typedef struct expert_store {
     int *plain_fds;           /* buffered fds for non-contiguous experts */
     char **paths;
     enum io_mode mode;
+    int n_src;                /* sources in use: 1 = the model directory only */
+    expert_source src[EXPERT_MAX_SOURCES];
+    uint8_t *holders;         /* [n_layers][n_experts] bit s = source s holds it (NULL: only source 0) */
     io_queue *q;
     io_req batch[EXPERT_BATCH_MAX];
     int n_batch;
@@ -71,6 +88,12 @@ void expert_store_set(expert_store *s, int il, int e, int which, int file, uint6
  * their files.  `moe_layer[il]` says which layers have experts. */
 int expert_store_finish(expert_store *s, const uint8_t *moe_layer, enum io_mode mode, int depth,
                         enum io_backend backend, df_error *err);
+
+/* Use the directories dirs[0..n) as the expert sources instead of the model
+ * directory; holders(dir index, il, e) says which experts each one has.
+ * Called after finish.  Every MoE expert must be held somewhere. */
+int expert_store_set_sources(expert_store *s, const char *const *dirs, int n, const uint8_t *const *held,
+                             const uint8_t *moe_layer, df_error *err);
 
 /* Where the expert's data begins inside its slot. */
 static inline uint8_t *expert_store_data(const expert_store *s, int il, int e, uint8_t *slot)

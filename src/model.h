@@ -187,6 +187,9 @@ void k3_config_free(k3_config *c);
 int model_load(df_engine *eng, const char *dir, df_error *err);
 void model_unload(df_engine *eng);
 
+/* place.c: read --expert-path manifests into the store's sources */
+int engine_use_expert_paths(df_engine *eng, const char *const *dirs, int n, df_error *err);
+
 /* attnres.c: out[t] = Mix(anchors, p[t]) for t < T; probs [T][m+1] optional */
 void attnres_mix(const float *anchors, int n_anchors, size_t anchor_stride, const float *p, int T, int h,
                  const float *nwpw, float eps, float *out, float *probs);

@@ -54,4 +54,36 @@ size_t tok_decoder_feed(tok_decoder *d, int32_t id, char *out, size_t cap);
 /* End of stream: pending incomplete bytes become U+FFFD. */
 size_t tok_decoder_flush(tok_decoder *d, char *out, size_t cap);
 
+/* ---- additions (tokenizer.c documents the encoding rules) ---- */
+
+/* Ordinary (BPE) tokens: ids 0 .. n_ranks-1; the specials follow. */
+int tokenizer_n_ranks(const tokenizer *t);
+
+/* The most bytes one tok_decoder_feed or tok_decoder_flush can write for any
+ * id of this tokenizer (computed at load).  A buffer this large is always
+ * enough.  Note: "token length + 8" above holds for tokens that are pieces of
+ * valid UTF-8 except in one case: a pending lone lead byte (E0, F0, ...) that
+ * the next token's three leading continuation bytes cannot complete needs
+ * length + 9; tokens containing bytes that are never valid UTF-8 need up to
+ * 3 * length + 3.  When cap is too small, feed/flush write the whole
+ * characters that fit and drop the rest of that call's output. */
+size_t tok_decoder_max_out(const tokenizer *t);
+
+/* Decode ids into a new NUL-terminated string (*out, free() it), invalid
+ * UTF-8 replaced as tok_decoder does (Python's errors="replace").  An id
+ * outside [0, n_vocab) is DF_ERR_ARG. */
+int tokenizer_decode(const tokenizer *t, const int32_t *ids, size_t n, char **out, size_t *out_len,
+                     df_error *err);
+
+/* For tests and tools.  tokenizer_split: the pre-tokenizer alone (safety
+ * splitting + regex, no specials) on valid UTF-8 (else DF_ERR_ARG); appends
+ * the end offset of each piece to the growable array *ends.  tokenizer_bpe:
+ * BPE of one piece, appended to *ids; reference = 1 runs tiktoken's
+ * quadratic algorithm (the specification), 0 the heap-based one that encode
+ * uses for long pieces. */
+int tokenizer_split(const tokenizer *t, const char *text, size_t len, size_t **ends, size_t *n, size_t *cap,
+                    df_error *err);
+int tokenizer_bpe(const tokenizer *t, const unsigned char *piece, size_t len, int reference, int32_t **ids,
+                  size_t *n, size_t *cap);
+
 #endif

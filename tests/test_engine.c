@@ -107,7 +107,7 @@ static void test_thread_counts(void)
     for (int t = 2; t <= 3; t++) {
         run_cfg c = {.threads = t, .chunk = 0, .max_batch = 16};
         float *b = run(&c, &V);
-        char what[32];
+        char what[64];
         snprintf(what, sizeof what, "%d threads", t);
         same_bits(what, a, b, V);
         free(b);

@@ -1,0 +1,429 @@
+/* cli_chat.c - text in, text out for the command line: `run --prompt`
+ * (raw continuation), `run --chat` (one templated turn), the `chat` REPL,
+ * and `tokenize`.
+ *
+ * Owns: turning text into ids (tokenizer, chat template), streaming the
+ * generated text (incremental UTF-8 decoding; reasoning and answer kept
+ * apart by the chat output parser), the REPL's conversation state (the
+ * session keeps every turn: a new turn encodes only the new user message and
+ * the generation prompt, never the history again), Ctrl-C handling (stop
+ * the reply, close the assistant message in the session so the
+ * conversation stays well-formed) and the --stats status line (kept on the
+ * terminal's last row while text scrolls above it; plain lines when piped).
+ */
+#define _GNU_SOURCE
+#include "chat_template.h"
+#include "cli.h"
+#include "json.h"
+#include "json_write.h"
+#include "lineedit.h"
+#include "tokenizer.h"
+
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <unistd.h>
+
+static volatile sig_atomic_t interrupted;
+static void on_sigint(int sig)
+{
+    (void)sig;
+    interrupted = 1;
+}
+
+typedef struct {
+    df_engine *eng;
+    df_session *s;
+    tokenizer *tok;
+    df_model_info info;
+    chat_parser *parser;
+    const run_args *a;
+    float *logits;
+    int32_t *ids;
+    size_t n_ids, cap_ids;
+    char *dbuf;
+    size_t dcap;
+    int n_turns;
+    /* statistics of the last reply */
+    int gen_tokens, prompt_tokens;
+    double t_start, t_first, t_end;
+    /* status line */
+    int status_tty, rows;
+    int out_tty;
+} gen_ctx;
+
+static int load_tokenizer(const char *dir, tokenizer **tok)
+{
+    df_error err = {0};
+    if (tokenizer_load(dir, tok, &err)) {
+        fprintf(stderr, "deltafin: cannot load the tokenizer: %s\n", err.msg);
+        return -1;
+    }
+    return 0;
+}
+
+static void status_begin(gen_ctx *g)
+{
+    g->status_tty = g->a->stats && isatty(2) && isatty(1);
+    if (!g->status_tty) return;
+    struct winsize ws;
+    g->rows = ioctl(2, TIOCGWINSZ, &ws) == 0 && ws.ws_row > 2 ? ws.ws_row : 24;
+    /* text scrolls in rows 1..rows-1; the status owns the last row */
+    fprintf(stderr, "\n\033[1;%dr\033[%d;1H", g->rows - 1, g->rows - 1);
+    fflush(stderr);
+}
+
+static void status_text(const gen_ctx *g, char *buf, size_t n)
+{
+    double t = now();
+    double dec = g->t_first > 0 && g->gen_tokens > 1 ? (g->gen_tokens - 1) / (t - g->t_first) : 0.0;
+    df_stats st;
+    df_engine_stats(g->eng, &st);
+    uint64_t uses = st.expert_hits + st.expert_misses;
+    snprintf(buf, n, "%d tokens, %.2f tok/s, first token %.2f s, context %d/%d, expert hits %.0f%%", g->gen_tokens,
+             dec, g->t_first > 0 ? g->t_first - g->t_start : t - g->t_start, df_session_pos(g->s), g->a->ctx_cap,
+             uses ? 100.0 * st.expert_hits / uses : 0.0);
+}
+
+static void status_update(gen_ctx *g, int final)
+{
+    if (!g->a->stats) return;
+    char line[256];
+    status_text(g, line, sizeof line);
+    if (g->status_tty) {
+        fprintf(stderr, "\0337\033[%d;1H\033[2K\033[7m %s \033[0m\0338", g->rows, line);
+        if (final) fprintf(stderr, "\0337\033[r\0338");
+        fflush(stderr);
+    } else if (final) {
+        fprintf(stderr, "deltafin: %s\n", line);
+    }
+}
+
+static int feed(gen_ctx *g, const int32_t *ids, size_t n, float *logits)
+{
+    df_error err = {0};
+    if (df_session_eval(g->s, ids, (int)n, logits, 0, &err)) {
+        fprintf(stderr, "\ndeltafin: %s\n", err.msg);
+        return -1;
+    }
+    return 0;
+}
+
+/* Print parser events: reasoning dim (terminal) or on stderr (run --chat). */
+static void show_events(gen_ctx *g, const chat_event *ev, size_t n, int repl)
+{
+    for (size_t i = 0; i < n; i++) {
+        const chat_event *e = &ev[i];
+        switch (e->type) {
+        case CHAT_EV_REASONING:
+            if (repl && g->out_tty) printf("\033[2m%.*s\033[0m", (int)e->len, e->text);
+            else if (repl) printf("%.*s", (int)e->len, e->text);
+            else fprintf(stderr, "%.*s", (int)e->len, e->text);
+            break;
+        case CHAT_EV_CONTENT: printf("%.*s", (int)e->len, e->text); break;
+        case CHAT_EV_CALL_END: printf("\n[tool call %.*s(%.*s)]\n", (int)e->name_len, e->name, (int)e->len, e->text); break;
+        default: break;
+        }
+    }
+    fflush(stdout);
+    fflush(stderr);
+}
+
+/* Generate until eos, max_new, a full context or Ctrl-C.  chat: through the
+ * output parser, and the assistant message is closed in the session when
+ * the reply stops early.  Returns 0, or -1 on an engine error. */
+static int generate(gen_ctx *g, int chat, int repl)
+{
+    tok_decoder dec;
+    tok_decoder_init(&dec, g->tok);
+    g->gen_tokens = 0;
+    g->t_first = 0;
+    interrupted = 0;
+    int ended = 0, rc = 0;
+    int room = 0;
+    while (!interrupted && g->gen_tokens < g->a->max_new) {
+        int32_t next = (int32_t)df_argmax(g->logits, g->info.vocab);
+        if (!g->gen_tokens) g->t_first = now();
+        g->gen_tokens++;
+        if (chat) {
+            const chat_event *ev;
+            size_t n = chat_parser_feed(g->parser, next, &ev);
+            show_events(g, ev, n, repl);
+        } else if (next != g->info.eos_id) {
+            size_t n = tok_decoder_feed(&dec, next, g->dbuf, g->dcap);
+            fwrite(g->dbuf, 1, n, stdout);
+            fflush(stdout);
+        }
+        room = df_session_pos(g->s) + 1 < g->a->ctx_cap;
+        if (feed(g, &next, 1, g->logits)) return -1;
+        status_update(g, 0);
+        if (next == g->info.eos_id) {
+            ended = 1;
+            break;
+        }
+        if (!room) break;
+    }
+    if (!chat) {
+        size_t n = tok_decoder_flush(&dec, g->dbuf, g->dcap);
+        fwrite(g->dbuf, 1, n, stdout);
+    }
+    if (chat && !ended) {
+        const chat_event *ev;
+        size_t n = chat_parser_finish(g->parser, &ev);
+        show_events(g, ev, n, repl);
+        /* close the assistant message in the session */
+        const char *close = chat_parser_closing(g->parser);
+        if (*close) {
+            df_error err = {0};
+            g->n_ids = 0;
+            if (tokenizer_encode(g->tok, close, strlen(close), 1, &g->ids, &g->n_ids, &g->cap_ids, &err) ||
+                feed(g, g->ids, g->n_ids, g->logits))
+                rc = -1;
+        }
+    }
+    if (interrupted) printf("%s[interrupted]", g->out_tty ? "\033[0m" : "");
+    g->t_end = now();
+    printf("\n");
+    fflush(stdout);
+    status_update(g, 1);
+    return rc;
+}
+
+static int setup(gen_ctx *g, run_args *a)
+{
+    memset(g, 0, sizeof *g);
+    g->a = a;
+    g->out_tty = isatty(1);
+    if (load_tokenizer(a->model, &g->tok)) return -1;
+    g->eng = open_engine(a);
+    df_engine_info(g->eng, &g->info);
+    if (tokenizer_n_vocab(g->tok) != g->info.vocab) {
+        fprintf(stderr, "deltafin: the tokenizer has %d ids but the model's vocabulary is %d\n",
+                tokenizer_n_vocab(g->tok), g->info.vocab);
+        return -1;
+    }
+    df_session_opts so;
+    df_session_opts_default(&so);
+    if (a->ctx) so.n_ctx = a->ctx;
+    if (a->batch) so.max_batch = a->batch;
+    df_error err = {0};
+    if (df_session_new(g->eng, &so, &g->s, &err)) {
+        fprintf(stderr, "deltafin: %s\n", err.msg);
+        return -1;
+    }
+    a->ctx_cap = so.n_ctx;
+    g->logits = malloc((size_t)g->info.vocab * sizeof(float));
+    g->dcap = tok_decoder_max_out(g->tok) + 16;
+    g->dbuf = malloc(g->dcap);
+    return 0;
+}
+
+static void teardown(gen_ctx *g)
+{
+    chat_parser_free(g->parser);
+    df_session_free(g->s);
+    df_engine_close(g->eng);
+    tokenizer_free(g->tok);
+    free(g->logits);
+    free(g->ids);
+    free(g->dbuf);
+}
+
+/* Encode one chat turn: [system] user message + generation prompt; the
+ * effort message only at the start of a conversation. */
+static int encode_turn(gen_ctx *g, const char *user)
+{
+    json_buf j;
+    json_buf_init(&j);
+    json_buf_puts(&j, "[");
+    if (!g->n_turns && g->a->system) {
+        json_buf_puts(&j, "{\"role\":\"system\",\"content\":");
+        json_write_string(&j, g->a->system, strlen(g->a->system));
+        json_buf_puts(&j, "},");
+    }
+    json_buf_puts(&j, "{\"role\":\"user\",\"content\":");
+    json_write_string(&j, user, strlen(user));
+    json_buf_puts(&j, "}]");
+    df_error err = {0};
+    json_doc *d = json_parse(j.p, j.len, &err);
+    json_buf_free(&j);
+    if (!d) {
+        fprintf(stderr, "deltafin: %s\n", err.msg);
+        return -1;
+    }
+    chat_options o;
+    chat_options_init(&o);
+    o.thinking = !g->a->no_think;
+    o.thinking_effort = g->n_turns ? NULL : (g->a->effort ? g->a->effort : "max");
+    chat_segments *seg;
+    int rc = chat_render(json_root(d), &o, &seg, &err);
+    json_free(d);
+    if (rc) {
+        fprintf(stderr, "deltafin: %s\n", err.msg);
+        return -1;
+    }
+    g->n_ids = 0;
+    rc = chat_encode(g->tok, seg, &g->ids, &g->n_ids, &g->cap_ids, &err);
+    chat_segments_free(seg);
+    if (rc) fprintf(stderr, "deltafin: %s\n", err.msg);
+    return rc;
+}
+
+static int start_reply(gen_ctx *g)
+{
+    df_error err = {0};
+    if (!g->parser && chat_parser_new(g->tok, !g->a->no_think, &g->parser, &err)) {
+        fprintf(stderr, "deltafin: %s\n", err.msg);
+        return -1;
+    }
+    chat_parser_reset(g->parser, !g->a->no_think);
+    if (df_session_pos(g->s) + (int)g->n_ids >= g->a->ctx_cap) {
+        fprintf(stderr, "deltafin: the conversation is full (%d of %d tokens); /reset to start over\n",
+                df_session_pos(g->s), g->a->ctx_cap);
+        return 1;
+    }
+    g->t_start = now();
+    g->prompt_tokens = (int)g->n_ids;
+    return feed(g, g->ids, g->n_ids, g->logits);
+}
+
+int run_text(run_args *a)
+{
+    gen_ctx g;
+    int rc = 1;
+    if (setup(&g, a)) goto done;
+    signal(SIGINT, on_sigint);
+    status_begin(&g);
+    if (a->chat) {
+        if (!a->prompt) die("run --chat needs --prompt \"text\"");
+        if (encode_turn(&g, a->prompt) || start_reply(&g)) goto done;
+        rc = generate(&g, 1, 0) ? 1 : 0;
+    } else {
+        df_error err = {0};
+        if (tokenizer_encode(g.tok, a->prompt, strlen(a->prompt), 0, &g.ids, &g.n_ids, &g.cap_ids, &err)) {
+            fprintf(stderr, "deltafin: %s\n", err.msg);
+            goto done;
+        }
+        if (!g.n_ids) die("--prompt is empty");
+        g.t_start = now();
+        if (feed(&g, g.ids, g.n_ids, g.logits)) goto done;
+        rc = generate(&g, 0, 0) ? 1 : 0;
+    }
+done:
+    teardown(&g);
+    return rc;
+}
+
+static void print_stats(gen_ctx *g)
+{
+    df_stats st;
+    df_engine_stats(g->eng, &st);
+    double dt = g->t_end - g->t_first;
+    uint64_t uses = st.expert_hits + st.expert_misses;
+    printf("context: %d of %d tokens\n", df_session_pos(g->s), g->a->ctx_cap);
+    printf("last reply: %d tokens, %.2f tok/s, first token after %.2f s (prompt %d tokens)\n", g->gen_tokens,
+           g->gen_tokens > 1 && dt > 0 ? (g->gen_tokens - 1) / dt : 0.0, g->t_first - g->t_start, g->prompt_tokens);
+    printf("experts: %.1f%% hits, %.1f MiB read, %.2f s waiting for I/O\n", uses ? 100.0 * st.expert_hits / uses : 0.0,
+           st.expert_bytes_read / 1048576.0, st.io_wait_sec);
+}
+
+int cmd_chat(int argc, char **argv)
+{
+    run_args a;
+    parse_common(argc, argv, &a);
+    if (!a.max_new_set) a.max_new = 4096;
+    gen_ctx g;
+    int rc = 1;
+    if (setup(&g, &a)) goto done;
+    struct sigaction sa = {.sa_handler = on_sigint};
+    sigaction(SIGINT, &sa, NULL); /* no SA_RESTART: a blocked read returns */
+    lineedit le;
+    lineedit_init(&le);
+    if (g.out_tty)
+        printf("deltafin chat: %d layers, %d experts; /reset, /stats, /quit; Ctrl-C stops a reply\n",
+               g.info.n_layers, g.info.n_experts);
+    status_begin(&g);
+    for (;;) {
+        int cancelled;
+        char *line = lineedit_read(&le, "> ", &cancelled);
+        if (!line) break;
+        if (cancelled || !*line) {
+            free(line);
+            continue;
+        }
+        lineedit_history_add(&le, line);
+        if (!strcmp(line, "/quit") || !strcmp(line, "/exit")) {
+            free(line);
+            break;
+        } else if (!strcmp(line, "/reset")) {
+            df_session_reset(g.s);
+            g.n_turns = 0;
+            printf("(conversation reset)\n");
+        } else if (!strcmp(line, "/stats")) {
+            print_stats(&g);
+        } else if (line[0] == '/') {
+            printf("unknown command %s (try /reset, /stats, /quit)\n", line);
+        } else {
+            int r = encode_turn(&g, line);
+            if (!r) r = start_reply(&g);
+            if (r < 0) {
+                free(line);
+                break;
+            }
+            if (r == 0) {
+                if (generate(&g, 1, 1)) {
+                    free(line);
+                    break;
+                }
+                g.n_turns++;
+            }
+        }
+        fflush(stdout);
+        free(line);
+    }
+    lineedit_free(&le);
+    rc = 0;
+done:
+    teardown(&g);
+    return rc;
+}
+
+int cmd_tokenize(int argc, char **argv)
+{
+    run_args a;
+    parse_common(argc, argv, &a);
+    tokenizer *tok;
+    if (load_tokenizer(a.model, &tok)) return 1;
+    df_error err = {0};
+    int rc = 0;
+    if (a.decode) {
+        int32_t *ids;
+        int n = parse_ids(a.decode, &ids);
+        char *text;
+        size_t len;
+        if (tokenizer_decode(tok, ids, (size_t)n, &text, &len, &err)) {
+            fprintf(stderr, "deltafin: %s\n", err.msg);
+            rc = 1;
+        } else {
+            fwrite(text, 1, len, stdout);
+            printf("\n");
+            free(text);
+        }
+        free(ids);
+    } else {
+        if (!a.text) die("tokenize needs a text argument (or --decode LIST)");
+        int32_t *ids = NULL;
+        size_t n = 0, cap = 0;
+        if (tokenizer_encode(tok, a.text, strlen(a.text), a.special, &ids, &n, &cap, &err)) {
+            fprintf(stderr, "deltafin: %s\n", err.msg);
+            rc = 1;
+        } else {
+            for (size_t i = 0; i < n; i++) printf("%s%d", i ? "," : "", ids[i]);
+            printf("\n");
+        }
+        free(ids);
+    }
+    tokenizer_free(tok);
+    return rc;
+}

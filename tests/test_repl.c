@@ -1,0 +1,182 @@
+/* test_repl.c - the chat REPL driven through a pseudo-terminal, as a user
+ * would: a two-turn conversation whose state is kept between turns, line
+ * editing (cursor movement, insertion, Ctrl-A, history), an interrupted
+ * generation (Ctrl-C) after which the conversation goes on, and /reset.
+ */
+#define _GNU_SOURCE
+#include "harness.h"
+
+#include <poll.h>
+#include <pty.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+typedef struct {
+    pid_t pid;
+    int fd;
+    char buf[1 << 20];
+    size_t len;
+} repl;
+
+static double mono(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + 1e-9 * ts.tv_nsec;
+}
+
+static int start(repl *r, const char *max_new)
+{
+    memset(r, 0, sizeof *r);
+    char model[512], bin[512];
+    snprintf(model, sizeof model, "%s/k3-tiny-a/checkpoint", testdata_dir());
+    const char *b = getenv("BUILD");
+    snprintf(bin, sizeof bin, "%s/deltafin", b && *b ? b : "build");
+    struct winsize ws = {.ws_row = 40, .ws_col = 200};
+    r->pid = forkpty(&r->fd, NULL, NULL, &ws);
+    if (r->pid < 0) return -1;
+    if (r->pid == 0) {
+        execl(bin, "deltafin", "chat", "--model", model, "--max-new", max_new, "--threads", "1", "--ctx", "100000",
+              (char *)NULL);
+        _exit(127);
+    }
+    return 0;
+}
+
+/* Read until `needle` appears after offset `from` or the timeout; returns
+ * the offset just past it, or -1. */
+static long wait_for(repl *r, size_t from, const char *needle, double timeout)
+{
+    double end = mono() + timeout;
+    for (;;) {
+        r->buf[r->len] = 0;
+        char *at = memmem(r->buf + from, r->len - from, needle, strlen(needle));
+        if (at) return (long)(at - r->buf) + (long)strlen(needle);
+        double left = end - mono();
+        if (left <= 0) return -1;
+        struct pollfd p = {.fd = r->fd, .events = POLLIN};
+        if (poll(&p, 1, (int)(left * 1000) + 1) <= 0) continue;
+        ssize_t n = read(r->fd, r->buf + r->len, sizeof r->buf - 1 - r->len);
+        if (n <= 0) return -1;
+        r->len += (size_t)n;
+    }
+}
+
+static void send_keys(repl *r, const char *s)
+{
+    size_t n = strlen(s);
+    if (write(r->fd, s, n) != (ssize_t)n) t_fail(__FILE__, __LINE__, "write to the pty failed");
+    usleep(20000);
+}
+
+/* Run /stats and return the context token count it reports. */
+static long context_tokens(repl *r)
+{
+    size_t from = r->len;
+    send_keys(r, "/stats\r");
+    long at = wait_for(r, from, "context: ", 10);
+    if (at < 0) return -1;
+    if (wait_for(r, (size_t)at, " tokens", 10) < 0) return -1;
+    return strtol(r->buf + at, NULL, 10);
+}
+
+static void stop(repl *r)
+{
+    send_keys(r, "/quit\r");
+    int st;
+    for (int i = 0; i < 100 && waitpid(r->pid, &st, WNOHANG) == 0; i++) usleep(50000);
+    if (waitpid(r->pid, &st, WNOHANG) == 0) {
+        kill(r->pid, SIGKILL);
+        waitpid(r->pid, &st, 0);
+        t_fail(__FILE__, __LINE__, "chat did not exit on /quit");
+    }
+    close(r->fd);
+}
+
+/* a fresh prompt: the line editor starts on a new line with "\r\033[K> ";
+ * keystroke echoes redraw without the newline */
+#define PROMPT "\n\r\033[K> "
+
+static repl R;
+
+static void test_two_turns_and_reset(void)
+{
+    repl *r = &R;
+    if (start(r, "12")) TSKIP("forkpty failed");
+    TCHECKF(wait_for(r, 0, PROMPT, 20) >= 0, "no prompt; output: %.300s", r->buf);
+    size_t from = r->len;
+    send_keys(r, "Hello there\r");
+    TCHECKF(wait_for(r, from, PROMPT, 30) >= 0, "no prompt after turn 1");
+    long c1 = context_tokens(r);
+    TCHECKF(c1 > 12, "context after one turn: %ld", c1);
+    from = r->len;
+    send_keys(r, "And again\r");
+    TCHECK(wait_for(r, from, PROMPT, 30) >= 0);
+    long c2 = context_tokens(r);
+    /* the second turn adds only its own message and reply: the first turn
+     * is not prefilled again */
+    TCHECKF(c2 > c1 && c2 - c1 < c1 + 12, "context %ld after turn 2, %ld after turn 1", c2, c1);
+    /* line editing: "/sats", three left arrows, insert "t" -> "/stats" */
+    from = r->len;
+    send_keys(r, "/sats\033[D\033[D\033[Dt\r");
+    TCHECKF(wait_for(r, from, "context: ", 10) >= 0, "cursor editing did not produce /stats");
+    /* Ctrl-A then insert at the start: "stats" -> "/stats" */
+    from = r->len;
+    send_keys(r, "stats\x01/\r");
+    TCHECKF(wait_for(r, from, "context: ", 10) >= 0, "Ctrl-A editing did not produce /stats");
+    /* history: up arrow recalls the last line */
+    from = r->len;
+    send_keys(r, "\033[A\r");
+    TCHECKF(wait_for(r, from, "context: ", 10) >= 0, "history recall did not run /stats again");
+    send_keys(r, "/reset\r");
+    TCHECK(wait_for(r, r->len, "(conversation reset)", 10) >= 0);
+    TCHECKF(context_tokens(r) == 0, "context not empty after /reset");
+    from = r->len;
+    send_keys(r, "Fresh start\r");
+    TCHECK(wait_for(r, from, PROMPT, 30) >= 0);
+    TCHECKF(context_tokens(r) > 0, "no turn after /reset");
+    stop(r);
+}
+
+static void test_interrupt(void)
+{
+    repl *r = &R;
+    if (start(r, "90000")) TSKIP("forkpty failed");
+    TCHECK(wait_for(r, 0, PROMPT, 20) >= 0);
+    send_keys(r, "Tell me everything\r");
+    size_t from = r->len;
+    /* let it generate for a while, then Ctrl-C */
+    usleep(700000);
+    (void)wait_for(r, from, "\xff\xfe", 0.3); /* drain output */
+    send_keys(r, "\x03");
+    long at = wait_for(r, from, "[interrupted]", 20);
+    TCHECKF(at >= 0, "Ctrl-C did not stop the reply");
+    TCHECK(at >= 0 && wait_for(r, (size_t)at, PROMPT, 20) >= 0);
+    long c1 = context_tokens(r);
+    TCHECKF(c1 > 20, "context after the interrupted reply: %ld", c1);
+    /* the conversation continues after the interruption (this reply is
+     * stopped too: the model is random and rarely says <|end_of_msg|>) */
+    from = r->len;
+    send_keys(r, "Go on\r");
+    usleep(300000);
+    send_keys(r, "\x03");
+    TCHECK(wait_for(r, from, "[interrupted]", 20) >= 0);
+    long c2 = context_tokens(r);
+    TCHECKF(c2 > c1, "context %ld after the second reply, %ld before", c2, c1);
+    send_keys(r, "/quit\r");
+    int st;
+    for (int i = 0; i < 100 && waitpid(r->pid, &st, WNOHANG) == 0; i++) usleep(50000);
+    TCHECKF(waitpid(r->pid, &st, WNOHANG) != 0 || WIFEXITED(st), "chat still running");
+    close(r->fd);
+}
+
+static const test_case tests[] = {
+    {"repl_two_turns_editing_reset", test_two_turns_and_reset},
+    {"repl_ctrl_c_interrupts_reply", test_interrupt},
+};
+
+int main(int argc, char **argv) { return test_main(tests, NTESTS(tests), argc, argv); }
