@@ -27,15 +27,17 @@ ntok=${BENCH_TOKENS:-12}
 prompt=1,2,3,4
 echo "== device"
 dev=$($DF iobench "$model" --seconds 5 | tee /dev/stderr | sed -E 's/.*: ([0-9.]+) GB\/s.*/\1/')
-echo "== decode, prefetch off, cold page cache ($ntok tokens after a $prompt prompt)"
-printf '%-14s %8s %12s %9s %10s %12s\n' "expert cache" "tok/s" "MB/token" "hit rate" "GB/s" "GB/s / dev"
-for cache in ${BENCH_CACHES:-150M 1G 4G 8G}; do
+echo "== decode, cold page cache ($ntok tokens after a $prompt prompt)"
+printf '%-14s %-9s %8s %12s %9s %10s %12s\n' "expert cache" "prefetch" "tok/s" "MB/token" "hit rate" "GB/s" "GB/s / dev"
+for cache in ${BENCH_CACHES:-150M 1G 4G}; do
+  for pf in off on; do
     drop
-    ev="$dir/events-$cache.jsonl"
-    $DF run --model "$model" --prompt-ids $prompt --max-new "$ntok" --expert-cache "$cache" --threads 2 \
+    ev="$dir/events-$cache-$pf.jsonl"
+    flag=""; [ "$pf" = off ] && flag="--no-prefetch"
+    $DF run --model "$model" --prompt-ids $prompt --max-new "$ntok" --expert-cache "$cache" --threads 2 $flag \
         --events "$ev" --trace "$dir/trace.jsonl" >/dev/null 2>&1
     # decode lines only (tokens == 1), skipping the first decode step
-    /usr/bin/python3 - "$ev" "$dev" "$cache" <<'PY'
+    /usr/bin/python3 - "$ev" "$dev" "$cache" "$pf" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 dec = [r for r in rows if r["tokens"] == 1][1:]
@@ -43,9 +45,10 @@ ms = sum(r["ms"] for r in dec); b = sum(r["bytes_read"] for r in dec)
 h = sum(r["expert_hits"] for r in dec); m = sum(r["expert_misses"] for r in dec)
 gbps = b / (ms / 1e3) / 1e9 if ms else 0
 dev = float(sys.argv[2])
-print(f"{sys.argv[3]:<14} {len(dec) / (ms / 1e3):8.3f} {b / len(dec) / 1e6:12.1f} {h / max(h + m, 1):9.3f} "
-      f"{gbps:10.2f} {gbps / dev:12.3f}")
+print(f"{sys.argv[3]:<14} {sys.argv[4]:<9} {len(dec) / (ms / 1e3):8.3f} {b / len(dec) / 1e6:12.1f} "
+      f"{h / max(h + m, 1):9.3f} {gbps:10.2f} {gbps / dev:12.3f}")
 PY
+  done
 done
 echo "== route trace replay (last run's trace)"
 $DF cachesim --trace "$dir/trace.jsonl" --slots 8,64,128,256,512

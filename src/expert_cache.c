@@ -167,8 +167,9 @@ int expert_cache_acquire_prefetch(expert_cache *c, int il, int e, uint8_t **slot
     if (c->map[key] >= 0) return EC_HIT;
     int victim = pick_victim(c);
     if (victim < 0) return EC_FULL;
-    /* TLFU: a prediction is not evidence of use; only take a free slot or
-     * one colder than what the predictor asks for */
+    /* a prediction is not evidence of use: it may take a free slot, or evict
+     * an expert no more used than the predicted one, never a hotter one */
+    if (c->slot_key[victim] >= 0 && c->freq[key] < c->freq[c->slot_key[victim]]) return EC_FULL;
     if (c->policy == CACHE_TLFU && c->slot_key[victim] >= 0 && c->freq[key] <= c->freq[c->slot_key[victim]])
         return EC_FULL;
     if (c->slot_key[victim] >= 0) c->map[c->slot_key[victim]] = -1;
