@@ -139,7 +139,6 @@ static int generate(gen_ctx *g, int chat, int repl)
     tok_decoder_init(&dec, g->tok);
     g->gen_tokens = 0;
     g->t_first = 0;
-    interrupted = 0;
     int ended = 0, rc = 0;
     int room = 0;
     while (!interrupted && g->gen_tokens < g->a->max_new) {
@@ -294,6 +293,7 @@ int run_text(run_args *a)
     int rc = 1;
     if (setup(&g, a)) goto done;
     signal(SIGINT, on_sigint);
+    interrupted = 0;
     status_begin(&g);
     if (a->chat) {
         if (!a->prompt) die("run --chat needs --prompt \"text\"");
@@ -365,6 +365,7 @@ int cmd_chat(int argc, char **argv)
         } else if (line[0] == '/') {
             printf("unknown command %s (try /reset, /stats, /quit)\n", line);
         } else {
+            interrupted = 0; /* a Ctrl-C from here on stops this reply, even during the prompt */
             int r = encode_turn(&g, line);
             if (!r) r = start_reply(&g);
             if (r < 0) {
