@@ -1,10 +1,12 @@
 /* harness.c - see harness.h.  Tests run in table order in one process; an
  * optional argument runs only the tests whose name contains it. */
+#define _GNU_SOURCE
 #include "harness.h"
 
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 int t_failed_now, t_skipped_now;
 
@@ -34,6 +36,54 @@ const char *testdata_dir(void)
 {
     const char *d = getenv("DF_TESTDATA");
     return d && *d ? d : "testdata";
+}
+
+const char *build_bin(const char *name)
+{
+    static char path[2][512];
+    static int k;
+    const char *b = getenv("BUILD");
+    k ^= 1;
+    snprintf(path[k], sizeof path[k], "%s/%s", b && *b ? b : "build", name);
+    return path[k];
+}
+
+static char scratch[256];
+
+const char *test_scratch(void)
+{
+    if (!scratch[0]) {
+        snprintf(scratch, sizeof scratch, "/var/tmp/df_test_XXXXXX");
+        if (!mkdtemp(scratch)) {
+            snprintf(scratch, sizeof scratch, "/tmp/df_test_XXXXXX");
+            if (!mkdtemp(scratch)) {
+                perror("mkdtemp");
+                abort();
+            }
+        }
+    }
+    return scratch;
+}
+
+void test_scratch_remove(void)
+{
+    if (!scratch[0]) return;
+    char cmd[400];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", scratch);
+    if (system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", scratch);
+    scratch[0] = 0;
+}
+
+int gen_model(const char *name, const char *args, char *out, size_t n)
+{
+    snprintf(out, n, "%s/%s", test_scratch(), name);
+    struct stat st;
+    if (stat(out, &st) == 0) return 0;
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "%s --out %s %s >/dev/null", build_bin("k3gen"), out, args);
+    int rc = system(cmd);
+    if (rc) t_fail(__FILE__, __LINE__, "k3gen failed: %s", cmd);
+    return rc ? -1 : 0;
 }
 
 int test_main(const test_case *tests, int n, int argc, char **argv)

@@ -23,6 +23,16 @@ void t_skip(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 int test_main(const test_case *tests, int n, int argc, char **argv);
 /* Directory holding the test data (env DF_TESTDATA, default "testdata"). */
 const char *testdata_dir(void);
+/* A binary of the build under test: $BUILD/name (BUILD defaults to "build").
+ * Two results may be held at once. */
+const char *build_bin(const char *name);
+/* Scratch directory for generated models, made on first use under /var/tmp
+ * (a disk file system, where O_DIRECT works), removed by test_scratch_remove. */
+const char *test_scratch(void);
+void test_scratch_remove(void);
+/* Generate a model with k3gen into <scratch>/name (reused if present);
+ * writes its path to out.  Returns 0, or records a failure and returns -1. */
+int gen_model(const char *name, const char *args, char *out, size_t n);
 
 #define TCHECK(cond) do { if (!(cond)) t_fail(__FILE__, __LINE__, "%s", #cond); } while (0)
 #define TCHECKF(cond, ...) do { if (!(cond)) t_fail(__FILE__, __LINE__, __VA_ARGS__); } while (0)

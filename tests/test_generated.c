@@ -16,30 +16,6 @@
 #include <string.h>
 #include <unistd.h>
 
-static char root[256];
-
-static const char *gen_bin(void)
-{
-    static char path[512];
-    const char *b = getenv("BUILD");
-    snprintf(path, sizeof path, "%s/k3gen", b && *b ? b : "build");
-    return path;
-}
-
-static int gen(const char *name, const char *args, char *out, size_t n)
-{
-    if (!root[0]) {
-        snprintf(root, sizeof root, "/tmp/df_gen_XXXXXX");
-        CHECK(mkdtemp(root));
-    }
-    snprintf(out, n, "%s/%s", root, name);
-    char cmd[2048];
-    snprintf(cmd, sizeof cmd, "%s --out %s %s >/dev/null", gen_bin(), out, args);
-    int rc = system(cmd);
-    TCHECKF(rc == 0, "k3gen failed: %s", cmd);
-    return rc;
-}
-
 static float *run(const char *dir, int threads, int chunk, const int32_t *ids, int n, int *V)
 {
     df_engine_opts o;
@@ -77,7 +53,7 @@ static void check_same(const char *what, const float *a, const float *b, size_t 
 static void test_tails_and_shapes(void)
 {
     char dir[512];
-    if (gen("odd", "--preset tiny --set hidden_size=40 --set short_conv_kernel_size=2 --set num_hidden_layers=7 "
+    if (gen_model("odd", "--preset tiny --set hidden_size=40 --set short_conv_kernel_size=2 --set num_hidden_layers=7 "
                    "--set attn_res_block_size=2 --seed 7",
             dir, sizeof dir))
         return;
@@ -136,8 +112,8 @@ static void swap_tensors(const char *path, const char *n1, const char *n2)
 static void test_noncontiguous_experts(void)
 {
     char a_dir[512], b_dir[512];
-    if (gen("contig", "--preset tiny --seed 3", a_dir, sizeof a_dir) ||
-        gen("swapped", "--preset tiny --seed 3", b_dir, sizeof b_dir))
+    if (gen_model("contig", "--preset tiny --seed 3", a_dir, sizeof a_dir) ||
+        gen_model("swapped", "--preset tiny --seed 3", b_dir, sizeof b_dir))
         return;
     /* find the shard holding layer 1's experts through the index */
     char idx[600], *text;
@@ -163,15 +139,7 @@ static void test_noncontiguous_experts(void)
     free(x), free(y);
 }
 
-static void cleanup(void)
-{
-    if (!root[0]) return;
-    char cmd[400];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
-    if (system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", root);
-}
-
-static void test_cleanup(void) { cleanup(); }
+static void test_cleanup(void) { test_scratch_remove(); }
 
 static const test_case tests[] = {
     {"generated_odd_shapes_bit_identical", test_tails_and_shapes},

@@ -20,37 +20,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-static char root[256];
-
-static const char *bin(const char *name)
-{
-    static char path[2][512];
-    static int k;
-    const char *b = getenv("BUILD");
-    k ^= 1;
-    snprintf(path[k], sizeof path[k], "%s/%s", b && *b ? b : "build", name);
-    return path[k];
-}
-
-static int gen(const char *name, const char *args, char *out, size_t n)
-{
-    if (!root[0]) {
-        snprintf(root, sizeof root, "/var/tmp/df_io_XXXXXX"); /* a disk file system: O_DIRECT works there */
-        if (!mkdtemp(root)) {
-            snprintf(root, sizeof root, "/tmp/df_io_XXXXXX");
-            CHECK(mkdtemp(root));
-        }
-    }
-    snprintf(out, n, "%s/%s", root, name);
-    struct stat st;
-    if (stat(out, &st) == 0) return 0;
-    char cmd[2048];
-    snprintf(cmd, sizeof cmd, "%s --out %s %s >/dev/null", bin("k3gen"), out, args);
-    int rc = system(cmd);
-    TCHECKF(rc == 0, "k3gen failed: %s", cmd);
-    return rc;
-}
-
 static void test_queue(int backend)
 {
     char path[300];
@@ -167,7 +136,7 @@ static float *run(const char *dir, const cfg *c, const int32_t *ids, int n, int 
 static void test_exact_across_io(void)
 {
     char dir[512];
-    if (gen("small", "--preset small --seed 11", dir, sizeof dir)) return;
+    if (gen_model("small", "--preset small --seed 11", dir, sizeof dir)) return;
     int32_t ids[24];
     for (int i = 0; i < 24; i++) ids[i] = (i * 131 + 7) % 3800;
     int V;
@@ -199,7 +168,7 @@ static void test_exact_across_io(void)
 static void test_hit_accounting(void)
 {
     char dir[512];
-    if (gen("small", "--preset small --seed 11", dir, sizeof dir)) return;
+    if (gen_model("small", "--preset small --seed 11", dir, sizeof dir)) return;
     int32_t ids[6] = {5, 900, 17, 2048, 33, 1000};
     int V;
     df_stats st;
@@ -224,7 +193,7 @@ static void test_hit_accounting(void)
 static void test_prefetch_accounting(void)
 {
     char dir[512];
-    if (gen("small", "--preset small --seed 11", dir, sizeof dir)) return;
+    if (gen_model("small", "--preset small --seed 11", dir, sizeof dir)) return;
     int32_t ids[30];
     for (int i = 0; i < 30; i++) ids[i] = (i * 97 + 1) % 3800;
     int V;
@@ -250,13 +219,13 @@ static void test_prefetch_accounting(void)
 static void test_multiple_drives(void)
 {
     char dir[512];
-    if (gen("small", "--preset small --seed 11", dir, sizeof dir)) return;
+    if (gen_model("small", "--preset small --seed 11", dir, sizeof dir)) return;
     char r1[600], r2[600], s1[600], s2[600], s3[600];
-    snprintf(r1, sizeof r1, "%s/rep1", root);
-    snprintf(r2, sizeof r2, "%s/rep2", root);
-    snprintf(s1, sizeof s1, "%s/str1", root);
-    snprintf(s2, sizeof s2, "%s/str2", root);
-    snprintf(s3, sizeof s3, "%s/str3", root);
+    snprintf(r1, sizeof r1, "%s/rep1", test_scratch());
+    snprintf(r2, sizeof r2, "%s/rep2", test_scratch());
+    snprintf(s1, sizeof s1, "%s/str1", test_scratch());
+    snprintf(s2, sizeof s2, "%s/str2", test_scratch());
+    snprintf(s3, sizeof s3, "%s/str3", test_scratch());
     const char *reps[2] = {r1, r2}, *stripes[3] = {s1, s2, s3};
     df_error err = {0};
     TCHECKF(df_place(dir, reps, 2, 0, NULL, NULL, &err) == 0, "place replicas: %s", err.msg);
@@ -294,7 +263,7 @@ static void test_multiple_drives(void)
     TCHECK(df_engine_open(dir, &o, &eng, &err) == -1);
     TCHECKF(strstr(err.msg, "in none of the expert paths"), "message: %s", err.msg);
     /* a directory that was never placed */
-    const char *bad[1] = {root};
+    const char *bad[1] = {test_scratch()};
     o.expert_paths = bad;
     o.n_expert_paths = 1;
     memset(&err, 0, sizeof err);
@@ -305,7 +274,7 @@ static void test_multiple_drives(void)
 static void test_truncated_expert_file(void)
 {
     char dir[512];
-    if (gen("trunc", "--preset small --seed 5", dir, sizeof dir)) return;
+    if (gen_model("trunc", "--preset small --seed 5", dir, sizeof dir)) return;
     df_engine_opts o;
     df_engine_opts_default(&o);
     o.quiet = 1;
@@ -354,7 +323,7 @@ static void test_rss_within_budget(void)
     if (getenv("DF_SANITIZED")) TSKIP("sanitizer runtimes inflate RSS");
     char dir[512];
     /* experts (~90 MB) far larger than the budget */
-    if (gen("rss", "--preset small --set num_experts=512 --seed 9", dir, sizeof dir)) return;
+    if (gen_model("rss", "--preset small --set num_experts=512 --seed 9", dir, sizeof dir)) return;
     const char *mem = "48M";
     const size_t budget = (size_t)48 << 20;
     pid_t pid = fork();
@@ -362,7 +331,7 @@ static void test_rss_within_budget(void)
         int fd = open("/dev/null", O_WRONLY);
         dup2(fd, 1);
         dup2(fd, 2);
-        execl(bin("deltafin"), "deltafin", "run", "--model", dir, "--prompt-ids", "1,2,3,4,5,6,7,8,9,10,11,12",
+        execl(build_bin("deltafin"), "deltafin", "run", "--model", dir, "--prompt-ids", "1,2,3,4,5,6,7,8,9,10,11,12",
               "--max-new", "24", "--mem", mem, "--ctx", "64", "--batch", "8", "--threads", "2", (char *)NULL);
         _exit(127);
     }
@@ -405,8 +374,8 @@ static float *run_heat(const char *dir, const char *heat, const int32_t *ids, in
 static void test_heat_warms_cache(void)
 {
     char dir[512], heat[600];
-    if (gen("small", "--preset small --seed 11", dir, sizeof dir)) return;
-    snprintf(heat, sizeof heat, "%s/heat.bin", root);
+    if (gen_model("small", "--preset small --seed 11", dir, sizeof dir)) return;
+    snprintf(heat, sizeof heat, "%s/heat.bin", test_scratch());
     unlink(heat);
     int32_t ids[16];
     for (int i = 0; i < 16; i++) ids[i] = (i * 71 + 3) % 3800;
@@ -433,11 +402,7 @@ static void test_heat_warms_cache(void)
 static void test_heat_crash_mid_write(void)
 {
     char heat[600];
-    if (!root[0]) {
-        char d[512];
-        if (gen("small", "--preset small --seed 11", d, sizeof d)) return;
-    }
-    snprintf(heat, sizeof heat, "%s/crash.heat", root);
+    snprintf(heat, sizeof heat, "%s/crash.heat", test_scratch());
     enum { L = 4, E = 64 };
     float old[L * E], neu[L * E], got[L * E];
     for (int i = 0; i < L * E; i++) old[i] = (float)i, neu[i] = (float)(1000 - i);
@@ -469,13 +434,7 @@ static void test_heat_crash_mid_write(void)
     TCHECK(heat_load(heat, L, E + 1, got, &err) == -1);
 }
 
-static void test_cleanup(void)
-{
-    if (!root[0]) return;
-    char cmd[400];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
-    if (system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", root);
-}
+static void test_cleanup(void) { test_scratch_remove(); }
 
 static const test_case tests[] = {
     {"io_queue_threads", test_queue_threads},
