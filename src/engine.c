@@ -79,13 +79,29 @@ static int plan_memory(df_engine *eng, const df_engine_opts *o, df_error *err)
     if (o->expert_cache_bytes) {
         n_slots = o->expert_cache_bytes / slot;
     } else {
-        if (fixed + slot > budget)
+        uint64_t nontrunk = fixed - trunk;
+        if (nontrunk + (uint64_t)c->k * slot > budget)
             return df_err_set(err, DF_ERR_NOMEM, -1,
-                              "--mem %.2f GiB is too small: trunk %.2f GiB + context state %.2f GiB + scratch %.2f GiB "
-                              "+ reserve %.2f GiB + one expert slot need %.2f GiB (streaming the trunk is not "
-                              "supported yet)",
-                              gib(budget), gib(trunk), gib(state), gib(scratch), gib(reserve), gib(fixed + slot));
-        n_slots = (budget - fixed) / slot;
+                              "--mem %.2f GiB is too small: context state %.2f GiB + scratch %.2f GiB + reserve "
+                              "%.2f GiB + one token's %d expert slots need %.2f GiB",
+                              gib(budget), gib(state), gib(scratch), gib(reserve), c->k,
+                              gib(nontrunk + (uint64_t)c->k * slot));
+        if (fixed + (uint64_t)c->k * slot > budget) {
+            /* The trunk does not fit next to a minimal cache.  Until the trunk
+             * is streamed layer by layer, it stays mapped and the kernel pages
+             * it from disk as needed: correct, but slower, and its pages are
+             * outside the budget's guarantee (they are clean file pages the
+             * kernel can drop at any time). */
+            n_slots = (budget - nontrunk) / slot / 2;
+            if (n_slots < (uint64_t)c->k) n_slots = (uint64_t)c->k;
+            eng->trunk_paged = 1;
+            if (!o->quiet)
+                df_log("the trunk (%.2f GiB) does not fit in --mem %.2f GiB with the expert cache: it will be "
+                       "paged from disk by the kernel (slower; trunk streaming is not implemented yet)",
+                       gib(trunk), gib(budget));
+        } else {
+            n_slots = (budget - fixed) / slot;
+        }
     }
     if (n_slots > all) n_slots = all;
     if (n_slots < 1) n_slots = 1;
@@ -106,9 +122,10 @@ static int plan_memory(df_engine *eng, const df_engine_opts *o, df_error *err)
     eng->plan_scratch = scratch;
     eng->plan_reserve = reserve;
     if (!o->quiet) {
-        uint64_t cache = (n_slots + (uint64_t)n_transient) * slot, used = fixed + cache;
+        uint64_t cache = (n_slots + (uint64_t)n_transient) * slot;
+        uint64_t used = (eng->trunk_paged ? fixed - trunk : fixed) + cache;
         df_log("memory plan for --mem %.2f GiB (context %d, batch %d):", gib(budget), so.n_ctx, so.max_batch);
-        df_log("  trunk, mapped and resident   %9.3f GiB", gib(trunk));
+        df_log("  trunk, mapped %-14s %9.3f GiB", eng->trunk_paged ? "(paged)" : "and resident", gib(trunk));
         df_log("  KDA state + MLA cache        %9.3f GiB", gib(state));
         df_log("  scratch                      %9.3f GiB", gib(scratch));
         df_log("  process reserve              %9.3f GiB", gib(reserve));

@@ -97,6 +97,7 @@ struct df_engine {
     tensor_map *maps;
     int n_maps, cap_maps;
     uint64_t trunk_mapped_bytes;
+    int trunk_paged;          /* the trunk did not fit the budget: the kernel pages it */
     expert_store store;
     expert_cache cache;
     threadpool *pool;
