@@ -10,8 +10,75 @@
 #include "kernels.h"
 #include "quant.h"
 
-#if defined(__x86_64__) && defined(DF_HAVE_AVX512)
+#if defined(DF_AVX512_SIMDE)
+/* Test build: the same code over SIMDe's portable AVX-512, so that CI
+ * machines without AVX-512 still check this file against the reference
+ * (tests/test_kernels.c); the table is then named kernels_avx512_simde. */
+#define SIMDE_NO_NATIVE
+#define SIMDE_ENABLE_NATIVE_ALIASES
+#include <simde/x86/avx512.h>
+#include <math.h>
+#include <string.h>
+#define kernels_avx512 kernels_avx512_simde
+#define DF_AVX512_CODE 1
+/* what SIMDe 0.7 lacks, written from the instruction definitions */
+typedef simde__mmask16 __mmask16;
+static inline simde__m512i df_cvtepu8_epi32(simde__m128i v)
+{
+    uint8_t b[16];
+    int32_t o[16];
+    simde_mm_storeu_si128((simde__m128i *)b, v);
+    for (int i = 0; i < 16; i++) o[i] = b[i];
+    return simde_mm512_loadu_si512(o);
+}
+static inline simde__m512i df_cvtepu16_epi32(simde__m256i v)
+{
+    uint16_t b[16];
+    int32_t o[16];
+    simde_mm256_storeu_si256((simde__m256i *)b, v);
+    for (int i = 0; i < 16; i++) o[i] = b[i];
+    return simde_mm512_loadu_si512(o);
+}
+static inline simde__m512 df_maskz_loadu_ps(__mmask16 m, const void *p)
+{
+    float o[16] = {0};
+    for (int i = 0; i < 16; i++)
+        if ((m >> i) & 1) memcpy(&o[i], (const char *)p + 4 * i, 4);
+    return simde_mm512_loadu_ps(o);
+}
+static inline simde__m256i df_maskz_loadu_epi16(__mmask16 m, const void *p)
+{
+    uint16_t o[16] = {0};
+    for (int i = 0; i < 16; i++)
+        if ((m >> i) & 1) memcpy(&o[i], (const char *)p + 2 * i, 2);
+    return simde_mm256_loadu_si256(o);
+}
+/* SIMDe's portable fmadd rounds twice; the instruction rounds once */
+static inline simde__m512 df_fmadd_ps(simde__m512 a, simde__m512 b, simde__m512 c)
+{
+    float x[16], y[16], z[16];
+    simde_mm512_storeu_ps(x, a);
+    simde_mm512_storeu_ps(y, b);
+    simde_mm512_storeu_ps(z, c);
+    for (int i = 0; i < 16; i++) z[i] = fmaf(x[i], y[i], z[i]);
+    return simde_mm512_loadu_ps(z);
+}
+#undef _mm512_fmadd_ps
+#define _mm512_fmadd_ps df_fmadd_ps
+#undef _mm512_cvtepu8_epi32
+#undef _mm512_cvtepu16_epi32
+#define _mm512_cvtepu16_epi32 df_cvtepu16_epi32
+#undef _mm512_maskz_loadu_ps
+#undef _mm256_maskz_loadu_epi16
+#define _mm512_cvtepu8_epi32 df_cvtepu8_epi32
+#define _mm512_maskz_loadu_ps df_maskz_loadu_ps
+#define _mm256_maskz_loadu_epi16 df_maskz_loadu_epi16
+#elif defined(__x86_64__) && defined(DF_HAVE_AVX512)
 #include <immintrin.h>
+#define DF_AVX512_CODE 1
+#endif
+
+#ifdef DF_AVX512_CODE
 
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
 
@@ -122,6 +189,7 @@ static const kernel_table avx512_table = {
     .matmul_mxfp4 = matmul_mxfp4_avx512,
 };
 
+const kernel_table *kernels_avx512(void);
 const kernel_table *kernels_avx512(void) { return &avx512_table; }
 
 #else

@@ -76,6 +76,7 @@ static void check_dense(const char *isa, int esize, dense_fn ref, dense_fn fn)
 
 static void check_mxfp4(const char *isa, const kernel_table *ref, const kernel_table *kt)
 {
+    quant_init(); /* the scale table: tests may run alone */
     const int Cs[] = {32, 64, 96, 3584 / 8};
     for (size_t ci = 0; ci < sizeof Cs / sizeof Cs[0]; ci++) {
         int C = Cs[ci], R = 11, T = 9;
@@ -123,6 +124,20 @@ static void test_isa(enum kernel_isa isa, const kernel_table *kt, const char *na
     check_dense(name, 4, ref->matmul_f32, kt->matmul_f32);
     check_mxfp4(name, ref, kt);
 }
+
+#ifdef DF_TEST_SIMDE
+const kernel_table *kernels_avx512_simde(void);
+/* kernels_avx512.c compiled over SIMDe: its logic checked on any CPU */
+static void test_avx512_simde(void)
+{
+    const kernel_table *ref = kernels_ref(), *kt = kernels_avx512_simde();
+    check_dense("avx512 (SIMDe)", 2, ref->matmul_bf16, kt->matmul_bf16);
+    check_dense("avx512 (SIMDe)", 4, ref->matmul_f32, kt->matmul_f32);
+    check_mxfp4("avx512 (SIMDe)", ref, kt);
+}
+#else
+static void test_avx512_simde(void) { t_skip("built without SIMDe (libsimde-dev)"); }
+#endif
 
 static void test_ref_self(void) { test_isa(KERNEL_REF, kernels_ref(), "ref"); }
 static void test_avx2(void) { test_isa(KERNEL_AVX2, kernels_avx2(), "avx2"); }
@@ -187,6 +202,7 @@ static const test_case tests[] = {
     {"ref_consistent", test_ref_self},
     {"avx2_matches_ref_bitwise", test_avx2},
     {"avx512_matches_ref_bitwise", test_avx512},
+    {"avx512_code_via_simde_matches_ref_bitwise", test_avx512_simde},
 };
 
 int main(int argc, char **argv) { return test_main(tests, NTESTS(tests), argc, argv); }
