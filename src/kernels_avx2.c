@@ -65,18 +65,26 @@ ALWAYS_INLINE __m256 ld8_f32(const uint8_t *p) { return _mm256_loadu_ps((const f
     static void NAME(const void *W, size_t ld, int C, const float *x, size_t xs, int T, float *y,  \
                      size_t ys, int r0, int r1)                                                    \
     {                                                                                              \
-        for (int r = r0; r < r1; r++) {                                                            \
-            const uint8_t *row = (const uint8_t *)W + (size_t)r * ld * ESIZE;                      \
+        /* tiles of rows whose weights stay in L2 while every group of four                        \
+         * positions (its activations in L1) passes over them */                                   \
+        int tile = (int)((128u << 10) / ((size_t)C * ESIZE + 1)) + 1;                              \
+        for (int rt = r0; rt < r1; rt += tile) {                                                   \
+            int re = rt + tile < r1 ? rt + tile : r1;                                              \
             int t = 0;                                                                             \
             for (; t + 4 <= T; t += 4)                                                             \
-                NAME##_rows(row, C, x + (size_t)t * xs, xs, 4, y + (size_t)t * ys + r, ys);        \
-            switch (T - t) { /* constant nt so the token loop unrolls */                            \
-            case 3: NAME##_rows(row, C, x + (size_t)t * xs, xs, 3, y + (size_t)t * ys + r, ys); break; \
-            case 2: NAME##_rows(row, C, x + (size_t)t * xs, xs, 2, y + (size_t)t * ys + r, ys); break; \
-            case 1: NAME##_rows(row, C, x + (size_t)t * xs, xs, 1, y + (size_t)t * ys + r, ys); break; \
+                for (int r = rt; r < re; r++)                                                      \
+                    NAME##_rows((const uint8_t *)W + (size_t)r * ld * ESIZE, C, x + (size_t)t * xs, xs, 4,\
+                                y + (size_t)t * ys + r, ys);                                       \
+            for (int r = rt; r < re; r++) {                                                        \
+                const uint8_t *row = (const uint8_t *)W + (size_t)r * ld * ESIZE;                  \
+                switch (T - t) { /* constant nt so the token loop unrolls */                       \
+                case 3: NAME##_rows(row, C, x + (size_t)t * xs, xs, 3, y + (size_t)t * ys + r, ys); break;\
+                case 2: NAME##_rows(row, C, x + (size_t)t * xs, xs, 2, y + (size_t)t * ys + r, ys); break;\
+                case 1: NAME##_rows(row, C, x + (size_t)t * xs, xs, 1, y + (size_t)t * ys + r, ys); break;\
+                }                                                                                  \
             }                                                                                      \
         }                                                                                          \
-    }
+    }                                                                                              \
 
 DENSE_ROW(matmul_bf16_avx2, ld8_bf16, 2)
 DENSE_ROW(matmul_f32_avx2, ld8_f32, 4)
