@@ -48,8 +48,10 @@ typedef struct tok_decoder {
 } tok_decoder;
 
 void tok_decoder_init(tok_decoder *d, const tokenizer *t);
-/* Decode one id; writes at most cap bytes to out (cap >= the token's length
- * + 8 is always enough) and returns the count. */
+/* Decode one id; writes at most cap bytes to out and returns the count.
+ * cap >= tok_decoder_max_out(t) is always enough (a token of bytes that are
+ * never valid UTF-8 can expand to U+FFFD per byte); with less, only the
+ * whole characters that fit are written. */
 size_t tok_decoder_feed(tok_decoder *d, int32_t id, char *out, size_t cap);
 /* End of stream: pending incomplete bytes become U+FFFD. */
 size_t tok_decoder_flush(tok_decoder *d, char *out, size_t cap);
