@@ -295,6 +295,9 @@ int df_engine_open(const char *model_dir, const df_engine_opts *opts, df_engine 
                model_dir, eng->cfg.NL, eng->n_kda, eng->n_mla, eng->cfg.h, eng->cfg.E, eng->cfg.k, eng->kt->name,
                eng->n_threads, eng->store.n_files && eng->store.files[0].direct ? "O_DIRECT" : "buffered",
                io_queue_backend(eng->store.q), eng->io_depth);
+    if (!opts->quiet && eng->store.probe_direct_bps > 0)
+        df_log("expert read probe: O_DIRECT %.2f GB/s, buffered %.2f GB/s", eng->store.probe_direct_bps / 1e9,
+               eng->store.probe_buffered_bps / 1e9);
     *out = eng;
     return 0;
 }

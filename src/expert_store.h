@@ -76,6 +76,7 @@ typedef struct expert_store {
     int64_t sync_done[EXPERT_BATCH_MAX];   /* tags of reads finished inside queue */
     int n_sync_done;
     expert_store_stats st;
+    double probe_direct_bps, probe_buffered_bps;   /* IO_AUTO's startup measurement */
 } expert_store;
 
 void expert_store_init(expert_store *s, int n_layers, int n_experts, const uint32_t sizes[EX_N]);
