@@ -27,7 +27,7 @@ CFLAGS  = $(CFLAGS_BASE) $(OPT) $(EXTRA_CFLAGS)
 # every binary routes allocations through the guard in util.c
 WRAP    := -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=posix_memalign
 LDFLAGS := -pthread $(LDSAN) $(WRAP)
-LDLIBS  := -lm -lpcre2-8
+LDLIBS  := -lm -lpcre2-8 -lmicrohttpd
 
 # io_uring through liburing when its header is installed (Debian: liburing-dev);
 # without it the expert reads use the pread thread pool.
@@ -45,7 +45,7 @@ ifeq ($(ARCH),x86_64)
 endif
 
 LIB_SRC := util file json json_write threadpool safetensors quant mathfn kernels_ref kernels_avx2 kernels_avx512 \
-           backend_cpu expert_store expert_cache model attnres kda mla moe engine cachesim heat iobench place \
+           backend_cpu expert_store expert_cache model attnres kda mla moe engine cachesim heat iobench place trunk_stream \
            tokenizer chat_template
 LIB_OBJ := $(LIB_SRC:%=$(BUILD)/%.o)
 
@@ -75,7 +75,7 @@ endif
 $(BUILD)/libdeltafin.a: $(LIB_OBJ)
 	rm -f $@ && ar rcs $@ $^
 
-$(BUILD)/deltafin: $(BUILD)/cli.o $(BUILD)/cli_chat.o $(BUILD)/lineedit.o $(BUILD)/libdeltafin.a
+$(BUILD)/deltafin: $(BUILD)/cli.o $(BUILD)/cli_chat.o $(BUILD)/lineedit.o $(BUILD)/server.o $(BUILD)/libdeltafin.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 $(BUILD)/k3gen: tools/k3gen.c | $(BUILD)

@@ -12,6 +12,7 @@
 #define _GNU_SOURCE
 #include "cli.h"
 #include "engine.h"
+#include "server.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -31,6 +32,11 @@ void usage(FILE *f)
           "          /reset, /stats, /quit)\n"
           "  tokenize --model DIR [--special] \"text\" | --decode 12,7,99\n"
           "          print the token ids of a text, or the text of ids\n"
+          "  serve   --model DIR [--host 127.0.0.1] [--port 8080] [--queue 16] [--api-key KEY]\n"
+          "          [--max-request-bytes 128M] [--max-tokens 32768] [--timeout 600] [--name NAME]\n"
+          "          HTTP server: OpenAI /v1/chat/completions, /v1/completions, /v1/models,\n"
+          "          Anthropic /v1/messages (SSE streaming), /health, /metrics, a chat page at /;\n"
+          "          takes the run options too (--ctx, --mem, --threads, ...)\n"
           "  info    print the model's dimensions and memory needs\n"
           "  iobench DIR [--chunk SIZE] [--io-depth N] [--seconds S] [--io buffered]\n"
           "          measure the drive's read bandwidth with the engine's read size and depth\n"
@@ -75,6 +81,8 @@ void usage(FILE *f)
           "  --no-prefetch        no router look-ahead prefetch (on by default; it turns itself off\n"
           "                       for layers where its predictions do not pay)\n"
           "  --prefetch-k N       experts predicted per position and layer (default top_k / 2)\n"
+          "  --trunk-stream M     auto (stream the trunk layer by layer when it does not fit --mem),\n"
+          "                       on, or off (leave it mapped; the kernel pages it)\n"
           "  --prefault           fault the expert cache's memory in at start, in the background (pays\n"
           "                       off in long runs where first-touching memory is slow, as in some VMs)\n"
           "  --stats              a live status line (tok/s, tokens, time to first token) and\n"
@@ -189,6 +197,12 @@ void parse_common(int argc, char **argv, run_args *a)
         else if (!strcmp(f, "--heat")) { NEED_ARG(); a->heat = argv[++i]; }
         else if (!strcmp(f, "--events")) { NEED_ARG(); a->events = argv[++i]; }
         else if (!strcmp(f, "--prefault")) a->prefault = 1;
+        else if (!strcmp(f, "--trunk-stream")) {
+            NEED_ARG();
+            const char *v = argv[++i];
+            a->trunk_stream = !strcmp(v, "on") ? 1 : !strcmp(v, "off") ? -1 : !strcmp(v, "auto") ? 0 : 2;
+            if (a->trunk_stream == 2) die("--trunk-stream must be on, off or auto, got \"%s\"", v);
+        }
         else if (!strcmp(f, "--stripe")) a->stripe = 1;
         else if (!strcmp(f, "--expert-path") || !strcmp(f, "--to")) {
             NEED_ARG();
@@ -236,6 +250,7 @@ df_engine *open_engine(const run_args *a)
     eo.heat_path = a->heat;
     eo.events_path = a->events;
     eo.prefault = a->prefault;
+    eo.trunk_stream = a->trunk_stream;
     eo.expert_paths = a->xpaths;
     eo.n_expert_paths = a->n_xpaths;
     eo.no_prefetch = a->no_prefetch;
@@ -476,5 +491,6 @@ int main(int argc, char **argv)
     if (!strcmp(argv[1], "place")) return cmd_place(argc, argv);
     if (!strcmp(argv[1], "chat")) return cmd_chat(argc, argv);
     if (!strcmp(argv[1], "tokenize")) return cmd_tokenize(argc, argv);
+    if (!strcmp(argv[1], "serve")) return cmd_serve(argc, argv);
     die("unknown command \"%s\"", argv[1]);
 }

@@ -19,6 +19,7 @@ typedef struct {
     /* text and chat */
     const char *prompt, *system, *effort, *decode, *text;
     int chat, no_think, special;
+    int trunk_stream;
     int ctx_cap;   /* the session's context capacity (set when it is created) */
 } run_args;
 

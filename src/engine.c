@@ -86,23 +86,36 @@ static int plan_memory(df_engine *eng, const df_engine_opts *o, df_error *err)
                               "%.2f GiB + one token's %d expert slots need %.2f GiB",
                               gib(budget), gib(state), gib(scratch), gib(reserve), c->k,
                               gib(nontrunk + (uint64_t)c->k * slot));
-        if (fixed + (uint64_t)c->k * slot > budget) {
-            /* The trunk does not fit next to a minimal cache.  Until the trunk
-             * is streamed layer by layer, it stays mapped and the kernel pages
-             * it from disk as needed: correct, but slower, and its pages are
-             * outside the budget's guarantee (they are clean file pages the
+        uint64_t stream = 2 * trunk_stream_buffer_bytes(eng);
+        int want_stream = o->trunk_stream > 0 ||
+                          (o->trunk_stream == 0 && fixed + (uint64_t)c->k * slot > budget &&
+                           nontrunk + stream + (uint64_t)c->k * slot <= budget);
+        if (want_stream) {
+            /* two layer buffers instead of the whole trunk */
+            eng->ts.on = 1;
+            n_slots = budget > nontrunk + stream ? (budget - nontrunk - stream) / slot : 0;
+            if (n_slots < (uint64_t)c->k) n_slots = (uint64_t)c->k;
+            if (!o->quiet)
+                df_log("the trunk (%.2f GiB) is streamed layer by layer through two %.2f GiB buffers", gib(trunk),
+                       gib(stream / 2));
+        } else if (fixed + (uint64_t)c->k * slot > budget) {
+            /* Neither the trunk nor two of its layers fit next to a minimal
+             * cache (or streaming is off): the trunk stays mapped and the
+             * kernel pages it from disk as needed - correct but slow, and its
+             * pages are outside the budget's guarantee (clean file pages the
              * kernel can drop at any time). */
             n_slots = (budget - nontrunk) / slot / 2;
             if (n_slots < (uint64_t)c->k) n_slots = (uint64_t)c->k;
             eng->trunk_paged = 1;
             if (!o->quiet)
                 df_log("the trunk (%.2f GiB) does not fit in --mem %.2f GiB with the expert cache: it will be "
-                       "paged from disk by the kernel (slower; trunk streaming is not implemented yet)",
+                       "paged from disk by the kernel (slower)",
                        gib(trunk), gib(budget));
         } else {
             n_slots = (budget - fixed) / slot;
         }
     }
+    if (o->trunk_stream > 0) eng->ts.on = 1;
     if (n_slots > all) n_slots = all;
     if (n_slots < 1) n_slots = 1;
     if (n_slots > INT32_MAX / 2) n_slots = INT32_MAX / 2;
@@ -115,6 +128,7 @@ static int plan_memory(df_engine *eng, const df_engine_opts *o, df_error *err)
     if (expert_cache_init(&eng->cache, c->NL, c->E, (int)n_slots, n_transient, slot, pol))
         return df_err_set(err, DF_ERR_NOMEM, -1, "cannot allocate the expert cache (%llu slots of %zu bytes)",
                           (unsigned long long)n_slots, slot);
+    if (eng->ts.on && trunk_stream_init(eng, err)) return -1;
     if (o->prefault) expert_cache_prefault(&eng->cache);
     eng->plan_budget = budget;
     eng->plan_trunk = trunk;
@@ -123,9 +137,13 @@ static int plan_memory(df_engine *eng, const df_engine_opts *o, df_error *err)
     eng->plan_reserve = reserve;
     if (!o->quiet) {
         uint64_t cache = (n_slots + (uint64_t)n_transient) * slot;
-        uint64_t used = (eng->trunk_paged ? fixed - trunk : fixed) + cache;
+        uint64_t used = (eng->trunk_paged ? fixed - trunk : eng->ts.on ? fixed - trunk + 2 * eng->ts.buf_bytes : fixed) +
+                        cache;
         df_log("memory plan for --mem %.2f GiB (context %d, batch %d):", gib(budget), so.n_ctx, so.max_batch);
-        df_log("  trunk, mapped %-14s %9.3f GiB", eng->trunk_paged ? "(paged)" : "and resident", gib(trunk));
+        if (eng->ts.on)
+            df_log("  trunk, streamed (2 buffers)  %9.3f GiB", gib(2 * eng->ts.buf_bytes));
+        else
+            df_log("  trunk, mapped %-14s %9.3f GiB", eng->trunk_paged ? "(paged)" : "and resident", gib(trunk));
         df_log("  KDA state + MLA cache        %9.3f GiB", gib(state));
         df_log("  scratch                      %9.3f GiB", gib(scratch));
         df_log("  process reserve              %9.3f GiB", gib(reserve));
@@ -328,6 +346,7 @@ void df_engine_close(df_engine *eng)
     free(eng->pf_correct);
     free(eng->pf_actual);
     threadpool_free(eng->pool);
+    trunk_stream_deinit(eng);
     expert_cache_deinit(&eng->cache);
     model_unload(eng);
     free(eng);
@@ -368,6 +387,8 @@ void df_engine_stats(const df_engine *eng, df_stats *st)
     st->io_wait_sec = eng->store.st.wait_sec;
     for (int i = 0; i < eng->store.n_src && i < 8; i++) st->source_reads[i] = eng->store.src[i].reads;
     st->prefetch_issued = eng->pf_issued;
+    st->trunk_bytes_read = eng->ts.bytes_read;
+    st->trunk_wait_sec = eng->ts.wait_sec;
     st->prefetch_used = eng->cache.pf_used;
     st->prefetch_wasted = eng->cache.pf_wasted;
     st->prefetch_late = eng->cache.late;
@@ -576,6 +597,7 @@ static int forward_chunk(df_session *s, const int32_t *ids, int T, float *logits
     for (int il = 0; il < c->NL; il++) {
         const k3_layer *L = &eng->layers[il];
         dbg_layer *dl = dbg ? &dbg->layers[il] : NULL;
+        if (eng->ts.on && trunk_stream_layer(eng, il, err)) goto fail;
         const float *ain = s->H;
         if (n_anc) {
             attnres_mix(s->anchors, n_anc, astride, s->H, T, (int)h, L->attn_res_nwpw, c->eps, s->ain, s->probs);
@@ -630,6 +652,7 @@ static int forward_chunk(df_session *s, const int32_t *ids, int T, float *logits
         dbg->final_mix_norm = l2norm(s->ain + dt * h, (int)h);
         dbg->final_normed_norm = l2norm(s->xn + dt * h, (int)h);
     }
+    if (eng->ts.on && trunk_stream_layer(eng, c->NL, err)) goto fail;
     if (logits) {
         if (all_rows) mm_one(eng->pool, eng->kt, eng->lm_head, s->xn, T, logits);
         else mm_one(eng->pool, eng->kt, eng->lm_head, s->xn + dt * h, 1, logits);

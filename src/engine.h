@@ -37,6 +37,8 @@ typedef struct df_engine_opts {
     int prefetch_k;             /* experts predicted per position and layer (0 = top_k / 2) */
     const char *const *expert_paths; /* --expert-path dirs written by df_place (NULL: the model dir) */
     int n_expert_paths;
+    int trunk_stream;           /* 0: stream the trunk only when it does not fit mem_budget;
+                                   1: always stream it; -1: never (the kernel pages it) */
     int prefault;               /* fault the expert cache memory in from a background thread at open */
     int quiet;                  /* no log lines on stderr */
 } df_engine_opts;
@@ -66,6 +68,8 @@ typedef struct df_stats {
     uint64_t expert_reads;
     double io_wait_sec;           /* time the token loop waited for expert reads */
     uint64_t source_reads[8];     /* expert reads per source: [0] model dir, [1..] --expert-path dirs */
+    uint64_t trunk_bytes_read;    /* streamed trunk */
+    double trunk_wait_sec;
     uint64_t prefetch_issued;     /* look-ahead reads started */
     uint64_t prefetch_used;       /* of those, experts later used */
     uint64_t prefetch_wasted;     /* evicted before any use */

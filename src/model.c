@@ -245,6 +245,7 @@ typedef struct name_entry {
 
 typedef struct loader {
     df_engine *eng;
+    int cur_layer;      /* the layer being bound (-1 embedding, NL the output head) */
     const char *dir;
     st_file *files;
     name_entry *names;
@@ -350,6 +351,12 @@ static int bind_mat(loader *ld, const char *name, int rows, int cols, wmat *out,
     eng->maps[eng->n_maps].size = span ? span : 1;
     eng->n_maps++;
     eng->trunk_mapped_bytes += t->nbytes;
+    if (eng->n_trunk == eng->cap_trunk) {
+        eng->cap_trunk = eng->cap_trunk ? eng->cap_trunk * 2 : 256;
+        eng->trunk = xrealloc(eng->trunk, (size_t)eng->cap_trunk * sizeof *eng->trunk);
+    }
+    eng->trunk[eng->n_trunk++] = (trunk_tensor){.layer = ld->cur_layer, .w = out, .shard = shard,
+                                                .off = t->offset, .nbytes = t->nbytes};
     out->type = t->dtype == ST_BF16 ? W_BF16 : W_F32;
     out->data = (const uint8_t *)p + (t->offset - start);
     out->scales = NULL;
@@ -587,9 +594,10 @@ int model_load(df_engine *eng, const char *dir, df_error *err)
     free((void *)shard_names);
 
     /* globals */
-    if (bind_mat(&ld, PFX "model.embed_tokens.weight", c->V, c->h, &eng->embed, err) ||
-        bind_mat(&ld, PFX "lm_head.weight", c->V, c->h, &eng->lm_head, err))
-        goto done;
+    ld.cur_layer = -1;
+    if (bind_mat(&ld, PFX "model.embed_tokens.weight", c->V, c->h, &eng->embed, err)) goto done;
+    ld.cur_layer = c->NL;
+    if (bind_mat(&ld, PFX "lm_head.weight", c->V, c->h, &eng->lm_head, err)) goto done;
     if (!(eng->final_norm = load_vec(&ld, PFX "model.norm.weight", c->h, 0, 0, DT_FLOAT, err))) goto done;
     if (!(eng->out_res_nwpw = nwpw(&ld, PFX "model.output_attn_res_norm.weight",
                                    PFX "model.output_attn_res_proj.weight", c->h, err)))
@@ -605,6 +613,7 @@ int model_load(df_engine *eng, const char *dir, df_error *err)
         L->kda_idx = L->mla_idx = -1;
         if (c->layer_kind[il] == LAYER_KDA) L->kda_idx = eng->n_kda++;
         else L->mla_idx = eng->n_mla++;
+        ld.cur_layer = il;
         if (bind_layer(&ld, il, err)) goto done;
     }
     if (expert_store_finish(&eng->store, c->layer_moe, eng->io_mode, eng->io_depth, eng->io_backend, err)) goto done;
@@ -628,6 +637,7 @@ void model_unload(df_engine *eng)
     }
     for (int i = 0; i < eng->n_maps; i++) munmap(eng->maps[i].base, eng->maps[i].size);
     free(eng->maps);
+    free(eng->trunk);
     free(eng->shards);
     for (int i = 0; i < eng->n_owned; i++) aligned_free(eng->owned[i]);
     free(eng->owned);

@@ -19,6 +19,7 @@
 #include "engine.h"
 #include "expert_cache.h"
 #include "expert_store.h"
+#include "file.h"
 #include "kernels.h"
 #include "threadpool.h"
 
@@ -79,6 +80,30 @@ typedef struct shard_map {
     int fd;                   /* opened on first trunk tensor, -1 before */
 } shard_map;
 
+/* A trunk matrix: where it lives, for streaming it when the trunk does not
+ * fit the memory budget (trunk_stream.c re-points w->data per layer). */
+typedef struct trunk_tensor {
+    int layer;                /* -1 embedding (stays mapped), 0..NL-1, NL = lm_head */
+    wmat *w;
+    int shard;
+    uint64_t off, nbytes;     /* in the shard */
+    uint64_t buf_off;         /* streamed: aligned offset in the layer buffer */
+    uint32_t lead;            /* streamed: off - aligned read start */
+} trunk_tensor;
+
+typedef struct trunk_stream {
+    int on;
+    int *first;               /* [NL + 2] first trunk tensor of each layer (sorted by layer) */
+    uint64_t buf_bytes;       /* one layer buffer */
+    uint8_t *buf[2];
+    int buf_layer[2];         /* layer held (or being read) by each buffer, -1 none */
+    int buf_pending[2];       /* reads outstanding per buffer */
+    df_file *files;           /* [n_shards] */
+    io_queue *q;
+    uint64_t bytes_read;
+    double wait_sec;
+} trunk_stream;
+
 typedef struct tensor_map {
     void *base;               /* read-only mapping of one trunk tensor's pages */
     size_t size;
@@ -97,6 +122,9 @@ struct df_engine {
     tensor_map *maps;
     int n_maps, cap_maps;
     uint64_t trunk_mapped_bytes;
+    trunk_tensor *trunk;      /* every mapped trunk matrix */
+    int n_trunk, cap_trunk;
+    trunk_stream ts;
     int trunk_paged;          /* the trunk did not fit the budget: the kernel pages it */
     expert_store store;
     expert_cache cache;
@@ -187,6 +215,17 @@ int k3_config_parse(const char *text, size_t len, k3_config *c, df_error *err);
 void k3_config_free(k3_config *c);
 int model_load(df_engine *eng, const char *dir, df_error *err);
 void model_unload(df_engine *eng);
+
+/* trunk_stream.c: the trunk read layer by layer into two buffers (one
+ * computing, one loading) when it does not fit the memory budget */
+uint64_t trunk_stream_buffer_bytes(const df_engine *eng);
+int trunk_stream_init(df_engine *eng, df_error *err);
+void trunk_stream_deinit(df_engine *eng);
+/* Make layer il's trunk resident (il == NL: the output head) and start
+ * reading the next one into the other buffer. */
+int trunk_stream_layer(df_engine *eng, int il, df_error *err);
+/* Make layer il's trunk resident without starting anything else. */
+int trunk_stream_ready(df_engine *eng, int il, df_error *err);
 
 /* place.c: read --expert-path manifests into the store's sources */
 int engine_use_expert_paths(df_engine *eng, const char *const *dirs, int n, df_error *err);

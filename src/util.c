@@ -4,6 +4,8 @@
  * on the engine's pool threads, so a per-thread flag would miss allocations
  * made by workers.  The wrapped allocators below are reached through the
  * linker's --wrap option; a binary linked without it simply skips the check.
+ * Threads that never run the token loop but allocate while it runs (the
+ * server's HTTP threads) exempt themselves with alloc_guard_exempt_thread.
  */
 #define _GNU_SOURCE
 #include "util.h"
@@ -20,6 +22,7 @@
 
 int df_log_quiet = 0;
 static atomic_int guard_depth;
+static _Thread_local int guard_exempt;
 
 void df_check_fail(const char *file, int line, const char *expr)
 {
@@ -31,6 +34,7 @@ void df_check_fail(const char *file, int line, const char *expr)
 void alloc_guard_enter(void) { atomic_fetch_add(&guard_depth, 1); }
 void alloc_guard_leave(void) { atomic_fetch_sub(&guard_depth, 1); }
 int alloc_guard_active(void) { return atomic_load(&guard_depth) > 0; }
+void alloc_guard_exempt_thread(void) { guard_exempt = 1; }
 
 static void guard_trip(const char *what, size_t n)
 {
@@ -50,22 +54,22 @@ int __wrap_posix_memalign(void **p, size_t a, size_t n);
 
 void *__wrap_malloc(size_t n)
 {
-    if (atomic_load_explicit(&guard_depth, memory_order_relaxed) > 0) guard_trip("malloc", n);
+    if (atomic_load_explicit(&guard_depth, memory_order_relaxed) > 0 && !guard_exempt) guard_trip("malloc", n);
     return __real_malloc(n);
 }
 void *__wrap_calloc(size_t n, size_t s)
 {
-    if (atomic_load_explicit(&guard_depth, memory_order_relaxed) > 0) guard_trip("calloc", n * s);
+    if (atomic_load_explicit(&guard_depth, memory_order_relaxed) > 0 && !guard_exempt) guard_trip("calloc", n * s);
     return __real_calloc(n, s);
 }
 void *__wrap_realloc(void *p, size_t n)
 {
-    if (atomic_load_explicit(&guard_depth, memory_order_relaxed) > 0) guard_trip("realloc", n);
+    if (atomic_load_explicit(&guard_depth, memory_order_relaxed) > 0 && !guard_exempt) guard_trip("realloc", n);
     return __real_realloc(p, n);
 }
 int __wrap_posix_memalign(void **p, size_t a, size_t n)
 {
-    if (atomic_load_explicit(&guard_depth, memory_order_relaxed) > 0) guard_trip("posix_memalign", n);
+    if (atomic_load_explicit(&guard_depth, memory_order_relaxed) > 0 && !guard_exempt) guard_trip("posix_memalign", n);
     return __real_posix_memalign(p, a, n);
 }
 

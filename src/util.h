@@ -35,6 +35,10 @@ void aligned_free(void *p);
 void alloc_guard_enter(void);
 void alloc_guard_leave(void);
 int alloc_guard_active(void);
+/* The calling thread never runs the token loop: its allocations are not
+ * checked (the server's HTTP threads, which allocate while the worker
+ * evaluates). */
+void alloc_guard_exempt_thread(void);
 
 /* Fill err if it holds no error yet (the first error wins). Returns -1. */
 int df_err_set(df_error *err, int code, int64_t pos, const char *fmt, ...)

@@ -91,6 +91,7 @@ typedef struct {
     int threads, chunk, no_prefetch;
     const char *const *xpaths;
     int n_xpaths;
+    int trunk_stream;
 } cfg;
 
 static float *run(const char *dir, const cfg *c, const int32_t *ids, int n, int *V, df_stats *st)
@@ -106,6 +107,7 @@ static float *run(const char *dir, const cfg *c, const int32_t *ids, int n, int 
     o.plan_ctx = 256;
     o.plan_batch = 8;
     o.no_prefetch = c->no_prefetch;
+    o.trunk_stream = c->trunk_stream;
     o.expert_paths = c->xpaths;
     o.n_expert_paths = c->n_xpaths;
     df_engine *eng;
@@ -271,6 +273,30 @@ static void test_multiple_drives(void)
     TCHECKF(strstr(err.msg, "not a placed expert directory"), "message: %s", err.msg);
 }
 
+static void test_trunk_streamed(void)
+{
+    char dir[512];
+    if (gen_model("small", "--preset small --seed 11", dir, sizeof dir)) return;
+    int32_t ids[16];
+    for (int i = 0; i < 16; i++) ids[i] = (i * 59 + 9) % 3800;
+    int V;
+    df_stats st;
+    cfg base = {.cache = 50 * 20480, .io = "auto", .backend = "auto", .chunk = 1};
+    float *a = run(dir, &base, ids, 16, &V, &st);
+    cfg str = base;
+    str.trunk_stream = 1;
+    float *b = run(dir, &str, ids, 16, &V, &st);
+    TCHECKF(st.trunk_bytes_read > 0, "streamed trunk read nothing");
+    cfg str_batch = str;
+    str_batch.chunk = 5;
+    str_batch.threads = 1;
+    float *c = run(dir, &str_batch, ids, 16, &V, &st);
+    if (a && b) TCHECKF(!memcmp(a, b, (size_t)16 * V * sizeof(float)), "streamed trunk: logits differ");
+    if (a && c) TCHECKF(!memcmp(a, c, (size_t)16 * V * sizeof(float)), "streamed trunk, batches of 5: logits differ");
+    fprintf(stderr, "    streamed trunk: %.1f MiB read for 16 tokens\n", st.trunk_bytes_read / 1048576.0);
+    free(a), free(b), free(c);
+}
+
 static void test_truncated_expert_file(void)
 {
     char dir[512];
@@ -343,6 +369,25 @@ static void test_rss_within_budget(void)
     fprintf(stderr, "    peak RSS %.1f MiB with --mem %s (limit %.1f MiB)\n", peak / 1048576.0, mem,
             budget * 1.05 / 1048576.0);
     TCHECKF(peak <= budget + budget / 20, "peak RSS %zu exceeds --mem %s + 5%%", peak, mem);
+    /* a budget below the trunk: the trunk is streamed and the budget still holds */
+    const char *mem2 = "30M";
+    const size_t budget2 = (size_t)30 << 20;
+    pid = fork();
+    if (pid == 0) {
+        int fd = open("/dev/null", O_WRONLY);
+        dup2(fd, 1);
+        dup2(fd, 2);
+        execl(build_bin("deltafin"), "deltafin", "run", "--model", dir, "--prompt-ids", "1,2,3,4,5,6,7,8",
+              "--max-new", "16", "--mem", mem2, "--ctx", "64", "--batch", "8", "--threads", "2", "--trunk-stream", "auto",
+              (char *)NULL);
+        _exit(127);
+    }
+    CHECK(wait4(pid, &status, 0, &ru) == pid);
+    TCHECKF(WIFEXITED(status) && WEXITSTATUS(status) == 0, "deltafin --mem %s failed (status %d)", mem2, status);
+    peak = (size_t)ru.ru_maxrss * 1024;
+    fprintf(stderr, "    peak RSS %.1f MiB with --mem %s, trunk streamed (limit %.1f MiB)\n", peak / 1048576.0, mem2,
+            budget2 * 1.05 / 1048576.0);
+    TCHECKF(peak <= budget2 + budget2 / 20, "peak RSS %zu exceeds --mem %s + 5%%", peak, mem2);
 }
 
 static float *run_heat(const char *dir, const char *heat, const int32_t *ids, int n, int *V, df_stats *st)
@@ -443,6 +488,7 @@ static const test_case tests[] = {
     {"hit_accounting", test_hit_accounting},
     {"prefetch_accounting", test_prefetch_accounting},
     {"multiple_drives_replicas_and_stripes", test_multiple_drives},
+    {"trunk_streamed_bit_identical", test_trunk_streamed},
     {"truncated_expert_file_named", test_truncated_expert_file},
     {"rss_within_mem_budget", test_rss_within_budget},
     {"heat_file_warms_cache", test_heat_warms_cache},
