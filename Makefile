@@ -46,10 +46,10 @@ endif
 
 LIB_SRC := util file json json_write threadpool safetensors quant mathfn kernels_ref kernels_avx2 kernels_avx512 \
            backend_cpu expert_store expert_cache model attnres kda mla moe engine cachesim heat iobench place trunk_stream \
-           tokenizer chat_template
+           tokenizer chat_template gguf
 LIB_OBJ := $(LIB_SRC:%=$(BUILD)/%.o)
 
-TESTS := test_json test_safetensors test_kernels test_model test_loader test_engine test_generated test_io test_tokenizer test_chat_template test_repl
+TESTS := test_json test_safetensors test_kernels test_model test_loader test_engine test_generated test_io test_tokenizer test_chat_template test_repl test_gguf
 TEST_BIN := $(TESTS:%=$(BUILD)/tests/%)
 
 all: $(BUILD)/deltafin $(BUILD)/k3gen
@@ -104,18 +104,19 @@ test-san:
 	DF_SANITIZED=1 BUILD=build-san tests/run_tests.sh $(TESTS:%=build-san/tests/%)
 
 # What CI runs (README's test command): -Werror build and both suites, every
-# fuzz target for FUZZ_SECONDS (default 10) under ASan + UBSan, and the
-# tokenizer against tiktoken.
+# fuzz target for FUZZ_SECONDS (default 10) under ASan + UBSan, the
+# tokenizer against tiktoken, and the server against the real SDKs.
 check:
 	$(MAKE) --no-print-directory WERROR=1 test
 	$(MAKE) --no-print-directory fuzz-run FUZZ_SECONDS=$${FUZZ_SECONDS:-10}
 	$(MAKE) --no-print-directory tokenizer-oracle
+	$(MAKE) --no-print-directory server-test
 
-FUZZ_TARGETS := fuzz_safetensors fuzz_config fuzz_json fuzz_tokenizer fuzz_chat_parser fuzz_chat_render
+FUZZ_TARGETS := fuzz_safetensors fuzz_config fuzz_json fuzz_tokenizer fuzz_chat_parser fuzz_chat_render fuzz_gguf
 FUZZ_CC ?= clang
 fuzz: $(FUZZ_TARGETS:%=build-fuzz/%)
 FUZZ_SRC := util file json json_write safetensors model quant mathfn expert_store kernels_ref kernels_avx2 \
-            kernels_avx512 tokenizer chat_template
+            kernels_avx512 tokenizer chat_template gguf
 build-fuzz/%: fuzz/%.c $(FUZZ_SRC:%=src/%.c)
 	mkdir -p build-fuzz
 	$(FUZZ_CC) -std=c11 -g -O1 -ffp-contract=off -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -Isrc -o $@ $< \
@@ -136,6 +137,11 @@ $(BUILD)/bench_core: bench/bench_core.c $(BUILD)/libdeltafin.a | $(BUILD)
 tokenizer-oracle: $(BUILD)/tests/tok_dump $(BUILD)/k3gen
 	BUILD=$(BUILD) TOK_DUMP=$(BUILD)/tests/tok_dump K3GEN=$(BUILD)/k3gen tests/oracle/run_tokenizer_oracle.sh
 
+# deltafin serve against the real npm openai and @anthropic-ai/sdk clients,
+# curl and a C test of the reply encoders (needs `npm ci --prefix tests/server`)
+server-test: $(BUILD)/deltafin $(BUILD)/libdeltafin.a
+	tests/server/run_server_tests.sh $(BUILD)/deltafin
+
 bench: all $(BUILD)/bench_core
 	bench/bench_core.sh
 
@@ -149,6 +155,6 @@ lint:
 clean:
 	rm -rf build build-san build-fuzz
 
-.PHONY: tokenizer-oracle all test test-fast test-san check fuzz fuzz-run bench format lint clean
+.PHONY: server-test tokenizer-oracle all test test-fast test-san check fuzz fuzz-run bench format lint clean
 
 -include $(wildcard $(BUILD)/*.d $(BUILD)/tests/*.d)

@@ -34,6 +34,7 @@ void usage(FILE *f)
           "          print the token ids of a text, or the text of ids\n"
           "  serve   --model DIR [--host 127.0.0.1] [--port 8080] [--queue 16] [--api-key KEY]\n"
           "          [--max-request-bytes 128M] [--max-tokens 32768] [--timeout 600] [--name NAME]\n"
+          "          [--ping-ms 2000] (SSE keep-alive comment after this long without output)\n"
           "          HTTP server: OpenAI /v1/chat/completions, /v1/completions, /v1/models,\n"
           "          Anthropic /v1/messages (SSE streaming), /health, /metrics, a chat page at /;\n"
           "          takes the run options too (--ctx, --mem, --threads, ...)\n"

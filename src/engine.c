@@ -345,6 +345,12 @@ void df_engine_close(df_engine *eng)
     free(eng->pf_predicted);
     free(eng->pf_correct);
     free(eng->pf_actual);
+    /* prefetch reads may still be writing into cache slots */
+    if (eng->store.q) {
+        int64_t tags[64];
+        int ok[64];
+        while (expert_store_wait(&eng->store, tags, ok, 64, NULL) > 0) {}
+    }
     threadpool_free(eng->pool);
     trunk_stream_deinit(eng);
     expert_cache_deinit(&eng->cache);
@@ -679,9 +685,8 @@ static int forward_chunk(df_session *s, const int32_t *ids, int T, float *logits
     }
     s->pos += T;
     eng->tokens += (uint64_t)T;
-    /* predictions that were wrong may still be reading: take them in now so
-     * that no slot stays pending across calls */
-    moe_drain_prefetches(s, NULL); /* a failed prediction is not an error of this call */
+    /* predictions may still be reading: they are taken in by later waits
+     * (or when a group needs their slots), never waited for here */
     return 0;
 fail:
     moe_drain_prefetches(s, NULL);

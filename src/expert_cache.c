@@ -26,6 +26,8 @@ int expert_cache_init(expert_cache *c, int n_layers, int n_experts, int n_slots,
     c->ready = xcalloc((size_t)n_slots, 1);
     c->pending = xcalloc((size_t)n_slots, 1);
     c->pf_unused = xcalloc((size_t)n_slots, 1);
+    c->pf_used_l = xcalloc((size_t)n_layers, sizeof *c->pf_used_l);
+    c->pf_wasted_l = xcalloc((size_t)n_layers, sizeof *c->pf_wasted_l);
     c->pins = xcalloc((size_t)n_slots, sizeof *c->pins);
     c->last_use = xcalloc((size_t)n_slots, sizeof *c->last_use);
     size_t nk = (size_t)n_layers * (size_t)n_experts;
@@ -74,6 +76,8 @@ void expert_cache_deinit(expert_cache *c)
     free(c->ready);
     free(c->pending);
     free(c->pf_unused);
+    free(c->pf_used_l);
+    free(c->pf_wasted_l);
     free(c->pins);
     free(c->last_use);
     free(c->map);
@@ -117,7 +121,7 @@ int expert_cache_acquire(expert_cache *c, int il, int e, uint8_t **slot)
     int s = c->map[key];
     c->tick++;
     if (s >= 0 && c->ready[s]) {
-        if (c->pf_unused[s]) c->pf_used++, c->pf_unused[s] = 0;
+        if (c->pf_unused[s]) c->pf_used++, c->pf_used_l[il]++, c->pf_unused[s] = 0;
         atomic_fetch_add(&c->pins[s], 1);
         c->last_use[s] = c->tick;
         c->hits++;
@@ -131,6 +135,7 @@ int expert_cache_acquire(expert_cache *c, int il, int e, uint8_t **slot)
         c->misses++;
         c->late++;
         c->pf_used++;
+        c->pf_used_l[il]++;
         c->pf_unused[s] = 2; /* claimed while reading: not "unused" when it lands */
         count_use(c, key);
         *slot = c->mem + (size_t)s * c->slot_bytes;
@@ -150,7 +155,11 @@ int expert_cache_acquire(expert_cache *c, int il, int e, uint8_t **slot)
     }
     if (victim < 0) return EC_FULL;
     if (c->slot_key[victim] >= 0) c->map[c->slot_key[victim]] = -1;
-    if (c->pf_unused[victim]) c->pf_wasted++, c->pf_unused[victim] = 0;
+    if (c->pf_unused[victim]) {
+        c->pf_wasted++;
+        c->pf_wasted_l[c->slot_key[victim] / c->n_experts]++;
+        c->pf_unused[victim] = 0;
+    }
     c->slot_key[victim] = key;
     c->map[key] = victim;
     c->ready[victim] = 0;
@@ -173,7 +182,11 @@ int expert_cache_acquire_prefetch(expert_cache *c, int il, int e, uint8_t **slot
     if (c->policy == CACHE_TLFU && c->slot_key[victim] >= 0 && c->freq[key] <= c->freq[c->slot_key[victim]])
         return EC_FULL;
     if (c->slot_key[victim] >= 0) c->map[c->slot_key[victim]] = -1;
-    if (c->pf_unused[victim]) c->pf_wasted++, c->pf_unused[victim] = 0;
+    if (c->pf_unused[victim]) {
+        c->pf_wasted++;
+        c->pf_wasted_l[c->slot_key[victim] / c->n_experts]++;
+        c->pf_unused[victim] = 0;
+    }
     c->slot_key[victim] = key;
     c->map[key] = victim;
     c->ready[victim] = 0;

@@ -52,6 +52,7 @@ typedef struct expert_cache {
     uint64_t late;            /* misses that found a prefetch still in flight */
     uint64_t pf_used;         /* prefetched experts later used (hit or late) */
     uint64_t pf_wasted;       /* prefetched experts evicted unused */
+    uint32_t *pf_used_l, *pf_wasted_l;   /* [n_layers] the same per layer */
     /* background prefault of the slot memory (see expert_cache_prefault) */
     pthread_t prefault_thread;
     int prefault_running;

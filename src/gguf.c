@@ -153,14 +153,13 @@ void gguf_deinit(gguf_file *f)
     memset(f, 0, sizeof *f);
 }
 
-static const gguf_tensor *sort_base;
 static int cmp_by_name(const void *a, const void *b)
 {
-    return strcmp(sort_base[*(const uint32_t *)a].name, sort_base[*(const uint32_t *)b].name);
+    return strcmp((*(const gguf_tensor *const *)a)->name, (*(const gguf_tensor *const *)b)->name);
 }
 static int cmp_by_offset(const void *a, const void *b)
 {
-    const gguf_tensor *x = &sort_base[*(const uint32_t *)a], *y = &sort_base[*(const uint32_t *)b];
+    const gguf_tensor *x = *(const gguf_tensor *const *)a, *y = *(const gguf_tensor *const *)b;
     return x->offset < y->offset ? -1 : x->offset > y->offset;
 }
 static int cmp_str(const void *a, const void *b)
@@ -310,7 +309,7 @@ static int parse_impl(const uint8_t *head, size_t head_len, uint64_t file_size, 
 {
     cursor cc = {head, head_len < file_size ? head_len : (size_t)file_size, file_size, 0, label, err, 0};
     cursor *c = &cc;
-    uint32_t *order = NULL;
+    const gguf_tensor **order = NULL;
     char **keys = NULL;
     if (c->len < 4)
         return df_err_set(err, file_size < 4 ? DF_ERR_FORMAT : DF_ERR_LIMIT, 0,
@@ -416,22 +415,21 @@ static int parse_impl(const uint8_t *head, size_t head_len, uint64_t file_size, 
         }
         t->offset = out->data_start + rel;
     }
-    order = xmalloc((out->n_tensors ? out->n_tensors : 1) * sizeof *order);
-    for (size_t i = 0; i < out->n_tensors; i++) order[i] = (uint32_t)i;
-    sort_base = out->tensors;
+    size_t nt = out->n_tensors ? out->n_tensors : 1;
+    order = xmalloc(nt * sizeof *order);
+    for (size_t i = 0; i < out->n_tensors; i++) order[i] = &out->tensors[i];
     qsort(order, out->n_tensors, sizeof *order, cmp_by_name);
     for (size_t i = 1; i < out->n_tensors; i++)
-        if (!strcmp(out->tensors[order[i - 1]].name, out->tensors[order[i]].name)) {
-            const gguf_tensor *t = &out->tensors[order[i - 1] > order[i] ? order[i - 1] : order[i]];
+        if (!strcmp(order[i - 1]->name, order[i]->name)) {
+            const gguf_tensor *t = order[i - 1] > order[i] ? order[i - 1] : order[i];
             fail(c, (int64_t)t->info_pos, "duplicate tensor name %s", t->name);
             goto done;
         }
-    out->by_name = order;
-    order = xmalloc((out->n_tensors ? out->n_tensors : 1) * sizeof *order);
-    for (size_t i = 0; i < out->n_tensors; i++) order[i] = (uint32_t)i;
+    out->by_name = xmalloc(nt * sizeof *out->by_name);
+    for (size_t i = 0; i < out->n_tensors; i++) out->by_name[i] = (uint32_t)(order[i] - out->tensors);
     qsort(order, out->n_tensors, sizeof *order, cmp_by_offset);
     for (size_t i = 1; i < out->n_tensors; i++) {
-        const gguf_tensor *p = &out->tensors[order[i - 1]], *q = &out->tensors[order[i]];
+        const gguf_tensor *p = order[i - 1], *q = order[i];
         if (p->nbytes && q->nbytes && p->offset + p->nbytes > q->offset) {
             fail(c, (int64_t)q->info_pos, "tensors %s and %s overlap in the data section (bytes %llu..%llu and %llu..)",
                  p->name, q->name, (unsigned long long)p->offset, (unsigned long long)(p->offset + p->nbytes),
@@ -447,7 +445,6 @@ static int parse_impl(const uint8_t *head, size_t head_len, uint64_t file_size, 
     for (size_t i = 0; i < out->n_kv; i++)
         if (out->kv[i].data) out->kv[i].data = out->head + (out->kv[i].data - head);
 done:
-    sort_base = NULL;
     free(order);
     free(keys);
     if (c->bad) {

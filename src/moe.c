@@ -111,31 +111,6 @@ static void run_experts(df_session *s, int il, const int *us, int n)
  * carries PF_TAG | layer << 16 | expert. */
 #define PF_TAG ((int64_t)1 << 31)
 
-/* Acquire experts uniq[u0..u1) and queue the misses' reads (submitted
- * together, sorted by offset).  An expert a prefetch is already reading is
- * waited for, not read twice.  Returns how many experts must still arrive,
- * or -1 when a read could not even be queued (the group is still finished
- * normally so that every slot is given back). */
-static int experts_begin(df_session *s, int il, int u0, int u1, int *n_ready, df_error *err)
-{
-    df_engine *eng = s->eng;
-    int n_wait = 0, rc = 0;
-    *n_ready = 0;
-    for (int u = u0; u < u1; u++) {
-        int e = s->uniq[u], r = expert_cache_acquire(&eng->cache, il, e, &s->uniq_slot[u]);
-        CHECK(r != EC_FULL); /* a group never exceeds the slot count */
-        s->uniq_state[u] = r == EC_HIT;
-        if (r == EC_HIT) {
-            s->ready_list[(*n_ready)++] = u;
-        } else {
-            n_wait++;
-            if (r == EC_MISS && !rc && expert_store_queue(&eng->store, il, e, s->uniq_slot[u], u, err)) rc = -1;
-        }
-    }
-    expert_store_flush(&eng->store);
-    return rc ? -1 : n_wait;
-}
-
 /* A prefetch read landed (or failed).  Returns the index u of the current
  * group's expert it satisfies, or -1. */
 static int prefetch_landed(df_session *s, int64_t tag, int ok, int cur_il, int u0, int u1)
@@ -154,6 +129,49 @@ static int prefetch_landed(df_session *s, int64_t tag, int ok, int cur_il, int u
         expert_cache_abort(&eng->cache, il, e);
     }
     return waiting;
+}
+
+/* Acquire experts uniq[u0..u1) and queue the misses' reads (submitted
+ * together, sorted by offset).  An expert a prefetch is already reading is
+ * waited for, not read twice.  Returns how many experts must still arrive,
+ * or -1 when a read could not even be queued (the group is still finished
+ * normally so that every slot is given back). */
+static int experts_begin(df_session *s, int il, int u0, int u1, int *n_ready, df_error *err)
+{
+    df_engine *eng = s->eng;
+    int n_wait = 0, rc = 0;
+    *n_ready = 0;
+    for (int u = u0; u < u1; u++) {
+        int e = s->uniq[u], r;
+        while ((r = expert_cache_acquire(&eng->cache, il, e, &s->uniq_slot[u])) == EC_FULL) {
+            /* every free slot is held by prefetches still reading (from an
+             * earlier call): take their completions, which unpin them */
+            int64_t tags[64];
+            int ok[64], n = expert_store_wait(&eng->store, tags, ok, 64, err);
+            CHECK(n > 0); /* a group never exceeds the slot count */
+            for (int i = 0; i < n; i++) {
+                CHECK(tags[i] & PF_TAG); /* this group's own reads are not submitted yet */
+                int w = prefetch_landed(s, tags[i], ok[i], il, u0, u);
+                if (w >= 0 && ok[i]) {
+                    s->uniq_state[w] = 1;
+                    s->ready_list[(*n_ready)++] = w;
+                    n_wait--;
+                } else if (w >= 0) {
+                    rc = -1;
+                    n_wait--;
+                }
+            }
+        }
+        s->uniq_state[u] = r == EC_HIT;
+        if (r == EC_HIT) {
+            s->ready_list[(*n_ready)++] = u;
+        } else {
+            n_wait++;
+            if (r == EC_MISS && !rc && expert_store_queue(&eng->store, il, e, s->uniq_slot[u], u, err)) rc = -1;
+        }
+    }
+    expert_store_flush(&eng->store);
+    return rc ? -1 : n_wait;
 }
 
 /* Take every completion, including prefetches for later layers. */
@@ -216,7 +234,8 @@ static int experts_finish(df_session *s, int il, int u0, int u1, int n_ready, in
  * start reading its top-scoring experts that are not resident.  Issued only
  * when the demand reads are done (the disk is idle while attention runs),
  * never more than the queue depth, and not for layers where past
- * predictions did not pay (precision below 1/4 after 16 tries). */
+ * predictions did not pay (after 16 tries: precision below 1/4, or more
+ * prefetched experts evicted unused than used). */
 void moe_prefetch_next(df_session *s, int il, int T, const float *H)
 {
     df_engine *eng = s->eng;
@@ -280,11 +299,17 @@ static void prefetch_score(df_session *s, int il, int n_u)
     eng->pf_correct[il] += (uint64_t)correct;
     eng->pf_actual[il] += (uint64_t)n_u;
     eng->pf_npred[il] = 0;
-    if (eng->pf_tries[il] >= 16 && eng->pf_correct[il] * 4 < eng->pf_predicted[il] && eng->pf_layer_on[il]) {
+    /* it does not pay when predictions are mostly wrong, or when more of the
+     * experts it read were evicted unused than were ever used */
+    uint32_t used = eng->cache.pf_used_l[il], wasted = eng->cache.pf_wasted_l[il];
+    if (eng->pf_tries[il] >= 16 && eng->pf_layer_on[il] &&
+        (eng->pf_correct[il] * 4 < eng->pf_predicted[il] || wasted > used)) {
         eng->pf_layer_on[il] = 0;
         if (!eng->quiet)
-            df_log("prefetch off for layer %d: precision %.2f after %llu tokens", il,
-                   (double)eng->pf_correct[il] / (double)eng->pf_predicted[il], (unsigned long long)eng->pf_tries[il]);
+            df_log("prefetch off for layer %d after %llu tokens: precision %.2f, %u prefetched experts used, %u "
+                   "evicted unused",
+                   il, (unsigned long long)eng->pf_tries[il],
+                   (double)eng->pf_correct[il] / (double)eng->pf_predicted[il], used, wasted);
     }
 }
 

@@ -2,7 +2,8 @@
  *
  *   deltafin serve --model DIR [--host 127.0.0.1] [--port 8080] [--queue 16]
  *                  [--api-key KEY] [--max-request-bytes 128M] [--max-tokens N]
- *                  [--timeout SEC] [--name NAME] + the run options (--ctx, --mem, ...)
+ *                  [--timeout SEC] [--name NAME] [--ping-ms 2000]
+ *                  + the run options (--ctx, --mem, --threads, --batch, ...)
  *
  * Owns: HTTP (libmicrohttpd, one thread per connection), request validation,
  * mapping the three APIs onto chat_render's OpenAI-shaped messages, the job
@@ -18,14 +19,24 @@
  * connection threads copy them out (SSE, with comment pings while nothing
  * comes) or wait for the whole body.  A job is reference counted (request,
  * worker, stream response); job->cancelled is set when the connection ends
- * early and the worker stops at the next token.
+ * early (a failed SSE write, or a hang-up polled for while a non-streaming
+ * request waits) and the worker stops at the next token.
  * Conversation reuse: the worker keeps the ids its session holds; a prompt
  * that strictly extends them is fed only its new suffix.  That history is
  * trusted only once the job that produced it was delivered completely
  * (job->delivered, set when MHD reports the request completed); otherwise
  * the next job resets the session.
+ * The last sampled token is not fed (the session holds exactly the ids in
+ * the history).  The HTTP threads exempt themselves from the process-wide
+ * allocation guard (util.h): they allocate while the worker is inside
+ * df_session_eval.
+ * Stop sequences are matched on the decoded text of each channel (reasoning,
+ * content) separately; the last (longest stop - 1) bytes are held back until
+ * they cannot begin a stop, so a stop is never emitted.
  * Determinism: temperature 0 (the default) is greedy (df_argmax); temperature
  * > 0 samples in double from a splitmix64 stream seeded by "seed".
+ * Not done here: tool_choice naming a function, n > 1, penalties, images,
+ * constrained (strict) JSON schemas: all 400s naming the field.
  */
 #define _GNU_SOURCE
 #include "server.h"
@@ -42,6 +53,7 @@
 #include <math.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -66,7 +78,7 @@ typedef struct job job;
 typedef struct srv {
     /* set at start, read-only afterwards */
     const char *host, *api_key, *name;
-    int port, queue_max, max_tokens_cap, n_ctx;
+    int port, queue_max, max_tokens_cap, n_ctx, ping_ms;
     size_t max_body;
     double timeout;
     run_args a;
@@ -366,7 +378,8 @@ static int set_max_tokens(srv *S, job *j, const char *k, int64_t v, int set, rq_
         return rq_fail(e, 400, k, "%s: %lld is above this server's limit of %d", k, (long long)v, S->max_tokens_cap);
     if (j->n_ids >= (size_t)S->n_ctx) {
         e->code = "context_length_exceeded";
-        return rq_fail(e, 400, "messages", "the prompt has %zu tokens; this server's context holds %d", j->n_ids,
+        return rq_fail(e, 400, j->api == API_COMPLETIONS ? "prompt" : "messages",
+                       "the prompt has %zu tokens; this server's context holds %d", j->n_ids,
                        S->n_ctx);
     }
     int room = S->n_ctx - (int)j->n_ids;
@@ -380,7 +393,8 @@ static int render_encode(srv *S, job *j, const json_value *messages, const chat_
     chat_segments *seg;
     df_error err = {0};
     if (chat_render(messages, co, &seg, &err)) {
-        const char *param = strncmp(err.msg, "tool", 4) == 0 ? "tool_choice" : strncmp(err.msg, "response_format", 15) == 0
+        const char *param = strncmp(err.msg, "tool_choice", 11) == 0 ? "tool_choice" : strncmp(err.msg, "tools", 5) == 0
+                            ? "tools" : strncmp(err.msg, "response_format", 15) == 0
                             ? "response_format" : strncmp(err.msg, "thinking", 8) == 0 ? "reasoning_effort" : "messages";
         return rq_fail(e, 400, param, "%s", err.msg);
     }
@@ -434,6 +448,12 @@ static int parse_chat(srv *S, job *j, const json_value *o, rq_err *e)
     co.tool_choice = field(o, "tool_choice");
     co.response_format = field(o, "response_format");
     if (co.tools && co.tools->type != JSON_ARRAY) return rq_fail(e, 400, "tools", "tools: expected an array");
+    /* json_schema is rendered as an instruction; a strict (guaranteed) schema would need constrained decoding */
+    const json_value *js = co.response_format ? json_get(co.response_format, "json_schema") : NULL;
+    const json_value *strict = js ? json_get(js, "strict") : NULL;
+    if (strict && strict->type == JSON_BOOL && strict->b)
+        return rq_fail(e, 400, "response_format", "response_format.json_schema.strict: true is not supported (the schema "
+                       "is given to the model as an instruction, not enforced)");
     if (render_encode(S, j, msgs, &co, e)) return -1;
     return set_max_tokens(S, j, mt_set ? (field(o, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens")
                                        : "max_tokens", mt, mt_set, e);
@@ -1429,13 +1449,13 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
     (void)pos;
     job *j = cls;
     pthread_mutex_lock(&j->mu);
-    double waited = 0;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += j->S->ping_ms / 1000;
+    ts.tv_nsec += (long)(j->S->ping_ms % 1000) * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
     while (j->sent == j->out.len && !j->done) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 500000000L;
-        if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
-        if (pthread_cond_timedwait(&j->cv, &j->mu, &ts) == ETIMEDOUT && (waited += 0.5) >= 2.0) {
+        if (pthread_cond_timedwait(&j->cv, &j->mu, &ts) == ETIMEDOUT) {
             /* prefill or a slow token: an SSE comment keeps proxies and clients from timing out */
             pthread_mutex_unlock(&j->mu);
             static const char ping[] = ": ping\n\n";
@@ -1577,8 +1597,21 @@ static enum MHD_Result serve_generate(srv *S, struct MHD_Connection *c, int api,
         job_unref(j); /* the creation reference; r->j keeps one */
         return res;
     }
+    /* wait for the body; a client that hangs up meanwhile cancels the job
+     * (polled: this thread is blocked here, not in MHD's socket code) */
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    int fd = ci ? ci->connect_fd : -1;
     pthread_mutex_lock(&j->mu);
-    while (!j->done) pthread_cond_wait(&j->cv, &j->mu);
+    while (!j->done) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 200000000L;
+        if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+        if (pthread_cond_timedwait(&j->cv, &j->mu, &ts) == ETIMEDOUT && fd >= 0) {
+            struct pollfd pf = {.fd = fd, .events = POLLRDHUP};
+            if (poll(&pf, 1, 0) > 0 && (pf.revents & (POLLRDHUP | POLLHUP | POLLERR))) atomic_store(&j->cancelled, 1);
+        }
+    }
     int status = j->status;
     json_buf body = j->out;
     json_buf_init(&j->out);
@@ -1690,6 +1723,7 @@ int cmd_serve(int argc, char **argv)
     S->max_body = (size_t)128 << 20;
     S->max_tokens_cap = 32768;
     S->timeout = 600;
+    S->ping_ms = 2000;
     /* serve's own options; the rest go to parse_common */
     char **rest = xmalloc(((size_t)argc + 1) * sizeof *rest);
     int n_rest = 0;
@@ -1700,12 +1734,13 @@ int cmd_serve(int argc, char **argv)
         if (i < 2) rest[n_rest++] = argv[i];
         else if (SERVE_OPT("--host")) S->host = argv[++i];
         else if (SERVE_OPT("--port")) S->port = (int)parse_long(argv[++i], f, 0, 65535);
-        else if (SERVE_OPT("--queue")) S->queue_max = (int)parse_long(argv[++i], f, 0, 1 << 20);
+        else if (SERVE_OPT("--queue")) S->queue_max = (int)parse_long(argv[++i], f, 1, 1 << 20);
         else if (SERVE_OPT("--api-key")) S->api_key = argv[++i];
         else if (SERVE_OPT("--max-request-bytes")) S->max_body = parse_size(argv[++i], f);
         else if (SERVE_OPT("--max-tokens")) S->max_tokens_cap = (int)parse_long(argv[++i], f, 1, 1 << 24);
         else if (SERVE_OPT("--timeout")) S->timeout = (double)parse_long(argv[++i], f, 1, 1 << 24);
         else if (SERVE_OPT("--name")) S->name = argv[++i];
+        else if (SERVE_OPT("--ping-ms")) S->ping_ms = (int)parse_long(argv[++i], f, 10, 3600000);
         else rest[n_rest++] = argv[i];
 #undef SERVE_OPT
     }
@@ -1771,6 +1806,7 @@ int cmd_serve(int argc, char **argv)
         return 1;
     }
     S->n_ctx = so.n_ctx;
+    df_engine_stats(S->eng, &S->stats);
     S->logits = xmalloc((size_t)S->info.vocab * sizeof *S->logits);
     S->dwork = xmalloc((size_t)S->info.vocab * sizeof *S->dwork);
     S->pairs = xmalloc((size_t)S->info.vocab * sizeof *S->pairs);

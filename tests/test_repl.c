@@ -147,10 +147,13 @@ static void test_interrupt(void)
     repl *r = &R;
     if (start(r, "90000")) TSKIP("forkpty failed");
     TCHECK(wait_for(r, 0, PROMPT, 20) >= 0);
-    send_keys(r, "Tell me everything\r");
     size_t from = r->len;
-    /* let it generate for a while, then Ctrl-C */
-    usleep(700000);
+    send_keys(r, "Tell me everything\r");
+    /* the line is taken (the editor left raw mode and ended the line): from
+     * here a Ctrl-C is a signal, not a keystroke; let it generate a while */
+    long at0 = wait_for(r, from, "everything\r", 20);
+    TCHECK(at0 >= 0 && wait_for(r, (size_t)at0, "\n", 20) >= 0);
+    usleep(500000);
     (void)wait_for(r, from, "\xff\xfe", 0.3); /* drain output */
     send_keys(r, "\x03");
     long at = wait_for(r, from, "[interrupted]", 20);
@@ -162,9 +165,14 @@ static void test_interrupt(void)
      * stopped too: the model is random and rarely says <|end_of_msg|>) */
     from = r->len;
     send_keys(r, "Go on\r");
+    long at1 = wait_for(r, from, "Go on\r", 20);
+    TCHECK(at1 >= 0 && wait_for(r, (size_t)at1, "\n", 20) >= 0);
     usleep(300000);
     send_keys(r, "\x03");
-    TCHECK(wait_for(r, from, "[interrupted]", 20) >= 0);
+    if (wait_for(r, from, "[interrupted]", 20) < 0) {
+        size_t k = r->len > 400 ? r->len - 400 : 0;
+        t_fail(__FILE__, __LINE__, "second Ctrl-C did not stop the reply; output ends: %s", r->buf + k);
+    }
     long c2 = context_tokens(r);
     TCHECKF(c2 > c1, "context %ld after the second reply, %ld before", c2, c1);
     send_keys(r, "/quit\r");

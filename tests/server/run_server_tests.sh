@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# run_server_tests.sh - end-to-end tests of `deltafin serve` on the tiny test model.
+#
+# Starts two servers on free loopback ports (one with --queue 4 --max-request-bytes 1M,
+# one with --api-key), waits for /health, runs curl checks and the SDK tests in
+# server_test.mjs (needs `npm ci --prefix tests/server`; works offline afterwards),
+# and stops both servers.  Usage: tests/server/run_server_tests.sh [build/deltafin]
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+BIN=${1:-build/deltafin}
+MODEL=testdata/k3-tiny-a/checkpoint
+LOG=$(mktemp -d)
+fail=0
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done; rm -rf "$LOG"; }
+trap cleanup EXIT
+
+[ -x "$BIN" ] || { echo "server: $BIN not built"; exit 1; }
+[ -d tests/server/node_modules ] || { echo "server: run 'npm ci --prefix tests/server' first"; exit 1; }
+
+# the output layer on scripted model output (tool calls: the random test model never makes one)
+BDIR=$(dirname "$BIN")
+SAN=
+if grep -qa __asan_init "$BIN"; then SAN="-fsanitize=address,undefined"; fi
+URING=
+if [ -f /usr/include/liburing.h ]; then URING=-luring; fi
+${CC:-cc} -std=c11 -O1 -g -pthread $SAN -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wpointer-arith \
+    -Wcast-qual -Wvla -Wformat=2 -Werror -Isrc -Itests tests/server/test_server_emit.c tests/harness.c "$BDIR/libdeltafin.a" \
+    -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=posix_memalign -lmicrohttpd -lm -lpcre2-8 $URING -lutil \
+    -o "$LOG/test_server_emit"
+"$LOG/test_server_emit" || fail=1
+
+free_port() { node -e 'const s=require("net").createServer();s.listen(0,"127.0.0.1",()=>{console.log(s.address().port);s.close()})'; }
+
+start() { # start PORT ARGS...: starts a server, waits for /health
+    local port=$1; shift
+    "$BIN" serve --model "$MODEL" --port "$port" "$@" >"$LOG/server-$port.log" 2>&1 &
+    pids+=($!)
+    for _ in $(seq 1 100); do
+        if curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1; then return 0; fi
+        kill -0 "${pids[-1]}" 2>/dev/null || { cat "$LOG/server-$port.log"; echo "server: did not start"; exit 1; }
+        sleep 0.1
+    done
+    echo "server: /health did not come up on port $port"; cat "$LOG/server-$port.log"; exit 1
+}
+
+P1=$(free_port); start "$P1" --queue 4 --max-request-bytes 1M
+PID1=${pids[-1]}
+P2=$(free_port); start "$P2" --api-key test-key
+U=http://127.0.0.1:$P1
+
+check() { # check NAME EXPECTED ACTUAL
+    if [ "$2" = "$3" ]; then echo "ok - curl: $1"; else echo "not ok - curl: $1: expected '$2', got '$3'"; fail=1; fi
+}
+check "health 200" 200 "$(curl -s -o /dev/null -w '%{http_code}' "$U/health")"
+check "page at /" 200 "$(curl -s -o /dev/null -w '%{http_code}' "$U/")"
+check "metrics has tokens" 1 "$(curl -s "$U/metrics" | grep -c '^deltafin_generated_tokens_total ')"
+check "malformed JSON 400" 400 "$(curl -s -o /dev/null -w '%{http_code}' -d '{"messages":' "$U/v1/chat/completions")"
+check "413 over --max-request-bytes" 413 "$(head -c 2000000 /dev/zero | tr '\0' a | curl -s -o /dev/null -w '%{http_code}' --data-binary @- "$U/v1/chat/completions")"
+check "401 without key" 401 "$(curl -s -o /dev/null -w '%{http_code}' -d '{}' "http://127.0.0.1:$P2/v1/chat/completions")"
+check "x-api-key accepted" 200 "$(curl -s -o /dev/null -w '%{http_code}' -H 'x-api-key: test-key' -d '{"max_tokens":2,"messages":[{"role":"user","content":"hi"}]}' "http://127.0.0.1:$P2/v1/messages")"
+check "SSE content type" "text/event-stream" "$(curl -s -o /dev/null -w '%{content_type}' -d '{"stream":true,"max_tokens":2,"messages":[{"role":"user","content":"hi"}]}' "$U/v1/chat/completions")"
+check "stream ends with [DONE]" "data: [DONE]" "$(curl -sN -d '{"stream":true,"max_tokens":3,"messages":[{"role":"user","content":"hi"}]}' "$U/v1/chat/completions" | grep -v '^$' | tail -1)"
+
+# RSS is meaningless under AddressSanitizer (freed memory sits in its quarantine)
+RSS_PID=$PID1
+if grep -qa __asan_init "$BIN"; then RSS_PID=; echo "# sanitizer build: RSS check skipped"; fi
+# keep-alive: a long prefill one position at a time must send SSE comment pings
+P3=$(free_port); start "$P3" --batch 1 --threads 1 --ping-ms 100
+node -e 'console.log(JSON.stringify({prompt: "hello world ".repeat(300), max_tokens: 2, stream: true}))' >"$LOG/long.json"
+pings=$(curl -sN -d @"$LOG/long.json" "http://127.0.0.1:$P3/v1/completions" | grep -c '^: ping' || true)
+check "SSE pings during a long prefill" yes "$([ "$pings" -ge 1 ] && echo yes || echo "no ($pings)")"
+kill "${pids[-1]}"; wait "${pids[-1]}" 2>/dev/null || true; unset 'pids[-1]'
+
+DELTAFIN_URL=$U DELTAFIN_URL_KEY=http://127.0.0.1:$P2 DELTAFIN_PID=$RSS_PID DELTAFIN_BIN=$BIN DELTAFIN_MODEL=$MODEL \
+    NODE_PATH=tests/server/node_modules node --test --test-reporter=spec tests/server/server_test.mjs || fail=1
+
+kill -0 "$PID1" 2>/dev/null || { echo "not ok - the server died"; cat "$LOG/server-$P1.log"; fail=1; }
+# stop both (SIGTERM: a clean shutdown) and look for sanitizer reports when built with SANITIZE=
+for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
+pids=()
+if grep -l 'Sanitizer\|runtime error' "$LOG"/server-*.log >/dev/null 2>&1; then
+    echo "not ok - sanitizer report:"; cat "$LOG"/server-*.log; fail=1
+fi
+if [ "$fail" = 0 ]; then echo "server tests: all passed"; else echo "server tests: FAILED"; tail -20 "$LOG/server-$P1.log"; fi
+exit "$fail"

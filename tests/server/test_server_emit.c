@@ -1,0 +1,237 @@
+/* test_server_emit.c - the server's output layer on scripted model output.
+ *
+ * The test model has random weights and never emits a tool call, so the
+ * end-to-end tests cannot reach the tool-call and content paths of the
+ * response writers.  This test includes server.c, renders a real assistant
+ * message (reasoning, content, one tool call) with the chat template, encodes
+ * it, and drives exactly the worker's path (chat_parser -> handle_events ->
+ * emit_finish) for the OpenAI and Anthropic shapes, streaming and not; every
+ * SSE event and body must be valid JSON with the expected fields.
+ * Built and run by run_server_tests.sh (needs build/libdeltafin.a).
+ */
+#include "../../src/server.c"
+#include "harness.h"
+
+/* cli.c's helpers, which server.c's command uses (not reached here) */
+_Noreturn void die(const char *fmt, ...) { (void)fmt; abort(); }
+long parse_long(const char *s, const char *flag, long lo, long hi) { (void)flag; (void)lo; (void)hi; return atol(s); }
+size_t parse_size(const char *s, const char *flag) { (void)flag; return (size_t)atol(s); }
+void parse_common(int argc, char **argv, run_args *a) { (void)argc; (void)argv; memset(a, 0, sizeof *a); }
+df_engine *open_engine(const run_args *a) { (void)a; abort(); }
+double now(void) { return now_sec(); }
+
+static srv S;
+
+/* The ids the model would produce after the generation prompt. */
+static int32_t *reply_ids(size_t *n)
+{
+    static const char text[] =
+        "hmm<|close|>think<|sep|><|open|>response<|sep|>ok<|close|>response<|sep|><|open|>tools<|sep|>"
+        "<|open|>call tool=\"get_weather\" index=\"1\"<|sep|><|open|>argument key=\"city\" type=\"string\"<|sep|>"
+        "Paris<|close|>argument<|sep|><|open|>argument key=\"n\" type=\"number\"<|sep|>3<|close|>argument<|sep|>"
+        "<|close|>call<|sep|><|close|>tools<|sep|><|close|>message<|sep|><|end_of_msg|>";
+    int32_t *ids = NULL;
+    size_t cap = 0;
+    df_error err = {0};
+    *n = 0;
+    if (tokenizer_encode(S.tok, text, sizeof text - 1, 1, &ids, n, &cap, &err)) t_fail(__FILE__, __LINE__, "%s", err.msg);
+    return ids;
+}
+
+/* Run the scripted reply through a job of the given shape; returns its output. */
+static char *run_script(int api, int stream)
+{
+    job *j = xcalloc(1, sizeof *j);
+    pthread_mutex_init(&j->mu, NULL);
+    pthread_cond_init(&j->cv, NULL);
+    j->refs = 1;
+    j->S = &S;
+    j->api = api;
+    j->stream = stream;
+    j->include_usage = 1;
+    j->model = xstrdup("m");
+    snprintf(j->id, sizeof j->id, "%s", api == API_MESSAGES ? "msg_0001" : "chatcmpl-0001");
+    j->gate_ch = -1;
+    j->n_ids = 10;
+    emit_begin(j);
+    size_t n;
+    int32_t *ids = reply_ids(&n);
+    chat_parser_reset(S.parser, 1);
+    for (size_t i = 0; i < n; i++) {
+        const chat_event *ev;
+        size_t k = chat_parser_feed(S.parser, ids[i], &ev);
+        j->n_gen++;
+        handle_events(j, ev, k);
+    }
+    TCHECK(chat_parser_done(S.parser));
+    gate_flush(j);
+    j->fin = FIN_STOP;
+    emit_finish(j);
+    char *out = xstrdup(j->out.p ? j->out.p : "");
+    free(ids);
+    job_unref(j);
+    return out;
+}
+
+static const json_value *path(const json_value *v, const char *p)
+{
+    char key[64];
+    while (v && *p) {
+        size_t k = strcspn(p, ".");
+        snprintf(key, sizeof key, "%.*s", (int)k, p);
+        v = key[0] >= '0' && key[0] <= '9' ? json_at(v, (size_t)atoi(key)) : json_get(v, key);
+        p += k + (p[k] == '.');
+    }
+    return v;
+}
+
+static int str_eq(const json_value *v, const char *s) { return v && v->type == JSON_STRING && !strcmp(v->str, s); }
+
+/* Every "data: " line of an SSE stream parsed; appends to text what each
+ * event's field at fpath holds (strings).  Returns the number of events. */
+static int sse_collect(const char *out, const char *fpath, char *text, size_t cap, const char *(*names)[64])
+{
+    int n = 0;
+    for (const char *p = out; (p = strstr(p, "data: ")); ) {
+        p += 6;
+        const char *e = strstr(p, "\n\n");
+        if (!e) break;
+        if (!strncmp(p, "[DONE]", 6)) { p = e; continue; }
+        df_error err = {0};
+        json_doc *d = json_parse(p, (size_t)(e - p), &err);
+        TCHECKF(d, "bad SSE JSON: %.*s (%s)", (int)(e - p), p, err.msg);
+        if (d) {
+            const json_value *v = path(json_root(d), fpath);
+            if (v && v->type == JSON_STRING) snprintf(text + strlen(text), cap - strlen(text), "%s", v->str);
+            if (names && n < 64) {
+                const char *t = json_get_str(json_root(d), "type");
+                (*names)[n] = t ? (strstr(t, "content_block_start") ? "start" : strstr(t, "content_block_stop") ? "stop"
+                                   : strstr(t, "message_stop") ? "message_stop" : "other") : "other";
+            }
+            json_free(d);
+        }
+        n++;
+        p = e;
+    }
+    return n;
+}
+
+static void test_openai_chat(void)
+{
+    char *out = run_script(API_CHAT, 0);
+    df_error err = {0};
+    json_doc *d = json_parse(out, strlen(out), &err);
+    TCHECKF(d, "%s: %s", err.msg, out);
+    if (d) {
+        const json_value *r = json_root(d);
+        TCHECK(str_eq(path(r, "choices.0.message.content"), "ok"));
+        TCHECK(str_eq(path(r, "choices.0.message.reasoning_content"), "hmm"));
+        TCHECK(str_eq(path(r, "choices.0.message.tool_calls.0.function.name"), "get_weather"));
+        TCHECK(str_eq(path(r, "choices.0.message.tool_calls.0.type"), "function"));
+        TCHECKF(str_eq(path(r, "choices.0.message.tool_calls.0.function.arguments"), "{\"city\":\"Paris\",\"n\":3}"), "%s", out);
+        TCHECK(str_eq(path(r, "choices.0.finish_reason"), "tool_calls"));
+        json_free(d);
+    }
+    free(out);
+    out = run_script(API_CHAT, 1);
+    char content[256] = "", reasoning[256] = "", args[256] = "", name[64] = "";
+    sse_collect(out, "choices.0.delta.content", content, sizeof content, NULL);
+    sse_collect(out, "choices.0.delta.reasoning_content", reasoning, sizeof reasoning, NULL);
+    sse_collect(out, "choices.0.delta.tool_calls.0.function.arguments", args, sizeof args, NULL);
+    sse_collect(out, "choices.0.delta.tool_calls.0.function.name", name, sizeof name, NULL);
+    TCHECKF(!strcmp(content, "ok") && !strcmp(reasoning, "hmm"), "content %s reasoning %s", content, reasoning);
+    TCHECKF(!strcmp(args, "{\"city\":\"Paris\",\"n\":3}") && !strcmp(name, "get_weather"), "args %s name %s", args, name);
+    TCHECK(strstr(out, "\"finish_reason\":\"tool_calls\"") != NULL);
+    TCHECK(strstr(out, "data: [DONE]\n\n") != NULL);
+    free(out);
+}
+
+static void test_anthropic(void)
+{
+    char *out = run_script(API_MESSAGES, 0);
+    df_error err = {0};
+    json_doc *d = json_parse(out, strlen(out), &err);
+    TCHECKF(d, "%s: %s", err.msg, out);
+    if (d) {
+        const json_value *r = json_root(d);
+        TCHECK(str_eq(path(r, "content.0.type"), "thinking"));
+        TCHECK(str_eq(path(r, "content.0.thinking"), "hmm"));
+        TCHECK(str_eq(path(r, "content.1.text"), "ok"));
+        TCHECK(str_eq(path(r, "content.2.type"), "tool_use"));
+        TCHECK(str_eq(path(r, "content.2.name"), "get_weather"));
+        TCHECK(str_eq(path(r, "content.2.input.city"), "Paris"));
+        const json_value *nv = path(r, "content.2.input.n");
+        TCHECK(nv && nv->type == JSON_NUMBER && nv->i == 3);
+        TCHECK(str_eq(path(r, "stop_reason"), "tool_use"));
+        json_free(d);
+    }
+    free(out);
+    out = run_script(API_MESSAGES, 1);
+    char text[256] = "", thinking[256] = "", pj[256] = "";
+    const char *names[64] = {0};
+    int n = sse_collect(out, "delta.text", text, sizeof text, &names);
+    sse_collect(out, "delta.thinking", thinking, sizeof thinking, NULL);
+    sse_collect(out, "delta.partial_json", pj, sizeof pj, NULL);
+    TCHECKF(!strcmp(text, "ok") && !strcmp(thinking, "hmm"), "text %s thinking %s", text, thinking);
+    TCHECKF(!strcmp(pj, "{\"city\":\"Paris\",\"n\":3}"), "partial_json %s", pj);
+    int starts = 0, stops = 0, depth = 0, ok = 1;
+    for (int i = 0; i < n && i < 64; i++) {
+        if (names[i] && !strcmp(names[i], "start")) starts++, ok &= depth++ == 0;
+        if (names[i] && !strcmp(names[i], "stop")) stops++, ok &= --depth == 0;
+    }
+    TCHECKF(starts == 3 && stops == 3 && ok, "blocks: %d starts, %d stops, nested %d\n%s", starts, stops, !ok, out);
+    TCHECK(n > 0 && names[n - 1] && !strcmp(names[n - 1], "message_stop"));
+    TCHECK(strstr(out, "\"stop_reason\":\"tool_use\"") != NULL);
+    TCHECK(strstr(out, "event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":2,"
+                       "\"content_block\":{\"type\":\"tool_use\"") != NULL);
+    free(out);
+}
+
+static void test_stop_gate(void)
+{
+    job j;
+    memset(&j, 0, sizeof j);
+    pthread_mutex_init(&j.mu, NULL);
+    pthread_cond_init(&j.cv, NULL);
+    j.S = &S;
+    j.api = API_COMPLETIONS;
+    j.gate_ch = -1;
+    j.stops[j.n_stops++] = xstrdup("STOP");
+    j.stops[j.n_stops++] = xstrdup("\xC3\xA9x");
+    j.max_stop = 4;
+    const char *parts[] = {"abc S", "TO", "xyzSTO", "P tail"};
+    for (int i = 0; i < 4 && !j.stopped; i++) emit_text(&j, CH_CONTENT, parts[i], strlen(parts[i]));
+    TCHECKF(j.acc[CH_CONTENT].len == 10 && !memcmp(j.acc[CH_CONTENT].p, "abc STOxyz", 10), "got %.*s",
+            (int)j.acc[CH_CONTENT].len, j.acc[CH_CONTENT].p);
+    TCHECK(j.stopped && !strcmp(j.stop_hit, "STOP"));
+    /* a held-back tail never splits a UTF-8 character */
+    j.stopped = 0;
+    j.acc[CH_CONTENT].len = 0;
+    emit_text(&j, CH_CONTENT, "\xC3\xA9\xC3\xA9\xC3\xA9", 6);
+    TCHECK(j.acc[CH_CONTENT].len == 2 || j.acc[CH_CONTENT].len == 4);
+    gate_flush(&j);
+    TCHECK(j.acc[CH_CONTENT].len == 6);
+    for (int i = 0; i < j.n_stops; i++) free(j.stops[i]);
+    json_buf_free(&j.acc[CH_CONTENT]);
+    json_buf_free(&j.gate);
+}
+
+int main(int argc, char **argv)
+{
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/k3-tiny-a/checkpoint", testdata_dir());
+    df_error err = {0};
+    if (tokenizer_load(dir, &S.tok, &err) || chat_parser_new(S.tok, 1, &S.parser, &err)) {
+        fprintf(stderr, "test_server_emit: %s\n", err.msg);
+        return 1;
+    }
+    static const test_case tests[] = {
+        {"openai_chat_tool_call", test_openai_chat},
+        {"anthropic_tool_use", test_anthropic},
+        {"stop_gate", test_stop_gate},
+    };
+    int rc = test_main(tests, NTESTS(tests), argc, argv);
+    chat_parser_free(S.parser);
+    tokenizer_free(S.tok);
+    return rc;
+}
