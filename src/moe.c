@@ -133,10 +133,11 @@ static int prefetch_landed(df_session *s, int64_t tag, int ok, int cur_il, int u
 
 /* Acquire experts uniq[u0..u1) and queue the misses' reads (submitted
  * together, sorted by offset).  An expert a prefetch is already reading is
- * waited for, not read twice.  Returns how many experts must still arrive,
- * or -1 when a read could not even be queued (the group is still finished
- * normally so that every slot is given back). */
-static int experts_begin(df_session *s, int il, int u0, int u1, int *n_ready, df_error *err)
+ * waited for, not read twice.  Returns how many experts must still arrive;
+ * *failed = -1 when a read could not even be queued (the group is still
+ * finished normally, so every started read is waited for and every slot
+ * given back). */
+static int experts_begin(df_session *s, int il, int u0, int u1, int *n_ready, int *failed, df_error *err)
 {
     df_engine *eng = s->eng;
     int n_wait = 0, rc = 0;
@@ -171,7 +172,8 @@ static int experts_begin(df_session *s, int il, int u0, int u1, int *n_ready, df
         }
     }
     expert_store_flush(&eng->store);
-    return rc ? -1 : n_wait;
+    *failed = rc;
+    return n_wait;
 }
 
 /* Take every completion, including prefetches for later layers. */
@@ -384,10 +386,11 @@ int moe_forward(df_session *s, int il, const k3_layer *L, const float *y, int T,
      * the shared experts' down-projection */
     int group = eng->cache.n_slots < MM_MAX_JOBS / 2 ? eng->cache.n_slots : MM_MAX_JOBS / 2;
     for (int u0 = 0; u0 < n_u; u0 += group) {
-        int u1 = u0 + group < n_u ? u0 + group : n_u, n_ready;
-        int n_wait = experts_begin(s, il, u0, u1, &n_ready, err);
+        int u1 = u0 + group < n_u ? u0 + group : n_u, n_ready, failed;
+        int n_wait = experts_begin(s, il, u0, u1, &n_ready, &failed, err);
         if (u0 == 0) shared_down(s, L, T, out);
-        if (experts_finish(s, il, u0, u1, n_ready, n_wait < 0 ? 0 : n_wait, n_wait < 0 ? -1 : 0, err)) return -1;
+        /* after a failure, still wait for every read that was started */
+        if (experts_finish(s, il, u0, u1, n_ready, n_wait, failed, err)) return -1;
     }
 
     /* weighted sum in route order, latent norm, up-projection, + shared */
