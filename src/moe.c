@@ -246,7 +246,9 @@ void moe_prefetch_next(df_session *s, int il, int T, const float *H)
     while (nl < c->NL && !c->layer_moe[nl]) nl++;
     if (!eng->pf_on || nl >= c->NL || !eng->pf_layer_on[nl]) return;
     if (expert_store_in_flight(&eng->store) >= eng->io_depth) return;
-    if (eng->ts.on && trunk_stream_ready(eng, nl, NULL)) return; /* its router is in the next buffer */
+    /* streamed trunk: the next layer's router is in the buffer being loaded;
+     * a layer further away is not loaded yet, so no prediction for it */
+    if (eng->ts.on && (nl != il + 1 || trunk_stream_ready(eng, nl, NULL))) return;
     const k3_layer *N = &eng->layers[nl];
     int E = c->E, h = c->h, npf = eng->pf_k;
     for (int t = 0; t < T; t++) rmsnorm(H + (size_t)t * h, N->post_ln, h, c->eps, s->big0 + (size_t)t * h);
