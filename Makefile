@@ -112,7 +112,8 @@ check:
 	$(MAKE) --no-print-directory tokenizer-oracle
 	$(MAKE) --no-print-directory server-test
 
-FUZZ_TARGETS := fuzz_safetensors fuzz_config fuzz_json fuzz_tokenizer fuzz_chat_parser fuzz_chat_render fuzz_gguf
+FUZZ_TARGETS := fuzz_safetensors fuzz_config fuzz_json fuzz_tokenizer fuzz_chat_parser fuzz_chat_render fuzz_gguf \
+                fuzz_server_request
 FUZZ_CC ?= clang
 fuzz: $(FUZZ_TARGETS:%=build-fuzz/%)
 FUZZ_SRC := util file json json_write safetensors model quant mathfn expert_store kernels_ref kernels_avx2 \
@@ -122,6 +123,11 @@ build-fuzz/%: fuzz/%.c $(FUZZ_SRC:%=src/%.c)
 	$(FUZZ_CC) -std=c11 -g -O1 -ffp-contract=off -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -Isrc -o $@ $< \
 	    $(FUZZ_SRC:%=src/%.c) -pthread $(WRAP) -lm -lpcre2-8
 build-fuzz/fuzz_chat_render: fuzz/fuzz_chat_parser.c
+# server.c is linked whole (needs libmicrohttpd); the fuzz file stubs the engine and cli.c
+build-fuzz/fuzz_server_request: fuzz/fuzz_server_request.c src/server.c $(FUZZ_SRC:%=src/%.c)
+	mkdir -p build-fuzz
+	$(FUZZ_CC) -std=c11 -g -O1 -ffp-contract=off -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -Isrc -o $@ $< \
+	    src/server.c $(FUZZ_SRC:%=src/%.c) -pthread $(WRAP) -lm -lpcre2-8 -lmicrohttpd
 # Run each target for FUZZ_SECONDS on a scratch copy of its seed corpus.
 fuzz-run: fuzz
 	for t in $(FUZZ_TARGETS); do rm -rf build-fuzz/corpus-$$t && cp -r fuzz/corpus/$$t build-fuzz/corpus-$$t && \

@@ -702,9 +702,11 @@ static int check_messages(const json_value *msgs, df_error *err)
         if (role->type != JSON_STRING)
             return df_err_set(err, DF_ERR_ARG, role->pos, "messages[%zu].role: expected a string, got %s", i,
                               json_type_name(role->type));
-        if (!str_is(role, "system") && !str_is(role, "user") && !str_is(role, "assistant") && !str_is(role, "tool"))
+        if (!str_is(role, "system") && !str_is(role, "developer") && !str_is(role, "user") &&
+            !str_is(role, "assistant") && !str_is(role, "tool"))
             return df_err_set(err, DF_ERR_ARG, role->pos,
-                              "messages[%zu].role: unknown role \"%.64s\" (expected system, user, assistant or tool)",
+                              "messages[%zu].role: unknown role \"%.64s\" (expected system, developer, user, "
+                              "assistant or tool)",
                               i, role->str);
     }
     return 0;
@@ -762,7 +764,8 @@ int chat_render(const json_value *messages, const chat_options *opt, chat_segmen
             rc = render_content(&c, json_get(m, "content"), im);
             close_tag(&c, "message");
             end_msg(&c);
-        } else if (str_is(role, "system")) {
+        } else if (str_is(role, "system") || str_is(role, "developer")) {
+            /* OpenAI's "developer" role is its newer name for system instructions */
             const json_value *tools = json_get(m, "tools");
             if (truthy(tools)) {
                 tool_declare(&c, tools, 1);

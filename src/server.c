@@ -35,6 +35,9 @@
  * they cannot begin a stop, so a stop is never emitted.
  * Determinism: temperature 0 (the default) is greedy (df_argmax); temperature
  * > 0 samples in double from a splitmix64 stream seeded by "seed".
+ * Validation (request_job: JSON body -> job or API-shaped error) touches no
+ * HTTP, queue or model; server_parse_request exposes it to the fuzz target
+ * (fuzz/fuzz_server_request.c).
  * Not done here: tool_choice naming a function, n > 1, penalties, images,
  * constrained (strict) JSON schemas: all 400s naming the field.
  */
@@ -1531,19 +1534,17 @@ static enum MHD_Result serve_metrics(srv *S, struct MHD_Connection *c)
     return rc;
 }
 
-static enum MHD_Result serve_generate(srv *S, struct MHD_Connection *c, int api, req *r)
+/* Parses and validates BODY for API into a new job (one reference), or
+ * returns NULL with E filled.  No HTTP here: server_parse_request and the
+ * fuzz target call it too. */
+static job *request_job(srv *S, int api, const char *body, size_t len, rq_err *e)
 {
-    rq_err e = {0};
-    if (!atomic_load(&S->ready)) {
-        rq_fail(&e, 503, NULL, "the model is still loading");
-        return reply_error(c, api, &e);
-    }
     df_error err = {0};
-    json_doc *doc = json_parse(r->body.p ? r->body.p : "", r->body.len, &err);
+    json_doc *doc = json_parse(body ? body : "", len, &err);
     if (!doc) {
-        rq_fail(&e, 400, NULL, "We could not parse the JSON body of your request: %s (byte %lld)", err.msg,
+        rq_fail(e, 400, NULL, "We could not parse the JSON body of your request: %s (byte %lld)", err.msg,
                 (long long)err.pos);
-        return reply_error(c, api, &e);
+        return NULL;
     }
     const json_value *o = json_root(doc);
     job *j = xcalloc(1, sizeof *j);
@@ -1558,15 +1559,56 @@ static enum MHD_Result serve_generate(srv *S, struct MHD_Connection *c, int api,
     snprintf(j->id, sizeof j->id, "%s%08lx%08lx", api == API_CHAT ? "chatcmpl-" : api == API_MESSAGES ? "msg_" : "cmpl-",
              (unsigned long)(j->created & 0xffffffff), seq);
     int rc;
-    if (o->type != JSON_OBJECT) rc = rq_fail(&e, 400, NULL, "the request body must be a JSON object");
-    else if (api == API_CHAT) rc = parse_chat(S, j, o, &e);
-    else if (api == API_COMPLETIONS) rc = parse_completions(S, j, o, &e);
-    else rc = parse_messages(S, j, o, &e);
+    if (o->type != JSON_OBJECT) rc = rq_fail(e, 400, NULL, "the request body must be a JSON object");
+    else if (api == API_CHAT) rc = parse_chat(S, j, o, e);
+    else if (api == API_COMPLETIONS) rc = parse_completions(S, j, o, e);
+    else rc = parse_messages(S, j, o, e);
     json_free(doc);
     if (rc) {
         job_unref(j);
+        return NULL;
+    }
+    return j;
+}
+
+int server_parse_request(const server_limits *lim, int endpoint, const char *body, size_t len, char **err_body,
+                         size_t *n_ids)
+{
+    static const int apis[] = {API_CHAT, API_COMPLETIONS, API_MESSAGES};
+    CHECK(endpoint >= 0 && endpoint < 3);
+    srv *S = xcalloc(1, sizeof *S);
+    S->name = lim->name ? lim->name : "deltafin";
+    S->tok = lim->tok;
+    S->n_ctx = lim->n_ctx;
+    S->max_tokens_cap = lim->max_tokens_cap;
+    rq_err e = {0};
+    job *j = request_job(S, apis[endpoint], body, len, &e);
+    int status = 200;
+    *err_body = NULL;
+    if (j) {
+        if (n_ids) *n_ids = j->n_ids;
+        job_unref(j);
+    } else {
+        json_buf b;
+        json_buf_init(&b);
+        error_body(&b, apis[endpoint], &e);
+        json_buf_put(&b, "", 1);
+        *err_body = b.p;
+        status = e.status;
+    }
+    free(S);
+    return status;
+}
+
+static enum MHD_Result serve_generate(srv *S, struct MHD_Connection *c, int api, req *r)
+{
+    rq_err e = {0};
+    if (!atomic_load(&S->ready)) {
+        rq_fail(&e, 503, NULL, "the model is still loading");
         return reply_error(c, api, &e);
     }
+    job *j = request_job(S, api, r->body.p, r->body.len, &e);
+    if (!j) return reply_error(c, api, &e);
     j->deadline = now() + S->timeout;
     pthread_mutex_lock(&S->mu);
     S->n_requests++;

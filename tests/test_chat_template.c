@@ -654,8 +654,8 @@ static void test_errors(void)
         {"{\"messages\":[{\"role\":\"user\",\"content\":\"a\"},{\"content\":\"x\"}]}", DF_ERR_ARG,
          "messages[1].role: missing"},
         {"{\"messages\":[{\"role\":3}]}", DF_ERR_ARG, "messages[0].role: expected a string, got number"},
-        {"{\"messages\":[{\"role\":\"developer\",\"content\":\"x\"}]}", DF_ERR_ARG,
-         "messages[0].role: unknown role \"developer\""},
+        {"{\"messages\":[{\"role\":\"moderator\",\"content\":\"x\"}]}", DF_ERR_ARG,
+         "messages[0].role: unknown role \"moderator\""},
         {"{\"messages\":[{\"role\":\"user\",\"content\":5}]}", DF_ERR_ARG,
          "messages[0].content: expected a string, an array of parts or null, got number"},
         {"{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"a\"},{\"type\":\"image_url\","
@@ -1046,7 +1046,32 @@ static void test_parser_garbage(void)
     free(rt);
 }
 
+static void test_developer_role(void)
+{
+    const char *a = "[{\"role\":\"system\",\"content\":\"Be brief.\"},{\"role\":\"user\",\"content\":\"Hi\"}]";
+    const char *b = "[{\"role\":\"developer\",\"content\":\"Be brief.\"},{\"role\":\"user\",\"content\":\"Hi\"}]";
+    df_error err = {0};
+    json_doc *da = json_parse(a, strlen(a), &err), *db = json_parse(b, strlen(b), &err);
+    TCHECK(da && db);
+    chat_options o;
+    chat_options_init(&o);
+    chat_segments *sa = NULL, *sb = NULL;
+    TCHECK(chat_render(json_root(da), &o, &sa, &err) == 0);
+    TCHECKF(chat_render(json_root(db), &o, &sb, &err) == 0, "developer role: %s", err.msg);
+    if (sa && sb) {
+        char *ja = chat_segments_join(sa, NULL), *jb = chat_segments_join(sb, NULL);
+        TCHECKF(!strcmp(ja, jb), "developer renders differently from system");
+        free(ja);
+        free(jb);
+    }
+    chat_segments_free(sa);
+    chat_segments_free(sb);
+    json_free(da);
+    json_free(db);
+}
+
 static const test_case tests[] = {
+    {"developer_role_is_system", test_developer_role},
     {"chat_fixture_segments", test_fixture_segments},
     {"chat_fixture_ids", test_fixture_ids},
     {"chat_rs_gold", test_chat_rs_gold},

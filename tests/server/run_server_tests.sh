@@ -2,9 +2,12 @@
 # run_server_tests.sh - end-to-end tests of `deltafin serve` on the tiny test model.
 #
 # Starts two servers on free loopback ports (one with --queue 4 --max-request-bytes 1M,
-# one with --api-key), waits for /health, runs curl checks and the SDK tests in
-# server_test.mjs (needs `npm ci --prefix tests/server`; works offline afterwards),
-# and stops both servers.  Usage: tests/server/run_server_tests.sh [build/deltafin]
+# one with --api-key), waits for /health, runs curl checks (among them the SDK
+# request fixtures in fixtures/ and a 200 MiB body), the slow-client test
+# (slowloris_test.mjs, on a third server with --timeout 2), the chat page in
+# headless Chromium (page_test.mjs: needs Debian's chromium package) and the SDK
+# tests in server_test.mjs (needs `npm ci --prefix tests/server`; works offline
+# afterwards), and stops the servers.  Usage: tests/server/run_server_tests.sh [build/deltafin]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BIN=${1:-build/deltafin}
@@ -62,6 +65,32 @@ check "x-api-key accepted" 200 "$(curl -s -o /dev/null -w '%{http_code}' -H 'x-a
 check "SSE content type" "text/event-stream" "$(curl -s -o /dev/null -w '%{content_type}' -d '{"stream":true,"max_tokens":2,"messages":[{"role":"user","content":"hi"}]}' "$U/v1/chat/completions")"
 check "stream ends with [DONE]" "data: [DONE]" "$(curl -sN -d '{"stream":true,"max_tokens":3,"messages":[{"role":"user","content":"hi"}]}' "$U/v1/chat/completions" | grep -v '^$' | tail -1)"
 
+# the exact bodies the SDKs send (captured by capture_fixtures.mjs), replayed as they are
+for f in tests/server/fixtures/*.json; do
+    name=$(basename "$f" .json)
+    case $name in chat.*) ep=chat/completions ;; completions.*) ep=completions ;; messages.*) ep=messages ;; *) continue ;; esac
+    code=$(curl -s -o "$LOG/fixture.out" -w '%{http_code}' -H 'Content-Type: application/json' --data-binary @"$f" "$U/v1/$ep")
+    shape=$(node tests/server/check_fixture_reply.mjs "$name" "$LOG/fixture.out" || true)
+    check "fixture $name: 200 and a valid response" "200 ok" "$code $shape"
+done
+
+# a 200 MiB body against --max-request-bytes 1M: 413 at once, whether the client
+# announces its length (refused before the body is read) or sends it chunked
+# (read and dropped); the server lives on
+head -c 200M /dev/zero | tr '\0' ' ' >"$LOG/big.json"
+t0=$(date +%s%N)
+code=$(curl -s -o /dev/null -w '%{http_code}' -H 'Content-Type: application/json' -H 'Expect:' -T "$LOG/big.json" -X POST "$U/v1/chat/completions" || true)
+ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+echo "# 200 MiB body with Content-Length: $code in $ms ms"
+check "200 MiB body (Content-Length): 413 within 5 s" "413 fast" "$code $([ "$ms" -lt 5000 ] && echo fast || echo "slow (${ms} ms)")"
+t0=$(date +%s%N)
+code=$(curl -s -o /dev/null -w '%{http_code}' -H 'Content-Type: application/json' -H 'Transfer-Encoding: chunked' -T "$LOG/big.json" -X POST "$U/v1/messages" || true)
+ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+echo "# 200 MiB body chunked: $code in $ms ms"
+check "200 MiB body (chunked): 413 within 10 s" "413 fast" "$code $([ "$ms" -lt 10000 ] && echo fast || echo "slow (${ms} ms)")"
+rm -f "$LOG/big.json"
+check "alive after the 200 MiB bodies" 200 "$(curl -s -o /dev/null -w '%{http_code}' -d '{"max_tokens":2,"messages":[{"role":"user","content":"hi"}]}' "$U/v1/chat/completions")"
+
 # RSS is meaningless under AddressSanitizer (freed memory sits in its quarantine)
 RSS_PID=$PID1
 if grep -qa __asan_init "$BIN"; then RSS_PID=; echo "# sanitizer build: RSS check skipped"; fi
@@ -71,6 +100,16 @@ node -e 'console.log(JSON.stringify({prompt: "hello world ".repeat(300), max_tok
 pings=$(curl -sN -d @"$LOG/long.json" "http://127.0.0.1:$P3/v1/completions" | grep -c '^: ping' || true)
 check "SSE pings during a long prefill" yes "$([ "$pings" -ge 1 ] && echo yes || echo "no ($pings)")"
 kill "${pids[-1]}"; wait "${pids[-1]}" 2>/dev/null || true; unset 'pids[-1]'
+
+# slow clients, on a server whose connections time out after 2 s
+P4=$(free_port); start "$P4" --timeout 2
+DELTAFIN_URL_SLOW=http://127.0.0.1:$P4 NODE_PATH=tests/server/node_modules node --test --test-reporter=spec \
+    tests/server/slowloris_test.mjs || fail=1
+kill -0 "${pids[-1]}" 2>/dev/null || { echo "not ok - the --timeout 2 server died"; cat "$LOG/server-$P4.log"; fail=1; }
+kill "${pids[-1]}"; wait "${pids[-1]}" 2>/dev/null || true; unset 'pids[-1]'
+
+# the chat page in headless Chromium (Debian's chromium; a missing browser fails)
+DELTAFIN_URL=$U NODE_PATH=tests/server/node_modules node --test --test-reporter=spec tests/server/page_test.mjs || fail=1
 
 DELTAFIN_URL=$U DELTAFIN_URL_KEY=http://127.0.0.1:$P2 DELTAFIN_PID=$RSS_PID DELTAFIN_BIN=$BIN DELTAFIN_MODEL=$MODEL \
     NODE_PATH=tests/server/node_modules node --test --test-reporter=spec tests/server/server_test.mjs || fail=1

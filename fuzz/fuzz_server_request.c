@@ -1,0 +1,170 @@
+/* fuzz_server_request.c - libFuzzer target for `deltafin serve`'s request
+ * validation (server_parse_request): the first byte picks the endpoint
+ * (chat completions, completions, messages; mod 3), the rest is the body.
+ * Validation must either accept the request (a non-empty prompt that fits
+ * the context) or return a 4xx with an API-shaped JSON error body: OpenAI's
+ * {"error":{"message","type","param","code"}}, Anthropic's
+ * {"type":"error","error":{"type","message"}}.  The tokenizer of the tiny
+ * test model (testdata/k3-tiny-a/checkpoint, or $DELTAFIN_FUZZ_MODEL) is
+ * loaded once.
+ * The server file is linked whole (it needs -lmicrohttpd); the engine and
+ * the command-line helpers it calls only from `serve` are stubbed below
+ * and abort if reached. */
+#include "cli.h"
+#include "engine.h"
+#include "json.h"
+#include "server.h"
+#include "tokenizer.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+enum { N_CTX = 2048, MAX_TOKENS_CAP = 1024 };
+
+static tokenizer *fuzz_tok(void)
+{
+    static tokenizer *tok;
+    if (!tok) {
+        const char *dir = getenv("DELTAFIN_FUZZ_MODEL");
+        df_error err = {0};
+        if (tokenizer_load(dir ? dir : "testdata/k3-tiny-a/checkpoint", &tok, &err)) {
+            fprintf(stderr, "fuzz_server_request: cannot load the tokenizer (run from the repository root): %s\n",
+                    err.msg);
+            abort();
+        }
+    }
+    return tok;
+}
+
+static void check_error_shape(int endpoint, int status, const char *body)
+{
+    if (status < 400 || status > 499 || !body) abort();
+    df_error err = {0};
+    json_doc *d = json_parse(body, strlen(body), &err);
+    if (!d) abort();
+    const json_value *root = json_root(d);
+    if (root->type != JSON_OBJECT) abort();
+    const json_value *e = json_get(root, "error");
+    if (!e || e->type != JSON_OBJECT) abort();
+    const json_value *msg = json_get(e, "message"), *type = json_get(e, "type");
+    if (!msg || msg->type != JSON_STRING || !msg->str[0] || !type || type->type != JSON_STRING) abort();
+    if (endpoint == SERVER_EP_MESSAGES) {
+        const json_value *t = json_get(root, "type");
+        if (!t || t->type != JSON_STRING || strcmp(t->str, "error")) abort();
+    } else if (!json_get(e, "param") || !json_get(e, "code")) {
+        abort();
+    }
+    json_free(d);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    if (size < 1) return 0;
+    server_limits lim = {.tok = fuzz_tok(), .n_ctx = N_CTX, .max_tokens_cap = MAX_TOKENS_CAP, .name = "fuzz"};
+    int endpoint = data[0] % 3;
+    char *err_body = NULL;
+    size_t n_ids = 0;
+    int status = server_parse_request(&lim, endpoint, (const char *)data + 1, size - 1, &err_body, &n_ids);
+    if (status == 200) {
+        if (err_body || n_ids == 0 || n_ids >= N_CTX) abort();
+    } else {
+        check_error_shape(endpoint, status, err_body);
+    }
+    free(err_body);
+    return 0;
+}
+
+/* ---- stubs: what server.c calls only from `serve` and its worker --------- */
+
+static _Noreturn void unreachable(const char *f)
+{
+    fprintf(stderr, "fuzz_server_request: %s reached\n", f);
+    abort();
+}
+
+_Noreturn void die(const char *fmt, ...)
+{
+    (void)fmt;
+    unreachable("die");
+}
+double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+long parse_long(const char *s, const char *flag, long lo, long hi)
+{
+    (void)s, (void)flag, (void)lo, (void)hi;
+    unreachable("parse_long");
+}
+size_t parse_size(const char *s, const char *flag)
+{
+    (void)s, (void)flag;
+    unreachable("parse_size");
+}
+void parse_common(int argc, char **argv, run_args *a)
+{
+    (void)argc, (void)argv, (void)a;
+    unreachable("parse_common");
+}
+df_engine *open_engine(const run_args *a)
+{
+    (void)a;
+    unreachable("open_engine");
+}
+void df_session_opts_default(df_session_opts *o)
+{
+    (void)o;
+    unreachable("df_session_opts_default");
+}
+void df_engine_close(df_engine *eng)
+{
+    (void)eng;
+    unreachable("df_engine_close");
+}
+void df_engine_info(const df_engine *eng, df_model_info *info)
+{
+    (void)eng, (void)info;
+    unreachable("df_engine_info");
+}
+void df_engine_stats(const df_engine *eng, df_stats *st)
+{
+    (void)eng, (void)st;
+    unreachable("df_engine_stats");
+}
+int df_session_new(df_engine *eng, const df_session_opts *opts, df_session **out, df_error *err)
+{
+    (void)eng, (void)opts, (void)out, (void)err;
+    unreachable("df_session_new");
+}
+void df_session_free(df_session *s)
+{
+    (void)s;
+    unreachable("df_session_free");
+}
+void df_session_reset(df_session *s)
+{
+    (void)s;
+    unreachable("df_session_reset");
+}
+int df_session_pos(const df_session *s)
+{
+    (void)s;
+    unreachable("df_session_pos");
+}
+int df_session_eval(df_session *s, const int32_t *ids, int n, float *logits, int all_rows, df_error *err)
+{
+    (void)s, (void)ids, (void)n, (void)logits, (void)all_rows, (void)err;
+    unreachable("df_session_eval");
+}
+int df_argmax(const float *logits, int n)
+{
+    (void)logits, (void)n;
+    unreachable("df_argmax");
+}
