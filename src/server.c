@@ -1931,7 +1931,11 @@ const char server_page_html[] =
     "     $('st').textContent=n+' chunks'+(dt>0&&n>1?', '+((n-1)/dt).toFixed(1)+' tok/s':'')+', first token '+((t1-t0)/1000).toFixed(2)+' s'}}}\n"
     "  hist.push({role:'assistant',content:content,reasoning_content:reasoning});\n"
     " }catch(e){ans.textContent+=' ['+e.name+']';hist.push({role:'assistant',content:content})}\n"
-    " finally{ctl=null;if(!reasoning)det.remove()}}\n"
+    " finally{ctl=null;if(!reasoning)det.remove();stats()}}\n"
+    "async function stats(){try{const h={};if($('key').value)h.Authorization='Bearer '+$('key').value;\n"
+    " const t=await (await fetch('/metrics',{headers:h})).text();const g=k=>{const m=t.match(new RegExp('^'+k+' (\\\\S+)','m'));return m?+m[1]:null};\n"
+    " const hr=g('deltafin_expert_cache_hit_ratio'),mb=g('deltafin_expert_bytes_read_total');\n"
+    " if(hr!==null)$('st').textContent+=', expert cache hits '+(100*hr).toFixed(1)+'%'+(mb!==null?', '+(mb/1048576).toFixed(1)+' MiB read':'')}catch(e){}}\n"
     "$('go').onclick=send;$('stop').onclick=()=>ctl&&ctl.abort();$('clr').onclick=()=>{hist=[];$('log').innerHTML=''};\n"
     "$('q').addEventListener('keydown',e=>{if(e.key==='Enter'&&!e.shiftKey){e.preventDefault();send()}});\n"
     "</script></body></html>\n";
