@@ -6,6 +6,7 @@
  * positions share one pass over a weight row.  Compiled with -mavx2 -mfma.
  */
 #include "kernels.h"
+#include "kernels_drivers.h"
 #include "quant.h"
 
 #if defined(__x86_64__) && defined(DF_HAVE_AVX2)
@@ -62,29 +63,7 @@ ALWAYS_INLINE __m256 ld8_f32(const uint8_t *p) { return _mm256_loadu_ps((const f
         }                                                                                          \
         _Pragma("GCC unroll 4") for (int u = 0; u < nt; u++) y[(size_t)u * ys] = tree2x256(a0[u], a1[u]);                  \
     }                                                                                              \
-    static void NAME(const void *W, size_t ld, int C, const float *x, size_t xs, int T, float *y,  \
-                     size_t ys, int r0, int r1)                                                    \
-    {                                                                                              \
-        /* tiles of rows whose weights stay in L2 while every group of four                        \
-         * positions (its activations in L1) passes over them */                                   \
-        int tile = (int)((128u << 10) / ((size_t)C * ESIZE + 1)) + 1;                              \
-        for (int rt = r0; rt < r1; rt += tile) {                                                   \
-            int re = rt + tile < r1 ? rt + tile : r1;                                              \
-            int t = 0;                                                                             \
-            for (; t + 4 <= T; t += 4)                                                             \
-                for (int r = rt; r < re; r++)                                                      \
-                    NAME##_rows((const uint8_t *)W + (size_t)r * ld * ESIZE, C, x + (size_t)t * xs, xs, 4,\
-                                y + (size_t)t * ys + r, ys);                                       \
-            for (int r = rt; r < re; r++) {                                                        \
-                const uint8_t *row = (const uint8_t *)W + (size_t)r * ld * ESIZE;                  \
-                switch (T - t) { /* constant nt so the token loop unrolls */                       \
-                case 3: NAME##_rows(row, C, x + (size_t)t * xs, xs, 3, y + (size_t)t * ys + r, ys); break;\
-                case 2: NAME##_rows(row, C, x + (size_t)t * xs, xs, 2, y + (size_t)t * ys + r, ys); break;\
-                case 1: NAME##_rows(row, C, x + (size_t)t * xs, xs, 1, y + (size_t)t * ys + r, ys); break;\
-                }                                                                                  \
-            }                                                                                      \
-        }                                                                                          \
-    }                                                                                              \
+    KERNEL_DENSE_DRIVER(NAME, ESIZE)
 
 DENSE_ROW(matmul_bf16_avx2, ld8_bf16, 2)
 DENSE_ROW(matmul_f32_avx2, ld8_f32, 4)
@@ -124,22 +103,7 @@ ALWAYS_INLINE void mxfp4_rows(const uint8_t *prow, const uint8_t *srow, int C, c
     _Pragma("GCC unroll 4") for (int u = 0; u < nt; u++) y[(size_t)u * ys] = tree2x256(a0[u], a1[u]);
 }
 
-static void matmul_mxfp4_avx2(const uint8_t *packed, const uint8_t *scales, int C, const float *xp,
-                              size_t xs, int T, float *y, size_t ys, int r0, int r1)
-{
-    size_t pb = (size_t)C / 2, sb = (size_t)C / MXFP4_BLOCK;
-    for (int r = r0; r < r1; r++) {
-        const uint8_t *prow = packed + (size_t)r * pb, *srow = scales + (size_t)r * sb;
-        int t = 0;
-        for (; t + 4 <= T; t += 4)
-            mxfp4_rows(prow, srow, C, xp + (size_t)t * xs, xs, 4, y + (size_t)t * ys + r, ys);
-        switch (T - t) { /* constant nt so the token loop unrolls */
-        case 3: mxfp4_rows(prow, srow, C, xp + (size_t)t * xs, xs, 3, y + (size_t)t * ys + r, ys); break;
-        case 2: mxfp4_rows(prow, srow, C, xp + (size_t)t * xs, xs, 2, y + (size_t)t * ys + r, ys); break;
-        case 1: mxfp4_rows(prow, srow, C, xp + (size_t)t * xs, xs, 1, y + (size_t)t * ys + r, ys); break;
-        }
-    }
-}
+KERNEL_MXFP4_DRIVER(matmul_mxfp4_avx2, mxfp4_rows)
 
 static const kernel_table avx2_table = {
     .name = "avx2",

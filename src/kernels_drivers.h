@@ -1,0 +1,55 @@
+/* kernels_drivers.h - the loops around the per-ISA row kernels, shared by
+ * kernels_avx2.c and kernels_avx512.c (each expands them with its own
+ * compiler flags).  A driver walks rows and groups of up to four positions
+ * and calls the ISA's NAME##_rows(row, C, x, xs, nt, y, ys) with a constant
+ * nt, so the position loop inside unrolls.  The order in which (row,
+ * position) pairs are visited never changes a result: each pair is one
+ * complete, independent reduction (see kernels.h).
+ */
+#ifndef DF_KERNELS_DRIVERS_H
+#define DF_KERNELS_DRIVERS_H
+
+/* Dense F32/BF16 weights: tiles of rows whose weights stay in L2 while every
+ * group of four positions (its activations in L1) passes over them. */
+#define KERNEL_DENSE_DRIVER(NAME, ESIZE)                                                               \
+    static void NAME(const void *W, size_t ld, int C, const float *x, size_t xs, int T, float *y,      \
+                     size_t ys, int r0, int r1)                                                        \
+    {                                                                                                  \
+        int tile = (int)((128u << 10) / ((size_t)C * ESIZE + 1)) + 1;                                  \
+        for (int rt = r0; rt < r1; rt += tile) {                                                       \
+            int re = rt + tile < r1 ? rt + tile : r1;                                                  \
+            int t = 0;                                                                                 \
+            for (; t + 4 <= T; t += 4)                                                                 \
+                for (int r = rt; r < re; r++)                                                          \
+                    NAME##_rows((const uint8_t *)W + (size_t)r * ld * ESIZE, C, x + (size_t)t * xs, xs, 4, \
+                                y + (size_t)t * ys + r, ys);                                           \
+            for (int r = rt; r < re; r++) {                                                            \
+                const uint8_t *row = (const uint8_t *)W + (size_t)r * ld * ESIZE;                      \
+                switch (T - t) {                                                                       \
+                case 3: NAME##_rows(row, C, x + (size_t)t * xs, xs, 3, y + (size_t)t * ys + r, ys); break; \
+                case 2: NAME##_rows(row, C, x + (size_t)t * xs, xs, 2, y + (size_t)t * ys + r, ys); break; \
+                case 1: NAME##_rows(row, C, x + (size_t)t * xs, xs, 1, y + (size_t)t * ys + r, ys); break; \
+                }                                                                                      \
+            }                                                                                          \
+        }                                                                                              \
+    }
+
+/* MXFP4 weights: ROWS(prow, srow, C, xp, xs, nt, y, ys) per row and group. */
+#define KERNEL_MXFP4_DRIVER(NAME, ROWS)                                                                \
+    static void NAME(const uint8_t *packed, const uint8_t *scales, int C, const float *xp, size_t xs,  \
+                     int T, float *y, size_t ys, int r0, int r1)                                       \
+    {                                                                                                  \
+        size_t pb = (size_t)C / 2, sb = (size_t)C / MXFP4_BLOCK;                                       \
+        for (int r = r0; r < r1; r++) {                                                                \
+            const uint8_t *prow = packed + (size_t)r * pb, *srow = scales + (size_t)r * sb;            \
+            int t = 0;                                                                                 \
+            for (; t + 4 <= T; t += 4) ROWS(prow, srow, C, xp + (size_t)t * xs, xs, 4, y + (size_t)t * ys + r, ys); \
+            switch (T - t) {                                                                           \
+            case 3: ROWS(prow, srow, C, xp + (size_t)t * xs, xs, 3, y + (size_t)t * ys + r, ys); break; \
+            case 2: ROWS(prow, srow, C, xp + (size_t)t * xs, xs, 2, y + (size_t)t * ys + r, ys); break; \
+            case 1: ROWS(prow, srow, C, xp + (size_t)t * xs, xs, 1, y + (size_t)t * ys + r, ys); break; \
+            }                                                                                          \
+        }                                                                                              \
+    }
+
+#endif
