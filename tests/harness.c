@@ -6,7 +6,9 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 int t_failed_now, t_skipped_now;
 
@@ -46,6 +48,20 @@ const char *build_bin(const char *name)
     k ^= 1;
     snprintf(path[k], sizeof path[k], "%s/%s", b && *b ? b : "build", name);
     return path[k];
+}
+
+const unsigned char *guard_place(const void *data, size_t n)
+{
+    static unsigned char *guarded;
+    size_t pg = (size_t)sysconf(_SC_PAGESIZE), span = 64 * pg;
+    if (!guarded) {
+        guarded = mmap(NULL, span + pg, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (guarded == MAP_FAILED || mprotect(guarded + span, pg, PROT_NONE) != 0) abort();
+    }
+    if (n > span) abort();
+    unsigned char *at = guarded + span - n;
+    if (n) memcpy(at, data, n);
+    return at;
 }
 
 static char scratch[256];

@@ -26,6 +26,9 @@ const char *testdata_dir(void);
 /* A binary of the build under test: $BUILD/name (BUILD defaults to "build").
  * Two results may be held at once. */
 const char *build_bin(const char *name);
+/* Copy data (at most 256 KiB) so that its last byte sits right before an
+ * unreadable page: a parser that over-reads faults instead of passing. */
+const unsigned char *guard_place(const void *data, size_t n);
 /* Scratch directory for generated models, made on first use under /var/tmp
  * (a disk file system, where O_DIRECT works), removed by test_scratch_remove. */
 const char *test_scratch(void);

@@ -16,23 +16,6 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-static uint8_t *guarded;
-static size_t guard_span;
-
-/* Copy data so its last byte sits right before a PROT_NONE page. */
-static const uint8_t *place(const void *data, size_t n)
-{
-    size_t pg = (size_t)sysconf(_SC_PAGESIZE);
-    if (!guarded) {
-        guard_span = 64 * pg;
-        guarded = mmap(NULL, guard_span + pg, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        mprotect(guarded + guard_span, pg, PROT_NONE);
-    }
-    uint8_t *at = guarded + guard_span - n;
-    if (n) memcpy(at, data, n);
-    return at;
-}
-
 /* ------------------------------------------------------- a GGUF builder */
 
 typedef struct {
@@ -107,7 +90,7 @@ static size_t build(uint8_t *outp, int m)
 static int parse_buf(const uint8_t *b, size_t n, gguf_file *f, df_error *err)
 {
     memset(err, 0, sizeof *err);
-    return gguf_parse(place(b, n), n, n, "x.gguf", f, err);
+    return gguf_parse(guard_place(b, n), n, n, "x.gguf", f, err);
 }
 
 static void test_valid(void)
@@ -228,12 +211,12 @@ static void test_truncated(void)
         gguf_deinit(&f);
     }
     memset(&err, 0, sizeof err);
-    TCHECKF(hdr && gguf_parse(place(b, hdr), hdr, n, "x.gguf", &f, &err) == 0, "%s", err.msg);
+    TCHECKF(hdr && gguf_parse(guard_place(b, hdr), hdr, n, "x.gguf", &f, &err) == 0, "%s", err.msg);
     if (!err.code && hdr) gguf_deinit(&f);
     /* a readable head that ends inside the header asks for more */
     for (size_t k = 0; k < hdr; k++) {
         memset(&err, 0, sizeof err);
-        if (gguf_parse(place(b, k), k, n, "x.gguf", &f, &err) == 0) gguf_deinit(&f);
+        if (gguf_parse(guard_place(b, k), k, n, "x.gguf", &f, &err) == 0) gguf_deinit(&f);
         else if (err.code != DF_ERR_LIMIT) {
             t_fail(__FILE__, __LINE__, "head %zu of %zu: code %d \"%s\"", k, n, err.code, err.msg);
             break;

@@ -6,25 +6,7 @@
 #include "safetensors.h"
 
 #include <string.h>
-#include <sys/mman.h>
 #include <unistd.h>
-
-static uint8_t *guarded;
-static size_t guard_span;
-
-/* Copy data so its last byte sits right before a PROT_NONE page. */
-static const uint8_t *place(const void *data, size_t n)
-{
-    size_t pg = (size_t)sysconf(_SC_PAGESIZE);
-    if (!guarded) {
-        guard_span = 64 * pg;
-        guarded = mmap(NULL, guard_span + pg, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        mprotect(guarded + guard_span, pg, PROT_NONE);
-    }
-    uint8_t *at = guarded + guard_span - n;
-    memcpy(at, data, n);
-    return at;
-}
 
 static size_t make(uint8_t *buf, const char *header, size_t data_len)
 {
@@ -40,7 +22,7 @@ static int parse(const char *header, size_t data_len, st_file *f, df_error *err)
     static uint8_t buf[1 << 16];
     size_t n = make(buf, header, data_len);
     memset(err, 0, sizeof *err);
-    return st_parse(place(buf, n), n, n, "x.safetensors", f, err);
+    return st_parse(guard_place(buf, n), n, n, "x.safetensors", f, err);
 }
 
 static void test_valid(void)
@@ -96,13 +78,13 @@ static void test_invalid(void)
     uint8_t buf[64] = {0};
     df_error err = {0};
     st_file f;
-    TCHECK(st_parse(place(buf, 4), 4, 4, "x", &f, &err) == -1 && strstr(err.msg, "too short"));
+    TCHECK(st_parse(guard_place(buf, 4), 4, 4, "x", &f, &err) == -1 && strstr(err.msg, "too short"));
     buf[0] = 200;
     memset(&err, 0, sizeof err);
-    TCHECK(st_parse(place(buf, 20), 20, 20, "x", &f, &err) == -1 && strstr(err.msg, "header length"));
+    TCHECK(st_parse(guard_place(buf, 20), 20, 20, "x", &f, &err) == -1 && strstr(err.msg, "header length"));
     memset(&err, 0, sizeof err);
     buf[0] = 10;
-    TCHECK(st_parse(place(buf, 12), 12, 100, "x", &f, &err) == -1 && strstr(err.msg, "header truncated"));
+    TCHECK(st_parse(guard_place(buf, 12), 12, 100, "x", &f, &err) == -1 && strstr(err.msg, "header truncated"));
 }
 
 static const test_case tests[] = {
