@@ -52,7 +52,11 @@ LIB_OBJ := $(LIB_SRC:%=$(BUILD)/%.o)
 TESTS := test_json test_safetensors test_kernels test_model test_loader test_engine test_generated test_io test_tokenizer test_chat_template test_repl test_gguf
 TEST_BIN := $(TESTS:%=$(BUILD)/tests/%)
 
-all: $(BUILD)/deltafin $(BUILD)/k3gen
+# llama.cpp prebuilt from npm (see the llama_peer rule)
+LLAMA_LIB := tests/llama/node_modules/@node-llama-cpp/linux-x64/bins/linux-x64
+HAVE_LLAMA := $(shell test -f $(LLAMA_LIB)/libllama.v0.4.0.so && echo 1)
+
+all: $(BUILD)/deltafin $(BUILD)/k3gen $(if $(HAVE_LLAMA),$(BUILD)/llama_peer)
 
 $(BUILD)/%.o: src/%.c | $(BUILD)
 	$(CC) $(CFLAGS) $(ISA_DEFS) $(URING_DEFS) -c $< -o $@
@@ -80,6 +84,14 @@ $(BUILD)/deltafin: $(BUILD)/cli.o $(BUILD)/cli_chat.o $(BUILD)/lineedit.o $(BUIL
 
 $(BUILD)/k3gen: tools/k3gen.c | $(BUILD)
 	$(CC) -std=c11 -O2 -Wall -Wextra $(EXTRA_CFLAGS) -o $@ $< -lm
+
+# llama.cpp v0.4.0 prebuilt (npm @node-llama-cpp/linux-x64, pinned in
+# tests/llama/package-lock.json): the logits oracle and the speed peer.
+# Built only when that package is installed (`npm ci --prefix tests/llama`).
+$(BUILD)/llama_peer: tools/llama_peer.c | $(BUILD)
+	@test -f $(LLAMA_LIB)/libllama.v0.4.0.so || { echo "llama_peer: run npm ci --prefix tests/llama first" >&2; exit 1; }
+	$(CC) -std=c11 -O2 -Wall -Wextra $(if $(filter 1,$(WERROR)),-Werror) -o $@ $< -L$(LLAMA_LIB) \
+	    -l:libllama.v0.4.0.so -l:libggml.v0.4.0.so -lggml-base -Wl,-rpath,$(abspath $(LLAMA_LIB))
 
 $(BUILD)/tests/%.o: tests/%.c | $(BUILD)/tests
 	$(CC) $(CFLAGS) -Isrc -Itests -c $< -o $@

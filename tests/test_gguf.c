@@ -386,7 +386,8 @@ static const struct { const char *gg, *hf, *hf2; } name_map[] = {
     {"attn_q_b.weight", "self_attn.q_b_proj.weight", NULL},
     {"attn_kv_a_mqa.weight", "self_attn.kv_a_proj_with_mqa.weight", NULL},
     {"attn_kv_a_norm.weight", "self_attn.kv_a_layernorm.weight", NULL},
-    {"attn_kv_b.weight", "self_attn.kv_b_proj.weight", NULL},
+    {"attn_k_b.weight", "self_attn.kv_b_proj.weight", NULL},
+    {"attn_v_b.weight", "self_attn.kv_b_proj.weight", NULL},
     {"ffn_gate.weight", "mlp.gate_proj.weight", NULL},
     {"ffn_up.weight", "mlp.up_proj.weight", NULL},
     {"ffn_down.weight", "mlp.down_proj.weight", NULL},
@@ -487,7 +488,21 @@ static long check_tensor(const gguf_file *g, const gguf_tensor *t)
             bad = 1;
         }
         int neg_exp = !strcmp(suffix, "ssm_a");
-        if (!bad && !neg_exp && !src2) {
+        int kb = !strcmp(suffix, "attn_k_b.weight"), vb = !strcmp(suffix, "attn_v_b.weight");
+        int64_t H = t->ne[2], dn = 0, dv = 0, Rkv = 0;
+        if (!bad && (kb || vb)) {
+            /* kv_b [H*(dn+dv), Rkv] split per head: k_b {dn, Rkv, H}, v_b {Rkv, dv, H} */
+            Rkv = kb ? t->ne[1] : t->ne[0];
+            int64_t per = a->n_dims == 2 && H > 0 ? a->shape[0] / H : 0;
+            dn = kb ? t->ne[0] : per - t->ne[1];
+            dv = per - dn;
+            if (t->n_dims != 3 || a->n_dims != 2 || a->shape[1] != Rkv || per * H != a->shape[0] || dn < 1 ||
+                dv < 1) {
+                t_fail(__FILE__, __LINE__, "%s: shape does not split kv_b per head", t->name);
+                bad = 1;
+            }
+        }
+        if (!bad && !neg_exp && !src2 && !kb && !vb) {
             /* dims reversed, same element count */
             int ok = a->n_dims == t->n_dims;
             for (int d = 0; ok && d < a->n_dims; d++) ok = a->shape[d] == t->ne[t->n_dims - 1 - d];
@@ -505,7 +520,15 @@ static long check_tensor(const gguf_file *g, const gguf_tensor *t)
             bad = 1;
         }
         for (uint64_t i = 0; i < n && !bad; i++) {
-            float want = hf_value(a, ap, i);
+            uint64_t si = i;
+            if (kb) { /* i = (h*Rkv + j)*dn + r */
+                uint64_t r = i % (uint64_t)dn, j = i / (uint64_t)dn % (uint64_t)Rkv, hh = i / (uint64_t)(dn * Rkv);
+                si = (hh * (uint64_t)(dn + dv) + r) * (uint64_t)Rkv + j;
+            } else if (vb) { /* i = (h*dv + d)*Rkv + j */
+                uint64_t j = i % (uint64_t)Rkv, d = i / (uint64_t)Rkv % (uint64_t)dv, hh = i / (uint64_t)(Rkv * dv);
+                si = (hh * (uint64_t)(dn + dv) + (uint64_t)dn + d) * (uint64_t)Rkv + j;
+            }
+            float want = hf_value(a, ap, si);
             if (src2) want = want * hf_value(b, bp, i); /* exact for BF16 x BF16 */
             if (neg_exp) want = (float)-exp((double)want);
             if (!same(gv[i], want, 1)) {
@@ -514,7 +537,7 @@ static long check_tensor(const gguf_file *g, const gguf_tensor *t)
                 bad = 1;
             }
         }
-        used = src2 ? 2 : 1;
+        used = src2 ? 2 : vb ? 0 : 1; /* kv_b counts once, with k_b */
         free(ap);
         free(bp);
     }
@@ -553,10 +576,10 @@ static void check_generated(const char *name, const char *extra, int f32)
     TCHECKF(gguf_get_arr_str(&g, "tokenizer.ggml.tokens", 0, &s, &len, &err) == 0, "%s", err.msg);
     float beta = 0;
     TCHECK(gguf_get_f32(&g, "kimi-k3.activation.situ_beta", &beta, &err) == 0 && beta == 4.0f);
-    /* the MLA layers are the ones with a kv_b */
+    /* the MLA layers are the ones with a k_b */
     for (size_t l = 0; l < cnt && l < 128; l++) {
         char n[64];
-        snprintf(n, sizeof n, "blk.%zu.attn_kv_b.weight", l);
+        snprintf(n, sizeof n, "blk.%zu.attn_k_b.weight", l);
         TCHECKF((hkv[l] == 1) == (gguf_find_tensor(&g, n) != NULL), "layer %zu head_count_kv %lld", l,
                 (long long)hkv[l]);
     }

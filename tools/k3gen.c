@@ -1708,9 +1708,13 @@ static int write_tokenizer(const char *dir, long V)
  *    F32); BF16 source values upcast exactly.  2-D BF16 stays BF16.
  *    --gguf-f32 writes every tensor as F32 (MXFP4 dequantized exactly:
  *    e2m1 * 2^(s-127) for the scales this generator uses, 101..149).
- *  - MLA kv_b is written fused (blk.N.attn_kv_b.weight); the loader takes it
- *    or the split attn_k_b / attn_v_b pair.  MLA is stored as MQA:
- *    head_count_kv is a per-layer array, 0 for KDA layers and 1 for MLA.
+ *  - MLA kv_b is written split, as llama.cpp's converter does:
+ *    blk.N.attn_k_b.weight ne {dn, Rkv, H} (each head's key rows transposed)
+ *    and blk.N.attn_v_b.weight ne {Rkv, dv, H}.  llama.cpp v0.4.0's loader
+ *    also accepts a fused attn_kv_b but its kimi-k3 graph then dereferences
+ *    a null attention input and crashes, so the split pair is the only
+ *    layout it runs.  MLA is stored as MQA: head_count_kv is a per-layer
+ *    array, 0 for KDA layers and 1 for MLA.
  * Uncertain (to be settled against the pinned llama.cpp by the oracle work):
  *  - the exact per-tensor dtypes llama.cpp's converter picks (F32 vs BF16
  *    for 2-D router / routed_down/up tensors) - values are exact either way.
@@ -1726,7 +1730,7 @@ static int write_tokenizer(const char *dir, long V)
  */
 
 enum { GG_F32 = 0, GG_BF16 = 30, GG_MXFP4 = 39 };
-enum { GK_COPY, GK_SCORE, GK_NEG_EXP, GK_EXPS };
+enum { GK_COPY, GK_SCORE, GK_NEG_EXP, GK_EXPS, GK_KB, GK_VB };
 #define GG_ALIGN 32u
 
 typedef struct {
@@ -1736,6 +1740,7 @@ typedef struct {
     const tensor *a, *b;   /* sources (b: the projection for GK_SCORE) */
     const tensor **exps;   /* GK_EXPS: [E][2] packed, scale */
     int64_t take;          /* GK_NEG_EXP: leading elements used */
+    int64_t H, dn, dv, Rkv;/* GK_KB / GK_VB: kv_b split per head */
     uint64_t offset, nbytes;
 } gg_tensor;
 
@@ -1804,6 +1809,27 @@ static void gg_score(gg_list *g, const char *gname, const char *norm, const char
     t->type = GG_F32;
     t->nd = 1;
     t->ne[0] = t->a->shape[0];
+}
+
+/* kv_b [H*(dn+dv), Rkv] split per head as llama.cpp's converter does:
+ * k_b = the dn key rows of each head transposed, ne {dn, Rkv, H};
+ * v_b = the dv value rows of each head, ne {Rkv, dv, H}. */
+static void gg_kvb(gg_list *g, const char *gname, const char *hf, int kind, const model_cfg *c)
+{
+    gg_tensor *t = gg_new(g, gname, kind);
+    t->a = gg_src(g, hf);
+    t->H = c->num_attention_heads;
+    t->dn = c->qk_nope_head_dim;
+    t->dv = c->v_head_dim;
+    t->Rkv = c->kv_lora_rank;
+    t->nd = 3;
+    t->ne[0] = kind == GK_KB ? t->dn : t->Rkv;
+    t->ne[1] = kind == GK_KB ? t->Rkv : t->dv;
+    t->ne[2] = t->H;
+    if (g->f32 || t->a->dtype == DT_F32)
+        t->type = GG_F32;
+    else
+        t->type = GG_BF16;
 }
 
 static void gg_exps(gg_list *g, const char *gname, const char *layer_pfx, const char *proj,
@@ -1884,7 +1910,8 @@ static void gg_roster(const model_cfg *c, tensor_list *tl, gg_list *g)
             gg_copy(g, GN("attn_q_b.weight"), HF("self_attn.q_b_proj.weight"));
             gg_copy(g, GN("attn_kv_a_mqa.weight"), HF("self_attn.kv_a_proj_with_mqa.weight"));
             gg_copy(g, GN("attn_kv_a_norm.weight"), HF("self_attn.kv_a_layernorm.weight"));
-            gg_copy(g, GN("attn_kv_b.weight"), HF("self_attn.kv_b_proj.weight"));
+            gg_kvb(g, GN("attn_k_b.weight"), HF("self_attn.kv_b_proj.weight"), GK_KB, c);
+            gg_kvb(g, GN("attn_v_b.weight"), HF("self_attn.kv_b_proj.weight"), GK_VB, c);
             gg_copy(g, GN("attn_gate.weight"), HF("self_attn.g_proj.weight"));
             gg_copy(g, GN("attn_output.weight"), HF("self_attn.o_proj.weight"));
         }
@@ -2183,6 +2210,30 @@ static void gg_write_data(FILE *f, const char *path, const gg_tensor *t, uint64_
         }
         free(a);
         free(b);
+    } else if (t->kind == GK_KB || t->kind == GK_VB) {
+        unsigned char *a = gen_tensor_mem(t->a, seed, chunk);
+        size_t in_sz = t->a->dtype == DT_BF16 ? 2 : 4, out_sz = t->type == GG_F32 ? 4 : 2;
+        for (int64_t hh = 0; hh < t->H; hh++) {
+            int64_t rows = t->kind == GK_KB ? t->dn : t->dv;
+            int64_t row0 = hh * (t->dn + t->dv) + (t->kind == GK_KB ? 0 : t->dn);
+            /* element (r, j) of this head's rows; k_b is written j-major */
+            int64_t n_outer = t->kind == GK_KB ? t->Rkv : rows, n_inner = t->kind == GK_KB ? rows : t->Rkv;
+            for (int64_t o = 0; o < n_outer; o++)
+                for (int64_t in = 0; in < n_inner; in++) {
+                    int64_t r = t->kind == GK_KB ? in : o, j = t->kind == GK_KB ? o : in;
+                    const unsigned char *src = a + ((size_t)(row0 + r) * (size_t)t->Rkv + (size_t)j) * in_sz;
+                    unsigned char ob[4];
+                    if (in_sz == out_sz) {
+                        memcpy(ob, src, out_sz);
+                    } else { /* BF16 -> F32, exact */
+                        ob[0] = ob[1] = 0;
+                        ob[2] = src[0];
+                        ob[3] = src[1];
+                    }
+                    write_all(f, ob, out_sz, path);
+                }
+        }
+        free(a);
     } else if (t->kind == GK_NEG_EXP) {
         unsigned char *a = gen_tensor_mem(t->a, seed, chunk);
         for (int64_t i = 0; i < t->take; i++) {

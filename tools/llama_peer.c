@@ -1,0 +1,366 @@
+/* llama_peer.c - runs llama.cpp (the prebuilt v0.4.0 from the npm package
+ * @node-llama-cpp/linux-x64) on a GGUF file, for two jobs:
+ *
+ *   logits: the oracle.  Feeds a prompt (token ids) and writes the logits of
+ *           every position as raw little-endian f32 [n_pos][n_vocab], with
+ *           an F32 KV cache and flash attention off, so that on an all-F32
+ *           GGUF the only rounding left is llama.cpp's own f32 arithmetic.
+ *           --greedy N then decodes N tokens by argmax and prints the ids.
+ *   bench:  the speed peer of `deltafin bench --vs-llama`.  Prefills the
+ *           prompt in one batch, decodes N tokens greedily one at a time and
+ *           prints one JSON line: prefill and decode tok/s, the ids, bytes
+ *           read from storage (/proc/self/io) during the run.
+ *
+ * llama.h is not installed by the package, so the handful of declarations
+ * this program uses are written below from the v0.4.0 header's documented
+ * layout.  The structs are passed by value, so their layout must match that
+ * release exactly; check_layout() compares the defaults the library returns
+ * with the documented ones and refuses to run on a mismatch instead of
+ * passing garbage.  Built only when the package is installed (Makefile
+ * target build/llama_peer).
+ */
+#define _GNU_SOURCE
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* ---- declarations of the llama.cpp v0.4.0 C API used here ---- */
+struct llama_model;
+struct llama_context;
+struct llama_vocab;
+typedef int32_t llama_token;
+typedef int32_t llama_pos;
+typedef int32_t llama_seq_id;
+
+struct lp_model_params {
+    void *devices;
+    const void *tensor_buft_overrides;
+    int32_t n_gpu_layers;
+    int32_t split_mode;
+    int32_t load_mode;   /* -1 auto, 0 none (read), 1 mmap, 4 direct io */
+    int32_t lazy_mode;   /* 0 off, 1 auto, 2 on */
+    int32_t main_gpu;
+    const float *tensor_split;
+    bool (*progress_callback)(float, void *);
+    void *progress_callback_user_data;
+    const void *kv_overrides;
+    bool vocab_only, check_tensors, use_extra_bufts, no_host, no_alloc, load_mtp;
+};
+
+struct lp_context_params {
+    uint32_t n_ctx, n_batch, n_ubatch, n_seq_max, n_rs_seq, n_outputs_max, n_outputs_max_per_seq;
+    int32_t n_threads, n_threads_batch;
+    int32_t ctx_type, rope_scaling_type, pooling_type, attention_type, flash_attn_type;
+    float rope_freq_base, rope_freq_scale, yarn_ext_factor, yarn_attn_factor, yarn_beta_fast,
+        yarn_beta_slow;
+    uint32_t yarn_orig_ctx;
+    float defrag_thold;
+    void *cb_eval;
+    void *cb_eval_user_data;
+    int32_t type_k, type_v; /* ggml types: 0 = F32, 1 = F16 */
+    void *abort_callback;
+    void *abort_callback_data;
+    bool embeddings, offload_kqv, no_perf, op_offload, swa_full, kv_unified;
+    void *samplers;
+    size_t n_samplers;
+    struct llama_context *ctx_other;
+};
+
+struct lp_batch {
+    int32_t n_tokens;
+    llama_token *token;
+    float *embd;
+    llama_pos *pos;
+    int32_t *n_seq_id;
+    llama_seq_id **seq_id;
+    int8_t *logits;
+};
+
+void ggml_backend_load_all_from_path(const char *dir_path);
+void llama_backend_init(void);
+void llama_backend_free(void);
+void llama_log_set(void (*cb)(int level, const char *text, void *ud), void *ud);
+struct lp_model_params llama_model_default_params(void);
+struct lp_context_params llama_context_default_params(void);
+struct llama_model *llama_model_load_from_file(const char *path, struct lp_model_params p);
+void llama_model_free(struct llama_model *m);
+struct llama_context *llama_init_from_model(struct llama_model *m, struct lp_context_params p);
+void llama_free(struct llama_context *c);
+const struct llama_vocab *llama_model_get_vocab(const struct llama_model *m);
+int32_t llama_vocab_n_tokens(const struct llama_vocab *v);
+struct lp_batch llama_batch_init(int32_t n_tokens, int32_t embd, int32_t n_seq_max);
+void llama_batch_free(struct lp_batch b);
+int32_t llama_decode(struct llama_context *c, struct lp_batch b);
+float *llama_get_logits_ith(struct llama_context *c, int32_t i);
+
+/* ---- the program ---- */
+static int g_verbose;
+
+static void log_cb(int level, const char *text, void *ud)
+{
+    (void)ud;
+    /* ggml log levels: 2 info, 3 warn, 4 error; 5 continues the previous */
+    if (g_verbose || level == 3 || level == 4)
+        fputs(text, stderr);
+}
+
+static void die(const char *fmt, const char *arg)
+{
+    fprintf(stderr, "llama_peer: ");
+    fprintf(stderr, fmt, arg);
+    fputc('\n', stderr);
+    exit(1);
+}
+
+static void check_layout(const struct lp_model_params *mp, const struct lp_context_params *cp)
+{
+    int ok = mp->n_gpu_layers == -1 && mp->load_mode == -1 && mp->lazy_mode == 1 &&
+             mp->use_extra_bufts && !mp->vocab_only && !mp->load_mtp && cp->n_ctx == 512 &&
+             cp->n_batch == 2048 && cp->n_ubatch == 512 && cp->n_seq_max == 1 &&
+             cp->n_outputs_max_per_seq == 1 && cp->flash_attn_type == -1 &&
+             cp->yarn_ext_factor == -1.0f && cp->defrag_thold == -1.0f && cp->type_k == 1 &&
+             cp->type_v == 1 && cp->offload_kqv && cp->no_perf && cp->swa_full && !cp->kv_unified &&
+             cp->samplers == NULL && cp->n_samplers == 0 && cp->ctx_other == NULL;
+    if (!ok)
+        die("%s", "the library's default parameters do not match the llama.cpp v0.4.0 layout "
+                  "this program declares (a different llama.cpp build?)");
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static unsigned long long proc_read_bytes(void)
+{
+    FILE *f = fopen("/proc/self/io", "r");
+    unsigned long long v = 0;
+    char line[128];
+    if (!f)
+        return 0;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "read_bytes: %llu", &v) == 1)
+            break;
+    fclose(f);
+    return v;
+}
+
+static int parse_ids(const char *s, llama_token **out)
+{
+    int n = 0, cap = 16;
+    llama_token *v = malloc((size_t)cap * sizeof *v);
+    while (v && *s) {
+        char *end;
+        long x = strtol(s, &end, 10);
+        if (end == s || x < 0 || x > INT32_MAX)
+            die("bad token id list at '%s'", s);
+        if (n == cap) {
+            cap *= 2;
+            llama_token *nv = realloc(v, (size_t)cap * sizeof *v);
+            if (!nv)
+                break;
+            v = nv;
+        }
+        v[n++] = (llama_token)x;
+        s = end;
+        while (*s == ',' || *s == ' ')
+            s++;
+    }
+    if (!v)
+        die("%s", "out of memory");
+    *out = v;
+    return n;
+}
+
+static int argmax(const float *x, int n)
+{
+    int b = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[b])
+            b = i;
+    return b;
+}
+
+/* Feeds n tokens starting at position pos0; outputs logits for all of them
+ * (all_logits) or the last only. */
+static int feed(struct llama_context *ctx, struct lp_batch *b, const llama_token *ids, int n, int pos0,
+                int all_logits)
+{
+    b->n_tokens = n;
+    for (int i = 0; i < n; i++) {
+        b->token[i] = ids[i];
+        b->pos[i] = pos0 + i;
+        b->n_seq_id[i] = 1;
+        b->seq_id[i][0] = 0;
+        b->logits[i] = (int8_t)(all_logits || i == n - 1);
+    }
+    return llama_decode(ctx, *b);
+}
+
+static void usage(void)
+{
+    fprintf(stderr,
+            "usage: llama_peer --lib DIR --model FILE.gguf --prompt-ids 1,2,3 [options]\n"
+            "  --lib DIR           folder with libllama/libggml and the CPU variants\n"
+            "  --threads N         threads (default 1)\n"
+            "  --dump-logits FILE  write the logits of every prompt position (f32 [n_pos][n_vocab])\n"
+            "  --greedy N          then decode N tokens by argmax; prints the ids\n"
+            "  --bench N           prefill the prompt, decode N tokens, print one JSON line\n"
+            "  --kv f32|f16        KV cache type (default f32)\n"
+            "  --mmap | --no-mmap  load mode (default: mmap)\n"
+            "  --no-repack         no extra (repacked) weight buffers\n"
+            "  --ctx N             context size (default: prompt + decode + 16)\n"
+            "  -v                  llama.cpp's own log on stderr\n");
+    exit(2);
+}
+
+int main(int argc, char **argv)
+{
+    const char *lib = NULL, *model_path = NULL, *ids_arg = NULL, *dump = NULL;
+    int threads = 1, greedy = 0, bench = -1, kv_f32 = 1, mmap = 1, repack = 1, n_ctx = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--lib") && v)
+            lib = argv[++i];
+        else if (!strcmp(a, "--model") && v)
+            model_path = argv[++i];
+        else if (!strcmp(a, "--prompt-ids") && v)
+            ids_arg = argv[++i];
+        else if (!strcmp(a, "--threads") && v)
+            threads = atoi(argv[++i]);
+        else if (!strcmp(a, "--dump-logits") && v)
+            dump = argv[++i];
+        else if (!strcmp(a, "--greedy") && v)
+            greedy = atoi(argv[++i]);
+        else if (!strcmp(a, "--bench") && v)
+            bench = atoi(argv[++i]);
+        else if (!strcmp(a, "--ctx") && v)
+            n_ctx = atoi(argv[++i]);
+        else if (!strcmp(a, "--kv") && v) {
+            const char *k = argv[++i];
+            if (!strcmp(k, "f32"))
+                kv_f32 = 1;
+            else if (!strcmp(k, "f16"))
+                kv_f32 = 0;
+            else
+                die("--kv wants f32 or f16, not '%s'", k);
+        } else if (!strcmp(a, "--mmap"))
+            mmap = 1;
+        else if (!strcmp(a, "--no-mmap"))
+            mmap = 0;
+        else if (!strcmp(a, "--no-repack"))
+            repack = 0;
+        else if (!strcmp(a, "-v"))
+            g_verbose = 1;
+        else {
+            fprintf(stderr, "llama_peer: unknown or incomplete option '%s'\n", a);
+            usage();
+        }
+    }
+    if (!lib || !model_path || !ids_arg)
+        usage();
+    if (threads < 1 || greedy < 0)
+        die("%s", "--threads must be >= 1 and --greedy >= 0");
+    llama_token *ids;
+    int n_prompt = parse_ids(ids_arg, &ids);
+    if (n_prompt < 1)
+        die("%s", "--prompt-ids is empty");
+    int n_gen = bench >= 0 ? bench : greedy;
+
+    llama_log_set(log_cb, NULL);
+    ggml_backend_load_all_from_path(lib);
+    llama_backend_init();
+
+    struct lp_model_params mp = llama_model_default_params();
+    struct lp_context_params cp = llama_context_default_params();
+    check_layout(&mp, &cp);
+    mp.n_gpu_layers = 0;
+    mp.load_mode = mmap ? 1 : 0;
+    mp.use_extra_bufts = repack;
+    unsigned long long rb0 = proc_read_bytes();
+    double t0 = now_s();
+    struct llama_model *model = llama_model_load_from_file(model_path, mp);
+    if (!model)
+        die("llama.cpp could not load '%s' (run with -v for its log)", model_path);
+    double t_load = now_s() - t0;
+    int n_vocab = llama_vocab_n_tokens(llama_model_get_vocab(model));
+
+    cp.n_ctx = (uint32_t)(n_ctx > 0 ? n_ctx : n_prompt + n_gen + 16);
+    cp.n_batch = cp.n_ubatch = (uint32_t)n_prompt;
+    cp.n_outputs_max = (uint32_t)n_prompt;
+    cp.n_outputs_max_per_seq = (uint32_t)n_prompt;
+    cp.n_threads = cp.n_threads_batch = threads;
+    cp.flash_attn_type = 0;
+    cp.type_k = cp.type_v = kv_f32 ? 0 : 1;
+    cp.no_perf = true;
+    struct llama_context *ctx = llama_init_from_model(model, cp);
+    if (!ctx)
+        die("llama.cpp could not create a context for '%s'", model_path);
+    struct lp_batch b = llama_batch_init(n_prompt, 0, 1);
+
+    unsigned long long rb1 = proc_read_bytes();
+    double t1 = now_s();
+    if (feed(ctx, &b, ids, n_prompt, 0, dump != NULL) != 0)
+        die("%s", "llama_decode failed on the prompt");
+    double t_prefill = now_s() - t1;
+    if (dump) {
+        FILE *f = fopen(dump, "wb");
+        if (!f)
+            die("cannot write '%s'", dump);
+        for (int i = 0; i < n_prompt; i++) {
+            const float *lg = llama_get_logits_ith(ctx, i);
+            if (!lg || fwrite(lg, sizeof(float), (size_t)n_vocab, f) != (size_t)n_vocab)
+                die("writing logits to '%s' failed", dump);
+        }
+        if (fclose(f))
+            die("writing logits to '%s' failed", dump);
+    }
+    llama_token *out = calloc((size_t)n_gen + 1, sizeof *out);
+    if (!out)
+        die("%s", "out of memory");
+    unsigned long long rb2 = proc_read_bytes();
+    double t2 = now_s();
+    llama_token cur = (llama_token)argmax(llama_get_logits_ith(ctx, n_prompt - 1), n_vocab);
+    for (int i = 0; i < n_gen; i++) {
+        out[i] = cur;
+        if (i + 1 == n_gen)
+            break;
+        if (feed(ctx, &b, &cur, 1, n_prompt + i, 0) != 0)
+            die("%s", "llama_decode failed while decoding");
+        cur = (llama_token)argmax(llama_get_logits_ith(ctx, 0), n_vocab);
+    }
+    double t_decode = now_s() - t2;
+    unsigned long long rb3 = proc_read_bytes();
+
+    if (bench >= 0) {
+        /* n_gen tokens decoded means n_gen - 1 forward calls after the prompt */
+        int steps = n_gen > 1 ? n_gen - 1 : 0;
+        printf("{\"engine\":\"llama.cpp\",\"load_s\":%.3f,\"load_read_bytes\":%llu,"
+               "\"prompt\":%d,\"prefill_s\":%.6f,\"prefill_tps\":%.4f,\"prefill_read_bytes\":%llu,"
+               "\"decode_steps\":%d,\"decode_s\":%.6f,\"decode_tps\":%.4f,\"decode_read_bytes\":%llu,"
+               "\"ids\":[",
+               t_load, rb1 - rb0, n_prompt, t_prefill, n_prompt / t_prefill, rb2 - rb1, steps,
+               t_decode, steps ? steps / t_decode : 0.0, rb3 - rb2);
+        for (int i = 0; i < n_gen; i++)
+            printf("%s%d", i ? "," : "", out[i]);
+        printf("]}\n");
+    } else if (greedy) {
+        for (int i = 0; i < n_gen; i++)
+            printf("%s%d", i ? " " : "", out[i]);
+        printf("\n");
+    }
+    free(out);
+    free(ids);
+    llama_batch_free(b);
+    llama_free(ctx);
+    llama_model_free(model);
+    llama_backend_free();
+    return 0;
+}
