@@ -8,6 +8,7 @@
  */
 #define _GNU_SOURCE
 #include "expert_store.h"
+#include "quant.h"
 #include "util.h"
 
 #include <errno.h>
@@ -36,6 +37,40 @@ void expert_store_init(expert_store *s, int n_layers, int n_experts, const uint3
     }
     s->expert_bytes = off;
     s->slot_bytes = (size_t)align_up(off, DF_DIRECT_ALIGN) + DF_DIRECT_ALIGN;
+}
+
+static const char *piece_names[3] = {"ffn_gate_exps", "ffn_down_exps", "ffn_up_exps"};
+
+void expert_store_init_ggml(expert_store *s, int n_layers, int n_experts, int I, int Lt)
+{
+    uint32_t sizes[EX_N] = {(uint32_t)(I * Lt / 2), (uint32_t)(I * Lt / 32), (uint32_t)(Lt * I / 2),
+                            (uint32_t)(Lt * I / 32), (uint32_t)(I * Lt / 2), (uint32_t)(I * Lt / 32)};
+    expert_store_init(s, n_layers, n_experts, sizes);
+    CHECK(n_layers <= 2048 && n_experts <= 65536);
+    s->ggml = 1;
+    int rows[3] = {I, Lt, I}, cols[3] = {Lt, I, Lt};
+    uint32_t mx = 0;
+    for (int p = 0; p < 3; p++) {
+        s->gg_rows[p] = rows[p];
+        s->gg_cols[p] = cols[p];
+        s->piece_bytes[p] = (uint32_t)((uint64_t)rows[p] * (uint64_t)(cols[p] / 32) * 17);
+        if (s->piece_bytes[p] > mx) mx = s->piece_bytes[p];
+    }
+    s->piece_slot = (size_t)align_up(mx, DF_DIRECT_ALIGN) + DF_DIRECT_ALIGN;
+    if (3 * s->piece_slot > s->slot_bytes) s->slot_bytes = 3 * s->piece_slot;
+    size_t nk = (size_t)n_layers * (size_t)n_experts;
+    s->gg_left = xcalloc(nk, 1);
+    s->gg_bad = xcalloc(nk, 1);
+    s->gg_dst = xcalloc(nk, sizeof *s->gg_dst);
+    for (size_t i = 0; i < nk; i++)
+        for (int p = 0; p < 3; p++) s->loc[i].psrc[p] = UINT64_MAX;
+}
+
+void expert_store_set_piece(expert_store *s, int il, int e, int piece, int file, uint64_t off)
+{
+    expert_loc *l = &s->loc[(size_t)il * (size_t)s->n_experts + (size_t)e];
+    l->file = file;
+    l->psrc[piece] = off;
 }
 
 int expert_store_add_file(expert_store *s, const char *path, df_error *err)
@@ -132,7 +167,36 @@ int expert_store_finish(expert_store *s, const uint8_t *moe_layer, enum io_mode 
         if (s->plain_fds[i] < 0)
             return df_err_set(err, DF_ERR_IO, -1, "%s: cannot open: %s", s->paths[i], strerror(errno));
     }
-    for (int il = 0; il < s->n_layers; il++) {
+    for (int il = 0; s->ggml && il < s->n_layers; il++) {
+        if (!moe_layer[il]) continue;
+        for (int e = 0; e < s->n_experts; e++) {
+            expert_loc *l = &s->loc[(size_t)il * (size_t)s->n_experts + (size_t)e];
+            for (int p = 0; p < 3; p++) {
+                if (l->file < 0 || l->psrc[p] == UINT64_MAX)
+                    return df_err_set(err, DF_ERR_FORMAT, -1, "layer %d expert %d: %s is missing", il, e,
+                                      piece_names[p]);
+                uint64_t end = l->psrc[p] + s->piece_bytes[p];
+                if (end > s->files[l->file].size)
+                    return df_err_set(err, DF_ERR_FORMAT, (int64_t)end,
+                                      "%s: layer %d expert %d (%s) ends past the end of the file", s->paths[l->file],
+                                      il, e, piece_names[p]);
+                l->pspan_off[p] = align_down(l->psrc[p], DF_DIRECT_ALIGN);
+                l->pspan_len[p] = (uint32_t)(align_up(end, DF_DIRECT_ALIGN) - l->pspan_off[p]);
+                l->plead[p] = (uint32_t)(l->psrc[p] - l->pspan_off[p]);
+            }
+            l->contiguous = 0;
+            l->offset = l->psrc[0];
+            l->lead = 0;
+            uint32_t off = 0;
+            for (int k = 0; k < EX_N; k++) {
+                l->rel[k] = off;
+                off += s->sizes[k];
+            }
+        }
+    }
+    if (s->ggml) s->gg_scratch = aligned_alloc_raw((size_t)s->expert_bytes);
+    CHECK(!s->ggml || s->gg_scratch);
+    for (int il = 0; !s->ggml && il < s->n_layers; il++) {
         if (!moe_layer[il]) continue;
         for (int e = 0; e < s->n_experts; e++) {
             expert_loc *l = &s->loc[(size_t)il * (size_t)s->n_experts + (size_t)e];
@@ -198,6 +262,10 @@ int expert_store_set_sources(expert_store *s, const char *const *dirs, int n, co
 {
     if (n < 1 || n > EXPERT_MAX_SOURCES - 1)
         return df_err_set(err, DF_ERR_ARG, -1, "between 1 and %d expert paths are supported", EXPERT_MAX_SOURCES - 1);
+    if (s->ggml)
+        return df_err_set(err, DF_ERR_UNSUPPORTED, -1,
+                          "--expert-path works with safetensors models; a GGUF model reads its experts from the "
+                          "GGUF file");
     size_t nk = (size_t)s->n_layers * (size_t)s->n_experts;
     s->holders = xcalloc(nk, 1);
     for (int d = 0; d < n; d++) {
@@ -248,10 +316,57 @@ static const df_file *src_file(const expert_store *s, int src, int file)
     return src == 0 ? &s->files[file] : &s->src[src].files[file];
 }
 
+/* GGUF tag layout: caller tag (32) | source (3) | piece (2) | layer (11) | expert (16) */
+static int64_t pack_tag_gg(int64_t tag, int src, int piece, int il, int e)
+{
+    return (int64_t)(((uint64_t)(uint32_t)tag << 32) | ((uint64_t)src << 29) | ((uint64_t)piece << 27) |
+                     ((uint64_t)(il & 0x7FF) << 16) | (uint16_t)e);
+}
+
+static void queue_ggml(expert_store *s, int il, int e, uint8_t *slot, int64_t tag)
+{
+    size_t k = (size_t)il * (size_t)s->n_experts + (size_t)e;
+    const expert_loc *l = &s->loc[k];
+    const df_file *f = &s->files[l->file];
+    CHECK(s->gg_left[k] == 0);
+    s->gg_left[k] = 3;
+    s->gg_bad[k] = 0;
+    s->gg_dst[k] = slot;
+    for (int p = 0; p < 3; p++) {
+        uint8_t *part = slot + (size_t)p * s->piece_slot;
+        io_req r = {.fd = f->fd, .off = l->pspan_off[p], .len = l->pspan_len[p], .buf = part,
+                    .tag = pack_tag_gg(tag, 0, p, il, e)};
+        if (!f->direct) {
+            r.off = l->psrc[p];
+            r.len = s->piece_bytes[p];
+            r.buf = part + l->plead[p];
+        }
+        s->src[0].in_flight++;
+        CHECK(s->n_batch < EXPERT_BATCH_MAX);
+        s->batch[s->n_batch++] = r;
+    }
+}
+
+/* All three pieces of expert k are in its slot: repack them into the
+ * canonical layout (w1 packed, w1 scales, w2 ..., w3 ...) at the slot start. */
+static void repack_ggml(expert_store *s, size_t k)
+{
+    const expert_loc *l = &s->loc[k];
+    uint8_t *slot = s->gg_dst[k];
+    for (int p = 0; p < 3; p++)
+        mxfp4_from_ggml(slot + (size_t)p * s->piece_slot + l->plead[p], s->gg_rows[p], s->gg_cols[p],
+                        s->gg_scratch + l->rel[2 * p], s->gg_scratch + l->rel[2 * p + 1]);
+    memcpy(slot, s->gg_scratch, (size_t)s->expert_bytes);
+}
+
 int expert_store_queue(expert_store *s, int il, int e, uint8_t *slot, int64_t tag, df_error *err)
 {
     const expert_loc *l = &s->loc[(size_t)il * (size_t)s->n_experts + (size_t)e];
     CHECK(l->file >= 0 && tag >= 0 && tag <= UINT32_MAX);
+    if (s->ggml) {
+        queue_ggml(s, il, e, slot, tag);
+        return 0;
+    }
     if (!l->contiguous) {
         for (int k = 0; k < EX_N; k++) {
             int rc = pread_plain(s->plain_fds[l->file], slot + l->rel[k], s->sizes[k], l->src[k]);
@@ -313,10 +428,42 @@ int expert_store_wait(expert_store *s, int64_t *tags, int *ok, int max, df_error
     }
     if (n || !io_queue_in_flight(s->q)) return n;
     io_done done[64];
+    if (s->ggml && max > 64 / 3) max = 64 / 3; /* each piece may finish an expert */
+again:;
     double t0 = now_sec();
     int got = io_queue_wait(s->q, done, max < 64 ? max : 64);
     s->st.wait_sec += now_sec() - t0;
-    for (int i = 0; i < got; i++) {
+    for (int i = 0; i < got && s->ggml; i++) {
+        int p = (int)((done[i].tag >> 27) & 0x3);
+        int il = (int)((done[i].tag >> 16) & 0x7FF), e = (int)(done[i].tag & 0xFFFF);
+        size_t k = (size_t)il * (size_t)s->n_experts + (size_t)e;
+        const expert_loc *l = &s->loc[k];
+        const df_file *f = &s->files[l->file];
+        s->src[0].in_flight--;
+        uint64_t need = f->direct ? (uint64_t)l->plead[p] + s->piece_bytes[p] : s->piece_bytes[p];
+        if (done[i].result < 0 || (uint64_t)done[i].result < need) {
+            if (!s->gg_bad[k])
+                df_err_set(err, DF_ERR_IO, (int64_t)l->psrc[p], "%s: reading layer %d expert %d (%s) failed: %s",
+                           f->path, il, e, piece_names[p],
+                           done[i].result < 0 ? strerror((int)-done[i].result) : "short read (file truncated?)");
+            s->gg_bad[k] = 1;
+        } else {
+            s->st.n_reads++;
+            s->st.bytes_io += (uint64_t)done[i].result;
+            s->src[0].reads++;
+            s->src[0].bytes += (uint64_t)done[i].result;
+            if (!f->direct) df_file_dontneed(f, l->psrc[p], s->piece_bytes[p]);
+        }
+        if (--s->gg_left[k]) continue;
+        tags[n] = (int64_t)((uint64_t)done[i].tag >> 32);
+        ok[n] = !s->gg_bad[k];
+        if (ok[n]) {
+            repack_ggml(s, k);
+            s->st.bytes_read += s->expert_bytes;
+        }
+        n++;
+    }
+    for (int i = 0; i < got && !s->ggml; i++) {
         int src = (int)((done[i].tag >> 28) & 0xF);
         int il = (int)((done[i].tag >> 16) & 0xFFF), e = (int)(done[i].tag & 0xFFFF);
         const expert_loc *l = &s->loc[(size_t)il * (size_t)s->n_experts + (size_t)e];
@@ -338,6 +485,7 @@ int expert_store_wait(expert_store *s, int64_t *tags, int *ok, int max, df_error
         if (!f->direct) df_file_dontneed(f, l->offset, s->expert_bytes);
         ok[n++] = 1;
     }
+    if (!n && io_queue_in_flight(s->q)) goto again; /* only pieces landed */
     return n;
 }
 
@@ -367,6 +515,10 @@ void expert_store_deinit(expert_store *s)
         free(s->src[d].dir);
     }
     free(s->holders);
+    free(s->gg_left);
+    free(s->gg_bad);
+    free(s->gg_dst);
+    aligned_free(s->gg_scratch);
     free(s->files);
     free(s->plain_fds);
     free(s->paths);

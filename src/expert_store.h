@@ -9,6 +9,12 @@
  * A layer's misses are submitted together, sorted by file and offset, and
  * complete out of order.  An expert whose tensors are not contiguous is read
  * tensor by tensor with buffered preads into the same slot layout.
+ * A GGUF (llama.cpp) expert is three pieces instead: its slice of the
+ * ffn_gate/down/up_exps 3-D tensors, each in ggml's MXFP4 block layout
+ * (scale byte + 16 nibble bytes per 32 values).  Each piece is one aligned
+ * read into its own part of the slot; when the last piece lands, the
+ * expert is repacked (mxfp4_from_ggml, an exact byte permutation) into the
+ * same canonical layout as above, through one expert-sized scratch buffer.
  * Does not own: slots or any caching policy (expert_cache), nor deciding
  * what to read (moe).  Thread: the session thread.
  */
@@ -31,6 +37,11 @@ typedef struct expert_loc {
     uint32_t lead;            /* offset - span_off: where the data starts in the slot */
     uint64_t src[EX_N];       /* absolute file offset of each tensor */
     uint32_t rel[EX_N];       /* offset of each tensor from the data start */
+    /* GGUF pieces (store.ggml): w1, w2, w3 in ggml MXFP4 blocks */
+    uint64_t psrc[3];         /* absolute file offset of each piece */
+    uint64_t pspan_off[3];    /* aligned read of each piece */
+    uint32_t pspan_len[3];
+    uint32_t plead[3];        /* where the piece's bytes start in its part of the slot */
 } expert_loc;
 
 typedef struct expert_store_stats {
@@ -77,9 +88,22 @@ typedef struct expert_store {
     int n_sync_done;
     expert_store_stats st;
     double probe_direct_bps, probe_buffered_bps;   /* IO_AUTO's startup measurement */
+    /* GGUF experts (ggml = 1) */
+    int ggml;
+    int gg_rows[3], gg_cols[3];   /* w1, w2, w3 as [rows, cols] matrices */
+    uint32_t piece_bytes[3];
+    size_t piece_slot;            /* bytes of the slot given to each piece */
+    uint8_t *gg_left;             /* [n_layers][n_experts] pieces still in flight */
+    uint8_t *gg_bad;              /* [n_layers][n_experts] a piece failed */
+    uint8_t **gg_dst;             /* [n_layers][n_experts] slot being filled */
+    uint8_t *gg_scratch;          /* expert_bytes: the repack target */
 } expert_store;
 
 void expert_store_init(expert_store *s, int n_layers, int n_experts, const uint32_t sizes[EX_N]);
+/* GGUF layout: w1/w3 are [I, Lt] and w2 [Lt, I] matrices stored as ggml
+ * MXFP4 blocks, three pieces per expert (set with expert_store_set_piece). */
+void expert_store_init_ggml(expert_store *s, int n_layers, int n_experts, int I, int Lt);
+void expert_store_set_piece(expert_store *s, int il, int e, int piece, int file, uint64_t off);
 /* Register a shard path; returns its index (the file is opened in finish). */
 int expert_store_add_file(expert_store *s, const char *path, df_error *err);
 /* Record tensor `which` of expert (il, e) at absolute offset `off` in file. */

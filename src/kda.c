@@ -6,7 +6,8 @@
  * position by position in order.  Per-head state: S [Dk][Dk] and the conv
  * history of the head's channels.  Every sum has a fixed order (loops over
  * d outer, v inner; conv taps oldest first), so neither T nor the thread
- * count changes a bit.  A_log is read per head (spec D1).
+ * count changes a bit.  A_log is read per head (spec D1); the engine keeps
+ * exp(A_log) rounded to f32 (L->A_exp), the value a GGUF's -exp(A_log) holds.
  */
 #include "model.h"
 #include "mathfn.h"
@@ -37,7 +38,7 @@ static void kda_heads(void *vctx, size_t h0, size_t h1, int worker)
     for (size_t hh = h0; hh < h1; hh++) {
         float *S = S_layer + hh * (size_t)Dk * Dk;
         size_t c0 = hh * (size_t)Dk;
-        double ea = df_exp((double)L->A_log[hh]);
+        double ea = (double)L->A_exp[hh];
         for (int t = 0; t < c->T; t++) {
             const float *raw[3] = {c->rq + (size_t)t * P + c0, c->rk + (size_t)t * P + c0, c->rv + (size_t)t * P + c0};
             float *dst[3] = {qh, kh, vh};

@@ -1,7 +1,8 @@
 /* mla.c - NoPE multi-head latent attention with output gate (spec section 6).
  *
  * The cache holds the compact latent form per position: [RMSNorm(kv_a
- * latent) | k_rope], Rkv + dr floats per token per MLA layer.  kv_b_proj is
+ * latent) | k_rope], Rkv + dr floats per token per MLA layer.  kv_b_proj
+ * (or llama.cpp's per-head k_b / v_b split of it: same values, other strides) is
  * absorbed: for head h, q_abs = W_kb_h^T q_nope (so score = q_abs . lat_s +
  * q_rope . k_rope_s) and the output is W_vb_h (sum_s p_s lat_s).  This is
  * the same function as expanding keys and values per head; only rounding
@@ -43,20 +44,25 @@ static void mla_heads(void *vctx, size_t h0, size_t h1, int worker)
     float *wb = s->worker_buf + (size_t)worker * s->worker_w;
     float *q_abs = wb, *ctx = wb + Rkv, *oh = wb + 2 * Rkv, *sc = wb + 2 * Rkv + dv;
     const float scale = (float)(1.0 / sqrt((double)(dn + dr)));
-    size_t esz = L->kv_b.type == W_BF16 ? 2 : 4;
+    /* key element (head hh, row i, column j) = kw[kh + i*ki + j*kj] */
+    const wmat *kw = L->kv_split ? &L->k_b : &L->kv_b;
+    size_t ki = L->kv_split ? 1 : (size_t)Rkv, kj = L->kv_split ? (size_t)dn : 1;
     for (size_t hh = h0; hh < h1; hh++) {
         size_t kb0 = hh * (size_t)(dn + dv);
-        wmat vb = L->kv_b;  /* the head's dv value rows */
-        vb.data = (const uint8_t *)L->kv_b.data + (kb0 + (size_t)dn) * (size_t)Rkv * esz;
+        size_t kh = L->kv_split ? hh * (size_t)dn * Rkv : kb0 * (size_t)Rkv;
+        wmat vb = L->kv_split ? L->v_b : L->kv_b;  /* the head's dv value rows */
+        size_t esz = vb.type == W_BF16 ? 2 : 4;
+        size_t vrow0 = L->kv_split ? hh * (size_t)dv : kb0 + (size_t)dn;
+        vb.data = (const uint8_t *)vb.data + vrow0 * (size_t)Rkv * esz;
         vb.rows = dv;
         for (int t = 0; t < c->T; t++) {
             const float *qn = c->q + (size_t)t * Hm * (dn + dr) + hh * (size_t)(dn + dr);
             const float *qr = qn + dn;
             for (int j = 0; j < Rkv; j++) q_abs[j] = 0.0f;
             for (int i = 0; i < dn; i++) {
-                size_t base = (kb0 + (size_t)i) * (size_t)Rkv;
+                size_t base = kh + (size_t)i * ki;
                 float qi = qn[i];
-                for (int j = 0; j < Rkv; j++) q_abs[j] += wload(&L->kv_b, base + (size_t)j) * qi;
+                for (int j = 0; j < Rkv; j++) q_abs[j] += wload(kw, base + (size_t)j * kj) * qi;
             }
             int n = s->pos + t + 1;
             double mx = -INFINITY;

@@ -12,6 +12,7 @@
 #define _GNU_SOURCE
 #include "model.h"
 #include "json.h"
+#include "mathfn.h"
 #include "quant.h"
 #include "safetensors.h"
 #include "util.h"
@@ -22,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define PFX "language_model."
@@ -106,6 +108,24 @@ static int parse_layer_list(const json_value *lac, const char *key, int NL, uint
     return 0;
 }
 
+int k3_config_check(const k3_config *c, const char *label, df_error *err)
+{
+    if (c->k > c->E)
+        return df_err_set(err, DF_ERR_FORMAT, -1, "%s: num_experts_per_token %d > num_experts %d", label, c->k, c->E);
+    if (c->bos >= c->V || c->eos >= c->V || c->pad >= c->V)
+        return df_err_set(err, DF_ERR_FORMAT, -1, "%s: bos/eos/pad token ids must be < vocab_size %d", label, c->V);
+    if (c->Lt % 32 || c->I % 32)
+        return df_err_set(err, DF_ERR_UNSUPPORTED, -1,
+                          "%s: routed_expert_hidden_size (%d) and moe_intermediate_size (%d) must be multiples of 32 "
+                          "for MXFP4",
+                          label, c->Lt, c->I);
+    if (c->Hk > c->Dk)
+        return df_err_set(err, DF_ERR_UNSUPPORTED, -1,
+                          "%s: linear_attn_config.num_heads %d > head_dim %d (A_log is stored as [head_dim])", label,
+                          c->Hk, c->Dk);
+    return 0;
+}
+
 int k3_config_parse(const char *text, size_t len, k3_config *c, df_error *err)
 {
     memset(c, 0, sizeof *c);
@@ -161,20 +181,6 @@ int k3_config_parse(const char *text, size_t len, k3_config *c, df_error *err)
         cfg_float(tc, "activation_situ_linear_beta", 1e-6, 1e6, &c->b2, err) ||
         cfg_float(tc, "routed_scaling_factor", 0.0, 1e6, &c->rsf, err))
         goto done;
-    if (c->k > c->E) {
-        df_err_set(err, DF_ERR_FORMAT, -1, "config.json: num_experts_per_token %d > num_experts %d", c->k, c->E);
-        goto done;
-    }
-    if (c->bos >= c->V || c->eos >= c->V || c->pad >= c->V) {
-        df_err_set(err, DF_ERR_FORMAT, -1, "config.json: bos/eos/pad token ids must be < vocab_size %d", c->V);
-        goto done;
-    }
-    if (c->Lt % 32 || c->I % 32) {
-        df_err_set(err, DF_ERR_UNSUPPORTED, -1,
-                   "config.json: routed_expert_hidden_size (%d) and moe_intermediate_size (%d) must be multiples of 32 for MXFP4",
-                   c->Lt, c->I);
-        goto done;
-    }
     if (cfg_expect_str(tc, "hidden_act", "situ", 0, err) ||
         cfg_expect_str(tc, "moe_router_activation_func", "sigmoid", 0, err) ||
         cfg_expect_str(tc, "topk_method", "noaux_tc", 0, err) || cfg_expect_bool(tc, "mla_use_nope", 1, err) ||
@@ -196,12 +202,7 @@ int k3_config_parse(const char *text, size_t len, k3_config *c, df_error *err)
         cfg_float(lac, "gate_lower_bound", -1e6, 0.0, &c->glb, err) ||
         cfg_expect_bool(lac, "use_full_rank_gate", 1, err))
         goto done;
-    if (c->Hk > c->Dk) {
-        df_err_set(err, DF_ERR_UNSUPPORTED, -1,
-                   "config.json: linear_attn_config.num_heads %d > head_dim %d (A_log is stored as [head_dim])", c->Hk,
-                   c->Dk);
-        goto done;
-    }
+    if (k3_config_check(c, "config.json", err)) goto done;
     c->P = c->Hk * c->Dk;
     c->layer_kind = xcalloc((size_t)c->NL, 1);
     c->layer_moe = xcalloc((size_t)c->NL, 1);
@@ -330,7 +331,13 @@ static int bind_mat(loader *ld, const char *name, int rows, int cols, wmat *out,
     int shard;
     const st_tensor *t = expect(ld, name, rows, cols, 0, DT_FLOAT, &shard, err);
     if (!t) return -1;
-    df_engine *eng = ld->eng;
+    return model_map_mat(ld->eng, ld->cur_layer, shard, t->offset, t->nbytes, t->dtype == ST_BF16 ? W_BF16 : W_F32,
+                         rows, cols, name, out, err);
+}
+
+int model_map_mat(df_engine *eng, int layer, int shard, uint64_t off, uint64_t nbytes, enum wtype type, int rows,
+                  int cols, const char *name, wmat *out, df_error *err)
+{
     shard_map *sm = &eng->shards[shard];
     if (sm->fd < 0) {
         sm->fd = open(sm->path, O_RDONLY | O_CLOEXEC);
@@ -339,8 +346,8 @@ static int bind_mat(loader *ld, const char *name, int rows, int cols, wmat *out,
     /* map only this tensor's pages: routed experts share the shards and must
      * never be mapped (they are read into cache slots by expert_store) */
     uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
-    uint64_t start = t->offset & ~(page - 1);
-    size_t span = (size_t)(t->offset + t->nbytes - start);
+    uint64_t start = off & ~(page - 1);
+    size_t span = (size_t)(off + nbytes - start);
     void *p = mmap(NULL, span ? span : 1, PROT_READ, MAP_SHARED, sm->fd, (off_t)start);
     if (p == MAP_FAILED) return df_err_set(err, DF_ERR_IO, -1, "%s: mmap of %s failed: %s", sm->path, name, strerror(errno));
     if (eng->n_maps == eng->cap_maps) {
@@ -350,22 +357,22 @@ static int bind_mat(loader *ld, const char *name, int rows, int cols, wmat *out,
     eng->maps[eng->n_maps].base = p;
     eng->maps[eng->n_maps].size = span ? span : 1;
     eng->n_maps++;
-    eng->trunk_mapped_bytes += t->nbytes;
+    eng->trunk_mapped_bytes += nbytes;
     if (eng->n_trunk == eng->cap_trunk) {
         eng->cap_trunk = eng->cap_trunk ? eng->cap_trunk * 2 : 256;
         eng->trunk = xrealloc(eng->trunk, (size_t)eng->cap_trunk * sizeof *eng->trunk);
     }
-    eng->trunk[eng->n_trunk++] = (trunk_tensor){.layer = ld->cur_layer, .w = out, .shard = shard,
-                                                .off = t->offset, .nbytes = t->nbytes};
-    out->type = t->dtype == ST_BF16 ? W_BF16 : W_F32;
-    out->data = (const uint8_t *)p + (t->offset - start);
+    eng->trunk[eng->n_trunk++] = (trunk_tensor){.layer = layer, .w = out, .shard = shard,
+                                                .off = off, .nbytes = nbytes};
+    out->type = type;
+    out->data = (const uint8_t *)p + (off - start);
     out->scales = NULL;
     out->rows = rows;
     out->cols = cols;
     return 0;
 }
 
-static float *own_vec(df_engine *eng, size_t n)
+float *model_own_vec(df_engine *eng, size_t n)
 {
     if (eng->n_owned == eng->cap_owned) {
         eng->cap_owned = eng->cap_owned ? eng->cap_owned * 2 : 64;
@@ -377,7 +384,7 @@ static float *own_vec(df_engine *eng, size_t n)
     return v;
 }
 
-static int pread_all(const char *path, uint8_t *dst, size_t n, uint64_t off, df_error *err)
+int model_pread(const char *path, uint8_t *dst, size_t n, uint64_t off, df_error *err)
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return df_err_set(err, DF_ERR_IO, -1, "%s: cannot open: %s", path, strerror(errno));
@@ -405,11 +412,11 @@ static float *load_vec(loader *ld, const char *name, int64_t d0, int64_t d1, int
     if (!t) return NULL;
     size_t n = (size_t)d0 * (size_t)(d1 ? d1 : 1) * (size_t)(d2 ? d2 : 1);
     uint8_t *raw = xmalloc(t->nbytes ? t->nbytes : 1);
-    if (pread_all(ld->files[shard].path, raw, t->nbytes, t->offset, err)) {
+    if (model_pread(ld->files[shard].path, raw, t->nbytes, t->offset, err)) {
         free(raw);
         return NULL;
     }
-    float *v = own_vec(ld->eng, n);
+    float *v = model_own_vec(ld->eng, n);
     for (size_t i = 0; i < n; i++) v[i] = t->dtype == ST_BF16 ? load_bf16(raw, i) : load_f32(raw, i);
     free(raw);
     return v;
@@ -457,7 +464,8 @@ static int bind_layer(loader *ld, int il, df_error *err)
         VEC(conv[0], "self_attn.q_conv1d.weight", c->P, 1, c->Wc, DT_FLOAT);
         VEC(conv[1], "self_attn.k_conv1d.weight", c->P, 1, c->Wc, DT_FLOAT);
         VEC(conv[2], "self_attn.v_conv1d.weight", c->P, 1, c->Wc, DT_FLOAT);
-        VEC(A_log, "self_attn.A_log", c->Dk, 0, 0, DT_FLOAT);
+        VEC(A_exp, "self_attn.A_log", c->Dk, 0, 0, DT_FLOAT);
+        for (int hh = 0; hh < c->Hk; hh++) L->A_exp[hh] = (float)df_exp((double)L->A_exp[hh]);
         VEC(dt_bias, "self_attn.dt_bias", c->P, 0, 0, DT_FLOAT);
         VEC(o_norm, "self_attn.o_norm.weight", c->Dk, 0, 0, DT_FLOAT);
     } else {
@@ -530,6 +538,8 @@ int model_load(df_engine *eng, const char *dir, df_error *err)
     int rc = -1;
     k3_config *c = &eng->cfg;
 
+    struct stat sb;
+    if (stat(dir, &sb) == 0 && S_ISREG(sb.st_mode)) return model_load_gguf(eng, dir, err);
     if (path_join(path, sizeof path, dir, "config.json", err) ||
         read_small_file(path, &text, &len, 64u << 20, err))
         goto done;

@@ -52,14 +52,18 @@ typedef struct k3_layer {
     wmat b;                   /* [Hk, h] */
     wmat o;                   /* [h, P] (KDA) or [h, Hm*dv] (MLA) */
     float *conv[3];           /* q, k, v: [P][Wc] taps */
-    float *A_log;             /* [Dk], first Hk used */
+    float *A_exp;             /* [Hk] exp(A_log), rounded once to f32 at load (a GGUF
+                               * stores -exp(A_log) as ssm_a: both give these values) */
     float *dt_bias;           /* [P] */
     float *o_norm;            /* [Dk] */
     /* MLA */
     wmat q_a;                 /* [Rq, h] */
     wmat q_b;                 /* [Hm*(dn+dr), Rq] */
     wmat kv_a;                /* [Rkv+dr, h] */
-    wmat kv_b;                /* [Hm*(dn+dv), Rkv] */
+    wmat kv_b;                /* [Hm*(dn+dv), Rkv] (kv_split = 0) */
+    int kv_split;             /* 1: kv_b given per head as k_b and v_b (llama.cpp's layout) */
+    wmat k_b;                 /* [Hm][Rkv][dn]: each head's key rows, transposed */
+    wmat v_b;                 /* [Hm][dv][Rkv]: each head's value rows */
     wmat mg;                  /* [Hm*dv, h] output gate */
     float *q_a_ln;            /* [Rq] */
     float *kv_a_ln;           /* [Rkv] */
@@ -212,6 +216,17 @@ struct df_session {
 
 /* model.c */
 int k3_config_parse(const char *text, size_t len, k3_config *c, df_error *err);
+/* Checks shared by every config source (label names it in messages). */
+int k3_config_check(const k3_config *c, const char *label, df_error *err);
+/* Map bytes [off, off + nbytes) of shard `shard` read-only as a [rows, cols]
+ * trunk matrix of `type` and register it for trunk streaming. */
+int model_map_mat(df_engine *eng, int layer, int shard, uint64_t off, uint64_t nbytes, enum wtype type, int rows,
+                  int cols, const char *name, wmat *out, df_error *err);
+/* A zeroed f32 array freed with the engine. */
+float *model_own_vec(df_engine *eng, size_t n);
+int model_pread(const char *path, uint8_t *dst, size_t n, uint64_t off, df_error *err);
+/* model_gguf.c: the same model from one llama.cpp kimi-k3 GGUF file */
+int model_load_gguf(df_engine *eng, const char *path, df_error *err);
 void k3_config_free(k3_config *c);
 int model_load(df_engine *eng, const char *dir, df_error *err);
 void model_unload(df_engine *eng);

@@ -15,6 +15,23 @@ void quant_init(void)
     e8m0_table[255] = NAN;
 }
 
+void mxfp4_from_ggml(const uint8_t *blocks, int rows, int cols, uint8_t *packed, uint8_t *scales)
+{
+    size_t nb = (size_t)rows * (size_t)(cols / MXFP4_BLOCK);
+    for (size_t b = 0; b < nb; b++) {
+        const uint8_t *q = blocks + b * GGML_MXFP4_BYTES + 1;
+        uint8_t *o = packed + b * 16;
+        scales[b] = blocks[b * GGML_MXFP4_BYTES];
+        /* output byte m holds values 2m (low) and 2m+1 (high): for m < 8 both
+         * are low nibbles of q[2m], q[2m+1]; for m >= 8 high nibbles of
+         * q[2m-16], q[2m-15] */
+        for (int m = 0; m < 8; m++) {
+            o[m] = (uint8_t)((q[2 * m] & 15) | (q[2 * m + 1] & 15) << 4);
+            o[m + 8] = (uint8_t)((q[2 * m] >> 4) | (q[2 * m + 1] & 0xF0));
+        }
+    }
+}
+
 void mxfp4_prep_x(const float *x, int C, float *xp)
 {
     for (int b = 0; b < C; b += MXFP4_BLOCK)

@@ -58,4 +58,12 @@ static inline float mxfp4_value(const uint8_t *packed_row, const uint8_t *scale_
  * C must be a multiple of 32.  xp must not alias x. */
 void mxfp4_prep_x(const float *x, int C, float *xp);
 
+/* ggml's MXFP4 (block_mxfp4, used by GGUF files): per 32 values, the E8M0
+ * scale byte, then 16 bytes where byte j holds value j in its low nibble
+ * and value j + 16 in its high nibble.  Repacks a [rows, cols] matrix of
+ * such blocks into the layout above: an exact byte permutation (same codes,
+ * same scales).  cols must be a multiple of 32. */
+#define GGML_MXFP4_BYTES 17
+void mxfp4_from_ggml(const uint8_t *blocks, int rows, int cols, uint8_t *packed, uint8_t *scales);
+
 #endif

@@ -1,0 +1,439 @@
+/* model_gguf.c - the K3 model from one llama.cpp "kimi-k3" GGUF file.
+ *
+ * Owns: reading K3's hyper-parameters from the kimi-k3.* metadata keys and
+ * binding llama.cpp's tensor names onto the same engine model that model.c
+ * builds from the safetensors release, undoing llama.cpp's conversions:
+ *   - dims are ne[0]-first: a Linear [out, in] is ne {in, out}, same bytes;
+ *   - layer kind: attention.head_count_kv[l] == 0 marks a KDA layer; the
+ *     KDA and MLA head counts come from attention.head_count (scalar, or
+ *     per layer; llama.cpp itself only runs files where they are equal);
+ *   - {attn,ffn,output}_res_score = res_norm * res_proj (what the engine
+ *     keeps anyway), ssm_a = -exp(A_log) (the engine keeps exp(A_log) as
+ *     f32), conv taps ne {Wc, 1, P[, 1]}, MLA kv_b fused (attn_kv_b) or
+ *     split per head (attn_k_b ne {dn, Rkv, H} transposed, attn_v_b ne
+ *     {Rkv, dv, H}), used in place through strides;
+ *   - routed experts: ffn_{gate,down,up}_exps are 3-D ggml MXFP4 tensors;
+ *     expert e is slice e of each, three pieces the expert_store reads
+ *     directly (aligned, O_DIRECT) and repacks exactly into the engine's
+ *     MXFP4 layout, so the file is never converted.
+ * Trunk matrices stay F32 or BF16 (mapped, or streamed like the safetensors
+ * trunk); small vectors may also be F16.  Other ggml types are refused with
+ * the tensor's name.  Every failure names the file, the key or tensor, and
+ * what is wrong.  The GGUF's tokenizer is not read: a GGUF model takes token
+ * ids (--prompt-ids), or a tokenizer from a release directory.
+ * Does not own: GGUF parsing (gguf.c), the forward pass.
+ */
+#define _GNU_SOURCE
+#include "gguf.h"
+#include "model.h"
+#include "quant.h"
+#include "util.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define A "kimi-k3."
+
+typedef struct gload {
+    df_engine *eng;
+    gguf_file *g;
+    int layer;
+    int file; /* expert_store file index */
+} gload;
+
+static const char *type_name(uint32_t type)
+{
+    const char *n = NULL;
+    uint32_t b, by;
+    return gguf_type_info(type, &n, &b, &by) && n ? n : "unknown";
+}
+
+enum { T_F32 = 1u << 0, T_F16 = 1u << 1, T_BF16 = 1u << 2, T_MXFP4 = 1u << 3 };
+
+static unsigned type_bit(uint32_t t)
+{
+    switch (t) {
+    case GGML_TYPE_F32: return T_F32;
+    case GGML_TYPE_F16: return T_F16;
+    case GGML_TYPE_BF16: return T_BF16;
+    case GGML_TYPE_MXFP4: return T_MXFP4;
+    default: return 0;
+    }
+}
+
+/* Find a tensor with dims ne[0..nd) (missing dims are 1 on both sides) and
+ * one of the allowed types; NULL with a message naming it otherwise. */
+static const gguf_tensor *gfind(gload *gl, const char *name, int nd, const int64_t *ne, unsigned types,
+                                df_error *err)
+{
+    const gguf_tensor *t = gguf_find_tensor(gl->g, name);
+    if (!t) {
+        df_err_set(err, DF_ERR_FORMAT, -1, "%s: tensor %s is missing", gl->g->path, name);
+        return NULL;
+    }
+    int ok = 1;
+    for (int d = 0; d < GGUF_MAX_DIMS; d++) ok &= t->ne[d] == (d < nd ? ne[d] : 1);
+    if (!ok) {
+        df_err_set(err, DF_ERR_FORMAT, (int64_t)t->info_pos,
+                   "%s: tensor %s has ne {%lld, %lld, %lld, %lld}, expected {%lld, %lld, %lld}", gl->g->path, name,
+                   (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2], (long long)t->ne[3],
+                   (long long)ne[0], (long long)(nd > 1 ? ne[1] : 1), (long long)(nd > 2 ? ne[2] : 1));
+        return NULL;
+    }
+    if (!(type_bit(t->type) & types)) {
+        df_err_set(err, DF_ERR_UNSUPPORTED, (int64_t)t->info_pos, "%s: tensor %s is %s; deltafin reads it as %s",
+                   gl->g->path, name, type_name(t->type),
+                   types == T_MXFP4 ? "MXFP4" : (types & T_F16) ? "F32, BF16 or F16" : "F32 or BF16");
+        return NULL;
+    }
+    return t;
+}
+
+/* A [rows, cols] trunk matrix: ne {cols, rows}. */
+static int gmat(gload *gl, const char *name, int rows, int cols, wmat *out, df_error *err)
+{
+    int64_t ne[2] = {cols, rows};
+    const gguf_tensor *t = gfind(gl, name, 2, ne, T_F32 | T_BF16, err);
+    if (!t) return -1;
+    return model_map_mat(gl->eng, gl->layer, 0, t->offset, t->nbytes, t->type == GGML_TYPE_BF16 ? W_BF16 : W_F32,
+                         rows, cols, name, out, err);
+}
+
+static float half_to_f32(uint16_t h)
+{
+    int e = (h >> 10) & 31, m = h & 1023;
+    float v = e == 0 ? ldexpf((float)m, -24) : e == 31 ? (m ? NAN : INFINITY) : ldexpf((float)(m | 1024), e - 25);
+    return (h & 0x8000) ? -v : v;
+}
+
+/* A small tensor of ne {n0, n1, n2} upcast to owned f32 (same element order). */
+static float *gvec(gload *gl, const char *name, int64_t n0, int64_t n1, int64_t n2, df_error *err)
+{
+    int64_t ne[3] = {n0, n1, n2};
+    const gguf_tensor *t = gfind(gl, name, 3, ne, T_F32 | T_BF16 | T_F16, err);
+    if (!t) return NULL;
+    size_t n = (size_t)(n0 * n1 * n2);
+    uint8_t *raw = xmalloc(t->nbytes ? (size_t)t->nbytes : 1);
+    if (model_pread(gl->g->path, raw, (size_t)t->nbytes, t->offset, err)) {
+        free(raw);
+        return NULL;
+    }
+    float *v = model_own_vec(gl->eng, n);
+    for (size_t i = 0; i < n; i++) {
+        if (t->type == GGML_TYPE_F32) v[i] = load_f32(raw, i);
+        else if (t->type == GGML_TYPE_BF16) v[i] = load_bf16(raw, i);
+        else {
+            uint16_t h;
+            memcpy(&h, raw + 2 * i, 2);
+            v[i] = half_to_f32(h);
+        }
+    }
+    free(raw);
+    return v;
+}
+
+/* ------------------------------------------------------------- metadata */
+
+static int get_int(gguf_file *g, const char *key, int lo, int hi, int optional, int def, int *out, df_error *err)
+{
+    if (!gguf_find_kv(g, key)) {
+        if (optional) {
+            *out = def;
+            return 0;
+        }
+        return df_err_set(err, DF_ERR_FORMAT, -1, "%s: metadata key %s is missing", g->path, key);
+    }
+    uint64_t v;
+    if (gguf_get_u64(g, key, &v, err)) return -1;
+    if (v < (uint64_t)lo || v > (uint64_t)hi)
+        return df_err_set(err, DF_ERR_FORMAT, -1, "%s: %s = %llu is outside [%d, %d]", g->path, key,
+                          (unsigned long long)v, lo, hi);
+    *out = (int)v;
+    return 0;
+}
+
+static int get_float(gguf_file *g, const char *key, double lo, double hi, int optional, float def, float *out,
+                     df_error *err)
+{
+    if (!gguf_find_kv(g, key)) {
+        if (optional) {
+            *out = def;
+            return 0;
+        }
+        return df_err_set(err, DF_ERR_FORMAT, -1, "%s: metadata key %s is missing", g->path, key);
+    }
+    if (gguf_get_f32(g, key, out, err)) return -1;
+    if (!(*out >= lo && *out <= hi))
+        return df_err_set(err, DF_ERR_FORMAT, -1, "%s: %s = %g is outside [%g, %g]", g->path, key, (double)*out, lo, hi);
+    return 0;
+}
+
+/* A key that may be one value or one per layer: out[0..NL). */
+static int get_per_layer(gguf_file *g, const char *key, int NL, int64_t *out, df_error *err)
+{
+    const gguf_kv *kv = gguf_find_kv(g, key);
+    if (!kv) return df_err_set(err, DF_ERR_FORMAT, -1, "%s: metadata key %s is missing", g->path, key);
+    if (kv->type != GGUF_KV_ARRAY) {
+        uint64_t v;
+        if (gguf_get_u64(g, key, &v, err)) return -1;
+        for (int l = 0; l < NL; l++) out[l] = (int64_t)v;
+        return 0;
+    }
+    size_t n = 0;
+    if (gguf_get_arr_int(g, key, out, (size_t)NL, &n, err)) return -1;
+    if (n != (size_t)NL)
+        return df_err_set(err, DF_ERR_FORMAT, (int64_t)kv->pos, "%s: %s has %zu entries for %d layers", g->path, key, n,
+                          NL);
+    return 0;
+}
+
+/* One value for all layers l with kind[l] == want. */
+static int same_for(gguf_file *g, const char *key, const int64_t *v, const uint8_t *kind, int want, int NL, int *out,
+                    df_error *err)
+{
+    int have = 0;
+    for (int l = 0; l < NL; l++) {
+        if (kind[l] != want) continue;
+        if (v[l] < 1 || v[l] > 4096)
+            return df_err_set(err, DF_ERR_FORMAT, -1, "%s: %s[%d] = %lld is outside [1, 4096]", g->path, key, l,
+                              (long long)v[l]);
+        if (have && v[l] != *out)
+            return df_err_set(err, DF_ERR_UNSUPPORTED, -1, "%s: %s differs between layers of one kind (%d and %lld)",
+                              g->path, key, *out, (long long)v[l]);
+        *out = (int)v[l];
+        have = 1;
+    }
+    if (!have) *out = 1;
+    return 0;
+}
+
+static int read_config(gguf_file *g, k3_config *c, df_error *err)
+{
+    memset(c, 0, sizeof *c);
+    const char *arch;
+    size_t alen;
+    if (gguf_get_str(g, "general.architecture", &arch, &alen, err)) return -1;
+    if (alen != 7 || memcmp(arch, "kimi-k3", 7))
+        return df_err_set(err, DF_ERR_UNSUPPORTED, -1, "%s: general.architecture is \"%.*s\"; deltafin runs kimi-k3",
+                          g->path, (int)(alen > 64 ? 64 : alen), arch);
+    const int BIG = 1 << 24;
+    if (get_int(g, A "embedding_length", 1, 1 << 17, 0, 0, &c->h, err) ||
+        get_int(g, A "block_count", 1, 2048, 0, 0, &c->NL, err) ||
+        get_int(g, A "attn_res.block_size", 1, 4096, 0, 0, &c->B, err) ||
+        get_int(g, A "attention.q_lora_rank", 1, 1 << 16, 0, 0, &c->Rq, err) ||
+        get_int(g, A "attention.kv_lora_rank", 1, 1 << 16, 0, 0, &c->Rkv, err) ||
+        get_int(g, A "rope.dimension_count", 0, 4096, 1, 0, &c->dr, err) ||
+        get_int(g, A "attention.value_length_mla", 1, 4096, 0, 0, &c->dv, err) ||
+        get_int(g, A "expert_count", 1, 1 << 16, 0, 0, &c->E, err) ||
+        get_int(g, A "expert_used_count", 1, 1 << 10, 0, 0, &c->k, err) ||
+        get_int(g, A "expert_shared_count", 0, 64, 0, 0, &c->Ns, err) ||
+        get_int(g, A "expert_latent_length", 1, 1 << 20, 0, 0, &c->Lt, err) ||
+        get_int(g, A "leading_dense_block_count", 0, 4096, 1, 0, &c->first_dense, err) ||
+        get_int(g, A "kda.head_dim", 1, 4096, 0, 0, &c->Dk, err) ||
+        get_int(g, A "ssm.conv_kernel", 1, 64, 0, 0, &c->Wc, err) ||
+        get_int(g, "tokenizer.ggml.bos_token_id", 0, BIG, 1, 0, &c->bos, err) ||
+        get_int(g, "tokenizer.ggml.eos_token_id", 0, BIG, 1, 0, &c->eos, err) ||
+        get_int(g, "tokenizer.ggml.padding_token_id", 0, BIG, 1, 0, &c->pad, err) ||
+        get_float(g, A "attention.layer_norm_rms_epsilon", 0.0, 1.0, 0, 0, &c->eps, err) ||
+        get_float(g, A "activation.situ_beta", 1e-6, 1e6, 0, 0, &c->b1, err) ||
+        get_float(g, A "activation.situ_linear_beta", 1e-6, 1e6, 0, 0, &c->b2, err) ||
+        get_float(g, A "expert_weights_scale", 0.0, 1e6, 1, 1.0f, &c->rsf, err))
+        return -1;
+    if (!gguf_find_kv(g, A "kda.gate_lower_bound"))
+        return df_err_set(err, DF_ERR_UNSUPPORTED, -1,
+                          "%s: kimi-k3.kda.gate_lower_bound is missing (K3's sigmoid-bounded KDA gate; the "
+                          "kimi-linear softplus gate is not K3)",
+                          g->path);
+    if (get_float(g, A "kda.gate_lower_bound", -1e6, 0.0, 0, 0, &c->glb, err)) return -1;
+    int kmla, norm = 1, gating = 2, groups = 1;
+    if (get_int(g, A "attention.key_length_mla", 1, 8192, 0, 0, &kmla, err) ||
+        get_int(g, A "expert_gating_func", 0, 16, 1, 2, &gating, err) ||
+        get_int(g, A "expert_group_count", 0, 1 << 16, 1, 1, &groups, err))
+        return -1;
+    if (gguf_find_kv(g, A "expert_weights_norm") && gguf_get_bool(g, A "expert_weights_norm", &norm, err)) return -1;
+    if (!norm) return df_err_set(err, DF_ERR_UNSUPPORTED, -1, "%s: K3 renormalizes expert weights; %s is false", g->path, A "expert_weights_norm");
+    if (gating != 2)
+        return df_err_set(err, DF_ERR_UNSUPPORTED, -1, "%s: %s = %d; K3's router is sigmoid (2)", g->path,
+                          A "expert_gating_func", gating);
+    if (groups > 1)
+        return df_err_set(err, DF_ERR_UNSUPPORTED, -1, "%s: %s = %d; K3 routes without expert groups", g->path,
+                          A "expert_group_count", groups);
+    c->dn = kmla - c->dr;
+    if (c->dn < 1)
+        return df_err_set(err, DF_ERR_FORMAT, -1, "%s: attention.key_length_mla %d leaves no NoPE part after %d rope dims",
+                          g->path, kmla, c->dr);
+    c->moe_freq = 1;
+    /* vocabulary: the embedding's shape is the truth */
+    const gguf_tensor *emb = gguf_find_tensor(g, "token_embd.weight");
+    if (!emb) return df_err_set(err, DF_ERR_FORMAT, -1, "%s: tensor token_embd.weight is missing", g->path);
+    if (emb->ne[1] < 1 || emb->ne[1] > BIG)
+        return df_err_set(err, DF_ERR_FORMAT, -1, "%s: token_embd.weight has %lld rows", g->path, (long long)emb->ne[1]);
+    c->V = (int)emb->ne[1];
+    int vs;
+    if (get_int(g, A "vocab_size", 1, BIG, 1, c->V, &vs, err)) return -1;
+    if (vs != c->V)
+        return df_err_set(err, DF_ERR_FORMAT, -1, "%s: vocab_size %d but token_embd.weight has %d rows", g->path, vs, c->V);
+    int64_t *hkv = xcalloc((size_t)c->NL, sizeof *hkv), *hc = xcalloc((size_t)c->NL, sizeof *hc),
+            *ff = xcalloc((size_t)c->NL, sizeof *ff);
+    c->layer_kind = xcalloc((size_t)c->NL, 1);
+    c->layer_moe = xcalloc((size_t)c->NL, 1);
+    int rc = -1;
+    if (get_per_layer(g, A "attention.head_count_kv", c->NL, hkv, err) ||
+        get_per_layer(g, A "attention.head_count", c->NL, hc, err) ||
+        get_per_layer(g, A "expert_feed_forward_length", c->NL, ff, err))
+        goto out;
+    for (int l = 0; l < c->NL; l++) {
+        c->layer_kind[l] = hkv[l] == 0 ? LAYER_KDA : LAYER_MLA;
+        c->layer_moe[l] = l >= c->first_dense;
+    }
+    if (same_for(g, A "attention.head_count", hc, c->layer_kind, LAYER_KDA, c->NL, &c->Hk, err) ||
+        same_for(g, A "attention.head_count", hc, c->layer_kind, LAYER_MLA, c->NL, &c->Hm, err) ||
+        same_for(g, A "expert_feed_forward_length", ff, c->layer_moe, 1, c->NL, &c->I, err))
+        goto out;
+    if (c->first_dense > 0 && get_int(g, A "feed_forward_length", 1, 1 << 20, 0, 0, &c->Dff, err)) goto out;
+    c->P = c->Hk * c->Dk;
+    rc = k3_config_check(c, g->path, err);
+out:
+    free(hkv);
+    free(hc);
+    free(ff);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- layers */
+
+static int bind_layer(gload *gl, int il, df_error *err)
+{
+    df_engine *eng = gl->eng;
+    const k3_config *c = &eng->cfg;
+    k3_layer *L = &eng->layers[il];
+    char n[96];
+#define NAME(s) (snprintf(n, sizeof n, "blk.%d.%s", il, s), n)
+#define MAT(field, s, r, cc) \
+    if (gmat(gl, NAME(s), (r), (cc), &L->field, err)) return -1
+#define VEC(field, s, d0, d1, d2) \
+    if (!(L->field = gvec(gl, NAME(s), (d0), (d1), (d2), err))) return -1
+    L->kind = c->layer_kind[il];
+    L->moe = c->layer_moe[il];
+    VEC(attn_res_nwpw, "attn_res_score.weight", c->h, 1, 1);
+    VEC(mlp_res_nwpw, "ffn_res_score.weight", c->h, 1, 1);
+    VEC(input_ln, "attn_norm.weight", c->h, 1, 1);
+    VEC(post_ln, "ffn_norm.weight", c->h, 1, 1);
+    if (L->kind == LAYER_KDA) {
+        MAT(q, "attn_q.weight", c->P, c->h);
+        MAT(k, "attn_k.weight", c->P, c->h);
+        MAT(v, "attn_v.weight", c->P, c->h);
+        MAT(g, "ssm_g.weight", c->P, c->h);
+        MAT(fa, "ssm_f_a.weight", c->Dk, c->h);
+        MAT(fb, "ssm_f_b.weight", c->P, c->Dk);
+        MAT(b, "ssm_beta.weight", c->Hk, c->h);
+        MAT(o, "attn_output.weight", c->h, c->P);
+        VEC(conv[0], "ssm_conv1d_q.weight", c->Wc, 1, c->P);
+        VEC(conv[1], "ssm_conv1d_k.weight", c->Wc, 1, c->P);
+        VEC(conv[2], "ssm_conv1d_v.weight", c->Wc, 1, c->P);
+        VEC(A_exp, "ssm_a", c->Hk, 1, 1);
+        for (int hh = 0; hh < c->Hk; hh++) {
+            float a = -L->A_exp[hh];
+            if (!(a > 0.0f && a < INFINITY))
+                return df_err_set(err, DF_ERR_FORMAT, -1, "%s: %s[%d] = %g, but it holds -exp(A_log) (< 0)",
+                                  gl->g->path, NAME("ssm_a"), hh, (double)L->A_exp[hh]);
+            L->A_exp[hh] = a;
+        }
+        VEC(dt_bias, "ssm_dt.bias", c->P, 1, 1);
+        VEC(o_norm, "ssm_norm.weight", c->Dk, 1, 1);
+    } else {
+        MAT(q_a, "attn_q_a.weight", c->Rq, c->h);
+        MAT(q_b, "attn_q_b.weight", c->Hm * (c->dn + c->dr), c->Rq);
+        MAT(kv_a, "attn_kv_a_mqa.weight", c->Rkv + c->dr, c->h);
+        MAT(mg, "attn_gate.weight", c->Hm * c->dv, c->h);
+        MAT(o, "attn_output.weight", c->h, c->Hm * c->dv);
+        VEC(q_a_ln, "attn_q_a_norm.weight", c->Rq, 1, 1);
+        VEC(kv_a_ln, "attn_kv_a_norm.weight", c->Rkv, 1, 1);
+        int64_t ne_k[3] = {c->dn, c->Rkv, c->Hm}, ne_v[3] = {c->Rkv, c->dv, c->Hm};
+        if (gguf_find_tensor(gl->g, NAME("attn_k_b.weight"))) {
+            const gguf_tensor *kb = gfind(gl, NAME("attn_k_b.weight"), 3, ne_k, T_F32 | T_BF16, err);
+            if (!kb) return -1;
+            const gguf_tensor *vb = gfind(gl, NAME("attn_v_b.weight"), 3, ne_v, T_F32 | T_BF16, err);
+            if (!vb) return -1;
+            L->kv_split = 1;
+            if (model_map_mat(eng, gl->layer, 0, kb->offset, kb->nbytes, kb->type == GGML_TYPE_BF16 ? W_BF16 : W_F32,
+                              c->Hm * c->Rkv, c->dn, kb->name, &L->k_b, err) ||
+                model_map_mat(eng, gl->layer, 0, vb->offset, vb->nbytes, vb->type == GGML_TYPE_BF16 ? W_BF16 : W_F32,
+                              c->Hm * c->dv, c->Rkv, vb->name, &L->v_b, err))
+                return -1;
+        } else {
+            if (!gguf_find_tensor(gl->g, NAME("attn_kv_b.weight")))
+                return df_err_set(err, DF_ERR_FORMAT, -1, "%s: layer %d has neither attn_k_b/attn_v_b nor attn_kv_b",
+                                  gl->g->path, il);
+            MAT(kv_b, "attn_kv_b.weight", c->Hm * (c->dn + c->dv), c->Rkv);
+        }
+    }
+    if (!L->moe) {
+        MAT(gate, "ffn_gate.weight", c->Dff, c->h);
+        MAT(up, "ffn_up.weight", c->Dff, c->h);
+        MAT(down, "ffn_down.weight", c->h, c->Dff);
+        return 0;
+    }
+    MAT(router, "ffn_gate_inp.weight", c->E, c->h);
+    VEC(router_bias, "exp_probs_b.bias", c->E, 1, 1);
+    MAT(lat_down, "ffn_routed_down.weight", c->Lt, c->h);
+    VEC(lat_norm, "ffn_routed_norm.weight", c->Lt, 1, 1);
+    MAT(lat_up, "ffn_routed_up.weight", c->h, c->Lt);
+    MAT(sh_gate, "ffn_gate_shexp.weight", c->Ns * c->I, c->h);
+    MAT(sh_up, "ffn_up_shexp.weight", c->Ns * c->I, c->h);
+    MAT(sh_down, "ffn_down_shexp.weight", c->h, c->Ns * c->I);
+    /* routed experts: piece p of expert e is slice e of the 3-D tensor */
+    static const char *pieces[3] = {"ffn_gate_exps.weight", "ffn_down_exps.weight", "ffn_up_exps.weight"};
+    const int64_t ne[3][3] = {{c->Lt, c->I, c->E}, {c->I, c->Lt, c->E}, {c->Lt, c->I, c->E}};
+    for (int p = 0; p < 3; p++) {
+        const gguf_tensor *t = gfind(gl, NAME(pieces[p]), 3, ne[p], T_MXFP4, err);
+        if (!t) return -1;
+        uint64_t slice = eng->store.piece_bytes[p];
+        for (int e = 0; e < c->E; e++)
+            expert_store_set_piece(&eng->store, il, e, p, gl->file, t->offset + (uint64_t)e * slice);
+    }
+    return 0;
+#undef NAME
+#undef MAT
+#undef VEC
+}
+
+int model_load_gguf(df_engine *eng, const char *path, df_error *err)
+{
+    gguf_file *g = xcalloc(1, sizeof *g);
+    int rc = -1;
+    if (gguf_open(path, g, err)) goto done;
+    k3_config *c = &eng->cfg;
+    if (read_config(g, c, err)) goto done;
+    eng->shards = xcalloc(1, sizeof *eng->shards);
+    eng->shards[0].fd = -1;
+    eng->shards[0].path = xstrdup(path);
+    eng->n_shards = 1;
+    gload gl = {.eng = eng, .g = g, .layer = -1};
+    if (gmat(&gl, "token_embd.weight", c->V, c->h, &eng->embed, err)) goto done;
+    gl.layer = c->NL;
+    if (gmat(&gl, "output.weight", c->V, c->h, &eng->lm_head, err)) goto done;
+    if (!(eng->final_norm = gvec(&gl, "output_norm.weight", c->h, 1, 1, err)) ||
+        !(eng->out_res_nwpw = gvec(&gl, "output_res_score.weight", c->h, 1, 1, err)))
+        goto done;
+    expert_store_init_ggml(&eng->store, c->NL, c->E, c->I, c->Lt);
+    gl.file = expert_store_add_file(&eng->store, path, err);
+    if (gl.file < 0) goto done;
+    eng->layers = xcalloc((size_t)c->NL, sizeof *eng->layers);
+    for (int il = 0; il < c->NL; il++) {
+        k3_layer *L = &eng->layers[il];
+        L->kda_idx = L->mla_idx = -1;
+        if (c->layer_kind[il] == LAYER_KDA) L->kda_idx = eng->n_kda++;
+        else L->mla_idx = eng->n_mla++;
+        gl.layer = il;
+        if (bind_layer(&gl, il, err)) goto done;
+    }
+    if (expert_store_finish(&eng->store, c->layer_moe, eng->io_mode, eng->io_depth, eng->io_backend, err)) goto done;
+    rc = 0;
+done:
+    gguf_deinit(g);
+    free(g);
+    return rc;
+}
