@@ -117,12 +117,14 @@ test-san:
 
 # What CI runs (README's test command): -Werror build and both suites, every
 # fuzz target for FUZZ_SECONDS (default 10) under ASan + UBSan, the
-# tokenizer against tiktoken, and the server against the real SDKs.
+# tokenizer against tiktoken, the server against the real SDKs, and the
+# forward pass against llama.cpp.
 check:
 	$(MAKE) --no-print-directory WERROR=1 test
 	$(MAKE) --no-print-directory fuzz-run FUZZ_SECONDS=$${FUZZ_SECONDS:-10}
 	$(MAKE) --no-print-directory tokenizer-oracle
 	$(MAKE) --no-print-directory server-test
+	$(MAKE) --no-print-directory llama-oracle
 
 FUZZ_TARGETS := fuzz_safetensors fuzz_config fuzz_json fuzz_tokenizer fuzz_chat_parser fuzz_chat_render fuzz_gguf \
                 fuzz_server_request
@@ -160,6 +162,12 @@ tokenizer-oracle: $(BUILD)/tests/tok_dump $(BUILD)/k3gen
 server-test: $(BUILD)/deltafin $(BUILD)/libdeltafin.a
 	tests/server/run_server_tests.sh $(BUILD)/deltafin
 
+# llama.cpp v0.4.0 (npm) as the oracle of the forward pass on generated GGUF
+# files, and deltafin's GGUF path against its safetensors path (needs
+# `npm ci --prefix tests/llama`)
+llama-oracle: $(BUILD)/llama_peer $(BUILD)/deltafin $(BUILD)/k3gen
+	BUILD=$(BUILD) tests/llama/run_llama_oracle.sh
+
 bench: all $(BUILD)/bench_core
 	bench/bench_core.sh
 
@@ -173,6 +181,6 @@ lint:
 clean:
 	rm -rf build build-san build-fuzz
 
-.PHONY: server-test tokenizer-oracle all test test-fast test-san check fuzz fuzz-run bench format lint clean
+.PHONY: llama-oracle server-test tokenizer-oracle all test test-fast test-san check fuzz fuzz-run bench format lint clean
 
 -include $(wildcard $(BUILD)/*.d $(BUILD)/tests/*.d)

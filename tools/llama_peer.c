@@ -104,7 +104,7 @@ static void log_cb(int level, const char *text, void *ud)
 {
     (void)ud;
     /* ggml log levels: 2 info, 3 warn, 4 error; 5 continues the previous */
-    if (g_verbose || level == 3 || level == 4)
+    if (g_verbose || level == 4)
         fputs(text, stderr);
 }
 

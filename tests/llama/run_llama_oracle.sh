@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# run_llama_oracle.sh - llama.cpp v0.4.0 as the oracle for deltafin's forward
+# pass, on GGUF files written by k3gen.
+#
+# For each generated model (random weights; KDA and MLA head counts equal,
+# because llama.cpp sizes KDA layers from the MLA head count), k3gen writes
+# the HF safetensors release layout, the same model as a llama.cpp GGUF with
+# MXFP4 experts and BF16 trunk, and once more as an all-F32 GGUF.  Then, per
+# prompt:
+#   - deltafin on the safetensors and on the MXFP4 GGUF: logits of every
+#     position and greedy ids must be bit-identical (the GGUF stores the same
+#     values; experts are repacked exactly);
+#   - llama.cpp on the all-F32 GGUF with an F32 KV cache and flash attention
+#     off (tools/llama_peer.c): its logits must match deltafin's within
+#     2e-3 + 1e-4 * max|logit| of the row, top-1 must agree where deltafin's
+#     margin exceeds twice that, and greedy continuations must agree up to
+#     the first step whose margin is not safe.
+# Why that tolerance: on the all-F32 file llama.cpp's only differences from
+# deltafin are f32 summation order (SIMD, different blocking), its own
+# exp/tanh/sigmoid and its KDA chunking; measured differences are ~3e-4 at
+# |logit| ~15 (about 2e-5 relative, a few hundred f32 ulps accumulated over
+# the layers).  The bound leaves ~6x headroom and stays 1000x below what a
+# real semantic error moves (a wrong expert, norm or gate shifts logits by
+# >0.1).  The MXFP4 GGUF is NOT compared with llama.cpp: llama.cpp rounds
+# activations to 8 bits for MXFP4 matmuls (and BF16 for BF16 weights), which
+# on tiny random models flips near-tie expert choices and moves logits by
+# 2+; that is llama.cpp's arithmetic, not a disagreement about K3.
+#
+# Needs build/llama_peer (built when `npm ci --prefix tests/llama` has
+# installed the package), build/deltafin, build/k3gen and node.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+cd "$root"
+build=${BUILD:-build}
+lib="$here/node_modules/@node-llama-cpp/linux-x64/bins/linux-x64"
+if [ ! -f "$lib/libllama.v0.4.0.so" ] || [ ! -x "$build/llama_peer" ]; then
+    echo "run_llama_oracle.sh: llama.cpp is not installed; run: npm ci --prefix tests/llama && make $build/llama_peer" >&2
+    exit 2
+fi
+tmp=$(mktemp -d /var/tmp/df_llama_oracle.XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+fail=0
+models=("tiny --set kda_heads=4 --set num_attention_heads=4 --seed 7"
+        "tiny-a-shape --set kda_heads=3 --seed 3"
+        "small --seed 21")
+prompts_for() { # V -> three prompts: 1 token, 9 tokens, 24 tokens
+    local V=$1
+    echo "$((V / 3))"
+    echo "5,$((V - 7)),17,$((V / 2)),3,99,$((V / 5)),41,8"
+    local p="" i
+    for i in $(seq 0 23); do p+="${p:+,}$(((i * 131 + 29) % (V - 1) + 1))"; done
+    echo "$p"
+}
+n=0
+for m in "${models[@]}"; do
+    n=$((n + 1))
+    d="$tmp/m$n"
+    # shellcheck disable=SC2086
+    "$build/k3gen" --out "$d" --preset $m --gguf "$tmp/m$n.gguf" >/dev/null
+    # shellcheck disable=SC2086
+    "$build/k3gen" --out "$d-f32" --preset $m --gguf "$tmp/m$n-f32.gguf" --gguf-f32 >/dev/null
+    V=$(grep -o '"vocab_size": *[0-9]*' "$d/config.json" | head -1 | grep -o '[0-9]*$')
+    k=0
+    while read -r ids; do
+        k=$((k + 1))
+        P=$(awk -F, '{print NF}' <<<"$ids")
+        pre="$tmp/m$n.p$k"
+        "$build/llama_peer" --lib "$lib" --model "$tmp/m$n-f32.gguf" --prompt-ids "$ids" --threads 2 \
+            --dump-logits "$pre.ll.bin" --greedy 12 >"$pre.ll.ids"
+        "$build/deltafin" run --model "$d" --prompt-ids "$ids" --max-new 12 --greedy --print-ids --threads 2 \
+            --dump-logits "$pre.st.bin" >"$pre.st.ids" 2>/dev/null
+        "$build/deltafin" run --model "$tmp/m$n.gguf" --prompt-ids "$ids" --max-new 12 --greedy --print-ids \
+            --threads 2 --dump-logits "$pre.gg.bin" >"$pre.gg.ids" 2>/dev/null
+        label="model $n (--preset $m), prompt $k ($P tokens)"
+        if ! cmp -s "$pre.st.bin" "$pre.gg.bin" || ! cmp -s "$pre.st.ids" "$pre.gg.ids"; then
+            echo "FAIL $label: deltafin's GGUF and safetensors paths differ" >&2
+            fail=1
+        fi
+        if out=$(node "$here/compare_logits.mjs" "$pre.ll.bin" "$pre.st.bin" "$V" "$P" "$pre.ll.ids" "$pre.st.ids" 2>&1); then
+            echo "ok   $label: GGUF == safetensors bit for bit; vs llama.cpp $out"
+        else
+            echo "FAIL $label: vs llama.cpp: $out" >&2
+            fail=1
+        fi
+    done < <(prompts_for "$V")
+done
+if [ "$fail" = 0 ]; then echo "llama oracle: all comparisons passed"; else echo "llama oracle: FAILED" >&2; fi
+exit "$fail"
