@@ -79,7 +79,7 @@ endif
 $(BUILD)/libdeltafin.a: $(LIB_OBJ)
 	rm -f $@ && ar rcs $@ $^
 
-$(BUILD)/deltafin: $(BUILD)/cli.o $(BUILD)/cli_chat.o $(BUILD)/lineedit.o $(BUILD)/server.o $(BUILD)/libdeltafin.a
+$(BUILD)/deltafin: $(BUILD)/cli.o $(BUILD)/cli_bench.o $(BUILD)/cli_chat.o $(BUILD)/lineedit.o $(BUILD)/server.o $(BUILD)/libdeltafin.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 $(BUILD)/k3gen: tools/k3gen.c | $(BUILD)

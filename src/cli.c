@@ -48,9 +48,15 @@ void usage(FILE *f)
           "          then run with --expert-path DIR for each\n"
           "  cachesim --trace FILE [--slots 64,256,1024]\n"
           "          replay a route trace through the LRU and LFU caches and Belady's optimal\n"
+          "  bench   --vs-llama --model FILE.gguf [--threads N] [--prompt-len 32] [--gen 16]\n"
+          "          [--reps 3] [--mem SIZE] [--squeeze-to SIZE] [--drop-caches]\n"
+          "          llama.cpp (npm build, tools/llama_peer.c) and deltafin on the same GGUF,\n"
+          "          interleaved; medians and ratios of prefill and decode tok/s, peak RSS, disk\n"
+          "          bytes read per token (see deltafin bench --help)\n"
           "\n"
           "run options:\n"
-          "  --model DIR          K3 checkpoint directory (config.json, index, shards)\n"
+          "  --model DIR          K3 checkpoint directory (config.json, index, shards), or a\n"
+          "                       llama.cpp kimi-k3 .gguf file (takes --prompt-ids)\n"
           "  --prompt TEXT        the prompt; raw continuation (no BOS), stops at the eos token\n"
           "  --chat               apply the chat template to --prompt and show the reply\n"
           "                       (reasoning on stderr, the answer on stdout)\n"
@@ -189,6 +195,7 @@ void parse_common(int argc, char **argv, run_args *a)
         else if (!strcmp(f, "--kernels")) { NEED_ARG(); a->kernels = argv[++i]; }
         else if (!strcmp(f, "--expert-cache")) { NEED_ARG(); a->cache_bytes = parse_size(argv[++i], f); }
         else if (!strcmp(f, "--stats")) a->stats = 1;
+        else if (!strcmp(f, "--bench-json")) a->bench_json = 1;
         else if (!strcmp(f, "--mem")) { NEED_ARG(); a->mem = parse_size(argv[++i], f); }
         else if (!strcmp(f, "--io")) { NEED_ARG(); a->io = argv[++i]; }
         else if (!strcmp(f, "--io-backend")) { NEED_ARG(); a->io_backend = argv[++i]; }
@@ -296,12 +303,14 @@ static int cmd_run(int argc, char **argv)
         return 1;
     }
     int32_t *gen = malloc(((size_t)a.max_new + 1) * sizeof *gen);
+    unsigned long long rb0 = proc_read_bytes();
     double t0 = now();
     if (df_session_eval(s, prompt, n_prompt, logits, a.dump != NULL, &err)) {
         fprintf(stderr, "deltafin: %s\n", err.msg);
         return 1;
     }
     double t1 = now();
+    unsigned long long rb1 = proc_read_bytes();
     size_t n_rows = a.dump ? (size_t)n_prompt : 0;
     const float *last = a.dump ? logits + (size_t)(n_prompt - 1) * V : logits;
     int n_gen = 0;
@@ -321,6 +330,17 @@ static int cmd_run(int argc, char **argv)
         }
     }
     double t2 = now();
+    unsigned long long rb2 = proc_read_bytes();
+    if (a.bench_json) {
+        printf("{\"engine\":\"deltafin\",\"prompt\":%d,\"prefill_s\":%.6f,\"prefill_tps\":%.4f,"
+               "\"prefill_read_bytes\":%llu,\"decode_steps\":%d,\"decode_s\":%.6f,\"decode_tps\":%.4f,"
+               "\"decode_read_bytes\":%llu,\"ids\":[",
+               n_prompt, t1 - t0, n_prompt / (t1 - t0), rb1 - rb0, n_gen, t2 - t1, n_gen ? n_gen / (t2 - t1) : 0.0,
+               rb2 - rb1);
+        for (int i = 0; i < n_gen; i++) printf("%s%d", i ? "," : "", gen[i]);
+        printf("]}\n");
+        fflush(stdout);
+    }
     if (a.print_ids) {
         for (int i = 0; i < n_gen; i++) printf("%s%d", i ? "," : "", gen[i]);
         printf("\n");
@@ -368,6 +388,18 @@ static int cmd_run(int argc, char **argv)
     df_session_free(s);
     df_engine_close(eng);
     return 0;
+}
+
+unsigned long long proc_read_bytes(void)
+{
+    FILE *f = fopen("/proc/self/io", "r");
+    unsigned long long v = 0;
+    char line[128];
+    if (!f) return 0;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "read_bytes: %llu", &v) == 1) break;
+    fclose(f);
+    return v;
 }
 
 static int cmd_info(int argc, char **argv)
@@ -493,5 +525,6 @@ int main(int argc, char **argv)
     if (!strcmp(argv[1], "chat")) return cmd_chat(argc, argv);
     if (!strcmp(argv[1], "tokenize")) return cmd_tokenize(argc, argv);
     if (!strcmp(argv[1], "serve")) return cmd_serve(argc, argv);
+    if (!strcmp(argv[1], "bench")) return cmd_bench(argc, argv);
     die("unknown command \"%s\"", argv[1]);
 }

@@ -21,6 +21,7 @@ typedef struct {
     int chat, no_think, special;
     int trunk_stream;
     int ctx_cap;   /* the session's context capacity (set when it is created) */
+    int bench_json; /* run: one JSON line of timings and disk reads (bench --vs-llama) */
 } run_args;
 
 _Noreturn void die(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -31,6 +32,13 @@ int parse_ids(const char *s, int32_t **out);
 double now(void);
 void parse_common(int argc, char **argv, run_args *a);
 df_engine *open_engine(const run_args *a);
+
+/* Bytes this process has read from storage so far (/proc/self/io read_bytes:
+ * page-cache misses, mmap faults and O_DIRECT reads alike); 0 if unknown. */
+unsigned long long proc_read_bytes(void);
+
+/* cli_bench.c */
+int cmd_bench(int argc, char **argv);
 
 /* cli_chat.c */
 int run_text(run_args *a);

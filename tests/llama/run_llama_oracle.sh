@@ -85,5 +85,20 @@ for m in "${models[@]}"; do
         fi
     done < <(prompts_for "$V")
 done
+# deltafin bench --vs-llama end to end on the first model (speed is not
+# judged here: the table must be complete and the command must refuse bad
+# input with a message)
+out=$("$build/deltafin" bench --vs-llama --model "$tmp/m1.gguf" --prompt-ids 3,1,4,1,5,9,2,6 --gen 4 --reps 2 \
+      --threads 2 --llama-peer "$build/llama_peer" --llama-lib "$lib" 2>&1) || { echo "FAIL bench --vs-llama: $out" >&2; fail=1; }
+for want in "llama.cpp " "deltafin " "deltafin/llama" "rep 2 deltafin" "rep 2 llama.cpp" "greedy ids:"; do
+    grep -qF -- "$want" <<<"$out" || { echo "FAIL bench --vs-llama: no '$want' in: $out" >&2; fail=1; }
+done
+if err=$("$build/deltafin" bench --vs-llama --model "$tmp/m1" 2>&1); then
+    echo "FAIL bench --vs-llama accepted a directory as a GGUF" >&2; fail=1
+elif ! grep -q "not a GGUF file" <<<"$err"; then
+    echo "FAIL bench --vs-llama: unclear error: $err" >&2; fail=1
+else
+    echo "ok   bench --vs-llama: table complete; a non-GGUF model is refused ($err)"
+fi
 if [ "$fail" = 0 ]; then echo "llama oracle: all comparisons passed"; else echo "llama oracle: FAILED" >&2; fi
 exit "$fail"

@@ -1,0 +1,368 @@
+/* cli_bench.c - `deltafin bench --vs-llama`: llama.cpp and deltafin on the
+ * same GGUF, side by side in one run.
+ *
+ * Each measurement is a child process, so peak RSS (wait4's ru_maxrss) and
+ * bytes read from storage (/proc/self/io read_bytes, printed by the child)
+ * belong to one engine alone: llama.cpp through build/llama_peer (the npm
+ * prebuilt libllama v0.4.0, tools/llama_peer.c) and deltafin through
+ * `deltafin run --bench-json`.  Both get the same prompt ids, thread count
+ * and number of decoded tokens; the repetitions alternate the order (A B,
+ * B A, ...) so drift on a shared machine hits both alike, and the table
+ * shows medians and the deltafin / llama.cpp ratios.
+ *
+ * Larger than RAM: --squeeze-to SIZE starts a helper process that mlock()s
+ * memory until only SIZE is available, for both engines alike (llama.cpp
+ * then pages its mmap, deltafin streams within --mem); --drop-caches empties
+ * the page cache before every timed run so neither starts from the other's
+ * pages.  A warm-up run of each engine precedes the timed ones unless
+ * --drop-caches is given.
+ * Front end only (L5): no engine internals, errors exit with a message.
+ */
+#define _GNU_SOURCE
+#include "cli.h"
+#include "json.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define MAX_REPS 32
+
+typedef struct {
+    double prefill_tps, decode_tps, read_per_token;
+    long rss_kb;
+    char ids[4096];
+} bench_result;
+
+typedef struct {
+    const char *model, *peer, *lib, *mem, *prompt_ids;
+    int threads, prompt_len, gen, reps, drop, no_repack, json;
+    size_t squeeze_to;
+} bench_args;
+
+static void bench_usage(FILE *f)
+{
+    fputs("usage: deltafin bench --vs-llama --model FILE.gguf [options]\n"
+          "  --threads N          threads for both engines (default: all CPUs)\n"
+          "  --prompt-len N       prompt tokens, prefilled in one batch (default 32)\n"
+          "  --prompt-ids LIST    the prompt instead of generated ids\n"
+          "  --gen N              tokens decoded greedily after the prompt (default 16)\n"
+          "  --reps N             timed repetitions of each engine, alternating order (default 3)\n"
+          "  --mem SIZE           deltafin's memory budget (default: its planner's)\n"
+          "  --squeeze-to SIZE    lock memory in a helper process until only SIZE is available\n"
+          "                       (both engines run under the same pressure)\n"
+          "  --drop-caches        drop the page cache before every timed run (needs root)\n"
+          "  --llama-no-repack    llama.cpp without its repacked weight copies (needed when the\n"
+          "                       model does not fit in RAM)\n"
+          "  --llama-peer PATH    the llama_peer binary (default: next to deltafin)\n"
+          "  --llama-lib DIR      llama.cpp's libraries (default: tests/llama/node_modules/...)\n"
+          "  --json               also print every run as a JSON line\n",
+          f);
+}
+
+/* The folder of this executable, for finding llama_peer and the package. */
+static void exe_dir(char *out, size_t n)
+{
+    ssize_t k = readlink("/proc/self/exe", out, n - 1);
+    if (k <= 0) {
+        snprintf(out, n, ".");
+        return;
+    }
+    out[k] = 0;
+    char *sl = strrchr(out, '/');
+    if (sl) *sl = 0;
+}
+
+static double median(double *v, int n)
+{
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && v[j] < v[j - 1]; j--) {
+            double t = v[j];
+            v[j] = v[j - 1];
+            v[j - 1] = t;
+        }
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+static void drop_caches(void)
+{
+    sync();
+    FILE *f = fopen("/proc/sys/vm/drop_caches", "w");
+    if (!f || fputs("3\n", f) < 0 || fclose(f) != 0)
+        die("--drop-caches: cannot write /proc/sys/vm/drop_caches (needs root)");
+}
+
+/* Run argv as a child; its stdout's last JSON line goes to r. */
+static void run_child(char *const *argv, const char *what, int quiet_stderr, bench_result *r, int json)
+{
+    int fd[2];
+    if (pipe(fd)) die("pipe: %s", strerror(errno));
+    pid_t pid = fork();
+    if (pid < 0) die("fork: %s", strerror(errno));
+    if (pid == 0) {
+        dup2(fd[1], 1);
+        close(fd[0]);
+        close(fd[1]);
+        if (quiet_stderr) {
+            FILE *n = freopen("/dev/null", "w", stderr);
+            (void)n;
+        }
+        execv(argv[0], argv);
+        fprintf(stderr, "deltafin bench: cannot run %s: %s\n", argv[0], strerror(errno));
+        _exit(127);
+    }
+    close(fd[1]);
+    char buf[1 << 16];
+    size_t len = 0;
+    ssize_t k;
+    while ((k = read(fd[0], buf + len, sizeof buf - 1 - len)) > 0) len += (size_t)k;
+    close(fd[0]);
+    buf[len] = 0;
+    int status;
+    struct rusage ru;
+    if (wait4(pid, &status, 0, &ru) < 0) die("wait: %s", strerror(errno));
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        die("%s failed (%s %d); run it by hand to see why: %s ...", what,
+            WIFEXITED(status) ? "exit status" : "signal", WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status),
+            argv[0]);
+    char *line = strrchr(buf, '{');
+    df_error err = {0};
+    json_doc *doc = line ? json_parse(line, strlen(line), &err) : NULL;
+    if (!doc) die("%s printed no result line (%s)", what, line ? err.msg : "no JSON");
+    const json_value *o = json_root(doc);
+    double steps = 0, rb = 0;
+    if (json_get_num(o, "prefill_tps", &r->prefill_tps) || json_get_num(o, "decode_tps", &r->decode_tps) ||
+        json_get_num(o, "decode_steps", &steps) || json_get_num(o, "decode_read_bytes", &rb))
+        die("%s: result line lacks a field: %s", what, line);
+    r->read_per_token = steps > 0 ? rb / steps : 0;
+    r->rss_kb = ru.ru_maxrss;
+    const json_value *ids = json_get(o, "ids");
+    size_t w = 0;
+    r->ids[0] = 0;
+    for (size_t i = 0; ids && ids->type == JSON_ARRAY && i < ids->len && w + 16 < sizeof r->ids; i++)
+        w += (size_t)snprintf(r->ids + w, sizeof r->ids - w, "%s%lld", i ? "," : "", (long long)ids->items[i]->i);
+    json_free(doc);
+    if (json) {
+        char *nl = strchr(line, '\n');
+        if (nl) *nl = 0;
+        printf("%s\n", line);
+    }
+}
+
+static long meminfo_kb(const char *key)
+{
+    FILE *f = fopen("/proc/meminfo", "r");
+    char line[256];
+    long v = -1;
+    size_t kl = strlen(key);
+    while (f && fgets(line, sizeof line, f))
+        if (!strncmp(line, key, kl) && line[kl] == ':') {
+            v = strtol(line + kl + 1, NULL, 10);
+            break;
+        }
+    if (f) fclose(f);
+    return v;
+}
+
+/* A child that locks memory until only `target` bytes are available; returns
+ * its pid once the memory is locked. */
+static pid_t squeeze(size_t target, size_t *locked)
+{
+    long avail_kb = meminfo_kb("MemAvailable");
+    if (avail_kb < 0) die("--squeeze-to: cannot read MemAvailable from /proc/meminfo");
+    size_t avail = (size_t)avail_kb * 1024;
+    if (avail <= target) {
+        *locked = 0;
+        return 0;
+    }
+    size_t n = avail - target;
+    int fd[2];
+    if (pipe(fd)) die("pipe: %s", strerror(errno));
+    pid_t pid = fork();
+    if (pid < 0) die("fork: %s", strerror(errno));
+    if (pid == 0) {
+        close(fd[0]);
+        void *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        char ok = p != MAP_FAILED && mlock(p, n) == 0 ? 'y' : 'n';
+        if (write(fd[1], &ok, 1) != 1) _exit(1);
+        for (;;) pause();
+    }
+    close(fd[1]);
+    char ok = 0;
+    if (read(fd[0], &ok, 1) != 1 || ok != 'y') {
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+        die("--squeeze-to: could not lock %.1f GiB (mlock needs root or a large RLIMIT_MEMLOCK)", n / 1073741824.0);
+    }
+    close(fd[0]);
+    *locked = n;
+    return pid;
+}
+
+static void parse_bench(int argc, char **argv, bench_args *b)
+{
+    memset(b, 0, sizeof *b);
+    b->prompt_len = 32;
+    b->gen = 16;
+    b->reps = 3;
+    int vs = 0;
+    for (int i = 2; i < argc; i++) {
+        const char *f = argv[i];
+#define ARG() (i + 1 < argc ? argv[++i] : (die("%s needs a value", f), ""))
+        if (!strcmp(f, "--vs-llama")) vs = 1;
+        else if (!strcmp(f, "--model")) b->model = ARG();
+        else if (!strcmp(f, "--threads")) b->threads = (int)parse_long(ARG(), f, 1, 1024);
+        else if (!strcmp(f, "--prompt-len")) b->prompt_len = (int)parse_long(ARG(), f, 1, 65536);
+        else if (!strcmp(f, "--prompt-ids")) b->prompt_ids = ARG();
+        else if (!strcmp(f, "--gen")) b->gen = (int)parse_long(ARG(), f, 2, 65536);
+        else if (!strcmp(f, "--reps")) b->reps = (int)parse_long(ARG(), f, 1, MAX_REPS);
+        else if (!strcmp(f, "--mem")) b->mem = ARG();
+        else if (!strcmp(f, "--squeeze-to")) b->squeeze_to = parse_size(ARG(), f);
+        else if (!strcmp(f, "--drop-caches")) b->drop = 1;
+        else if (!strcmp(f, "--llama-no-repack")) b->no_repack = 1;
+        else if (!strcmp(f, "--llama-peer")) b->peer = ARG();
+        else if (!strcmp(f, "--llama-lib")) b->lib = ARG();
+        else if (!strcmp(f, "--json")) b->json = 1;
+        else if (!strcmp(f, "--help") || !strcmp(f, "-h")) {
+            bench_usage(stdout);
+            exit(0);
+        } else {
+            bench_usage(stderr);
+            die("bench: unknown option \"%s\"", f);
+        }
+#undef ARG
+    }
+    if (!vs) {
+        bench_usage(stderr);
+        die("bench needs --vs-llama (the engine's own benchmarks are in bench/: make bench, bench/bench_stream.sh)");
+    }
+    if (!b->model) die("bench --vs-llama needs --model FILE.gguf (llama.cpp reads GGUF only)");
+    struct stat sb;
+    if (stat(b->model, &sb) || !S_ISREG(sb.st_mode)) die("--model %s: not a GGUF file", b->model);
+    if (!b->threads) {
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
+        b->threads = n > 0 ? (int)n : 1;
+    }
+}
+
+int cmd_bench(int argc, char **argv)
+{
+    bench_args b;
+    parse_bench(argc, argv, &b);
+    char dir[PATH_MAX], peer[PATH_MAX + 32], lib[PATH_MAX + 96], self[PATH_MAX + 16];
+    exe_dir(dir, sizeof dir);
+    snprintf(self, sizeof self, "%s/deltafin", dir);
+    snprintf(peer, sizeof peer, "%s/llama_peer", dir);
+    if (b.peer) snprintf(peer, sizeof peer, "%s", b.peer);
+    snprintf(lib, sizeof lib, "%s/../tests/llama/node_modules/@node-llama-cpp/linux-x64/bins/linux-x64", dir);
+    if (b.lib) snprintf(lib, sizeof lib, "%s", b.lib);
+    if (access(peer, X_OK))
+        die("llama.cpp's runner %s is missing: npm ci --prefix tests/llama && make build/llama_peer", peer);
+    char probe[PATH_MAX + 128];
+    snprintf(probe, sizeof probe, "%s/libllama.v0.4.0.so", lib);
+    if (access(probe, R_OK)) die("llama.cpp's library %s is missing (--llama-lib DIR)", probe);
+
+    /* the prompt: ids 1..1000 spread by a fixed stride unless given */
+    char ids[65536];
+    if (b.prompt_ids) {
+        snprintf(ids, sizeof ids, "%s", b.prompt_ids);
+        b.prompt_len = 1;
+        for (const char *p = ids; *p; p++) b.prompt_len += *p == ',';
+    } else {
+        size_t w = 0;
+        for (int i = 0; i < b.prompt_len && w + 8 < sizeof ids; i++)
+            w += (size_t)snprintf(ids + w, sizeof ids - w, "%s%d", i ? "," : "", (i * 7919 + 13) % 1000 + 1);
+    }
+    char thr[16], gen[16], model[PATH_MAX], mem[64];
+    snprintf(model, sizeof model, "%s", b.model);
+    snprintf(mem, sizeof mem, "%s", b.mem ? b.mem : "");
+    snprintf(thr, sizeof thr, "%d", b.threads);
+    snprintf(gen, sizeof gen, "%d", b.gen);
+    char *ll_argv[24], *df_argv[24];
+    int n = 0;
+    ll_argv[n++] = peer;
+    ll_argv[n++] = "--lib", ll_argv[n++] = lib;
+    ll_argv[n++] = "--model", ll_argv[n++] = model;
+    ll_argv[n++] = "--prompt-ids", ll_argv[n++] = ids;
+    ll_argv[n++] = "--threads", ll_argv[n++] = thr;
+    ll_argv[n++] = "--bench", ll_argv[n++] = gen;
+    ll_argv[n++] = "--kv", ll_argv[n++] = "f32";
+    if (b.no_repack) ll_argv[n++] = "--no-repack";
+    ll_argv[n] = NULL;
+    n = 0;
+    df_argv[n++] = self;
+    df_argv[n++] = "run";
+    df_argv[n++] = "--model", df_argv[n++] = model;
+    df_argv[n++] = "--prompt-ids", df_argv[n++] = ids;
+    df_argv[n++] = "--max-new", df_argv[n++] = gen;
+    df_argv[n++] = "--threads", df_argv[n++] = thr;
+    df_argv[n++] = "--batch", df_argv[n++] = "512";
+    if (b.mem) df_argv[n++] = "--mem", df_argv[n++] = mem;
+    df_argv[n++] = "--bench-json";
+    df_argv[n] = NULL;
+
+    struct stat sb;
+    stat(b.model, &sb);
+    size_t locked = 0;
+    pid_t helper = b.squeeze_to ? squeeze(b.squeeze_to, &locked) : 0;
+    long avail_kb = meminfo_kb("MemAvailable");
+    printf("deltafin bench --vs-llama: %s (%.2f GB), %d threads, prompt %d tokens, %d decoded, %d repetitions\n",
+           b.model, sb.st_size / 1e9, b.threads, b.prompt_len, b.gen, b.reps);
+    printf("memory available to the engines: %.1f GiB\n", avail_kb / 1048576.0);
+    if (locked) printf("  helper holds %.1f GiB locked; the model is %.1fx the available memory\n",
+                       locked / 1073741824.0, (double)sb.st_size / (avail_kb * 1024.0));
+    fflush(stdout);
+
+    bench_result res[2][MAX_REPS];
+    if (!b.drop) { /* warm-up: page cache, CPU variant selection, file system metadata */
+        bench_result w;
+        run_child(ll_argv, "llama.cpp (warm-up)", 1, &w, 0);
+        run_child(df_argv, "deltafin (warm-up)", 1, &w, 0);
+    }
+    for (int r = 0; r < b.reps; r++)
+        for (int k = 0; k < 2; k++) {
+            int e = (r % 2) ^ k; /* 0 = llama.cpp first on even reps */
+            if (b.drop) drop_caches();
+            run_child(e ? df_argv : ll_argv, e ? "deltafin" : "llama.cpp", 1, &res[e][r], b.json);
+            printf("  rep %d %-9s prefill %8.2f tok/s  decode %7.3f tok/s  RSS %7.0f MiB  %8.1f MB read/token\n",
+                    r + 1, e ? "deltafin" : "llama.cpp", res[e][r].prefill_tps, res[e][r].decode_tps,
+                    res[e][r].rss_kb / 1024.0, res[e][r].read_per_token / 1e6);
+            fflush(stdout);
+        }
+    if (helper) {
+        kill(helper, SIGKILL);
+        waitpid(helper, NULL, 0);
+    }
+    double pf[2], dc[2], rd[2], rss[2];
+    for (int e = 0; e < 2; e++) {
+        double v[MAX_REPS];
+        for (int r = 0; r < b.reps; r++) v[r] = res[e][r].prefill_tps;
+        pf[e] = median(v, b.reps);
+        for (int r = 0; r < b.reps; r++) v[r] = res[e][r].decode_tps;
+        dc[e] = median(v, b.reps);
+        for (int r = 0; r < b.reps; r++) v[r] = res[e][r].read_per_token;
+        rd[e] = median(v, b.reps);
+        rss[e] = 0;
+        for (int r = 0; r < b.reps; r++)
+            if (res[e][r].rss_kb / 1024.0 > rss[e]) rss[e] = res[e][r].rss_kb / 1024.0;
+    }
+    printf("\n%-16s %14s %14s %14s %20s\n", "engine", "prefill tok/s", "decode tok/s", "peak RSS MiB",
+           "disk MB/token (dec)");
+    printf("%-16s %14.2f %14.3f %14.0f %20.1f\n", "llama.cpp", pf[0], dc[0], rss[0], rd[0] / 1e6);
+    printf("%-16s %14.2f %14.3f %14.0f %20.1f\n", "deltafin", pf[1], dc[1], rss[1], rd[1] / 1e6);
+    printf("%-16s %13.2fx %13.2fx %13.2fx %19s\n", "deltafin/llama", pf[0] > 0 ? pf[1] / pf[0] : 0,
+           dc[0] > 0 ? dc[1] / dc[0] : 0, rss[0] > 0 ? rss[1] / rss[0] : 0, "");
+    int same = !strcmp(res[0][0].ids, res[1][0].ids);
+    printf("greedy ids: %s\n", same ? "identical"
+                                    : "differ (expected with MXFP4 experts: llama.cpp rounds activations to 8 bits "
+                                      "for MXFP4 matmuls; make llama-oracle compares exactly on an F32 GGUF)");
+    return 0;
+}
