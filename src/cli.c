@@ -56,7 +56,7 @@ void usage(FILE *f)
           "\n"
           "run options:\n"
           "  --model DIR          K3 checkpoint directory (config.json, index, shards), or a\n"
-          "                       llama.cpp kimi-k3 .gguf file (takes --prompt-ids)\n"
+          "                       llama.cpp kimi-k3 .gguf file\n"
           "  --prompt TEXT        the prompt; raw continuation (no BOS), stops at the eos token\n"
           "  --chat               apply the chat template to --prompt and show the reply\n"
           "                       (reasoning on stderr, the answer on stdout)\n"

@@ -19,8 +19,7 @@
  * Trunk matrices stay F32 or BF16 (mapped, or streamed like the safetensors
  * trunk); small vectors may also be F16.  Other ggml types are refused with
  * the tensor's name.  Every failure names the file, the key or tensor, and
- * what is wrong.  The GGUF's tokenizer is not read: a GGUF model takes token
- * ids (--prompt-ids), or a tokenizer from a release directory.
+ * what is wrong.  The GGUF's vocabulary is read by tokenizer.c.
  * Does not own: GGUF parsing (gguf.c), the forward pass.
  */
 #define _GNU_SOURCE

@@ -58,8 +58,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gguf.h"
 #include "json.h"
 #include "util.h"
+
+#include <sys/stat.h>
 
 #define N_SPECIAL 256
 #define SLICE_MAX_SCALARS 400000
@@ -691,6 +694,8 @@ static int build_map(tokenizer *t, const uint64_t *h64, int32_t *a, int32_t *b)
     return rc;
 }
 
+static int finish_ranks(tokenizer *t, int32_t rank, const uint64_t *h64, const char *path, df_error *err);
+
 /* Parse tiktoken.model into the arena, offsets and hash map. */
 static int load_ranks(tokenizer *t, const char *path, df_error *err)
 {
@@ -764,7 +769,17 @@ static int load_ranks(tokenizer *t, const char *path, df_error *err)
         pos = eol + 1;
     }
     free(buf);
-    if (!rc) {
+    if (!rc) rc = finish_ranks(t, rank, h64, path, err);
+    free(h64);
+    return rc;
+}
+
+/* After the ordinary tokens are in the arena (h64: their hashes): the hash
+ * map, duplicate and byte-coverage checks. */
+static int finish_ranks(tokenizer *t, int32_t rank, const uint64_t *h64, const char *path, df_error *err)
+{
+    int rc = 0;
+    {
         t->n_ranks = rank;
         size_t cap_slots = 1024;
         while (cap_slots < 2 * (size_t)rank) cap_slots *= 2;
@@ -776,7 +791,6 @@ static int load_ranks(tokenizer *t, const char *path, df_error *err)
             rc = df_err_set(err, DF_ERR_FORMAT, -1, "%s:%d: token duplicates the byte string of line %d", path,
                             b + 1, a + 1);
     }
-    free(h64);
     for (int b = 0; b < 256 && !rc; b++)
         if (t->byte_rank[b] < 0)
             rc = df_err_set(err, DF_ERR_FORMAT, -1,
@@ -796,6 +810,8 @@ static int parse_id(const char *s, int64_t *out)
     *out = v;
     return 0;
 }
+
+static int install_specials(tokenizer *t, const char **spell, size_t *spell_len, const char *path, df_error *err);
 
 /* Spellings from tokenizer_config.json's added_tokens_decoder, appended to
  * the arena as ids n_ranks .. n_ranks+255. */
@@ -842,6 +858,16 @@ static int load_specials(tokenizer *t, const char *path, df_error *err)
         spell[id - t->n_ranks] = c->str;
         spell_len[id - t->n_ranks] = c->len;
     }
+    rc = install_specials(t, spell, spell_len, path, err);
+done:
+    json_free(doc);
+    return rc;
+}
+
+/* Append the 256 special spellings (NULL: <|reserved_token_ID|>) to the arena
+ * as ids n_ranks .. n_ranks+255 and index them. */
+static int install_specials(tokenizer *t, const char **spell, size_t *spell_len, const char *path, df_error *err)
+{
     size_t extra = 0;
     char dflt[N_SPECIAL][40];
     for (int i = 0; i < N_SPECIAL; i++) {
@@ -873,14 +899,125 @@ static int load_specials(tokenizer *t, const char *path, df_error *err)
         t->special_first[tok_ptr(t, id)[0]] = 1;
     }
     for (int i = 1; i < N_SPECIAL; i++)
-        if (!spell_cmp(t, t->special_sorted[i - 1], t->special_sorted[i])) {
-            rc = df_err_set(err, DF_ERR_FORMAT, -1, "%s: ids %d and %d have the same spelling \"%s\"", path,
-                            t->special_sorted[i - 1], t->special_sorted[i],
-                            (const char *)tok_ptr(t, t->special_sorted[i]));
-            goto done;
+        if (!spell_cmp(t, t->special_sorted[i - 1], t->special_sorted[i]))
+            return df_err_set(err, DF_ERR_FORMAT, -1, "%s: ids %d and %d have the same spelling \"%s\"", path,
+                              t->special_sorted[i - 1], t->special_sorted[i],
+                              (const char *)tok_ptr(t, t->special_sorted[i]));
+    return 0;
+}
+
+/* GPT-2's byte-level alphabet, which llama.cpp's "gpt2" vocabularies use to
+ * store token bytes as text: the printable bytes 33..126, 161..172 and
+ * 174..255 stand for themselves, the other 68 bytes for U+0100 + their
+ * index in byte order.  Returns the byte of code point cp, or -1. */
+static int byte_of_level_cp(uint32_t cp)
+{
+    if ((cp >= 33 && cp <= 126) || (cp >= 161 && cp <= 172) || (cp >= 174 && cp <= 255)) return (int)cp;
+    if (cp < 256 || cp >= 256 + 68) return -1;
+    int k = (int)(cp - 256);
+    for (int b = 0; b < 256; b++) {
+        int printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255);
+        if (!printable && k-- == 0) return b;
+    }
+    return -1;
+}
+
+/* The vocabulary of a llama.cpp GGUF (tokenizer.ggml.model "gpt2"): the
+ * leading NORMAL tokens (type 1) are the BPE ranks in id order, their
+ * strings in the byte-level alphabet; the tokens after them are the
+ * specials, stored verbatim. */
+static int load_gguf_vocab(tokenizer *t, const char *path, df_error *err)
+{
+    gguf_file g;
+    if (gguf_open(path, &g, err)) return -1;
+    int rc = -1;
+    uint64_t *h64 = NULL;
+    const char *model;
+    size_t mlen;
+    const gguf_kv *tok = gguf_find_kv(&g, "tokenizer.ggml.tokens"), *typ = gguf_find_kv(&g, "tokenizer.ggml.token_type");
+    if (gguf_get_str(&g, "tokenizer.ggml.model", &model, &mlen, err)) goto out;
+    if (mlen != 4 || memcmp(model, "gpt2", 4)) {
+        df_err_set(err, DF_ERR_UNSUPPORTED, -1, "%s: tokenizer.ggml.model is \"%.*s\"; K3's vocabulary is \"gpt2\"",
+                   path, (int)(mlen > 32 ? 32 : mlen), model);
+        goto out;
+    }
+    if (!tok || tok->type != GGUF_KV_ARRAY || tok->arr_type != GGUF_KV_STRING || !typ || typ->type != GGUF_KV_ARRAY ||
+        typ->n != tok->n) {
+        df_err_set(err, DF_ERR_FORMAT, -1, "%s: needs tokenizer.ggml.tokens (strings) and a token_type per token", path);
+        goto out;
+    }
+    size_t n = (size_t)tok->n, n_ranks = 0, bytes = 0;
+    if (n > (size_t)INT32_MAX - N_SPECIAL - 1) {
+        df_err_set(err, DF_ERR_FORMAT, -1, "%s: %zu tokens", path, n);
+        goto out;
+    }
+    int64_t *types = xmalloc((n ? n : 1) * sizeof *types);
+    size_t got = 0;
+    if (gguf_get_arr_int(&g, "tokenizer.ggml.token_type", types, n, &got, err)) {
+        free(types);
+        goto out;
+    }
+    while (n_ranks < n && types[n_ranks] == 1) n_ranks++;
+    for (size_t i = n_ranks; i < n; i++)
+        if (types[i] == 1) {
+            df_err_set(err, DF_ERR_UNSUPPORTED, -1,
+                       "%s: token %zu is NORMAL after special token %zu; deltafin needs the BPE ranks first", path, i,
+                       n_ranks);
+            free(types);
+            goto out;
         }
-done:
-    json_free(doc);
+    free(types);
+    if (n - n_ranks > N_SPECIAL) {
+        df_err_set(err, DF_ERR_UNSUPPORTED, -1, "%s: %zu special tokens; K3 reserves %d", path, n - n_ranks, N_SPECIAL);
+        goto out;
+    }
+    for (size_t i = 0; i < n_ranks; i++) bytes += (size_t)tok->str_len[i] + 1;
+    t->data = xmalloc(bytes + 1);
+    t->off = xmalloc((n_ranks + N_SPECIAL + 1) * sizeof *t->off);
+    h64 = xmalloc((n_ranks + 1) * sizeof *h64);
+    for (int b = 0; b < 256; b++) t->byte_rank[b] = -1;
+    t->off[0] = 0;
+    size_t used = 0;
+    for (size_t i = 0; i < n_ranks; i++) {
+        const unsigned char *s = tok->data + tok->str_off[i];
+        size_t len = (size_t)tok->str_len[i], start = used;
+        for (size_t k = 0; k < len;) {
+            int sub, cl = utf8_char(s + k, len - k, &sub);
+            int b = cl ? byte_of_level_cp(utf8_cp(s + k, cl)) : -1;
+            if (b < 0) {
+                df_err_set(err, DF_ERR_FORMAT, -1, "%s: token %zu (\"%.*s\") is not in the byte-level alphabet", path, i,
+                           (int)(len > 40 ? 40 : len), (const char *)s);
+                goto out;
+            }
+            t->data[used++] = (unsigned char)b;
+            k += (size_t)cl;
+        }
+        size_t nb = used - start;
+        if (!nb) {
+            df_err_set(err, DF_ERR_FORMAT, -1, "%s: token %zu is empty", path, i);
+            goto out;
+        }
+        h64[i] = hash_bytes(t->data + start, nb);
+        if (nb == 1 && t->byte_rank[t->data[start]] < 0) t->byte_rank[t->data[start]] = (int32_t)i;
+        if (nb > t->max_tok_len) t->max_tok_len = nb;
+        t->data[used++] = 0;
+        t->off[i + 1] = used;
+    }
+    if (finish_ranks(t, (int32_t)n_ranks, h64, path, err)) goto out;
+    const char *spell[N_SPECIAL] = {0};
+    size_t spell_len[N_SPECIAL] = {0};
+    for (size_t i = n_ranks; i < n; i++) {
+        spell[i - n_ranks] = (const char *)tok->data + tok->str_off[i];
+        spell_len[i - n_ranks] = (size_t)tok->str_len[i];
+        if (!spell_len[i - n_ranks] || memchr(spell[i - n_ranks], 0, spell_len[i - n_ranks])) {
+            df_err_set(err, DF_ERR_FORMAT, -1, "%s: special token %zu is empty or holds a NUL", path, i);
+            goto out;
+        }
+    }
+    rc = install_specials(t, spell, spell_len, path, err);
+out:
+    free(h64);
+    gguf_deinit(&g);
     return rc;
 }
 
@@ -911,10 +1048,15 @@ int tokenizer_load(const char *model_dir, tokenizer **out, df_error *err)
     tokenizer *t = xcalloc(1, sizeof *t);
     size_t dl = strlen(model_dir);
     char *path = xmalloc(dl + 32);
-    snprintf(path, dl + 32, "%s/tiktoken.model", model_dir);
-    if (load_ranks(t, path, err)) goto fail;
-    snprintf(path, dl + 32, "%s/tokenizer_config.json", model_dir);
-    if (load_specials(t, path, err)) goto fail;
+    struct stat sb;
+    if (stat(model_dir, &sb) == 0 && S_ISREG(sb.st_mode)) {
+        if (load_gguf_vocab(t, model_dir, err)) goto fail;
+    } else {
+        snprintf(path, dl + 32, "%s/tiktoken.model", model_dir);
+        if (load_ranks(t, path, err)) goto fail;
+        snprintf(path, dl + 32, "%s/tokenizer_config.json", model_dir);
+        if (load_specials(t, path, err)) goto fail;
+    }
     t->n_vocab = t->n_ranks + N_SPECIAL;
 
     /* The bound tok_decoder_max_out reports: a pending prefix resolves to at

@@ -19,7 +19,9 @@
 
 typedef struct tokenizer tokenizer;
 
-/* Load model_dir/tiktoken.model and model_dir/tokenizer_config.json.
+/* Load model_dir/tiktoken.model and model_dir/tokenizer_config.json, or,
+ * when model_dir is a file, the "gpt2" vocabulary of a llama.cpp GGUF
+ * (tokenizer.ggml.tokens in GPT-2's byte-level alphabet + token_type).
  * The vocabulary is n_ranks BPE tokens followed by 256 specials. */
 int tokenizer_load(const char *model_dir, tokenizer **out, df_error *err);
 void tokenizer_free(tokenizer *t);

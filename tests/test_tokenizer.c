@@ -867,11 +867,12 @@ static void test_encode_1mb_timing(void)
 static void test_large_vocab(void)
 {
     const char *b = getenv("BUILD");
-    char gen[512], dir[600], cmd[1400];
+    char gen[512], dir[600], cmd[2400];
     snprintf(gen, sizeof gen, "%s/k3gen", b && *b ? b : "build");
     if (access(gen, X_OK) != 0) TSKIP("%s not built", gen);
     snprintf(dir, sizeof dir, "%s/big", tmp_dir());
-    snprintf(cmd, sizeof cmd, "%s --out %s --preset tiny --set vocab_size=163840 >/dev/null 2>&1", gen, dir);
+    snprintf(cmd, sizeof cmd, "%s --out %s --preset tiny --set vocab_size=163840 --gguf %s.gguf >/dev/null 2>&1", gen,
+             dir, dir);
     if (system(cmd) != 0) {
         t_fail(__FILE__, __LINE__, "%s failed", cmd);
         return;
@@ -906,6 +907,38 @@ static void test_large_vocab(void)
             bad += a.n != h.n || memcmp(a.v, h.v, a.n * sizeof *a.v);
         }
         TCHECKF(bad == 0, "%d heap/reference disagreements", bad);
+        /* the same vocabulary read from the GGUF (byte-level strings + token
+         * types): every token's bytes, every special and the ids of the
+         * whole text (with specials allowed) are the same */
+        char gpath[700];
+        snprintf(gpath, sizeof gpath, "%s.gguf", dir);
+        tokenizer *g = NULL;
+        t0 = now_sec();
+        TCHECKF(tokenizer_load(gpath, &g, &err) == 0, "%s", err.msg);
+        fprintf(stderr, "    load the same vocabulary from the GGUF: %.3f s\n", now_sec() - t0);
+        if (g) {
+            TCHECK(tokenizer_n_vocab(g) == 163840 && tokenizer_n_ranks(g) == tokenizer_n_ranks(t));
+            int diff = 0;
+            for (int32_t id = 0; id < 163840; id++) {
+                size_t l1, l2;
+                const char *p1 = tokenizer_token_bytes(t, id, &l1), *p2 = tokenizer_token_bytes(g, id, &l2);
+                diff += !p1 || !p2 || l1 != l2 || memcmp(p1, p2, l1);
+            }
+            TCHECKF(diff == 0, "%d tokens differ between tiktoken.model and the GGUF", diff);
+            idvec gi = {0}, ti = {0};
+            static const char sp[] = "<|open|>user<|end_of_msg|> <|reserved_token_163700|>";
+            char *mix = malloc(len + sizeof sp);
+            memcpy(mix, sp, sizeof sp - 1);
+            memcpy(mix + sizeof sp - 1, text, len);
+            enc(t, mix, len + sizeof sp - 1, 1, &ti);
+            enc(g, mix, len + sizeof sp - 1, 1, &gi);
+            TCHECKF(ti.n == gi.n && !memcmp(ti.v, gi.v, ti.n * sizeof *ti.v), "GGUF vocabulary encodes differently");
+            TCHECK(ti.n > 3 && ti.v[0] == tokenizer_special_id(t, "<|open|>"));
+            free(mix);
+            free(gi.v);
+            free(ti.v);
+            tokenizer_free(g);
+        }
         free(a.v);
         free(h.v);
         free(back);
