@@ -3,7 +3,9 @@
  * row, free-running greedy continuations, and per-layer debug values at the
  * last prompt position.  Tolerances are the fixture README's: greedy ids
  * exact, max |logit diff| <= 5e-3, max row relative L2 <= 5e-4, debug norms
- * and probabilities within 1e-3 relative.
+ * and probabilities within 1e-3 relative.  The same checkpoint converted by
+ * `k3gen --from` to llama.cpp's kimi-k3 GGUF must give the safetensors
+ * logits bit for bit.
  */
 #include "harness.h"
 #include "json.h"
@@ -13,6 +15,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 static const char *prompts[] = {"p1_len1", "p2_len7", "p3_len33_chat"};
 
@@ -73,10 +76,9 @@ static void free_fixture(fixture *f)
     json_free(f->debug);
 }
 
-static df_engine *open_tiny(int threads, const char *kernels)
+/* A checkpoint directory or a .gguf file. */
+static df_engine *open_model(const char *path, int threads, const char *kernels)
 {
-    char dir[512];
-    snprintf(dir, sizeof dir, "%s/k3-tiny-a/checkpoint", testdata_dir());
     df_engine_opts o;
     df_engine_opts_default(&o);
     o.n_threads = threads;
@@ -84,8 +86,64 @@ static df_engine *open_tiny(int threads, const char *kernels)
     o.quiet = 1;
     df_engine *eng = NULL;
     df_error err = {0};
-    if (df_engine_open(dir, &o, &eng, &err)) t_fail(__FILE__, __LINE__, "open: %s", err.msg);
+    if (df_engine_open(path, &o, &eng, &err)) t_fail(__FILE__, __LINE__, "open %s: %s", path, err.msg);
     return eng;
+}
+
+static df_engine *open_tiny(int threads, const char *kernels)
+{
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/k3-tiny-a/checkpoint", testdata_dir());
+    return open_model(dir, threads, kernels);
+}
+
+/* Teacher-forced logits for every row of the fixture: the prompt as one
+ * batch, then the continuation as one more batch.  NULL on failure. */
+static float *eval_all(df_engine *eng, const fixture *f, int V)
+{
+    df_session *s;
+    df_error err = {0};
+    if (df_session_new(eng, NULL, &s, &err)) {
+        t_fail(__FILE__, __LINE__, "session: %s", err.msg);
+        return NULL;
+    }
+    float *out = malloc((size_t)f->n_all * V * sizeof(float));
+    int rc = df_session_eval(s, f->all, f->n_prompt, out, 1, &err);
+    if (!rc)
+        rc = df_session_eval(s, f->all + f->n_prompt, f->n_all - f->n_prompt, out + (size_t)f->n_prompt * V, 1, &err);
+    df_session_free(s);
+    if (rc) {
+        t_fail(__FILE__, __LINE__, "eval: %s", err.msg);
+        free(out);
+        return NULL;
+    }
+    return out;
+}
+
+/* Free-running greedy continuation of the prompt must be the fixture's. */
+static void check_greedy(df_engine *eng, const char *name, const fixture *f, int V)
+{
+    df_session *s;
+    df_error err = {0};
+    if (df_session_new(eng, NULL, &s, &err)) {
+        t_fail(__FILE__, __LINE__, "session: %s", err.msg);
+        return;
+    }
+    float *logits = malloc((size_t)V * sizeof(float));
+    TCHECK(df_session_eval(s, f->prompt, f->n_prompt, logits, 0, &err) == 0);
+    int same = 1;
+    for (int i = 0; i < f->n_cont; i++) {
+        int32_t next = df_argmax(logits, V);
+        if (next != f->cont[i]) {
+            t_fail(__FILE__, __LINE__, "%s: generated token %d is %d, expected %d", name, i, next, f->cont[i]);
+            same = 0;
+            break;
+        }
+        TCHECK(df_session_eval(s, &next, 1, logits, 0, &err) == 0);
+    }
+    if (same) fprintf(stderr, "    %s: %d greedy tokens identical\n", name, f->n_cont);
+    df_session_free(s);
+    free(logits);
 }
 
 static void compare_rows(const char *name, const float *got, const float *want, int rows, int V)
@@ -119,17 +177,9 @@ static void test_teacher_forced(void)
             t_fail(__FILE__, __LINE__, "cannot load fixture %s", prompts[p]);
             continue;
         }
-        df_session *s;
-        df_error err = {0};
-        TCHECK(df_session_new(eng, NULL, &s, &err) == 0);
-        float *out = malloc((size_t)f.n_all * info.vocab * sizeof(float));
-        /* prompt as one batch, then the continuation as one more batch */
-        TCHECK(df_session_eval(s, f.all, f.n_prompt, out, 1, &err) == 0);
-        TCHECK(df_session_eval(s, f.all + f.n_prompt, f.n_all - f.n_prompt, out + (size_t)f.n_prompt * info.vocab,
-                               1, &err) == 0);
-        compare_rows(prompts[p], out, f.logits, f.n_all, info.vocab);
+        float *out = eval_all(eng, &f, info.vocab);
+        if (out) compare_rows(prompts[p], out, f.logits, f.n_all, info.vocab);
         free(out);
-        df_session_free(s);
         free_fixture(&f);
     }
     df_engine_close(eng);
@@ -141,32 +191,15 @@ static void test_free_running(void)
     if (!eng) return;
     df_model_info info;
     df_engine_info(eng, &info);
-    float *logits = malloc((size_t)info.vocab * sizeof(float));
     for (int p = 0; p < 3; p++) {
         fixture f;
         if (load_fixture(prompts[p], info.vocab, &f)) {
             t_fail(__FILE__, __LINE__, "cannot load fixture %s", prompts[p]);
             continue;
         }
-        df_session *s;
-        df_error err = {0};
-        TCHECK(df_session_new(eng, NULL, &s, &err) == 0);
-        TCHECK(df_session_eval(s, f.prompt, f.n_prompt, logits, 0, &err) == 0);
-        int same = 1;
-        for (int i = 0; i < f.n_cont; i++) {
-            int32_t next = df_argmax(logits, info.vocab);
-            if (next != f.cont[i]) {
-                t_fail(__FILE__, __LINE__, "%s: generated token %d is %d, expected %d", prompts[p], i, next, f.cont[i]);
-                same = 0;
-                break;
-            }
-            TCHECK(df_session_eval(s, &next, 1, logits, 0, &err) == 0);
-        }
-        if (same) fprintf(stderr, "    %s: %d greedy tokens identical\n", prompts[p], f.n_cont);
-        df_session_free(s);
+        check_greedy(eng, prompts[p], &f, info.vocab);
         free_fixture(&f);
     }
-    free(logits);
     df_engine_close(eng);
 }
 
@@ -248,10 +281,94 @@ static void test_debug_norms(void)
     df_engine_close(eng);
 }
 
+/* Runs k3gen (stdout and stderr captured into out); returns its exit status. */
+static int run_k3gen(const char *args, char *out, size_t n)
+{
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "%s %s 2>&1", build_bin("k3gen"), args);
+    FILE *p = popen(cmd, "r");
+    if (!p) return -1;
+    size_t len = fread(out, 1, n - 1, p);
+    out[len] = 0;
+    int rc = pclose(p);
+    return rc;
+}
+
+/* The fixture checkpoint converted by `k3gen --from` into llama.cpp's
+ * kimi-k3 GGUF (experts repacked to ggml MXFP4, kv_b split per head, res
+ * norm folded into the res score, -exp(A_log)): opened by the engine, it
+ * gives the safetensors checkpoint's teacher-forced logits bit for bit and
+ * the fixture's greedy tokens.  k3gen refuses options that do not describe
+ * the checkpoint, naming the tensor. */
+static void test_gguf_from_checkpoint(void)
+{
+    char ckpt[512], gguf[600], args[1600], msg[4096];
+    snprintf(ckpt, sizeof ckpt, "%s/k3-tiny-a/checkpoint", testdata_dir());
+    snprintf(gguf, sizeof gguf, "%s/tiny-a.gguf", test_scratch());
+    snprintf(args, sizeof args, "--preset tiny-a-shape --from %s --gguf %s", ckpt, gguf);
+    df_engine *st = NULL, *gg = NULL;
+    if (run_k3gen(args, msg, sizeof msg) != 0)
+        t_fail(__FILE__, __LINE__, "k3gen %s failed: %s", args, msg);
+    else if ((st = open_model(ckpt, 0, NULL)))
+        gg = open_model(gguf, 0, NULL);
+    if (st && gg) {
+        df_model_info is, ig;
+        df_engine_info(st, &is);
+        df_engine_info(gg, &ig);
+        TCHECKF(is.vocab == ig.vocab && is.n_layers == ig.n_layers && is.n_mla_layers == ig.n_mla_layers &&
+                    is.n_experts == ig.n_experts && is.n_experts_used == ig.n_experts_used,
+                "GGUF model info differs: vocab %d/%d layers %d/%d mla %d/%d experts %d/%d used %d/%d", is.vocab,
+                ig.vocab, is.n_layers, ig.n_layers, is.n_mla_layers, ig.n_mla_layers, is.n_experts, ig.n_experts,
+                is.n_experts_used, ig.n_experts_used);
+        const int V = is.vocab;
+        for (int p = 0; p < 3 && V == ig.vocab; p++) {
+            fixture f;
+            if (load_fixture(prompts[p], V, &f)) {
+                t_fail(__FILE__, __LINE__, "cannot load fixture %s", prompts[p]);
+                continue;
+            }
+            float *a = eval_all(st, &f, V), *b = eval_all(gg, &f, V);
+            if (a && b) {
+                size_t n = (size_t)f.n_all * V, i = 0;
+                while (i < n && !memcmp(&a[i], &b[i], sizeof(float))) i++;
+                TCHECKF(i == n, "%s: GGUF logits differ from the safetensors checkpoint's, first at row %zu token %zu: "
+                        "GGUF %.9g, safetensors %.9g", prompts[p], i / V, i % V, (double)b[i < n ? i : 0], (double)a[i < n ? i : 0]);
+                if (i == n)
+                    fprintf(stderr, "    %s: %d x %d GGUF logits bit-identical to safetensors\n", prompts[p], f.n_all, V);
+            }
+            free(a);
+            free(b);
+            check_greedy(gg, prompts[p], &f, V);
+            free_fixture(&f);
+        }
+    }
+    if (gg) df_engine_close(gg);
+    if (st) df_engine_close(st);
+    /* options that do not describe the checkpoint: refused, tensor named, no file left */
+    static const struct {
+        const char *set, *want1, *want2;
+    } bad[] = {
+        {"--set kda_heads=3", "layers.0.self_attn.q_proj.weight", "shape mismatch"},
+        {"--set mla_every=3", "layers.2.self_attn.q_a_proj.weight", "not in"},
+        {"--set num_hidden_layers=12", "layers.12.", "not part of the model"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char bad_gguf[600];
+        snprintf(bad_gguf, sizeof bad_gguf, "%s/bad%zu.gguf", test_scratch(), i);
+        snprintf(args, sizeof args, "--preset tiny-a-shape %s --from %s --gguf %s", bad[i].set, ckpt, bad_gguf);
+        int rc = run_k3gen(args, msg, sizeof msg);
+        struct stat sb;
+        TCHECKF(rc != 0 && strstr(msg, bad[i].want1) && strstr(msg, bad[i].want2) && stat(bad_gguf, &sb) != 0,
+                "k3gen %s: rc %d, message: %s", args, rc, msg);
+    }
+    test_scratch_remove();
+}
+
 static const test_case tests[] = {
     {"fixture_teacher_forced_logits", test_teacher_forced},
     {"fixture_free_running_greedy", test_free_running},
     {"fixture_debug_norms_and_routes", test_debug_norms},
+    {"fixture_gguf_from_checkpoint_bit_identical", test_gguf_from_checkpoint},
 };
 
 int main(int argc, char **argv) { return test_main(tests, NTESTS(tests), argc, argv); }
