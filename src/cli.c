@@ -92,6 +92,8 @@ void usage(FILE *f)
           "                       on, or off (leave it mapped; the kernel pages it)\n"
           "  --prefault           fault the expert cache's memory in at start, in the background (pays\n"
           "                       off in long runs where first-touching memory is slow, as in some VMs)\n"
+          "  --preload M          auto (read every routed expert at start when the expert cache holds\n"
+          "                       them all: the model fits), on, or off\n"
           "  --stats              a live status line (tok/s, tokens, time to first token) and\n"
           "                       timing and expert I/O counters on stderr\n",
           f);
@@ -196,6 +198,14 @@ void parse_common(int argc, char **argv, run_args *a)
         else if (!strcmp(f, "--expert-cache")) { NEED_ARG(); a->cache_bytes = parse_size(argv[++i], f); }
         else if (!strcmp(f, "--stats")) a->stats = 1;
         else if (!strcmp(f, "--bench-json")) a->bench_json = 1;
+        else if (!strcmp(f, "--preload")) {
+            NEED_ARG();
+            const char *v = argv[++i];
+            if (!strcmp(v, "on")) a->preload = 1;
+            else if (!strcmp(v, "off")) a->preload = -1;
+            else if (!strcmp(v, "auto")) a->preload = 0;
+            else die("--preload wants on, off or auto, not \"%s\"", v);
+        }
         else if (!strcmp(f, "--mem")) { NEED_ARG(); a->mem = parse_size(argv[++i], f); }
         else if (!strcmp(f, "--io")) { NEED_ARG(); a->io = argv[++i]; }
         else if (!strcmp(f, "--io-backend")) { NEED_ARG(); a->io_backend = argv[++i]; }
@@ -258,6 +268,7 @@ df_engine *open_engine(const run_args *a)
     eo.heat_path = a->heat;
     eo.events_path = a->events;
     eo.prefault = a->prefault;
+    eo.preload = a->preload;
     eo.trunk_stream = a->trunk_stream;
     eo.expert_paths = a->xpaths;
     eo.n_expert_paths = a->n_xpaths;

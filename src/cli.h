@@ -21,6 +21,7 @@ typedef struct {
     int chat, no_think, special;
     int trunk_stream;
     int ctx_cap;   /* the session's context capacity (set when it is created) */
+    int preload;    /* --preload: 1 on, -1 off, 0 auto */
     int bench_json; /* run: one JSON line of timings and disk reads (bench --vs-llama) */
 } run_args;
 

@@ -129,6 +129,7 @@ static int plan_memory(df_engine *eng, const df_engine_opts *o, df_error *err)
         return df_err_set(err, DF_ERR_NOMEM, -1, "cannot allocate the expert cache (%llu slots of %zu bytes)",
                           (unsigned long long)n_slots, slot);
     if (eng->ts.on && trunk_stream_init(eng, err)) return -1;
+    if (!eng->ts.on && !eng->trunk_paged && trunk_load_resident(eng, err)) return -1;
     if (o->prefault) expert_cache_prefault(&eng->cache);
     eng->plan_budget = budget;
     eng->plan_trunk = trunk;
@@ -156,6 +157,13 @@ static int plan_memory(df_engine *eng, const df_engine_opts *o, df_error *err)
     return 0;
 }
 
+static uint64_t expert_moe_count(const df_engine *eng)
+{
+    uint64_t n = 0;
+    for (int il = 0; il < eng->cfg.NL; il++) n += eng->cfg.layer_moe[il] ? (uint64_t)eng->cfg.E : 0;
+    return n;
+}
+
 static const float *heat_sort_keys;
 static int cmp_heat(const void *a, const void *b)
 {
@@ -164,30 +172,17 @@ static int cmp_heat(const void *a, const void *b)
     return *(const int32_t *)a - *(const int32_t *)b;
 }
 
-/* Seed the cache's use counts from the heat file and read the hottest
- * experts into it before the first token (all reads in flight at once). */
-static int heat_warm(df_engine *eng, int verbose, df_error *err)
+/* Read the experts keys[0..n) (layer * E + expert) into the cache before
+ * the first token, many reads in flight; returns the count read, -1 on a
+ * failed read.  Warming is not use: hit, miss and read counters restart. */
+static long read_into_cache(df_engine *eng, const int32_t *keys, size_t n, df_error *err)
 {
     const k3_config *c = &eng->cfg;
-    size_t nk = (size_t)c->NL * (size_t)c->E;
-    df_error herr = {0};
-    if (heat_load(eng->heat_path, c->NL, c->E, eng->cache.freq, &herr)) {
-        memset(eng->cache.freq, 0, nk * sizeof *eng->cache.freq);
-        if (herr.code != DF_ERR_IO && verbose) df_log("ignoring the heat file: %s", herr.msg);
-        return 0;
-    }
-    int32_t *keys = xmalloc(nk * sizeof *keys);
-    size_t n = 0;
-    for (size_t k = 0; k < nk; k++)
-        if (eng->cache.freq[k] > 0 && c->layer_moe[k / (size_t)c->E]) keys[n++] = (int32_t)k;
-    heat_sort_keys = eng->cache.freq;
-    qsort(keys, n, sizeof *keys, cmp_heat);
     if (n > (size_t)eng->cache.n_slots) n = (size_t)eng->cache.n_slots;
-    double t0 = now_sec();
     size_t done = 0;
     int rc = 0;
-    for (size_t b = 0; b < n && !rc; b += EXPERT_BATCH_MAX / 2) {
-        size_t e_ = b + EXPERT_BATCH_MAX / 2 < n ? b + EXPERT_BATCH_MAX / 2 : n;
+    for (size_t b = 0; b < n && !rc; b += EXPERT_BATCH_MAX / 4) {
+        size_t e_ = b + EXPERT_BATCH_MAX / 4 < n ? b + EXPERT_BATCH_MAX / 4 : n;
         for (size_t i = b; i < e_; i++) {
             uint8_t *slot;
             int il = keys[i] / c->E, e = keys[i] % c->E;
@@ -214,14 +209,61 @@ static int heat_warm(df_engine *eng, int verbose, df_error *err)
                 }
             }
     }
-    /* warming is not use: hit, miss and read counters start at zero for the run */
     eng->cache.hits = eng->cache.misses = 0;
     memset(&eng->store.st, 0, sizeof eng->store.st);
+    return rc ? -1 : (long)done;
+}
+
+/* --preload: when the cache holds every routed expert, read them all at
+ * open, in file order (the model fits: nothing will ever be evicted, so
+ * every token runs from memory like a fully resident engine). */
+static int preload_all(df_engine *eng, int verbose, df_error *err)
+{
+    const k3_config *c = &eng->cfg;
+    size_t nk = (size_t)c->NL * (size_t)c->E, n = 0;
+    int32_t *keys = xmalloc(nk * sizeof *keys);
+    for (size_t k = 0; k < nk; k++)
+        if (c->layer_moe[k / (size_t)c->E] && !expert_cache_resident(&eng->cache, (int)(k / (size_t)c->E),
+                                                                     (int)(k % (size_t)c->E)))
+            keys[n++] = (int32_t)k;
+    double t0 = now_sec();
+    long done = read_into_cache(eng, keys, n, err);
     free(keys);
+    if (done < 0) return -1;
+    double dt = now_sec() - t0;
     if (verbose)
-        df_log("warmed the cache with %zu experts from %s (%.1f MiB in %.2f s)", done, eng->heat_path,
+        df_log("preloaded all %ld experts (%.2f GiB in %.2f s, %.2f GB/s)", done,
+               done * (double)eng->store.expert_bytes / (1 << 30), dt,
+               dt > 0 ? done * (double)eng->store.expert_bytes / dt / 1e9 : 0.0);
+    return 0;
+}
+
+/* Seed the cache's use counts from the heat file and read the hottest
+ * experts into it before the first token (all reads in flight at once). */
+static int heat_warm(df_engine *eng, int verbose, df_error *err)
+{
+    const k3_config *c = &eng->cfg;
+    size_t nk = (size_t)c->NL * (size_t)c->E;
+    df_error herr = {0};
+    if (heat_load(eng->heat_path, c->NL, c->E, eng->cache.freq, &herr)) {
+        memset(eng->cache.freq, 0, nk * sizeof *eng->cache.freq);
+        if (herr.code != DF_ERR_IO && verbose) df_log("ignoring the heat file: %s", herr.msg);
+        return 0;
+    }
+    int32_t *keys = xmalloc(nk * sizeof *keys);
+    size_t n = 0;
+    for (size_t k = 0; k < nk; k++)
+        if (eng->cache.freq[k] > 0 && c->layer_moe[k / (size_t)c->E]) keys[n++] = (int32_t)k;
+    heat_sort_keys = eng->cache.freq;
+    qsort(keys, n, sizeof *keys, cmp_heat);
+    double t0 = now_sec();
+    long done = read_into_cache(eng, keys, n, err);
+    free(keys);
+    if (done < 0) return -1;
+    if (verbose)
+        df_log("warmed the cache with %ld experts from %s (%.1f MiB in %.2f s)", done, eng->heat_path,
                done * (double)eng->store.expert_bytes / (1 << 20), now_sec() - t0);
-    return rc;
+    return 0;
 }
 
 int df_engine_open(const char *model_dir, const df_engine_opts *opts, df_engine **out, df_error *err)
@@ -278,6 +320,13 @@ int df_engine_open(const char *model_dir, const df_engine_opts *opts, df_engine 
     if (opts->heat_path) {
         eng->heat_path = xstrdup(opts->heat_path);
         if (heat_warm(eng, !opts->quiet, err)) {
+            df_engine_close(eng);
+            return -1;
+        }
+    }
+    if (opts->preload > 0 || (opts->preload == 0 && !eng->ts.on &&
+                              (uint64_t)eng->cache.n_slots >= (uint64_t)expert_moe_count(eng))) {
+        if (preload_all(eng, !opts->quiet, err)) {
             df_engine_close(eng);
             return -1;
         }

@@ -40,6 +40,8 @@ typedef struct df_engine_opts {
     int trunk_stream;           /* 0: stream the trunk only when it does not fit mem_budget;
                                    1: always stream it; -1: never (the kernel pages it) */
     int prefault;               /* fault the expert cache memory in from a background thread at open */
+    int preload;                /* read every routed expert into the cache at open: 1 on, -1 off,
+                                   0 auto = when the cache holds them all and the trunk is resident */
     int quiet;                  /* no log lines on stderr */
 } df_engine_opts;
 

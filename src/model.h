@@ -106,6 +106,9 @@ typedef struct trunk_stream {
     io_queue *q;
     uint64_t bytes_read;
     double wait_sec;
+    uint8_t *resident;        /* trunk_load_resident's copy (2 MiB aligned, huge pages) */
+    size_t resident_bytes;    /* its mapping's length */
+    uint8_t *resident_map;    /* the mapping itself */
 } trunk_stream;
 
 typedef struct tensor_map {
@@ -241,6 +244,9 @@ void trunk_stream_deinit(df_engine *eng);
 int trunk_stream_layer(df_engine *eng, int il, df_error *err);
 /* Make layer il's trunk resident without starting anything else. */
 int trunk_stream_ready(df_engine *eng, int il, df_error *err);
+/* The trunk fits: copy its matrices (not the embedding) from the files into
+ * one anonymous, huge-page-backed block and point the views there. */
+int trunk_load_resident(df_engine *eng, df_error *err);
 
 /* place.c: read --expert-path manifests into the store's sources */
 int engine_use_expert_paths(df_engine *eng, const char *const *dirs, int n, df_error *err);
