@@ -15,7 +15,11 @@ double df_exp(double x)
     static const double ln2_hi = 6.93147180369123816490e-01;
     static const double ln2_lo = 1.90821492927058770002e-10;
     static const double inv_ln2 = 1.44269504088896338700e+00;
-    double n = nearbyint(x * inv_ln2);
+    /* round to nearest, ties to even (what nearbyint does in the default
+     * rounding mode) by adding and removing 1.5 * 2^52: exact for |v| < 2^51
+     * and free of nearbyint's save/restore of the floating-point state */
+    const double shift = 6755399441055744.0;
+    double n = (x * inv_ln2 + shift) - shift;
     double r = (x - n * ln2_hi) - n * ln2_lo;
     /* Taylor to degree 11: |r| < 0.347 so the remainder is < 3e-15 relative,
      * far below the float rounding the callers apply */
