@@ -27,6 +27,9 @@ static void run_rows(const kernel_table *kt, const mm_job *j, int r0, int r1)
     case W_MXFP4:
         kt->matmul_mxfp4(j->w.data, j->w.scales, j->w.cols, j->x, j->xs, j->T, j->y, j->ys, r0, r1);
         break;
+    case W_MXFP4_GG:
+        kt->matmul_mxfp4_gg(j->w.data, NULL, j->w.cols, j->x, j->xs, j->T, j->y, j->ys, r0, r1);
+        break;
     }
 }
 

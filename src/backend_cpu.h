@@ -14,7 +14,7 @@
 #include "kernels.h"
 #include "threadpool.h"
 
-enum wtype { W_F32, W_BF16, W_MXFP4 };
+enum wtype { W_F32, W_BF16, W_MXFP4, W_MXFP4_GG /* ggml blocks in data, scales unused */ };
 
 /* A weight matrix view: [rows, cols]. For MXFP4, data = packed bytes and
  * scales = E8M0 bytes. Borrowed: valid while the mapping / cache slot is. */

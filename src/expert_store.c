@@ -8,7 +8,6 @@
  */
 #define _GNU_SOURCE
 #include "expert_store.h"
-#include "quant.h"
 #include "util.h"
 
 #include <errno.h>
@@ -194,8 +193,6 @@ int expert_store_finish(expert_store *s, const uint8_t *moe_layer, enum io_mode 
             }
         }
     }
-    if (s->ggml) s->gg_scratch = aligned_alloc_raw((size_t)s->expert_bytes);
-    CHECK(!s->ggml || s->gg_scratch);
     for (int il = 0; !s->ggml && il < s->n_layers; il++) {
         if (!moe_layer[il]) continue;
         for (int e = 0; e < s->n_experts; e++) {
@@ -347,18 +344,6 @@ static void queue_ggml(expert_store *s, int il, int e, uint8_t *slot, int64_t ta
     }
 }
 
-/* All three pieces of expert k are in its slot: repack them into the
- * canonical layout (w1 packed, w1 scales, w2 ..., w3 ...) at the slot start. */
-static void repack_ggml(expert_store *s, size_t k)
-{
-    const expert_loc *l = &s->loc[k];
-    uint8_t *slot = s->gg_dst[k];
-    for (int p = 0; p < 3; p++)
-        mxfp4_from_ggml(slot + (size_t)p * s->piece_slot + l->plead[p], s->gg_rows[p], s->gg_cols[p],
-                        s->gg_scratch + l->rel[2 * p], s->gg_scratch + l->rel[2 * p + 1]);
-    memcpy(slot, s->gg_scratch, (size_t)s->expert_bytes);
-}
-
 int expert_store_queue(expert_store *s, int il, int e, uint8_t *slot, int64_t tag, df_error *err)
 {
     const expert_loc *l = &s->loc[(size_t)il * (size_t)s->n_experts + (size_t)e];
@@ -457,10 +442,7 @@ again:;
         if (--s->gg_left[k]) continue;
         tags[n] = (int64_t)((uint64_t)done[i].tag >> 32);
         ok[n] = !s->gg_bad[k];
-        if (ok[n]) {
-            repack_ggml(s, k);
-            s->st.bytes_read += s->expert_bytes;
-        }
+        if (ok[n]) s->st.bytes_read += s->expert_bytes;
         n++;
     }
     for (int i = 0; i < got && !s->ggml; i++) {
@@ -518,7 +500,6 @@ void expert_store_deinit(expert_store *s)
     free(s->gg_left);
     free(s->gg_bad);
     free(s->gg_dst);
-    aligned_free(s->gg_scratch);
     free(s->files);
     free(s->plain_fds);
     free(s->paths);

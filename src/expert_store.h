@@ -12,9 +12,9 @@
  * A GGUF (llama.cpp) expert is three pieces instead: its slice of the
  * ffn_gate/down/up_exps 3-D tensors, each in ggml's MXFP4 block layout
  * (scale byte + 16 nibble bytes per 32 values).  Each piece is one aligned
- * read into its own part of the slot; when the last piece lands, the
- * expert is repacked (mxfp4_from_ggml, an exact byte permutation) into the
- * same canonical layout as above, through one expert-sized scratch buffer.
+ * read into its own part of the slot, and the kernels read the blocks where
+ * they land (kernel_table.matmul_mxfp4_gg: same results as the packed
+ * layout, no conversion pass).
  * Does not own: slots or any caching policy (expert_cache), nor deciding
  * what to read (moe).  Thread: the session thread.
  */
@@ -96,7 +96,6 @@ typedef struct expert_store {
     uint8_t *gg_left;             /* [n_layers][n_experts] pieces still in flight */
     uint8_t *gg_bad;              /* [n_layers][n_experts] a piece failed */
     uint8_t **gg_dst;             /* [n_layers][n_experts] slot being filled */
-    uint8_t *gg_scratch;          /* expert_bytes: the repack target */
 } expert_store;
 
 void expert_store_init(expert_store *s, int n_layers, int n_experts, const uint32_t sizes[EX_N]);
@@ -120,10 +119,18 @@ int expert_store_finish(expert_store *s, const uint8_t *moe_layer, enum io_mode 
 int expert_store_set_sources(expert_store *s, const char *const *dirs, int n, const uint8_t *const *held,
                              const uint8_t *moe_layer, df_error *err);
 
-/* Where the expert's data begins inside its slot. */
-static inline uint8_t *expert_store_data(const expert_store *s, int il, int e, uint8_t *slot)
+/* Projection p (0: w1 [I, Lt], 1: w2 [Lt, I], 2: w3 [I, Lt]) of the expert
+ * whose bytes are in slot: packed bytes (and *scales), or, for a GGUF store
+ * (s->ggml), its ggml blocks (*scales = NULL). */
+static inline const uint8_t *expert_store_proj(const expert_store *s, const expert_loc *l, const uint8_t *slot,
+                                               int p, const uint8_t **scales)
 {
-    return slot + s->loc[(size_t)il * (size_t)s->n_experts + (size_t)e].lead;
+    if (s->ggml) {
+        *scales = NULL;
+        return slot + (size_t)p * s->piece_slot + l->plead[p];
+    }
+    *scales = slot + l->lead + l->rel[2 * p + 1];
+    return slot + l->lead + l->rel[2 * p];
 }
 
 /* Queue a read of expert (il, e) into slot; `tag` comes back from wait.

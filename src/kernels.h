@@ -40,6 +40,13 @@ typedef struct kernel_table {
      * by mxfp4_prep_x, positions xs floats apart */
     void (*matmul_mxfp4)(const uint8_t *packed, const uint8_t *scales, int C, const float *xp,
                          size_t xs, int T, float *y, size_t ys, int r0, int r1);
+    /* The same MXFP4 product with the weights in ggml's block layout (GGUF
+     * files): blocks [R][C/32] of 17 bytes (E8M0 scale, then byte j holding
+     * value j low and value j + 16 high); `unused` is ignored.  Results are
+     * those of matmul_mxfp4 on the matrix mxfp4_from_ggml repacks, bit for
+     * bit (the kernels permute each block's nibbles into that order). */
+    void (*matmul_mxfp4_gg)(const uint8_t *blocks, const uint8_t *unused, int C, const float *xp,
+                            size_t xs, int T, float *y, size_t ys, int r0, int r1);
 } kernel_table;
 
 enum kernel_isa { KERNEL_REF, KERNEL_AVX2, KERNEL_AVX512 };

@@ -77,19 +77,32 @@ ALWAYS_INLINE __m256 e2m1_8(__m256i codes, __m256 mag)
     return _mm256_xor_ps(_mm256_permutevar8x32_ps(mag, idx), _mm256_castsi256_ps(sgn));
 }
 
-ALWAYS_INLINE void mxfp4_rows(const uint8_t *prow, const uint8_t *srow, int C, const float *xp,
-                              size_t xs, int nt, float *y, size_t ys)
+/* A ggml block's 16 nibble bytes (byte j: value j low, j + 16 high) in the
+ * packed order (byte m: value 2m low, 2m + 1 high), as mxfp4_from_ggml does */
+ALWAYS_INLINE __m128i gg_to_packed(__m128i w)
+{
+    const __m128i m0f = _mm_set1_epi16(0x000F), mf0 = _mm_set1_epi16(0x00F0);
+    __m128i w4 = _mm_srli_epi16(w, 4), w8 = _mm_srli_epi16(w, 8);
+    __m128i lo = _mm_or_si128(_mm_and_si128(w, m0f), _mm_and_si128(w4, mf0));
+    __m128i hi = _mm_or_si128(_mm_and_si128(w4, m0f), _mm_and_si128(w8, mf0));
+    return _mm_packus_epi16(lo, hi);
+}
+
+/* gg = 0: packed + scales rows; gg = 1: a row of ggml blocks in prow */
+ALWAYS_INLINE void mxfp4_rows_any(const uint8_t *prow, const uint8_t *srow, int C, const float *xp,
+                                  size_t xs, int nt, float *y, size_t ys, int gg)
 {
     const __m256 mag = _mm256_loadu_ps(e2m1_table);
     __m256 a0[4], a1[4];
     _Pragma("GCC unroll 4") for (int u = 0; u < 4; u++) a0[u] = a1[u] = _mm256_setzero_ps();
     for (int b = 0; b < C / MXFP4_BLOCK; b++) {
-        __m128i bytes = _mm_loadu_si128((const __m128i *)(prow + (size_t)b * 16));
+        __m128i bytes = gg ? gg_to_packed(_mm_loadu_si128((const __m128i *)(prow + (size_t)b * GGML_MXFP4_BYTES + 1)))
+                           : _mm_loadu_si128((const __m128i *)(prow + (size_t)b * 16));
         __m256i v0 = _mm256_cvtepu8_epi32(bytes);
         __m256i v1 = _mm256_cvtepu8_epi32(_mm_srli_si128(bytes, 8));
         __m256 we0 = e2m1_8(v0, mag), we1 = e2m1_8(v1, mag);
         __m256 wo0 = e2m1_8(_mm256_srli_epi32(v0, 4), mag), wo1 = e2m1_8(_mm256_srli_epi32(v1, 4), mag);
-        __m256 sc = _mm256_set1_ps(e8m0_table[srow[b]]);
+        __m256 sc = _mm256_set1_ps(e8m0_table[gg ? prow[(size_t)b * GGML_MXFP4_BYTES] : srow[b]]);
         _Pragma("GCC unroll 4") for (int u = 0; u < nt; u++) {
             const float *xe = xp + (size_t)u * xs + (size_t)b * MXFP4_BLOCK;
             __m256 p0 = _mm256_mul_ps(we0, _mm256_loadu_ps(xe));
@@ -103,13 +116,26 @@ ALWAYS_INLINE void mxfp4_rows(const uint8_t *prow, const uint8_t *srow, int C, c
     _Pragma("GCC unroll 4") for (int u = 0; u < nt; u++) y[(size_t)u * ys] = tree2x256(a0[u], a1[u]);
 }
 
+ALWAYS_INLINE void mxfp4_rows(const uint8_t *prow, const uint8_t *srow, int C, const float *xp, size_t xs, int nt,
+                              float *y, size_t ys)
+{
+    mxfp4_rows_any(prow, srow, C, xp, xs, nt, y, ys, 0);
+}
+ALWAYS_INLINE void mxfp4_gg_rows(const uint8_t *prow, const uint8_t *srow, int C, const float *xp, size_t xs,
+                                 int nt, float *y, size_t ys)
+{
+    mxfp4_rows_any(prow, srow, C, xp, xs, nt, y, ys, 1);
+}
+
 KERNEL_MXFP4_DRIVER(matmul_mxfp4_avx2, mxfp4_rows)
+KERNEL_MXFP4_GG_DRIVER(matmul_mxfp4_gg_avx2, mxfp4_gg_rows)
 
 static const kernel_table avx2_table = {
     .name = "avx2",
     .matmul_f32 = matmul_f32_avx2,
     .matmul_bf16 = matmul_bf16_avx2,
     .matmul_mxfp4 = matmul_mxfp4_avx2,
+    .matmul_mxfp4_gg = matmul_mxfp4_gg_avx2,
 };
 
 const kernel_table *kernels_avx2(void) { return &avx2_table; }

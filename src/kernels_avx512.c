@@ -131,17 +131,31 @@ ALWAYS_INLINE __m512 ld_w_f32(const uint8_t *row, int c, __mmask16 m)
 DENSE_ROW(matmul_bf16_avx512, ld_w_bf16, 2)
 DENSE_ROW(matmul_f32_avx512, ld_w_f32, 4)
 
-ALWAYS_INLINE void mxfp4_rows(const uint8_t *prow, const uint8_t *srow, int C, const float *xp,
-                              size_t xs, int nt, float *y, size_t ys)
+/* A ggml block's 16 nibble bytes (byte j: value j low, j + 16 high) in the
+ * packed order (byte m: value 2m low, 2m + 1 high), as mxfp4_from_ggml does */
+ALWAYS_INLINE __m128i gg_to_packed(__m128i w)
+{
+    const __m128i m0f = _mm_set1_epi16(0x000F), mf0 = _mm_set1_epi16(0x00F0);
+    __m128i w4 = _mm_srli_epi16(w, 4), w8 = _mm_srli_epi16(w, 8);
+    __m128i lo = _mm_or_si128(_mm_and_si128(w, m0f), _mm_and_si128(w4, mf0));
+    __m128i hi = _mm_or_si128(_mm_and_si128(w4, m0f), _mm_and_si128(w8, mf0));
+    return _mm_packus_epi16(lo, hi);
+}
+
+/* gg = 0: packed + scales rows; gg = 1: a row of ggml blocks in prow */
+ALWAYS_INLINE void mxfp4_rows_any(const uint8_t *prow, const uint8_t *srow, int C, const float *xp,
+                                  size_t xs, int nt, float *y, size_t ys, int gg)
 {
     const __m512 tab = _mm512_loadu_ps(e2m1_table);
     const __m512i low4 = _mm512_set1_epi32(15);
     __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
     for (int b = 0; b < C / MXFP4_BLOCK; b++) {
-        __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(prow + (size_t)b * 16)));
+        __m128i bytes = gg ? gg_to_packed(_mm_loadu_si128((const __m128i *)(prow + (size_t)b * GGML_MXFP4_BYTES + 1)))
+                           : _mm_loadu_si128((const __m128i *)(prow + (size_t)b * 16));
+        __m512i v = _mm512_cvtepu8_epi32(bytes);
         __m512 we = _mm512_permutexvar_ps(_mm512_and_si512(v, low4), tab);
         __m512 wo = _mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), tab);
-        __m512 sc = _mm512_set1_ps(e8m0_table[srow[b]]);
+        __m512 sc = _mm512_set1_ps(e8m0_table[gg ? prow[(size_t)b * GGML_MXFP4_BYTES] : srow[b]]);
         _Pragma("GCC unroll 4") for (int u = 0; u < nt; u++) {
             const float *xe = xp + (size_t)u * xs + (size_t)b * MXFP4_BLOCK;
             __m512 p = _mm512_mul_ps(we, _mm512_loadu_ps(xe));
@@ -152,13 +166,26 @@ ALWAYS_INLINE void mxfp4_rows(const uint8_t *prow, const uint8_t *srow, int C, c
     _Pragma("GCC unroll 4") for (int u = 0; u < nt; u++) y[(size_t)u * ys] = tree512(acc[u]);
 }
 
+ALWAYS_INLINE void mxfp4_rows(const uint8_t *prow, const uint8_t *srow, int C, const float *xp, size_t xs, int nt,
+                              float *y, size_t ys)
+{
+    mxfp4_rows_any(prow, srow, C, xp, xs, nt, y, ys, 0);
+}
+ALWAYS_INLINE void mxfp4_gg_rows(const uint8_t *prow, const uint8_t *srow, int C, const float *xp, size_t xs,
+                                 int nt, float *y, size_t ys)
+{
+    mxfp4_rows_any(prow, srow, C, xp, xs, nt, y, ys, 1);
+}
+
 KERNEL_MXFP4_DRIVER(matmul_mxfp4_avx512, mxfp4_rows)
+KERNEL_MXFP4_GG_DRIVER(matmul_mxfp4_gg_avx512, mxfp4_gg_rows)
 
 static const kernel_table avx512_table = {
     .name = "avx512",
     .matmul_f32 = matmul_f32_avx512,
     .matmul_bf16 = matmul_bf16_avx512,
     .matmul_mxfp4 = matmul_mxfp4_avx512,
+    .matmul_mxfp4_gg = matmul_mxfp4_gg_avx512,
 };
 
 const kernel_table *kernels_avx512(void);

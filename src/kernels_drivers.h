@@ -34,14 +34,18 @@
         }                                                                                              \
     }
 
-/* MXFP4 weights: ROWS(prow, srow, C, xp, xs, nt, y, ys) per row and group. */
-#define KERNEL_MXFP4_DRIVER(NAME, ROWS)                                                                \
+/* MXFP4 weights: ROWS(prow, srow, C, xp, xs, nt, y, ys) per row and group;
+ * PB / SB: bytes per row of packed / scales (ggml blocks: scales unused). */
+#define KERNEL_MXFP4_DRIVER(NAME, ROWS) KERNEL_MXFP4_DRIVER_S(NAME, ROWS, (size_t)C / 2, (size_t)C / MXFP4_BLOCK)
+#define KERNEL_MXFP4_GG_DRIVER(NAME, ROWS) \
+    KERNEL_MXFP4_DRIVER_S(NAME, ROWS, (size_t)C / MXFP4_BLOCK * GGML_MXFP4_BYTES, 0)
+#define KERNEL_MXFP4_DRIVER_S(NAME, ROWS, PB, SB)                                                      \
     static void NAME(const uint8_t *packed, const uint8_t *scales, int C, const float *xp, size_t xs,  \
                      int T, float *y, size_t ys, int r0, int r1)                                       \
     {                                                                                                  \
-        size_t pb = (size_t)C / 2, sb = (size_t)C / MXFP4_BLOCK;                                       \
+        size_t pb = PB, sb = SB;                                                                       \
         for (int r = r0; r < r1; r++) {                                                                \
-            const uint8_t *prow = packed + (size_t)r * pb, *srow = scales + (size_t)r * sb;            \
+            const uint8_t *prow = packed + (size_t)r * pb, *srow = sb ? scales + (size_t)r * sb : NULL; \
             int t = 0;                                                                                 \
             for (; t + 4 <= T; t += 4) ROWS(prow, srow, C, xp + (size_t)t * xs, xs, 4, y + (size_t)t * ys + r, ys); \
             switch (T - t) {                                                                           \

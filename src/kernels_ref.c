@@ -78,11 +78,40 @@ static void matmul_mxfp4_ref(const uint8_t *packed, const uint8_t *scales, int C
     }
 }
 
+/* ggml blocks: each block's bytes permuted into the layout above (the same
+ * permutation as mxfp4_from_ggml), then exactly matmul_mxfp4_ref's steps. */
+static void matmul_mxfp4_gg_ref(const uint8_t *blocks, const uint8_t *unused, int C, const float *xp,
+                                size_t xs, int T, float *y, size_t ys, int r0, int r1)
+{
+    (void)unused;
+    size_t nb = (size_t)C / MXFP4_BLOCK;
+    for (int r = r0; r < r1; r++) {
+        const uint8_t *row = blocks + (size_t)r * nb * GGML_MXFP4_BYTES;
+        for (int t = 0; t < T; t++) {
+            const float *xt = xp + (size_t)t * xs;
+            float acc[16] = {0};
+            for (size_t b = 0; b < nb; b++) {
+                uint8_t bytes[16], scale_byte;
+                mxfp4_from_ggml(row + b * GGML_MXFP4_BYTES, 1, MXFP4_BLOCK, bytes, &scale_byte);
+                float scale = e8m0_table[scale_byte];
+                const float *xe = xt + b * MXFP4_BLOCK, *xo = xe + 16;
+                for (int j = 0; j < 16; j++) {
+                    float p = e2m1_table[bytes[j] & 15] * xe[j];
+                    p = fmaf(e2m1_table[bytes[j] >> 4], xo[j], p);
+                    acc[j] = fmaf(p, scale, acc[j]);
+                }
+            }
+            y[(size_t)t * ys + r] = lane_tree16(acc);
+        }
+    }
+}
+
 static const kernel_table ref_table = {
     .name = "ref",
     .matmul_f32 = matmul_f32_ref,
     .matmul_bf16 = matmul_bf16_ref,
     .matmul_mxfp4 = matmul_mxfp4_ref,
+    .matmul_mxfp4_gg = matmul_mxfp4_gg_ref,
 };
 
 const kernel_table *kernels_ref(void) { return &ref_table; }

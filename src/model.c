@@ -521,6 +521,18 @@ static int bind_layer(loader *ld, int il, df_error *err)
 #undef VEC
 }
 
+void model_layers_alloc(df_engine *eng)
+{
+    const k3_config *c = &eng->cfg;
+    eng->layers = xcalloc((size_t)c->NL, sizeof *eng->layers);
+    for (int il = 0; il < c->NL; il++) {
+        k3_layer *L = &eng->layers[il];
+        L->kda_idx = L->mla_idx = -1;
+        if (c->layer_kind[il] == LAYER_KDA) L->kda_idx = eng->n_kda++;
+        else L->mla_idx = eng->n_mla++;
+    }
+}
+
 static int path_join(char *out, size_t n, const char *dir, const char *file, df_error *err)
 {
     if ((size_t)snprintf(out, n, "%s/%s", dir, file) >= n)
@@ -617,12 +629,8 @@ int model_load(df_engine *eng, const char *dir, df_error *err)
                             (uint32_t)(c->Lt * c->I / 2), (uint32_t)(c->Lt * c->I / 32),
                             (uint32_t)(c->I * c->Lt / 2), (uint32_t)(c->I * c->Lt / 32)};
     expert_store_init(&eng->store, c->NL, c->E, sizes);
-    eng->layers = xcalloc((size_t)c->NL, sizeof *eng->layers);
+    model_layers_alloc(eng);
     for (int il = 0; il < c->NL; il++) {
-        k3_layer *L = &eng->layers[il];
-        L->kda_idx = L->mla_idx = -1;
-        if (c->layer_kind[il] == LAYER_KDA) L->kda_idx = eng->n_kda++;
-        else L->mla_idx = eng->n_mla++;
         ld.cur_layer = il;
         if (bind_layer(&ld, il, err)) goto done;
     }

@@ -225,6 +225,8 @@ int k3_config_check(const k3_config *c, const char *label, df_error *err);
  * trunk matrix of `type` and register it for trunk streaming. */
 int model_map_mat(df_engine *eng, int layer, int shard, uint64_t off, uint64_t nbytes, enum wtype type, int rows,
                   int cols, const char *name, wmat *out, df_error *err);
+/* eng->layers for cfg, with each layer's index among its kind. */
+void model_layers_alloc(df_engine *eng);
 /* A zeroed f32 array freed with the engine. */
 float *model_own_vec(df_engine *eng, size_t n);
 int model_pread(const char *path, uint8_t *dst, size_t n, uint64_t off, df_error *err);

@@ -420,12 +420,8 @@ int model_load_gguf(df_engine *eng, const char *path, df_error *err)
     expert_store_init_ggml(&eng->store, c->NL, c->E, c->I, c->Lt);
     gl.file = expert_store_add_file(&eng->store, path, err);
     if (gl.file < 0) goto done;
-    eng->layers = xcalloc((size_t)c->NL, sizeof *eng->layers);
+    model_layers_alloc(eng);
     for (int il = 0; il < c->NL; il++) {
-        k3_layer *L = &eng->layers[il];
-        L->kda_idx = L->mla_idx = -1;
-        if (c->layer_kind[il] == LAYER_KDA) L->kda_idx = eng->n_kda++;
-        else L->mla_idx = eng->n_mla++;
         gl.layer = il;
         if (bind_layer(&gl, il, err)) goto done;
     }

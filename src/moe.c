@@ -59,9 +59,10 @@ static void route(const k3_config *c, const float *logits, const float *bias, in
     for (int j = 0; j < c->k; j++) w[j] = (float)((double)sig[ids[j]] / (sum + 1e-20) * (double)c->rsf);
 }
 
-static wmat expert_mat(const expert_loc *loc, const uint8_t *data, int wp, int ws, int rows, int cols)
+static wmat expert_mat(const expert_store *st, const expert_loc *loc, const uint8_t *slot, int p, int rows, int cols)
 {
-    wmat m = {.type = W_MXFP4, .data = data + loc->rel[wp], .scales = data + loc->rel[ws], .rows = rows, .cols = cols};
+    wmat m = {.type = st->ggml ? W_MXFP4_GG : W_MXFP4, .rows = rows, .cols = cols};
+    m.data = expert_store_proj(st, loc, slot, p, &m.scales);
     return m;
 }
 
@@ -78,12 +79,12 @@ static void run_experts(df_session *s, int il, const int *us, int n)
     for (int i = 0; i < n; i++) {
         int u = us[i];
         const expert_loc *loc = &eng->store.loc[(size_t)il * E + (size_t)s->uniq[u]];
-        const uint8_t *data = s->uniq_slot[u] + loc->lead;
+        const uint8_t *slot = s->uniq_slot[u];
         size_t r0 = (size_t)s->uniq_first[u];
         int nt = s->uniq_count[u];
-        jobs[nj++] = (mm_job){.w = expert_mat(loc, data, EX_W1P, EX_W1S, I, Lt), .x = s->g_x + r0 * Lt,
+        jobs[nj++] = (mm_job){.w = expert_mat(&eng->store, loc, slot, 0, I, Lt), .x = s->g_x + r0 * Lt,
                               .xs = (size_t)Lt, .y = s->g_h1 + r0 * I, .ys = (size_t)I, .T = nt};
-        jobs[nj++] = (mm_job){.w = expert_mat(loc, data, EX_W3P, EX_W3S, I, Lt), .x = s->g_x + r0 * Lt,
+        jobs[nj++] = (mm_job){.w = expert_mat(&eng->store, loc, slot, 2, I, Lt), .x = s->g_x + r0 * Lt,
                               .xs = (size_t)Lt, .y = s->g_h3 + r0 * I, .ys = (size_t)I, .T = nt};
     }
     mm_run(eng->pool, eng->kt, jobs, nj);
@@ -99,9 +100,8 @@ static void run_experts(df_session *s, int il, const int *us, int n)
     for (int i = 0; i < n; i++) {
         int u = us[i];
         const expert_loc *loc = &eng->store.loc[(size_t)il * E + (size_t)s->uniq[u]];
-        const uint8_t *data = s->uniq_slot[u] + loc->lead;
         size_t r0 = (size_t)s->uniq_first[u];
-        jobs[nj++] = (mm_job){.w = expert_mat(loc, data, EX_W2P, EX_W2S, Lt, I), .x = s->g_a + r0 * I,
+        jobs[nj++] = (mm_job){.w = expert_mat(&eng->store, loc, s->uniq_slot[u], 1, Lt, I), .x = s->g_a + r0 * I,
                               .xs = (size_t)I, .y = s->g_out + r0 * Lt, .ys = (size_t)Lt, .T = s->uniq_count[u]};
     }
     mm_run(eng->pool, eng->kt, jobs, nj);

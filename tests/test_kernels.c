@@ -89,11 +89,33 @@ static void check_mxfp4(const char *isa, const kernel_table *ref, const kernel_t
         for (int i = 0; i < T * C; i++) x[i] = rndf() * 1e-3f;
         for (int t = 0; t < T; t++) mxfp4_prep_x(x + (size_t)t * C, C, xp + (size_t)t * C);
         float *y0 = calloc((size_t)T * R, sizeof(float)), *y1 = calloc((size_t)T * R, sizeof(float));
+        /* the same matrix as ggml blocks (scale, then byte j = value j low,
+         * value j + 16 high), written here from the definition */
+        size_t nb = (size_t)R * C / 32;
+        uint8_t *G = malloc(nb * 17), *P2 = malloc(nb * 16), *S2 = malloc(nb);
+        for (size_t b = 0; b < nb; b++) {
+            G[b * 17] = S[b];
+            for (int j = 0; j < 16; j++) {
+                int lo = j, hi = j + 16; /* values j and j + 16 of the block, packed as 2m / 2m+1 */
+                uint8_t vlo = (uint8_t)((P[b * 16 + lo / 2] >> (4 * (lo & 1))) & 15);
+                uint8_t vhi = (uint8_t)((P[b * 16 + hi / 2] >> (4 * (hi & 1))) & 15);
+                G[b * 17 + 1 + j] = (uint8_t)(vlo | vhi << 4);
+            }
+        }
+        mxfp4_from_ggml(G, R, C, P2, S2);
+        TCHECKF(!memcmp(P, P2, nb * 16) && !memcmp(S, S2, nb), "mxfp4_from_ggml C=%d: not the packed layout", C);
         for (int t = 1; t <= T; t += 4) {
             ref->matmul_mxfp4(P, S, C, xp, (size_t)C, t, y0, (size_t)R, 1, R);
             kt->matmul_mxfp4(P, S, C, xp, (size_t)C, t, y1, (size_t)R, 1, R);
             TCHECKF(!memcmp(y0, y1, (size_t)T * R * sizeof(float)), "%s mxfp4 C=%d T=%d: not bit-identical", isa, C, t);
+            memset(y1, 0, (size_t)T * R * sizeof(float));
+            kt->matmul_mxfp4_gg(G, NULL, C, xp, (size_t)C, t, y1, (size_t)R, 1, R);
+            TCHECKF(!memcmp(y0, y1, (size_t)T * R * sizeof(float)), "%s mxfp4 ggml blocks C=%d T=%d: not bit-identical",
+                    isa, C, t);
         }
+        free(G);
+        free(P2);
+        free(S2);
         double worst = 0;
         for (int r = 2; r < R; r++) {
             double d = 0, mag = 0;

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# bench_vs_llama.sh - deltafin against llama.cpp v0.4.0 (npm prebuilt) on the
+# same GGUF, the two scenarios of the GGUF issue, one table each:
+#   (a) in RAM: a K3-shaped GGUF of ~2.6 GB (k3gen preset bench2g);
+#   (b) K3's real situation: a K3-shaped GGUF of ~25 GB (128 experts of
+#       17.5 MB per layer, K3's expert size) with a helper process holding
+#       memory locked so that only ~6 GiB stay available to either engine;
+#       page cache dropped before every run; deltafin gets --mem 5G,
+#       llama.cpp runs from its mmap without repacked copies.
+# Each table: medians over interleaved repetitions (A B, B A, ...) of
+# prefill and decode tok/s, peak RSS and disk bytes read per decoded token,
+# and the deltafin / llama.cpp ratios (deltafin bench --vs-llama).
+# Needs root for mlock and drop_caches in (b), `npm ci --prefix tests/llama`,
+# ~28 GB free under BENCH_DIR (default: a temp dir in /var/tmp, deleted
+# afterwards unless BENCH_KEEP=1).  Env: BENCH_THREADS (default: all CPUs),
+# BENCH_SKIP_A / BENCH_SKIP_B = 1 to run one scenario.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+make -s all build/llama_peer
+dir=${BENCH_DIR:-$(mktemp -d /var/tmp/deltafin-vsllama.XXXXXX)}
+cleanup() { [ "${BENCH_KEEP:-0}" = 1 ] || rm -rf "$dir"; }
+trap cleanup EXIT
+threads=${BENCH_THREADS:-$(nproc)}
+gen() { # name, k3gen args...: GGUF only (the safetensors copy is deleted)
+    local name=$1
+    shift
+    [ -f "$dir/$name.gguf" ] && return
+    build/k3gen --out "$dir/$name.st" --gguf "$dir/$name.gguf" "$@" >/dev/null
+    rm -rf "$dir/$name.st"
+}
+if [ "${BENCH_SKIP_A:-0}" != 1 ]; then
+    echo "== (a) in RAM: K3-shaped GGUF, bench2g"
+    gen a --preset bench2g
+    build/deltafin bench --vs-llama --model "$dir/a.gguf" --threads "$threads" --prompt-len 64 --gen 32 --reps 3
+fi
+if [ "${BENCH_SKIP_B:-0}" != 1 ]; then
+    echo "== (b) larger than RAM: ~25 GB K3-shaped GGUF, ~6 GiB available"
+    gen b --preset bench1g --set num_experts=128 --set num_experts_per_token=8 --set moe_intermediate_size=3072 \
+        --set routed_expert_hidden_size=3584 --set num_shared_experts=1
+    build/deltafin bench --vs-llama --model "$dir/b.gguf" --threads "$threads" --prompt-len 16 --gen 8 --reps 2 \
+        --mem 5G --squeeze-to 6G --drop-caches --llama-no-repack
+fi
