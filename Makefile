@@ -130,7 +130,7 @@ FUZZ_TARGETS := fuzz_safetensors fuzz_config fuzz_json fuzz_tokenizer fuzz_chat_
                 fuzz_server_request
 FUZZ_CC ?= clang
 fuzz: $(FUZZ_TARGETS:%=build-fuzz/%)
-FUZZ_SRC := util file json json_write safetensors model quant mathfn expert_store kernels_ref kernels_avx2 \
+FUZZ_SRC := util file json json_write safetensors model model_gguf quant mathfn expert_store kernels_ref kernels_avx2 \
             kernels_avx512 tokenizer chat_template gguf
 build-fuzz/%: fuzz/%.c $(FUZZ_SRC:%=src/%.c)
 	mkdir -p build-fuzz

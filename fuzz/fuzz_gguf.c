@@ -1,8 +1,12 @@
 /* fuzz_gguf.c - libFuzzer target: arbitrary bytes as a whole GGUF file.
  * The parser must return 0 or -1 with a message, never crash, leak or read
  * out of bounds (ASan + UBSan).  On success the tables' invariants are
- * re-checked and every accessor is exercised on every key. */
+ * re-checked, every accessor is exercised on every key, and the two readers
+ * of a parsed file run on it: K3's hyper-parameters (model_gguf.c) and the
+ * vocabulary (tokenizer.c), each succeeding or failing with a message. */
 #include "gguf.h"
+#include "model.h"
+#include "tokenizer.h"
 #include "util.h"
 
 #include <stdlib.h>
@@ -49,6 +53,24 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (kv->type == GGUF_KV_ARRAY && kv->arr_type == GGUF_KV_STRING && kv->n)
             if (gguf_get_arr_str(&f, kv->key, (size_t)kv->n - 1, &s, &len, &e) == 0 && len && s[len - 1] == 1)
                 e.pos = 0;
+    }
+    k3_config c;
+    df_error ce = {0};
+    if (k3_config_from_gguf(&f, &c, &ce) != 0 && (!ce.msg[0] || ce.code == DF_OK)) abort();
+    k3_config_free(&c);
+    tokenizer *tok = NULL;
+    df_error te = {0};
+    if (tokenizer_from_gguf(&f, &tok, &te) != 0) {
+        if (!te.msg[0] || te.code == DF_OK || tok) abort();
+    } else {
+        int32_t *ids = NULL;
+        size_t n_ids = 0, cap = 0;
+        static const char text[] = "Hello, world! 12345 <|open|>";
+        if (tokenizer_encode(tok, text, sizeof text - 1, 1, &ids, &n_ids, &cap, &te) == 0)
+            for (size_t i = 0; i < n_ids; i++)
+                if (ids[i] < 0 || ids[i] >= tokenizer_n_vocab(tok)) abort();
+        free(ids);
+        tokenizer_free(tok);
     }
     gguf_deinit(&f);
     return 0;

@@ -232,6 +232,10 @@ float *model_own_vec(df_engine *eng, size_t n);
 int model_pread(const char *path, uint8_t *dst, size_t n, uint64_t off, df_error *err);
 /* model_gguf.c: the same model from one llama.cpp kimi-k3 GGUF file */
 int model_load_gguf(df_engine *eng, const char *path, df_error *err);
+struct gguf_file;
+/* K3's hyper-parameters from a parsed GGUF's kimi-k3.* keys (and the
+ * embedding's shape); k3_config_free() afterwards either way. */
+int k3_config_from_gguf(const struct gguf_file *g, k3_config *c, df_error *err);
 void k3_config_free(k3_config *c);
 int model_load(df_engine *eng, const char *dir, df_error *err);
 void model_unload(df_engine *eng);

@@ -135,7 +135,7 @@ static float *gvec(gload *gl, const char *name, int64_t n0, int64_t n1, int64_t 
 
 /* ------------------------------------------------------------- metadata */
 
-static int get_int(gguf_file *g, const char *key, int lo, int hi, int optional, int def, int *out, df_error *err)
+static int get_int(const gguf_file *g, const char *key, int lo, int hi, int optional, int def, int *out, df_error *err)
 {
     if (!gguf_find_kv(g, key)) {
         if (optional) {
@@ -153,7 +153,7 @@ static int get_int(gguf_file *g, const char *key, int lo, int hi, int optional, 
     return 0;
 }
 
-static int get_float(gguf_file *g, const char *key, double lo, double hi, int optional, float def, float *out,
+static int get_float(const gguf_file *g, const char *key, double lo, double hi, int optional, float def, float *out,
                      df_error *err)
 {
     if (!gguf_find_kv(g, key)) {
@@ -170,7 +170,7 @@ static int get_float(gguf_file *g, const char *key, double lo, double hi, int op
 }
 
 /* A key that may be one value or one per layer: out[0..NL). */
-static int get_per_layer(gguf_file *g, const char *key, int NL, int64_t *out, df_error *err)
+static int get_per_layer(const gguf_file *g, const char *key, int NL, int64_t *out, df_error *err)
 {
     const gguf_kv *kv = gguf_find_kv(g, key);
     if (!kv) return df_err_set(err, DF_ERR_FORMAT, -1, "%s: metadata key %s is missing", g->path, key);
@@ -189,7 +189,7 @@ static int get_per_layer(gguf_file *g, const char *key, int NL, int64_t *out, df
 }
 
 /* One value for all layers l with kind[l] == want. */
-static int same_for(gguf_file *g, const char *key, const int64_t *v, const uint8_t *kind, int want, int NL, int *out,
+static int same_for(const gguf_file *g, const char *key, const int64_t *v, const uint8_t *kind, int want, int NL, int *out,
                     df_error *err)
 {
     int have = 0;
@@ -208,7 +208,7 @@ static int same_for(gguf_file *g, const char *key, const int64_t *v, const uint8
     return 0;
 }
 
-static int read_config(gguf_file *g, k3_config *c, df_error *err)
+int k3_config_from_gguf(const gguf_file *g, k3_config *c, df_error *err)
 {
     memset(c, 0, sizeof *c);
     const char *arch;
@@ -405,7 +405,7 @@ int model_load_gguf(df_engine *eng, const char *path, df_error *err)
     int rc = -1;
     if (gguf_open(path, g, err)) goto done;
     k3_config *c = &eng->cfg;
-    if (read_config(g, c, err)) goto done;
+    if (k3_config_from_gguf(g, c, err)) goto done;
     eng->shards = xcalloc(1, sizeof *eng->shards);
     eng->shards[0].fd = -1;
     eng->shards[0].path = xstrdup(path);

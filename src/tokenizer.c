@@ -812,6 +812,7 @@ static int parse_id(const char *s, int64_t *out)
 }
 
 static int install_specials(tokenizer *t, const char **spell, size_t *spell_len, const char *path, df_error *err);
+static int finish_load(tokenizer *t, df_error *err);
 
 /* Spellings from tokenizer_config.json's added_tokens_decoder, appended to
  * the arena as ids n_ranks .. n_ranks+255. */
@@ -926,10 +927,10 @@ static int byte_of_level_cp(uint32_t cp)
  * leading NORMAL tokens (type 1) are the BPE ranks in id order, their
  * strings in the byte-level alphabet; the tokens after them are the
  * specials, stored verbatim. */
-static int load_gguf_vocab(tokenizer *t, const char *path, df_error *err)
+static int load_gguf_vocab(tokenizer *t, const gguf_file *gp, df_error *err)
 {
-    gguf_file g;
-    if (gguf_open(path, &g, err)) return -1;
+    const gguf_file g = *gp; /* a shallow copy: the getters only read */
+    const char *path = g.path;
     int rc = -1;
     uint64_t *h64 = NULL;
     const char *model;
@@ -1017,7 +1018,6 @@ static int load_gguf_vocab(tokenizer *t, const char *path, df_error *err)
     rc = install_specials(t, spell, spell_len, path, err);
 out:
     free(h64);
-    gguf_deinit(&g);
     return rc;
 }
 
@@ -1045,18 +1045,52 @@ int tokenizer_load(const char *model_dir, tokenizer **out, df_error *err)
 {
     *out = NULL;
     if (!model_dir) return df_err_set(err, DF_ERR_ARG, -1, "tokenizer_load: NULL model_dir");
+    struct stat sb;
+    if (stat(model_dir, &sb) == 0 && S_ISREG(sb.st_mode)) {
+        gguf_file g;
+        if (gguf_open(model_dir, &g, err)) {
+            df_err_prefix(err, "tokenizer");
+            return -1;
+        }
+        int rc = tokenizer_from_gguf(&g, out, err);
+        gguf_deinit(&g);
+        return rc;
+    }
     tokenizer *t = xcalloc(1, sizeof *t);
     size_t dl = strlen(model_dir);
     char *path = xmalloc(dl + 32);
-    struct stat sb;
-    if (stat(model_dir, &sb) == 0 && S_ISREG(sb.st_mode)) {
-        if (load_gguf_vocab(t, model_dir, err)) goto fail;
-    } else {
-        snprintf(path, dl + 32, "%s/tiktoken.model", model_dir);
-        if (load_ranks(t, path, err)) goto fail;
-        snprintf(path, dl + 32, "%s/tokenizer_config.json", model_dir);
-        if (load_specials(t, path, err)) goto fail;
+    snprintf(path, dl + 32, "%s/tiktoken.model", model_dir);
+    if (load_ranks(t, path, err)) goto fail;
+    snprintf(path, dl + 32, "%s/tokenizer_config.json", model_dir);
+    if (load_specials(t, path, err)) goto fail;
+    free(path);
+    path = NULL;
+    if (finish_load(t, err)) goto fail;
+    *out = t;
+    return 0;
+fail:
+    df_err_prefix(err, "tokenizer");
+    free(path);
+    tokenizer_free(t);
+    return -1;
+}
+
+int tokenizer_from_gguf(const gguf_file *g, tokenizer **out, df_error *err)
+{
+    *out = NULL;
+    tokenizer *t = xcalloc(1, sizeof *t);
+    if (load_gguf_vocab(t, g, err) || finish_load(t, err)) {
+        df_err_prefix(err, "tokenizer");
+        tokenizer_free(t);
+        return -1;
     }
+    *out = t;
+    return 0;
+}
+
+/* After the vocabulary: the decoder bound and the pre-tokenizer. */
+static int finish_load(tokenizer *t, df_error *err)
+{
     t->n_vocab = t->n_ranks + N_SPECIAL;
 
     /* The bound tok_decoder_max_out reports: a pending prefix resolves to at
@@ -1073,20 +1107,12 @@ int tokenizer_load(const char *model_dir, tokenizer **out, df_error *err)
     if (!t->re) {
         PCRE2_UCHAR msg[128];
         pcre2_get_error_message(ec, msg, sizeof msg);
-        df_err_set(err, DF_ERR_UNSUPPORTED, (int64_t)eo, "tokenizer: PCRE2 cannot compile the pre-tokenizer: %s",
-                   (const char *)msg);
-        goto fail;
+        return df_err_set(err, DF_ERR_UNSUPPORTED, (int64_t)eo, "PCRE2 cannot compile the pre-tokenizer: %s",
+                          (const char *)msg);
     }
     /* JIT is an optimisation only: without it pcre2_match interprets. */
     (void)pcre2_jit_compile(t->re, PCRE2_JIT_COMPLETE);
-    free(path);
-    *out = t;
     return 0;
-fail:
-    df_err_prefix(err, "tokenizer");
-    free(path);
-    tokenizer_free(t);
-    return -1;
 }
 
 void tokenizer_free(tokenizer *t)

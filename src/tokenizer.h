@@ -24,6 +24,10 @@ typedef struct tokenizer tokenizer;
  * (tokenizer.ggml.tokens in GPT-2's byte-level alphabet + token_type).
  * The vocabulary is n_ranks BPE tokens followed by 256 specials. */
 int tokenizer_load(const char *model_dir, tokenizer **out, df_error *err);
+/* The vocabulary of an already parsed GGUF (what tokenizer_load does for a
+ * GGUF path). */
+struct gguf_file;
+int tokenizer_from_gguf(const struct gguf_file *g, tokenizer **out, df_error *err);
 void tokenizer_free(tokenizer *t);
 int tokenizer_n_vocab(const tokenizer *t);
 
