@@ -7,7 +7,9 @@
  * MoE layer does for a batch of one, so the hit rates are the engine's true
  * hit rates for that trace and cache size.  LRU and LFU run the real
  * expert_cache code (slots are address space only, never touched); Belady
- * evicts the unpinned resident expert whose next use is farthest away.
+ * evicts the unpinned resident expert whose next use is farthest away;
+ * "static" keeps the trace's most used experts (known in advance), the
+ * ceiling of any policy that ranks experts by frequency alone.
  */
 #include "engine.h"
 #include "expert_cache.h"
@@ -132,6 +134,33 @@ static uint64_t replay_policy(const trace_t *t, int slots, enum cache_policy pol
     return hits;
 }
 
+static const uint64_t *static_cnt;
+static int cmp_count_desc(const void *a, const void *b)
+{
+    uint64_t x = static_cnt[*(const int32_t *)a], y = static_cnt[*(const int32_t *)b];
+    if (x != y) return x > y ? -1 : 1;
+    return *(const int32_t *)a - *(const int32_t *)b;
+}
+
+/* The slots most used experts of the whole trace, resident from their
+ * first use on: every later use hits. */
+static uint64_t replay_static(const trace_t *t, int slots)
+{
+    size_t nk = (size_t)t->n_layers * (size_t)t->n_experts;
+    uint64_t *cnt = xcalloc(nk, sizeof *cnt);
+    int32_t *order = xmalloc(nk * sizeof *order);
+    for (size_t i = 0; i < t->n; i++) cnt[t->key[i]]++;
+    for (size_t k = 0; k < nk; k++) order[k] = (int32_t)k;
+    static_cnt = cnt;
+    qsort(order, nk, sizeof *order, cmp_count_desc);
+    uint64_t hits = 0;
+    for (size_t k = 0; k < nk && k < (size_t)slots; k++)
+        if (cnt[order[k]]) hits += cnt[order[k]] - 1;
+    free(cnt);
+    free(order);
+    return hits;
+}
+
 static uint64_t replay_belady(const trace_t *t, int slots)
 {
     size_t nk = (size_t)t->n_layers * (size_t)t->n_experts;
@@ -198,6 +227,7 @@ int df_cachesim(const char *trace_path, const int *slots, int n, df_cachesim_row
         r->hits_lfu = replay_policy(&t, r->slots, CACHE_LFU);
         r->hits_tlfu = replay_policy(&t, r->slots, CACHE_TLFU);
         r->hits_belady = replay_belady(&t, r->slots);
+        r->hits_static = replay_static(&t, r->slots);
     }
     free(t.key);
     free(t.step);

@@ -209,7 +209,47 @@ static void test_errors_keep_session(void)
     df_engine_close(eng);
 }
 
+/* deltafin cachesim on a trace whose answers are worked out by hand:
+ * one layer, uses 0 1 0 2 0 1 0 3, two slots.
+ *   Belady: misses 0, 1; hit 0; 2 is never used again, so it streams through
+ *           without evicting; hits 0, 1, 0; miss 3: 4 hits.
+ *   static: keeps {0, 1} (used 4 and 2 times): 3 + 1 = 4 hits.
+ *   LRU:    0 1 | 0 hit | 2 evicts 1 | 0 hit | 1 evicts 2 | 0 hit | 3: 3 hits.
+ * A malformed trace is refused with the line named. */
+static void test_cachesim_known_answers(void)
+{
+    char path[600], bad[600];
+    snprintf(path, sizeof path, "%s/known.trace", test_scratch());
+    snprintf(bad, sizeof bad, "%s/bad.trace", test_scratch());
+    FILE *f = fopen(path, "w");
+    CHECK(f);
+    fprintf(f, "{\"trace\":\"deltafin routes\",\"version\":1,\"layers\":1,\"experts\":4,\"top_k\":1}\n");
+    static const int seq[] = {0, 1, 0, 2, 0, 1, 0, 3};
+    for (int i = 0; i < 8; i++) fprintf(f, "{\"pos\":%d,\"layer\":0,\"experts\":[%d],\"weights\":[1]}\n", i, seq[i]);
+    CHECK(fclose(f) == 0);
+    int slots[2] = {2, 4};
+    df_cachesim_row rows[2];
+    df_error err = {0};
+    TCHECKF(df_cachesim(path, slots, 2, rows, &err) == 0, "%s", err.msg);
+    TCHECK(rows[0].accesses == 8 && rows[0].steps == 8);
+    TCHECKF(rows[0].hits_belady == 4 && rows[0].hits_static == 4 && rows[0].hits_lru == 3,
+            "2 slots: Belady %llu static %llu LRU %llu", (unsigned long long)rows[0].hits_belady,
+            (unsigned long long)rows[0].hits_static, (unsigned long long)rows[0].hits_lru);
+    /* every expert fits: only the four first uses miss, for every policy */
+    TCHECK(rows[1].hits_belady == 4 && rows[1].hits_static == 4 && rows[1].hits_lru == 4 && rows[1].hits_lfu == 4);
+    f = fopen(bad, "w");
+    CHECK(f);
+    fprintf(f, "{\"trace\":\"deltafin routes\",\"version\":1,\"layers\":1,\"experts\":4,\"top_k\":1}\n"
+               "{\"pos\":0,\"layer\":0,\"experts\":[9]}\n");
+    CHECK(fclose(f) == 0);
+    df_err_clear(&err);
+    TCHECK(df_cachesim(bad, slots, 1, rows, &err) == -1 && strstr(err.msg, "bad.trace:2") &&
+           strstr(err.msg, "out of range"));
+    test_scratch_remove();
+}
+
 static const test_case tests[] = {
+    {"cachesim_known_answers", test_cachesim_known_answers},
     {"batch_vs_sequential_bit_identical", test_batch_vs_sequential},
     {"thread_counts_bit_identical", test_thread_counts},
     {"kernel_sets_bit_identical", test_kernel_sets},
