@@ -69,6 +69,7 @@ void expert_store_set_piece(expert_store *s, int il, int e, int piece, int file,
 {
     expert_loc *l = &s->loc[(size_t)il * (size_t)s->n_experts + (size_t)e];
     l->file = file;
+    l->pfile[piece] = file;
     l->psrc[piece] = off;
 }
 
@@ -175,9 +176,9 @@ int expert_store_finish(expert_store *s, const uint8_t *moe_layer, enum io_mode 
                     return df_err_set(err, DF_ERR_FORMAT, -1, "layer %d expert %d: %s is missing", il, e,
                                       piece_names[p]);
                 uint64_t end = l->psrc[p] + s->piece_bytes[p];
-                if (end > s->files[l->file].size)
+                if (end > s->files[l->pfile[p]].size)
                     return df_err_set(err, DF_ERR_FORMAT, (int64_t)end,
-                                      "%s: layer %d expert %d (%s) ends past the end of the file", s->paths[l->file],
+                                      "%s: layer %d expert %d (%s) ends past the end of the file", s->paths[l->pfile[p]],
                                       il, e, piece_names[p]);
                 l->pspan_off[p] = align_down(l->psrc[p], DF_DIRECT_ALIGN);
                 l->pspan_len[p] = (uint32_t)(align_up(end, DF_DIRECT_ALIGN) - l->pspan_off[p]);
@@ -324,12 +325,12 @@ static void queue_ggml(expert_store *s, int il, int e, uint8_t *slot, int64_t ta
 {
     size_t k = (size_t)il * (size_t)s->n_experts + (size_t)e;
     const expert_loc *l = &s->loc[k];
-    const df_file *f = &s->files[l->file];
     CHECK(s->gg_left[k] == 0);
     s->gg_left[k] = 3;
     s->gg_bad[k] = 0;
     s->gg_dst[k] = slot;
     for (int p = 0; p < 3; p++) {
+        const df_file *f = &s->files[l->pfile[p]];
         uint8_t *part = slot + (size_t)p * s->piece_slot;
         io_req r = {.fd = f->fd, .off = l->pspan_off[p], .len = l->pspan_len[p], .buf = part,
                     .tag = pack_tag_gg(tag, 0, p, il, e)};
@@ -423,7 +424,7 @@ again:;
         int il = (int)((done[i].tag >> 16) & 0x7FF), e = (int)(done[i].tag & 0xFFFF);
         size_t k = (size_t)il * (size_t)s->n_experts + (size_t)e;
         const expert_loc *l = &s->loc[k];
-        const df_file *f = &s->files[l->file];
+        const df_file *f = &s->files[l->pfile[p]];
         s->src[0].in_flight--;
         uint64_t need = f->direct ? (uint64_t)l->plead[p] + s->piece_bytes[p] : s->piece_bytes[p];
         if (done[i].result < 0 || (uint64_t)done[i].result < need) {

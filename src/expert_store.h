@@ -39,6 +39,7 @@ typedef struct expert_loc {
     uint32_t rel[EX_N];       /* offset of each tensor from the data start */
     /* GGUF pieces (store.ggml): w1, w2, w3 in ggml MXFP4 blocks */
     uint64_t psrc[3];         /* absolute file offset of each piece */
+    int pfile[3];             /* the file of each piece (split GGUFs may put them in different files) */
     uint64_t pspan_off[3];    /* aligned read of each piece */
     uint32_t pspan_len[3];
     uint32_t plead[3];        /* where the piece's bytes start in its part of the slot */

@@ -16,6 +16,10 @@
  *     expert e is slice e of each, three pieces the expert_store reads
  *     directly (aligned, O_DIRECT) and repacks exactly into the engine's
  *     MXFP4 layout, so the file is never converted.
+ * A model split by llama.cpp's gguf-split (PREFIX-00001-of-0000N.gguf, the
+ * metadata in the first file, each tensor whole in one file) is opened from
+ * its first file; every split is one shard, and an expert's three pieces
+ * may lie in different ones.
  * Trunk matrices stay F32 or BF16 (mapped, or streamed like the safetensors
  * trunk); small vectors may also be F16.  Other ggml types are refused with
  * the tensor's name.  Every failure names the file, the key or tensor, and
@@ -35,12 +39,29 @@
 
 #define A "kimi-k3."
 
+#define MAX_SPLITS 4096
+
 typedef struct gload {
     df_engine *eng;
-    gguf_file *g;
+    gguf_file *g;       /* [n_files]: the first file holds the metadata */
+    int n_files;
     int layer;
-    int file; /* expert_store file index */
+    int *store_file;    /* [n_files] expert_store file index */
+    int at;             /* file of the tensor gfind found last */
 } gload;
+
+/* A tensor by name in whichever split holds it (sets gl->at). */
+static const gguf_tensor *find_any(gload *gl, const char *name)
+{
+    for (int f = 0; f < gl->n_files; f++) {
+        const gguf_tensor *t = gguf_find_tensor(&gl->g[f], name);
+        if (t) {
+            gl->at = f;
+            return t;
+        }
+    }
+    return NULL;
+}
 
 static const char *type_name(uint32_t type)
 {
@@ -67,23 +88,25 @@ static unsigned type_bit(uint32_t t)
 static const gguf_tensor *gfind(gload *gl, const char *name, int nd, const int64_t *ne, unsigned types,
                                 df_error *err)
 {
-    const gguf_tensor *t = gguf_find_tensor(gl->g, name);
+    const gguf_tensor *t = find_any(gl, name);
     if (!t) {
-        df_err_set(err, DF_ERR_FORMAT, -1, "%s: tensor %s is missing", gl->g->path, name);
+        df_err_set(err, DF_ERR_FORMAT, -1, "%s: tensor %s is missing%s", gl->g->path, name,
+                   gl->n_files > 1 ? " (from every split)" : "");
         return NULL;
     }
+    const char *path = gl->g[gl->at].path;
     int ok = 1;
     for (int d = 0; d < GGUF_MAX_DIMS; d++) ok &= t->ne[d] == (d < nd ? ne[d] : 1);
     if (!ok) {
         df_err_set(err, DF_ERR_FORMAT, (int64_t)t->info_pos,
-                   "%s: tensor %s has ne {%lld, %lld, %lld, %lld}, expected {%lld, %lld, %lld}", gl->g->path, name,
+                   "%s: tensor %s has ne {%lld, %lld, %lld, %lld}, expected {%lld, %lld, %lld}", path, name,
                    (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2], (long long)t->ne[3],
                    (long long)ne[0], (long long)(nd > 1 ? ne[1] : 1), (long long)(nd > 2 ? ne[2] : 1));
         return NULL;
     }
     if (!(type_bit(t->type) & types)) {
         df_err_set(err, DF_ERR_UNSUPPORTED, (int64_t)t->info_pos, "%s: tensor %s is %s; deltafin reads it as %s",
-                   gl->g->path, name, type_name(t->type),
+                   path, name, type_name(t->type),
                    types == T_MXFP4 ? "MXFP4" : (types & T_F16) ? "F32, BF16 or F16" : "F32 or BF16");
         return NULL;
     }
@@ -96,8 +119,8 @@ static int gmat(gload *gl, const char *name, int rows, int cols, wmat *out, df_e
     int64_t ne[2] = {cols, rows};
     const gguf_tensor *t = gfind(gl, name, 2, ne, T_F32 | T_BF16, err);
     if (!t) return -1;
-    return model_map_mat(gl->eng, gl->layer, 0, t->offset, t->nbytes, t->type == GGML_TYPE_BF16 ? W_BF16 : W_F32,
-                         rows, cols, name, out, err);
+    return model_map_mat(gl->eng, gl->layer, gl->at, t->offset, t->nbytes,
+                         t->type == GGML_TYPE_BF16 ? W_BF16 : W_F32, rows, cols, name, out, err);
 }
 
 static float half_to_f32(uint16_t h)
@@ -115,7 +138,7 @@ static float *gvec(gload *gl, const char *name, int64_t n0, int64_t n1, int64_t 
     if (!t) return NULL;
     size_t n = (size_t)(n0 * n1 * n2);
     uint8_t *raw = xmalloc(t->nbytes ? (size_t)t->nbytes : 1);
-    if (model_pread(gl->g->path, raw, (size_t)t->nbytes, t->offset, err)) {
+    if (model_pread(gl->g[gl->at].path, raw, (size_t)t->nbytes, t->offset, err)) {
         free(raw);
         return NULL;
     }
@@ -266,14 +289,20 @@ int k3_config_from_gguf(const gguf_file *g, k3_config *c, df_error *err)
     c->moe_freq = 1;
     /* vocabulary: the embedding's shape is the truth */
     const gguf_tensor *emb = gguf_find_tensor(g, "token_embd.weight");
-    if (!emb) return df_err_set(err, DF_ERR_FORMAT, -1, "%s: tensor token_embd.weight is missing", g->path);
-    if (emb->ne[1] < 1 || emb->ne[1] > BIG)
-        return df_err_set(err, DF_ERR_FORMAT, -1, "%s: token_embd.weight has %lld rows", g->path, (long long)emb->ne[1]);
-    c->V = (int)emb->ne[1];
-    int vs;
-    if (get_int(g, A "vocab_size", 1, BIG, 1, c->V, &vs, err)) return -1;
-    if (vs != c->V)
-        return df_err_set(err, DF_ERR_FORMAT, -1, "%s: vocab_size %d but token_embd.weight has %d rows", g->path, vs, c->V);
+    if (emb) {
+        if (emb->ne[1] < 1 || emb->ne[1] > BIG)
+            return df_err_set(err, DF_ERR_FORMAT, -1, "%s: token_embd.weight has %lld rows", g->path,
+                              (long long)emb->ne[1]);
+        c->V = (int)emb->ne[1];
+        int vs;
+        if (get_int(g, A "vocab_size", 1, BIG, 1, c->V, &vs, err)) return -1;
+        if (vs != c->V)
+            return df_err_set(err, DF_ERR_FORMAT, -1, "%s: vocab_size %d but token_embd.weight has %d rows", g->path,
+                              vs, c->V);
+    } else if (get_int(g, A "vocab_size", 1, BIG, 0, 0, &c->V, err)) {
+        /* the embedding is in another split: its shape is checked when bound */
+        return -1;
+    }
     int64_t *hkv = xcalloc((size_t)c->NL, sizeof *hkv), *hc = xcalloc((size_t)c->NL, sizeof *hc),
             *ff = xcalloc((size_t)c->NL, sizeof *ff);
     c->layer_kind = xcalloc((size_t)c->NL, 1);
@@ -351,19 +380,22 @@ static int bind_layer(gload *gl, int il, df_error *err)
         VEC(q_a_ln, "attn_q_a_norm.weight", c->Rq, 1, 1);
         VEC(kv_a_ln, "attn_kv_a_norm.weight", c->Rkv, 1, 1);
         int64_t ne_k[3] = {c->dn, c->Rkv, c->Hm}, ne_v[3] = {c->Rkv, c->dv, c->Hm};
-        if (gguf_find_tensor(gl->g, NAME("attn_k_b.weight"))) {
+        if (find_any(gl, NAME("attn_k_b.weight"))) {
             const gguf_tensor *kb = gfind(gl, NAME("attn_k_b.weight"), 3, ne_k, T_F32 | T_BF16, err);
             if (!kb) return -1;
+            int kb_file = gl->at;
             const gguf_tensor *vb = gfind(gl, NAME("attn_v_b.weight"), 3, ne_v, T_F32 | T_BF16, err);
             if (!vb) return -1;
             L->kv_split = 1;
-            if (model_map_mat(eng, gl->layer, 0, kb->offset, kb->nbytes, kb->type == GGML_TYPE_BF16 ? W_BF16 : W_F32,
-                              c->Hm * c->Rkv, c->dn, kb->name, &L->k_b, err) ||
-                model_map_mat(eng, gl->layer, 0, vb->offset, vb->nbytes, vb->type == GGML_TYPE_BF16 ? W_BF16 : W_F32,
-                              c->Hm * c->dv, c->Rkv, vb->name, &L->v_b, err))
+            if (model_map_mat(eng, gl->layer, kb_file, kb->offset, kb->nbytes,
+                              kb->type == GGML_TYPE_BF16 ? W_BF16 : W_F32, c->Hm * c->Rkv, c->dn, kb->name, &L->k_b,
+                              err) ||
+                model_map_mat(eng, gl->layer, gl->at, vb->offset, vb->nbytes,
+                              vb->type == GGML_TYPE_BF16 ? W_BF16 : W_F32, c->Hm * c->dv, c->Rkv, vb->name, &L->v_b,
+                              err))
                 return -1;
         } else {
-            if (!gguf_find_tensor(gl->g, NAME("attn_kv_b.weight")))
+            if (!find_any(gl, NAME("attn_kv_b.weight")))
                 return df_err_set(err, DF_ERR_FORMAT, -1, "%s: layer %d has neither attn_k_b/attn_v_b nor attn_kv_b",
                                   gl->g->path, il);
             MAT(kv_b, "attn_kv_b.weight", c->Hm * (c->dn + c->dv), c->Rkv);
@@ -391,7 +423,7 @@ static int bind_layer(gload *gl, int il, df_error *err)
         if (!t) return -1;
         uint64_t slice = eng->store.piece_bytes[p];
         for (int e = 0; e < c->E; e++)
-            expert_store_set_piece(&eng->store, il, e, p, gl->file, t->offset + (uint64_t)e * slice);
+            expert_store_set_piece(&eng->store, il, e, p, gl->store_file[gl->at], t->offset + (uint64_t)e * slice);
     }
     return 0;
 #undef NAME
@@ -399,18 +431,71 @@ static int bind_layer(gload *gl, int il, df_error *err)
 #undef VEC
 }
 
+/* llama.cpp's gguf-split layout: PREFIX-00001-of-0000N.gguf holds the
+ * metadata and split.no / split.count; the other files hold the remaining
+ * tensors (each tensor whole in one file).  Opens files 2..N into g[1..]. */
+static int open_splits(gguf_file *g, int *n_files, df_error *err)
+{
+    uint64_t count = 1, no = 0;
+    if (gguf_find_kv(&g[0], "split.count") && gguf_get_u64(&g[0], "split.count", &count, err)) return -1;
+    if (count <= 1) return 0;
+    if (count > MAX_SPLITS)
+        return df_err_set(err, DF_ERR_FORMAT, -1, "%s: split.count %llu is more than %d", g[0].path,
+                          (unsigned long long)count, MAX_SPLITS);
+    if (gguf_get_u64(&g[0], "split.no", &no, err)) return -1;
+    if (no != 0)
+        return df_err_set(err, DF_ERR_ARG, -1,
+                          "%s is split %llu of %llu of a model: give the first file (...-00001-of-%05llu.gguf)",
+                          g[0].path, (unsigned long long)no + 1, (unsigned long long)count,
+                          (unsigned long long)count);
+    char suffix[48];
+    snprintf(suffix, sizeof suffix, "-00001-of-%05llu.gguf", (unsigned long long)count);
+    size_t pl = strlen(g[0].path), sl = strlen(suffix);
+    if (pl <= sl || strcmp(g[0].path + pl - sl, suffix))
+        return df_err_set(err, DF_ERR_ARG, -1, "%s: the first of %llu split files must be named PREFIX%s", g[0].path,
+                          (unsigned long long)count, suffix);
+    for (uint64_t i = 1; i < count; i++) {
+        size_t n = pl + 8;
+        char *p = xmalloc(n);
+        snprintf(p, n, "%.*s-%05llu-of-%05llu.gguf", (int)(pl - sl), g[0].path, (unsigned long long)i + 1,
+                 (unsigned long long)count);
+        int rc = gguf_open(p, &g[i], err);
+        free(p);
+        if (rc) return -1;
+        *n_files = (int)i + 1;
+        uint64_t gi = 0, gc = 0;
+        if (gguf_get_u64(&g[i], "split.no", &gi, err) || gguf_get_u64(&g[i], "split.count", &gc, err)) return -1;
+        if (gi != i || gc != count)
+            return df_err_set(err, DF_ERR_FORMAT, -1, "%s: split.no %llu of %llu, expected %llu of %llu", g[i].path,
+                              (unsigned long long)gi + 1, (unsigned long long)gc, (unsigned long long)i + 1,
+                              (unsigned long long)count);
+        for (size_t t = 0; t < g[i].n_tensors; t++)
+            for (uint64_t j = 0; j < i; j++)
+                if (gguf_find_tensor(&g[j], g[i].tensors[t].name))
+                    return df_err_set(err, DF_ERR_FORMAT, -1, "%s: tensor %s is also in %s", g[i].path,
+                                      g[i].tensors[t].name, g[j].path);
+    }
+    return 0;
+}
+
 int model_load_gguf(df_engine *eng, const char *path, df_error *err)
 {
-    gguf_file *g = xcalloc(1, sizeof *g);
-    int rc = -1;
-    if (gguf_open(path, g, err)) goto done;
+    gguf_file *g = xcalloc(MAX_SPLITS, sizeof *g);
+    int n_files = 0, rc = -1;
+    int *store_file = NULL;
+    if (gguf_open(path, &g[0], err)) goto done;
+    n_files = 1;
+    if (open_splits(g, &n_files, err)) goto done;
     k3_config *c = &eng->cfg;
-    if (k3_config_from_gguf(g, c, err)) goto done;
-    eng->shards = xcalloc(1, sizeof *eng->shards);
-    eng->shards[0].fd = -1;
-    eng->shards[0].path = xstrdup(path);
-    eng->n_shards = 1;
-    gload gl = {.eng = eng, .g = g, .layer = -1};
+    if (k3_config_from_gguf(&g[0], c, err)) goto done;
+    eng->shards = xcalloc((size_t)n_files, sizeof *eng->shards);
+    for (int f = 0; f < n_files; f++) {
+        eng->shards[f].fd = -1;
+        eng->shards[f].path = xstrdup(g[f].path);
+    }
+    eng->n_shards = n_files;
+    store_file = xcalloc((size_t)n_files, sizeof *store_file);
+    gload gl = {.eng = eng, .g = g, .n_files = n_files, .layer = -1, .store_file = store_file};
     if (gmat(&gl, "token_embd.weight", c->V, c->h, &eng->embed, err)) goto done;
     gl.layer = c->NL;
     if (gmat(&gl, "output.weight", c->V, c->h, &eng->lm_head, err)) goto done;
@@ -418,8 +503,8 @@ int model_load_gguf(df_engine *eng, const char *path, df_error *err)
         !(eng->out_res_nwpw = gvec(&gl, "output_res_score.weight", c->h, 1, 1, err)))
         goto done;
     expert_store_init_ggml(&eng->store, c->NL, c->E, c->I, c->Lt);
-    gl.file = expert_store_add_file(&eng->store, path, err);
-    if (gl.file < 0) goto done;
+    for (int f = 0; f < n_files; f++)
+        if ((store_file[f] = expert_store_add_file(&eng->store, g[f].path, err)) < 0) goto done;
     model_layers_alloc(eng);
     for (int il = 0; il < c->NL; il++) {
         gl.layer = il;
@@ -428,7 +513,8 @@ int model_load_gguf(df_engine *eng, const char *path, df_error *err)
     if (expert_store_finish(&eng->store, c->layer_moe, eng->io_mode, eng->io_depth, eng->io_backend, err)) goto done;
     rc = 0;
 done:
-    gguf_deinit(g);
+    for (int f = 0; f < n_files; f++) gguf_deinit(&g[f]);
     free(g);
+    free(store_file);
     return rc;
 }

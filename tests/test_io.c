@@ -517,6 +517,36 @@ static void test_gguf_exact(void)
         if (i == 6) TCHECKF(st.trunk_bytes_read > 0, "GGUF trunk not streamed");
         free(b);
     }
+    /* the same GGUF split into 4 files the way llama.cpp's gguf-split does
+     * (an expert's three pieces may sit in different files) */
+    char sp[700], first[760], second[760], cmd[2600];
+    snprintf(sp, sizeof sp, "%s/ggsplit.gguf", test_scratch());
+    snprintf(first, sizeof first, "%s/ggsplit-00001-of-00004.gguf", test_scratch());
+    snprintf(second, sizeof second, "%s/ggsplit-00002-of-00004.gguf", test_scratch());
+    snprintf(cmd, sizeof cmd, "%s --preset small --seed 13 --from %s --gguf %s --gguf-split 4 >/dev/null", build_bin("k3gen"),
+             dir, sp);
+    TCHECKF(system(cmd) == 0, "%s failed", cmd);
+    const cfg split_variants[] = {
+        {.cache = 1, .io = "direct", .backend = "uring", .chunk = 1},
+        {.cache = 12 * 40960, .io = "buffered", .backend = "threads", .chunk = 5, .trunk_stream = 1},
+    };
+    for (size_t i = 0; i < 2; i++) {
+        float *b = run(first, &split_variants[i], ids, 20, &V, NULL);
+        if (a && b)
+            TCHECKF(!memcmp(a, b, (size_t)20 * V * sizeof(float)), "split GGUF variant %zu: logits differ", i);
+        free(b);
+    }
+    df_engine_opts o;
+    df_engine_opts_default(&o);
+    o.quiet = 1;
+    df_engine *eng = NULL;
+    df_error err = {0};
+    TCHECK(df_engine_open(second, &o, &eng, &err) == -1 && strstr(err.msg, "give the first file"));
+    fprintf(stderr, "    -> %s\n", err.msg);
+    CHECK(unlink(second) == 0);
+    df_err_clear(&err);
+    TCHECK(df_engine_open(first, &o, &eng, &err) == -1 && strstr(err.msg, "ggsplit-00002-of-00004.gguf"));
+    fprintf(stderr, "    -> %s\n", err.msg);
     free(a);
 }
 

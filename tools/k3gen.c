@@ -2650,6 +2650,17 @@ static void kv_u32(kvbuf *k, const char *key, long v)
     kv_key(k, key, KV_U32);
     bb_u32(&k->b, (uint32_t)v);
 }
+static void kv_u16(kvbuf *k, const char *key, unsigned v)
+{
+    kv_key(k, key, 2); /* UINT16 */
+    char b[2] = {(char)(v & 0xFF), (char)(v >> 8)};
+    sb_addn(&k->b, b, 2);
+}
+static void kv_i32(kvbuf *k, const char *key, long v)
+{
+    kv_key(k, key, KV_I32);
+    bb_u32(&k->b, (uint32_t)v);
+}
 static void kv_f32(kvbuf *k, const char *key, float v)
 {
     kv_key(k, key, KV_F32);
@@ -2949,64 +2960,125 @@ static void gg_write_data(FILE *f, const char *path, const gg_tensor *t, uint64_
     }
 }
 
-static uint64_t write_gguf(const char *path, const model_cfg *c, tensor_list *tl, uint64_t seed,
-                           int f32)
+/* The name of split s of n for --gguf FILE (llama.cpp's gguf-split naming:
+ * FILE without ".gguf", then -%05d-of-%05d.gguf); FILE itself when n == 1. */
+static char *gg_split_path(const char *path, int s, int n)
+{
+    size_t len = strlen(path) + 32;
+    char *out = xmalloc(len);
+    if (n == 1)
+        snprintf(out, len, "%s", path);
+    else
+        snprintf(out, len, "%.*s-%05d-of-%05d.gguf", (int)(strlen(path) - 5), path, s + 1, n);
+    return out;
+}
+
+/* n_split > 1: llama.cpp's gguf-split layout.  Every tensor lies whole in
+ * one file, files in roster order with about equal data; the metadata is
+ * in the first file only, and every file carries split.no (UINT16),
+ * split.count (UINT16) and split.tensors.count (INT32). */
+static uint64_t write_gguf(const char *path, const model_cfg *c, tensor_list *tl, uint64_t seed, int f32,
+                           int n_split)
 {
     gg_list g = {0};
     g.f32 = f32;
     gg_roster(c, tl, &g);
+    if (n_split < 1 || (size_t)n_split > g.n)
+        die("--gguf-split %d: the model has %zu tensors", n_split, g.n);
     kvbuf k = {{0}, 0};
     gg_metadata(&k, c);
     gg_tokenizer(&k, c->vocab_size);
-    sbuf h = {0};
-    sb_addn(&h, "GGUF", 4);
-    bb_u32(&h, 3);
-    bb_u64(&h, g.n);
-    bb_u64(&h, k.n);
-    sb_addn(&h, k.b.buf, k.b.len);
-    uint64_t off = 0;
+    uint64_t all = 0;
     for (size_t i = 0; i < g.n; i++) {
-        gg_tensor *t = &g.t[i];
-        t->nbytes = gg_bytes(t);
-        t->offset = off;
-        off += (t->nbytes + GG_ALIGN - 1) / GG_ALIGN * GG_ALIGN;
-        bb_str(&h, t->name, strlen(t->name));
-        bb_u32(&h, (uint32_t)t->nd);
-        for (int d = 0; d < t->nd; d++)
-            bb_u64(&h, (uint64_t)t->ne[d]);
-        bb_u32(&h, (uint32_t)t->type);
-        bb_u64(&h, t->offset);
+        g.t[i].nbytes = gg_bytes(&g.t[i]);
+        all += (g.t[i].nbytes + GG_ALIGN - 1) / GG_ALIGN * GG_ALIGN;
     }
-    while (h.len % GG_ALIGN)
-        sb_addn(&h, "", 1);
-    size_t plen = strlen(path) + sizeof TMP_SUFFIX;
-    char *tmp = xmalloc(plen);
-    snprintf(tmp, plen, "%s%s", path, TMP_SUFFIX);
-    FILE *f = fopen(tmp, "wb");
-    if (!f)
-        die("cannot create %s: %s", tmp, strerror(errno));
-    write_all(f, h.buf, h.len, tmp);
+    /* file s takes tensors [first[s], first[s + 1]): cut when its share of the
+     * bytes is reached, leaving at least one tensor for each later file */
+    size_t *first = xmalloc(((size_t)n_split + 1) * sizeof *first);
+    memset(first, 0, ((size_t)n_split + 1) * sizeof *first);
+    uint64_t acc = 0;
+    int s = 0;
+    for (size_t i = 0; i < g.n; i++) {
+        while (s + 1 < n_split && (acc >= all / (uint64_t)n_split * (uint64_t)(s + 1) ||
+                                   g.n - i <= (size_t)(n_split - 1 - s)) && i > first[s])
+            first[++s] = i;
+        acc += (g.t[i].nbytes + GG_ALIGN - 1) / GG_ALIGN * GG_ALIGN;
+    }
+    first[n_split] = g.n;
+    uint64_t total = 0;
     unsigned char *chunk = xmalloc(CHUNK_BYTES);
     static const char zeros[GG_ALIGN];
-    for (size_t i = 0; i < g.n; i++) {
-        gg_write_data(f, tmp, &g.t[i], seed, chunk);
-        uint64_t pad = (GG_ALIGN - g.t[i].nbytes % GG_ALIGN) % GG_ALIGN;
-        write_all(f, zeros, (size_t)pad, tmp);
+    for (s = 0; s < n_split; s++) {
+        kvbuf sk = {{0}, 0};
+        if (n_split > 1) {
+            kv_u16(&sk, "split.no", (unsigned)s);
+            kv_u16(&sk, "split.count", (unsigned)n_split);
+            kv_i32(&sk, "split.tensors.count", (long)g.n);
+        }
+        sbuf h = {0};
+        sb_addn(&h, "GGUF", 4);
+        bb_u32(&h, 3);
+        bb_u64(&h, first[s + 1] - first[s]);
+        bb_u64(&h, (s == 0 ? k.n : 0) + sk.n);
+        if (s == 0)
+            sb_addn(&h, k.b.buf, k.b.len);
+        if (sk.n)
+            sb_addn(&h, sk.b.buf, sk.b.len);
+        uint64_t off = 0;
+        for (size_t i = first[s]; i < first[s + 1]; i++) {
+            gg_tensor *t = &g.t[i];
+            t->offset = off;
+            off += (t->nbytes + GG_ALIGN - 1) / GG_ALIGN * GG_ALIGN;
+            bb_str(&h, t->name, strlen(t->name));
+            bb_u32(&h, (uint32_t)t->nd);
+            for (int d = 0; d < t->nd; d++)
+                bb_u64(&h, (uint64_t)t->ne[d]);
+            bb_u32(&h, (uint32_t)t->type);
+            bb_u64(&h, t->offset);
+        }
+        while (h.len % GG_ALIGN)
+            sb_addn(&h, "", 1);
+        char *out = gg_split_path(path, s, n_split);
+        size_t plen = strlen(out) + sizeof TMP_SUFFIX;
+        char *tmp = xmalloc(plen);
+        snprintf(tmp, plen, "%s%s", out, TMP_SUFFIX);
+        FILE *f = fopen(tmp, "wb");
+        if (!f)
+            die("cannot create %s: %s", tmp, strerror(errno));
+        write_all(f, h.buf, h.len, tmp);
+        for (size_t i = first[s]; i < first[s + 1]; i++) {
+            gg_write_data(f, tmp, &g.t[i], seed, chunk);
+            uint64_t pad = (GG_ALIGN - g.t[i].nbytes % GG_ALIGN) % GG_ALIGN;
+            write_all(f, zeros, (size_t)pad, tmp);
+        }
+        if (ferror(f) || fclose(f) != 0)
+            die("writing %s failed: %s", tmp, strerror(errno));
+        if (rename(tmp, out) != 0)
+            die("cannot rename %s to %s: %s", tmp, out, strerror(errno));
+        total += h.len + off;
+        free(out);
+        free(tmp);
+        free(h.buf);
+        free(sk.b.buf);
     }
-    if (ferror(f) || fclose(f) != 0)
-        die("writing %s failed: %s", tmp, strerror(errno));
-    if (rename(tmp, path) != 0)
-        die("cannot rename %s to %s: %s", tmp, path, strerror(errno));
-    uint64_t total = h.len + off;
     for (size_t i = 0; i < g.n; i++)
         free(g.t[i].exps);
+    free(first);
     free(g.t);
     free(g.sorted);
     free(k.b.buf);
-    free(h.buf);
     free(chunk);
-    free(tmp);
     return total;
+}
+
+static void gg_report(const char *path, int n_split, int f32, uint64_t bytes)
+{
+    char *first = gg_split_path(path, 0, n_split);
+    printf("k3gen: wrote %s%s: GGUF v3 kimi-k3, %s experts, %llu bytes (%.1f MiB)\n", first,
+           n_split > 1 ? " and the other splits" : "", f32 ? "F32" : "MXFP4", (unsigned long long)bytes,
+           (double)bytes / (1 << 20));
+    free(first);
 }
 
 /* --------------------------------------------------------------------- main */
@@ -3040,6 +3112,8 @@ static void usage(FILE *f)
             "  --gguf FILE        also write the same model as one GGUF v3 file in llama.cpp's\n"
             "                     kimi-k3 layout (experts as 3-D MXFP4 tensors, same values)\n"
             "  --gguf-f32         write every GGUF tensor as F32 (MXFP4 dequantized exactly)\n"
+            "  --gguf-split N     write the GGUF as N files the way llama.cpp's gguf-split does\n"
+            "                     (FILE-00001-of-0000N.gguf, ...; metadata in the first)\n"
             "  --from DIR         write only the GGUF, its tensor bytes read from the existing\n"
             "                     safetensors checkpoint DIR (index weight_map, else every shard);\n"
             "                     --preset/--set must give DIR's shape: each tensor is checked\n"
@@ -3066,7 +3140,7 @@ static double now_s(void)
 int main(int argc, char **argv)
 {
     const char *out = NULL, *preset_name = "tiny", *gguf_path = NULL, *from = NULL;
-    int gguf_f32 = 0;
+    int gguf_f32 = 0, gguf_split = 1;
     uint64_t seed = 0;
     int force = 0, dry_run = 0, shards = -1;
     long shard_max_mb = -1;
@@ -3119,6 +3193,12 @@ int main(int argc, char **argv)
             gguf_path = argv[++i];
         } else if (!strcmp(a, "--gguf-f32")) {
             gguf_f32 = 1;
+        } else if (!strcmp(a, "--gguf-split")) {
+            NEED_ARG();
+            long v = parse_long(argv[++i], "--gguf-split");
+            if (v < 1 || v > 99999)
+                die("--gguf-split wants 1 to 99999 files, not %ld", v);
+            gguf_split = (int)v;
         } else if (!strcmp(a, "--from")) {
             NEED_ARG();
             from = argv[++i];
@@ -3135,6 +3215,8 @@ int main(int argc, char **argv)
         die("--out DIR is required (see --help)");
     if (shards > 0 && shard_max_mb > 0)
         die("--shards and --shard-max-mb are mutually exclusive");
+    if (gguf_split > 1 && (!gguf_path || strlen(gguf_path) < 6 || strcmp(gguf_path + strlen(gguf_path) - 5, ".gguf")))
+        die("--gguf-split needs --gguf FILE ending in .gguf (the files are FILE-00001-of-0000N.gguf, ...)");
     if (gguf_f32 && !gguf_path)
         die("--gguf-f32 needs --gguf FILE");
 
@@ -3191,7 +3273,7 @@ int main(int argc, char **argv)
         uint64_t total = 0;
         for (size_t i = 0; i < tl.n; i++)
             total += tensor_bytes(&tl.t[i]);
-        uint64_t gguf_bytes = dry_run ? 0 : write_gguf(gguf_path, &cfg, &tl, seed, gguf_f32);
+        uint64_t gguf_bytes = dry_run ? 0 : write_gguf(gguf_path, &cfg, &tl, seed, gguf_f32, gguf_split);
         printf("k3gen: %s %s from %s: preset %s, V=%ld h=%ld layers=%ld (%ld KDA, %ld MLA) "
                "E=%ld; %zu tensors, %llu bytes (%.1f MiB) read from %zu shard%s, %.2f s\n",
                dry_run ? "checked (dry run, not written)" : "wrote", gguf_path, from, pr->name,
@@ -3200,9 +3282,7 @@ int main(int argc, char **argv)
                (unsigned long long)total, (double)total / (1 << 20), src.n,
                src.n == 1 ? "" : "s", now_s() - t0);
         if (gguf_bytes)
-            printf("k3gen: wrote %s: GGUF v3 kimi-k3, %s experts, %llu bytes (%.1f MiB)\n",
-                   gguf_path, gguf_f32 ? "F32" : "MXFP4", (unsigned long long)gguf_bytes,
-                   (double)gguf_bytes / (1 << 20));
+            gg_report(gguf_path, gguf_split, gguf_f32, gguf_bytes);
         g_src = NULL;
         src_close(&src);
         for (size_t i = 0; i < tl.n; i++)
@@ -3222,7 +3302,7 @@ int main(int argc, char **argv)
     uint64_t total = write_shards(out, &tl, nshards, seed, dry_run);
     uint64_t gguf_bytes = 0;
     if (gguf_path && !dry_run)
-        gguf_bytes = write_gguf(gguf_path, &cfg, &tl, seed, gguf_f32);
+        gguf_bytes = write_gguf(gguf_path, &cfg, &tl, seed, gguf_f32, gguf_split);
     if (!dry_run)
         write_index(out, &tl, nshards, total); /* last: marks the directory complete */
 
@@ -3234,9 +3314,7 @@ int main(int argc, char **argv)
            cfg.moe_intermediate_size, cfg.routed_expert_hidden_size, (unsigned long long)total,
            (double)total / (1 << 20), nshards, nshards == 1 ? "" : "s", tl.n, now_s() - t0);
     if (gguf_bytes)
-        printf("k3gen: wrote %s: GGUF v3 kimi-k3, %s experts, %llu bytes (%.1f MiB)\n", gguf_path,
-               gguf_f32 ? "F32" : "MXFP4", (unsigned long long)gguf_bytes,
-               (double)gguf_bytes / (1 << 20));
+        gg_report(gguf_path, gguf_split, gguf_f32, gguf_bytes);
     for (size_t i = 0; i < tl.n; i++)
         free(tl.t[i].name);
     free(tl.t);

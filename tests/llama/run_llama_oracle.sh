@@ -85,6 +85,27 @@ for m in "${models[@]}"; do
         fi
     done < <(prompts_for "$V")
 done
+# model 1 split in 3 files the way llama.cpp's gguf-split does: llama.cpp
+# loads it from the first file with the same logits as the single file, and
+# so does deltafin
+"$build/k3gen" --preset tiny --set kda_heads=4 --set num_attention_heads=4 --seed 7 --from "$tmp/m1" \
+    --gguf "$tmp/m1s.gguf" --gguf-split 3 >/dev/null
+"$build/k3gen" --preset tiny --set kda_heads=4 --set num_attention_heads=4 --seed 7 --from "$tmp/m1" \
+    --gguf "$tmp/m1s-f32.gguf" --gguf-split 3 --gguf-f32 >/dev/null
+ids=5,99,7,300,12,41
+"$build/llama_peer" --lib "$lib" --model "$tmp/m1s-f32-00001-of-00003.gguf" --prompt-ids "$ids" --threads 2 \
+    --dump-logits "$tmp/s.ll.bin" >/dev/null
+"$build/llama_peer" --lib "$lib" --model "$tmp/m1-f32.gguf" --prompt-ids "$ids" --threads 2 \
+    --dump-logits "$tmp/1.ll.bin" >/dev/null
+"$build/deltafin" run --model "$tmp/m1s-00001-of-00003.gguf" --prompt-ids "$ids" --max-new 4 --dump-logits "$tmp/s.df.bin" \
+    >/dev/null 2>&1
+"$build/deltafin" run --model "$tmp/m1.gguf" --prompt-ids "$ids" --max-new 4 --dump-logits "$tmp/1.df.bin" >/dev/null 2>&1
+if cmp -s "$tmp/s.ll.bin" "$tmp/1.ll.bin" && cmp -s "$tmp/s.df.bin" "$tmp/1.df.bin"; then
+    echo "ok   split GGUF (3 files): llama.cpp and deltafin each give the single file's logits bit for bit"
+else
+    echo "FAIL split GGUF: logits differ from the single file" >&2
+    fail=1
+fi
 # deltafin bench --vs-llama end to end on the first model (speed is not
 # judged here: the table must be complete and the command must refuse bad
 # input with a message)
