@@ -83,7 +83,7 @@ $(BUILD)/deltafin: $(BUILD)/cli.o $(BUILD)/cli_bench.o $(BUILD)/cli_chat.o $(BUI
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 $(BUILD)/k3gen: tools/k3gen.c | $(BUILD)
-	$(CC) -std=c11 -O2 -Wall -Wextra $(EXTRA_CFLAGS) -o $@ $< -lm
+	$(CC) -std=c11 -O2 -Wall -Wextra $(if $(filter 1,$(WERROR)),-Werror) $(EXTRA_CFLAGS) -o $@ $< -lm
 
 # llama.cpp v0.4.0 prebuilt (npm @node-llama-cpp/linux-x64, pinned in
 # tests/llama/package-lock.json): the logits oracle and the speed peer.
