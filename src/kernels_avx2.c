@@ -68,13 +68,14 @@ ALWAYS_INLINE __m256 ld8_f32(const uint8_t *p) { return _mm256_loadu_ps((const f
 DENSE_ROW(matmul_bf16_avx2, ld8_bf16, 2)
 DENSE_ROW(matmul_f32_avx2, ld8_f32, 4)
 
-/* 8 nibble codes (one per 32-bit lane) -> E2M1 values: magnitude from a
- * table of 8, sign from bit 3; exact, and -0 for code 8 as in e2m1_table */
+/* 8 nibble codes (bits 0-3 of each 32-bit lane; higher bits are ignored)
+ * -> E2M1 values: magnitude from a table of 8 (vpermps reads only the low
+ * three index bits), sign from bit 3; exact, and -0 for code 8 as in
+ * e2m1_table */
 ALWAYS_INLINE __m256 e2m1_8(__m256i codes, __m256 mag)
 {
-    __m256i idx = _mm256_and_si256(codes, _mm256_set1_epi32(7));
     __m256i sgn = _mm256_slli_epi32(_mm256_and_si256(codes, _mm256_set1_epi32(8)), 28);
-    return _mm256_xor_ps(_mm256_permutevar8x32_ps(mag, idx), _mm256_castsi256_ps(sgn));
+    return _mm256_xor_ps(_mm256_permutevar8x32_ps(mag, codes), _mm256_castsi256_ps(sgn));
 }
 
 /* A ggml block's 16 nibble bytes (byte j: value j low, j + 16 high) in the

@@ -147,13 +147,12 @@ ALWAYS_INLINE void mxfp4_rows_any(const uint8_t *prow, const uint8_t *srow, int 
                                   size_t xs, int nt, float *y, size_t ys, int gg)
 {
     const __m512 tab = _mm512_loadu_ps(e2m1_table);
-    const __m512i low4 = _mm512_set1_epi32(15);
     __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
     for (int b = 0; b < C / MXFP4_BLOCK; b++) {
         __m128i bytes = gg ? gg_to_packed(_mm_loadu_si128((const __m128i *)(prow + (size_t)b * GGML_MXFP4_BYTES + 1)))
                            : _mm_loadu_si128((const __m128i *)(prow + (size_t)b * 16));
         __m512i v = _mm512_cvtepu8_epi32(bytes);
-        __m512 we = _mm512_permutexvar_ps(_mm512_and_si512(v, low4), tab);
+        __m512 we = _mm512_permutexvar_ps(v, tab); /* vpermps reads the low 4 index bits only */
         __m512 wo = _mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), tab);
         __m512 sc = _mm512_set1_ps(e8m0_table[gg ? prow[(size_t)b * GGML_MXFP4_BYTES] : srow[b]]);
         _Pragma("GCC unroll 4") for (int u = 0; u < nt; u++) {
