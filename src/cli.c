@@ -392,6 +392,10 @@ static int cmd_run(int argc, char **argv)
                     st.prefetch_actual ? (double)st.prefetch_correct / st.prefetch_actual : 0.0,
                     (unsigned long long)st.prefetch_issued, (unsigned long long)st.prefetch_used,
                     (unsigned long long)st.prefetch_late, (unsigned long long)st.prefetch_wasted);
+        if (st.prefetch_ab_rounds)
+            fprintf(stderr, "deltafin: prefetch timing: %d comparison%s, last: %s (decode step %.1f ms on, %.1f ms off)\n",
+                    st.prefetch_ab_rounds, st.prefetch_ab_rounds == 1 ? "" : "s", st.prefetch_ab_on ? "kept on" : "turned off",
+                    st.prefetch_ab_on_ms, st.prefetch_ab_off_ms);
     }
     free(gen);
     free(logits);

@@ -305,7 +305,9 @@ int df_engine_open(const char *model_dir, const df_engine_opts *opts, df_engine 
         return -1;
     }
     eng->quiet = opts->quiet;
-    eng->pf_on = !opts->no_prefetch;
+    eng->pf_on = eng->pf_active = !opts->no_prefetch;
+    eng->pf_ab_phase = 1;
+    eng->pf_ab_last = -1;
     eng->pf_k = opts->prefetch_k > 0 ? opts->prefetch_k : (eng->cfg.k + 1) / 2;
     if (eng->pf_k > eng->cfg.k) eng->pf_k = eng->cfg.k;
     size_t nl_ = (size_t)eng->cfg.NL;
@@ -447,6 +449,10 @@ void df_engine_stats(const df_engine *eng, df_stats *st)
     st->prefetch_used = eng->cache.pf_used;
     st->prefetch_wasted = eng->cache.pf_wasted;
     st->prefetch_late = eng->cache.late;
+    st->prefetch_ab_rounds = eng->pf_ab_rounds;
+    st->prefetch_ab_on = eng->pf_ab_last;
+    st->prefetch_ab_on_ms = 1e3 * eng->pf_ab_mean[1];
+    st->prefetch_ab_off_ms = 1e3 * eng->pf_ab_mean[0];
     for (int il = 0; il < eng->cfg.NL && eng->pf_predicted; il++) {
         st->prefetch_predicted += eng->pf_predicted[il];
         st->prefetch_correct += eng->pf_correct[il];
@@ -634,6 +640,53 @@ static void trace_routes(const df_session *s, int il, int T)
 
 /* One chunk of T <= max_batch positions.  logits: NULL, or [T][V] when
  * all_rows, or [V] for the last position. */
+/* Does the router look-ahead prefetch pay, in time?  Precision alone does
+ * not say: with a large cache a wrong prediction evicts a useful expert, and
+ * a prefetch in flight delays the next layer's demand reads.  So decode
+ * steps (one position each, the steady state) are timed in windows of
+ * PF_AB_WINDOW steps alternating on and off; after PF_AB_WINDOWS windows the
+ * prefetch stays off when the off windows were faster by more than 3 %
+ * (on otherwise) for PF_AB_HOLD steps, then the comparison is repeated
+ * (the cache's contents and the disk change).  Steps that read nothing
+ * (everything resident) say nothing and are not counted.  The choice never
+ * changes results: prefetching only moves reads earlier. */
+#define PF_AB_WINDOW 4
+#define PF_AB_WINDOWS 6
+#define PF_AB_HOLD 256
+static void prefetch_ab_step(df_engine *eng, int T, double sec, uint64_t misses)
+{
+    if (!eng->pf_on || T != 1) return;
+    if (eng->pf_ab_hold) {
+        if (--eng->pf_ab_hold == 0) {
+            eng->pf_ab_phase = 1;
+            eng->pf_active = 1;
+        }
+        return;
+    }
+    if (!misses) return; /* nothing was read: the step says nothing about reads */
+    eng->pf_ab_sum[eng->pf_ab_phase] += sec;
+    eng->pf_ab_n[eng->pf_ab_phase]++;
+    if (++eng->pf_ab_steps < PF_AB_WINDOW) return;
+    eng->pf_ab_steps = 0;
+    eng->pf_ab_phase ^= 1;
+    eng->pf_active = eng->pf_ab_phase;
+    if (++eng->pf_ab_windows < PF_AB_WINDOWS) return;
+    double off = eng->pf_ab_sum[0] / eng->pf_ab_n[0], on = eng->pf_ab_sum[1] / eng->pf_ab_n[1];
+    int keep_on = !(off < on * 0.97);
+    eng->pf_ab_mean[0] = off;
+    eng->pf_ab_mean[1] = on;
+    eng->pf_ab_last = keep_on;
+    eng->pf_ab_rounds++;
+    eng->pf_active = keep_on;
+    eng->pf_ab_hold = PF_AB_HOLD;
+    eng->pf_ab_windows = 0;
+    eng->pf_ab_sum[0] = eng->pf_ab_sum[1] = 0;
+    eng->pf_ab_n[0] = eng->pf_ab_n[1] = 0;
+    if (!eng->quiet)
+        df_log("prefetch %s for the next %d tokens: decode steps took %.1f ms with it, %.1f ms without", keep_on ? "on" : "off",
+               PF_AB_HOLD, 1e3 * on, 1e3 * off);
+}
+
 static int forward_chunk(df_session *s, const int32_t *ids, int T, float *logits, int all_rows, df_error *err)
 {
     df_engine *eng = s->eng;
@@ -721,17 +774,18 @@ static int forward_chunk(df_session *s, const int32_t *ids, int T, float *logits
         fprintf(eng->events,
                 "{\"pos\":%d,\"tokens\":%d,\"ms\":%.3f,\"expert_hits\":%llu,\"expert_misses\":%llu,"
                 "\"hit_rate\":%.4f,\"bytes_read\":%llu,\"io_wait_ms\":%.3f,\"io_wait_share\":%.4f,"
-                "\"read_gbps\":%.3f,\"prefetch_issued\":%llu,\"prefetch_used\":%llu,\"prefetch_late\":%llu,"
-                "\"layer_ms\":[",
+                "\"read_gbps\":%.3f,\"prefetch\":%d,\"prefetch_issued\":%llu,\"prefetch_used\":%llu,"
+                "\"prefetch_late\":%llu,\"layer_ms\":[",
                 s->pos, T, 1e3 * dt_s, (unsigned long long)hits, (unsigned long long)miss,
                 hits + miss ? (double)hits / (double)(hits + miss) : 1.0, (unsigned long long)bytes, 1e3 * wait,
-                dt_s > 0 ? wait / dt_s : 0.0, dt_s > 0 ? (double)bytes / dt_s / 1e9 : 0.0,
+                dt_s > 0 ? wait / dt_s : 0.0, dt_s > 0 ? (double)bytes / dt_s / 1e9 : 0.0, eng->pf_active,
                 (unsigned long long)(eng->pf_issued - pfi0), (unsigned long long)(eng->cache.pf_used - pfu0),
                 (unsigned long long)(eng->cache.late - late0));
         for (int il = 0; il < c->NL; il++) fprintf(eng->events, "%s%.3f", il ? "," : "", 1e3 * eng->layer_sec[il]);
         fprintf(eng->events, "]}\n");
         fflush(eng->events);
     }
+    prefetch_ab_step(eng, T, now_sec() - t_start, eng->cache.misses - miss0);
     s->pos += T;
     eng->tokens += (uint64_t)T;
     /* predictions may still be reading: they are taken in by later waits

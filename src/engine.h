@@ -76,6 +76,9 @@ typedef struct df_stats {
     uint64_t prefetch_used;       /* of those, experts later used */
     uint64_t prefetch_wasted;     /* evicted before any use */
     uint64_t prefetch_late;       /* used while still in flight (counted as misses) */
+    int prefetch_ab_rounds;       /* on/off timing comparisons made (see --events "prefetch") */
+    int prefetch_ab_on;           /* the last one's choice: 1 on, 0 off (-1 none yet) */
+    double prefetch_ab_on_ms, prefetch_ab_off_ms; /* its mean decode step with and without */
     uint64_t prefetch_predicted, prefetch_correct, prefetch_actual;  /* precision = correct / predicted,
                                                                          recall = correct / actual */
 } df_stats;

@@ -479,6 +479,55 @@ static void test_heat_crash_mid_write(void)
     TCHECK(heat_load(heat, L, E + 1, got, &err) == -1);
 }
 
+/* The prefetch's timing controller: decode steps alternate windows with the
+ * prefetch on and off, then it keeps the faster; the events file shows both
+ * states, the stats the comparison, and the logits equal a run without
+ * prefetch (the choice never changes results). */
+static void test_prefetch_timing_controller(void)
+{
+    char dir[512], ev[700];
+    if (gen_model("small", "--preset small --seed 11", dir, sizeof dir)) return;
+    snprintf(ev, sizeof ev, "%s/ab.events", test_scratch());
+    int32_t ids[48];
+    for (int i = 0; i < 48; i++) ids[i] = (i * 131 + 17) % 3800;
+    int V;
+    cfg off = {.cache = 40 * 20480, .io = "auto", .backend = "auto", .chunk = 1, .no_prefetch = 1};
+    float *a = run(dir, &off, ids, 48, &V, NULL);
+    df_engine_opts o;
+    df_engine_opts_default(&o);
+    o.quiet = 1;
+    o.expert_cache_bytes = 40 * 20480;
+    o.events_path = ev;
+    df_engine *eng;
+    df_error err = {0};
+    if (df_engine_open(dir, &o, &eng, &err)) {
+        t_fail(__FILE__, __LINE__, "open: %s", err.msg);
+        free(a);
+        return;
+    }
+    df_session *s;
+    TCHECK(df_session_new(eng, NULL, &s, &err) == 0);
+    float *b = malloc((size_t)48 * V * sizeof(float));
+    for (int i = 0; i < 48; i++) TCHECK(df_session_eval(s, ids + i, 1, b + (size_t)i * V, 1, &err) == 0);
+    df_stats st;
+    df_engine_stats(eng, &st);
+    df_session_free(s);
+    df_engine_close(eng);
+    fprintf(stderr, "    %d comparison(s): %s, decode step %.2f ms with prefetch, %.2f ms without\n",
+            st.prefetch_ab_rounds, st.prefetch_ab_on ? "kept on" : "turned off", st.prefetch_ab_on_ms,
+            st.prefetch_ab_off_ms);
+    TCHECK(st.prefetch_ab_rounds >= 1 && (st.prefetch_ab_on == 0 || st.prefetch_ab_on == 1));
+    TCHECK(st.prefetch_ab_on_ms > 0 && st.prefetch_ab_off_ms > 0);
+    if (a) TCHECKF(!memcmp(a, b, (size_t)48 * V * sizeof(float)), "logits differ from the run without prefetch");
+    char *text;
+    size_t len;
+    CHECK(read_small_file(ev, &text, &len, 1u << 26, &err) == 0);
+    TCHECKF(strstr(text, "\"prefetch\":0") && strstr(text, "\"prefetch\":1"), "events never show both states");
+    free(text);
+    free(a);
+    free(b);
+}
+
 /* The same random model as safetensors and as llama.cpp's kimi-k3 GGUF
  * (experts as three ggml-MXFP4 pieces, kv_b split per head, fused res
  * scores, -exp(A_log)): the GGUF path gives the safetensors logits bit for
@@ -605,6 +654,7 @@ static const test_case tests[] = {
     {"hit_accounting", test_hit_accounting},
     {"prefetch_accounting", test_prefetch_accounting},
     {"multiple_drives_replicas_and_stripes", test_multiple_drives},
+    {"prefetch_timing_controller", test_prefetch_timing_controller},
     {"trunk_streamed_bit_identical", test_trunk_streamed},
     {"truncated_expert_file_named", test_truncated_expert_file},
     {"rss_within_mem_budget", test_rss_within_budget},
