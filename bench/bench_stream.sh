@@ -30,7 +30,7 @@ dev=$($DF iobench "$model" --seconds 5 | tee /dev/stderr | sed -E 's/.*: ([0-9.]
 echo "== decode, cold page cache ($ntok tokens after a $prompt prompt)"
 printf '%-14s %-9s %8s %12s %9s %10s %12s\n' "expert cache" "prefetch" "tok/s" "MB/token" "hit rate" "GB/s" "GB/s / dev"
 for cache in ${BENCH_CACHES:-150M 1G 4G}; do
-  for pf in off on; do
+  for pf in off auto; do
     drop
     ev="$dir/events-$cache-$pf.jsonl"
     flag=""; [ "$pf" = off ] && flag="--no-prefetch"
