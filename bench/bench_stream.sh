@@ -2,9 +2,12 @@
 # Experts from disk: a K3-shaped model whose experts (~12 GB, 17.5 MB each,
 # K3's exact expert shape) far exceed the memory budget.  In one run:
 #   1. the device's O_DIRECT bandwidth (deltafin iobench, K3 expert reads)
-#   2. decode at several expert-cache sizes, cold page cache, prefetch off:
-#      tok/s, expert bytes/token, true hit rate, expert GB/s and its ratio
-#      to the device bandwidth
+#   2. decode at several expert-cache sizes, cold page cache, prefetch off
+#      and auto (the timing controller decides): tok/s, expert bytes/token,
+#      true hit rate, expert GB/s and its ratio to the device bandwidth
+#      measured again right before that row (this VM's disk drifts between
+#      0.6 and 2 GB/s within minutes, so one measurement at the start is
+#      not the ceiling of every row)
 #   3. the route trace of the largest run replayed through LRU, LFU, TLFU
 #      and Belady's optimal (deltafin cachesim)
 # The model is generated under BENCH_DIR (default a new /var/tmp dir) and
@@ -28,9 +31,11 @@ prompt=1,2,3,4
 echo "== device"
 dev=$($DF iobench "$model" --seconds 5 | tee /dev/stderr | sed -E 's/.*: ([0-9.]+) GB\/s.*/\1/')
 echo "== decode, cold page cache ($ntok tokens after a $prompt prompt)"
-printf '%-14s %-9s %8s %12s %9s %10s %12s\n' "expert cache" "prefetch" "tok/s" "MB/token" "hit rate" "GB/s" "GB/s / dev"
+printf '%-14s %-9s %8s %12s %9s %10s %9s %12s\n' "expert cache" "prefetch" "tok/s" "MB/token" "hit rate" "GB/s" \
+    "dev GB/s" "GB/s / dev"
 for cache in ${BENCH_CACHES:-150M 1G 4G}; do
   for pf in off auto; do
+    dev=$($DF iobench "$model" --seconds 2 | sed -E 's/.*: ([0-9.]+) GB\/s.*/\1/')
     drop
     ev="$dir/events-$cache-$pf.jsonl"
     flag=""; [ "$pf" = off ] && flag="--no-prefetch"
@@ -46,7 +51,7 @@ h = sum(r["expert_hits"] for r in dec); m = sum(r["expert_misses"] for r in dec)
 gbps = b / (ms / 1e3) / 1e9 if ms else 0
 dev = float(sys.argv[2])
 print(f"{sys.argv[3]:<14} {sys.argv[4]:<9} {len(dec) / (ms / 1e3):8.3f} {b / len(dec) / 1e6:12.1f} "
-      f"{h / max(h + m, 1):9.3f} {gbps:10.2f} {gbps / dev:12.3f}")
+      f"{h / max(h + m, 1):9.3f} {gbps:10.2f} {dev:9.2f} {gbps / dev:12.3f}")
 PY
   done
 done
