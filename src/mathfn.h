@@ -9,6 +9,8 @@
 #ifndef DF_MATHFN_H
 #define DF_MATHFN_H
 
+#include <stddef.h>
+
 double df_exp(double x);
 float df_expf(float x);
 float df_tanhf(float x);
@@ -17,6 +19,11 @@ float df_siluf(float x);
 /* SiTU(g, u) = (b1*tanh(g/b1) * sigmoid(g)) * (b2*tanh(u/b2)), in the
  * operation order of Kimi's SituAndMul. */
 float df_situ(float g, float u, float b1, float b2);
+/* out[i] = df_situ(g[i], u[i], b1, b2) for i < n, bit for bit, four at a
+ * time where every input is in the common range (the same double
+ * operations on vector lanes; other groups take the scalar path).  out may
+ * alias g or u. */
+void df_situ_n(const float *g, const float *u, size_t n, float b1, float b2, float *out);
 
 /* RMSNorm: y = w * (x * 1/sqrt(mean(x^2) + eps)); sum in double, in order.
  * w may be NULL (no weight).  y may alias x. */

@@ -21,7 +21,7 @@
 
 static void situ_rows(const float *g, const float *u, size_t n, float b1, float b2, float *out)
 {
-    for (size_t i = 0; i < n; i++) out[i] = df_situ(g[i], u[i], b1, b2);
+    df_situ_n(g, u, n, b1, b2, out);
 }
 
 void dense_mlp_forward(df_session *s, const k3_layer *L, const float *y, int T, float *out)
