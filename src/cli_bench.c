@@ -81,6 +81,25 @@ static void exe_dir(char *out, size_t n)
     if (sl) *sl = 0;
 }
 
+/* The model's bytes: the file, or every file of a gguf-split model given by
+ * its first file (PREFIX-00001-of-0000N.gguf). */
+static double model_bytes(const char *path)
+{
+    struct stat sb;
+    if (stat(path, &sb)) return 0;
+    double total = (double)sb.st_size;
+    size_t n = strlen(path);
+    int count;
+    if (n > 20 && sscanf(path + n - 20, "-00001-of-%5d.gguf", &count) == 1 && count > 1) {
+        char p[PATH_MAX];
+        for (int i = 2; i <= count; i++) {
+            snprintf(p, sizeof p, "%.*s-%05d-of-%05d.gguf", (int)(n - 20), path, i, count);
+            if (stat(p, &sb) == 0) total += (double)sb.st_size;
+        }
+    }
+    return total;
+}
+
 static double median(double *v, int n)
 {
     for (int i = 1; i < n; i++)
@@ -309,16 +328,15 @@ int cmd_bench(int argc, char **argv)
     df_argv[n++] = "--bench-json";
     df_argv[n] = NULL;
 
-    struct stat sb;
-    stat(b.model, &sb);
+    double mbytes = model_bytes(b.model);
     size_t locked = 0;
     pid_t helper = b.squeeze_to ? squeeze(b.squeeze_to, &locked) : 0;
     long avail_kb = meminfo_kb("MemAvailable");
     printf("deltafin bench --vs-llama: %s (%.2f GB), %d threads, prompt %d tokens, %d decoded, %d repetitions\n",
-           b.model, sb.st_size / 1e9, b.threads, b.prompt_len, b.gen, b.reps);
+           b.model, mbytes / 1e9, b.threads, b.prompt_len, b.gen, b.reps);
     printf("memory available to the engines: %.1f GiB\n", avail_kb / 1048576.0);
     if (locked) printf("  helper holds %.1f GiB locked; the model is %.1fx the available memory\n",
-                       locked / 1073741824.0, (double)sb.st_size / (avail_kb * 1024.0));
+                       locked / 1073741824.0, mbytes / (avail_kb * 1024.0));
     fflush(stdout);
 
     bench_result res[2][MAX_REPS];
