@@ -65,8 +65,95 @@ ALWAYS_INLINE __m256 ld8_f32(const uint8_t *p) { return _mm256_loadu_ps((const f
     }                                                                                              \
     KERNEL_DENSE_DRIVER(NAME, ESIZE)
 
-DENSE_ROW(matmul_bf16_avx2, ld8_bf16, 2)
-DENSE_ROW(matmul_f32_avx2, ld8_f32, 4)
+/* Two rows at a time for up to three positions: 12 accumulators and the
+ * two rows' weights fill the 16 registers, and each activation load feeds
+ * two FMAs (the one-row form above needs a load per FMA).  Every (row,
+ * position) still sums its own lanes in the contract's order, so results
+ * are those of the one-row form. */
+#define DENSE_ROW2(NAME, LOAD8, ESIZE)                                                             \
+    ALWAYS_INLINE void NAME##_rows2(const uint8_t *r0p, const uint8_t *r1p, int C, const float *x, \
+                                    size_t xs, int nt, float *y, size_t ys)                        \
+    {                                                                                              \
+        __m256 a0[3], a1[3], b0[3], b1[3];                                                         \
+        _Pragma("GCC unroll 3") for (int u = 0; u < 3; u++) a0[u] = a1[u] = b0[u] = b1[u] = _mm256_setzero_ps(); \
+        int c = 0;                                                                                 \
+        for (; c + 16 <= C; c += 16) {                                                             \
+            __m256 v0 = LOAD8(r0p + (size_t)c * ESIZE), v1 = LOAD8(r0p + (size_t)(c + 8) * ESIZE);  \
+            __m256 w0 = LOAD8(r1p + (size_t)c * ESIZE), w1 = LOAD8(r1p + (size_t)(c + 8) * ESIZE);  \
+            _Pragma("GCC unroll 3") for (int u = 0; u < nt; u++) {                                 \
+                const float *xu = x + (size_t)u * xs + c;                                          \
+                __m256 xl = _mm256_loadu_ps(xu), xh = _mm256_loadu_ps(xu + 8);                     \
+                a0[u] = _mm256_fmadd_ps(v0, xl, a0[u]);                                            \
+                a1[u] = _mm256_fmadd_ps(v1, xh, a1[u]);                                            \
+                b0[u] = _mm256_fmadd_ps(w0, xl, b0[u]);                                            \
+                b1[u] = _mm256_fmadd_ps(w1, xh, b1[u]);                                            \
+            }                                                                                      \
+        }                                                                                          \
+        if (c < C) {                                                                               \
+            uint8_t vt[16 * ESIZE] __attribute__((aligned(32))), wt[16 * ESIZE] __attribute__((aligned(32))); \
+            float xt[16] __attribute__((aligned(32)));                                             \
+            memset(vt, 0, sizeof vt);                                                              \
+            memset(wt, 0, sizeof wt);                                                              \
+            memcpy(vt, r0p + (size_t)c * ESIZE, (size_t)(C - c) * ESIZE);                          \
+            memcpy(wt, r1p + (size_t)c * ESIZE, (size_t)(C - c) * ESIZE);                          \
+            __m256 v0 = LOAD8(vt), v1 = LOAD8(vt + 8 * ESIZE), w0 = LOAD8(wt), w1 = LOAD8(wt + 8 * ESIZE); \
+            _Pragma("GCC unroll 3") for (int u = 0; u < nt; u++) {                                 \
+                memset(xt, 0, sizeof xt);                                                          \
+                memcpy(xt, x + (size_t)u * xs + c, (size_t)(C - c) * 4);                           \
+                __m256 xl = _mm256_load_ps(xt), xh = _mm256_load_ps(xt + 8);                       \
+                a0[u] = _mm256_fmadd_ps(v0, xl, a0[u]);                                            \
+                a1[u] = _mm256_fmadd_ps(v1, xh, a1[u]);                                            \
+                b0[u] = _mm256_fmadd_ps(w0, xl, b0[u]);                                            \
+                b1[u] = _mm256_fmadd_ps(w1, xh, b1[u]);                                            \
+            }                                                                                      \
+        }                                                                                          \
+        _Pragma("GCC unroll 3") for (int u = 0; u < nt; u++) {                                     \
+            y[(size_t)u * ys] = tree2x256(a0[u], a1[u]);                                           \
+            y[(size_t)u * ys + 1] = tree2x256(b0[u], b1[u]);                                       \
+        }                                                                                          \
+    }
+
+DENSE_ROW(matmul_bf16_avx2_1, ld8_bf16, 2)
+DENSE_ROW(matmul_f32_avx2_1, ld8_f32, 4)
+DENSE_ROW2(matmul_bf16_avx2, ld8_bf16, 2)
+DENSE_ROW2(matmul_f32_avx2, ld8_f32, 4)
+
+/* Batches (T > 1): row tiles kept in L2 as in KERNEL_DENSE_DRIVER, rows in
+ * pairs, positions in threes; an odd last row takes the one-row form.
+ * One position (decode): the one-row driver, which streams weights at
+ * memory speed already. */
+#define DENSE_DRIVER2(NAME, ESIZE)                                                                 \
+    static void NAME(const void *W, size_t ld, int C, const float *x, size_t xs, int T, float *y,  \
+                     size_t ys, int r0, int r1)                                                    \
+    {                                                                                              \
+        if (T == 1) {                                                                              \
+            NAME##_1(W, ld, C, x, xs, T, y, ys, r0, r1);                                           \
+            return;                                                                                \
+        }                                                                                          \
+        int tile = (int)((128u << 10) / ((size_t)C * ESIZE + 1)) + 2;                              \
+        for (int rt = r0; rt < r1; rt += tile) {                                                   \
+            int re = rt + tile < r1 ? rt + tile : r1;                                              \
+            for (int t = 0; t < T; t += 3) {                                                       \
+                int nt = T - t < 3 ? T - t : 3;                                                    \
+                const float *xt = x + (size_t)t * xs;                                              \
+                float *yt = y + (size_t)t * ys;                                                    \
+                int r = rt;                                                                        \
+                for (; r + 2 <= re; r += 2) {                                                      \
+                    const uint8_t *p0 = (const uint8_t *)W + (size_t)r * ld * ESIZE;               \
+                    const uint8_t *p1 = p0 + ld * ESIZE;                                           \
+                    switch (nt) {                                                                  \
+                    case 3: NAME##_rows2(p0, p1, C, xt, xs, 3, yt + r, ys); break;                 \
+                    case 2: NAME##_rows2(p0, p1, C, xt, xs, 2, yt + r, ys); break;                 \
+                    default: NAME##_rows2(p0, p1, C, xt, xs, 1, yt + r, ys); break;                \
+                    }                                                                              \
+                }                                                                                  \
+                if (r < re) NAME##_1(W, ld, C, xt, xs, nt, yt, ys, r, re);                         \
+            }                                                                                      \
+        }                                                                                          \
+    }
+
+DENSE_DRIVER2(matmul_bf16_avx2, 2)
+DENSE_DRIVER2(matmul_f32_avx2, 4)
 
 /* 8 nibble codes (bits 0-3 of each 32-bit lane; higher bits are ignored)
  * -> E2M1 values: magnitude from a table of 8 (vpermps reads only the low
