@@ -230,6 +230,7 @@ static int preload_all(df_engine *eng, int verbose, df_error *err)
     long done = read_into_cache(eng, keys, n, err);
     free(keys);
     if (done < 0) return -1;
+    eng->all_resident = (size_t)done == n && (uint64_t)eng->cache.n_slots >= expert_moe_count(eng);
     double dt = now_sec() - t0;
     if (verbose)
         df_log("preloaded all %ld experts (%.2f GiB in %.2f s, %.2f GB/s)", done,

@@ -151,6 +151,8 @@ struct df_engine {
     /* router look-ahead prefetch (moe.c) */
     int pf_on, pf_k;
     int pf_active;            /* pf_on and the timing controller's current choice */
+    int all_resident;         /* every routed expert was preloaded and the cache holds them all:
+                               * nothing is ever read again, so nothing is predicted */
     /* timing controller (engine.c): decode steps alternate windows with the
      * prefetch on and off; when off is measurably faster it stays off for a
      * while, then the comparison is made again */

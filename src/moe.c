@@ -244,7 +244,7 @@ void moe_prefetch_next(df_session *s, int il, int T, const float *H)
     const k3_config *c = &eng->cfg;
     int nl = il + 1;
     while (nl < c->NL && !c->layer_moe[nl]) nl++;
-    if (!eng->pf_active || nl >= c->NL || !eng->pf_layer_on[nl]) return;
+    if (!eng->pf_active || eng->all_resident || nl >= c->NL || !eng->pf_layer_on[nl]) return;
     if (expert_store_in_flight(&eng->store) >= eng->io_depth) return;
     /* streamed trunk: the next layer's router is in the buffer being loaded;
      * a layer further away is not loaded yet, so no prediction for it */
