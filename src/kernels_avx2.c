@@ -70,6 +70,15 @@ ALWAYS_INLINE __m256 ld8_f32(const uint8_t *p) { return _mm256_loadu_ps((const f
  * two FMAs (the one-row form above needs a load per FMA).  Every (row,
  * position) still sums its own lanes in the contract's order, so results
  * are those of the one-row form. */
+/* position u's low / high eight activations into both rows' accumulators */
+#define ROW2_FMA(U, XL, XH)                                                                        \
+    do {                                                                                           \
+        __m256 xl_ = (XL), xh_ = (XH);                                                             \
+        a0[U] = _mm256_fmadd_ps(v0, xl_, a0[U]);                                                   \
+        a1[U] = _mm256_fmadd_ps(v1, xh_, a1[U]);                                                   \
+        b0[U] = _mm256_fmadd_ps(w0, xl_, b0[U]);                                                   \
+        b1[U] = _mm256_fmadd_ps(w1, xh_, b1[U]);                                                   \
+    } while (0)
 #define DENSE_ROW2(NAME, LOAD8, ESIZE)                                                             \
     ALWAYS_INLINE void NAME##_rows2(const uint8_t *r0p, const uint8_t *r1p, int C, const float *x, \
                                     size_t xs, int nt, float *y, size_t ys)                        \
@@ -82,11 +91,7 @@ ALWAYS_INLINE __m256 ld8_f32(const uint8_t *p) { return _mm256_loadu_ps((const f
             __m256 w0 = LOAD8(r1p + (size_t)c * ESIZE), w1 = LOAD8(r1p + (size_t)(c + 8) * ESIZE);  \
             _Pragma("GCC unroll 3") for (int u = 0; u < nt; u++) {                                 \
                 const float *xu = x + (size_t)u * xs + c;                                          \
-                __m256 xl = _mm256_loadu_ps(xu), xh = _mm256_loadu_ps(xu + 8);                     \
-                a0[u] = _mm256_fmadd_ps(v0, xl, a0[u]);                                            \
-                a1[u] = _mm256_fmadd_ps(v1, xh, a1[u]);                                            \
-                b0[u] = _mm256_fmadd_ps(w0, xl, b0[u]);                                            \
-                b1[u] = _mm256_fmadd_ps(w1, xh, b1[u]);                                            \
+                ROW2_FMA(u, _mm256_loadu_ps(xu), _mm256_loadu_ps(xu + 8));                         \
             }                                                                                      \
         }                                                                                          \
         if (c < C) {                                                                               \
@@ -100,11 +105,7 @@ ALWAYS_INLINE __m256 ld8_f32(const uint8_t *p) { return _mm256_loadu_ps((const f
             _Pragma("GCC unroll 3") for (int u = 0; u < nt; u++) {                                 \
                 memset(xt, 0, sizeof xt);                                                          \
                 memcpy(xt, x + (size_t)u * xs + c, (size_t)(C - c) * 4);                           \
-                __m256 xl = _mm256_load_ps(xt), xh = _mm256_load_ps(xt + 8);                       \
-                a0[u] = _mm256_fmadd_ps(v0, xl, a0[u]);                                            \
-                a1[u] = _mm256_fmadd_ps(v1, xh, a1[u]);                                            \
-                b0[u] = _mm256_fmadd_ps(w0, xl, b0[u]);                                            \
-                b1[u] = _mm256_fmadd_ps(w1, xh, b1[u]);                                            \
+                ROW2_FMA(u, _mm256_load_ps(xt), _mm256_load_ps(xt + 8));                           \
             }                                                                                      \
         }                                                                                          \
         _Pragma("GCC unroll 3") for (int u = 0; u < nt; u++) {                                     \
@@ -165,16 +166,7 @@ ALWAYS_INLINE __m256 e2m1_8(__m256i codes, __m256 mag)
     return _mm256_xor_ps(_mm256_permutevar8x32_ps(mag, codes), _mm256_castsi256_ps(sgn));
 }
 
-/* A ggml block's 16 nibble bytes (byte j: value j low, j + 16 high) in the
- * packed order (byte m: value 2m low, 2m + 1 high), as mxfp4_from_ggml does */
-ALWAYS_INLINE __m128i gg_to_packed(__m128i w)
-{
-    const __m128i m0f = _mm_set1_epi16(0x000F), mf0 = _mm_set1_epi16(0x00F0);
-    __m128i w4 = _mm_srli_epi16(w, 4), w8 = _mm_srli_epi16(w, 8);
-    __m128i lo = _mm_or_si128(_mm_and_si128(w, m0f), _mm_and_si128(w4, mf0));
-    __m128i hi = _mm_or_si128(_mm_and_si128(w4, m0f), _mm_and_si128(w8, mf0));
-    return _mm_packus_epi16(lo, hi);
-}
+KERNEL_GG_TO_PACKED()
 
 /* gg = 0: packed + scales rows; gg = 1: a row of ggml blocks in prow */
 ALWAYS_INLINE void mxfp4_rows_any(const uint8_t *prow, const uint8_t *srow, int C, const float *xp,

@@ -131,16 +131,7 @@ ALWAYS_INLINE __m512 ld_w_f32(const uint8_t *row, int c, __mmask16 m)
 DENSE_ROW(matmul_bf16_avx512, ld_w_bf16, 2)
 DENSE_ROW(matmul_f32_avx512, ld_w_f32, 4)
 
-/* A ggml block's 16 nibble bytes (byte j: value j low, j + 16 high) in the
- * packed order (byte m: value 2m low, 2m + 1 high), as mxfp4_from_ggml does */
-ALWAYS_INLINE __m128i gg_to_packed(__m128i w)
-{
-    const __m128i m0f = _mm_set1_epi16(0x000F), mf0 = _mm_set1_epi16(0x00F0);
-    __m128i w4 = _mm_srli_epi16(w, 4), w8 = _mm_srli_epi16(w, 8);
-    __m128i lo = _mm_or_si128(_mm_and_si128(w, m0f), _mm_and_si128(w4, mf0));
-    __m128i hi = _mm_or_si128(_mm_and_si128(w4, m0f), _mm_and_si128(w8, mf0));
-    return _mm_packus_epi16(lo, hi);
-}
+KERNEL_GG_TO_PACKED()
 
 /* gg = 0: packed + scales rows; gg = 1: a row of ggml blocks in prow */
 ALWAYS_INLINE void mxfp4_rows_any(const uint8_t *prow, const uint8_t *srow, int C, const float *xp,

@@ -56,4 +56,19 @@
         }                                                                                              \
     }
 
+/* The ISA files' gg_to_packed(): a ggml MXFP4 block's 16 nibble bytes
+ * (byte j: value j low, value j + 16 high) permuted into the packed order
+ * (byte m: value 2m low, 2m + 1 high), as mxfp4_from_ggml does.  SSE2, in
+ * 16-bit lanes w = q[2m] | q[2m+1] << 8.  Expanded after the file's
+ * intrinsics header. */
+#define KERNEL_GG_TO_PACKED()                                                                     \
+    ALWAYS_INLINE __m128i gg_to_packed(__m128i w)                                                 \
+    {                                                                                             \
+        const __m128i m0f = _mm_set1_epi16(0x000F), mf0 = _mm_set1_epi16(0x00F0);                 \
+        __m128i w4 = _mm_srli_epi16(w, 4), w8 = _mm_srli_epi16(w, 8);                             \
+        __m128i lo = _mm_or_si128(_mm_and_si128(w, m0f), _mm_and_si128(w4, mf0));                 \
+        __m128i hi = _mm_or_si128(_mm_and_si128(w4, m0f), _mm_and_si128(w8, mf0));                \
+        return _mm_packus_epi16(lo, hi);                                                          \
+    }
+
 #endif
