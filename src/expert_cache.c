@@ -122,6 +122,21 @@ static int pick_victim(const expert_cache *c)
     return victim;
 }
 
+/* Give slot `victim` to expert `key`: its old expert leaves the map (a
+ * prefetched one that was never used counts as wasted); not ready yet. */
+static void take_slot(expert_cache *c, int victim, int32_t key)
+{
+    if (c->slot_key[victim] >= 0) c->map[c->slot_key[victim]] = -1;
+    if (c->pf_unused[victim]) {
+        c->pf_wasted++;
+        c->pf_wasted_l[c->slot_key[victim] / c->n_experts]++;
+        c->pf_unused[victim] = 0;
+    }
+    c->slot_key[victim] = key;
+    c->map[key] = victim;
+    c->ready[victim] = 0;
+}
+
 int expert_cache_acquire(expert_cache *c, int il, int e, uint8_t **slot)
 {
     int32_t key = il * c->n_experts + e;
@@ -161,15 +176,7 @@ int expert_cache_acquire(expert_cache *c, int il, int e, uint8_t **slot)
             }
     }
     if (victim < 0) return EC_FULL;
-    if (c->slot_key[victim] >= 0) c->map[c->slot_key[victim]] = -1;
-    if (c->pf_unused[victim]) {
-        c->pf_wasted++;
-        c->pf_wasted_l[c->slot_key[victim] / c->n_experts]++;
-        c->pf_unused[victim] = 0;
-    }
-    c->slot_key[victim] = key;
-    c->map[key] = victim;
-    c->ready[victim] = 0;
+    take_slot(c, victim, key);
     c->last_use[victim] = c->tick;
     atomic_store(&c->pins[victim], 1);
     c->misses++;
@@ -188,15 +195,7 @@ int expert_cache_acquire_prefetch(expert_cache *c, int il, int e, uint8_t **slot
     if (c->slot_key[victim] >= 0 && c->freq[key] < c->freq[c->slot_key[victim]]) return EC_FULL;
     if (c->policy == CACHE_TLFU && c->slot_key[victim] >= 0 && c->freq[key] <= c->freq[c->slot_key[victim]])
         return EC_FULL;
-    if (c->slot_key[victim] >= 0) c->map[c->slot_key[victim]] = -1;
-    if (c->pf_unused[victim]) {
-        c->pf_wasted++;
-        c->pf_wasted_l[c->slot_key[victim] / c->n_experts]++;
-        c->pf_unused[victim] = 0;
-    }
-    c->slot_key[victim] = key;
-    c->map[key] = victim;
-    c->ready[victim] = 0;
+    take_slot(c, victim, key);
     c->pending[victim] = 1;
     c->n_pending++;
     c->last_use[victim] = ++c->tick;

@@ -19,8 +19,11 @@
 static const char *tensor_names[EX_N] = {"w1.weight_packed", "w1.weight_scale", "w2.weight_packed",
                                          "w2.weight_scale", "w3.weight_packed", "w3.weight_scale"};
 
-void expert_store_init(expert_store *s, int n_layers, int n_experts, const uint32_t sizes[EX_N])
+void expert_store_init(expert_store *s, int n_layers, int n_experts, int I, int Lt)
 {
+    /* w1 and w3 are [I, Lt], w2 [Lt, I]: packed bytes, then E8M0 scales */
+    const uint32_t sizes[EX_N] = {(uint32_t)(I * Lt / 2), (uint32_t)(I * Lt / 32), (uint32_t)(Lt * I / 2),
+                                  (uint32_t)(Lt * I / 32), (uint32_t)(I * Lt / 2), (uint32_t)(I * Lt / 32)};
     memset(s, 0, sizeof *s);
     s->n_layers = n_layers;
     s->n_experts = n_experts;
@@ -42,16 +45,12 @@ static const char *piece_names[3] = {"ffn_gate_exps", "ffn_down_exps", "ffn_up_e
 
 void expert_store_init_ggml(expert_store *s, int n_layers, int n_experts, int I, int Lt)
 {
-    uint32_t sizes[EX_N] = {(uint32_t)(I * Lt / 2), (uint32_t)(I * Lt / 32), (uint32_t)(Lt * I / 2),
-                            (uint32_t)(Lt * I / 32), (uint32_t)(I * Lt / 2), (uint32_t)(I * Lt / 32)};
-    expert_store_init(s, n_layers, n_experts, sizes);
+    expert_store_init(s, n_layers, n_experts, I, Lt);
     CHECK(n_layers <= 2048 && n_experts <= 65536);
     s->ggml = 1;
     int rows[3] = {I, Lt, I}, cols[3] = {Lt, I, Lt};
     uint32_t mx = 0;
     for (int p = 0; p < 3; p++) {
-        s->gg_rows[p] = rows[p];
-        s->gg_cols[p] = cols[p];
         s->piece_bytes[p] = (uint32_t)((uint64_t)rows[p] * (uint64_t)(cols[p] / 32) * 17);
         if (s->piece_bytes[p] > mx) mx = s->piece_bytes[p];
     }
@@ -60,7 +59,6 @@ void expert_store_init_ggml(expert_store *s, int n_layers, int n_experts, int I,
     size_t nk = (size_t)n_layers * (size_t)n_experts;
     s->gg_left = xcalloc(nk, 1);
     s->gg_bad = xcalloc(nk, 1);
-    s->gg_dst = xcalloc(nk, sizeof *s->gg_dst);
     for (size_t i = 0; i < nk; i++)
         for (int p = 0; p < 3; p++) s->loc[i].psrc[p] = UINT64_MAX;
 }
@@ -328,7 +326,6 @@ static void queue_ggml(expert_store *s, int il, int e, uint8_t *slot, int64_t ta
     CHECK(s->gg_left[k] == 0);
     s->gg_left[k] = 3;
     s->gg_bad[k] = 0;
-    s->gg_dst[k] = slot;
     for (int p = 0; p < 3; p++) {
         const df_file *f = &s->files[l->pfile[p]];
         uint8_t *part = slot + (size_t)p * s->piece_slot;
@@ -500,7 +497,6 @@ void expert_store_deinit(expert_store *s)
     free(s->holders);
     free(s->gg_left);
     free(s->gg_bad);
-    free(s->gg_dst);
     free(s->files);
     free(s->plain_fds);
     free(s->paths);

@@ -91,15 +91,14 @@ typedef struct expert_store {
     double probe_direct_bps, probe_buffered_bps;   /* IO_AUTO's startup measurement */
     /* GGUF experts (ggml = 1) */
     int ggml;
-    int gg_rows[3], gg_cols[3];   /* w1, w2, w3 as [rows, cols] matrices */
     uint32_t piece_bytes[3];
     size_t piece_slot;            /* bytes of the slot given to each piece */
     uint8_t *gg_left;             /* [n_layers][n_experts] pieces still in flight */
     uint8_t *gg_bad;              /* [n_layers][n_experts] a piece failed */
-    uint8_t **gg_dst;             /* [n_layers][n_experts] slot being filled */
 } expert_store;
 
-void expert_store_init(expert_store *s, int n_layers, int n_experts, const uint32_t sizes[EX_N]);
+/* K3's experts: w1 / w3 [I, Lt] and w2 [Lt, I] in MXFP4 (packed + scales). */
+void expert_store_init(expert_store *s, int n_layers, int n_experts, int I, int Lt);
 /* GGUF layout: w1/w3 are [I, Lt] and w2 [Lt, I] matrices stored as ggml
  * MXFP4 blocks, three pieces per expert (set with expert_store_set_piece). */
 void expert_store_init_ggml(expert_store *s, int n_layers, int n_experts, int I, int Lt);

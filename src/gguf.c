@@ -464,14 +464,9 @@ int gguf_parse(const uint8_t *head, size_t head_len, uint64_t file_size, const c
 int gguf_open(const char *path, gguf_file *out, df_error *err)
 {
     memset(out, 0, sizeof *out);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return df_err_set(err, DF_ERR_IO, -1, "%s: cannot open: %s", path, strerror(errno));
-    struct stat st;
-    if (fstat(fd, &st) != 0) {
-        close(fd);
-        return df_err_set(err, DF_ERR_IO, -1, "%s: cannot stat: %s", path, strerror(errno));
-    }
-    uint64_t size = (uint64_t)st.st_size;
+    uint64_t size;
+    int fd = open_sized(path, &size, err);
+    if (fd < 0) return -1;
     size_t want = 1u << 20, got = 0;
     uint8_t *buf = NULL;
     int rc;

@@ -196,19 +196,7 @@ ALWAYS_INLINE void mxfp4_rows_any(const uint8_t *prow, const uint8_t *srow, int 
     _Pragma("GCC unroll 4") for (int u = 0; u < nt; u++) y[(size_t)u * ys] = tree2x256(a0[u], a1[u]);
 }
 
-ALWAYS_INLINE void mxfp4_rows(const uint8_t *prow, const uint8_t *srow, int C, const float *xp, size_t xs, int nt,
-                              float *y, size_t ys)
-{
-    mxfp4_rows_any(prow, srow, C, xp, xs, nt, y, ys, 0);
-}
-ALWAYS_INLINE void mxfp4_gg_rows(const uint8_t *prow, const uint8_t *srow, int C, const float *xp, size_t xs,
-                                 int nt, float *y, size_t ys)
-{
-    mxfp4_rows_any(prow, srow, C, xp, xs, nt, y, ys, 1);
-}
-
-KERNEL_MXFP4_DRIVER(matmul_mxfp4_avx2, mxfp4_rows)
-KERNEL_MXFP4_GG_DRIVER(matmul_mxfp4_gg_avx2, mxfp4_gg_rows)
+KERNEL_MXFP4_DRIVERS(matmul_mxfp4_avx2, matmul_mxfp4_gg_avx2, mxfp4_rows_any)
 
 static const kernel_table avx2_table = {
     .name = "avx2",

@@ -56,6 +56,23 @@
         }                                                                                              \
     }
 
+/* Both MXFP4 drivers (packed + scales, and ggml blocks) around one ISA row
+ * function ANY(prow, srow, C, xp, xs, nt, y, ys, gg) that takes the layout
+ * as a constant last argument. */
+#define KERNEL_MXFP4_DRIVERS(NAME, NAME_GG, ANY)                                                    \
+    ALWAYS_INLINE void NAME##_rows(const uint8_t *prow, const uint8_t *srow, int C, const float *xp, \
+                                   size_t xs, int nt, float *y, size_t ys)                        \
+    {                                                                                             \
+        ANY(prow, srow, C, xp, xs, nt, y, ys, 0);                                                 \
+    }                                                                                             \
+    ALWAYS_INLINE void NAME_GG##_rows(const uint8_t *prow, const uint8_t *srow, int C, const float *xp, \
+                                      size_t xs, int nt, float *y, size_t ys)                     \
+    {                                                                                             \
+        ANY(prow, srow, C, xp, xs, nt, y, ys, 1);                                                 \
+    }                                                                                             \
+    KERNEL_MXFP4_DRIVER(NAME, NAME##_rows)                                                        \
+    KERNEL_MXFP4_GG_DRIVER(NAME_GG, NAME_GG##_rows)
+
 /* The ISA files' gg_to_packed(): a ggml MXFP4 block's 16 nibble bytes
  * (byte j: value j low, value j + 16 high) permuted into the packed order
  * (byte m: value 2m low, 2m + 1 high), as mxfp4_from_ggml does.  SSE2, in

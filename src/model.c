@@ -625,10 +625,7 @@ int model_load(df_engine *eng, const char *dir, df_error *err)
                                    PFX "model.output_attn_res_proj.weight", c->h, err)))
         goto done;
 
-    uint32_t sizes[EX_N] = {(uint32_t)(c->I * c->Lt / 2), (uint32_t)(c->I * c->Lt / 32),
-                            (uint32_t)(c->Lt * c->I / 2), (uint32_t)(c->Lt * c->I / 32),
-                            (uint32_t)(c->I * c->Lt / 2), (uint32_t)(c->I * c->Lt / 32)};
-    expert_store_init(&eng->store, c->NL, c->E, sizes);
+    expert_store_init(&eng->store, c->NL, c->E, c->I, c->Lt);
     model_layers_alloc(eng);
     for (int il = 0; il < c->NL; il++) {
         ld.cur_layer = il;

@@ -123,13 +123,6 @@ static int gmat(gload *gl, const char *name, int rows, int cols, wmat *out, df_e
                          t->type == GGML_TYPE_BF16 ? W_BF16 : W_F32, rows, cols, name, out, err);
 }
 
-static float half_to_f32(uint16_t h)
-{
-    int e = (h >> 10) & 31, m = h & 1023;
-    float v = e == 0 ? ldexpf((float)m, -24) : e == 31 ? (m ? NAN : INFINITY) : ldexpf((float)(m | 1024), e - 25);
-    return (h & 0x8000) ? -v : v;
-}
-
 /* A small tensor of ne {n0, n1, n2} upcast to owned f32 (same element order). */
 static float *gvec(gload *gl, const char *name, int64_t n0, int64_t n1, int64_t n2, df_error *err)
 {
@@ -146,11 +139,7 @@ static float *gvec(gload *gl, const char *name, int64_t n0, int64_t n1, int64_t 
     for (size_t i = 0; i < n; i++) {
         if (t->type == GGML_TYPE_F32) v[i] = load_f32(raw, i);
         else if (t->type == GGML_TYPE_BF16) v[i] = load_bf16(raw, i);
-        else {
-            uint16_t h;
-            memcpy(&h, raw + 2 * i, 2);
-            v[i] = half_to_f32(h);
-        }
+        else v[i] = load_f16(raw, i);
     }
     free(raw);
     return v;

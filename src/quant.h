@@ -1,5 +1,6 @@
 /* quant.h - number formats of the weights: BF16, F32 and MXFP4 (E2M1 + E8M0).
  *
+ * (Also F16, for the small vectors a GGUF may store that way.)
  * This file is the specification of the formats; kernels must decode exactly
  * as these functions do.  MXFP4 layout (compressed-tensors
  * mxfp4-pack-quantized): a logical [R, C] matrix is `packed` U8 [R, C/2]
@@ -11,6 +12,7 @@
 #ifndef DF_QUANT_H
 #define DF_QUANT_H
 
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -36,6 +38,16 @@ static inline float load_bf16(const void *base, size_t i)
     uint16_t b;
     memcpy(&b, (const uint8_t *)base + 2 * i, 2);
     return bf16_to_f32(b);
+}
+
+/* IEEE half (GGUF's F16 vectors): exact in f32 */
+static inline float load_f16(const void *base, size_t i)
+{
+    uint16_t h;
+    memcpy(&h, (const uint8_t *)base + 2 * i, 2);
+    int e = (h >> 10) & 31, m = h & 1023;
+    float v = e == 0 ? ldexpf((float)m, -24) : e == 31 ? (m ? NAN : INFINITY) : ldexpf((float)(m | 1024), e - 25);
+    return (h & 0x8000) ? -v : v;
 }
 
 static inline float load_f32(const void *base, size_t i)

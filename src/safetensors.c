@@ -192,14 +192,9 @@ done:
 int st_open(const char *path, st_file *out, df_error *err)
 {
     memset(out, 0, sizeof *out);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return df_err_set(err, DF_ERR_IO, -1, "%s: cannot open: %s", path, strerror(errno));
-    struct stat st;
-    if (fstat(fd, &st) != 0) {
-        close(fd);
-        return df_err_set(err, DF_ERR_IO, -1, "%s: cannot stat: %s", path, strerror(errno));
-    }
-    uint64_t size = (uint64_t)st.st_size;
+    uint64_t size;
+    int fd = open_sized(path, &size, err);
+    if (fd < 0) return -1;
     uint8_t lenb[8];
     ssize_t r = size >= 8 ? pread(fd, lenb, 8, 0) : 0;
     if (r != 8) {

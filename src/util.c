@@ -175,6 +175,19 @@ void df_log(const char *fmt, ...)
     va_end(ap);
 }
 
+int open_sized(const char *path, uint64_t *size, df_error *err)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return df_err_set(err, DF_ERR_IO, -1, "%s: cannot open: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        close(fd);
+        return df_err_set(err, DF_ERR_IO, -1, "%s: cannot stat: %s", path, strerror(errno));
+    }
+    *size = (uint64_t)st.st_size;
+    return fd;
+}
+
 int read_small_file(const char *path, char **out, size_t *len, size_t max_len, df_error *err)
 {
     *out = NULL;

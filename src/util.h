@@ -53,6 +53,9 @@ void df_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 extern int df_log_quiet;
 
 /* Read a whole small file (configs, indexes). NUL-terminates. */
+/* Open path read-only and give its size: the fd, or -1 with a message
+ * naming the file. */
+int open_sized(const char *path, uint64_t *size, df_error *err);
 int read_small_file(const char *path, char **out, size_t *len, size_t max_len, df_error *err);
 
 #endif
