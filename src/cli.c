@@ -345,9 +345,9 @@ static int cmd_run(int argc, char **argv)
     if (a.bench_json) {
         printf("{\"engine\":\"deltafin\",\"prompt\":%d,\"prefill_s\":%.6f,\"prefill_tps\":%.4f,"
                "\"prefill_read_bytes\":%llu,\"decode_steps\":%d,\"decode_s\":%.6f,\"decode_tps\":%.4f,"
-               "\"decode_read_bytes\":%llu,\"ids\":[",
+               "\"decode_read_bytes\":%llu,\"peak_rss_kb\":%ld,\"ids\":[",
                n_prompt, t1 - t0, n_prompt / (t1 - t0), rb1 - rb0, n_gen, t2 - t1, n_gen ? n_gen / (t2 - t1) : 0.0,
-               rb2 - rb1);
+               rb2 - rb1, proc_peak_rss_kb());
         for (int i = 0; i < n_gen; i++) printf("%s%d", i ? "," : "", gen[i]);
         printf("]}\n");
         fflush(stdout);
@@ -403,6 +403,18 @@ static int cmd_run(int argc, char **argv)
     df_session_free(s);
     df_engine_close(eng);
     return 0;
+}
+
+long proc_peak_rss_kb(void)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    long v = -1;
+    char line[128];
+    if (!f) return -1;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "VmHWM: %ld", &v) == 1) break;
+    fclose(f);
+    return v;
 }
 
 unsigned long long proc_read_bytes(void)

@@ -37,6 +37,10 @@ df_engine *open_engine(const run_args *a);
 /* Bytes this process has read from storage so far (/proc/self/io read_bytes:
  * page-cache misses, mmap faults and O_DIRECT reads alike); 0 if unknown. */
 unsigned long long proc_read_bytes(void);
+/* This process's peak resident set since its exec (/proc/self/status
+ * VmHWM, KiB), or -1.  Unlike a parent's wait4 ru_maxrss, it does not
+ * include what the forking parent had resident before the exec. */
+long proc_peak_rss_kb(void);
 
 /* cli_bench.c */
 int cmd_bench(int argc, char **argv);

@@ -162,7 +162,10 @@ static void run_child(char *const *argv, const char *what, int quiet_stderr, ben
         json_get_num(o, "decode_steps", &steps) || json_get_num(o, "decode_read_bytes", &rb))
         die("%s: result line lacks a field: %s", what, line);
     r->read_per_token = steps > 0 ? rb / steps : 0;
-    r->rss_kb = ru.ru_maxrss;
+    /* the child's own peak since exec; ru_maxrss also counts what this
+     * process had resident when it forked */
+    double peak = -1;
+    r->rss_kb = json_get_num(o, "peak_rss_kb", &peak) == 0 && peak > 0 ? (long)peak : ru.ru_maxrss;
     const json_value *ids = json_get(o, "ids");
     size_t w = 0;
     r->ids[0] = 0;

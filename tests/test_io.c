@@ -344,6 +344,38 @@ static void test_truncated_expert_file(void)
     df_engine_close(eng);
 }
 
+/* Run deltafin with args; returns its own peak RSS in bytes (VmHWM since
+ * its exec, from `run --bench-json`), 0 on failure.  wait4's ru_maxrss
+ * would also count this test process's pages at the fork. */
+static size_t child_peak_rss(const char *const *args)
+{
+    int fd[2];
+    CHECK(pipe(fd) == 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+        int nul = open("/dev/null", O_WRONLY);
+        dup2(fd[1], 1);
+        dup2(nul, 2);
+        close(fd[0]);
+        execv(build_bin("deltafin"), (char *const *)(uintptr_t)args);
+        _exit(127);
+    }
+    close(fd[1]);
+    char buf[8192];
+    size_t len = 0;
+    ssize_t k;
+    while (len + 1 < sizeof buf && (k = read(fd[0], buf + len, sizeof buf - 1 - len)) > 0) len += (size_t)k;
+    buf[len] = 0;
+    close(fd[0]);
+    int status;
+    CHECK(waitpid(pid, &status, 0) == pid);
+    TCHECKF(WIFEXITED(status) && WEXITSTATUS(status) == 0, "deltafin %s %s failed (status %d)", args[1], args[2],
+            status);
+    const char *p = strstr(buf, "\"peak_rss_kb\":");
+    TCHECKF(p != NULL, "no peak_rss_kb in: %s", buf);
+    return p ? (size_t)strtol(p + 14, NULL, 10) * 1024 : 0;
+}
+
 static void test_rss_within_budget(void)
 {
     if (getenv("DF_SANITIZED")) TSKIP("sanitizer runtimes inflate RSS");
@@ -352,42 +384,23 @@ static void test_rss_within_budget(void)
     if (gen_model("rss", "--preset small --set num_experts=512 --seed 9", dir, sizeof dir)) return;
     const char *mem = "48M";
     const size_t budget = (size_t)48 << 20;
-    pid_t pid = fork();
-    if (pid == 0) {
-        int fd = open("/dev/null", O_WRONLY);
-        dup2(fd, 1);
-        dup2(fd, 2);
-        execl(build_bin("deltafin"), "deltafin", "run", "--model", dir, "--prompt-ids", "1,2,3,4,5,6,7,8,9,10,11,12",
-              "--max-new", "24", "--mem", mem, "--ctx", "64", "--batch", "8", "--threads", "2", (char *)NULL);
-        _exit(127);
-    }
-    int status;
-    struct rusage ru;
-    CHECK(wait4(pid, &status, 0, &ru) == pid);
-    TCHECKF(WIFEXITED(status) && WEXITSTATUS(status) == 0, "deltafin --mem %s failed (status %d)", mem, status);
-    size_t peak = (size_t)ru.ru_maxrss * 1024;
+    const char *args[] = {"deltafin", "run", "--model", dir, "--prompt-ids", "1,2,3,4,5,6,7,8,9,10,11,12",
+                          "--max-new", "24", "--mem", mem, "--ctx", "64", "--batch", "8", "--threads", "2",
+                          "--bench-json", NULL};
+    size_t peak = child_peak_rss(args);
     fprintf(stderr, "    peak RSS %.1f MiB with --mem %s (limit %.1f MiB)\n", peak / 1048576.0, mem,
             budget * 1.05 / 1048576.0);
-    TCHECKF(peak <= budget + budget / 20, "peak RSS %zu exceeds --mem %s + 5%%", peak, mem);
+    TCHECKF(peak > 0 && peak <= budget + budget / 20, "peak RSS %zu exceeds --mem %s + 5%%", peak, mem);
     /* a budget below the trunk: the trunk is streamed and the budget still holds */
     const char *mem2 = "30M";
     const size_t budget2 = (size_t)30 << 20;
-    pid = fork();
-    if (pid == 0) {
-        int fd = open("/dev/null", O_WRONLY);
-        dup2(fd, 1);
-        dup2(fd, 2);
-        execl(build_bin("deltafin"), "deltafin", "run", "--model", dir, "--prompt-ids", "1,2,3,4,5,6,7,8",
-              "--max-new", "16", "--mem", mem2, "--ctx", "64", "--batch", "8", "--threads", "2", "--trunk-stream", "auto",
-              (char *)NULL);
-        _exit(127);
-    }
-    CHECK(wait4(pid, &status, 0, &ru) == pid);
-    TCHECKF(WIFEXITED(status) && WEXITSTATUS(status) == 0, "deltafin --mem %s failed (status %d)", mem2, status);
-    peak = (size_t)ru.ru_maxrss * 1024;
+    const char *args2[] = {"deltafin", "run", "--model", dir, "--prompt-ids", "1,2,3,4,5,6,7,8", "--max-new", "16",
+                           "--mem", mem2, "--ctx", "64", "--batch", "8", "--threads", "2", "--trunk-stream", "auto",
+                           "--bench-json", NULL};
+    peak = child_peak_rss(args2);
     fprintf(stderr, "    peak RSS %.1f MiB with --mem %s, trunk streamed (limit %.1f MiB)\n", peak / 1048576.0, mem2,
             budget2 * 1.05 / 1048576.0);
-    TCHECKF(peak <= budget2 + budget2 / 20, "peak RSS %zu exceeds --mem %s + 5%%", peak, mem2);
+    TCHECKF(peak > 0 && peak <= budget2 + budget2 / 20, "peak RSS %zu exceeds --mem %s + 5%%", peak, mem2);
 }
 
 static float *run_heat(const char *dir, const char *heat, const int32_t *ids, int n, int *V, df_stats *st)

@@ -151,6 +151,22 @@ static unsigned long long proc_read_bytes(void)
     return v;
 }
 
+/* peak resident set since exec (VmHWM, KiB): a parent's ru_maxrss would
+ * also count what the forking parent had resident */
+static long proc_peak_rss_kb(void)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    long v = -1;
+    char line[128];
+    if (!f)
+        return -1;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "VmHWM: %ld", &v) == 1)
+            break;
+    fclose(f);
+    return v;
+}
+
 static int parse_ids(const char *s, llama_token **out)
 {
     int n = 0, cap = 16;
@@ -345,9 +361,9 @@ int main(int argc, char **argv)
         printf("{\"engine\":\"llama.cpp\",\"load_s\":%.3f,\"load_read_bytes\":%llu,"
                "\"prompt\":%d,\"prefill_s\":%.6f,\"prefill_tps\":%.4f,\"prefill_read_bytes\":%llu,"
                "\"decode_steps\":%d,\"decode_s\":%.6f,\"decode_tps\":%.4f,\"decode_read_bytes\":%llu,"
-               "\"ids\":[",
+               "\"peak_rss_kb\":%ld,\"ids\":[",
                t_load, rb1 - rb0, n_prompt, t_prefill, n_prompt / t_prefill, rb2 - rb1, steps,
-               t_decode, steps ? steps / t_decode : 0.0, rb3 - rb2);
+               t_decode, steps ? steps / t_decode : 0.0, rb3 - rb2, proc_peak_rss_kb());
         for (int i = 0; i < n_gen; i++)
             printf("%s%d", i ? "," : "", out[i]);
         printf("]}\n");
