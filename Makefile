@@ -85,6 +85,10 @@ $(BUILD)/deltafin: $(BUILD)/cli.o $(BUILD)/cli_bench.o $(BUILD)/cli_chat.o $(BUI
 $(BUILD)/k3gen: tools/k3gen.c | $(BUILD)
 	$(CC) -std=c11 -O2 -Wall -Wextra $(if $(filter 1,$(WERROR)),-Werror) $(EXTRA_CFLAGS) -o $@ $< -lm
 
+# JSONL corpus -> uint16 token ids through the engine's tokenizer + chat template
+$(BUILD)/corpus_ids: tools/corpus_ids.c $(BUILD)/libdeltafin.a
+	$(CC) $(CFLAGS) -Isrc $(LDFLAGS) -o $@ $< $(BUILD)/libdeltafin.a $(LDLIBS)
+
 # llama.cpp v0.4.0 prebuilt (npm @node-llama-cpp/linux-x64, pinned in
 # tests/llama/package-lock.json): the logits oracle and the speed peer.
 # Built only when that package is installed (`npm ci --prefix tests/llama`).

@@ -1912,7 +1912,7 @@ static int utf8_decode(const unsigned char *s, int n, uint32_t *cp)
 /* Simplified K3 pre-tokenizer over code points: Han runs; [x]letters (x any
  * single non-letter non-digit non-newline char); digits{1,3}; [ ]punct+[\r\n]*;
  * \s*[\r\n]+; space runs (leaving the last one to start the next piece). */
-static void split_text(piece_map *pm, const char *text, long weight)
+static void split_text(piece_map *pm, const char *text, long weight, int skip_digits)
 {
     const unsigned char *s = (const unsigned char *)text;
     int n = (int)strlen(text), m = 0;
@@ -1954,7 +1954,8 @@ static void split_text(piece_map *pm, const char *text, long weight)
             else if (j < m && j - i > 1)
                 j--;
         }
-        piece_add(pm, s + pos[i], pos[j] - pos[i], weight);
+        if (!(skip_digits && c == C_DIG))
+            piece_add(pm, s + pos[i], pos[j] - pos[i], weight);
         i = j;
     }
     free(pos);
@@ -2174,6 +2175,49 @@ static int word_token_kind(const unsigned char *p, int n)
     return start ? 2 : 1;
 }
 
+/* --tokenizer-corpus FILE: phase 2 trains on FILE instead of the built-in
+ * corpus.  The file is pre-tokenized a paragraph at a time (cut after a blank
+ * line that is followed by a non-space character, so no piece spans a cut).
+ * Digit runs are left out of training: digits stay single-byte tokens, so
+ * numbers are spelled digit by digit (what arithmetic wants). */
+static const char *g_tok_corpus;
+
+static void split_corpus_file(piece_map *pm, const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        die("--tokenizer-corpus %s: %s", path, strerror(errno));
+    sbuf sb = {0};
+    char buf[1 << 16];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, f)) > 0)
+        sb_addn(&sb, buf, n);
+    if (ferror(f))
+        die("--tokenizer-corpus %s: read error", path);
+    fclose(f);
+    sb_addn(&sb, "", 1); /* NUL terminator */
+    char *p = sb.buf, *end = sb.buf + sb.len - 1;
+    long n_par = 0;
+    while (p < end) {
+        char *q = p;
+        for (;;) {
+            q = strstr(q, "\n\n");
+            if (!q || q + 2 >= end || (q[2] != ' ' && q[2] != '\n' && q[2] != '\r' && q[2] != '\t'))
+                break;
+            q++;
+        }
+        char *cut = q ? q + 2 : end, save = *cut;
+        *cut = 0;
+        split_text(pm, p, 1, 1);
+        *cut = save;
+        p = cut;
+        n_par++;
+    }
+    fprintf(stderr, "k3gen: tokenizer corpus %s: %zu bytes, %ld paragraphs, %d distinct pieces\n", path,
+            sb.len - 1, n_par, pm->n);
+    free(sb.buf);
+}
+
 static void build_vocab(vocab *v, long vocab_size)
 {
     const int target = (int)(vocab_size - 256);
@@ -2200,7 +2244,10 @@ static void build_vocab(vocab *v, long vocab_size)
 
     /* phase 2: the corpus */
     for (size_t i = 0; i < sizeof corpus / sizeof corpus[0]; i++)
-        split_text(&pm, corpus[i], 1);
+        if (!g_tok_corpus)
+            split_text(&pm, corpus[i], 1, 0);
+    if (g_tok_corpus)
+        split_corpus_file(&pm, g_tok_corpus);
     bpe_train(v, &pm, target, scratch);
     piece_map_free(&pm);
 
@@ -3090,6 +3137,7 @@ static void usage(FILE *f)
             "             [--shard-max-mb N | --shards N] [--force] [--dry-run]\n"
             "             [--gguf FILE [--gguf-f32]]\n"
             "       k3gen --from DIR --gguf FILE [--gguf-f32] [--preset NAME] [--set key=value ...]\n"
+            "       k3gen --out DIR --tokenizer-only [--tokenizer-corpus FILE] [--set vocab_size=V]\n"
             "Writes a Kimi-K3-layout checkpoint with deterministic random weights.\n"
             "  --out DIR          output directory (created; must be empty unless --force)\n"
             "  --preset NAME      size preset (default tiny):\n");
@@ -3117,7 +3165,10 @@ static void usage(FILE *f)
             "  --from DIR         write only the GGUF, its tensor bytes read from the existing\n"
             "                     safetensors checkpoint DIR (index weight_map, else every shard);\n"
             "                     --preset/--set must give DIR's shape: each tensor is checked\n"
-            "                     for name, dtype and shape; tokenizer/metadata are k3gen's\n");
+            "                     for name, dtype and shape; tokenizer/metadata are k3gen's\n"
+            "  --tokenizer-corpus FILE  train the BPE merges on FILE's text instead of the\n"
+            "                     built-in corpus (digit runs excluded: digits stay single tokens)\n"
+            "  --tokenizer-only   write only tiktoken.model and tokenizer_config.json into DIR\n");
 }
 
 static long parse_long(const char *s, const char *what)
@@ -3142,7 +3193,7 @@ int main(int argc, char **argv)
     const char *out = NULL, *preset_name = "tiny", *gguf_path = NULL, *from = NULL;
     int gguf_f32 = 0, gguf_split = 1;
     uint64_t seed = 0;
-    int force = 0, dry_run = 0, shards = -1;
+    int force = 0, dry_run = 0, shards = -1, tok_only = 0;
     long shard_max_mb = -1;
     const char **sets = xmalloc((size_t)argc * sizeof *sets);
     int nsets = 0;
@@ -3202,6 +3253,11 @@ int main(int argc, char **argv)
         } else if (!strcmp(a, "--from")) {
             NEED_ARG();
             from = argv[++i];
+        } else if (!strcmp(a, "--tokenizer-corpus")) {
+            NEED_ARG();
+            g_tok_corpus = argv[++i];
+        } else if (!strcmp(a, "--tokenizer-only")) {
+            tok_only = 1;
         } else {
             die("unknown argument '%s' (see --help)", a);
         }
@@ -3219,6 +3275,10 @@ int main(int argc, char **argv)
         die("--gguf-split needs --gguf FILE ending in .gguf (the files are FILE-00001-of-0000N.gguf, ...)");
     if (gguf_f32 && !gguf_path)
         die("--gguf-f32 needs --gguf FILE");
+    if (g_tok_corpus && (gguf_path || from))
+        die("--tokenizer-corpus: the GGUF writer has only the built-in tokenizer");
+    if (tok_only && (!out || dry_run || gguf_path || from))
+        die("--tokenizer-only needs --out DIR and no --dry-run/--gguf/--from");
 
     const preset *pr = NULL;
     for (size_t i = 0; i < N_PRESETS; i++)
@@ -3260,6 +3320,16 @@ int main(int argc, char **argv)
             "use --shards or --shard-max-mb", shards, cfg.num_hidden_layers);
 
     double t0 = now_s();
+    if (tok_only) {
+        /* only tiktoken.model + tokenizer_config.json; other files in DIR stay */
+        if (mkdir(out, 0755) && errno != EEXIST)
+            die("mkdir %s: %s", out, strerror(errno));
+        int n = write_tokenizer(out, cfg.vocab_size);
+        printf("k3gen: wrote the tokenizer to %s: V=%ld (%d BPE ranks + 256 specials), %.2f s\n", out,
+               cfg.vocab_size, n, now_s() - t0);
+        free(sets);
+        return 0;
+    }
     tensor_list tl = {0};
     build_roster(&cfg, &tl);
     long nmla = 0;
