@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 void usage(FILE *f)
 {
@@ -38,7 +39,12 @@ void usage(FILE *f)
           "          HTTP server: OpenAI /v1/chat/completions, /v1/completions, /v1/models,\n"
           "          Anthropic /v1/messages (SSE streaming), /health, /metrics, a chat page at /;\n"
           "          takes the run options too (--ctx, --mem, --threads, ...)\n"
-          "  info    print the model's dimensions and memory needs\n"
+          "  info    --model DIR: the model's dimensions and its memory plan (reads no weights)\n"
+          "  plan    --model DIR|FILE.gguf|config.json [--mem SIZE] [--ctx N] [--json]\n"
+          "          where the model goes at --mem (or at 24/64/128/512 GiB) and the bytes read per\n"
+          "          token, from the config and headers alone\n"
+          "  perplexity --model DIR --file TEXT [--window N] [--json]\n"
+          "          perplexity and bits per byte of a text file\n"
           "  iobench DIR [--chunk SIZE] [--io-depth N] [--seconds S] [--io buffered]\n"
           "          measure the drive's read bandwidth with the engine's read size and depth\n"
           "          (DIR: a model directory or any directory of large files)\n"
@@ -139,26 +145,26 @@ size_t parse_size(const char *s, const char *flag)
     return (size_t)(v * mul);
 }
 
-int parse_ids(const char *s, int32_t **out)
+int parse_ids(const char *s, const char *flag, int32_t **out)
 {
     int n = 0, cap = 16;
     int32_t *ids = malloc((size_t)cap * sizeof *ids);
     const char *p = s;
-    if (!*p) die("--prompt-ids is empty");
+    if (!*p) die("%s is empty", flag);
     while (*p) {
         char *end;
         errno = 0;
         long v = strtol(p, &end, 10);
-        if (errno || end == p || v < 0 || v > INT32_MAX) die("--prompt-ids: bad token id near \"%s\"", p);
+        if (errno || end == p || v < 0 || v > INT32_MAX) die("%s: bad token id near \"%s\"", flag, p);
         if (n == cap) ids = realloc(ids, (size_t)(cap *= 2) * sizeof *ids);
         ids[n++] = (int32_t)v;
         p = end;
         while (*p == ' ') p++;
         if (*p == ',') {
             p++;
-            if (!*p) die("--prompt-ids: trailing comma in \"%s\"", s);
+            if (!*p) die("%s: trailing comma in \"%s\"", flag, s);
         } else if (*p) {
-            die("--prompt-ids: expected ',' near \"%s\"", p);
+            die("%s: expected ',' near \"%s\"", flag, p);
         }
     }
     *out = ids;
@@ -172,82 +178,205 @@ double now(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* Which command takes which option: an option a command does not use is
+ * an error naming it, never silently ignored. */
+enum {
+    C_RUN = 1 << 0, C_CHAT = 1 << 1, C_SERVE = 1 << 2, C_INFO = 1 << 3, C_PLAN = 1 << 4, C_TOKENIZE = 1 << 5,
+    C_PLACE = 1 << 6, C_CACHESIM = 1 << 7, C_PERPLEXITY = 1 << 8,
+    C_ENGINE = C_RUN | C_CHAT | C_SERVE | C_PERPLEXITY,          /* opens an engine and a session */
+    C_SIZING = C_ENGINE | C_INFO | C_PLAN,                        /* memory plan inputs */
+    C_MODEL = C_SIZING | C_TOKENIZE | C_PLACE,
+};
+typedef struct {
+    const char *name;
+    int has_arg;
+    unsigned cmds;
+} opt_def;
+static const opt_def opts[] = {
+    {"--model", 1, C_MODEL},          {"--mem", 1, C_SIZING},          {"--ctx", 1, C_SIZING},
+    {"--batch", 1, C_SIZING},         {"--threads", 1, C_SIZING},      {"--expert-cache", 1, C_SIZING},
+    {"--trunk-stream", 1, C_SIZING},  {"--cache-policy", 1, C_SIZING}, {"--kernels", 1, C_ENGINE},
+    {"--io", 1, C_ENGINE},            {"--io-backend", 1, C_ENGINE},   {"--io-depth", 1, C_ENGINE},
+    {"--trace", 1, C_ENGINE | C_CACHESIM}, {"--heat", 1, C_ENGINE},    {"--events", 1, C_ENGINE},
+    {"--no-prefetch", 0, C_ENGINE},   {"--prefetch-k", 1, C_ENGINE},   {"--expert-path", 1, C_ENGINE},
+    {"--prefault", 0, C_ENGINE},      {"--preload", 1, C_ENGINE},      {"--stats", 0, C_ENGINE},
+    {"--prompt-ids", 1, C_RUN},       {"--prompt", 1, C_RUN},          {"--max-new", 1, C_RUN | C_CHAT},
+    {"--print-ids", 0, C_RUN},        {"--dump-logits", 1, C_RUN},     {"--greedy", 0, C_RUN},
+    {"--stop-eos", 0, C_RUN},         {"--bench-json", 0, C_RUN},      {"--chat", 0, C_RUN},
+    {"--system", 1, C_RUN | C_CHAT},  {"--reasoning-effort", 1, C_RUN | C_CHAT},
+    {"--no-think", 0, C_RUN | C_CHAT}, {"--special", 0, C_TOKENIZE},   {"--decode", 1, C_TOKENIZE},
+    {"--to", 1, C_PLACE},             {"--stripe", 0, C_PLACE},        {"--slots", 1, C_CACHESIM},
+    {"--file", 1, C_PERPLEXITY},      {"--window", 1, C_PERPLEXITY},   {"--json", 0, C_PLAN | C_PERPLEXITY},
+};
+
+static unsigned command_bit(const char *cmd)
+{
+    static const struct { const char *name; unsigned bit; } t[] = {
+        {"run", C_RUN}, {"chat", C_CHAT}, {"serve", C_SERVE}, {"info", C_INFO}, {"plan", C_PLAN},
+        {"tokenize", C_TOKENIZE}, {"place", C_PLACE}, {"cachesim", C_CACHESIM}, {"perplexity", C_PERPLEXITY}};
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
+        if (!strcmp(cmd, t[i].name)) return t[i].bit;
+    return 0;
+}
+
+static const char *commands_of(unsigned m, char *buf, size_t n)
+{
+    static const char *names[] = {"run", "chat", "serve", "info", "plan", "tokenize", "place", "cachesim", "perplexity"};
+    size_t k = 0;
+    buf[0] = 0;
+    for (int i = 0; i < 9; i++)
+        if (m & (1u << i)) k += (size_t)snprintf(buf + k, k < n ? n - k : 0, "%s%s", k ? ", " : "", names[i]);
+    return buf;
+}
+
 void parse_common(int argc, char **argv, run_args *a)
 {
     memset(a, 0, sizeof *a);
     a->max_new = 16;
+    const unsigned cmd = command_bit(argv[1]);
+    if (!cmd) die("internal: no option table for '%s'", argv[1]);
+    int only_positional = 0;
     for (int i = 2; i < argc; i++) {
         const char *f = argv[i];
-#define NEED_ARG() do { if (i + 1 >= argc) die("%s needs a value", f); } while (0)
+        if (only_positional || f[0] != '-' || !f[1]) {
+            if (cmd == C_TOKENIZE && !a->text) a->text = f;
+            else die("%s: unexpected argument \"%s\"", argv[1], f);
+            continue;
+        }
+        if (!strcmp(f, "--")) {
+            only_positional = 1;
+            continue;
+        }
         if (!strcmp(f, "--help") || !strcmp(f, "-h")) { usage(stdout); exit(0); }
-        else if (!strcmp(f, "--model")) { NEED_ARG(); a->model = argv[++i]; }
-        else if (!strcmp(f, "--prompt-ids")) { NEED_ARG(); a->prompt_ids = argv[++i]; }
+        const opt_def *d = NULL;
+        for (size_t j = 0; j < sizeof opts / sizeof opts[0] && !d; j++)
+            if (!strcmp(opts[j].name, f)) d = &opts[j];
+        if (!d) die("%s: unknown option \"%s\"", argv[1], f);
+        if (!(d->cmds & cmd)) {
+            char buf[128];
+            die("%s does not apply to '%s' (it is an option of: %s)", f, argv[1], commands_of(d->cmds, buf, sizeof buf));
+        }
+        const char *v = NULL;
+        if (d->has_arg) {
+            if (i + 1 >= argc) die("%s needs a value", f);
+            v = argv[++i];
+        }
+        if (!strcmp(f, "--model")) a->model = v;
+        else if (!strcmp(f, "--prompt-ids")) a->prompt_ids = v;
         else if (!strcmp(f, "--max-new")) {
-            NEED_ARG();
-            a->max_new = (int)parse_long(argv[++i], f, 0, 1 << 24);
+            a->max_new = (int)parse_long(v, f, 0, 1 << 24);
             a->max_new_set = 1;
         }
         else if (!strcmp(f, "--print-ids")) a->print_ids = 1;
-        else if (!strcmp(f, "--dump-logits")) { NEED_ARG(); a->dump = argv[++i]; }
+        else if (!strcmp(f, "--dump-logits")) a->dump = v;
         else if (!strcmp(f, "--greedy")) {}
         else if (!strcmp(f, "--stop-eos")) a->stop_eos = 1;
-        else if (!strcmp(f, "--threads")) { NEED_ARG(); a->threads = (int)parse_long(argv[++i], f, 1, 256); }
-        else if (!strcmp(f, "--ctx")) { NEED_ARG(); a->ctx = (int)parse_long(argv[++i], f, 1, 1 << 24); }
-        else if (!strcmp(f, "--batch")) { NEED_ARG(); a->batch = (int)parse_long(argv[++i], f, 1, 4096); }
-        else if (!strcmp(f, "--kernels")) { NEED_ARG(); a->kernels = argv[++i]; }
-        else if (!strcmp(f, "--expert-cache")) { NEED_ARG(); a->cache_bytes = parse_size(argv[++i], f); }
+        else if (!strcmp(f, "--threads")) a->threads = (int)parse_long(v, f, 1, 256);
+        else if (!strcmp(f, "--ctx")) a->ctx = (int)parse_long(v, f, 1, 1 << 24);
+        else if (!strcmp(f, "--batch")) a->batch = (int)parse_long(v, f, 1, 4096);
+        else if (!strcmp(f, "--kernels")) a->kernels = v;
+        else if (!strcmp(f, "--expert-cache")) a->cache_bytes = parse_size(v, f);
         else if (!strcmp(f, "--stats")) a->stats = 1;
         else if (!strcmp(f, "--bench-json")) a->bench_json = 1;
         else if (!strcmp(f, "--preload")) {
-            NEED_ARG();
-            const char *v = argv[++i];
             if (!strcmp(v, "on")) a->preload = 1;
             else if (!strcmp(v, "off")) a->preload = -1;
             else if (!strcmp(v, "auto")) a->preload = 0;
             else die("--preload wants on, off or auto, not \"%s\"", v);
         }
-        else if (!strcmp(f, "--mem")) { NEED_ARG(); a->mem = parse_size(argv[++i], f); }
-        else if (!strcmp(f, "--io")) { NEED_ARG(); a->io = argv[++i]; }
-        else if (!strcmp(f, "--io-backend")) { NEED_ARG(); a->io_backend = argv[++i]; }
-        else if (!strcmp(f, "--io-depth")) { NEED_ARG(); a->io_depth = (int)parse_long(argv[++i], f, 1, 256); }
-        else if (!strcmp(f, "--cache-policy")) { NEED_ARG(); a->policy = argv[++i]; }
-        else if (!strcmp(f, "--trace")) { NEED_ARG(); a->trace = argv[++i]; }
-        else if (!strcmp(f, "--heat")) { NEED_ARG(); a->heat = argv[++i]; }
-        else if (!strcmp(f, "--events")) { NEED_ARG(); a->events = argv[++i]; }
+        else if (!strcmp(f, "--mem")) a->mem = parse_size(v, f);
+        else if (!strcmp(f, "--io")) a->io = v;
+        else if (!strcmp(f, "--io-backend")) a->io_backend = v;
+        else if (!strcmp(f, "--io-depth")) a->io_depth = (int)parse_long(v, f, 1, 256);
+        else if (!strcmp(f, "--cache-policy")) a->policy = v;
+        else if (!strcmp(f, "--trace")) a->trace = v;
+        else if (!strcmp(f, "--heat")) a->heat = v;
+        else if (!strcmp(f, "--events")) a->events = v;
         else if (!strcmp(f, "--prefault")) a->prefault = 1;
         else if (!strcmp(f, "--trunk-stream")) {
-            NEED_ARG();
-            const char *v = argv[++i];
             a->trunk_stream = !strcmp(v, "on") ? 1 : !strcmp(v, "off") ? -1 : !strcmp(v, "auto") ? 0 : 2;
             if (a->trunk_stream == 2) die("--trunk-stream must be on, off or auto, got \"%s\"", v);
         }
         else if (!strcmp(f, "--stripe")) a->stripe = 1;
         else if (!strcmp(f, "--expert-path") || !strcmp(f, "--to")) {
-            NEED_ARG();
             if (a->n_xpaths == 7) die("at most 7 %s directories", f);
-            a->xpaths[a->n_xpaths++] = argv[++i];
+            a->xpaths[a->n_xpaths++] = v;
         }
         else if (!strcmp(f, "--no-prefetch")) a->no_prefetch = 1;
-        else if (!strcmp(f, "--prefetch-k")) { NEED_ARG(); a->prefetch_k = (int)parse_long(argv[++i], f, 1, 4096); }
-        else if (!strcmp(f, "--slots")) { NEED_ARG(); a->slots = argv[++i]; }
-        else if (!strcmp(f, "--prompt")) { NEED_ARG(); a->prompt = argv[++i]; }
-        else if (!strcmp(f, "--system")) { NEED_ARG(); a->system = argv[++i]; }
+        else if (!strcmp(f, "--prefetch-k")) a->prefetch_k = (int)parse_long(v, f, 1, 4096);
+        else if (!strcmp(f, "--slots")) a->slots = v;
+        else if (!strcmp(f, "--prompt")) a->prompt = v;
+        else if (!strcmp(f, "--system")) a->system = v;
         else if (!strcmp(f, "--chat")) a->chat = 1;
         else if (!strcmp(f, "--no-think")) a->no_think = 1;
         else if (!strcmp(f, "--reasoning-effort")) {
-            NEED_ARG();
-            a->effort = argv[++i];
-            if (strcmp(a->effort, "low") && strcmp(a->effort, "high") && strcmp(a->effort, "max"))
-                die("--reasoning-effort must be low, high or max, got \"%s\"", a->effort);
+            a->effort = v;
+            if (strcmp(v, "low") && strcmp(v, "high") && strcmp(v, "max"))
+                die("--reasoning-effort must be low, high or max, got \"%s\"", v);
         }
         else if (!strcmp(f, "--special")) a->special = 1;
-        else if (!strcmp(f, "--decode")) { NEED_ARG(); a->decode = argv[++i]; }
-        else if (f[0] != '-' && !a->text) a->text = f;
-        else die("unknown option \"%s\"", f);
-#undef NEED_ARG
+        else if (!strcmp(f, "--decode")) a->decode = v;
+        else if (!strcmp(f, "--file")) a->file = v;
+        else if (!strcmp(f, "--window")) a->window = (int)parse_long(v, f, 2, 1 << 20);
+        else if (!strcmp(f, "--json")) a->json = 1;
+        else die("internal: option %s has no handler", f);
     }
-    if (!a->model && strcmp(argv[1], "cachesim")) die("--model DIR is required");
+    if (!a->model && (cmd & C_MODEL)) a->model = default_model();
+    if (!a->model && (cmd & C_MODEL)) die("--model DIR is required (no default model found)");
+    if (cmd == C_RUN) {
+        if (a->prompt && a->prompt_ids) die("--prompt and --prompt-ids cannot be combined");
+        if (a->chat && a->prompt_ids) die("--chat takes --prompt \"text\", not --prompt-ids");
+        if (!a->prompt && !a->prompt_ids) die("run needs --prompt \"text\" or --prompt-ids LIST");
+        if (!a->chat && (a->system || a->effort || a->no_think))
+            die("--system, --reasoning-effort and --no-think need --chat");
+    }
     if (a->max_new_set == 0 && (a->chat || a->prompt)) a->max_new = 512;
+}
+
+/* The default model when --model is omitted: the bundled trained model,
+ * else the tiny test checkpoint, found beside the executable (build/..)
+ * or in the current directory. */
+const char *default_model(void)
+{
+    static char buf[PATH_MAX];
+    static const char *rel[] = {"models/k3-mini", "testdata/k3-tiny-a/checkpoint"};
+    char exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    const char *bases[2] = {NULL, "."};
+    if (n > 0) {
+        exe[n] = 0;
+        char *slash = strrchr(exe, '/');
+        if (slash) {
+            *slash = 0;
+            strncat(exe, "/..", sizeof exe - strlen(exe) - 1);
+            bases[0] = exe;
+        }
+    }
+    for (size_t r = 0; r < sizeof rel / sizeof rel[0]; r++)
+        for (int b = 0; b < 2; b++) {
+            if (!bases[b]) continue;
+            char cfg[PATH_MAX + 16];
+            snprintf(buf, sizeof buf, "%s/%s", bases[b], rel[r]);
+            snprintf(cfg, sizeof cfg, "%s/config.json", buf);
+            if (access(cfg, R_OK) == 0) return buf;
+        }
+    return NULL;
+}
+
+int context_for(run_args *a, int n_prompt)
+{
+    df_session_opts d;
+    df_session_opts_default(&d);
+    if (a->ctx) {
+        if (n_prompt >= a->ctx)
+            die("the prompt (%d tokens) does not fit --ctx %d (it needs room for at least one more token)", n_prompt,
+                a->ctx);
+        a->ctx_plan = a->ctx;
+    } else {
+        long need = (long)n_prompt + a->max_new + 1;
+        a->ctx_plan = need > d.n_ctx ? (int)(need < (1 << 24) ? need : (1 << 24)) : d.n_ctx;
+    }
+    return a->ctx_plan;
 }
 
 df_engine *open_engine(const run_args *a)
@@ -261,7 +390,7 @@ df_engine *open_engine(const run_args *a)
     eo.io_mode = a->io;
     eo.io_backend = a->io_backend;
     eo.io_depth = a->io_depth;
-    eo.plan_ctx = a->ctx;
+    eo.plan_ctx = a->ctx_plan ? a->ctx_plan : a->ctx;
     eo.plan_batch = a->batch;
     eo.cache_policy = a->policy;
     eo.trace_path = a->trace;
@@ -281,7 +410,141 @@ df_engine *open_engine(const run_args *a)
         fprintf(stderr, "deltafin: cannot load model: %s\n", err.msg);
         exit(1);
     }
+    if (!a->stats) {
+        /* the plan is always shown; --stats shows it in full */
+        df_plan p;
+        char line[512];
+        df_engine_plan(eng, &p);
+        df_plan_summary(&p, line, sizeof line);
+        fprintf(stderr, "deltafin: %s\n", line);
+    }
     return eng;
+}
+
+df_session *open_session(df_engine *eng, const run_args *a)
+{
+    df_session_opts so;
+    df_session_opts_default(&so);
+    if (a->ctx_plan) so.n_ctx = a->ctx_plan;
+    else if (a->ctx) so.n_ctx = a->ctx;
+    if (a->batch) so.max_batch = a->batch;
+    df_session *s;
+    df_error err = {0};
+    if (df_session_new(eng, &so, &s, &err)) {
+        fprintf(stderr, "deltafin: %s\n", err.msg);
+        exit(1);
+    }
+    return s;
+}
+
+int sink_open(logits_sink *k, const char *path, size_t V)
+{
+    memset(k, 0, sizeof *k);
+    if (!path) return 0;
+    k->path = path;
+    k->V = V;
+    snprintf(k->tmp, sizeof k->tmp, "%s.tmp", path);
+    k->f = fopen(k->tmp, "wb");
+    if (!k->f) {
+        fprintf(stderr, "deltafin: cannot create %s: %s\n", k->tmp, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+int sink_write(logits_sink *k, const float *rows, size_t n)
+{
+    if (!k->f) return 0;
+    if (fwrite(rows, sizeof(float) * k->V, n, k->f) != n) {
+        fprintf(stderr, "deltafin: cannot write %s: %s\n", k->tmp, strerror(errno));
+        return -1;
+    }
+    k->rows += n;
+    return 0;
+}
+
+int sink_commit(logits_sink *k)
+{
+    if (!k->f) return 0;
+    int bad = fclose(k->f) != 0;
+    k->f = NULL;
+    if (bad || rename(k->tmp, k->path) != 0) {
+        fprintf(stderr, "deltafin: cannot write %s: %s\n", k->path, strerror(errno));
+        remove(k->tmp);
+        return -1;
+    }
+    return 0;
+}
+
+void sink_abort(logits_sink *k)
+{
+    if (!k->f) return;
+    fclose(k->f);
+    k->f = NULL;
+    remove(k->tmp);
+}
+
+int eval_prompt(df_session *s, const int32_t *ids, int n, int batch, float *last, float *rows, size_t V,
+                logits_sink *k, df_error *err)
+{
+    if (!k->f) return df_session_eval(s, ids, n, last, 0, err);
+    for (int off = 0; off < n; off += batch) {
+        int T = n - off < batch ? n - off : batch;
+        if (df_session_eval(s, ids + off, T, rows, 1, err)) return -1;
+        if (sink_write(k, rows, (size_t)T)) {
+            err->code = DF_ERR_IO;
+            snprintf(err->msg, sizeof err->msg, "writing the --dump-logits file failed");
+            return -1;
+        }
+        memcpy(last, rows + (size_t)(T - 1) * V, V * sizeof *last);
+    }
+    return 0;
+}
+
+void print_bench_json(int n_prompt, double prefill_s, unsigned long long prefill_bytes, int n_gen, double decode_s,
+                      unsigned long long decode_bytes, const int32_t *gen)
+{
+    printf("{\"engine\":\"deltafin\",\"prompt\":%d,\"prefill_s\":%.6f,\"prefill_tps\":%.4f,"
+           "\"prefill_read_bytes\":%llu,\"decode_steps\":%d,\"decode_s\":%.6f,\"decode_tps\":%.4f,"
+           "\"decode_read_bytes\":%llu,\"peak_rss_kb\":%ld,\"ids\":[",
+           n_prompt, prefill_s, prefill_s > 0 ? n_prompt / prefill_s : 0.0, prefill_bytes, n_gen, decode_s,
+           n_gen && decode_s > 0 ? n_gen / decode_s : 0.0, decode_bytes, proc_peak_rss_kb());
+    for (int i = 0; i < n_gen; i++) printf("%s%d", i ? "," : "", gen[i]);
+    printf("]}\n");
+    fflush(stdout);
+}
+
+void print_run_stats(df_engine *eng, int n_prompt, double prefill_s, int n_gen, double decode_s)
+{
+    df_stats st;
+    df_engine_stats(eng, &st);
+    double total = prefill_s + decode_s;
+    fprintf(stderr,
+            "deltafin: prefill %d tokens in %.3f s (%.1f tok/s); decode %d tokens in %.3f s (%.2f tok/s)\n"
+            "deltafin: experts: %llu hits, %llu misses (hit rate %.1f%%), %.1f MiB read in %llu reads, "
+            "%.2f s waiting for I/O (%.1f%% of the run), %.2f GB/s while waiting\n",
+            n_prompt, prefill_s, prefill_s > 0 ? n_prompt / prefill_s : 0.0, n_gen, decode_s,
+            n_gen && decode_s > 0 ? n_gen / decode_s : 0.0, (unsigned long long)st.expert_hits,
+            (unsigned long long)st.expert_misses,
+            st.expert_hits + st.expert_misses ? 100.0 * st.expert_hits / (st.expert_hits + st.expert_misses) : 0.0,
+            (double)st.expert_bytes_read / (1 << 20), (unsigned long long)st.expert_reads, st.io_wait_sec,
+            total > 0 ? 100.0 * st.io_wait_sec / total : 0.0,
+            st.io_wait_sec > 0 ? st.expert_bytes_io / st.io_wait_sec / 1e9 : 0.0);
+    if (st.trunk_bytes_read)
+        fprintf(stderr, "deltafin: trunk streamed: %.1f MiB read, %.2f s waiting\n",
+                (double)st.trunk_bytes_read / (1 << 20), st.trunk_wait_sec);
+    if (st.prefetch_predicted)
+        fprintf(stderr,
+                "deltafin: prefetch: precision %.2f, recall %.2f; %llu reads issued, %llu used (%llu late), "
+                "%llu evicted unused\n",
+                (double)st.prefetch_correct / st.prefetch_predicted,
+                st.prefetch_actual ? (double)st.prefetch_correct / st.prefetch_actual : 0.0,
+                (unsigned long long)st.prefetch_issued, (unsigned long long)st.prefetch_used,
+                (unsigned long long)st.prefetch_late, (unsigned long long)st.prefetch_wasted);
+    if (st.prefetch_ab_rounds)
+        fprintf(stderr, "deltafin: prefetch timing: %d comparison%s, last: %s (decode step %.1f ms on, %.1f ms off)\n",
+                st.prefetch_ab_rounds, st.prefetch_ab_rounds == 1 ? "" : "s", st.prefetch_ab_on ? "kept on" : "turned off",
+                st.prefetch_ab_on_ms, st.prefetch_ab_off_ms);
 }
 
 static int cmd_run(int argc, char **argv)
@@ -289,52 +552,48 @@ static int cmd_run(int argc, char **argv)
     run_args a;
     parse_common(argc, argv, &a);
     if (a.prompt || a.chat) return run_text(&a);
-    if (!a.prompt_ids) die("run needs --prompt \"text\" or --prompt-ids LIST");
     int32_t *prompt;
-    int n_prompt = parse_ids(a.prompt_ids, &prompt);
+    int n_prompt = parse_ids(a.prompt_ids, "--prompt-ids", &prompt);
+    int ctx = context_for(&a, n_prompt);
     df_engine *eng = open_engine(&a);
     df_model_info info;
     df_engine_info(eng, &info);
-    df_session_opts so;
-    df_session_opts_default(&so);
-    if (a.ctx) so.n_ctx = a.ctx;
-    if (a.batch) so.max_batch = a.batch;
-    if (so.n_ctx < n_prompt + a.max_new) so.n_ctx = n_prompt + a.max_new;
-    df_session *s;
-    df_error err = {0};
-    if (df_session_new(eng, &so, &s, &err)) {
-        fprintf(stderr, "deltafin: %s\n", err.msg);
-        return 1;
-    }
+    df_session *s = open_session(eng, &a);
     size_t V = (size_t)info.vocab;
-    size_t rows = (size_t)n_prompt + (size_t)a.max_new;
-    float *logits = malloc((a.dump ? rows : (size_t)n_prompt) * V * sizeof(float));
-    if (!logits) {
-        fprintf(stderr, "deltafin: cannot allocate logits for %zu rows\n", rows);
-        return 1;
-    }
+    int batch = a.batch ? a.batch : 32;
+    float *last = malloc(V * sizeof(float));
+    float *rows = a.dump ? malloc((size_t)batch * V * sizeof(float)) : NULL;
     int32_t *gen = malloc(((size_t)a.max_new + 1) * sizeof *gen);
+    if (!last || (a.dump && !rows) || !gen) die("cannot allocate the logits buffers (vocabulary %zu)", V);
+    logits_sink sink;
+    if (sink_open(&sink, a.dump, V)) return 1;
+    df_error err = {0};
     unsigned long long rb0 = proc_read_bytes();
     double t0 = now();
-    if (df_session_eval(s, prompt, n_prompt, logits, a.dump != NULL, &err)) {
+    if (eval_prompt(s, prompt, n_prompt, batch, last, rows, V, &sink, &err)) {
         fprintf(stderr, "deltafin: %s\n", err.msg);
+        sink_abort(&sink);
         return 1;
     }
     double t1 = now();
     unsigned long long rb1 = proc_read_bytes();
-    size_t n_rows = a.dump ? (size_t)n_prompt : 0;
-    const float *last = a.dump ? logits + (size_t)(n_prompt - 1) * V : logits;
-    int n_gen = 0;
+    int n_gen = 0, full = 0;
     for (; n_gen < a.max_new; n_gen++) {
+        if (df_session_pos(s) >= ctx) {
+            full = 1;
+            break;
+        }
         int32_t next = (int32_t)df_argmax(last, info.vocab);
         gen[n_gen] = next;
-        float *dst = a.dump ? logits + n_rows * V : logits;
-        if (df_session_eval(s, &next, 1, dst, 0, &err)) {
+        if (df_session_eval(s, &next, 1, last, 0, &err)) {
             fprintf(stderr, "deltafin: %s\n", err.msg);
+            sink_abort(&sink);
             return 1;
         }
-        if (a.dump) n_rows++;
-        last = dst;
+        if (sink_write(&sink, last, 1)) {
+            sink_abort(&sink);
+            return 1;
+        }
         if (a.stop_eos && next == info.eos_id) {
             n_gen++;
             break;
@@ -342,63 +601,20 @@ static int cmd_run(int argc, char **argv)
     }
     double t2 = now();
     unsigned long long rb2 = proc_read_bytes();
-    if (a.bench_json) {
-        printf("{\"engine\":\"deltafin\",\"prompt\":%d,\"prefill_s\":%.6f,\"prefill_tps\":%.4f,"
-               "\"prefill_read_bytes\":%llu,\"decode_steps\":%d,\"decode_s\":%.6f,\"decode_tps\":%.4f,"
-               "\"decode_read_bytes\":%llu,\"peak_rss_kb\":%ld,\"ids\":[",
-               n_prompt, t1 - t0, n_prompt / (t1 - t0), rb1 - rb0, n_gen, t2 - t1, n_gen ? n_gen / (t2 - t1) : 0.0,
-               rb2 - rb1, proc_peak_rss_kb());
-        for (int i = 0; i < n_gen; i++) printf("%s%d", i ? "," : "", gen[i]);
-        printf("]}\n");
-        fflush(stdout);
-    }
+    if (full)
+        fprintf(stderr, "deltafin: the context is full (--ctx %d): stopped after %d of %d new tokens\n", ctx, n_gen,
+                a.max_new);
+    if (a.bench_json) print_bench_json(n_prompt, t1 - t0, rb1 - rb0, n_gen, t2 - t1, rb2 - rb1, gen);
     if (a.print_ids) {
         for (int i = 0; i < n_gen; i++) printf("%s%d", i ? "," : "", gen[i]);
         printf("\n");
         fflush(stdout);
     }
-    if (a.dump) {
-        char tmp[PATH_MAX];
-        snprintf(tmp, sizeof tmp, "%s.tmp", a.dump);
-        FILE *f = fopen(tmp, "wb");
-        if (!f || fwrite(logits, sizeof(float) * V, n_rows, f) != n_rows || fclose(f) != 0) {
-            fprintf(stderr, "deltafin: cannot write %s: %s\n", tmp, strerror(errno));
-            remove(tmp);
-            return 1;
-        }
-        if (rename(tmp, a.dump) != 0) {
-            fprintf(stderr, "deltafin: cannot rename %s to %s: %s\n", tmp, a.dump, strerror(errno));
-            remove(tmp);
-            return 1;
-        }
-    }
-    if (a.stats) {
-        df_stats st;
-        df_engine_stats(eng, &st);
-        fprintf(stderr,
-                "deltafin: prefill %d tokens in %.3f s (%.1f tok/s); decode %d tokens in %.3f s (%.2f tok/s)\n"
-                "deltafin: experts: %llu hits, %llu misses (hit rate %.1f%%), %.1f MiB read in %llu reads, "
-                "%.2f s waiting for I/O (%.1f%% of the run), %.2f GB/s while waiting\n",
-                n_prompt, t1 - t0, n_prompt / (t1 - t0), n_gen, t2 - t1, n_gen ? n_gen / (t2 - t1) : 0.0,
-                (unsigned long long)st.expert_hits, (unsigned long long)st.expert_misses,
-                st.expert_hits + st.expert_misses ? 100.0 * st.expert_hits / (st.expert_hits + st.expert_misses) : 0.0,
-                (double)st.expert_bytes_read / (1 << 20), (unsigned long long)st.expert_reads, st.io_wait_sec,
-                100.0 * st.io_wait_sec / (t2 - t0), st.io_wait_sec > 0 ? st.expert_bytes_io / st.io_wait_sec / 1e9 : 0.0);
-        if (st.prefetch_predicted)
-            fprintf(stderr,
-                    "deltafin: prefetch: precision %.2f, recall %.2f; %llu reads issued, %llu used (%llu late), "
-                    "%llu evicted unused\n",
-                    (double)st.prefetch_correct / st.prefetch_predicted,
-                    st.prefetch_actual ? (double)st.prefetch_correct / st.prefetch_actual : 0.0,
-                    (unsigned long long)st.prefetch_issued, (unsigned long long)st.prefetch_used,
-                    (unsigned long long)st.prefetch_late, (unsigned long long)st.prefetch_wasted);
-        if (st.prefetch_ab_rounds)
-            fprintf(stderr, "deltafin: prefetch timing: %d comparison%s, last: %s (decode step %.1f ms on, %.1f ms off)\n",
-                    st.prefetch_ab_rounds, st.prefetch_ab_rounds == 1 ? "" : "s", st.prefetch_ab_on ? "kept on" : "turned off",
-                    st.prefetch_ab_on_ms, st.prefetch_ab_off_ms);
-    }
+    if (sink_commit(&sink)) return 1;
+    if (a.stats) print_run_stats(eng, n_prompt, t1 - t0, n_gen, t2 - t1);
     free(gen);
-    free(logits);
+    free(rows);
+    free(last);
     free(prompt);
     df_session_free(s);
     df_engine_close(eng);
@@ -429,22 +645,133 @@ unsigned long long proc_read_bytes(void)
     return v;
 }
 
+static void plan_opts_from(const run_args *a, df_plan_opts *o, size_t mem)
+{
+    memset(o, 0, sizeof *o);
+    o->mem_budget = mem;
+    o->expert_cache_bytes = a->cache_bytes;
+    o->n_ctx = a->ctx;
+    o->max_batch = a->batch;
+    o->n_threads = a->threads;
+    o->trunk_stream = a->trunk_stream;
+    o->cache_policy = a->policy;
+}
+
+static double gib_(uint64_t b) { return (double)b / (double)(1ull << 30); }
+
+/* info: the model's dimensions and its plan, from the config and headers
+ * (no weight is read). */
 static int cmd_info(int argc, char **argv)
 {
     run_args a;
     parse_common(argc, argv, &a);
-    df_engine *eng = open_engine(&a);
+    df_plan_opts o;
+    plan_opts_from(&a, &o, a.mem);
+    df_plan p;
     df_model_info i;
-    df_engine_info(eng, &i);
+    df_error err = {0};
+    memset(&i, 0, sizeof i);
+    int rc = df_plan_model(a.model, &o, &p, &i, &err);
+    if (rc && err.code != DF_ERR_NOMEM) {
+        fprintf(stderr, "deltafin: %s\n", err.msg);
+        return 1;
+    }
     printf("layers %d (KDA %d, MLA %d)\nhidden %d\nvocab %d\nexperts %d, %d per token, %.2f MiB each\n"
            "bos %d eos %d pad %d\ncontext memory per token %llu bytes (MLA latent cache, fp32)\n"
-           "fixed recurrent state %.1f MiB (KDA)\nkernels %s, threads %d, expert cache slots %d\n",
+           "fixed recurrent state %.1f MiB (KDA)\ntrunk %.3f GiB (matrices) + embedding %.3f GiB\n",
            i.n_layers, i.n_kda_layers, i.n_mla_layers, i.hidden, i.vocab, i.n_experts, i.n_experts_used,
            (double)i.expert_bytes / (1 << 20), i.bos_id, i.eos_id, i.pad_id,
-           (unsigned long long)i.ctx_bytes_per_token, (double)i.fixed_state_bytes / (1 << 20), i.kernels,
-           i.n_threads, i.n_cache_slots);
-    df_engine_close(eng);
+           (unsigned long long)i.ctx_bytes_per_token, (double)i.fixed_state_bytes / (1 << 20), gib_(p.trunk_bytes),
+           gib_(p.embed_bytes));
+    if (rc) {
+        printf("no plan: %s\n", err.msg);
+        return 1;
+    }
+    df_plan_print(&p, "", stdout);
     return 0;
+}
+
+static void plan_json(const df_plan *p, int ok, const char *msg)
+{
+    printf("{\"ok\":%s,\"budget\":%llu,\"trunk\":\"%s\",\"trunk_bytes\":%llu,\"embed_bytes\":%llu,"
+           "\"trunk_used\":%llu,\"state_bytes\":%llu,\"scratch_bytes\":%llu,\"reserve_bytes\":%llu,"
+           "\"vec_bytes\":%llu,\"cache_bytes\":%llu,\"cache_slots\":%llu,\"experts\":%llu,\"used\":%llu,"
+           "\"ctx\":%d,\"trunk_read_per_token\":%llu,\"expert_read_cold\":%llu,\"expert_read_est\":%llu",
+           ok ? "true" : "false", (unsigned long long)p->budget,
+           p->trunk_mode == DF_TRUNK_STREAMED ? "streamed" : "resident", (unsigned long long)p->trunk_bytes,
+           (unsigned long long)p->embed_bytes, (unsigned long long)p->trunk_used, (unsigned long long)p->state_bytes,
+           (unsigned long long)p->scratch_bytes, (unsigned long long)p->reserve_bytes,
+           (unsigned long long)p->vec_bytes, (unsigned long long)p->cache_bytes,
+           (unsigned long long)(p->n_slots + p->n_transient), (unsigned long long)p->n_experts,
+           (unsigned long long)p->used, p->n_ctx, (unsigned long long)p->trunk_read_per_token,
+           (unsigned long long)p->expert_read_cold, (unsigned long long)p->expert_read_est);
+    if (!ok) {
+        printf(",\"error\":\"");
+        for (const char *c = msg; *c; c++) {
+            if (*c == '"' || *c == '\\') putchar('\\');
+            if ((unsigned char)*c >= 0x20) putchar(*c);
+        }
+        putchar('"');
+    }
+    printf("}\n");
+}
+
+/* plan: where the model goes at --mem, or at several machine sizes when
+ * --mem is not given; from a model directory, a .gguf or a config.json
+ * alone, never reading a weight. */
+static int cmd_plan(int argc, char **argv)
+{
+    run_args a;
+    parse_common(argc, argv, &a);
+    size_t sizes[5] = {0};
+    int n = 0;
+    if (a.mem) sizes[n++] = a.mem;
+    else {
+        static const size_t gb[] = {24, 64, 128, 512};
+        for (int i = 0; i < 4; i++) sizes[n++] = gb[i] << 30;
+    }
+    int bad = 0;
+    uint64_t cold = 0;
+    if (!a.json && !a.mem)
+        printf("%-10s %-9s %11s %11s %13s %13s %16s %16s\n", "--mem", "trunk", "trunk GiB", "cache GiB", "experts held",
+               "context GiB", "trunk read/tok", "experts read/tok");
+    for (int i = 0; i < n; i++) {
+        df_plan_opts o;
+        plan_opts_from(&a, &o, sizes[i]);
+        df_plan p;
+        df_error err = {0};
+        int rc = df_plan_model(a.model, &o, &p, NULL, &err);
+        if (rc && err.code != DF_ERR_NOMEM) {
+            fprintf(stderr, "deltafin: %s\n", err.msg);
+            return 1;
+        }
+        if (a.json) plan_json(&p, !rc, err.msg);
+        else if (a.mem) {
+            if (rc) {
+                fprintf(stderr, "deltafin: %s\n", err.msg);
+                bad = 1;
+            } else {
+                df_plan_print(&p, "", stdout);
+            }
+        } else if (rc) {
+            printf("%-10s does not fit: needs %.2f GiB\n", "", gib_(p.used));
+        } else {
+            char mem[32], held[40];
+            snprintf(mem, sizeof mem, "%.0f GiB", gib_(p.budget));
+            snprintf(held, sizeof held, "%llu/%llu", (unsigned long long)p.n_slots, (unsigned long long)p.n_experts);
+            printf("%-10s %-9s %11.2f %11.2f %13s %13.3f %12.2f GiB %12.2f GiB\n", mem,
+                   p.trunk_mode == DF_TRUNK_STREAMED ? "streamed" : "resident", gib_(p.trunk_used),
+                   gib_(p.cache_bytes), held, gib_(p.state_bytes), gib_(p.trunk_read_per_token),
+                   gib_(p.expert_read_est));
+        }
+        bad |= rc != 0;
+        cold = p.expert_read_cold;
+    }
+    if (!a.json && !a.mem)
+        printf("context %d tokens, batch %d; experts read per token: uniform-routing estimate (cache share of all "
+               "experts), %.2f GiB with nothing cached\n",
+               a.ctx ? a.ctx : 4096, a.batch ? a.batch : 32, gib_(cold));
+    return bad && a.mem ? 1 : 0;
 }
 
 static int cmd_iobench(int argc, char **argv)
@@ -549,6 +876,7 @@ int main(int argc, char **argv)
     }
     if (!strcmp(argv[1], "run")) return cmd_run(argc, argv);
     if (!strcmp(argv[1], "info")) return cmd_info(argc, argv);
+    if (!strcmp(argv[1], "plan")) return cmd_plan(argc, argv);
     if (!strcmp(argv[1], "cachesim")) return cmd_cachesim(argc, argv);
     if (!strcmp(argv[1], "iobench")) return cmd_iobench(argc, argv);
     if (!strcmp(argv[1], "place")) return cmd_place(argc, argv);

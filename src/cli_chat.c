@@ -51,6 +51,9 @@ typedef struct {
     /* status line */
     int status_tty, rows;
     int out_tty;
+    /* run --prompt: --dump-logits, --print-ids, --bench-json */
+    logits_sink sink;
+    int32_t *gen_ids;         /* [max_new + 1] the last reply's ids */
 } gen_ctx;
 
 static int load_tokenizer(const char *dir, tokenizer **tok)
@@ -155,7 +158,8 @@ static int generate(gen_ctx *g, int chat, int repl)
             fflush(stdout);
         }
         room = df_session_pos(g->s) + 1 < g->a->ctx_cap;
-        if (feed(g, &next, 1, g->logits)) return -1;
+        g->gen_ids[g->gen_tokens - 1] = next;
+        if (feed(g, &next, 1, g->logits) || sink_write(&g->sink, g->logits, 1)) return -1;
         status_update(g, 0);
         if (next == g->info.eos_id) {
             ended = 1;
@@ -189,12 +193,17 @@ static int generate(gen_ctx *g, int chat, int repl)
     return rc;
 }
 
-static int setup(gen_ctx *g, run_args *a)
+static int setup_tokenizer(gen_ctx *g, run_args *a)
 {
     memset(g, 0, sizeof *g);
     g->a = a;
     g->out_tty = isatty(1);
-    if (load_tokenizer(a->model, &g->tok)) return -1;
+    return load_tokenizer(a->model, &g->tok);
+}
+
+/* The engine, planned for a->ctx_plan (context_for) or --ctx. */
+static int setup_engine(gen_ctx *g, run_args *a)
+{
     g->eng = open_engine(a);
     df_engine_info(g->eng, &g->info);
     if (tokenizer_n_vocab(g->tok) != g->info.vocab) {
@@ -202,25 +211,26 @@ static int setup(gen_ctx *g, run_args *a)
                 tokenizer_n_vocab(g->tok), g->info.vocab);
         return -1;
     }
-    df_session_opts so;
-    df_session_opts_default(&so);
-    if (a->ctx) so.n_ctx = a->ctx;
-    if (a->batch) so.max_batch = a->batch;
-    df_error err = {0};
-    if (df_session_new(g->eng, &so, &g->s, &err)) {
-        fprintf(stderr, "deltafin: %s\n", err.msg);
-        return -1;
-    }
-    a->ctx_cap = so.n_ctx;
+    g->s = open_session(g->eng, a);
+    df_session_opts d;
+    df_session_opts_default(&d);
+    a->ctx_cap = a->ctx_plan ? a->ctx_plan : a->ctx ? a->ctx : d.n_ctx;
     g->logits = malloc((size_t)g->info.vocab * sizeof(float));
     g->dcap = tok_decoder_max_out(g->tok) + 16;
     g->dbuf = malloc(g->dcap);
+    g->gen_ids = malloc(((size_t)a->max_new + 1) * sizeof *g->gen_ids);
+    if (!g->logits || !g->dbuf || !g->gen_ids) {
+        fprintf(stderr, "deltafin: out of memory\n");
+        return -1;
+    }
     return 0;
 }
 
 static void teardown(gen_ctx *g)
 {
     chat_parser_free(g->parser);
+    sink_abort(&g->sink);
+    free(g->gen_ids);
     df_session_free(g->s);
     df_engine_close(g->eng);
     tokenizer_free(g->tok);
@@ -291,14 +301,9 @@ int run_text(run_args *a)
 {
     gen_ctx g;
     int rc = 1;
-    if (setup(&g, a)) goto done;
-    signal(SIGINT, on_sigint);
-    interrupted = 0;
-    status_begin(&g);
+    if (setup_tokenizer(&g, a)) goto done;
     if (a->chat) {
-        if (!a->prompt) die("run --chat needs --prompt \"text\"");
-        if (encode_turn(&g, a->prompt) || start_reply(&g)) goto done;
-        rc = generate(&g, 1, 0) ? 1 : 0;
+        if (encode_turn(&g, a->prompt)) goto done;
     } else {
         df_error err = {0};
         if (tokenizer_encode(g.tok, a->prompt, strlen(a->prompt), 0, &g.ids, &g.n_ids, &g.cap_ids, &err)) {
@@ -306,10 +311,48 @@ int run_text(run_args *a)
             goto done;
         }
         if (!g.n_ids) die("--prompt is empty");
-        g.t_start = now();
-        if (feed(&g, g.ids, g.n_ids, g.logits)) goto done;
-        rc = generate(&g, 0, 0) ? 1 : 0;
     }
+    context_for(a, (int)g.n_ids);
+    if (setup_engine(&g, a)) goto done;
+    size_t V = (size_t)g.info.vocab;
+    int batch = a->batch ? a->batch : 32;
+    float *rows = NULL;
+    if (a->dump) {
+        rows = malloc((size_t)batch * V * sizeof *rows);
+        if (!rows || sink_open(&g.sink, a->dump, V)) goto done;
+    }
+    signal(SIGINT, on_sigint);
+    interrupted = 0;
+    status_begin(&g);
+    unsigned long long rb0 = proc_read_bytes();
+    g.t_start = now();
+    df_error err = {0};
+    if (a->chat && !g.parser && chat_parser_new(g.tok, !a->no_think, &g.parser, &err)) {
+        fprintf(stderr, "deltafin: %s\n", err.msg);
+        free(rows);
+        goto done;
+    }
+    g.prompt_tokens = (int)g.n_ids;
+    if (eval_prompt(g.s, g.ids, (int)g.n_ids, batch, g.logits, rows, V, &g.sink, &err)) {
+        fprintf(stderr, "\ndeltafin: %s\n", err.msg);
+        free(rows);
+        goto done;
+    }
+    free(rows);
+    double t1 = now();
+    unsigned long long rb1 = proc_read_bytes();
+    rc = generate(&g, a->chat, 0) ? 1 : 0;
+    double t2 = now();
+    unsigned long long rb2 = proc_read_bytes();
+    if (!rc && a->print_ids) {
+        for (int i = 0; i < g.gen_tokens; i++) printf("%s%d", i ? "," : "", g.gen_ids[i]);
+        printf("\n");
+        fflush(stdout);
+    }
+    if (!rc && a->bench_json)
+        print_bench_json(g.prompt_tokens, t1 - g.t_start, rb1 - rb0, g.gen_tokens, t2 - t1, rb2 - rb1, g.gen_ids);
+    if (!rc && sink_commit(&g.sink)) rc = 1;
+    if (!rc && a->stats) print_run_stats(g.eng, g.prompt_tokens, t1 - g.t_start, g.gen_tokens, t2 - t1);
 done:
     teardown(&g);
     return rc;
@@ -335,7 +378,7 @@ int cmd_chat(int argc, char **argv)
     if (!a.max_new_set) a.max_new = 4096;
     gen_ctx g;
     int rc = 1;
-    if (setup(&g, &a)) goto done;
+    if (setup_tokenizer(&g, &a) || setup_engine(&g, &a)) goto done;
     struct sigaction sa = {.sa_handler = on_sigint};
     sigaction(SIGINT, &sa, NULL); /* no SA_RESTART: a blocked read returns */
     lineedit le;
@@ -400,7 +443,7 @@ int cmd_tokenize(int argc, char **argv)
     int rc = 0;
     if (a.decode) {
         int32_t *ids;
-        int n = parse_ids(a.decode, &ids);
+        int n = parse_ids(a.decode, "--decode", &ids);
         char *text;
         size_t len;
         if (tokenizer_decode(tok, ids, (size_t)n, &text, &len, &err)) {

@@ -9,6 +9,7 @@
  */
 #define _GNU_SOURCE
 #include "heat.h"
+#include "plan.h"
 #include "model.h"
 #include "mathfn.h"
 #include "quant.h"
@@ -53,107 +54,145 @@ static int io_options(df_engine *eng, const df_engine_opts *o, df_error *err)
 
 static double gib(uint64_t b) { return (double)b / (double)(1ull << 30); }
 
-/* Where every byte of the budget goes: the trunk (mapped; resident once
- * touched), one session's state and scratch at the planned context, a
- * reserve for the process itself, and the expert cache with what is left. */
-static int plan_memory(df_engine *eng, const df_engine_opts *o, df_error *err)
+static uint64_t default_budget(void)
+{
+    uint64_t phys = (uint64_t)sysconf(_SC_PHYS_PAGES) * (uint64_t)sysconf(_SC_PAGESIZE);
+    return phys / 10 * 7;
+}
+
+/* The sizes the planner needs, from the loaded headers, for a session of
+ * so's context and batch (counted by session_alloc's dry run). */
+static int engine_sizes(df_engine *eng, const df_session_opts *so, plan_sizes *sz, df_error *err)
 {
     const k3_config *c = &eng->cfg;
-    uint64_t phys = (uint64_t)sysconf(_SC_PHYS_PAGES) * (uint64_t)sysconf(_SC_PAGESIZE);
-    uint64_t budget = o->mem_budget ? o->mem_budget : phys / 10 * 7;
-    df_session_opts so;
-    df_session_opts_default(&so);
-    if (o->plan_ctx > 0) so.n_ctx = o->plan_ctx;
-    if (o->plan_batch > 0) so.max_batch = o->plan_batch;
+    memset(sz, 0, sizeof *sz);
     size_t state = 0, scratch = 0;
-    if (session_alloc(eng, &so, 1, NULL, &state, &scratch, err)) return -1;
-    uint64_t trunk = eng->trunk_mapped_bytes;
-    /* the binary, libc, thread stacks as touched, I/O rings: measured ~10 MiB */
-    uint64_t reserve = (16ull << 20) + (uint64_t)eng->n_threads * (1ull << 20);
-    uint64_t fixed = trunk + state + scratch + reserve;
-    size_t slot = eng->store.slot_bytes;
-    int n_moe = 0;
-    for (int il = 0; il < c->NL; il++) n_moe += c->layer_moe[il];
-    uint64_t all = (uint64_t)n_moe * (uint64_t)c->E;
-    uint64_t n_slots;
-    if (o->expert_cache_bytes) {
-        n_slots = o->expert_cache_bytes / slot;
-    } else {
-        uint64_t nontrunk = fixed - trunk;
-        if (nontrunk + (uint64_t)c->k * slot > budget)
-            return df_err_set(err, DF_ERR_NOMEM, -1,
-                              "--mem %.2f GiB is too small: context state %.2f GiB + scratch %.2f GiB + reserve "
-                              "%.2f GiB + one token's %d expert slots need %.2f GiB",
-                              gib(budget), gib(state), gib(scratch), gib(reserve), c->k,
-                              gib(nontrunk + (uint64_t)c->k * slot));
-        uint64_t stream = 2 * trunk_stream_buffer_bytes(eng);
-        int want_stream = o->trunk_stream > 0 ||
-                          (o->trunk_stream == 0 && fixed + (uint64_t)c->k * slot > budget &&
-                           nontrunk + stream + (uint64_t)c->k * slot <= budget);
-        if (want_stream) {
-            /* two layer buffers instead of the whole trunk */
-            eng->ts.on = 1;
-            n_slots = budget > nontrunk + stream ? (budget - nontrunk - stream) / slot : 0;
-            if (n_slots < (uint64_t)c->k) n_slots = (uint64_t)c->k;
-            if (!o->quiet)
-                df_log("the trunk (%.2f GiB) is streamed layer by layer through two %.2f GiB buffers", gib(trunk),
-                       gib(stream / 2));
-        } else if (fixed + (uint64_t)c->k * slot > budget) {
-            /* Neither the trunk nor two of its layers fit next to a minimal
-             * cache (or streaming is off): the trunk stays mapped and the
-             * kernel pages it from disk as needed - correct but slow, and its
-             * pages are outside the budget's guarantee (clean file pages the
-             * kernel can drop at any time). */
-            n_slots = (budget - nontrunk) / slot / 2;
-            if (n_slots < (uint64_t)c->k) n_slots = (uint64_t)c->k;
-            eng->trunk_paged = 1;
-            if (!o->quiet)
-                df_log("the trunk (%.2f GiB) does not fit in --mem %.2f GiB with the expert cache: it will be "
-                       "paged from disk by the kernel (slower)",
-                       gib(trunk), gib(budget));
-        } else {
-            n_slots = (budget - fixed) / slot;
-        }
-    }
-    if (o->trunk_stream > 0) eng->ts.on = 1;
-    if (n_slots > all) n_slots = all;
-    if (n_slots < 1) n_slots = 1;
-    if (n_slots > INT32_MAX / 2) n_slots = INT32_MAX / 2;
+    if (session_alloc(eng, so, 1, NULL, &state, &scratch, err)) return -1;
+    sz->trunk_bytes = eng->trunk_mapped_bytes - eng->embed_bytes;
+    sz->embed_bytes = eng->embed_bytes;
+    sz->vec_bytes = eng->owned_bytes;
+    sz->stream_buf_bytes = trunk_stream_buffer_bytes(eng);
+    sz->expert_bytes = eng->store.expert_bytes;
+    sz->slot_bytes = eng->store.slot_bytes;
+    for (int il = 0; il < c->NL; il++) sz->n_moe_layers += c->layer_moe[il];
+    sz->n_experts = (uint64_t)sz->n_moe_layers * (uint64_t)c->E;
+    sz->k = c->k;
+    sz->state_bytes = state;
+    sz->scratch_bytes = scratch;
+    sz->reserve_bytes = plan_reserve_bytes(eng->n_threads, c->V);
+    sz->n_ctx = so->n_ctx;
+    sz->max_batch = so->max_batch;
+    return 0;
+}
+
+static void plan_session_opts(const df_engine_opts *o, df_session_opts *so)
+{
+    df_session_opts_default(so);
+    if (o->plan_ctx > 0) so->n_ctx = o->plan_ctx;
+    if (o->plan_batch > 0) so->max_batch = o->plan_batch;
+}
+
+/* Decide the plan (plan.c), then act on it: the expert cache, the trunk
+ * streamed or copied resident.  Nothing is allocated before the plan holds. */
+static int plan_memory(df_engine *eng, const df_engine_opts *o, df_error *err)
+{
+    df_session_opts so;
+    plan_session_opts(o, &so);
+    plan_sizes sz;
+    if (engine_sizes(eng, &so, &sz, err)) return -1;
     enum cache_policy pol;
     if (expert_cache_policy_parse(o->cache_policy, &pol))
         return df_err_set(err, DF_ERR_ARG, -1, "unknown cache policy \"%s\" (expected lfu, tlfu or lru)", o->cache_policy);
-    /* TLFU streams experts it does not admit through k extra slots, paid from the cache's share */
-    int n_transient = pol == CACHE_TLFU ? (n_slots > (uint64_t)c->k ? c->k : 0) : 0;
-    n_slots -= (uint64_t)n_transient;
-    if (expert_cache_init(&eng->cache, c->NL, c->E, (int)n_slots, n_transient, slot, pol))
+    plan_request rq = {.budget = o->mem_budget ? o->mem_budget : default_budget(),
+                       .budget_given = o->mem_budget > 0,
+                       .trunk_stream = o->trunk_stream,
+                       .expert_cache_bytes = o->expert_cache_bytes,
+                       .tlfu = pol == CACHE_TLFU};
+    df_plan *p = &eng->plan;
+    if (plan_compute(&sz, &rq, p, err)) return -1;
+    if (expert_cache_init(&eng->cache, eng->cfg.NL, eng->cfg.E, (int)p->n_slots, (int)p->n_transient,
+                          eng->store.slot_bytes, pol))
         return df_err_set(err, DF_ERR_NOMEM, -1, "cannot allocate the expert cache (%llu slots of %zu bytes)",
-                          (unsigned long long)n_slots, slot);
-    if (eng->ts.on && trunk_stream_init(eng, err)) return -1;
-    if (!eng->ts.on && !eng->trunk_paged && trunk_load_resident(eng, err)) return -1;
-    if (o->prefault) expert_cache_prefault(&eng->cache);
-    eng->plan_budget = budget;
-    eng->plan_trunk = trunk;
-    eng->plan_state = state;
-    eng->plan_scratch = scratch;
-    eng->plan_reserve = reserve;
-    if (!o->quiet) {
-        uint64_t cache = (n_slots + (uint64_t)n_transient) * slot;
-        uint64_t used = (eng->trunk_paged ? fixed - trunk : eng->ts.on ? fixed - trunk + 2 * eng->ts.buf_bytes : fixed) +
-                        cache;
-        df_log("memory plan for --mem %.2f GiB (context %d, batch %d):", gib(budget), so.n_ctx, so.max_batch);
-        if (eng->ts.on)
-            df_log("  trunk, streamed (2 buffers)  %9.3f GiB", gib(2 * eng->ts.buf_bytes));
-        else
-            df_log("  trunk, mapped %-14s %9.3f GiB", eng->trunk_paged ? "(paged)" : "and resident", gib(trunk));
-        df_log("  KDA state + MLA cache        %9.3f GiB", gib(state));
-        df_log("  scratch                      %9.3f GiB", gib(scratch));
-        df_log("  process reserve              %9.3f GiB", gib(reserve));
-        df_log("  expert cache                 %9.3f GiB (%llu of %llu experts + %d transient, %.2f MiB slots, %s)",
-               gib(cache), (unsigned long long)n_slots, (unsigned long long)all, n_transient,
-               (double)slot / (1 << 20), expert_cache_policy_name(pol));
-        df_log("  %s                       %9.3f GiB", used <= budget ? "unused" : "OVER  ",
-               gib(used <= budget ? budget - used : used - budget));
+                          (unsigned long long)p->n_slots, eng->store.slot_bytes);
+    if (p->trunk_mode == DF_TRUNK_STREAMED) {
+        if (trunk_stream_init(eng, err)) return -1;
+        CHECK(2 * eng->ts.buf_bytes <= p->trunk_used);
+    } else if (trunk_load_resident(eng, err)) {
+        return -1;
     }
+    if (o->prefault) expert_cache_prefault(&eng->cache);
+    eng->session_room = p->state_bytes + p->scratch_bytes + (p->budget - p->used);
+    if (!o->quiet) df_plan_print(p, "deltafin: ", stderr);
+    return 0;
+}
+
+void df_engine_plan(const df_engine *eng, df_plan *p) { *p = eng->plan; }
+
+static int ends_with(const char *s, const char *suf)
+{
+    size_t a = strlen(s), b = strlen(suf);
+    return a >= b && !strcmp(s + a - b, suf);
+}
+
+int df_plan_model(const char *path, const df_plan_opts *o, df_plan *p, df_model_info *info, df_error *err)
+{
+    df_plan_opts def;
+    if (!o) {
+        memset(&def, 0, sizeof def);
+        o = &def;
+    }
+    memset(p, 0, sizeof *p);
+    df_engine *eng = xcalloc(1, sizeof *eng);
+    eng->headers_only = 1;
+    eng->io_mode = IO_BUFFERED; /* no read probe: nothing is read */
+    eng->io_backend = IO_BACKEND_THREADS;
+    eng->io_depth = 1;
+    eng->n_threads = o->n_threads > 0 ? o->n_threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    if (eng->n_threads < 1) eng->n_threads = 1;
+    int rc = ends_with(path, ".json") ? model_load_config_only(eng, path, err) : model_load(eng, path, err);
+    if (!rc) {
+        df_session_opts so;
+        df_session_opts_default(&so);
+        if (o->n_ctx > 0) so.n_ctx = o->n_ctx;
+        if (o->max_batch > 0) so.max_batch = o->max_batch;
+        plan_sizes sz;
+        enum cache_policy pol = CACHE_LFU;
+        if (expert_cache_policy_parse(o->cache_policy, &pol))
+            rc = df_err_set(err, DF_ERR_ARG, -1, "unknown cache policy \"%s\" (expected lfu, tlfu or lru)",
+                            o->cache_policy);
+        else if (!(rc = engine_sizes(eng, &so, &sz, err))) {
+            plan_request rq = {.budget = o->mem_budget ? o->mem_budget : default_budget(),
+                               .budget_given = o->mem_budget > 0,
+                               .trunk_stream = o->trunk_stream,
+                               .expert_cache_bytes = o->expert_cache_bytes,
+                               .tlfu = pol == CACHE_TLFU};
+            rc = plan_compute(&sz, &rq, p, err);
+            if (info) {
+                df_engine_info(eng, info);
+                info->n_cache_slots = (int)p->n_slots;
+            }
+        }
+    }
+    model_unload(eng);
+    free(eng);
+    return rc;
+}
+
+static int heat_check_writable(const char *path, df_error *err)
+{
+    if (access(path, F_OK) == 0) {
+        if (access(path, W_OK) != 0)
+            return df_err_set(err, DF_ERR_IO, -1, "--heat %s: cannot write it: %s", path, strerror(errno));
+        return 0;
+    }
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (!slash) snprintf(dir, sizeof dir, ".");
+    else if (slash == dir) dir[1] = 0;
+    else *slash = 0;
+    if (access(dir, W_OK) != 0)
+        return df_err_set(err, DF_ERR_IO, -1, "--heat %s: cannot create it in %s: %s", path, dir, strerror(errno));
     return 0;
 }
 
@@ -321,6 +360,12 @@ int df_engine_open(const char *model_dir, const df_engine_opts *opts, df_engine 
     eng->pf_correct = xcalloc(nl_, sizeof *eng->pf_correct);
     eng->pf_actual = xcalloc(nl_, sizeof *eng->pf_actual);
     if (opts->heat_path) {
+        /* it is written at close: a path that cannot be written is refused
+         * now, not reported after the run */
+        if (heat_check_writable(opts->heat_path, err)) {
+            df_engine_close(eng);
+            return -1;
+        }
         eng->heat_path = xstrdup(opts->heat_path);
         if (heat_warm(eng, !opts->quiet, err)) {
             df_engine_close(eng);
@@ -428,7 +473,7 @@ void df_engine_info(const df_engine *eng, df_model_info *info)
     info->ctx_bytes_per_token = (uint64_t)eng->n_mla * (uint64_t)(c->Rkv + c->dr) * sizeof(float);
     info->fixed_state_bytes = (uint64_t)eng->n_kda *
                               ((uint64_t)c->Hk * c->Dk * c->Dk + 3ull * (uint64_t)(c->Wc - 1) * c->P) * sizeof(float);
-    info->kernels = eng->kt->name;
+    info->kernels = eng->kt ? eng->kt->name : "";
     info->n_threads = eng->n_threads;
     info->n_cache_slots = eng->cache.n_slots;
 }
@@ -561,14 +606,37 @@ nomem:
                       bytes, n_ctx, T);
 }
 
+/* A session takes its bytes from the plan: the one the planner reserved
+ * for, plus whatever the plan left unused.  A larger context or batch than
+ * planned, or a second session the budget cannot hold, is refused with the
+ * numbers instead of growing past --mem. */
 int df_session_new(df_engine *eng, const df_session_opts *opts, df_session **out, df_error *err)
 {
-    return session_alloc(eng, opts, 0, out, NULL, NULL, err);
+    size_t state = 0, scratch = 0;
+    *out = NULL;
+    if (session_alloc(eng, opts, 1, NULL, &state, &scratch, err)) return -1;
+    uint64_t need = (uint64_t)state + scratch;
+    if (eng->sessions_bytes + need > eng->session_room) {
+        df_session_opts d;
+        df_session_opts_default(&d);
+        return df_err_set(err, DF_ERR_NOMEM, -1,
+                          "a session with a context of %d tokens and batch %d needs %.3f GiB, but the memory plan "
+                          "(--mem %.2f GiB, planned for a context of %d) has %.3f GiB left for sessions: "
+                          "lower --ctx or raise --mem",
+                          opts && opts->n_ctx > 0 ? opts->n_ctx : d.n_ctx,
+                          opts && opts->max_batch > 0 ? opts->max_batch : d.max_batch, gib(need),
+                          gib(eng->plan.budget), eng->plan.n_ctx, gib(eng->session_room - eng->sessions_bytes));
+    }
+    if (session_alloc(eng, opts, 0, out, NULL, NULL, err)) return -1;
+    (*out)->bytes = need;
+    eng->sessions_bytes += need;
+    return 0;
 }
 
 void df_session_free(df_session *s)
 {
     if (!s) return;
+    s->eng->sessions_bytes -= s->bytes;
     float **fl[] = {&s->kda_S, &s->kda_hist, &s->mla_cache, &s->H, &s->anchors, &s->ain, &s->xn, &s->att,
                     &s->min, &s->y, &s->ffn, &s->big0, &s->big1, &s->big2, &s->big3, &s->big4, &s->big5,
                     &s->small0, &s->small1, &s->probs, &s->logits_tmp, &s->worker_buf, &s->route_w, &s->zp,
@@ -603,15 +671,32 @@ int df_argmax(const float *logits, int n)
     return best;
 }
 
-static void embed_rows(const df_engine *eng, const int32_t *ids, int T, float *H)
+/* Embedding rows.  A resident trunk keeps the embedding mapped (counted in
+ * the plan); a streamed one reads each row from the file into H (BF16 rows
+ * land in the row's first half and are widened from the end, so no value is
+ * overwritten before it is read): touching rows of a mapping would grow the
+ * resident set with every new token, outside the budget. */
+static int embed_rows(const df_engine *eng, const int32_t *ids, int T, float *H, df_error *err)
 {
     const k3_config *c = &eng->cfg;
+    size_t es = eng->embed.type == W_BF16 ? 2 : 4;
     for (int t = 0; t < T; t++) {
         size_t base = (size_t)ids[t] * c->h;
         float *row = H + (size_t)t * c->h;
+        if (eng->ts.on) {
+            size_t n = (size_t)c->h * es;
+            uint64_t off = eng->embed_off + (uint64_t)base * es;
+            if (model_pread_fd(eng->shards[eng->embed_shard].fd, (uint8_t *)row, n, off))
+                return df_err_set(err, DF_ERR_IO, (int64_t)off, "%s: reading the embedding row of token %d failed",
+                                  eng->shards[eng->embed_shard].path, ids[t]);
+            if (es == 2)
+                for (int i = c->h - 1; i >= 0; i--) row[i] = load_bf16(row, (size_t)i);
+            continue;
+        }
         for (int i = 0; i < c->h; i++)
             row[i] = eng->embed.type == W_BF16 ? load_bf16(eng->embed.data, base + i) : load_f32(eng->embed.data, base + i);
     }
+    return 0;
 }
 
 static void add_rows(float *dst, const float *src, size_t n)
@@ -700,7 +785,7 @@ static int forward_chunk(df_session *s, const int32_t *ids, int T, float *logits
     uint64_t hits0 = eng->cache.hits, miss0 = eng->cache.misses, bytes0 = eng->store.st.bytes_io;
     uint64_t pfi0 = eng->pf_issued, pfu0 = eng->cache.pf_used, late0 = eng->cache.late;
     double wait0 = eng->store.st.wait_sec;
-    embed_rows(eng, ids, T, s->H);
+    if (embed_rows(eng, ids, T, s->H, err)) goto fail;
     if (dbg) dbg->embedding_norm = l2norm(s->H + dt * h, (int)h);
     int n_anc = 0;
     for (int il = 0; il < c->NL; il++) {

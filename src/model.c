@@ -251,6 +251,12 @@ typedef struct loader {
     st_file *files;
     name_entry *names;
     size_t n_names;
+    /* config only (df_plan_model on a config.json): every tensor is made
+     * up with the expected shape, BF16 floats and U8 experts as K3 ships,
+     * laid out one after another */
+    int synthetic;
+    st_tensor syn;
+    uint64_t syn_off;
 } loader;
 
 static int cmp_entry(const void *a, const void *b)
@@ -295,6 +301,17 @@ static void fmt_shape(const st_tensor *t, char *buf, size_t n)
 static const st_tensor *expect(loader *ld, const char *name, int64_t d0, int64_t d1, int64_t d2, unsigned dtypes,
                                int *shard, df_error *err)
 {
+    if (ld->synthetic) {
+        st_tensor *y = &ld->syn;
+        y->dtype = dtypes & (1u << ST_BF16) ? ST_BF16 : dtypes & (1u << ST_U8) ? ST_U8 : ST_F32;
+        y->n_dims = d2 ? 3 : d1 ? 2 : 1;
+        y->shape[0] = d0, y->shape[1] = d1, y->shape[2] = d2;
+        y->nbytes = (uint64_t)d0 * (uint64_t)(d1 ? d1 : 1) * (uint64_t)(d2 ? d2 : 1) * st_dtype_size(y->dtype);
+        y->offset = ld->syn_off;
+        ld->syn_off += y->nbytes;
+        *shard = 0;
+        return y;
+    }
     const st_tensor *t = find_tensor(ld, name, shard, err);
     if (!t) return NULL;
     const char *path = ld->files[*shard].path;
@@ -339,6 +356,21 @@ int model_map_mat(df_engine *eng, int layer, int shard, uint64_t off, uint64_t n
                   int cols, const char *name, wmat *out, df_error *err)
 {
     shard_map *sm = &eng->shards[shard];
+    if (eng->headers_only) {
+        /* df_plan_model: sizes only, nothing mapped */
+        eng->trunk_mapped_bytes += nbytes;
+        if (layer < 0) eng->embed_bytes = nbytes;
+        if (eng->n_trunk == eng->cap_trunk) {
+            eng->cap_trunk = eng->cap_trunk ? eng->cap_trunk * 2 : 256;
+            eng->trunk = xrealloc(eng->trunk, (size_t)eng->cap_trunk * sizeof *eng->trunk);
+        }
+        eng->trunk[eng->n_trunk++] = (trunk_tensor){.layer = layer, .w = out, .shard = shard, .off = off, .nbytes = nbytes};
+        memset(out, 0, sizeof *out);
+        out->type = type;
+        out->rows = rows;
+        out->cols = cols;
+        return 0;
+    }
     if (sm->fd < 0) {
         sm->fd = open(sm->path, O_RDONLY | O_CLOEXEC);
         if (sm->fd < 0) return df_err_set(err, DF_ERR_IO, -1, "%s: cannot open: %s", sm->path, strerror(errno));
@@ -358,6 +390,11 @@ int model_map_mat(df_engine *eng, int layer, int shard, uint64_t off, uint64_t n
     eng->maps[eng->n_maps].size = span ? span : 1;
     eng->n_maps++;
     eng->trunk_mapped_bytes += nbytes;
+    if (layer < 0) {
+        eng->embed_bytes = nbytes;
+        eng->embed_shard = shard;
+        eng->embed_off = off;
+    }
     if (eng->n_trunk == eng->cap_trunk) {
         eng->cap_trunk = eng->cap_trunk ? eng->cap_trunk * 2 : 256;
         eng->trunk = xrealloc(eng->trunk, (size_t)eng->cap_trunk * sizeof *eng->trunk);
@@ -380,8 +417,20 @@ float *model_own_vec(df_engine *eng, size_t n)
     }
     float *v = aligned_alloc_zero(n * sizeof(float));
     CHECK(v);
+    eng->owned_bytes += align_up(n * sizeof(float), 64);
     eng->owned[eng->n_owned++] = v;
     return v;
+}
+
+int model_pread_fd(int fd, uint8_t *dst, size_t n, uint64_t off)
+{
+    for (size_t got = 0; got < n;) {
+        ssize_t r = pread(fd, dst + got, n - got, (off_t)(off + got));
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) return -1;
+        got += (size_t)r;
+    }
+    return 0;
 }
 
 int model_pread(const char *path, uint8_t *dst, size_t n, uint64_t off, df_error *err)
@@ -411,8 +460,8 @@ static float *load_vec(loader *ld, const char *name, int64_t d0, int64_t d1, int
     const st_tensor *t = expect(ld, name, d0, d1, d2, dtypes, &shard, err);
     if (!t) return NULL;
     size_t n = (size_t)d0 * (size_t)(d1 ? d1 : 1) * (size_t)(d2 ? d2 : 1);
-    uint8_t *raw = xmalloc(t->nbytes ? t->nbytes : 1);
-    if (model_pread(ld->files[shard].path, raw, t->nbytes, t->offset, err)) {
+    uint8_t *raw = xcalloc(t->nbytes ? t->nbytes : 1, 1);
+    if (!ld->eng->headers_only && model_pread(ld->files[shard].path, raw, t->nbytes, t->offset, err)) {
         free(raw);
         return NULL;
     }
@@ -641,6 +690,44 @@ done:
     free(ld.files);
     free(ld.names);
     return rc;
+}
+
+/* A config.json alone: the model's sizes for the planner (headers_only
+ * must be set; nothing is read but the config). */
+int model_load_config_only(df_engine *eng, const char *path, df_error *err)
+{
+    char *text = NULL;
+    size_t len = 0;
+    k3_config *c = &eng->cfg;
+    CHECK(eng->headers_only);
+    if (read_small_file(path, &text, &len, 64u << 20, err)) return -1;
+    int rc = k3_config_parse(text, len, c, err);
+    free(text);
+    if (rc) {
+        df_err_prefix(err, "%s", path);
+        return -1;
+    }
+    eng->shards = xcalloc(1, sizeof *eng->shards);
+    eng->shards[0].fd = -1;
+    eng->shards[0].path = xstrdup(path);
+    eng->n_shards = 1;
+    st_file fake = {.path = eng->shards[0].path};
+    loader ld = {.eng = eng, .dir = path, .files = &fake, .synthetic = 1};
+    ld.cur_layer = -1;
+    if (bind_mat(&ld, PFX "model.embed_tokens.weight", c->V, c->h, &eng->embed, err)) return -1;
+    ld.cur_layer = c->NL;
+    if (bind_mat(&ld, PFX "lm_head.weight", c->V, c->h, &eng->lm_head, err)) return -1;
+    if (!(eng->final_norm = load_vec(&ld, PFX "model.norm.weight", c->h, 0, 0, DT_FLOAT, err))) return -1;
+    if (!(eng->out_res_nwpw = nwpw(&ld, PFX "model.output_attn_res_norm.weight",
+                                   PFX "model.output_attn_res_proj.weight", c->h, err)))
+        return -1;
+    expert_store_init(&eng->store, c->NL, c->E, c->I, c->Lt);
+    model_layers_alloc(eng);
+    for (int il = 0; il < c->NL; il++) {
+        ld.cur_layer = il;
+        if (bind_layer(&ld, il, err)) return -1;
+    }
+    return 0;
 }
 
 void model_unload(df_engine *eng)

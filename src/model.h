@@ -132,7 +132,9 @@ struct df_engine {
     trunk_tensor *trunk;      /* every mapped trunk matrix */
     int n_trunk, cap_trunk;
     trunk_stream ts;
-    int trunk_paged;          /* the trunk did not fit the budget: the kernel pages it */
+    uint64_t embed_bytes;     /* the embedding's share of trunk_mapped_bytes */
+    int embed_shard;          /* where its rows are (read by row when the trunk streams) */
+    uint64_t embed_off;
     expert_store store;
     expert_cache cache;
     threadpool *pool;
@@ -171,7 +173,11 @@ struct df_engine {
     uint64_t *pf_tries, *pf_predicted, *pf_correct, *pf_actual;   /* [NL] */
     uint64_t pf_issued, pf_landed;
     char *trace_buf;
-    uint64_t plan_budget, plan_trunk, plan_state, plan_scratch, plan_reserve;
+    df_plan plan;             /* plan.c's decision, acted on at open */
+    uint64_t session_room;    /* bytes sessions may take: the planned one + the plan's unused part */
+    uint64_t sessions_bytes;  /* taken by the sessions alive now */
+    uint64_t owned_bytes;     /* owned f32 vectors */
+    int headers_only;         /* df_plan_model: sizes from headers, no weight read or mapped */
     float **owned;            /* owned f32 vectors, freed at close */
     int n_owned, cap_owned;
 };
@@ -198,6 +204,7 @@ typedef struct dbg_record {
 struct df_session {
     df_engine *eng;
     int n_ctx, max_batch, pos;
+    uint64_t bytes;           /* state + scratch, counted against the engine's session_room */
     /* KDA state */
     float *kda_S;             /* [n_kda][Hk][Dk][Dk] */
     float *kda_hist;          /* [n_kda][3][Wc-1][P] raw projections, oldest first */
@@ -244,6 +251,8 @@ int model_map_mat(df_engine *eng, int layer, int shard, uint64_t off, uint64_t n
 void model_layers_alloc(df_engine *eng);
 /* A zeroed f32 array freed with the engine. */
 float *model_own_vec(df_engine *eng, size_t n);
+/* Read n bytes at off (no allocation; the token loop may call it); -1 on error. */
+int model_pread_fd(int fd, uint8_t *dst, size_t n, uint64_t off);
 int model_pread(const char *path, uint8_t *dst, size_t n, uint64_t off, df_error *err);
 /* model_gguf.c: the same model from one llama.cpp kimi-k3 GGUF file */
 int model_load_gguf(df_engine *eng, const char *path, df_error *err);
@@ -253,6 +262,8 @@ struct gguf_file;
 int k3_config_from_gguf(const struct gguf_file *g, k3_config *c, df_error *err);
 void k3_config_free(k3_config *c);
 int model_load(df_engine *eng, const char *dir, df_error *err);
+/* Sizes from a config.json alone (eng->headers_only set): a BF16 trunk and MXFP4 experts as K3 ships. */
+int model_load_config_only(df_engine *eng, const char *path, df_error *err);
 void model_unload(df_engine *eng);
 
 /* trunk_stream.c: the trunk read layer by layer into two buffers (one

@@ -130,8 +130,8 @@ static float *gvec(gload *gl, const char *name, int64_t n0, int64_t n1, int64_t 
     const gguf_tensor *t = gfind(gl, name, 3, ne, T_F32 | T_BF16 | T_F16, err);
     if (!t) return NULL;
     size_t n = (size_t)(n0 * n1 * n2);
-    uint8_t *raw = xmalloc(t->nbytes ? (size_t)t->nbytes : 1);
-    if (model_pread(gl->g[gl->at].path, raw, (size_t)t->nbytes, t->offset, err)) {
+    uint8_t *raw = xcalloc(t->nbytes ? (size_t)t->nbytes : 1, 1);
+    if (!gl->eng->headers_only && model_pread(gl->g[gl->at].path, raw, (size_t)t->nbytes, t->offset, err)) {
         free(raw);
         return NULL;
     }

@@ -7,7 +7,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <stdint.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <fcntl.h>
 #include <unistd.h>
 
 int t_failed_now, t_skipped_now;
@@ -100,6 +103,43 @@ int gen_model(const char *name, const char *args, char *out, size_t n)
     int rc = system(cmd);
     if (rc) t_fail(__FILE__, __LINE__, "k3gen failed: %s", cmd);
     return rc ? -1 : 0;
+}
+
+static void drain(int fd, char *buf, size_t n)
+{
+    size_t len = 0;
+    char sink[4096];
+    for (;;) {
+        ssize_t k = buf && len + 1 < n ? read(fd, buf + len, n - 1 - len) : read(fd, sink, sizeof sink);
+        if (k <= 0) break;
+        if (buf && len + 1 < n) len += (size_t)k;
+    }
+    if (buf && n) buf[len] = 0;
+    close(fd);
+}
+
+int t_run(const char *const *argv, char *out, size_t n_out, char *err, size_t n_err)
+{
+    char tmpl[] = "/tmp/df_t_run_XXXXXX";
+    int efd = mkstemp(tmpl);
+    int po[2];
+    if (efd < 0 || pipe(po) != 0) return -1;
+    unlink(tmpl);
+    pid_t pid = fork();
+    if (pid == 0) {
+        dup2(po[1], 1);
+        dup2(efd, 2);
+        close(po[0]);
+        execv(argv[0], (char *const *)(uintptr_t)argv);
+        _exit(127);
+    }
+    close(po[1]);
+    drain(po[0], out, n_out);
+    int status;
+    if (waitpid(pid, &status, 0) != pid) return -1;
+    lseek(efd, 0, SEEK_SET);
+    drain(efd, err, n_err);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
 int test_main(const test_case *tests, int n, int argc, char **argv)

@@ -36,6 +36,10 @@ void test_scratch_remove(void);
 /* Generate a model with k3gen into <scratch>/name (reused if present);
  * writes its path to out.  Returns 0, or records a failure and returns -1. */
 int gen_model(const char *name, const char *args, char *out, size_t n);
+/* Run argv (argv[0] a path) to completion; its stdout and stderr go to
+ * out and err (NUL-terminated, truncated to the sizes; either may be NULL).
+ * Returns the exit status, or -1 when it did not exit normally. */
+int t_run(const char *const *argv, char *out, size_t n_out, char *err, size_t n_err);
 
 #define TCHECK(cond) do { if (!(cond)) t_fail(__FILE__, __LINE__, "%s", #cond); } while (0)
 #define TCHECKF(cond, ...) do { if (!(cond)) t_fail(__FILE__, __LINE__, __VA_ARGS__); } while (0)

@@ -1,0 +1,161 @@
+/* plan.c - see plan.h: where --mem goes, decided from sizes alone.
+ *
+ * Order of the decision:
+ *   fixed   = session state + scratch + reserve + small vectors
+ *   minimum = fixed + k expert slots (one token's experts must fit at once)
+ *   trunk   = resident (all matrices + the mapped embedding) when it fits
+ *             beside the minimum and streaming is not forced; otherwise two
+ *             layer buffers (the embedding is then read by row, never
+ *             mapped); otherwise the budget is refused with the numbers.
+ *   cache   = what is left (capped at every expert), or --expert-cache,
+ *             which must fit beside the rest (refused otherwise).
+ * The expected reads per token assume uniform routing for the hit rate:
+ * an estimate for sizing a machine, labelled as such where printed.
+ */
+#include "plan.h"
+#include "util.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+static double gib(uint64_t b) { return (double)b / (double)(1ull << 30); }
+
+uint64_t plan_reserve_bytes(int n_threads, int vocab)
+{
+    /* the binary, libc, thread stacks as touched, I/O rings and the front
+     * end's buffers: measured ~10 MiB (VmHWM of a run on the bundled model
+     * with a 1 MiB cache: 11 MiB); the tokenizer's tables grow with the
+     * vocabulary (~64 bytes per token) */
+    return (16ull << 20) + (uint64_t)(n_threads > 0 ? n_threads : 1) * (1ull << 20) +
+           (uint64_t)(vocab > 0 ? vocab : 0) * 64u;
+}
+
+static void fill_common(const plan_sizes *sz, const plan_request *rq, df_plan *p)
+{
+    memset(p, 0, sizeof *p);
+    p->budget = rq->budget;
+    p->budget_given = rq->budget_given;
+    p->trunk_bytes = sz->trunk_bytes;
+    p->embed_bytes = sz->embed_bytes;
+    p->vec_bytes = sz->vec_bytes;
+    p->state_bytes = sz->state_bytes;
+    p->scratch_bytes = sz->scratch_bytes;
+    p->reserve_bytes = sz->reserve_bytes;
+    p->n_ctx = sz->n_ctx;
+    p->max_batch = sz->max_batch;
+    p->n_experts = sz->n_experts;
+    p->expert_bytes = sz->expert_bytes;
+    p->slot_bytes = sz->slot_bytes;
+    p->k = sz->k;
+    p->n_moe_layers = sz->n_moe_layers;
+    p->cache_forced = rq->expert_cache_bytes > 0;
+    p->expert_read_cold = (uint64_t)sz->n_moe_layers * (uint64_t)sz->k * sz->expert_bytes;
+}
+
+static void finish(df_plan *p, const plan_sizes *sz, int tlfu)
+{
+    uint64_t n = p->n_slots;
+    if (tlfu && n > (uint64_t)sz->k) {
+        p->n_transient = (uint64_t)sz->k;
+        p->n_slots = n - p->n_transient;
+    }
+    p->cache_bytes = n * sz->slot_bytes;
+    p->used = p->trunk_used + p->state_bytes + p->scratch_bytes + p->reserve_bytes + p->vec_bytes + p->cache_bytes;
+    p->trunk_read_per_token = p->trunk_mode == DF_TRUNK_STREAMED ? sz->trunk_bytes : 0;
+    p->est_hit_rate = sz->n_experts ? (double)p->n_slots / (double)sz->n_experts : 1.0;
+    if (p->est_hit_rate > 1) p->est_hit_rate = 1;
+    p->expert_read_est = (uint64_t)((double)p->expert_read_cold * (1.0 - p->est_hit_rate) + 0.5);
+}
+
+int plan_compute(const plan_sizes *sz, const plan_request *rq, df_plan *p, df_error *err)
+{
+    fill_common(sz, rq, p);
+    const uint64_t budget = rq->budget, slot = sz->slot_bytes, k = (uint64_t)sz->k;
+    const uint64_t fixed = sz->state_bytes + sz->scratch_bytes + sz->reserve_bytes + sz->vec_bytes;
+    const uint64_t resident = sz->trunk_bytes + sz->embed_bytes, streamed = 2 * sz->stream_buf_bytes;
+    const uint64_t min_cache = k * slot;
+    uint64_t cache = rq->expert_cache_bytes ? rq->expert_cache_bytes / slot * slot : 0;
+    if (rq->expert_cache_bytes && cache < min_cache) cache = min_cache;
+    if (cache > sz->n_experts * slot && sz->n_experts) cache = sz->n_experts * slot;
+    const uint64_t need_cache = rq->expert_cache_bytes ? cache : min_cache;
+    const char *what = rq->budget_given ? "--mem" : "the default budget (70% of RAM; set --mem)";
+
+    int fit_res = rq->trunk_stream <= 0 && fixed + resident + need_cache <= budget;
+    int fit_str = rq->trunk_stream >= 0 && fixed + streamed + need_cache <= budget;
+    if (fit_res) {
+        p->trunk_mode = DF_TRUNK_RESIDENT;
+        p->trunk_used = resident;
+    } else if (fit_str) {
+        p->trunk_mode = DF_TRUNK_STREAMED;
+        p->trunk_used = streamed;
+        p->trunk_buf_bytes = sz->stream_buf_bytes;
+    } else {
+        /* the cheapest configuration allowed, for the message and the caller */
+        int str = rq->trunk_stream >= 0;
+        p->trunk_mode = str ? DF_TRUNK_STREAMED : DF_TRUNK_RESIDENT;
+        p->trunk_used = str ? streamed : resident;
+        p->trunk_buf_bytes = str ? sz->stream_buf_bytes : 0;
+        p->n_slots = need_cache / (slot ? slot : 1);
+        finish(p, sz, 0);
+        return df_err_set(err, DF_ERR_NOMEM, -1,
+                          "%s %.3f GiB cannot hold this model with a context of %d tokens: it needs %.3f GiB "
+                          "(trunk %s %.3f GiB + context state %.3f GiB + scratch %.3f GiB (batch %d) + small "
+                          "vectors %.3f GiB + reserve %.3f GiB + expert cache %.3f GiB (%s)); raise --mem%s%s",
+                          what, gib(budget), sz->n_ctx, gib(p->used),
+                          str ? "streamed through two buffers" : "resident", gib(p->trunk_used), gib(sz->state_bytes),
+                          gib(sz->scratch_bytes), sz->max_batch, gib(sz->vec_bytes), gib(sz->reserve_bytes),
+                          gib(need_cache),
+                          rq->expert_cache_bytes ? "--expert-cache" : "one token's experts",
+                          sz->state_bytes > budget / 4 ? " or lower --ctx" : "",
+                          rq->expert_cache_bytes ? " or lower --expert-cache" :
+                          rq->trunk_stream < 0 ? " or allow --trunk-stream auto" : "");
+    }
+    uint64_t left = budget - fixed - p->trunk_used;
+    if (rq->expert_cache_bytes) {
+        p->n_slots = cache / slot;
+    } else {
+        p->n_slots = left / slot;
+        if (sz->n_experts && p->n_slots > sz->n_experts) p->n_slots = sz->n_experts;
+    }
+    if (p->n_slots < k) p->n_slots = k;
+    if (p->n_slots > (uint64_t)INT32_MAX / 2) p->n_slots = (uint64_t)INT32_MAX / 2;
+    finish(p, sz, rq->tlfu);
+    CHECK(p->used <= budget);
+    return 0;
+}
+
+void df_plan_summary(const df_plan *p, char *buf, size_t n)
+{
+    snprintf(buf, n,
+             "plan: --mem %.2f GiB%s: trunk %.2f GiB %s, context %d tokens %.3f GiB, scratch %.3f GiB, "
+             "expert cache %.2f GiB (%" PRIu64 " of %" PRIu64 " experts), unused %.2f GiB",
+             gib(p->budget), p->budget_given ? "" : " (default)", gib(p->trunk_used),
+             p->trunk_mode == DF_TRUNK_STREAMED ? "streamed" : "resident", p->n_ctx, gib(p->state_bytes),
+             gib(p->scratch_bytes), gib(p->cache_bytes), p->n_slots + p->n_transient, p->n_experts,
+             gib(p->budget - p->used));
+}
+
+void df_plan_print(const df_plan *p, const char *prefix, FILE *f)
+{
+    fprintf(f, "%smemory plan for --mem %.2f GiB%s (context %d tokens, batch %d):\n", prefix, gib(p->budget),
+            p->budget_given ? "" : " (default: 70% of RAM)", p->n_ctx, p->max_batch);
+    if (p->trunk_mode == DF_TRUNK_STREAMED)
+        fprintf(f, "%s  trunk, streamed (2 buffers)   %10.3f GiB  (%.3f GiB re-read per forward pass)\n", prefix,
+                gib(p->trunk_used), gib(p->trunk_bytes));
+    else
+        fprintf(f, "%s  trunk, resident               %10.3f GiB  (matrices %.3f + embedding %.3f)\n", prefix,
+                gib(p->trunk_used), gib(p->trunk_bytes), gib(p->embed_bytes));
+    fprintf(f, "%s  small vectors (f32)           %10.3f GiB\n", prefix, gib(p->vec_bytes));
+    fprintf(f, "%s  KDA state + MLA cache         %10.3f GiB\n", prefix, gib(p->state_bytes));
+    fprintf(f, "%s  scratch                       %10.3f GiB\n", prefix, gib(p->scratch_bytes));
+    fprintf(f, "%s  process reserve               %10.3f GiB\n", prefix, gib(p->reserve_bytes));
+    fprintf(f, "%s  expert cache%s %10.3f GiB  (%" PRIu64 " of %" PRIu64 " experts%s, %.2f MiB each)\n",
+            prefix, p->cache_forced ? " (--expert-cache)" : "                 ", gib(p->cache_bytes),
+            p->n_slots, p->n_experts, p->n_transient ? " + transient" : "", (double)p->expert_bytes / (1 << 20));
+    fprintf(f, "%s  unused                        %10.3f GiB\n", prefix, gib(p->budget - p->used));
+    fprintf(f, "%s  per decoded token: trunk read %.3f GiB; experts %.3f GiB with nothing cached, ~%.3f GiB at "
+               "this cache (uniform-routing estimate, hit rate %.2f)\n",
+            prefix, gib(p->trunk_read_per_token), gib(p->expert_read_cold), gib(p->expert_read_est),
+            p->est_hit_rate);
+}

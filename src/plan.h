@@ -1,0 +1,54 @@
+/* plan.h - the memory plan as a pure function (L3).
+ *
+ * Owns: the decision of where every byte of --mem goes: the trunk resident
+ * or streamed through two layer buffers, the session (state + scratch at
+ * the planned context and batch), a process reserve and the expert cache
+ * with what is left.  It allocates nothing and touches no file: inputs are
+ * sizes (from an open engine, or computed from a config alone for
+ * `deltafin plan`), the output is a df_plan (engine.h) or an error that
+ * gives the numbers.  The engine acts on the plan; tests check the plan.
+ *
+ * Invariant: a returned plan has used <= budget.  A configuration that
+ * cannot fit is refused (-1, DF_ERR_NOMEM) with what it would need; nothing
+ * is silently left outside the budget (there is no "paged" trunk mode: a
+ * file mapping's pages count in the resident set like any other).
+ */
+#ifndef DF_PLAN_H
+#define DF_PLAN_H
+
+#include <stdint.h>
+#include "df_error.h"
+#include "engine.h"
+
+typedef struct plan_sizes {
+    uint64_t trunk_bytes;      /* layer matrices + output head (streamed or resident) */
+    uint64_t embed_bytes;      /* the embedding: mapped when resident, read by row when streamed */
+    uint64_t vec_bytes;        /* small vectors upcast to f32 at load */
+    uint64_t stream_buf_bytes; /* one trunk-stream buffer: the largest layer, aligned reads */
+    uint64_t expert_bytes;     /* one routed expert's bytes on disk */
+    uint64_t slot_bytes;       /* one cache slot (aligned) */
+    uint64_t n_experts;        /* routed experts in the model (MoE layers x E) */
+    int k;                     /* experts per token */
+    int n_moe_layers;
+    uint64_t state_bytes;      /* the planned session: KDA state + MLA cache at n_ctx */
+    uint64_t scratch_bytes;    /* its scratch at max_batch */
+    uint64_t reserve_bytes;    /* binary, libc, stacks, I/O rings, tokenizer */
+    int n_ctx, max_batch;
+} plan_sizes;
+
+typedef struct plan_request {
+    uint64_t budget;           /* bytes (> 0) */
+    int budget_given;          /* 1: the user's --mem; 0: the default share of RAM */
+    int trunk_stream;          /* 0 auto, 1 always, -1 never */
+    uint64_t expert_cache_bytes; /* 0: what is left; else this much (must fit) */
+    int tlfu;                  /* TLFU keeps k transient slots out of the cache's share */
+} plan_request;
+
+/* The process reserve for n_threads workers and a tokenizer of `vocab`. */
+uint64_t plan_reserve_bytes(int n_threads, int vocab);
+
+/* Fill *p from sz and rq, or fail with the numbers (p is still filled with
+ * what the cheapest configuration would need, for messages and tables). */
+int plan_compute(const plan_sizes *sz, const plan_request *rq, df_plan *p, df_error *err);
+
+#endif

@@ -1,0 +1,344 @@
+/* test_plan.c - --mem as a promise: the planner (pure), the plan of a model
+ * from its config or headers alone (K3's own config included), peak RSS of
+ * real runs against the budget, and the command line's option tables. */
+#define _GNU_SOURCE
+#include "harness.h"
+#include "model.h"
+#include "plan.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define MiB (1ull << 20)
+#define GiB (1ull << 30)
+
+static plan_sizes k3ish(void)
+{
+    plan_sizes z = {.trunk_bytes = 800 * MiB, .embed_bytes = 40 * MiB, .vec_bytes = 2 * MiB,
+                    .stream_buf_bytes = 40 * MiB, .expert_bytes = 3 * MiB, .slot_bytes = 3 * MiB + 8192,
+                    .n_experts = 4000, .k = 8, .n_moe_layers = 20, .state_bytes = 30 * MiB,
+                    .scratch_bytes = 10 * MiB, .reserve_bytes = 20 * MiB, .n_ctx = 4096, .max_batch = 32};
+    return z;
+}
+
+/* Every plan that is accepted fits; every refusal is a budget below the
+ * cheapest configuration, and its message carries the numbers. */
+static void test_plan_never_over_budget(void)
+{
+    plan_sizes z = k3ish();
+    int ok = 0, refused = 0;
+    for (int ts = -1; ts <= 1; ts++)
+        for (uint64_t b = 16 * MiB; b < 64 * GiB; b = b * 5 / 4) {
+            for (int forced = 0; forced < 3; forced++) {
+                plan_request rq = {.budget = b, .budget_given = 1, .trunk_stream = ts,
+                                   .expert_cache_bytes = forced == 0 ? 0 : forced == 1 ? 100 * MiB : 2 * GiB,
+                                   .tlfu = forced == 2};
+                df_plan p;
+                df_error err = {0};
+                if (plan_compute(&z, &rq, &p, &err) == 0) {
+                    ok++;
+                    TCHECKF(p.used <= b, "budget %llu: used %llu", (unsigned long long)b, (unsigned long long)p.used);
+                    TCHECK(p.n_slots + p.n_transient >= (uint64_t)z.k);
+                    if (rq.expert_cache_bytes) TCHECK(p.cache_bytes <= rq.expert_cache_bytes);
+                    if (ts < 0) TCHECK(p.trunk_mode == DF_TRUNK_RESIDENT);
+                    if (ts > 0) TCHECK(p.trunk_mode == DF_TRUNK_STREAMED);
+                } else {
+                    refused++;
+                    TCHECK(err.code == DF_ERR_NOMEM);
+                    TCHECKF(p.used > b, "refused at %llu although the minimum %llu fits", (unsigned long long)b,
+                            (unsigned long long)p.used);
+                    TCHECKF(strstr(err.msg, "needs") && strstr(err.msg, "GiB"), "message without numbers: %s",
+                            err.msg);
+                }
+            }
+        }
+    TCHECK(ok > 50 && refused > 10);
+}
+
+static void test_plan_modes(void)
+{
+    plan_sizes z = k3ish();
+    df_plan p;
+    df_error err = {0};
+    /* everything fits: resident trunk, cache capped at every expert */
+    plan_request big = {.budget = 64 * GiB, .budget_given = 1};
+    TCHECK(plan_compute(&z, &big, &p, &err) == 0);
+    TCHECK(p.trunk_mode == DF_TRUNK_RESIDENT && p.n_slots == z.n_experts && p.trunk_read_per_token == 0);
+    /* the trunk does not fit beside the minimum: streamed, re-read each token */
+    plan_request mid = {.budget = 300 * MiB, .budget_given = 1};
+    TCHECK(plan_compute(&z, &mid, &p, &err) == 0);
+    TCHECK(p.trunk_mode == DF_TRUNK_STREAMED && p.trunk_used == 2 * z.stream_buf_bytes);
+    TCHECK(p.trunk_read_per_token == z.trunk_bytes);
+    /* never streamed: refused, naming the option */
+    plan_request off = {.budget = 300 * MiB, .budget_given = 1, .trunk_stream = -1};
+    memset(&err, 0, sizeof err);
+    TCHECK(plan_compute(&z, &off, &p, &err) != 0 && strstr(err.msg, "--trunk-stream"));
+    /* --expert-cache larger than what is left: refused, naming the option */
+    plan_request cache = {.budget = 1 * GiB, .budget_given = 1, .expert_cache_bytes = 900 * MiB};
+    memset(&err, 0, sizeof err);
+    TCHECK(plan_compute(&z, &cache, &p, &err) != 0 && strstr(err.msg, "--expert-cache"));
+    /* a context too large for the budget names --ctx */
+    plan_sizes wide = z;
+    wide.state_bytes = 4 * GiB;
+    memset(&err, 0, sizeof err);
+    TCHECK(plan_compute(&wide, &mid, &p, &err) != 0 && strstr(err.msg, "--ctx"));
+}
+
+/* Sizes from a config.json alone equal the sizes from the headers. */
+static void same_sizes(const char *dir)
+{
+    char cfg[600];
+    snprintf(cfg, sizeof cfg, "%s/config.json", dir);
+    df_plan_opts o = {.mem_budget = 4 * GiB, .n_threads = 2};
+    df_plan a, b;
+    df_model_info ia, ib;
+    df_error err = {0};
+    TCHECKF(df_plan_model(dir, &o, &a, &ia, &err) == 0, "%s: %s", dir, err.msg);
+    TCHECKF(df_plan_model(cfg, &o, &b, &ib, &err) == 0, "%s: %s", cfg, err.msg);
+    TCHECKF(a.trunk_bytes == b.trunk_bytes, "trunk %llu vs %llu", (unsigned long long)a.trunk_bytes,
+            (unsigned long long)b.trunk_bytes);
+    TCHECK(a.embed_bytes == b.embed_bytes);
+    TCHECK(a.vec_bytes == b.vec_bytes);
+    TCHECK(a.state_bytes == b.state_bytes && a.scratch_bytes == b.scratch_bytes);
+    TCHECK(a.expert_bytes == b.expert_bytes && a.n_experts == b.n_experts && a.n_slots == b.n_slots);
+    TCHECK(ia.n_layers == ib.n_layers && ia.vocab == ib.vocab && ia.n_experts == ib.n_experts);
+}
+
+static void test_plan_config_equals_headers(void)
+{
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/k3-tiny-a/checkpoint", testdata_dir());
+    same_sizes(dir);
+    if (gen_model("plan_small", "--preset small --seed 3", dir, sizeof dir) == 0) same_sizes(dir);
+}
+
+/* K3 itself, from the spec's config: the trunk counted independently here
+ * from the tensor roster (spec 3.1), BF16. */
+static void test_plan_k3_config(void)
+{
+    char cfg[512];
+    snprintf(cfg, sizeof cfg, "%s/k3/config.json", testdata_dir());
+    const uint64_t h = 7168, V = 163840, P = 96 * 128, Dk = 128, Hk = 96, Hm = 96, Rq = 1536, Rkv = 512, dn = 128,
+                   dr = 64, dv = 128, Dff = 33792, E = 896, Ns = 2, I = 3072, Lt = 3584;
+    uint64_t kda = 4 * P * h + Dk * h + P * Dk + Hk * h + h * P;
+    uint64_t mla = Rq * h + Hm * (dn + dr) * Rq + (Rkv + dr) * h + Hm * (dn + dv) * Rkv + Hm * dv * h + h * Hm * dv;
+    uint64_t moe = E * h + Lt * h + h * Lt + 3 * Ns * I * h;
+    uint64_t trunk = 2 * (69 * kda + 24 * mla + 3 * Dff * h + 92 * moe + V * h);
+    uint64_t expert = 3 * I * Lt / 2 + 3 * I * Lt / 32;
+    TCHECK(expert == 17547264); /* the spec's figure */
+    static const uint64_t mem[] = {24, 64, 128, 512};
+    for (int i = 0; i < 4; i++) {
+        df_plan_opts o = {.mem_budget = mem[i] * GiB, .n_threads = 16};
+        df_plan p;
+        df_error err = {0};
+        TCHECKF(df_plan_model(cfg, &o, &p, NULL, &err) == 0, "%llu GiB: %s", (unsigned long long)mem[i], err.msg);
+        TCHECKF(p.trunk_bytes == trunk, "trunk %llu, expected %llu", (unsigned long long)p.trunk_bytes,
+                (unsigned long long)trunk);
+        TCHECK(p.embed_bytes == 2 * V * h);
+        TCHECK(p.expert_bytes == expert && p.n_experts == 92 * E);
+        TCHECK(p.expert_read_cold == 92ull * 16 * expert); /* ~25.8 GB a token with nothing cached */
+        TCHECK(p.used <= p.budget);
+        /* ~105 GiB of trunk: streamed below it, resident above */
+        TCHECK(p.trunk_mode == (mem[i] < 128 ? DF_TRUNK_STREAMED : DF_TRUNK_RESIDENT));
+        TCHECK(p.trunk_read_per_token == (mem[i] < 128 ? trunk : 0));
+    }
+    /* below two layer buffers + one token's experts + the context: refused */
+    df_plan_opts tiny = {.mem_budget = 3 * GiB, .n_threads = 16};
+    df_plan p;
+    df_error err = {0};
+    TCHECK(df_plan_model(cfg, &tiny, &p, NULL, &err) != 0 && err.code == DF_ERR_NOMEM);
+}
+
+/* ---------------------------------------------------------------- CLI */
+
+static char out_[1 << 16], err_[1 << 16];
+
+static int cli(const char *const *args)
+{
+    return t_run(args, out_, sizeof out_, err_, sizeof err_);
+}
+
+static long peak_kb(void)
+{
+    const char *p = strstr(out_, "\"peak_rss_kb\":");
+    return p ? strtol(p + 14, NULL, 10) : -1;
+}
+
+#define DF build_bin("deltafin")
+
+static void check_peak(const char *what, const char *mem_s, uint64_t mem)
+{
+    long kb = peak_kb();
+    fprintf(stderr, "    %s: peak RSS %.1f MiB with --mem %s\n", what, kb / 1024.0, mem_s);
+    TCHECKF(kb > 0 && (uint64_t)kb * 1024 <= mem + mem / 20, "%s: peak %ld kB over --mem %s + 5%%", what, kb, mem_s);
+}
+
+/* The audit's three ways past --mem, and a long generation. */
+static void test_cli_mem_is_a_promise(void)
+{
+    if (getenv("DF_SANITIZED")) TSKIP("sanitizer runtimes inflate RSS");
+    char tiny[512], dir[512];
+    snprintf(tiny, sizeof tiny, "%s/k3-tiny-a/checkpoint", testdata_dir());
+    /* 1. the context is planned before anything is allocated: --ctx caps it */
+    const char *a1[] = {DF, "run", "--model", tiny, "--prompt-ids", "1,2,3", "--ctx", "64", "--max-new", "1000000",
+                        "--mem", "40M", "--bench-json", NULL};
+    TCHECKF(cli(a1) == 0, "%s", err_);
+    check_peak("--ctx 64 --max-new 1000000", "40M", 40 * MiB);
+    TCHECK(strstr(err_, "context is full") != NULL);
+    TCHECK(strstr(err_, "plan: --mem") != NULL); /* the one-line plan is always shown */
+    /* without --ctx the context is prompt + --max-new: refused with the numbers */
+    const char *a2[] = {DF, "run", "--model", tiny, "--prompt-ids", "1,2,3", "--max-new", "1000000", "--mem", "40M",
+                        NULL};
+    TCHECK(cli(a2) == 1);
+    TCHECKF(strstr(err_, "1000004") && strstr(err_, "needs") && strstr(err_, "--ctx"), "%s", err_);
+
+    if (gen_model("plan_rss", "--preset small --set num_experts=512 --seed 9", dir, sizeof dir)) return;
+    /* 2. a budget that holds neither the trunk nor its two stream buffers is
+     * refused (it used to be paged by the kernel, outside the budget) */
+    const char *a3[] = {DF, "run", "--model", dir, "--prompt-ids", "1,2,3", "--mem", "20M", "--ctx", "64", NULL};
+    TCHECK(cli(a3) == 1 && strstr(err_, "cannot hold this model"));
+    const char *a4[] = {DF, "run", "--model", dir, "--prompt-ids", "1,2,3", "--mem", "30M", "--ctx", "64",
+                        "--trunk-stream", "off", NULL};
+    TCHECK(cli(a4) == 1 && strstr(err_, "--trunk-stream"));
+    /* 3. --expert-cache is inside --mem */
+    const char *a5[] = {DF, "run", "--model", dir, "--prompt-ids", "1,2,3", "--mem", "48M", "--expert-cache", "300M",
+                        "--ctx", "64", NULL};
+    TCHECK(cli(a5) == 1 && strstr(err_, "--expert-cache"));
+    const char *a6[] = {DF, "run", "--model", dir, "--prompt-ids", "1,2,3,4,5,6,7,8", "--mem", "48M",
+                        "--expert-cache", "6M", "--ctx", "64", "--batch", "8", "--threads", "2", "--max-new", "24",
+                        "--bench-json", NULL};
+    TCHECKF(cli(a6) == 0, "%s", err_);
+    check_peak("--expert-cache 6M", "48M", 48 * MiB);
+    /* a long generation with the trunk streamed (embedding rows read, not mapped) */
+    const char *a7[] = {DF, "run", "--model", dir, "--prompt-ids", "1,2,3,4,5,6,7,8", "--mem", "30M", "--ctx", "600",
+                        "--batch", "8", "--threads", "2", "--max-new", "500", "--bench-json", NULL};
+    TCHECKF(cli(a7) == 0, "%s", err_);
+    check_peak("500 tokens, trunk streamed", "30M", 30 * MiB);
+}
+
+/* info and plan read no weight: checked with strace (every read of a
+ * shard is a pread of its header or nothing). */
+static void test_cli_plan_reads_no_weights(void)
+{
+    char tiny[512];
+    snprintf(tiny, sizeof tiny, "%s/k3-tiny-a/checkpoint", testdata_dir());
+    const char *a[] = {DF, "plan", "--model", tiny, "--mem", "1G", NULL};
+    TCHECKF(cli(a) == 0, "%s", err_);
+    TCHECK(strstr(out_, "memory plan for --mem 1.00 GiB") && strstr(out_, "expert cache"));
+    const char *st = "/usr/bin/strace";
+    if (access(st, X_OK) != 0) TSKIP("strace is not installed: cannot check which bytes info reads");
+    char log[600];
+    snprintf(log, sizeof log, "%s/strace.log", test_scratch());
+    const char *b[] = {st, "-f", "-qq", "-o", log, "-e", "trace=pread64,read,mmap", "-e", "signal=none", DF, "info",
+                       "--model", tiny, NULL};
+    int rc = cli(b);
+    if (rc != 0 && strstr(err_, "ptrace")) TSKIP("ptrace is not permitted here: %s", err_);
+    TCHECKF(rc == 0, "%s", err_);
+    /* the largest single read of info must be a header, not a tensor: the
+     * tiny shards' headers are < 64 KiB; its trunk and experts are larger in sum */
+    FILE *f = fopen(log, "r");
+    TCHECK(f != NULL);
+    if (!f) return;
+    char line[1024];
+    long total = 0, maps = 0;
+    while (fgets(line, sizeof line, f)) {
+        const char *m = strstr(line, "mmap(");
+        if (strstr(line, "read64(") || strstr(line, "read(")) {
+            const char *eq = strrchr(line, '=');
+            long n = eq ? strtol(eq + 1, NULL, 10) : 0;
+            if (n > 0) total += n;
+        }
+        /* a shared read-only file mapping would be a tensor */
+        if (m && strstr(line, "MAP_SHARED") && !strstr(line, "PROT_WRITE")) maps++;
+    }
+    fclose(f);
+    TCHECKF(maps == 0, "info mapped %ld tensors", maps);
+    /* what it reads is the config, the index and the headers (~0.4 MB
+     * here, libraries included); the shards are 1.7 MB */
+    fprintf(stderr, "    info read %ld bytes in all\n", total);
+    TCHECKF(total < 1000 * 1000, "info read %ld bytes", total);
+}
+
+static void test_cli_options_per_command(void)
+{
+    char tiny[512];
+    snprintf(tiny, sizeof tiny, "%s/k3-tiny-a/checkpoint", testdata_dir());
+    const char *a1[] = {DF, "info", "--model", tiny, "--slots", "3", NULL};
+    TCHECK(cli(a1) == 2 && strstr(err_, "--slots") && strstr(err_, "info"));
+    const char *a2[] = {DF, "info", "--model", tiny, "--to", "/tmp", NULL};
+    TCHECK(cli(a2) == 2 && strstr(err_, "--to"));
+    const char *a3[] = {DF, "run", "--model", tiny, "--prompt-ids", "1,2", "stray", NULL};
+    TCHECK(cli(a3) == 2 && strstr(err_, "stray"));
+    const char *a4[] = {DF, "tokenize", "--model", tiny, "--decode", "1,x", NULL};
+    TCHECK(cli(a4) == 2 && strstr(err_, "--decode") && !strstr(err_, "--prompt-ids"));
+    /* -- ends the options: the text may start with dashes */
+    const char *a5[] = {DF, "tokenize", "--model", tiny, "--", "--special", NULL};
+    TCHECKF(cli(a5) == 0 && strchr(out_, ','), "%s", err_);
+    const char *a6[] = {DF, "run", "--model", tiny, "--prompt", "a", "--prompt-ids", "1", NULL};
+    TCHECK(cli(a6) == 2);
+    /* a heat file that cannot be written is refused at start, not at exit */
+    const char *a7[] = {DF, "run", "--model", tiny, "--prompt-ids", "1,2", "--heat", "/nonexistent/dir/heat", NULL};
+    TCHECK(cli(a7) == 1 && strstr(err_, "/nonexistent/dir/heat"));
+}
+
+/* run --prompt honours --dump-logits, --print-ids and --bench-json: the
+ * same rows and ids as --prompt-ids with the prompt's own ids. */
+static void test_cli_prompt_outputs(void)
+{
+    char tiny[512], d1[600], d2[600];
+    snprintf(tiny, sizeof tiny, "%s/k3-tiny-a/checkpoint", testdata_dir());
+    snprintf(d1, sizeof d1, "%s/text.logits", test_scratch());
+    snprintf(d2, sizeof d2, "%s/ids.logits", test_scratch());
+    const char *t[] = {DF, "tokenize", "--model", tiny, "Hello world, this is", NULL};
+    TCHECK(cli(t) == 0);
+    char ids[4096];
+    snprintf(ids, sizeof ids, "%.4000s", out_);
+    ids[strcspn(ids, "\n")] = 0;
+    const char *a[] = {DF, "run", "--model", tiny, "--prompt", "Hello world, this is", "--max-new", "5",
+                       "--dump-logits", d1, "--print-ids", "--bench-json", NULL};
+    TCHECKF(cli(a) == 0, "%s", err_);
+    TCHECK(strstr(out_, "\"engine\":\"deltafin\"") != NULL);
+    char text_out[8192];
+    snprintf(text_out, sizeof text_out, "%.8000s", out_);
+    const char *b[] = {DF, "run", "--model", tiny, "--prompt-ids", ids, "--max-new", "5", "--dump-logits", d2,
+                       "--print-ids", NULL};
+    TCHECKF(cli(b) == 0, "%s", err_);
+    /* the ids line of --prompt-ids appears in the text run's output */
+    char line[4096];
+    snprintf(line, sizeof line, "%.4000s", out_);
+    line[strcspn(line, "\n")] = 0;
+    TCHECKF(strlen(line) > 0 && strstr(text_out, line), "ids %s not in %s", line, text_out);
+    FILE *f1 = fopen(d1, "rb"), *f2 = fopen(d2, "rb");
+    TCHECK(f1 && f2);
+    if (!f1 || !f2) return;
+    int same = 1;
+    long n = 0;
+    for (int c1, c2;; n++) {
+        c1 = fgetc(f1), c2 = fgetc(f2);
+        if (c1 != c2) same = 0;
+        if (c1 == EOF || c2 == EOF) break;
+    }
+    fclose(f1);
+    fclose(f2);
+    TCHECKF(same && n > 0, "the dumps differ (%ld bytes compared)", n);
+}
+
+static const test_case tests[] = {
+    {"plan_never_over_budget", test_plan_never_over_budget},
+    {"plan_modes", test_plan_modes},
+    {"plan_config_equals_headers", test_plan_config_equals_headers},
+    {"plan_k3_config", test_plan_k3_config},
+    {"cli_mem_is_a_promise", test_cli_mem_is_a_promise},
+    {"cli_plan_reads_no_weights", test_cli_plan_reads_no_weights},
+    {"cli_options_per_command", test_cli_options_per_command},
+    {"cli_prompt_outputs", test_cli_prompt_outputs},
+};
+
+int main(int argc, char **argv)
+{
+    int rc = test_main(tests, NTESTS(tests), argc, argv);
+    test_scratch_remove();
+    return rc;
+}
