@@ -60,33 +60,34 @@ def mm(x, w):
 
 # ---------------------------------------------------------------- MXFP4 helpers (training side)
 
-def mxfp4_quantize_codes(w):
-    """w [..., C] (C multiple of 32) -> (codes uint8 [..., C], scale bytes uint8 [..., C/32]).
-
-    Scale exponent: smallest e with max|w_group| / 2^e <= 6 (no clipping); values rounded to the
-    nearest E2M1 magnitude (ties away from the smaller magnitude resolved towards even code)."""
-    w = w.detach().to(torch.float64)
+def _mxfp4_scaled(w):
+    """-> (x = w / 2^e grouped [..., C/32, 32], e [..., C/32]) with e the smallest exponent such that
+    max|w_group| / 2^e <= 6 (no clipping), clamped to the E8M0 range."""
     shp = w.shape
     g = w.reshape(*shp[:-1], shp[-1] // 32, 32)
     amax = g.abs().amax(-1)
-    e = torch.ceil(torch.log2(torch.clamp(amax, min=1e-30) / 6.0))
-    e = torch.clamp(e, -127, 127)
-    e = torch.where(amax > 0, e, torch.full_like(e, -127.0))
+    m, E = torch.frexp(amax / 6.0)                       # amax/6 = m * 2^E, m in [0.5, 1)
+    e = torch.where(m > 0.5, E, E - 1).to(g.dtype)       # ceil(log2(amax/6))
+    e = torch.where(amax > 0, e, torch.full_like(e, -127.0)).clamp(-127, 127)
     x = g / torch.pow(2.0, e).unsqueeze(-1)
-    mags = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0], dtype=torch.float64)
-    a = x.abs().clamp(max=6.0)
-    # nearest magnitude; on ties prefer the even code (mantissa bit 0)
-    d = (a.unsqueeze(-1) - mags).abs()
-    dmin = d.min(-1, keepdim=True).values
-    cand = (d <= dmin + 1e-12)
-    idx = torch.arange(8)
-    score = cand.to(torch.int64) * 16 - (idx % 2)  # prefer even among ties
-    code = score.argmax(-1)
-    neg = (x < 0) & (code > 0)
-    code = code + neg.to(torch.int64) * 8
-    codes = code.reshape(shp).to(torch.uint8)
-    scale = (e + 127).to(torch.uint8)
-    return codes, scale
+    return x, e
+
+
+def _e2m1_round_mag(a):
+    """round |x| in [0, inf) to the nearest E2M1 magnitude, ties to the even code, clamp at 6."""
+    a = a.clamp(max=6.0)
+    return torch.where(a < 2.0, torch.round(a * 2.0) * 0.5,
+                       torch.where(a < 4.0, torch.round(a), torch.round(a * 0.5) * 2.0)).clamp(max=6.0)
+
+
+def mxfp4_quantize_codes(w):
+    """w [..., C] (C multiple of 32) -> (codes uint8 [..., C] (E2M1 nibbles), scale bytes uint8 [..., C/32])."""
+    w = w.detach()
+    x, e = _mxfp4_scaled(w)
+    m = _e2m1_round_mag(x.abs())
+    code = torch.where(m < 2.0, m * 2.0, torch.where(m < 4.0, m + 2.0, m * 0.5 + 4.0)).to(torch.int64)
+    code = code + ((x < 0) & (code > 0)).to(torch.int64) * 8
+    return code.reshape(w.shape).to(torch.uint8), (e + 127).to(torch.uint8)
 
 
 def mxfp4_dequant_codes(codes, scale, dtype=torch.float64):
@@ -99,9 +100,11 @@ def mxfp4_dequant_codes(codes, scale, dtype=torch.float64):
 
 
 def mxfp4_round(w):
-    """MXFP4 round-trip of w (same dtype)."""
-    c, s = mxfp4_quantize_codes(w)
-    return mxfp4_dequant_codes(c, s, w.dtype)
+    """MXFP4 round-trip of w (same dtype; identical values to mxfp4_dequant_codes(*mxfp4_quantize_codes(w)))."""
+    w = w.detach()
+    x, e = _mxfp4_scaled(w)
+    q = torch.sign(x) * _e2m1_round_mag(x.abs())
+    return (q * torch.pow(2.0, e).unsqueeze(-1)).reshape(w.shape)
 
 
 def mxfp4_ste(w):
@@ -141,10 +144,10 @@ class KDA(nn.Module):
             with torch.no_grad():
                 cv.weight.normal_(0.0, 0.1)
                 cv.weight[:, 0, -1] += 1.0
-        a = torch.zeros(self.D)
-        a[: self.H] = torch.log(torch.linspace(0.5, 4.0, self.H))
-        self.A_log = nn.Parameter(a)
-        self.dt_bias = nn.Parameter(torch.zeros(P))
+        # training init: A = exp(A_log) = 1 per head (entries >= H are padding, kept 0), dt_bias in
+        # [-5, -1] so that per-step decays exp(-5*sigmoid(z)) span long (0.97) to short (0.26) memory
+        self.A_log = nn.Parameter(torch.zeros(self.D))
+        self.dt_bias = nn.Parameter(torch.empty(P).uniform_(-5.0, -1.0))
         self.o_norm = ones(self.D)
 
     def forward(self, x):
@@ -166,12 +169,63 @@ class KDA(nn.Module):
         z = mm(mm(x, self.f_a_proj.weight), self.f_b_proj.weight) + self.dt_bias
         z = z.view(B, T, H, D)
         A = torch.exp(self.A_log[:H]).view(1, 1, H, 1)                      # per head (D1)
-        g = self.glb * torch.sigmoid(A * z)
-        decay = torch.exp(g)                                                 # [B,T,H,D]
-        o = kda_recurrence(q, k, v, beta, decay)                             # [B,T,H,D]
+        g = self.glb * torch.sigmoid(A * z)                                  # log-decay [B,T,H,D]
+        if KDA_MODE["chunk"]:
+            o = kda_chunked(q, k, v, beta, g, KDA_MODE["chunk"])
+        else:
+            o = kda_recurrence(q, k, v, beta, torch.exp(g))                  # [B,T,H,D]
         o = rmsnorm(o, self.o_norm.weight, self.eps)
         o = o * torch.sigmoid(mm(x, self.g_proj.weight).view(B, T, H, D))
         return mm(o.reshape(B, T, P), self.o_proj.weight)
+
+
+# chunk = 0: the literal per-position loop of spec 5.5; chunk = C > 0: the equivalent chunked
+# (WY) form below, much faster for training.
+KDA_MODE = {"chunk": 16}
+
+
+def kda_chunked(q, k, v, beta, g, C):
+    """Chunked form of the same recurrence. Within a chunk, with G_t = sum_{s<=t} g_s (per channel),
+    S_t = diag(e^{G_t}) S0 + sum_{s<=t} diag(e^{G_t-G_s}) k_s u_s^T, where the pseudo-values solve
+    u_t + beta_t sum_{s<t} (k_t e^{G_t-G_s} . k_s) u_s = beta_t (v_t - (k_t e^{G_t})^T S0)."""
+    B, T, H, D = q.shape
+    pad = (-T) % C
+    if pad:
+        z = lambda x: F.pad(x, (0, 0, 0, 0, 0, pad))
+        q, k, v, g = z(q), z(k), z(v), z(g)
+        beta = F.pad(beta, (0, 0, 0, pad))
+    n = (T + pad) // C
+    # -> [B,H,n,C,D]
+    r = lambda x: x.reshape(B, n, C, H, -1).permute(0, 3, 1, 2, 4)
+    q, k, v, g = r(q), r(k), r(v), r(g)
+    beta = beta.reshape(B, n, C, H).permute(0, 3, 1, 2)                      # [B,H,n,C]
+    G = torch.cumsum(g, dim=3)                                               # [B,H,n,C,D]
+    ref = G[:, :, :, C // 2: C // 2 + 1, :]                                  # mid-chunk reference
+    kin = k * torch.exp(G - ref)                                             # k_t e^{G_t - r}
+    kout = k * torch.exp(ref - G)                                            # k_s e^{r - G_s}
+    qin = q * torch.exp(G - ref)
+    strict = torch.ones(C, C, dtype=torch.bool, device=q.device).tril(-1)
+    incl = torch.ones(C, C, dtype=torch.bool, device=q.device).tril(0)
+    A = (kin @ kout.transpose(-1, -2)) * beta.unsqueeze(-1)
+    A = A.masked_fill(~strict, 0.0)
+    eye = torch.eye(C, dtype=q.dtype, device=q.device)
+    Mb = torch.linalg.solve_triangular(eye + A, torch.diag_embed(beta), upper=False, unitriangular=True)
+    eG = torch.exp(G)
+    W = Mb @ (k * eG)                                                        # [B,H,n,C,D]
+    Ub = Mb @ v
+    Pm = (qin @ kout.transpose(-1, -2)).masked_fill(~incl, 0.0)              # [B,H,n,C,C]
+    qG = q * eG
+    kend = k * torch.exp(G[:, :, :, -1:, :] - G)                             # k_s e^{G_C - G_s}
+    dend = eG[:, :, :, -1, :]                                                # [B,H,n,D]
+    S = q.new_zeros(B, H, D, v.shape[-1])
+    outs = []
+    for i in range(n):
+        U = Ub[:, :, i] - W[:, :, i] @ S
+        outs.append(qG[:, :, i] @ S + Pm[:, :, i] @ U)
+        S = dend[:, :, i].unsqueeze(-1) * S + kend[:, :, i].transpose(-1, -2) @ U
+    o = torch.stack(outs, 2)                                                 # [B,H,n,C,Dv]
+    o = o.permute(0, 2, 3, 1, 4).reshape(B, n * C, H, -1)
+    return o[:, :T]
 
 
 def kda_recurrence(q, k, v, beta, decay):

@@ -1,0 +1,234 @@
+"""Train a K3-architecture model (tools/train/k3.py) on uint16 token files.
+
+Time-budgeted: the schedule (warmup, cosine LR, MXFP4 QAT phase) is a function of the fraction
+of --minutes spent training, so a run ends on time whatever the machine's speed. Checkpoints
+(model + optimizer + schedule position) go to --out every --ckpt-minutes; --resume continues from
+<out>/last.pt (the elapsed training time is restored, so the schedule continues where it stopped).
+
+Router correction bias: K3's aux-loss-free balancing, not trained by gradient: after every step
+bias_e += gamma * sign(mean_load - load_e) per MoE layer.
+
+usage (detached):
+  nohup /usr/bin/python3 tools/train/train.py --preset mini --minutes 85 --out build/train_ckpt \
+      > build/train.log 2>&1 &
+"""
+import argparse
+import json
+import math
+import os
+import sys
+import time
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import configs  # noqa: E402
+import k3  # noqa: E402
+
+
+def log(*a):
+    print(time.strftime("%H:%M:%S"), *a, flush=True)
+
+
+class Data:
+    def __init__(self, path, V, seed):
+        self.a = np.memmap(path, dtype="<u2", mode="r") if path else None
+        self.V = V
+        self.rng = np.random.default_rng(seed)
+
+    def batch(self, B, T, rng=None):
+        rng = rng or self.rng
+        if self.a is None:
+            return torch.from_numpy(rng.integers(0, self.V, size=(B, T + 1)).astype(np.int64))
+        off = rng.integers(0, len(self.a) - T - 1, size=B)
+        return torch.from_numpy(np.stack([np.asarray(self.a[o:o + T + 1]) for o in off]).astype(np.int64))
+
+
+def lm_loss(model, x):
+    lg = model(x[:, :-1])
+    return F.cross_entropy(lg.reshape(-1, lg.shape[-1]), x[:, 1:].reshape(-1))
+
+
+@torch.no_grad()
+def evaluate(model, data, B, T, nb, seed=1234):
+    model.eval()
+    rng = np.random.default_rng(seed)
+    tot = 0.0
+    for _ in range(nb):
+        tot += lm_loss(model, data.batch(B, T, rng)).item()
+    model.train()
+    return tot / nb
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--preset", default="mini")
+    ap.add_argument("--config-over", default="{}", help="JSON dict of make_config overrides")
+    ap.add_argument("--train", default="build/train_data/train.u16")
+    ap.add_argument("--val", default="build/train_data/val.u16")
+    ap.add_argument("--random-data", action="store_true", help="smoke test on random ids")
+    ap.add_argument("--out", default="build/train_ckpt")
+    ap.add_argument("--minutes", type=float, default=85.0, help="training-time budget")
+    ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--seq", type=int, default=128)
+    ap.add_argument("--lr", type=float, default=2e-3)
+    ap.add_argument("--min-lr-frac", type=float, default=0.05)
+    ap.add_argument("--wd", type=float, default=0.1)
+    ap.add_argument("--warmup", type=int, default=60, help="warmup steps")
+    ap.add_argument("--qat-frac", type=float, default=0.12, help="last fraction of the budget with MXFP4 QAT")
+    ap.add_argument("--bias-gamma", type=float, default=1e-3)
+    ap.add_argument("--ckpt-minutes", type=float, default=5.0)
+    ap.add_argument("--eval-minutes", type=float, default=5.0)
+    ap.add_argument("--eval-batches", type=int, default=6)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--resume", action="store_true")
+    ap.add_argument("--init-from", default="", help="start from the weights of a checkpoint (no optimizer state)")
+    ap.add_argument("--distill-from", default="", help="teacher checkpoint (KL on its logits + LM loss)")
+    ap.add_argument("--max-steps", type=int, default=0)
+    args = ap.parse_args()
+
+    torch.set_num_threads(args.threads)
+    torch.set_num_interop_threads(1)
+    torch.manual_seed(args.seed)
+    os.makedirs(args.out, exist_ok=True)
+    last = os.path.join(args.out, "last.pt")
+
+    state = None
+    if args.resume:
+        state = torch.load(last, map_location="cpu")
+        cfg = state["config"]
+        log("resuming from", last, "step", state["step"], "elapsed %.1f min" % (state["elapsed"] / 60))
+    else:
+        cfg = configs.preset(args.preset, **json.loads(args.config_over))
+    c = k3.text_config(cfg)
+    V = c["vocab_size"]
+    model = k3.K3(cfg)
+    nparam = sum(p.numel() for p in model.parameters())
+    nexp = sum(m.w1.numel() + m.w2.numel() + m.w3.numel() for m in model.moe_layers())
+    log("params %d (routed experts %d, active/token ~%d)" %
+        (nparam, nexp, nparam - nexp + nexp * c["num_experts_per_token"] // c["num_experts"]))
+    json.dump(cfg, open(os.path.join(args.out, "config.json"), "w"), indent=1)
+
+    decay, no_decay = [], []
+    for n, p in model.named_parameters():
+        (decay if p.dim() >= 2 and "conv1d" not in n else no_decay).append(p)
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": args.wd},
+                             {"params": no_decay, "weight_decay": 0.0}], lr=args.lr, betas=(0.9, 0.95))
+    step, elapsed = 0, 0.0
+    if state is not None:
+        model.load_state_dict(state["model"])
+        opt.load_state_dict(state["opt"])
+        step, elapsed = state["step"], state["elapsed"]
+        np_rng_state = state.get("np_rng")
+    elif args.init_from:
+        model.load_state_dict(torch.load(args.init_from, map_location="cpu")["model"])
+        log("initialised from", args.init_from)
+
+    teacher = None
+    if args.distill_from:
+        ts = torch.load(args.distill_from, map_location="cpu")
+        teacher = k3.K3(ts["config"])
+        teacher.load_state_dict(ts["model"])
+        teacher.eval()
+        teacher.set_qat(True)
+        for p in teacher.parameters():
+            p.requires_grad_(False)
+        log("distilling from", args.distill_from)
+
+    train = Data(None if args.random_data else args.train, V, args.seed + step)
+    val = Data(None if args.random_data else args.val, V, 999)
+    if state is not None and np_rng_state is not None:
+        train.rng.bit_generator.state = np_rng_state
+
+    budget = args.minutes * 60.0
+    t_last = time.time()
+    t_ck = time.time()
+    t_ev = time.time()
+    run_loss, run_n = 0.0, 0
+    qat_on = False
+    t20 = time.time()
+
+    def save(tag="last"):
+        tmp = os.path.join(args.out, tag + ".pt.tmp")
+        torch.save({"config": cfg, "model": model.state_dict(), "opt": opt.state_dict(), "step": step,
+                    "elapsed": elapsed, "np_rng": train.rng.bit_generator.state, "args": vars(args),
+                    "qat": qat_on}, tmp)
+        os.replace(tmp, os.path.join(args.out, tag + ".pt"))
+
+    while elapsed < budget and (args.max_steps == 0 or step < args.max_steps):
+        frac = elapsed / budget
+        if step < args.warmup:
+            lr = args.lr * (step + 1) / args.warmup
+        else:
+            lr = args.lr * (args.min_lr_frac + (1 - args.min_lr_frac) * 0.5 * (1 + math.cos(math.pi * min(frac, 1.0))))
+        for g in opt.param_groups:
+            g["lr"] = lr
+        want_qat = frac >= 1.0 - args.qat_frac
+        if want_qat != qat_on:
+            qat_on = want_qat
+            model.set_qat(qat_on)
+            log("MXFP4 QAT", "on" if qat_on else "off", "at step", step)
+
+        x = train.batch(args.batch, args.seq)
+        if teacher is None:
+            loss = lm_loss(model, x)
+        else:
+            lg = model(x[:, :-1])
+            with torch.no_grad():
+                tl = teacher(x[:, :-1])
+            lml = F.cross_entropy(lg.reshape(-1, V), x[:, 1:].reshape(-1))
+            kl = F.kl_div(F.log_softmax(lg, -1).reshape(-1, V), F.log_softmax(tl, -1).reshape(-1, V),
+                          log_target=True, reduction="batchmean")
+            loss = 0.5 * lml + 0.5 * kl
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        gn = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        with torch.no_grad():
+            for m in model.moe_layers():
+                load = m.last_load.to(torch.float32)
+                m.gate.e_score_correction_bias += args.bias_gamma * torch.sign(load.mean() - load)
+        step += 1
+        now = time.time()
+        elapsed += now - t_last
+        t_last = now
+        run_loss += loss.item()
+        run_n += 1
+        if step % 20 == 0:
+            loads = [m.last_load.float() for m in model.moe_layers()]
+            imb = max((l.max() / l.mean()).item() for l in loads) if loads else 0.0
+            log("step %d elapsed %.1fm lr %.2e loss %.4f gnorm %.2f max-load/mean %.2f tok/s %.0f" %
+                (step, elapsed / 60, lr, run_loss / run_n, gn.item(), imb,
+                 args.batch * args.seq * run_n / max(1e-9, now - t20)))
+            t20 = now
+            run_loss, run_n = 0.0, 0
+        if now - t_ev > args.eval_minutes * 60:
+            v = evaluate(model, val, args.batch, args.seq, args.eval_batches)
+            log("step %d val loss %.4f (qat %s)" % (step, v, qat_on))
+            t_ev = time.time()
+            t_last = t_ev  # evaluation time is not training time
+        if now - t_ck > args.ckpt_minutes * 60:
+            save()
+            t_ck = time.time()
+            t_last = t_ck
+            log("checkpoint saved at step", step)
+    save()
+    save("final")
+    nb = args.eval_batches * 3
+    model.set_qat(False)
+    vb = evaluate(model, val, args.batch, args.seq, nb, seed=4321)
+    model.set_qat(True)
+    vq = evaluate(model, val, args.batch, args.seq, nb, seed=4321)
+    tl = evaluate(model, train, args.batch, args.seq, nb, seed=4321)
+    res = {"steps": step, "train_minutes": elapsed / 60, "tokens": step * args.batch * args.seq,
+           "val_loss_bf16_experts_fp32": vb, "val_loss_mxfp4_experts": vq, "train_loss_mxfp4_experts": tl,
+           "eval_tokens": nb * args.batch * args.seq}
+    json.dump(res, open(os.path.join(args.out, "final.json"), "w"), indent=1)
+    log("done", json.dumps(res))
+
+
+if __name__ == "__main__":
+    main()
