@@ -345,9 +345,9 @@ int df_engine_open(const char *model_dir, const df_engine_opts *opts, df_engine 
         return -1;
     }
     eng->quiet = opts->quiet;
-    eng->pf_on = eng->pf_active = !opts->no_prefetch;
-    eng->pf_ab_phase = 1;
-    eng->pf_ab_last = -1;
+    pf_timing_init(&eng->pf_t);
+    eng->pf_on = !opts->no_prefetch;
+    eng->pf_active = eng->pf_on && pf_timing_active(&eng->pf_t);
     eng->pf_k = opts->prefetch_k > 0 ? opts->prefetch_k : (eng->cfg.k + 1) / 2;
     if (eng->pf_k > eng->cfg.k) eng->pf_k = eng->cfg.k;
     size_t nl_ = (size_t)eng->cfg.NL;
@@ -495,10 +495,10 @@ void df_engine_stats(const df_engine *eng, df_stats *st)
     st->prefetch_used = eng->cache.pf_used;
     st->prefetch_wasted = eng->cache.pf_wasted;
     st->prefetch_late = eng->cache.late;
-    st->prefetch_ab_rounds = eng->pf_ab_rounds;
-    st->prefetch_ab_on = eng->pf_ab_last;
-    st->prefetch_ab_on_ms = 1e3 * eng->pf_ab_mean[1];
-    st->prefetch_ab_off_ms = 1e3 * eng->pf_ab_mean[0];
+    st->prefetch_ab_rounds = eng->pf_t.rounds;
+    st->prefetch_ab_on = eng->pf_t.last;
+    st->prefetch_ab_on_ms = 1e3 * eng->pf_t.mean[1];
+    st->prefetch_ab_off_ms = 1e3 * eng->pf_t.mean[0];
     for (int il = 0; il < eng->cfg.NL && eng->pf_predicted; il++) {
         st->prefetch_predicted += eng->pf_predicted[il];
         st->prefetch_correct += eng->pf_correct[il];
@@ -726,51 +726,15 @@ static void trace_routes(const df_session *s, int il, int T)
 
 /* One chunk of T <= max_batch positions.  logits: NULL, or [T][V] when
  * all_rows, or [V] for the last position. */
-/* Does the router look-ahead prefetch pay, in time?  Precision alone does
- * not say: with a large cache a wrong prediction evicts a useful expert, and
- * a prefetch in flight delays the next layer's demand reads.  So decode
- * steps (one position each, the steady state) are timed in windows of
- * PF_AB_WINDOW steps alternating on and off; after PF_AB_WINDOWS windows the
- * prefetch stays off when the off windows were faster by more than 3 %
- * (on otherwise) for PF_AB_HOLD steps, then the comparison is repeated
- * (the cache's contents and the disk change).  Steps that read nothing
- * (everything resident) say nothing and are not counted.  The choice never
- * changes results: prefetching only moves reads earlier. */
-#define PF_AB_WINDOW 4
-#define PF_AB_WINDOWS 6
-#define PF_AB_HOLD 256
-static void prefetch_ab_step(df_engine *eng, int T, double sec, uint64_t misses)
+/* The prefetch timing controller (prefetch_timing.c) sees every decode
+ * step (one position) while the prefetch is enabled. */
+static void prefetch_timing_step(df_engine *eng, int T, double sec)
 {
     if (!eng->pf_on || T != 1) return;
-    if (eng->pf_ab_hold) {
-        if (--eng->pf_ab_hold == 0) {
-            eng->pf_ab_phase = 1;
-            eng->pf_active = 1;
-        }
-        return;
-    }
-    if (!misses) return; /* nothing was read: the step says nothing about reads */
-    eng->pf_ab_sum[eng->pf_ab_phase] += sec;
-    eng->pf_ab_n[eng->pf_ab_phase]++;
-    if (++eng->pf_ab_steps < PF_AB_WINDOW) return;
-    eng->pf_ab_steps = 0;
-    eng->pf_ab_phase ^= 1;
-    eng->pf_active = eng->pf_ab_phase;
-    if (++eng->pf_ab_windows < PF_AB_WINDOWS) return;
-    double off = eng->pf_ab_sum[0] / eng->pf_ab_n[0], on = eng->pf_ab_sum[1] / eng->pf_ab_n[1];
-    int keep_on = !(off < on * 0.97);
-    eng->pf_ab_mean[0] = off;
-    eng->pf_ab_mean[1] = on;
-    eng->pf_ab_last = keep_on;
-    eng->pf_ab_rounds++;
-    eng->pf_active = keep_on;
-    eng->pf_ab_hold = PF_AB_HOLD;
-    eng->pf_ab_windows = 0;
-    eng->pf_ab_sum[0] = eng->pf_ab_sum[1] = 0;
-    eng->pf_ab_n[0] = eng->pf_ab_n[1] = 0;
-    if (!eng->quiet)
-        df_log("prefetch %s for the next %d tokens: decode steps took %.1f ms with it, %.1f ms without", keep_on ? "on" : "off",
-               PF_AB_HOLD, 1e3 * on, 1e3 * off);
+    if (pf_timing_step(&eng->pf_t, sec) && !eng->quiet)
+        df_log("prefetch %s for the next %d tokens: decode steps took %.1f ms with it, %.1f ms without",
+               eng->pf_t.last ? "on" : "off", PF_TIMING_HOLD, 1e3 * eng->pf_t.mean[1], 1e3 * eng->pf_t.mean[0]);
+    eng->pf_active = pf_timing_active(&eng->pf_t);
 }
 
 static int forward_chunk(df_session *s, const int32_t *ids, int T, float *logits, int all_rows, df_error *err)
@@ -871,7 +835,7 @@ static int forward_chunk(df_session *s, const int32_t *ids, int T, float *logits
         fprintf(eng->events, "]}\n");
         fflush(eng->events);
     }
-    prefetch_ab_step(eng, T, now_sec() - t_start, eng->cache.misses - miss0);
+    prefetch_timing_step(eng, T, now_sec() - t_start);
     s->pos += T;
     eng->tokens += (uint64_t)T;
     /* predictions may still be reading: they are taken in by later waits

@@ -14,6 +14,7 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 static const char *tensor_names[EX_N] = {"w1.weight_packed", "w1.weight_scale", "w2.weight_packed",
@@ -88,6 +89,29 @@ void expert_store_set(expert_store *s, int il, int e, int which, int file, uint6
     l->src[which] = off;
 }
 
+/* Are any of the pages of [off, off + len) in the page cache?  mincore on
+ * a mapping that is never touched: it reads nothing and, unlike a
+ * non-blocking read, starts no readahead (which would warm the very pages
+ * the probe is about to time). */
+static int span_cached(int fd, uint64_t off, uint64_t len)
+{
+    uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE), a = off & ~(page - 1);
+    size_t n = (size_t)(off + len - a);
+    void *m = mmap(NULL, n, PROT_READ, MAP_SHARED, fd, (off_t)a);
+    if (m == MAP_FAILED) return 0;
+    unsigned char vec[512];
+    size_t pages = (n + page - 1) / page;
+    int hit = 0;
+    for (size_t p0 = 0; p0 < pages && !hit; p0 += sizeof vec) {
+        size_t k = pages - p0 < sizeof vec ? pages - p0 : sizeof vec;
+        size_t bytes = p0 + k == pages ? n - p0 * page : k * page;
+        if (mincore((uint8_t *)m + p0 * page, bytes, vec) != 0) break;
+        for (size_t i = 0; i < k; i++) hit |= vec[i] & 1;
+    }
+    munmap(m, n);
+    return hit;
+}
+
 /* Time n reads of the experts keys[0..n) through fds (direct: aligned spans),
  * all in flight at once, after dropping them from the page cache.  Returns
  * bytes per second, or 0 on any failure. */
@@ -96,7 +120,14 @@ static double time_reads(expert_store *s, const size_t *keys, int n, int direct,
     io_req reqs[8];
     for (int i = 0; i < n; i++) {
         const expert_loc *l = &s->loc[keys[i]];
-        posix_fadvise(s->plain_fds[l->file], (off_t)l->span_off, (off_t)l->span_len, POSIX_FADV_DONTNEED);
+        int fd = s->plain_fds[l->file];
+        /* a freshly written model's pages are dirty, and DONTNEED drops
+         * only clean pages: write them back first, or the buffered probe
+         * reads from memory and buffered reads look faster than the drive */
+        sync_file_range(fd, (off_t)l->span_off, (off_t)l->span_len,
+                        SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER);
+        posix_fadvise(fd, (off_t)l->span_off, (off_t)l->span_len, POSIX_FADV_DONTNEED);
+        if (!direct && span_cached(fd, l->offset, s->expert_bytes)) s->probe_warm++;
         reqs[i] = direct ? (io_req){.fd = s->files[l->file].fd, .off = l->span_off, .len = l->span_len,
                                     .buf = buf + (size_t)i * s->slot_bytes, .tag = i}
                          : (io_req){.fd = s->plain_fds[l->file], .off = l->offset, .len = (size_t)s->expert_bytes,
@@ -142,7 +173,8 @@ static void choose_mode(expert_store *s, const uint8_t *moe_layer)
     aligned_free(buf);
     s->probe_direct_bps = direct;
     s->probe_buffered_bps = buffered;
-    if (!(buffered > direct * 1.15) || direct <= 0) return;
+    /* a probe that read from memory says nothing about the device */
+    if (s->probe_warm || !(buffered > direct * 1.15) || direct <= 0) return;
     for (int i = 0; i < s->n_files; i++) {
         df_file f;
         df_error e2 = {0};
@@ -381,11 +413,24 @@ int expert_store_queue(expert_store *s, int il, int e, uint8_t *slot, int64_t ta
     return 0;
 }
 
-static int cmp_req(const void *a, const void *b)
+static int req_before(const io_req *x, const io_req *y)
 {
-    const io_req *x = a, *y = b;
-    if (x->fd != y->fd) return x->fd < y->fd ? -1 : 1;
-    return x->off < y->off ? -1 : x->off > y->off;
+    return x->fd != y->fd ? x->fd < y->fd : x->off < y->off;
+}
+
+/* By (fd, offset), ties in submission order.  An insertion sort, not qsort:
+ * this runs in the token loop, and glibc's qsort mallocs its merge buffer
+ * (see the allocation guard in util.h).  A flush holds one group of a
+ * layer's misses or predictions (hundreds of requests), so the quadratic
+ * worst case stays small next to the reads it orders. */
+static void sort_reqs(io_req *r, int n)
+{
+    for (int i = 1; i < n; i++) {
+        io_req v = r[i];
+        int j = i;
+        for (; j > 0 && req_before(&v, &r[j - 1]); j--) r[j] = r[j - 1];
+        r[j] = v;
+    }
 }
 
 void expert_store_flush(expert_store *s)
@@ -395,7 +440,7 @@ void expert_store_flush(expert_store *s)
         if (s->batch[i].fd < 0) s->sync_done[s->n_sync_done++] = s->batch[i].tag;
         else s->batch[n++] = s->batch[i];
     }
-    qsort(s->batch, (size_t)n, sizeof *s->batch, cmp_req);
+    sort_reqs(s->batch, n);
     io_queue_submit(s->q, s->batch, n);
     s->n_batch = 0;
 }

@@ -89,6 +89,8 @@ typedef struct expert_store {
     int n_sync_done;
     expert_store_stats st;
     double probe_direct_bps, probe_buffered_bps;   /* IO_AUTO's startup measurement */
+    int probe_warm;             /* experts of the buffered probe found in the page cache before it
+                                   read them (0: the probe was cold, as it must be) */
     /* GGUF experts (ggml = 1) */
     int ggml;
     uint32_t piece_bytes[3];

@@ -21,6 +21,7 @@
 #include "expert_store.h"
 #include "file.h"
 #include "kernels.h"
+#include "prefetch_timing.h"
 #include "threadpool.h"
 
 enum { LAYER_KDA = 0, LAYER_MLA = 1 };
@@ -155,18 +156,7 @@ struct df_engine {
     int pf_active;            /* pf_on and the timing controller's current choice */
     int all_resident;         /* every routed expert was preloaded and the cache holds them all:
                                * nothing is ever read again, so nothing is predicted */
-    /* timing controller (engine.c): decode steps alternate windows with the
-     * prefetch on and off; when off is measurably faster it stays off for a
-     * while, then the comparison is made again */
-    int pf_ab_phase;          /* window being measured: 1 on, 0 off */
-    int pf_ab_steps;          /* steps in the current window */
-    int pf_ab_windows;        /* windows measured in the current round */
-    double pf_ab_sum[2];      /* step seconds this round, [off, on] */
-    int pf_ab_n[2];
-    uint64_t pf_ab_hold;      /* decode steps left before the next round (0 = measuring) */
-    int pf_ab_rounds;         /* rounds decided */
-    int pf_ab_last;           /* the last round's choice: 1 on, 0 off, -1 none yet */
-    double pf_ab_mean[2];     /* the last round's mean step seconds, [off, on] */
+    pf_timing pf_t;           /* the on/off timing controller (prefetch_timing.c) */
     uint8_t *pf_layer_on;     /* [NL] turned off where it does not pay */
     uint8_t *pf_pred;         /* [NL][E] the last prediction for each layer */
     int *pf_npred;            /* [NL] size of that prediction (0 = none pending) */

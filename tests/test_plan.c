@@ -325,7 +325,33 @@ static void test_cli_prompt_outputs(void)
     TCHECKF(same && n > 0, "the dumps differ (%ld bytes compared)", n);
 }
 
+/* --io auto's probe must time the device, not the page cache: on a model
+ * written a moment ago (dirty pages, which DONTNEED does not drop) every
+ * expert it reads buffered must be out of the page cache first. */
+static void test_io_auto_probe_is_cold(void)
+{
+    char dir[512];
+    if (gen_model("plan_fresh", "--preset small --set num_experts=64 --seed 5", dir, sizeof dir)) return;
+    df_engine_opts o;
+    df_engine_opts_default(&o);
+    o.quiet = 1;
+    o.n_threads = 1;
+    o.io_mode = "auto";
+    o.expert_cache_bytes = 1;
+    df_engine *eng;
+    df_error err = {0};
+    TCHECKF(df_engine_open(dir, &o, &eng, &err) == 0, "%s", err.msg);
+    if (!eng) return;
+    if (!eng->store.probe_direct_bps) {
+        df_engine_close(eng);
+        TSKIP("O_DIRECT is not available here: no probe ran");
+    }
+    TCHECKF(eng->store.probe_warm == 0, "%d probed experts were read from the page cache", eng->store.probe_warm);
+    df_engine_close(eng);
+}
+
 static const test_case tests[] = {
+    {"io_auto_probe_is_cold", test_io_auto_probe_is_cold},
     {"plan_never_over_budget", test_plan_never_over_budget},
     {"plan_modes", test_plan_modes},
     {"plan_config_equals_headers", test_plan_config_equals_headers},
