@@ -31,9 +31,9 @@ QUANT = {
 }
 
 
-def make_config(vocab=4096, hidden=256, layers=8, mla_every=4, kda_heads=4, kda_dim=64,
+def make_config(vocab=4096, hidden=192, layers=8, mla_every=4, kda_heads=4, kda_dim=64,
                 mla_heads=4, q_lora=128, kv_lora=64, nope=32, rope=16, v_dim=32,
-                dense_ff=768, experts=32, topk=4, shared=1, moe_ff=128, latent=128,
+                dense_ff=512, experts=32, topk=4, shared=1, moe_ff=128, latent=96,
                 block=4):
     V = vocab
     bos, eos, pad = V - 256, V - 256 + 2, V - 1

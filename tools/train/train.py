@@ -33,22 +33,34 @@ def log(*a):
 
 
 class Data:
-    def __init__(self, path, V, seed):
+    """Random windows of T+1 ids from a uint16 file; with a .mask file next to it (uint8 per id,
+    1 = prose or assistant-reply id), the loss only counts targets whose mask is 1."""
+
+    def __init__(self, path, V, seed, use_mask=True):
         self.a = np.memmap(path, dtype="<u2", mode="r") if path else None
+        mp = path[: -len(".u16")] + ".mask" if path else None
+        self.m = np.memmap(mp, dtype=np.uint8, mode="r") if (use_mask and mp and os.path.exists(mp)) else None
         self.V = V
         self.rng = np.random.default_rng(seed)
 
     def batch(self, B, T, rng=None):
         rng = rng or self.rng
         if self.a is None:
-            return torch.from_numpy(rng.integers(0, self.V, size=(B, T + 1)).astype(np.int64))
+            x = torch.from_numpy(rng.integers(0, self.V, size=(B, T + 1)).astype(np.int64))
+            return x, torch.ones(B, T)
         off = rng.integers(0, len(self.a) - T - 1, size=B)
-        return torch.from_numpy(np.stack([np.asarray(self.a[o:o + T + 1]) for o in off]).astype(np.int64))
+        x = torch.from_numpy(np.stack([np.asarray(self.a[o:o + T + 1]) for o in off]).astype(np.int64))
+        if self.m is None:
+            return x, torch.ones(B, T)
+        m = torch.from_numpy(np.stack([np.asarray(self.m[o + 1:o + T + 1]) for o in off]).astype(np.float32))
+        return x, m
 
 
-def lm_loss(model, x):
-    lg = model(x[:, :-1])
-    return F.cross_entropy(lg.reshape(-1, lg.shape[-1]), x[:, 1:].reshape(-1))
+def lm_loss(model, xb, logits=None):
+    x, m = xb
+    lg = model(x[:, :-1]) if logits is None else logits
+    ce = F.cross_entropy(lg.reshape(-1, lg.shape[-1]), x[:, 1:].reshape(-1), reduction="none")
+    return (ce * m.reshape(-1)).sum() / m.sum().clamp(min=1.0)
 
 
 @torch.no_grad()
@@ -71,8 +83,8 @@ def main():
     ap.add_argument("--random-data", action="store_true", help="smoke test on random ids")
     ap.add_argument("--out", default="build/train_ckpt")
     ap.add_argument("--minutes", type=float, default=85.0, help="training-time budget")
-    ap.add_argument("--batch", type=int, default=16)
-    ap.add_argument("--seq", type=int, default=128)
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--seq", type=int, default=256)
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--min-lr-frac", type=float, default=0.05)
     ap.add_argument("--wd", type=float, default=0.1)
@@ -87,6 +99,7 @@ def main():
     ap.add_argument("--resume", action="store_true")
     ap.add_argument("--init-from", default="", help="start from the weights of a checkpoint (no optimizer state)")
     ap.add_argument("--distill-from", default="", help="teacher checkpoint (KL on its logits + LM loss)")
+    ap.add_argument("--no-mask", action="store_true", help="train on every id (ignore the .mask files)")
     ap.add_argument("--max-steps", type=int, default=0)
     args = ap.parse_args()
 
@@ -138,8 +151,8 @@ def main():
             p.requires_grad_(False)
         log("distilling from", args.distill_from)
 
-    train = Data(None if args.random_data else args.train, V, args.seed + step)
-    val = Data(None if args.random_data else args.val, V, 999)
+    train = Data(None if args.random_data else args.train, V, args.seed + step, not args.no_mask)
+    val = Data(None if args.random_data else args.val, V, 999, not args.no_mask)
     if state is not None and np_rng_state is not None:
         train.rng.bit_generator.state = np_rng_state
 
@@ -172,16 +185,17 @@ def main():
             model.set_qat(qat_on)
             log("MXFP4 QAT", "on" if qat_on else "off", "at step", step)
 
-        x = train.batch(args.batch, args.seq)
+        xb = train.batch(args.batch, args.seq)
         if teacher is None:
-            loss = lm_loss(model, x)
+            loss = lm_loss(model, xb)
         else:
+            x, msk = xb
             lg = model(x[:, :-1])
             with torch.no_grad():
                 tl = teacher(x[:, :-1])
-            lml = F.cross_entropy(lg.reshape(-1, V), x[:, 1:].reshape(-1))
-            kl = F.kl_div(F.log_softmax(lg, -1).reshape(-1, V), F.log_softmax(tl, -1).reshape(-1, V),
-                          log_target=True, reduction="batchmean")
+            lml = lm_loss(model, xb, lg)
+            kl = (F.kl_div(F.log_softmax(lg, -1), F.log_softmax(tl, -1), log_target=True,
+                           reduction="none").sum(-1) * msk).sum() / msk.sum().clamp(min=1.0)
             loss = 0.5 * lml + 0.5 * kl
         opt.zero_grad(set_to_none=True)
         loss.backward()
