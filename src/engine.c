@@ -9,7 +9,9 @@
  */
 #define _GNU_SOURCE
 #include "heat.h"
+#include "expert_fetch.h"
 #include "plan.h"
+#include "prefetch.h"
 #include "model.h"
 #include "mathfn.h"
 #include "quant.h"
@@ -211,46 +213,13 @@ static int cmp_heat(const void *a, const void *b)
     return *(const int32_t *)a - *(const int32_t *)b;
 }
 
-/* Read the experts keys[0..n) (layer * E + expert) into the cache before
- * the first token, many reads in flight; returns the count read, -1 on a
- * failed read.  Warming is not use: hit, miss and read counters restart. */
+/* Warming is not use: hit, miss and read counters restart afterwards. */
 static long read_into_cache(df_engine *eng, const int32_t *keys, size_t n, df_error *err)
 {
-    const k3_config *c = &eng->cfg;
-    if (n > (size_t)eng->cache.n_slots) n = (size_t)eng->cache.n_slots;
-    size_t done = 0;
-    int rc = 0;
-    for (size_t b = 0; b < n && !rc; b += EXPERT_BATCH_MAX / 4) {
-        size_t e_ = b + EXPERT_BATCH_MAX / 4 < n ? b + EXPERT_BATCH_MAX / 4 : n;
-        for (size_t i = b; i < e_; i++) {
-            uint8_t *slot;
-            int il = keys[i] / c->E, e = keys[i] % c->E;
-            CHECK(expert_cache_acquire(&eng->cache, il, e, &slot) == EC_MISS);
-            if (expert_store_queue(&eng->store, il, e, slot, (int64_t)i, err)) {
-                expert_cache_abort(&eng->cache, il, e);
-                rc = -1;
-                break;
-            }
-        }
-        expert_store_flush(&eng->store);
-        int64_t tags[64];
-        int ok[64], got;
-        while ((got = expert_store_wait(&eng->store, tags, ok, 64, err)) > 0)
-            for (int j = 0; j < got; j++) {
-                int il = keys[tags[j]] / c->E, e = keys[tags[j]] % c->E;
-                if (ok[j]) {
-                    expert_cache_filled(&eng->cache, il, e);
-                    expert_cache_release(&eng->cache, il, e);
-                    done++;
-                } else {
-                    expert_cache_abort(&eng->cache, il, e);
-                    rc = -1;
-                }
-            }
-    }
+    long done = fetch_warm(eng, keys, n, err);
     eng->cache.hits = eng->cache.misses = 0;
     memset(&eng->store.st, 0, sizeof eng->store.st);
-    return rc ? -1 : (long)done;
+    return done;
 }
 
 /* --preload: when the cache holds every routed expert, read them all at
@@ -345,20 +314,7 @@ int df_engine_open(const char *model_dir, const df_engine_opts *opts, df_engine 
         return -1;
     }
     eng->quiet = opts->quiet;
-    pf_timing_init(&eng->pf_t);
-    eng->pf_on = !opts->no_prefetch;
-    eng->pf_active = eng->pf_on && pf_timing_active(&eng->pf_t);
-    eng->pf_k = opts->prefetch_k > 0 ? opts->prefetch_k : (eng->cfg.k + 1) / 2;
-    if (eng->pf_k > eng->cfg.k) eng->pf_k = eng->cfg.k;
-    size_t nl_ = (size_t)eng->cfg.NL;
-    eng->pf_layer_on = xmalloc(nl_);
-    memset(eng->pf_layer_on, 1, nl_);
-    eng->pf_pred = xcalloc(nl_ * (size_t)eng->cfg.E, 1);
-    eng->pf_npred = xcalloc(nl_, sizeof *eng->pf_npred);
-    eng->pf_tries = xcalloc(nl_, sizeof *eng->pf_tries);
-    eng->pf_predicted = xcalloc(nl_, sizeof *eng->pf_predicted);
-    eng->pf_correct = xcalloc(nl_, sizeof *eng->pf_correct);
-    eng->pf_actual = xcalloc(nl_, sizeof *eng->pf_actual);
+    prefetch_init(&eng->pf, eng->cfg.NL, eng->cfg.E, eng->cfg.k, opts->prefetch_k, !opts->no_prefetch);
     if (opts->heat_path) {
         /* it is written at close: a path that cannot be written is refused
          * now, not reported after the run */
@@ -435,19 +391,9 @@ void df_engine_close(df_engine *eng)
         free(eng->events_buf);
     }
     free(eng->layer_sec);
-    free(eng->pf_layer_on);
-    free(eng->pf_pred);
-    free(eng->pf_npred);
-    free(eng->pf_tries);
-    free(eng->pf_predicted);
-    free(eng->pf_correct);
-    free(eng->pf_actual);
+    prefetch_deinit(&eng->pf);
     /* prefetch reads may still be writing into cache slots */
-    if (eng->store.q) {
-        int64_t tags[64];
-        int ok[64];
-        while (expert_store_wait(&eng->store, tags, ok, 64, NULL) > 0) {}
-    }
+    if (eng->store.q) fetch_drain(eng, NULL);
     threadpool_free(eng->pool);
     trunk_stream_deinit(eng);
     expert_cache_deinit(&eng->cache);
@@ -489,20 +435,20 @@ void df_engine_stats(const df_engine *eng, df_stats *st)
     st->expert_reads = eng->store.st.n_reads;
     st->io_wait_sec = eng->store.st.wait_sec;
     for (int i = 0; i < eng->store.n_src && i < 8; i++) st->source_reads[i] = eng->store.src[i].reads;
-    st->prefetch_issued = eng->pf_issued;
+    st->prefetch_issued = eng->pf.issued;
     st->trunk_bytes_read = eng->ts.bytes_read;
     st->trunk_wait_sec = eng->ts.wait_sec;
     st->prefetch_used = eng->cache.pf_used;
     st->prefetch_wasted = eng->cache.pf_wasted;
     st->prefetch_late = eng->cache.late;
-    st->prefetch_ab_rounds = eng->pf_t.rounds;
-    st->prefetch_ab_on = eng->pf_t.last;
-    st->prefetch_ab_on_ms = 1e3 * eng->pf_t.mean[1];
-    st->prefetch_ab_off_ms = 1e3 * eng->pf_t.mean[0];
-    for (int il = 0; il < eng->cfg.NL && eng->pf_predicted; il++) {
-        st->prefetch_predicted += eng->pf_predicted[il];
-        st->prefetch_correct += eng->pf_correct[il];
-        st->prefetch_actual += eng->pf_actual[il];
+    st->prefetch_ab_rounds = eng->pf.timing.rounds;
+    st->prefetch_ab_on = eng->pf.timing.last;
+    st->prefetch_ab_on_ms = 1e3 * eng->pf.timing.mean[1];
+    st->prefetch_ab_off_ms = 1e3 * eng->pf.timing.mean[0];
+    for (int il = 0; il < eng->cfg.NL && eng->pf.predicted; il++) {
+        st->prefetch_predicted += eng->pf.predicted[il];
+        st->prefetch_correct += eng->pf.correct[il];
+        st->prefetch_actual += eng->pf.actual[il];
     }
 }
 
@@ -726,17 +672,6 @@ static void trace_routes(const df_session *s, int il, int T)
 
 /* One chunk of T <= max_batch positions.  logits: NULL, or [T][V] when
  * all_rows, or [V] for the last position. */
-/* The prefetch timing controller (prefetch_timing.c) sees every decode
- * step (one position) while the prefetch is enabled. */
-static void prefetch_timing_step(df_engine *eng, int T, double sec)
-{
-    if (!eng->pf_on || T != 1) return;
-    if (pf_timing_step(&eng->pf_t, sec) && !eng->quiet)
-        df_log("prefetch %s for the next %d tokens: decode steps took %.1f ms with it, %.1f ms without",
-               eng->pf_t.last ? "on" : "off", PF_TIMING_HOLD, 1e3 * eng->pf_t.mean[1], 1e3 * eng->pf_t.mean[0]);
-    eng->pf_active = pf_timing_active(&eng->pf_t);
-}
-
 static int forward_chunk(df_session *s, const int32_t *ids, int T, float *logits, int all_rows, df_error *err)
 {
     df_engine *eng = s->eng;
@@ -747,7 +682,7 @@ static int forward_chunk(df_session *s, const int32_t *ids, int T, float *logits
     int dt = T - 1;  /* debug position: the chunk's last */
     double t_start = now_sec(), t_layer = t_start;
     uint64_t hits0 = eng->cache.hits, miss0 = eng->cache.misses, bytes0 = eng->store.st.bytes_io;
-    uint64_t pfi0 = eng->pf_issued, pfu0 = eng->cache.pf_used, late0 = eng->cache.late;
+    uint64_t pfi0 = eng->pf.issued, pfu0 = eng->cache.pf_used, late0 = eng->cache.late;
     double wait0 = eng->store.st.wait_sec;
     if (embed_rows(eng, ids, T, s->H, err)) goto fail;
     if (dbg) dbg->embedding_norm = l2norm(s->H + dt * h, (int)h);
@@ -788,7 +723,7 @@ static int forward_chunk(df_session *s, const int32_t *ids, int T, float *logits
             dense_mlp_forward(s, L, s->y, T, s->ffn);
         }
         add_rows(s->H, s->ffn, Th);
-        moe_prefetch_next(s, il, T, s->H);
+        prefetch_after_layer(s, il, T, s->H);
         if (eng->events) {
             double t = now_sec();
             eng->layer_sec[il] = t - t_layer;
@@ -828,21 +763,21 @@ static int forward_chunk(df_session *s, const int32_t *ids, int T, float *logits
                 "\"prefetch_late\":%llu,\"layer_ms\":[",
                 s->pos, T, 1e3 * dt_s, (unsigned long long)hits, (unsigned long long)miss,
                 hits + miss ? (double)hits / (double)(hits + miss) : 1.0, (unsigned long long)bytes, 1e3 * wait,
-                dt_s > 0 ? wait / dt_s : 0.0, dt_s > 0 ? (double)bytes / dt_s / 1e9 : 0.0, eng->pf_active,
-                (unsigned long long)(eng->pf_issued - pfi0), (unsigned long long)(eng->cache.pf_used - pfu0),
+                dt_s > 0 ? wait / dt_s : 0.0, dt_s > 0 ? (double)bytes / dt_s / 1e9 : 0.0, eng->pf.active,
+                (unsigned long long)(eng->pf.issued - pfi0), (unsigned long long)(eng->cache.pf_used - pfu0),
                 (unsigned long long)(eng->cache.late - late0));
         for (int il = 0; il < c->NL; il++) fprintf(eng->events, "%s%.3f", il ? "," : "", 1e3 * eng->layer_sec[il]);
         fprintf(eng->events, "]}\n");
         fflush(eng->events);
     }
-    prefetch_timing_step(eng, T, now_sec() - t_start);
+    prefetch_step_timed(eng, T, now_sec() - t_start);
     s->pos += T;
     eng->tokens += (uint64_t)T;
     /* predictions may still be reading: they are taken in by later waits
      * (or when a group needs their slots), never waited for here */
     return 0;
 fail:
-    moe_drain_prefetches(s, NULL);
+    fetch_drain(eng, NULL);
     return -1;
 }
 

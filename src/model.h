@@ -21,7 +21,7 @@
 #include "expert_store.h"
 #include "file.h"
 #include "kernels.h"
-#include "prefetch_timing.h"
+#include "prefetch.h"
 #include "threadpool.h"
 
 enum { LAYER_KDA = 0, LAYER_MLA = 1 };
@@ -151,17 +151,9 @@ struct df_engine {
     char *events_buf;
     double *layer_sec;        /* [NL] time of each layer in the last call (events) */
     int quiet;
-    /* router look-ahead prefetch (moe.c) */
-    int pf_on, pf_k;
-    int pf_active;            /* pf_on and the timing controller's current choice */
+    prefetch pf;              /* the router look-ahead prefetch (prefetch.c) */
     int all_resident;         /* every routed expert was preloaded and the cache holds them all:
                                * nothing is ever read again, so nothing is predicted */
-    pf_timing pf_t;           /* the on/off timing controller (prefetch_timing.c) */
-    uint8_t *pf_layer_on;     /* [NL] turned off where it does not pay */
-    uint8_t *pf_pred;         /* [NL][E] the last prediction for each layer */
-    int *pf_npred;            /* [NL] size of that prediction (0 = none pending) */
-    uint64_t *pf_tries, *pf_predicted, *pf_correct, *pf_actual;   /* [NL] */
-    uint64_t pf_issued, pf_landed;
     char *trace_buf;
     df_plan plan;             /* plan.c's decision, acted on at open */
     uint64_t session_room;    /* bytes sessions may take: the planned one + the plan's unused part */
@@ -281,8 +273,6 @@ void attnres_mix(const float *anchors, int n_anchors, size_t anchor_stride, cons
 void kda_forward(df_session *s, const k3_layer *L, const float *x, int T, float *out);
 int mla_forward(df_session *s, const k3_layer *L, const float *x, int T, float *out, df_error *err);
 int moe_forward(df_session *s, int il, const k3_layer *L, const float *y, int T, float *out, df_error *err);
-void moe_prefetch_next(df_session *s, int il, int T, const float *H);
-int moe_drain_prefetches(df_session *s, df_error *err);
 void dense_mlp_forward(df_session *s, const k3_layer *L, const float *y, int T, float *out);
 
 #endif

@@ -9,10 +9,14 @@
  * own row; the weighted sum then runs per position in route order (the
  * descending biased score), so the result does not depend on which other
  * positions share the batch.  When more distinct experts are needed than the
- * cache has slots, they are processed in groups.
+ * cache has slots, they are processed in groups.  Reading them (and
+ * everything about slots and pins) is expert_fetch.c's; predicting the next
+ * layer's experts is prefetch.c's: this file is the FFN block only.
  */
 #include "model.h"
+#include "expert_fetch.h"
 #include "mathfn.h"
+#include "prefetch.h"
 #include "quant.h"
 #include "util.h"
 
@@ -107,216 +111,6 @@ static void run_experts(df_session *s, int il, const int *us, int n)
     mm_run(eng->pool, eng->kt, jobs, nj);
 }
 
-/* Read tags: a demand read carries its index into s->uniq; a prefetch
- * carries PF_TAG | layer << 16 | expert. */
-#define PF_TAG ((int64_t)1 << 31)
-
-/* A prefetch read landed (or failed).  Returns the index u of the current
- * group's expert it satisfies, or -1. */
-static int prefetch_landed(df_session *s, int64_t tag, int ok, int cur_il, int u0, int u1)
-{
-    df_engine *eng = s->eng;
-    int il = (int)((tag >> 16) & 0x7FFF), e = (int)(tag & 0xFFFF);
-    int waiting = -1;
-    if (il == cur_il)
-        for (int u = u0; u < u1; u++)
-            if (s->uniq[u] == e && !s->uniq_state[u]) waiting = u;
-    if (ok) {
-        expert_cache_filled(&eng->cache, il, e);
-        expert_cache_release(&eng->cache, il, e); /* the prefetch's own pin */
-        eng->pf_landed++;
-    } else if (waiting < 0) {
-        expert_cache_abort(&eng->cache, il, e);
-    }
-    return waiting;
-}
-
-/* Acquire experts uniq[u0..u1) and queue the misses' reads (submitted
- * together, sorted by offset).  An expert a prefetch is already reading is
- * waited for, not read twice.  Returns how many experts must still arrive;
- * *failed = -1 when a read could not even be queued (the group is still
- * finished normally, so every started read is waited for and every slot
- * given back). */
-static int experts_begin(df_session *s, int il, int u0, int u1, int *n_ready, int *failed, df_error *err)
-{
-    df_engine *eng = s->eng;
-    int n_wait = 0, rc = 0;
-    *n_ready = 0;
-    for (int u = u0; u < u1; u++) {
-        int e = s->uniq[u], r;
-        while ((r = expert_cache_acquire(&eng->cache, il, e, &s->uniq_slot[u])) == EC_FULL) {
-            /* every free slot is held by prefetches still reading (from an
-             * earlier call): take their completions, which unpin them */
-            int64_t tags[64];
-            int ok[64], n = expert_store_wait(&eng->store, tags, ok, 64, err);
-            CHECK(n > 0); /* a group never exceeds the slot count */
-            for (int i = 0; i < n; i++) {
-                CHECK(tags[i] & PF_TAG); /* this group's own reads are not submitted yet */
-                int w = prefetch_landed(s, tags[i], ok[i], il, u0, u);
-                if (w >= 0 && ok[i]) {
-                    s->uniq_state[w] = 1;
-                    s->ready_list[(*n_ready)++] = w;
-                    n_wait--;
-                } else if (w >= 0) {
-                    rc = -1;
-                    n_wait--;
-                }
-            }
-        }
-        s->uniq_state[u] = r == EC_HIT;
-        if (r == EC_HIT) {
-            s->ready_list[(*n_ready)++] = u;
-        } else {
-            n_wait++;
-            if (r == EC_MISS && !rc && expert_store_queue(&eng->store, il, e, s->uniq_slot[u], u, err)) rc = -1;
-        }
-    }
-    expert_store_flush(&eng->store);
-    *failed = rc;
-    return n_wait;
-}
-
-/* Take every completion, including prefetches for later layers. */
-int moe_drain_prefetches(df_session *s, df_error *err)
-{
-    df_engine *eng = s->eng;
-    int64_t tags[64];
-    int ok[64], n, rc = 0;
-    while ((n = expert_store_wait(&eng->store, tags, ok, 64, err)) > 0)
-        for (int i = 0; i < n; i++) {
-            CHECK(tags[i] & PF_TAG);
-            prefetch_landed(s, tags[i], ok[i], -1, 0, 0);
-            if (!ok[i]) rc = -1;
-        }
-    return rc;
-}
-
-/* Compute the resident experts while the reads are in flight, then each
- * missed one as its read (or the prefetch it waits for) lands; give every
- * slot back (failed reads are dropped from the cache). */
-static int experts_finish(df_session *s, int il, int u0, int u1, int n_ready, int n_wait, int rc, df_error *err)
-{
-    df_engine *eng = s->eng;
-    expert_cache *cache = &eng->cache;
-    int *ready = s->ready_list;
-    if (!rc && n_ready) run_experts(s, il, ready, n_ready);
-    int64_t tags[64];
-    int ok[64];
-    while (n_wait > 0) {
-        int n = expert_store_wait(&eng->store, tags, ok, 64, err);
-        if (!n) break; /* nothing in flight: only after a queue error */
-        n_ready = 0;
-        for (int i = 0; i < n; i++) {
-            int u = (int)tags[i];
-            if (tags[i] & PF_TAG) {
-                u = prefetch_landed(s, tags[i], ok[i], il, u0, u1);
-                if (u < 0) continue;
-            } else if (ok[i]) {
-                expert_cache_filled(cache, il, s->uniq[u]);
-            }
-            n_wait--;
-            if (!ok[i]) {
-                rc = -1;
-                continue;
-            }
-            s->uniq_state[u] = 1;
-            ready[n_ready++] = u;
-        }
-        if (!rc && n_ready) run_experts(s, il, ready, n_ready);
-    }
-    for (int u = u0; u < u1; u++) {
-        if (s->uniq_state[u]) expert_cache_release(cache, il, s->uniq[u]);
-        else expert_cache_abort(cache, il, s->uniq[u]);
-    }
-    return rc;
-}
-
-/* Router look-ahead: after layer il, apply the next MoE layer's router to
- * the hidden state normalized with that layer's post-attention norm, and
- * start reading its top-scoring experts that are not resident.  Issued only
- * when the demand reads are done (the disk is idle while attention runs),
- * never more than the queue depth, and not for layers where past
- * predictions did not pay (after 16 tries: precision below 1/4, or more
- * prefetched experts evicted unused than used). */
-void moe_prefetch_next(df_session *s, int il, int T, const float *H)
-{
-    df_engine *eng = s->eng;
-    const k3_config *c = &eng->cfg;
-    int nl = il + 1;
-    while (nl < c->NL && !c->layer_moe[nl]) nl++;
-    if (!eng->pf_active || eng->all_resident || nl >= c->NL || !eng->pf_layer_on[nl]) return;
-    if (expert_store_in_flight(&eng->store) >= eng->io_depth) return;
-    /* streamed trunk: the next layer's router is in the buffer being loaded;
-     * a layer further away is not loaded yet, so no prediction for it */
-    if (eng->ts.on && (nl != il + 1 || trunk_stream_ready(eng, nl, NULL))) return;
-    const k3_layer *N = &eng->layers[nl];
-    int E = c->E, h = c->h, npf = eng->pf_k;
-    for (int t = 0; t < T; t++) rmsnorm(H + (size_t)t * h, N->post_ln, h, c->eps, s->big0 + (size_t)t * h);
-    mm_one(eng->pool, eng->kt, N->router, s->big0, T, s->big1);
-    /* never pin so many slots that the next layer's demand group cannot fit */
-    int group = T * c->k < MM_MAX_JOBS / 2 ? T * c->k : MM_MAX_JOBS / 2;
-    int room = eng->cache.n_slots - group - eng->cache.n_pending;
-    if (room <= 0) return;
-    uint8_t *pred = eng->pf_pred + (size_t)nl * E;
-    memset(pred, 0, (size_t)E);
-    int n_pred = 0;
-    for (int t = 0; t < T; t++) {
-        float *choice = s->big2;
-        for (int e = 0; e < E; e++) choice[e] = df_sigmoidf(s->big1[(size_t)t * E + e]) + N->router_bias[e];
-        for (int j = 0; j < npf; j++) {
-            int best = -1;
-            for (int e = 0; e < E; e++)
-                if (choice[e] > -INFINITY && (best < 0 || choice[e] > choice[best])) best = e;
-            choice[best] = -INFINITY;
-            if (!pred[best]) {
-                pred[best] = 1;
-                n_pred++;
-            }
-        }
-    }
-    eng->pf_npred[nl] = n_pred;
-    df_error qerr = {0};
-    for (int e = 0; e < E && room > 0; e++) {
-        if (!pred[e]) continue;
-        uint8_t *slot;
-        if (expert_cache_acquire_prefetch(&eng->cache, nl, e, &slot) != EC_MISS) continue;
-        if (expert_store_queue(&eng->store, nl, e, slot, PF_TAG | (int64_t)nl << 16 | e, &qerr)) {
-            expert_cache_abort(&eng->cache, nl, e);
-            break; /* a prefetch failure is not an error: the demand read will report it */
-        }
-        eng->pf_issued++;
-        room--;
-    }
-    expert_store_flush(&eng->store);
-}
-
-/* Score the prediction made for layer il against its real route. */
-static void prefetch_score(df_session *s, int il, int n_u)
-{
-    df_engine *eng = s->eng;
-    if (!eng->pf_on || !eng->pf_npred[il]) return;
-    const uint8_t *pred = eng->pf_pred + (size_t)il * eng->cfg.E;
-    int correct = 0;
-    for (int u = 0; u < n_u; u++) correct += pred[s->uniq[u]];
-    eng->pf_tries[il]++;
-    eng->pf_predicted[il] += (uint64_t)eng->pf_npred[il];
-    eng->pf_correct[il] += (uint64_t)correct;
-    eng->pf_actual[il] += (uint64_t)n_u;
-    eng->pf_npred[il] = 0;
-    /* it does not pay when predictions are mostly wrong, or when more of the
-     * experts it read were evicted unused than were ever used */
-    uint32_t used = eng->cache.pf_used_l[il], wasted = eng->cache.pf_wasted_l[il];
-    if (eng->pf_tries[il] >= 16 && eng->pf_layer_on[il] &&
-        (eng->pf_correct[il] * 4 < eng->pf_predicted[il] || wasted > used)) {
-        eng->pf_layer_on[il] = 0;
-        if (!eng->quiet)
-            df_log("prefetch off for layer %d after %llu tokens: precision %.2f, %u prefetched experts used, %u "
-                   "evicted unused",
-                   il, (unsigned long long)eng->pf_tries[il],
-                   (double)eng->pf_correct[il] / (double)eng->pf_predicted[il], used, wasted);
-    }
-}
-
 /* shared experts: SiTU of the gate/up products already in big0/big1, then
  * the down-projection into out (zeros when the model has none) */
 static void shared_down(df_session *s, const k3_layer *L, int T, float *out)
@@ -330,6 +124,18 @@ static void shared_down(df_session *s, const k3_layer *L, int T, float *out)
     } else {
         memset(out, 0, (size_t)T * c->h * sizeof(float));
     }
+}
+
+typedef struct {
+    const k3_layer *L;
+    int T;
+    float *out;
+} shared_ctx;
+
+static void shared_overlap(df_session *s, void *ctx)
+{
+    shared_ctx *sh = ctx;
+    shared_down(s, sh->L, sh->T, sh->out);
 }
 
 int moe_forward(df_session *s, int il, const k3_layer *L, const float *y, int T, float *out, df_error *err)
@@ -387,12 +193,10 @@ int moe_forward(df_session *s, int il, const k3_layer *L, const float *y, int T,
     /* experts in groups that fit the cache; the first group's reads overlap
      * the shared experts' down-projection */
     int group = eng->cache.n_slots < MM_MAX_JOBS / 2 ? eng->cache.n_slots : MM_MAX_JOBS / 2;
+    shared_ctx sh = {.L = L, .T = T, .out = out};
     for (int u0 = 0; u0 < n_u; u0 += group) {
-        int u1 = u0 + group < n_u ? u0 + group : n_u, n_ready, failed;
-        int n_wait = experts_begin(s, il, u0, u1, &n_ready, &failed, err);
-        if (u0 == 0) shared_down(s, L, T, out);
-        /* after a failure, still wait for every read that was started */
-        if (experts_finish(s, il, u0, u1, n_ready, n_wait, failed, err)) return -1;
+        int u1 = u0 + group < n_u ? u0 + group : n_u;
+        if (fetch_group(s, il, u0, u1, run_experts, u0 == 0 ? shared_overlap : NULL, &sh, err)) return -1;
     }
 
     /* weighted sum in route order, latent norm, up-projection, + shared */

@@ -1,0 +1,44 @@
+/* expert_fetch.h - the one owner of the read protocol between the expert
+ * cache (slots, pins; no I/O) and the expert store (reads; no policy):
+ * acquire -> queue -> flush -> wait -> filled / abort -> release.  (L3)
+ *
+ * Its users: moe.c (a layer's distinct experts, in groups that fit the
+ * cache, computed as their reads land), prefetch.c (look-ahead reads,
+ * tagged so that a later wait can tell them apart), and the engine
+ * (warming the cache at open, draining reads at close or after an error).
+ *
+ * Tags: a demand read carries its index into the group (s->uniq); a
+ * prefetch carries FETCH_PF_TAG | layer << 16 | expert.  Every slot that
+ * was acquired is given back exactly once (released when its bytes are
+ * there, aborted otherwise), including after a failed read.
+ */
+#ifndef DF_EXPERT_FETCH_H
+#define DF_EXPERT_FETCH_H
+
+#include <stdint.h>
+#include "model.h"
+
+#define FETCH_PF_TAG ((int64_t)1 << 31)
+
+/* Compute the experts listed in ready[0..n) (indices into s->uniq). */
+typedef void (*fetch_run_fn)(df_session *s, int il, const int *ready, int n);
+
+/* The distinct experts s->uniq[u0..u1) of layer il: acquire them, read the
+ * misses (one sorted submission), run the resident ones while the reads are
+ * in flight, then each missed one as its read (or the prefetch it waits
+ * for) lands, and give every slot back.  -1 when a read failed (after every
+ * started read was waited for). */
+int fetch_group(df_session *s, int il, int u0, int u1, fetch_run_fn run, void (*overlap)(df_session *, void *),
+                void *overlap_ctx, df_error *err);
+
+/* Take every completion still in flight (prefetches for later layers). */
+int fetch_drain(df_engine *eng, df_error *err);
+
+/* Read the experts keys[0..n) (layer * E + expert) into the cache, many
+ * reads in flight; returns the count read, -1 on a failed read. */
+long fetch_warm(df_engine *eng, const int32_t *keys, size_t n, df_error *err);
+
+/* A prefetch read landed (ok) or failed: hand its slot to the cache. */
+void fetch_prefetch_landed(df_engine *eng, int64_t tag, int ok);
+
+#endif
