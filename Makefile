@@ -24,9 +24,9 @@ ifeq ($(WERROR),1)
   WARN += -Werror
 endif
 CFLAGS  = $(CFLAGS_BASE) $(OPT) $(EXTRA_CFLAGS)
-# every binary routes allocations through the guard in util.c
-WRAP    := -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=posix_memalign
-LDFLAGS := -pthread $(LDSAN) $(WRAP)
+# util.c defines malloc and friends: every allocation of the process passes
+# the allocation guard (sanitizer builds: a sanitizer allocation hook)
+LDFLAGS := -pthread $(LDSAN)
 LDLIBS  := -lm -lpcre2-8 -lmicrohttpd
 
 # io_uring through liburing when its header is installed (Debian: liburing-dev);
@@ -139,13 +139,13 @@ FUZZ_SRC := util file json json_write safetensors model model_gguf quant mathfn 
 build-fuzz/%: fuzz/%.c $(FUZZ_SRC:%=src/%.c)
 	mkdir -p build-fuzz
 	$(FUZZ_CC) -std=c11 -g -O1 -ffp-contract=off -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -Isrc -o $@ $< \
-	    $(FUZZ_SRC:%=src/%.c) -pthread $(WRAP) -lm -lpcre2-8
+	    $(FUZZ_SRC:%=src/%.c) -pthread -lm -lpcre2-8
 build-fuzz/fuzz_chat_render: fuzz/fuzz_chat_parser.c
 # server.c is linked whole (needs libmicrohttpd); the fuzz file stubs the engine and cli.c
 build-fuzz/fuzz_server_request: fuzz/fuzz_server_request.c src/server.c $(FUZZ_SRC:%=src/%.c)
 	mkdir -p build-fuzz
 	$(FUZZ_CC) -std=c11 -g -O1 -ffp-contract=off -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -Isrc -o $@ $< \
-	    src/server.c $(FUZZ_SRC:%=src/%.c) -pthread $(WRAP) -lm -lpcre2-8 -lmicrohttpd
+	    src/server.c $(FUZZ_SRC:%=src/%.c) -pthread -lm -lpcre2-8 -lmicrohttpd
 # Run each target for FUZZ_SECONDS on a scratch copy of its seed corpus.
 fuzz-run: fuzz
 	for t in $(FUZZ_TARGETS); do rm -rf build-fuzz/corpus-$$t && cp -r fuzz/corpus/$$t build-fuzz/corpus-$$t && \

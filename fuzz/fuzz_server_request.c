@@ -2,7 +2,8 @@
  * validation (server_parse_request): the first byte picks the endpoint
  * (chat completions, completions, messages; mod 3), the rest is the body.
  * Validation must either accept the request (a non-empty prompt that fits
- * the context) or return a 4xx with an API-shaped JSON error body: OpenAI's
+ * the context) or return a 4xx whose body is valid UTF-8 (checked byte by
+ * byte, before and apart from the JSON parse) and API-shaped JSON: OpenAI's
  * {"error":{"message","type","param","code"}}, Anthropic's
  * {"type":"error","error":{"type","message"}}.  The tokenizer of the tiny
  * test model (testdata/k3-tiny-a/checkpoint, or $DELTAFIN_FUZZ_MODEL) is
@@ -15,6 +16,7 @@
 #include "json.h"
 #include "server.h"
 #include "tokenizer.h"
+#include "util.h"
 
 #include <stdint.h>
 #include <stdio.h>
@@ -44,9 +46,17 @@ static tokenizer *fuzz_tok(void)
 static void check_error_shape(int endpoint, int status, const char *body)
 {
     if (status < 400 || status > 499 || !body) abort();
+    /* an error quoting request text must not cut it inside a character */
+    if (!utf8_valid(body, strlen(body))) {
+        fprintf(stderr, "fuzz_server_request: error body is not UTF-8: %s\n", body);
+        abort();
+    }
     df_error err = {0};
     json_doc *d = json_parse(body, strlen(body), &err);
-    if (!d) abort();
+    if (!d) {
+        fprintf(stderr, "fuzz_server_request: error body is not JSON (%s): %s\n", err.msg, body);
+        abort();
+    }
     const json_value *root = json_root(d);
     if (root->type != JSON_OBJECT) abort();
     const json_value *e = json_get(root, "error");

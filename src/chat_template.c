@@ -847,11 +847,17 @@ static void arg_value_json(json_buf *b, enum chat_arg_type type, const char *v, 
     if (type != CHAT_ARG_STRING) {
         size_t lo = 0, hi = n;
         py_strip(v, &lo, &hi);
-        df_error e = {0};
-        json_doc *d = json_parse(v + lo, hi - lo, &e);
         static const enum json_type want[] = {JSON_STRING, JSON_NUMBER, JSON_BOOL, JSON_NULL, JSON_OBJECT, JSON_ARRAY};
-        int ok = d && json_root(d)->type == want[type];
-        json_free(d);
+        int ok;
+        if (type == CHAT_ARG_OBJECT || type == CHAT_ARG_ARRAY) {
+            df_error e = {0};
+            json_doc *d = json_parse(v + lo, hi - lo, &e);
+            ok = d && json_root(d)->type == want[type];
+            json_free(d);
+        } else { /* scalars: checked without building a tree (no allocation) */
+            enum json_type jt;
+            ok = json_scalar_type(v + lo, hi - lo, &jt) == 0 && jt == want[type];
+        }
         if (ok) {
             json_buf_put(b, v + lo, hi - lo);
             return;
@@ -939,6 +945,8 @@ struct chat_parser {
     size_t cap_evs;
     char *dbuf;           /* decoder output, tok_decoder_max_out bytes */
     size_t dcap;
+    chat_arg *call_args;  /* end_call's view of args, cap_args + 1 entries */
+    json_buf call_json;   /* end_call's arguments JSON */
 };
 
 static void emit(chat_parser *p, enum chat_event_type type, const char *text, size_t tlen, const char *name,
@@ -1014,12 +1022,16 @@ static void text_in(chat_parser *p, const char *s, size_t n)
     if (p->tagbuf.len > TAG_MAX) degrade_tag(p);
 }
 
+static void grow_args(chat_parser *p, size_t cap)
+{
+    p->cap_args = cap;
+    p->args = xrealloc(p->args, cap * sizeof *p->args);
+    p->call_args = xrealloc(p->call_args, (cap + 1) * sizeof *p->call_args);
+}
+
 static void end_arg(chat_parser *p)
 {
-    if (p->n_args == p->cap_args) {
-        p->cap_args = p->cap_args ? 2 * p->cap_args : 8;
-        p->args = xrealloc(p->args, p->cap_args * sizeof *p->args);
-    }
+    if (p->n_args == p->cap_args) grow_args(p, p->cap_args ? 2 * p->cap_args : 8);
     arg_rec *a = &p->args[p->n_args++];
     a->type = p->arg_type;
     a->koff = p->args_text.len;
@@ -1044,22 +1056,20 @@ static void end_json(chat_parser *p)
 
 static void end_call(chat_parser *p)
 {
-    json_buf a;
-    json_buf_init(&a);
+    json_buf *a = &p->call_json;
+    a->len = 0;
     if (p->has_json && !p->n_args) {
-        json_buf_put(&a, p->json_block.p ? p->json_block.p : "", p->json_block.len);
+        json_buf_put(a, p->json_block.p ? p->json_block.p : "", p->json_block.len);
     } else {
-        chat_arg *args = xmalloc((p->n_args + 1) * sizeof *args);
+        chat_arg *args = p->call_args;
         for (size_t i = 0; i < p->n_args; i++) {
             const arg_rec *r = &p->args[i];
             args[i] = (chat_arg){p->args_text.p + r->koff, r->klen, r->type, p->args_text.p + r->voff, r->vlen};
         }
-        args_json(&a, args, p->n_args);
-        free(args);
+        args_json(a, args, p->n_args);
     }
-    emit(p, CHAT_EV_CALL_END, a.p ? a.p : "", a.len, p->call_name.p ? p->call_name.p : "", p->call_name.len,
+    emit(p, CHAT_EV_CALL_END, a->p ? a->p : "", a->len, p->call_name.p ? p->call_name.p : "", p->call_name.len,
          CHAT_ARG_STRING, p->n_calls - 1);
-    json_buf_free(&a);
     p->n_args = 0;
     p->args_text.len = 0;
     p->json_block.len = 0;
@@ -1294,10 +1304,24 @@ int chat_parser_new(const tokenizer *t, int start_in_think, chat_parser **out, d
     p->t = t;
     p->id_open = open, p->id_close = close, p->id_sep = sep, p->id_end = end;
     p->n_vocab = tokenizer_n_vocab(t);
-    /* Reserve up front so ordinary tokens rarely grow anything. */
+    /* Reserve up front: a reply grows a buffer only where it exceeds these
+     * (4 KiB of events text per token, 16 events per token, 8 arguments
+     * and 4 KiB of arguments per call); an object- or array-typed argument
+     * is checked by parsing it (allocates).  Otherwise feeding a token
+     * allocates nothing (test_chat_template feeds a whole reply with a tool
+     * call under the allocation guard). */
     json_buf_reserve(&p->out, 4096);
     json_buf_reserve(&p->tagbuf, 256);
+    json_buf_reserve(&p->call_name, 256);
+    json_buf_reserve(&p->arg_key, 256);
     json_buf_reserve(&p->arg_val, 4096);
+    json_buf_reserve(&p->json_block, 4096);
+    json_buf_reserve(&p->args_text, 4096);
+    json_buf_reserve(&p->call_json, 4096);
+    p->cap_recs = p->cap_evs = 16;
+    p->recs = xmalloc(p->cap_recs * sizeof *p->recs);
+    p->evs = xmalloc(p->cap_evs * sizeof *p->evs);
+    grow_args(p, 8);
     p->dcap = tok_decoder_max_out(t); /* enough for any one feed or flush */
     p->dbuf = xmalloc(p->dcap);
     chat_parser_reset(p, start_in_think);
@@ -1315,6 +1339,8 @@ void chat_parser_free(chat_parser *p)
     json_buf_free(&p->json_block);
     json_buf_free(&p->args_text);
     json_buf_free(&p->out);
+    json_buf_free(&p->call_json);
+    free(p->call_args);
     free(p->args);
     free(p->recs);
     free(p->evs);

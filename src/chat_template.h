@@ -17,7 +17,10 @@
  * never contain a recognised tag; malformed output degrades to text, never
  * to an error.
  * Thread-safety: rendering and encoding are reentrant; a chat_parser belongs
- * to one thread.  Nothing here may run under alloc_guard (buffers grow).
+ * to one thread.  Allocation: rendering and encoding allocate; the parser
+ * reserves its buffers in chat_parser_new and grows one only for a reply
+ * beyond them, or parses an object/array-typed tool argument (see there);
+ * otherwise feeding tokens allocates nothing.
  */
 #ifndef DF_CHAT_TEMPLATE_H
 #define DF_CHAT_TEMPLATE_H

@@ -114,6 +114,7 @@ static int64_t pread_full(const io_req *r)
 static void *io_worker(void *arg)
 {
     io_queue *q = arg;
+    alloc_guard_join_thread(); /* serves the token loop's reads */
     pthread_mutex_lock(&q->mu);
     for (;;) {
         while (!q->pend_count && !q->stop) pthread_cond_wait(&q->have_work, &q->mu);

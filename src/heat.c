@@ -85,21 +85,16 @@ int heat_save(const char *path, int layers, int experts, const float *counts, df
         free(b);
         return df_err_set(err, DF_ERR_IO, -1, "%s: cannot create: %s", tmp, strerror(errno));
     }
-    /* tests set DF_HEAT_TEST_PAUSE_MS to be killed in the middle of a write */
-    const char *pause_ms = getenv("DF_HEAT_TEST_PAUSE_MS");
     size_t done = 0;
     int rc = 0;
     while (done < len) {
-        size_t chunk = len - done;
-        if (pause_ms && done == 0) chunk = len / 2;
-        ssize_t w = write(fd, b + done, chunk);
+        ssize_t w = write(fd, b + done, len - done);
         if (w < 0 && errno == EINTR) continue;
         if (w <= 0) {
             rc = df_err_set(err, DF_ERR_IO, -1, "%s: write failed: %s", tmp, strerror(errno));
             break;
         }
         done += (size_t)w;
-        if (pause_ms && done < len) usleep((useconds_t)atoi(pause_ms) * 1000);
     }
     if (!rc && fsync(fd) != 0) rc = df_err_set(err, DF_ERR_IO, -1, "%s: fsync failed: %s", tmp, strerror(errno));
     close(fd);

@@ -102,26 +102,6 @@ static size_t put_utf8(char *o, unsigned cp)
     o[2] = (char)(0x80 | ((cp >> 6) & 63)); o[3] = (char)(0x80 | (cp & 63)); return 4;
 }
 
-/* Length of a valid UTF-8 sequence starting at s (max n bytes), 0 if invalid. */
-static size_t utf8_len(const unsigned char *s, size_t n)
-{
-    unsigned c = s[0];
-    if (c < 0x80) return 1;
-    size_t len; unsigned min;
-    if (c >= 0xC2 && c <= 0xDF) { len = 2; min = 0x80; }
-    else if (c >= 0xE0 && c <= 0xEF) { len = 3; min = 0x800; }
-    else if (c >= 0xF0 && c <= 0xF4) { len = 4; min = 0x10000; }
-    else return 0;
-    if (n < len) return 0;
-    unsigned cp = c & (0x7F >> len);
-    for (size_t k = 1; k < len; k++) {
-        if ((s[k] & 0xC0) != 0x80) return 0;
-        cp = (cp << 6) | (s[k] & 63);
-    }
-    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
-    return len;
-}
-
 static const char *parse_string_raw(cursor *p, size_t *out_len)
 {
     /* p->s[p->i] == '"' */
@@ -178,7 +158,7 @@ static const char *parse_string_raw(cursor *p, size_t *out_len)
             }
             continue;
         }
-        size_t l = utf8_len((const unsigned char *)p->s + p->i, p->n - p->i);
+        size_t l = utf8_char_len((const unsigned char *)p->s + p->i, p->n - p->i);
         if (!l) { fail(p, "invalid UTF-8 in string"); return NULL; }
         memcpy(o + k, p->s + p->i, l);
         k += l;
@@ -190,29 +170,38 @@ static const char *parse_string_raw(cursor *p, size_t *out_len)
 
 static json_value *parse_value(cursor *p);
 
+/* The number grammar alone (no value, no allocation): advances p->i past
+ * the literal; 0, or -1 after fail(). */
+static int scan_number(cursor *p, int *is_int)
+{
+    *is_int = 1;
+    if (p->i < p->n && p->s[p->i] == '-') p->i++;
+    if (p->i >= p->n) { fail(p, "truncated number"); return -1; }
+    if (p->s[p->i] == '0') p->i++;
+    else if (p->s[p->i] >= '1' && p->s[p->i] <= '9') { while (p->i < p->n && p->s[p->i] >= '0' && p->s[p->i] <= '9') p->i++; }
+    else { fail(p, "bad number"); return -1; }
+    if (p->i < p->n && p->s[p->i] == '.') {
+        *is_int = 0;
+        p->i++;
+        if (p->i >= p->n || p->s[p->i] < '0' || p->s[p->i] > '9') { fail(p, "bad fraction"); return -1; }
+        while (p->i < p->n && p->s[p->i] >= '0' && p->s[p->i] <= '9') p->i++;
+    }
+    if (p->i < p->n && (p->s[p->i] == 'e' || p->s[p->i] == 'E')) {
+        *is_int = 0;
+        p->i++;
+        if (p->i < p->n && (p->s[p->i] == '+' || p->s[p->i] == '-')) p->i++;
+        if (p->i >= p->n || p->s[p->i] < '0' || p->s[p->i] > '9') { fail(p, "bad exponent"); return -1; }
+        while (p->i < p->n && p->s[p->i] >= '0' && p->s[p->i] <= '9') p->i++;
+    }
+    return 0;
+}
+
 static json_value *parse_number(cursor *p)
 {
     json_value *v = new_value(p, JSON_NUMBER);
     size_t s = p->i;
-    int is_int = 1;
-    if (p->i < p->n && p->s[p->i] == '-') p->i++;
-    if (p->i >= p->n) { fail(p, "truncated number"); return NULL; }
-    if (p->s[p->i] == '0') p->i++;
-    else if (p->s[p->i] >= '1' && p->s[p->i] <= '9') { while (p->i < p->n && p->s[p->i] >= '0' && p->s[p->i] <= '9') p->i++; }
-    else { fail(p, "bad number"); return NULL; }
-    if (p->i < p->n && p->s[p->i] == '.') {
-        is_int = 0;
-        p->i++;
-        if (p->i >= p->n || p->s[p->i] < '0' || p->s[p->i] > '9') { fail(p, "bad fraction"); return NULL; }
-        while (p->i < p->n && p->s[p->i] >= '0' && p->s[p->i] <= '9') p->i++;
-    }
-    if (p->i < p->n && (p->s[p->i] == 'e' || p->s[p->i] == 'E')) {
-        is_int = 0;
-        p->i++;
-        if (p->i < p->n && (p->s[p->i] == '+' || p->s[p->i] == '-')) p->i++;
-        if (p->i >= p->n || p->s[p->i] < '0' || p->s[p->i] > '9') { fail(p, "bad exponent"); return NULL; }
-        while (p->i < p->n && p->s[p->i] >= '0' && p->s[p->i] <= '9') p->i++;
-    }
+    int is_int;
+    if (scan_number(p, &is_int)) return NULL;
     char tmp[64];
     size_t len = p->i - s;
     if (len >= sizeof tmp) {
@@ -398,6 +387,27 @@ json_doc *json_parse(const char *text, size_t len, df_error *err)
     }
     d->root = v;
     return d;
+}
+
+int json_scalar_type(const char *text, size_t len, enum json_type *type)
+{
+    cursor p = {.s = text, .n = len};
+    int is_int;
+    skip_ws(&p);
+    if (p.i >= p.n) return -1;
+    char c = p.s[p.i];
+    if (c == '-' || (c >= '0' && c <= '9')) {
+        if (scan_number(&p, &is_int)) return -1;
+        *type = JSON_NUMBER;
+    } else if (match_lit(&p, "null")) {
+        *type = JSON_NULL;
+    } else if (match_lit(&p, "true") || match_lit(&p, "false")) {
+        *type = JSON_BOOL;
+    } else {
+        return -1;
+    }
+    skip_ws(&p);
+    return p.i == p.n ? 0 : -1;
 }
 
 void json_free(json_doc *doc)

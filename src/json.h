@@ -40,6 +40,11 @@ typedef struct json_doc json_doc;
 json_doc *json_parse(const char *text, size_t len, df_error *err);
 void json_free(json_doc *doc);
 const json_value *json_root(const json_doc *doc);
+/* When text[0..len) is exactly one JSON number, true, false or null (JSON
+ * whitespace around it allowed), set *type and return 0; else -1 (strings
+ * and containers included).  The same grammar as json_parse, allocating
+ * nothing (the chat output parser checks typed tool arguments with it). */
+int json_scalar_type(const char *text, size_t len, enum json_type *type);
 
 /* Lookups return NULL when absent or of another shape. */
 const json_value *json_get(const json_value *obj, const char *key);

@@ -195,24 +195,6 @@ static void bprintf(json_buf *b, const char *fmt, ...)
     if (n > 0) json_buf_put(b, tmp, (size_t)n < sizeof tmp ? (size_t)n : sizeof tmp - 1);
 }
 
-/* Length of the valid UTF-8 character at s (1..4), or 0 when invalid. */
-static size_t utf8_char(const unsigned char *s, size_t n)
-{
-    unsigned c = s[0];
-    size_t len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-    if (!len || len > n || (len == 2 && c < 0xC2)) return len == 1 ? 1 : 0;
-    for (size_t i = 1; i < len; i++)
-        if ((s[i] & 0xC0) != 0x80) return 0;
-    if (len == 3) {
-        unsigned v = ((c & 15u) << 12) | ((s[1] & 63u) << 6) | (s[2] & 63u);
-        if (v < 0x800 || (v >= 0xD800 && v <= 0xDFFF)) return 0;
-    } else if (len == 4) {
-        unsigned v = ((c & 7u) << 18) | ((s[1] & 63u) << 12) | ((s[2] & 63u) << 6) | (s[3] & 63u);
-        if (v < 0x10000 || v > 0x10FFFF) return 0;
-    }
-    return len;
-}
-
 /* A JSON string of bytes that may not be valid UTF-8 (single tokens): bad
  * bytes become U+FFFD. */
 static void put_str_utf8(json_buf *b, const char *s, size_t n)
@@ -220,7 +202,7 @@ static void put_str_utf8(json_buf *b, const char *s, size_t n)
     json_buf t;
     json_buf_init(&t);
     for (size_t i = 0; i < n;) {
-        size_t k = utf8_char((const unsigned char *)s + i, n - i);
+        size_t k = utf8_char_len((const unsigned char *)s + i, n - i);
         if (k) json_buf_put(&t, s + i, k), i += k;
         else json_buf_puts(&t, "\xEF\xBF\xBD"), i++;
     }
@@ -247,14 +229,23 @@ static int rq_fail(rq_err *e, int status, const char *param, const char *fmt, ..
     e->status = status;
     if (!e->type) e->type = status == 401 ? "authentication_error" : status == 429 ? "rate_limit_error"
                           : status == 404 ? "not_found_error" : status >= 500 ? "api_error" : "invalid_request_error";
-    snprintf(e->param, sizeof e->param, "%s", param ? param : "");
+    /* both may hold request text (field names, URLs): cut on a character
+     * boundary, never inside a UTF-8 sequence */
+    if (!param) param = "";
+    size_t pn = utf8_cut(param, strlen(param), sizeof e->param - 1);
+    memcpy(e->param, param, pn);
+    e->param[pn] = 0;
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(e->msg, sizeof e->msg, fmt, ap);
+    int n = vsnprintf(e->msg, sizeof e->msg, fmt, ap);
     va_end(ap);
+    if (n >= (int)sizeof e->msg) e->msg[utf8_cut(e->msg, (size_t)n, sizeof e->msg - 1)] = 0;
     return -1;
 }
 
+/* msg and param may quote request bytes (an URL is not even checked to be
+ * UTF-8): a byte that is not part of a character is written as U+FFFD, so
+ * the body is always valid UTF-8 and JSON. */
 static void error_body(json_buf *b, int api, const rq_err *e)
 {
     if (api == API_MESSAGES) {
@@ -262,15 +253,15 @@ static void error_body(json_buf *b, int api, const rq_err *e)
         json_buf_puts(b, "{\"type\":\"error\",\"error\":{\"type\":");
         put_str(b, t);
         json_buf_puts(b, ",\"message\":");
-        put_str(b, e->msg);
+        put_str_utf8(b, e->msg, strlen(e->msg));
         json_buf_puts(b, "}}");
     } else {
         json_buf_puts(b, "{\"error\":{\"message\":");
-        put_str(b, e->msg);
+        put_str_utf8(b, e->msg, strlen(e->msg));
         json_buf_puts(b, ",\"type\":");
         put_str(b, e->type);
         json_buf_puts(b, ",\"param\":");
-        if (e->param[0]) put_str(b, e->param);
+        if (e->param[0]) put_str_utf8(b, e->param, strlen(e->param));
         else json_buf_puts(b, "null");
         json_buf_puts(b, ",\"code\":");
         if (e->code) put_str(b, e->code);
@@ -293,8 +284,9 @@ static int check_fields(const json_value *o, const char *const *allowed, rq_err 
         int ok = 0;
         for (const char *const *a = allowed; *a && !ok; a++) ok = !strcmp(*a, o->keys[i]);
         if (!ok)
-            return rq_fail(e, 400, o->keys[i], "Unrecognized request argument supplied: %.80s (this server honours "
-                           "only fields it can apply exactly)", o->keys[i]);
+            return rq_fail(e, 400, o->keys[i], "Unrecognized request argument supplied: %.*s (this server honours "
+                           "only fields it can apply exactly)", (int)utf8_cut(o->keys[i], strlen(o->keys[i]), 80),
+                           o->keys[i]);
     }
     return 0;
 }
@@ -521,7 +513,8 @@ static int anth_text(const json_value *v, const char *where, json_buf *out, rq_e
             if (!x || x->type != JSON_STRING) return rq_fail(e, 400, where, "%s[%zu].text: expected a string", where, i);
             json_buf_put(out, x->str, x->len);
         } else {
-            return rq_fail(e, 400, where, "%s[%zu]: block type \"%.40s\" is not supported here (text only)", where, i, t);
+            return rq_fail(e, 400, where, "%s[%zu]: block type \"%.*s\" is not supported here (text only)", where, i,
+                           (int)utf8_cut(t, strlen(t), 40), t);
         }
     }
     return 0;
@@ -620,8 +613,8 @@ static int anth_convert(const json_value *o, json_buf *d, rq_err *e)
                 }
                 json_buf_free(&r);
             } else {
-                rc = rq_fail(e, 400, where, "%s.content[%zu]: block type \"%.40s\" is not supported (K3 here is "
-                             "text-only)", where, k, t);
+                rc = rq_fail(e, 400, where, "%s.content[%zu]: block type \"%.*s\" is not supported (K3 here is "
+                             "text-only)", where, k, (int)utf8_cut(t, strlen(t), 40), t);
             }
         }
         if (!rc && (has_text || n_calls || !user)) {
@@ -1729,7 +1722,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         rq_fail(&e, 405, NULL, "%s needs POST", url);
         return reply_error(c, api, &e);
     }
-    rq_fail(&e, 404, NULL, "no route for %s %.200s", method, url);
+    rq_fail(&e, 404, NULL, "no route for %s %.*s", method, (int)utf8_cut(url, strlen(url), 200), url);
     return reply_error(c, API_CHAT, &e);
 }
 

@@ -54,6 +54,7 @@ static void *worker_main(void *arg)
     threadpool *p = wa->pool;
     int id = wa->id;
     free(wa);
+    alloc_guard_join_thread(); /* runs the token loop's parallel_for jobs */
     unsigned seen = 0;
     for (;;) {
         unsigned g;

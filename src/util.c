@@ -1,16 +1,30 @@
 /* util.c - CHECK, x-allocators, error helpers, allocation guard, clock, log.
  *
- * The allocation guard counter is a process-wide atomic: the token loop runs
- * on the engine's pool threads, so a per-thread flag would miss allocations
- * made by workers.  The wrapped allocators below are reached through the
- * linker's --wrap option; a binary linked without it simply skips the check.
- * Threads that never run the token loop but allocate while it runs (the
- * server's HTTP threads) exempt themselves with alloc_guard_exempt_thread.
+ * Also the UTF-8 character rules shared by the JSON reader and the server.
+ *
+ * The allocation guard.  The token loop runs on the evaluating thread and on
+ * the pool's and the I/O queue's workers, so the guard has a process-wide
+ * count of held guards plus, per thread, whether the thread holds one or
+ * joined (alloc_guard_join_thread).  Threads that are neither (the server's
+ * HTTP threads, which allocate while the worker evaluates) are not checked.
+ *
+ * To see every allocation of the process, this file defines malloc, free,
+ * calloc, realloc, reallocarray, aligned_alloc, memalign, posix_memalign,
+ * valloc and pvalloc: glibc's documented way to replace malloc (ELF symbol
+ * interposition, "Replacing malloc" in the glibc manual).  They check the
+ * guard and forward to glibc's own allocator (__libc_malloc and friends), so
+ * memory and malloc_usable_size behave exactly as before, and libc's internal
+ * calls (qsort's merge buffer, stdio buffers, strdup, pthread) land here too.
+ * Sanitizer builds (ASan, TSan, MSan, LSan) intercept malloc themselves, so
+ * there the same check runs as a sanitizer allocation hook instead
+ * (__sanitizer_install_malloc_and_free_hooks), which also sees every
+ * allocation; UBSan alone keeps the interposition.
  */
 #define _GNU_SOURCE
 #include "util.h"
 
 #include <errno.h>
+#include <malloc.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -20,9 +34,21 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#ifndef __has_feature
+#define __has_feature(x) 0
+#endif
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__) || __has_feature(address_sanitizer) || \
+    __has_feature(thread_sanitizer) || __has_feature(memory_sanitizer) || __has_feature(leak_sanitizer)
+#define DF_GUARD_SANITIZER_HOOK 1
+/* from <sanitizer/allocator_interface.h>, which gcc does not always install */
+int __sanitizer_install_malloc_and_free_hooks(void (*malloc_hook)(const volatile void *, size_t),
+                                              void (*free_hook)(const volatile void *));
+#endif
+
 int df_log_quiet = 0;
-static atomic_int guard_depth;
-static _Thread_local int guard_exempt;
+static atomic_int guard_depth;       /* guards held, all threads */
+static _Thread_local int guard_held; /* guards held by this thread */
+static _Thread_local int guard_joined, guard_exempt;
 
 void df_check_fail(const char *file, int line, const char *expr)
 {
@@ -31,47 +57,115 @@ void df_check_fail(const char *file, int line, const char *expr)
     abort();
 }
 
-void alloc_guard_enter(void) { atomic_fetch_add(&guard_depth, 1); }
-void alloc_guard_leave(void) { atomic_fetch_sub(&guard_depth, 1); }
+void alloc_guard_enter(void)
+{
+    guard_held++;
+    atomic_fetch_add(&guard_depth, 1);
+}
+void alloc_guard_leave(void)
+{
+    CHECK(guard_held > 0);
+    guard_held--;
+    atomic_fetch_sub(&guard_depth, 1);
+}
 int alloc_guard_active(void) { return atomic_load(&guard_depth) > 0; }
+void alloc_guard_join_thread(void) { guard_joined = 1; }
 void alloc_guard_exempt_thread(void) { guard_exempt = 1; }
 
-static void guard_trip(const char *what, size_t n)
+/* Runs inside the allocator: no stdio (it may allocate), no CHECK. */
+static void guard_check(const char *what, size_t n)
 {
-    fprintf(stderr, "deltafin: %s(%zu) inside the token loop (allocation guard)\n", what, n);
+    if (guard_exempt || !(guard_held || (guard_joined && atomic_load_explicit(&guard_depth, memory_order_relaxed) > 0)))
+        return;
+    char msg[160];
+    int len = snprintf(msg, sizeof msg, "deltafin: %s(%zu) inside the token loop (allocation guard)\n", what, n);
+    if (len > 0) {
+        ssize_t w = write(2, msg, (size_t)len < sizeof msg ? (size_t)len : sizeof msg - 1);
+        (void)w;
+    }
     abort();
 }
 
-/* --wrap targets.  Declared here only; the linker supplies __real_*. */
-void *__real_malloc(size_t n);
-void *__real_calloc(size_t n, size_t s);
-void *__real_realloc(void *p, size_t n);
-int __real_posix_memalign(void **p, size_t a, size_t n);
-void *__wrap_malloc(size_t n);
-void *__wrap_calloc(size_t n, size_t s);
-void *__wrap_realloc(void *p, size_t n);
-int __wrap_posix_memalign(void **p, size_t a, size_t n);
+#ifdef DF_GUARD_SANITIZER_HOOK
+static void san_malloc_hook(const volatile void *p, size_t n)
+{
+    (void)p;
+    guard_check("allocation", n);
+}
+static void san_free_hook(const volatile void *p) { (void)p; }
+__attribute__((constructor)) static void san_install_hook(void)
+{
+    __sanitizer_install_malloc_and_free_hooks(san_malloc_hook, san_free_hook);
+}
+#else
+/* glibc's allocator under its exported names (GLIBC_2.2.5). */
+extern void *__libc_malloc(size_t n);
+extern void *__libc_calloc(size_t n, size_t s);
+extern void *__libc_realloc(void *p, size_t n);
+extern void *__libc_memalign(size_t align, size_t n);
+extern void *__libc_valloc(size_t n);
+extern void *__libc_pvalloc(size_t n);
+extern void __libc_free(void *p);
 
-void *__wrap_malloc(size_t n)
+void *malloc(size_t n)
 {
-    if (atomic_load_explicit(&guard_depth, memory_order_relaxed) > 0 && !guard_exempt) guard_trip("malloc", n);
-    return __real_malloc(n);
+    guard_check("malloc", n);
+    return __libc_malloc(n);
 }
-void *__wrap_calloc(size_t n, size_t s)
+void free(void *p) { __libc_free(p); }
+void *calloc(size_t n, size_t s)
 {
-    if (atomic_load_explicit(&guard_depth, memory_order_relaxed) > 0 && !guard_exempt) guard_trip("calloc", n * s);
-    return __real_calloc(n, s);
+    guard_check("calloc", n * s);
+    return __libc_calloc(n, s);
 }
-void *__wrap_realloc(void *p, size_t n)
+void *realloc(void *p, size_t n)
 {
-    if (atomic_load_explicit(&guard_depth, memory_order_relaxed) > 0 && !guard_exempt) guard_trip("realloc", n);
-    return __real_realloc(p, n);
+    if (n) guard_check("realloc", n); /* realloc(p, 0) frees */
+    return __libc_realloc(p, n);
 }
-int __wrap_posix_memalign(void **p, size_t a, size_t n)
+void *reallocarray(void *p, size_t n, size_t s)
 {
-    if (atomic_load_explicit(&guard_depth, memory_order_relaxed) > 0 && !guard_exempt) guard_trip("posix_memalign", n);
-    return __real_posix_memalign(p, a, n);
+    size_t bytes;
+    if (__builtin_mul_overflow(n, s, &bytes)) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    return realloc(p, bytes);
 }
+void *memalign(size_t align, size_t n)
+{
+    guard_check("memalign", n);
+    return __libc_memalign(align, n);
+}
+void *aligned_alloc(size_t align, size_t n)
+{
+    guard_check("aligned_alloc", n);
+    return __libc_memalign(align, n);
+}
+int posix_memalign(void **out, size_t align, size_t n)
+{
+    guard_check("posix_memalign", n);
+    if (align % sizeof(void *) || (align & (align - 1)) || !align) return EINVAL;
+    int saved = errno;
+    void *p = __libc_memalign(align, n);
+    if (!p) {
+        errno = saved;
+        return ENOMEM;
+    }
+    *out = p;
+    return 0;
+}
+void *valloc(size_t n)
+{
+    guard_check("valloc", n);
+    return __libc_valloc(n);
+}
+void *pvalloc(size_t n)
+{
+    guard_check("pvalloc", n);
+    return __libc_pvalloc(n);
+}
+#endif
 
 static _Noreturn void oom(size_t n)
 {
@@ -155,6 +249,48 @@ void df_err_clear(df_error *err)
     err->code = 0;
     err->pos = -1;
     err->msg[0] = 0;
+}
+
+size_t utf8_char_len(const unsigned char *s, size_t n)
+{
+    unsigned c = s[0];
+    if (c < 0x80) return 1;
+    size_t len;
+    unsigned min;
+    if (c >= 0xC2 && c <= 0xDF) len = 2, min = 0x80;
+    else if (c >= 0xE0 && c <= 0xEF) len = 3, min = 0x800;
+    else if (c >= 0xF0 && c <= 0xF4) len = 4, min = 0x10000;
+    else return 0;
+    if (n < len) return 0;
+    unsigned cp = c & (0x7Fu >> len);
+    for (size_t k = 1; k < len; k++) {
+        if ((s[k] & 0xC0) != 0x80) return 0;
+        cp = (cp << 6) | (s[k] & 63u);
+    }
+    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
+    return len;
+}
+
+int utf8_valid(const char *s, size_t n)
+{
+    for (size_t i = 0; i < n;) {
+        size_t k = utf8_char_len((const unsigned char *)s + i, n - i);
+        if (!k) return 0;
+        i += k;
+    }
+    return 1;
+}
+
+size_t utf8_cut(const char *s, size_t n, size_t max)
+{
+    if (n <= max) return n;
+    /* the last character starting before max: does it run past max? */
+    size_t j = max;
+    while (j > 0 && max - j < 4 && ((unsigned char)s[j - 1] & 0xC0) == 0x80) j--;
+    if (j == 0) return max;
+    unsigned c = (unsigned char)s[j - 1];
+    size_t len = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
+    return j - 1 + len > max ? j - 1 : max;
 }
 
 double now_sec(void)

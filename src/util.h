@@ -3,9 +3,15 @@
  * Owns: the always-on CHECK macro (bugs abort with file:line), the x-allocators
  * (abort on out-of-memory; only for small/startup allocations), the error
  * helpers, and the allocation guard that enforces "nothing allocates in the
- * token loop": every binary links malloc/calloc/realloc/posix_memalign through
- * --wrap (see Makefile), and while a guard is held (alloc_guard_enter/leave,
- * nesting allowed, any thread) an allocation from our own objects aborts.
+ * token loop": util.c defines the process's malloc family itself (glibc's
+ * documented malloc replacement, forwarding to glibc's allocator), so every
+ * allocation of the process - ours, libc's own (qsort, stdio, strdup),
+ * other libraries' - passes the guard.  While a guard is held, an allocation
+ * on a token-loop thread aborts: the thread holding it (the one evaluating)
+ * and the threads that joined (the pool's and the I/O queue's workers).
+ * Other threads (the server's HTTP threads) are not checked.  In sanitizer
+ * builds the sanitizer owns malloc; the guard is then a sanitizer allocation
+ * hook, which sees the same allocations.
  * Does not own: files, threads, anything model-specific.
  */
 #ifndef DF_UTIL_H
@@ -31,13 +37,16 @@ void *aligned_alloc_zero(size_t n);
 void *aligned_alloc_raw(size_t n);
 void aligned_free(void *p);
 
-/* Allocation guard: see the file comment. */
+/* Allocation guard: see the file comment.  enter/leave nest; the calling
+ * thread is checked while it holds a guard. */
 void alloc_guard_enter(void);
 void alloc_guard_leave(void);
 int alloc_guard_active(void);
-/* The calling thread never runs the token loop: its allocations are not
- * checked (the server's HTTP threads, which allocate while the worker
- * evaluates). */
+/* The calling thread does token-loop work for whichever thread holds a guard
+ * (pool and I/O workers): it is checked whenever any guard is held. */
+void alloc_guard_join_thread(void);
+/* The calling thread never runs the token loop: its allocations are never
+ * checked, even if it joined. */
 void alloc_guard_exempt_thread(void);
 
 /* Fill err if it holds no error yet (the first error wins). Returns -1. */
@@ -47,6 +56,19 @@ int df_err_set(df_error *err, int code, int64_t pos, const char *fmt, ...)
 void df_err_prefix(df_error *err, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 void df_err_clear(df_error *err);
+
+/* UTF-8 (the one definition server.c and json.c use): the length (1..4) of
+ * the well-formed character at s, of which n >= 1 bytes are readable, or 0
+ * when s does not start one (bad lead or continuation, overlong, surrogate,
+ * above U+10FFFF, cut short). */
+size_t utf8_char_len(const unsigned char *s, size_t n);
+/* 1 when s[0..n) is well-formed UTF-8. */
+int utf8_valid(const char *s, size_t n);
+/* Where to cut s[0..n) to at most max bytes without splitting a character:
+ * n if it fits, else max less a character that would straddle it.  Reads
+ * only s[0..max), so it also repairs a string snprintf already cut at max.
+ * Well-formed input gives a well-formed prefix. */
+size_t utf8_cut(const char *s, size_t n, size_t max);
 
 double now_sec(void);
 void df_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

@@ -8,9 +8,11 @@
  * response_format) and the error messages for bad input.
  * Parser: round trips (render an assistant turn, encode, feed its ids, get
  * the same reasoning, content and calls back), malformed and truncated
- * streams, random ids.  Tests that need ids skip when the fixture tokenizer
- * cannot be loaded.
+ * streams, random ids; feeding a reply allocates nothing (under the
+ * allocation guard).  The fixture tokenizer is committed: a test that needs
+ * it fails when it cannot be loaded.
  */
+#define _GNU_SOURCE
 #include "chat_template.h"
 #include "harness.h"
 #include "json.h"
@@ -21,6 +23,8 @@
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 /* ---- helpers ------------------------------------------------------------ */
 
@@ -50,6 +54,16 @@ static const tokenizer *tok(void)
     }
     return g_tok;
 }
+
+/* The fixture tokenizer is committed with the tests: a test that needs it
+ * fails (never skips) when it does not load. */
+#define NEED_TOK()                                                                          \
+    do {                                                                                    \
+        if (!tok()) {                                                                       \
+            t_fail(__FILE__, __LINE__, "the fixture tokenizer (testdata/k3-tiny-a) did not load"); \
+            return;                                                                         \
+        }                                                                                   \
+    } while (0)
 
 /* A request object shaped like the fixture's chat cases: messages plus
  * thinking, thinking_effort, add_generation_prompt, tools, tool_choice,
@@ -124,26 +138,6 @@ static void check_render(const char *req, const char *want, int line)
     free(got);
 }
 #define CHECK_RENDER(req, want) check_render(req, want, __LINE__)
-
-static int utf8_valid(const char *s, size_t n)
-{
-    const unsigned char *u = (const unsigned char *)s;
-    for (size_t i = 0; i < n;) {
-        unsigned c = u[i];
-        size_t k = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-        if (!k || i + k > n) return 0;
-        unsigned cp = k == 1 ? c : k == 2 ? c & 0x1f : k == 3 ? c & 0x0f : c & 0x07;
-        for (size_t j = 1; j < k; j++) {
-            if ((u[i + j] & 0xc0) != 0x80) return 0;
-            cp = cp << 6 | (u[i + j] & 0x3f);
-        }
-        if ((k == 2 && cp < 0x80) || (k == 3 && cp < 0x800) || (k == 4 && (cp < 0x10000 || cp > 0x10ffff)) ||
-            (cp >= 0xd800 && cp <= 0xdfff))
-            return 0;
-        i += k;
-    }
-    return 1;
-}
 
 static int has_marker(const char *s, size_t n)
 {
@@ -339,7 +333,8 @@ static json_doc *load_fixture(void)
         d = json_parse(text, len, &err);
         free(text);
     }
-    if (!d) fprintf(stderr, "    %s: %s\n", path, err.msg);
+    /* committed with the tests: a fixture that does not load is a failure */
+    if (!d) t_fail(__FILE__, __LINE__, "%s: %s", path, err.msg);
     free(path);
     return d;
 }
@@ -347,7 +342,7 @@ static json_doc *load_fixture(void)
 static void test_fixture_segments(void)
 {
     json_doc *d = load_fixture();
-    if (!d) TSKIP("no fixture");
+    if (!d) return;
     const json_value *cases = json_get(json_root(d), "chat_cases");
     TCHECK(cases && cases->type == JSON_ARRAY && cases->len == 3);
     for (size_t c = 0; cases && c < cases->len; c++) {
@@ -382,10 +377,10 @@ static void test_fixture_segments(void)
 static void test_fixture_ids(void)
 {
     json_doc *d = load_fixture();
-    if (!d) TSKIP("no fixture");
+    if (!d) return;
     if (!tok()) {
         json_free(d);
-        TSKIP("no tokenizer");
+        NEED_TOK();
     }
     const json_value *cases = json_get(json_root(d), "chat_cases");
     for (size_t c = 0; cases && c < cases->len; c++) {
@@ -855,14 +850,14 @@ static void check_round_trip(int thinking)
 
 static void test_parser_round_trip(void)
 {
-    if (!tok()) TSKIP("no tokenizer");
+    NEED_TOK();
     check_round_trip(1);
     check_round_trip(0);
 }
 
 static void test_parser_events(void)
 {
-    if (!tok()) TSKIP("no tokenizer");
+    NEED_TOK();
     chat_parser *p;
     df_error err = {0};
     TCHECK(!chat_parser_new(tok(), 0, &p, &err));
@@ -907,7 +902,7 @@ static void test_parser_events(void)
 
 static void test_parser_malformed(void)
 {
-    if (!tok()) TSKIP("no tokenizer");
+    NEED_TOK();
     static const struct {
         const char *text;
         int think;
@@ -979,7 +974,7 @@ static void test_parser_malformed(void)
 
 static void test_parser_utf8(void)
 {
-    if (!tok()) TSKIP("no tokenizer");
+    NEED_TOK();
     /* multi-byte characters split over byte tokens come out whole; an
      * incomplete sequence cut by a marker or the end becomes U+FFFD. */
     static const char s[] = "h\xc3\xa9llo \xe6\xbc\xa2\xe5\xad\x97 \xf0\x9f\x99\x82!";
@@ -1002,7 +997,7 @@ static void test_parser_utf8(void)
 
 static void test_parser_garbage(void)
 {
-    if (!tok()) TSKIP("no tokenizer");
+    NEED_TOK();
     int nv = tokenizer_n_vocab(tok());
     int32_t markers[6] = {tokenizer_special_id(tok(), "<|open|>"), tokenizer_special_id(tok(), "<|close|>"),
                           tokenizer_special_id(tok(), "<|sep|>"), tokenizer_special_id(tok(), "<|end_of_msg|>"),
@@ -1070,6 +1065,53 @@ static void test_developer_role(void)
     json_free(db);
 }
 
+/* The parser allocates nothing per token once made: a whole reply with
+ * reasoning, content and a tool call with two typed arguments is fed under
+ * the allocation guard (which sees every allocation of the process), in a
+ * forked child because the guard aborts. */
+static void test_parser_no_alloc_per_token(void)
+{
+    NEED_TOK();
+    static const char text[] =
+        "hmm<|close|>think<|sep|><|open|>response<|sep|>ok<|close|>response<|sep|><|open|>tools<|sep|>"
+        "<|open|>call tool=\"get_weather\" index=\"1\"<|sep|><|open|>argument key=\"city\" type=\"string\"<|sep|>"
+        "Paris<|close|>argument<|sep|><|open|>argument key=\"n\" type=\"number\"<|sep|>3<|close|>argument<|sep|>"
+        "<|close|>call<|sep|><|close|>tools<|sep|><|close|>message<|sep|><|end_of_msg|>";
+    int32_t *ids = NULL;
+    size_t n = 0, cap = 0;
+    df_error err = {0};
+    chat_parser *p = NULL;
+    if (tokenizer_encode(tok(), text, sizeof text - 1, 1, &ids, &n, &cap, &err) ||
+        chat_parser_new(tok(), 1, &p, &err)) {
+        t_fail(__FILE__, __LINE__, "%s", err.msg);
+        free(ids);
+        return;
+    }
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        int calls = 0, content = 0, reasoning = 0;
+        alloc_guard_enter();
+        for (size_t i = 0; i < n; i++) {
+            const chat_event *ev;
+            size_t k = chat_parser_feed(p, ids[i], &ev);
+            for (size_t j = 0; j < k; j++) {
+                calls += ev[j].type == CHAT_EV_CALL_END;
+                content += ev[j].type == CHAT_EV_CONTENT;
+                reasoning += ev[j].type == CHAT_EV_REASONING;
+            }
+        }
+        alloc_guard_leave();
+        _exit(calls == 1 && content && reasoning ? 0 : 2);
+    }
+    int st = 0;
+    waitpid(pid, &st, 0);
+    TCHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+            "feeding a reply under the allocation guard: status %d (SIGABRT: the parser allocated)", st);
+    chat_parser_free(p);
+    free(ids);
+}
+
 static const test_case tests[] = {
     {"developer_role_is_system", test_developer_role},
     {"chat_fixture_segments", test_fixture_segments},
@@ -1086,6 +1128,7 @@ static const test_case tests[] = {
     {"chat_parser_malformed", test_parser_malformed},
     {"chat_parser_utf8", test_parser_utf8},
     {"chat_parser_garbage", test_parser_garbage},
+    {"chat_parser_no_alloc_per_token", test_parser_no_alloc_per_token},
 };
 
 int main(int argc, char **argv)

@@ -2,17 +2,21 @@
  * batch width (one call, chunks of 1/3/7/32 vs token by token), thread count
  * (1, 2, 3), kernel set (ref vs avx2 vs avx512 where the CPU has them),
  * expert cache size (one slot vs all) must all give bit-identical logits.
- * Also: the allocation guard really trips, and bad ids / a full context are
+ * Also: the allocation guard trips on every allocator entry of the process
+ * (ours, libc-internal, pool workers) and spares other threads, and bad ids / a full context are
  * clear errors that leave the session usable.
  */
 #define _GNU_SOURCE
 #include "harness.h"
 #include "kernels.h"
 #include "model.h"
+#include "threadpool.h"
 #include "util.h"
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -159,21 +163,128 @@ static void test_cache_sizes(void)
     free(c);
 }
 
-static void test_alloc_guard_trips(void)
+/* The allocation guard.  Each case runs in a forked child (stderr to
+ * /dev/null) and must end with SIGABRT, or exit 0 where nothing may trip.
+ * util.c replaces the process's malloc family, so allocations made inside
+ * libc (qsort's merge buffer, strdup, fopen's FILE) are caught as well as
+ * our own; the pool's workers are checked while the evaluating thread holds
+ * the guard; a thread that is neither (the server's HTTP threads) is not. */
+static int guard_child(void (*body)(void))
 {
     fflush(NULL);
     pid_t pid = fork();
     if (pid == 0) {
-        int fd = open("/dev/null", 1);
+        int fd = open("/dev/null", O_WRONLY);
         if (fd >= 0) dup2(fd, 2);
-        alloc_guard_enter();
-        void *volatile p = malloc(100);
-        (void)p;
+        body();
         _exit(0);
     }
     int st = 0;
     waitpid(pid, &st, 0);
-    TCHECKF(WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT, "malloc under the guard did not abort (status %d)", st);
+    return st;
+}
+#define TRIPPED(st) (WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT)
+
+static void direct_malloc(void)
+{
+    alloc_guard_enter();
+    void *volatile p = malloc(100);
+    (void)p;
+}
+
+static int cmp_int(const void *a, const void *b)
+{
+    int x = *(const int *)a, y = *(const int *)b;
+    return (x > y) - (x < y);
+}
+/* glibc's qsort is a merge sort that mallocs its buffer once the array
+ * passes 1 KiB: the call expert_store's flush used to make */
+static void libc_qsort(void)
+{
+    enum { N = 100000 };
+    static int a[N];
+    for (int i = 0; i < N; i++) a[i] = (int)((i * 2654435761u) >> 7);
+    alloc_guard_enter();
+    qsort(a, N, sizeof a[0], cmp_int);
+}
+static void libc_strdup(void)
+{
+    static char text[] = "allocated inside libc";
+    char *volatile src = text;
+    alloc_guard_enter();
+    char *volatile p = strdup(src);
+    (void)p;
+}
+static void libc_fopen(void)
+{
+    alloc_guard_enter();
+    FILE *volatile f = fopen("/dev/null", "r");
+    (void)f;
+}
+static void guarded_then_released(void)
+{
+    alloc_guard_enter();
+    alloc_guard_enter();
+    alloc_guard_leave();
+    alloc_guard_leave();
+    free(strdup("after the token loop"));
+}
+
+static void worker_mallocs(void *ctx, size_t begin, size_t end, int worker)
+{
+    (void)ctx, (void)begin, (void)end;
+    if (worker != 0) {
+        void *volatile p = malloc(64);
+        free(p);
+    } else {
+        usleep(20000); /* leave items to the workers */
+    }
+}
+static void pool_worker_malloc(void)
+{
+    threadpool *pool = threadpool_new(3);
+    alloc_guard_enter();
+    parallel_for(pool, 64, 1, worker_mallocs, NULL);
+    alloc_guard_leave();
+}
+
+static atomic_int other_go, other_done;
+static void *other_thread(void *arg)
+{
+    (void)arg;
+    while (!atomic_load(&other_go)) usleep(1000);
+    free(strdup("an HTTP thread's allocation"));
+    atomic_store(&other_done, 1);
+    return NULL;
+}
+static void unrelated_thread_malloc(void)
+{
+    pthread_t th;
+    if (pthread_create(&th, NULL, other_thread, NULL)) _exit(3);
+    alloc_guard_enter();
+    atomic_store(&other_go, 1);
+    while (!atomic_load(&other_done)) usleep(1000);
+    alloc_guard_leave();
+    pthread_join(th, NULL);
+}
+
+static void test_alloc_guard_trips(void)
+{
+    int st = guard_child(direct_malloc);
+    TCHECKF(TRIPPED(st), "malloc under the guard did not abort (status %d)", st);
+    st = guard_child(libc_qsort);
+    TCHECKF(TRIPPED(st), "glibc qsort of 400 KB under the guard did not abort (status %d)", st);
+    st = guard_child(libc_strdup);
+    TCHECKF(TRIPPED(st), "strdup under the guard did not abort (status %d)", st);
+    st = guard_child(libc_fopen);
+    TCHECKF(TRIPPED(st), "fopen under the guard did not abort (status %d)", st);
+    st = guard_child(pool_worker_malloc);
+    TCHECKF(TRIPPED(st), "a pool worker's malloc under the guard did not abort (status %d)", st);
+    st = guard_child(guarded_then_released);
+    TCHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "allocation after the guard was released aborted (status %d)", st);
+    st = guard_child(unrelated_thread_malloc);
+    TCHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+            "a thread outside the token loop could not allocate while the guard was held (status %d)", st);
 }
 
 static void test_errors_keep_session(void)

@@ -1,7 +1,10 @@
 /* test_json.c - the JSON reader: values, escapes, exact integers, and the
- * first error with its byte offset for malformed input. */
+ * first error with its byte offset for malformed input; the UTF-8 rules it
+ * shares with the server (util.h): well-formedness and cutting on a
+ * character boundary. */
 #include "harness.h"
 #include "json.h"
+#include "util.h"
 
 #include <string.h>
 
@@ -69,9 +72,56 @@ static void test_errors(void)
     TCHECK(!parse(deep, &err) && strstr(err.msg, "too deep"));
 }
 
+/* json_scalar_type agrees with json_parse on every input (it shares the
+ * grammar) and answers -1 for strings and containers. */
+static void test_scalar_type(void)
+{
+    static const char *in[] = {"3", " -0.5e+3 ", "1e", "01", "-", "true", "false ", "null", "nul", "truex", "\"s\"",
+                               "[1]", "{}", "", " ", "1 2", "9007199254740993", "1.", ".5", "\t\n0\r"};
+    for (size_t i = 0; i < sizeof in / sizeof in[0]; i++) {
+        df_error err = {0};
+        json_doc *d = json_parse(in[i], strlen(in[i]), &err);
+        enum json_type want = d ? json_root(d)->type : JSON_STRING, got = JSON_STRING;
+        int scalar = d && (want == JSON_NUMBER || want == JSON_BOOL || want == JSON_NULL);
+        int rc = json_scalar_type(in[i], strlen(in[i]), &got);
+        TCHECKF(scalar ? rc == 0 && got == want : rc == -1, "\"%s\": json_parse %s, json_scalar_type %d", in[i],
+                d ? json_type_name(want) : "fails", rc);
+        json_free(d);
+    }
+}
+
+static void test_utf8(void)
+{
+    /* well-formed: ASCII, 2, 3, 4 bytes; ill-formed: overlong, surrogate,
+     * above U+10FFFF, bad continuation, cut short */
+    TCHECK(utf8_valid("a\xC3\xA9\xE2\x82\xAC\xF0\x9F\x98\x80", 10));
+    static const char *bad[] = {"\xC0\xAF", "\xE0\x80\xAF", "\xED\xA0\x80", "\xF4\x90\x80\x80", "\xC3(", "\xE2\x82",
+                                "\x80", "\xFF"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) TCHECKF(!utf8_valid(bad[i], strlen(bad[i])), "bad %zu", i);
+    /* a string of 3-byte characters after 0..2 ASCII bytes, cut at every
+     * length: the cut never splits a character and loses at most 2 bytes */
+    for (int lead = 0; lead < 3; lead++) {
+        char s[64];
+        size_t n = 0;
+        for (int i = 0; i < lead; i++) s[n++] = 'a';
+        while (n + 3 <= sizeof s) memcpy(s + n, "\xEE\xA2\x88", 3), n += 3;
+        for (size_t max = 0; max <= n + 1; max++) {
+            size_t k = utf8_cut(s, n, max);
+            TCHECKF(k <= max && k <= n && max - k <= 2 + (max > n ? max - n : 0) && utf8_valid(s, k),
+                    "lead %d: cut at %zu gave %zu", lead, max, k);
+        }
+    }
+    /* 4-byte characters; a cut at a boundary keeps everything */
+    const char *emoji = "\xF0\x9F\x98\x80\xF0\x9F\x98\x80";
+    TCHECK(utf8_cut(emoji, 8, 7) == 4 && utf8_cut(emoji, 8, 5) == 4 && utf8_cut(emoji, 8, 4) == 4 &&
+           utf8_cut(emoji, 8, 3) == 0 && utf8_cut(emoji, 8, 8) == 8);
+}
+
 static const test_case tests[] = {
     {"json_values", test_values},
     {"json_errors_with_position", test_errors},
+    {"json_scalar_type_matches_parse", test_scalar_type},
+    {"utf8_valid_and_cut", test_utf8},
 };
 
 int main(int argc, char **argv) { return test_main(tests, NTESTS(tests), argc, argv); }

@@ -10,9 +10,18 @@
 #include "safetensors.h"
 #include "util.h"
 
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/audit.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 static const char *files[] = {"config.json", "model.safetensors.index.json", "model-00001-of-000003.safetensors",
@@ -314,6 +323,54 @@ static void test_shard_errors(void)
     });
 }
 
+/* In a forked child, make every way to open a file for writing (and to
+ * create, rename, link, remove or truncate one) fail with EROFS through a
+ * seccomp filter: unlike chmod 0444, root cannot override it.  Returns 0,
+ * or -1 where seccomp filters are unavailable. */
+static int forbid_writes(void)
+{
+#if defined(__x86_64__)
+    static const int deny[] = {__NR_creat,  __NR_openat2,   __NR_rename,   __NR_renameat, __NR_renameat2,
+                               __NR_unlink, __NR_unlinkat,  __NR_rmdir,    __NR_mkdir,    __NR_mkdirat,
+                               __NR_link,   __NR_linkat,    __NR_symlink,  __NR_symlinkat, __NR_truncate,
+                               __NR_ftruncate, __NR_fallocate, __NR_mknod, __NR_mknodat};
+    enum { K = sizeof deny / sizeof deny[0] };
+    const unsigned wr = O_WRONLY | O_RDWR | O_CREAT | O_TRUNC | O_APPEND;
+    struct sock_filter f[K + 16];
+    int n = 0;
+    const int l_open = 6 + K + 1, l_openat = l_open + 2, l_deny = l_open + 4;
+    f[n++] = (struct sock_filter)BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch));
+    f[n++] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AUDIT_ARCH_X86_64, 1, 0);
+    f[n++] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW);
+    f[n++] = (struct sock_filter)BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr));
+    f[n] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_open, (unsigned char)(l_open - n - 1), 0);
+    n++;
+    f[n] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_openat, (unsigned char)(l_openat - n - 1), 0);
+    n++;
+    for (int k = 0; k < K; k++, n++)
+        f[n] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (unsigned)deny[k], (unsigned char)(l_deny - n - 1), 0);
+    f[n++] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW);
+    /* l_open: open(path, flags); l_openat: openat(dirfd, path, flags) */
+    f[n++] = (struct sock_filter)BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, args[1]));
+    f[n++] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JA, 1, 0, 0);
+    f[n++] = (struct sock_filter)BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, args[2]));
+    f[n++] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JSET | BPF_K, wr, 0, 1);
+    f[n++] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EROFS & SECCOMP_RET_DATA));
+    f[n++] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW);
+    CHECK(n <= (int)(sizeof f / sizeof f[0]) && l_deny == n - 2);
+    struct sock_fprog prog = {.len = (unsigned short)n, .filter = f};
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) return -1;
+    if (prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) != 0) return -1;
+    /* the filter works: */
+    char probe[300];
+    snprintf(probe, sizeof probe, "%s/probe", tmpdir);
+    if (open(probe, O_WRONLY | O_CREAT | O_CLOEXEC, 0644) >= 0 || errno != EROFS) return -1;
+    return 0;
+#else
+    return -1;
+#endif
+}
+
 static void test_loader_does_not_write(void)
 {
     fresh_copy();
@@ -322,21 +379,36 @@ static void test_loader_does_not_write(void)
         char p[512];
         snprintf(p, sizeof p, "%s/%s", tmpdir, files[i]);
         stat(p, &before[i]);
-        chmod(p, 0444);
     }
-    df_engine_opts o;
-    df_engine_opts_default(&o);
-    o.quiet = 1;
-    df_engine *eng = NULL;
-    df_error err = {0};
-    TCHECKF(df_engine_open(tmpdir, &o, &eng, &err) == 0, "read-only checkpoint: %s", err.msg);
-    df_engine_close(eng);
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        if (forbid_writes()) _exit(4);
+        df_engine_opts o;
+        df_engine_opts_default(&o);
+        o.quiet = 1;
+        df_engine *eng = NULL;
+        df_error err = {0};
+        if (df_engine_open(tmpdir, &o, &eng, &err)) {
+            fprintf(stderr, "    open with every write refused: %s\n", err.msg);
+            _exit(1);
+        }
+        df_engine_close(eng);
+        _exit(0);
+    }
+    int st = 0;
+    waitpid(pid, &st, 0);
+    if (WIFEXITED(st) && WEXITSTATUS(st) == 4) {
+        t_skip("no seccomp filters here: cannot refuse writes to root");
+    } else {
+        TCHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+                "the loader failed (or crashed) when no file may be opened for writing (status %d)", st);
+    }
     for (int i = 0; i < 5; i++) {
         char p[512];
         snprintf(p, sizeof p, "%s/%s", tmpdir, files[i]);
         stat(p, &after[i]);
         TCHECK(before[i].st_size == after[i].st_size && before[i].st_mtime == after[i].st_mtime);
-        chmod(p, 0644);
     }
     cleanup();
 }

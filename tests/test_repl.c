@@ -84,15 +84,21 @@ static long context_tokens(repl *r)
     return strtol(r->buf + at, NULL, 10);
 }
 
+/* Send /quit and reap the child: it must exit by itself, with status 0.
+ * The status checked is the one waitpid returned for this child, never a
+ * stale one. */
 static void stop(repl *r)
 {
     send_keys(r, "/quit\r");
-    int st;
-    for (int i = 0; i < 100 && waitpid(r->pid, &st, WNOHANG) == 0; i++) usleep(50000);
-    if (waitpid(r->pid, &st, WNOHANG) == 0) {
+    int st = 0;
+    pid_t w = 0;
+    for (int i = 0; i < 100 && (w = waitpid(r->pid, &st, WNOHANG)) == 0; i++) usleep(50000);
+    if (w == 0) {
         kill(r->pid, SIGKILL);
         waitpid(r->pid, &st, 0);
         t_fail(__FILE__, __LINE__, "chat did not exit on /quit");
+    } else {
+        TCHECKF(w == r->pid && WIFEXITED(st) && WEXITSTATUS(st) == 0, "chat ended with status %d on /quit", st);
     }
     close(r->fd);
 }
@@ -175,11 +181,7 @@ static void test_interrupt(void)
     }
     long c2 = context_tokens(r);
     TCHECKF(c2 > c1, "context %ld after the second reply, %ld before", c2, c1);
-    send_keys(r, "/quit\r");
-    int st;
-    for (int i = 0; i < 100 && waitpid(r->pid, &st, WNOHANG) == 0; i++) usleep(50000);
-    TCHECKF(waitpid(r->pid, &st, WNOHANG) != 0 || WIFEXITED(st), "chat still running");
-    close(r->fd);
+    stop(r);
 }
 
 static const test_case tests[] = {

@@ -35,6 +35,16 @@ static tokenizer *fixture_tok(void)
     return t;
 }
 
+/* The fixture tokenizer is committed with the tests: a test that needs it
+ * fails (never skips) when it does not load. */
+#define NEED_TOK(t)                                                                         \
+    do {                                                                                    \
+        if (!(t)) {                                                                         \
+            t_fail(__FILE__, __LINE__, "the fixture tokenizer (testdata/k3-tiny-a) did not load"); \
+            return;                                                                         \
+        }                                                                                   \
+    } while (0)
+
 typedef struct idvec {
     int32_t *v;
     size_t n, cap;
@@ -87,7 +97,7 @@ static json_doc *load_json(const char *rel)
 static void test_fixture_cases(void)
 {
     tokenizer *t = fixture_tok();
-    if (!t) TSKIP("no fixture tokenizer");
+    NEED_TOK(t);
     json_doc *d = load_json("k3-tiny-a/fixtures/tokenizer_cases.json");
     if (!d) return;
     const json_value *cases = json_get(json_root(d), "encode_cases");
@@ -135,7 +145,7 @@ static void test_fixture_cases(void)
 static void test_fixture_specials(void)
 {
     tokenizer *t = fixture_tok();
-    if (!t) TSKIP("no fixture tokenizer");
+    NEED_TOK(t);
     TCHECK(tokenizer_n_vocab(t) == 640 && tokenizer_n_ranks(t) == 384);
     json_doc *d = load_json("k3-tiny-a/fixtures/tokenizer_cases.json");
     if (!d) return;
@@ -209,7 +219,7 @@ static const char *const split_cases[][12] = {
 static void test_pretokenizer(void)
 {
     tokenizer *t = fixture_tok();
-    if (!t) TSKIP("no fixture tokenizer");
+    NEED_TOK(t);
     size_t *ends = NULL, n, cap = 0;
     for (size_t i = 0; i < sizeof split_cases / sizeof split_cases[0]; i++) {
         const char *s = split_cases[i][0];
@@ -252,7 +262,7 @@ static int has_end(const size_t *ends, size_t n, size_t at)
 static void test_safety_split(void)
 {
     tokenizer *t = fixture_tok();
-    if (!t) TSKIP("no fixture tokenizer");
+    NEED_TOK(t);
     size_t *ends = NULL, n = 0, cap = 0, len;
     df_error err = {0};
     /* 60,000 letters: cut at 25,000 and 50,000 */
@@ -307,7 +317,7 @@ static void test_safety_split(void)
 static void test_invalid_utf8(void)
 {
     tokenizer *t = fixture_tok();
-    if (!t) TSKIP("no fixture tokenizer");
+    NEED_TOK(t);
     /* input -> Python's bytes.decode("utf-8", errors="replace") */
 #define FFFD "\xef\xbf\xbd"
     static const struct { const char *in, *out; } cases[] = {
@@ -356,7 +366,7 @@ static uint32_t rnd(void)
 static void test_bpe_heap_matches_reference(void)
 {
     tokenizer *t = fixture_tok();
-    if (!t) TSKIP("no fixture tokenizer");
+    NEED_TOK(t);
     int nr = tokenizer_n_ranks(t);
     idvec a = {0}, b = {0};
     unsigned char *buf = xmalloc(8192);
@@ -460,7 +470,7 @@ static void check_roundtrip(const tokenizer *t, const char *s, size_t len, int *
 static void test_roundtrip(void)
 {
     tokenizer *t = fixture_tok();
-    if (!t) TSKIP("no fixture tokenizer");
+    NEED_TOK(t);
     int bad = 0;
     for (size_t i = 0; i < sizeof corpus / sizeof corpus[0]; i++) check_roundtrip(t, corpus[i], strlen(corpus[i]), &bad);
     char *s = xmalloc(4 * 600 + 64);
@@ -513,7 +523,7 @@ static int valid_utf8(const unsigned char *s, size_t n)
 static void test_decoder_incremental(void)
 {
     tokenizer *t = fixture_tok();
-    if (!t) TSKIP("no fixture tokenizer");
+    NEED_TOK(t);
     idvec ids = {0};
     int bad = 0;
     char out[512];
@@ -581,7 +591,7 @@ static void test_decoder_incremental(void)
 static void test_decoder_bounds(void)
 {
     tokenizer *t = fixture_tok();
-    if (!t) TSKIP("no fixture tokenizer");
+    NEED_TOK(t);
     size_t maxo = tok_decoder_max_out(t);
     TCHECK(maxo >= 3);
     static const char *const pend[] = {"", "\xe0", "\xf0", "\xe4\xbd", "\xf0\x9f", "\xf0\x9f\x98", "\xc3", "\xf4\x8f"};
@@ -818,7 +828,7 @@ static char *mixed_text(size_t target, size_t *len)
 static void test_concurrent_encode(void)
 {
     tokenizer *t = fixture_tok();
-    if (!t) TSKIP("no fixture tokenizer");
+    NEED_TOK(t);
     size_t len;
     char *text = mixed_text(100000, &len);
     idvec ref = {0};
@@ -844,7 +854,7 @@ static void test_concurrent_encode(void)
 static void test_encode_1mb_timing(void)
 {
     tokenizer *t = fixture_tok();
-    if (!t) TSKIP("no fixture tokenizer");
+    NEED_TOK(t);
     size_t len;
     char *text = mixed_text(1 << 20, &len);
     idvec ids = {0};

@@ -12,16 +12,21 @@
 #     values; experts are repacked exactly);
 #   - llama.cpp on the all-F32 GGUF with an F32 KV cache and flash attention
 #     off (tools/llama_peer.c): its logits must match deltafin's within
-#     2e-3 + 1e-4 * max|logit| of the row, top-1 must agree where deltafin's
-#     margin exceeds twice that, and greedy continuations must agree up to
-#     the first step whose margin is not safe.
+#     6e-4 absolute, top-1 must agree where deltafin's margin exceeds twice
+#     that, and greedy continuations must agree up to the first step whose
+#     margin is not safe.
 # Why that tolerance: on the all-F32 file llama.cpp's only differences from
 # deltafin are f32 summation order (SIMD, different blocking), its own
-# exp/tanh/sigmoid and its KDA chunking; measured differences are ~3e-4 at
-# |logit| ~15 (about 2e-5 relative, a few hundred f32 ulps accumulated over
-# the layers).  The bound leaves ~6x headroom and stays 1000x below what a
-# real semantic error moves (a wrong expert, norm or gate shifts logits by
-# >0.1).  The MXFP4 GGUF is NOT compared with llama.cpp: llama.cpp rounds
+# exp/tanh/sigmoid and its KDA chunking; the measured differences are at
+# most 3.1e-4 (|logit| up to ~15: about 2e-5 relative, a few hundred f32
+# ulps accumulated over the layers), so the bound leaves 2x headroom and has
+# no relative term.  It is NOT far below every real error: the subtlest K3
+# bug in the fixture's sensitivity.json, router weights not renormalised
+# (router_no_renorm), moves the fixture's logits by only 2.2e-3 (K3's latent
+# RMSNorm hides most of it), so the bound must stay well under that; an
+# engine perturbed that way fails here, while the old bound (2e-3 + 1e-4
+# max|logit|, ~3.5e-3) let it pass.  Most other bugs move logits by > 10.
+# The MXFP4 GGUF is NOT compared with llama.cpp: llama.cpp rounds
 # activations to 8 bits for MXFP4 matmuls (and BF16 for BF16 weights), which
 # on tiny random models flips near-tie expert choices and moves logits by
 # 2+; that is llama.cpp's arithmetic, not a disagreement about K3.

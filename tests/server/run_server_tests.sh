@@ -29,7 +29,7 @@ URING=
 if [ -f /usr/include/liburing.h ]; then URING=-luring; fi
 ${CC:-cc} -std=c11 -O1 -g -pthread $SAN -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wpointer-arith \
     -Wcast-qual -Wvla -Wformat=2 -Werror -Isrc -Itests tests/server/test_server_emit.c tests/harness.c "$BDIR/libdeltafin.a" \
-    -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=posix_memalign -lmicrohttpd -lm -lpcre2-8 $URING -lutil \
+    -lmicrohttpd -lm -lpcre2-8 $URING -lutil \
     -o "$LOG/test_server_emit"
 "$LOG/test_server_emit" || fail=1
 

@@ -216,6 +216,54 @@ static void test_stop_gate(void)
     json_buf_free(&j.gate);
 }
 
+/* Issue 10, finding 7 (found by fuzz_server_request): an unknown field
+ * whose name holds multibyte characters.  The 400's param (95 bytes at
+ * most) and message (the name cut to 80 bytes) used to cut the name inside
+ * a UTF-8 sequence, so the body was neither UTF-8 nor JSON. */
+static void test_error_cut_on_utf8_boundary(void)
+{
+    static const char body[] =
+        "{\"mode<|end_of_msg|>ppiiiiiiiiie\\ue888is+_ebb\\ue88888+_eb>ppiiiiiiiiie\\ue888is+_ebb\\ue88888+_ebb"
+        "\\ue88888is_ebb\\ue8888iiiiii\":3,\"stop\":\"END\"}";
+    server_limits lim = {.tok = S.tok, .n_ctx = 2048, .max_tokens_cap = 1024, .name = "t"};
+    for (int ep = 0; ep < 3; ep++) {
+        char *err_body = NULL;
+        int status = server_parse_request(&lim, ep, body, sizeof body - 1, &err_body, NULL);
+        TCHECKF(status == 400 && err_body, "endpoint %d: status %d", ep, status);
+        if (!err_body) continue;
+        TCHECKF(utf8_valid(err_body, strlen(err_body)), "endpoint %d: error body is not UTF-8: %s", ep, err_body);
+        df_error err = {0};
+        json_doc *d = json_parse(err_body, strlen(err_body), &err);
+        TCHECKF(d, "endpoint %d: error body is not JSON (%s): %s", ep, err.msg, err_body);
+        const json_value *e = d ? json_get(json_root(d), "error") : NULL;
+        const char *msg = json_get_str(e, "message"), *param = json_get_str(e, "param");
+        /* the name as the parser decoded it, in UTF-8 */
+        const char *name = "mode<|end_of_msg|>ppiiiiiiiiie\xEE\xA2\x88is+_ebb";
+        TCHECKF(msg && strstr(msg, name) && !strstr(msg, "\xEF\xBF\xBD"), "endpoint %d: message %s", ep,
+                msg ? msg : "(none)");
+        if (ep != SERVER_EP_MESSAGES) /* OpenAI's shape carries the field; the cut is exact, not repaired */
+            TCHECKF(param && !strncmp(param, name, strlen(name)) && strlen(param) <= 95 && strlen(param) >= 92 &&
+                        !strstr(param, "\xEF\xBF\xBD"),
+                    "endpoint %d: param %s", ep, param ? param : "(none)");
+        json_free(d);
+        free(err_body);
+    }
+    /* every cut of a long message or param lands on a character boundary */
+    char big[700];
+    for (int shift = 0; shift < 3; shift++) {
+        size_t n = 0;
+        for (int i = 0; i < shift; i++) big[n++] = 'x';
+        while (n + 3 < sizeof big) memcpy(big + n, "\xEE\xA2\x88", 3), n += 3;
+        big[n] = 0;
+        rq_err e = {0};
+        rq_fail(&e, 400, big, "%s", big);
+        TCHECKF(utf8_valid(e.param, strlen(e.param)) && strlen(e.param) >= sizeof e.param - 3,
+                "shift %d: param cut at %zu", shift, strlen(e.param));
+        TCHECKF(utf8_valid(e.msg, strlen(e.msg)) && strlen(e.msg) >= sizeof e.msg - 3, "shift %d: message cut at %zu",
+                shift, strlen(e.msg));
+    }
+}
+
 int main(int argc, char **argv)
 {
     char dir[512];
@@ -229,6 +277,7 @@ int main(int argc, char **argv)
         {"openai_chat_tool_call", test_openai_chat},
         {"anthropic_tool_use", test_anthropic},
         {"stop_gate", test_stop_gate},
+        {"error_cut_on_utf8_boundary", test_error_cut_on_utf8_boundary},
     };
     int rc = test_main(tests, NTESTS(tests), argc, argv);
     chat_parser_free(S.parser);
