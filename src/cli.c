@@ -484,10 +484,36 @@ void sink_abort(logits_sink *k)
     remove(k->tmp);
 }
 
+typedef struct {
+    double t0;
+    unsigned long long rb0;
+} progress_state;
+
+/* A long prompt on a terminal: positions done, bytes read, ETA. */
+static void show_progress(void *ctx, int done, int total)
+{
+    progress_state *ps = ctx;
+    double dt = now() - ps->t0;
+    double eta = done > 0 ? dt * (total - done) / done : 0.0;
+    fprintf(stderr, "\rdeltafin: prompt %d/%d positions, %.1f MiB read, %.0f s left   ", done, total,
+            (proc_read_bytes() - ps->rb0) / 1048576.0, eta);
+    fflush(stderr);
+}
+
 int eval_prompt(df_session *s, const int32_t *ids, int n, int batch, float *last, float *rows, size_t V,
                 logits_sink *k, df_error *err)
 {
-    if (!k->f) return df_session_eval(s, ids, n, last, 0, err);
+    if (!k->f) {
+        progress_state ps = {now(), proc_read_bytes()};
+        int show = isatty(2) && n > df_session_max_batch(s);
+        if (show) df_session_set_progress(s, show_progress, &ps);
+        int rc = df_session_eval(s, ids, n, last, 0, err);
+        if (show) {
+            df_session_set_progress(s, NULL, NULL);
+            fprintf(stderr, "\r\033[K");
+        }
+        return rc;
+    }
     for (int off = 0; off < n; off += batch) {
         int T = n - off < batch ? n - off : batch;
         if (df_session_eval(s, ids + off, T, rows, 1, err)) return -1;
@@ -501,13 +527,18 @@ int eval_prompt(df_session *s, const int32_t *ids, int n, int batch, float *last
     return 0;
 }
 
-void print_bench_json(int n_prompt, double prefill_s, unsigned long long prefill_bytes, int n_gen, double decode_s,
-                      unsigned long long decode_bytes, const int32_t *gen)
+void print_bench_json(df_engine *eng, int n_prompt, double prefill_s, unsigned long long prefill_bytes, int n_gen,
+                      double decode_s, unsigned long long decode_bytes, const int32_t *gen)
 {
+    df_stats st;
+    df_engine_stats(eng, &st);
     printf("{\"engine\":\"deltafin\",\"prompt\":%d,\"prefill_s\":%.6f,\"prefill_tps\":%.4f,"
-           "\"prefill_read_bytes\":%llu,\"decode_steps\":%d,\"decode_s\":%.6f,\"decode_tps\":%.4f,"
-           "\"decode_read_bytes\":%llu,\"peak_rss_kb\":%ld,\"ids\":[",
-           n_prompt, prefill_s, prefill_s > 0 ? n_prompt / prefill_s : 0.0, prefill_bytes, n_gen, decode_s,
+           "\"prefill_read_bytes\":%llu,\"prefill_chunk\":%d,\"prefill_unique_experts\":%llu,"
+           "\"prefill_expert_reads\":%llu,\"prefill_expert_bytes\":%llu,\"decode_steps\":%d,\"decode_s\":%.6f,"
+           "\"decode_tps\":%.4f,\"decode_read_bytes\":%llu,\"peak_rss_kb\":%ld,\"ids\":[",
+           n_prompt, prefill_s, prefill_s > 0 ? n_prompt / prefill_s : 0.0, prefill_bytes, st.prompt_chunk,
+           (unsigned long long)st.prompt_unique_experts, (unsigned long long)st.prompt_expert_reads,
+           (unsigned long long)st.prompt_expert_bytes, n_gen, decode_s,
            n_gen && decode_s > 0 ? n_gen / decode_s : 0.0, decode_bytes, proc_peak_rss_kb());
     for (int i = 0; i < n_gen; i++) printf("%s%d", i ? "," : "", gen[i]);
     printf("]}\n");
@@ -530,6 +561,14 @@ void print_run_stats(df_engine *eng, int n_prompt, double prefill_s, int n_gen, 
             (double)st.expert_bytes_read / (1 << 20), (unsigned long long)st.expert_reads, st.io_wait_sec,
             total > 0 ? 100.0 * st.io_wait_sec / total : 0.0,
             st.io_wait_sec > 0 ? st.expert_bytes_io / st.io_wait_sec / 1e9 : 0.0);
+    if (st.prompt_positions)
+        fprintf(stderr,
+                "deltafin: prompt: %llu positions in chunks of %d; %llu distinct (layer, expert) pairs needed, %llu "
+                "expert reads (%.2f reads per needed expert), %.1f MiB\n",
+                (unsigned long long)st.prompt_positions, st.prompt_chunk,
+                (unsigned long long)st.prompt_unique_experts, (unsigned long long)st.prompt_expert_reads,
+                st.prompt_unique_experts ? (double)st.prompt_expert_reads / (double)st.prompt_unique_experts : 0.0,
+                (double)st.prompt_expert_bytes / (1 << 20));
     if (st.trunk_bytes_read)
         fprintf(stderr, "deltafin: trunk streamed: %.1f MiB read, %.2f s waiting\n",
                 (double)st.trunk_bytes_read / (1 << 20), st.trunk_wait_sec);
@@ -560,7 +599,7 @@ static int cmd_run(int argc, char **argv)
     df_engine_info(eng, &info);
     df_session *s = open_session(eng, &a);
     size_t V = (size_t)info.vocab;
-    int batch = a.batch ? a.batch : 32;
+    int batch = df_session_max_batch(s);
     float *last = malloc(V * sizeof(float));
     float *rows = a.dump ? malloc((size_t)batch * V * sizeof(float)) : NULL;
     int32_t *gen = malloc(((size_t)a.max_new + 1) * sizeof *gen);
@@ -604,7 +643,7 @@ static int cmd_run(int argc, char **argv)
     if (full)
         fprintf(stderr, "deltafin: the context is full (--ctx %d): stopped after %d of %d new tokens\n", ctx, n_gen,
                 a.max_new);
-    if (a.bench_json) print_bench_json(n_prompt, t1 - t0, rb1 - rb0, n_gen, t2 - t1, rb2 - rb1, gen);
+    if (a.bench_json) print_bench_json(eng, n_prompt, t1 - t0, rb1 - rb0, n_gen, t2 - t1, rb2 - rb1, gen);
     if (a.print_ids) {
         for (int i = 0; i < n_gen; i++) printf("%s%d", i ? "," : "", gen[i]);
         printf("\n");

@@ -315,7 +315,7 @@ int run_text(run_args *a)
     context_for(a, (int)g.n_ids);
     if (setup_engine(&g, a)) goto done;
     size_t V = (size_t)g.info.vocab;
-    int batch = a->batch ? a->batch : 32;
+    int batch = df_session_max_batch(g.s);
     float *rows = NULL;
     if (a->dump) {
         rows = malloc((size_t)batch * V * sizeof *rows);
@@ -350,7 +350,7 @@ int run_text(run_args *a)
         fflush(stdout);
     }
     if (!rc && a->bench_json)
-        print_bench_json(g.prompt_tokens, t1 - g.t_start, rb1 - rb0, g.gen_tokens, t2 - t1, rb2 - rb1, g.gen_ids);
+        print_bench_json(g.eng, g.prompt_tokens, t1 - g.t_start, rb1 - rb0, g.gen_tokens, t2 - t1, rb2 - rb1, g.gen_ids);
     if (!rc && sink_commit(&g.sink)) rc = 1;
     if (!rc && a->stats) print_run_stats(g.eng, g.prompt_tokens, t1 - g.t_start, g.gen_tokens, t2 - t1);
 done:

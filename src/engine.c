@@ -32,7 +32,7 @@ void df_session_opts_default(df_session_opts *o)
 {
     memset(o, 0, sizeof *o);
     o->n_ctx = 4096;
-    o->max_batch = 32;
+    o->max_batch = 0; /* the plan's */
 }
 
 static int session_alloc(df_engine *eng, const df_session_opts *opts, int dry, df_session **out, size_t *state_bytes,
@@ -69,7 +69,20 @@ static int engine_sizes(df_engine *eng, const df_session_opts *so, plan_sizes *s
     const k3_config *c = &eng->cfg;
     memset(sz, 0, sizeof *sz);
     size_t state = 0, scratch = 0;
-    if (session_alloc(eng, so, 1, NULL, &state, &scratch, err)) return -1;
+    if (so->max_batch > 0) {
+        if (session_alloc(eng, so, 1, NULL, &state, &scratch, err)) return -1;
+    } else {
+        /* --batch auto: scratch is linear in the batch; the planner picks it */
+        df_session_opts one = *so, two = *so;
+        size_t s1 = 0, s2 = 0;
+        one.max_batch = 1;
+        two.max_batch = 2;
+        if (session_alloc(eng, &one, 1, NULL, &state, &s1, err) ||
+            session_alloc(eng, &two, 1, NULL, &state, &s2, err))
+            return -1;
+        sz->scratch_per_row = s2 - s1;
+        sz->scratch_base = s1 - sz->scratch_per_row;
+    }
     sz->trunk_bytes = eng->trunk_mapped_bytes - eng->embed_bytes;
     sz->embed_bytes = eng->embed_bytes;
     sz->vec_bytes = eng->owned_bytes;
@@ -109,7 +122,8 @@ static int plan_memory(df_engine *eng, const df_engine_opts *o, df_error *err)
                        .budget_given = o->mem_budget > 0,
                        .trunk_stream = o->trunk_stream,
                        .expert_cache_bytes = o->expert_cache_bytes,
-                       .tlfu = pol == CACHE_TLFU};
+                       .tlfu = pol == CACHE_TLFU,
+                       .auto_batch = so.max_batch <= 0};
     df_plan *p = &eng->plan;
     if (plan_compute(&sz, &rq, p, err)) return -1;
     if (expert_cache_init(&eng->cache, eng->cfg.NL, eng->cfg.E, (int)p->n_slots, (int)p->n_transient,
@@ -167,7 +181,8 @@ int df_plan_model(const char *path, const df_plan_opts *o, df_plan *p, df_model_
                                .budget_given = o->mem_budget > 0,
                                .trunk_stream = o->trunk_stream,
                                .expert_cache_bytes = o->expert_cache_bytes,
-                               .tlfu = pol == CACHE_TLFU};
+                               .tlfu = pol == CACHE_TLFU,
+                               .auto_batch = so.max_batch <= 0};
             rc = plan_compute(&sz, &rq, p, err);
             if (info) {
                 df_engine_info(eng, info);
@@ -436,6 +451,12 @@ void df_engine_stats(const df_engine *eng, df_stats *st)
     st->io_wait_sec = eng->store.st.wait_sec;
     for (int i = 0; i < eng->store.n_src && i < 8; i++) st->source_reads[i] = eng->store.src[i].reads;
     st->prefetch_issued = eng->pf.issued;
+    st->prompt_positions = eng->prompt.positions;
+    st->prompt_chunk = eng->prompt.chunk;
+    st->prompt_unique_experts = eng->prompt.unique;
+    st->prompt_expert_reads = eng->prompt.reads;
+    st->prompt_expert_bytes = eng->prompt.bytes;
+    st->prompt_sec = eng->prompt.seconds;
     st->trunk_bytes_read = eng->ts.bytes_read;
     st->trunk_wait_sec = eng->ts.wait_sec;
     st->prefetch_used = eng->cache.pf_used;
@@ -472,7 +493,7 @@ static int session_alloc(df_engine *eng, const df_session_opts *opts, int dry, d
     if (out) *out = NULL;
     const k3_config *c = &eng->cfg;
     int n_ctx = opts->n_ctx > 0 ? opts->n_ctx : def.n_ctx;
-    int T = opts->max_batch > 0 ? opts->max_batch : def.max_batch;
+    int T = opts->max_batch > 0 ? opts->max_batch : eng->plan.max_batch > 0 ? eng->plan.max_batch : 32;
     if (T > 4096) return df_err_set(err, DF_ERR_ARG, -1, "max_batch %d is too large (at most 4096)", T);
     df_session *s = xcalloc(1, sizeof *s);
     s->eng = eng;
@@ -537,6 +558,7 @@ static int session_alloc(df_engine *eng, const df_session_opts *opts, int dry, d
     ALLOC(s->uniq_slot, Tk);
     ALLOC(s->uniq_state, Tk);
     ALLOC(s->ready_list, Tk);
+    ALLOC(s->seen, (size_t)c->NL * (size_t)c->E);
     if (state_bytes) *state_bytes = state;
     if (scratch_bytes) *scratch_bytes = bytes - state;
     if (dry) {
@@ -565,6 +587,7 @@ int df_session_new(df_engine *eng, const df_session_opts *opts, df_session **out
     if (eng->sessions_bytes + need > eng->session_room) {
         df_session_opts d;
         df_session_opts_default(&d);
+        d.max_batch = eng->plan.max_batch;
         return df_err_set(err, DF_ERR_NOMEM, -1,
                           "a session with a context of %d tokens and batch %d needs %.3f GiB, but the memory plan "
                           "(--mem %.2f GiB, planned for a context of %d) has %.3f GiB left for sessions: "
@@ -596,6 +619,7 @@ void df_session_free(df_session *s)
     aligned_free(s->uniq_slot);
     aligned_free(s->uniq_state);
     aligned_free(s->ready_list);
+    aligned_free(s->seen);
     free(s);
 }
 
@@ -608,6 +632,13 @@ void df_session_reset(df_session *s)
 }
 
 int df_session_pos(const df_session *s) { return s->pos; }
+int df_session_n_ctx(const df_session *s) { return s->n_ctx; }
+void df_session_set_progress(df_session *s, df_progress_fn fn, void *ctx)
+{
+    s->progress = fn;
+    s->progress_ctx = ctx;
+}
+int df_session_max_batch(const df_session *s) { return s->max_batch; }
 
 int df_argmax(const float *logits, int n)
 {
@@ -793,6 +824,14 @@ int df_session_eval(df_session *s, const int32_t *ids, int n, float *logits, int
         return df_err_set(err, DF_ERR_LIMIT, -1, "context full: %d tokens held, %d more requested, capacity %d",
                           s->pos, n, s->n_ctx);
     int rc = 0;
+    df_engine *eng = s->eng;
+    uint64_t reads0 = eng->store.st.n_reads, bytes0 = eng->store.st.bytes_read;
+    double t0 = now_sec();
+    if (n > 1) {
+        /* a prompt: count the distinct (layer, expert) pairs it needs */
+        memset(s->seen, 0, (size_t)c->NL * (size_t)c->E);
+        s->n_seen = 0;
+    }
     alloc_guard_enter();
     for (int off = 0; off < n && !rc; off += s->max_batch) {
         int T = n - off < s->max_batch ? n - off : s->max_batch;
@@ -801,7 +840,21 @@ int df_session_eval(df_session *s, const int32_t *ids, int n, float *logits, int
         if (logits && all_rows) dst = logits + (size_t)off * c->V;
         else if (logits && last) dst = logits;
         rc = forward_chunk(s, ids + off, T, dst, all_rows, err);
+        if (!rc && s->progress && off + T < n) {
+            alloc_guard_leave();
+            s->progress(s->progress_ctx, off + T, n);
+            alloc_guard_enter();
+        }
     }
     alloc_guard_leave();
+    if (n > 1) {
+        prompt_stats *ps = &eng->prompt;
+        ps->positions = (uint64_t)n;
+        ps->chunk = s->max_batch;
+        ps->unique = s->n_seen;
+        ps->reads = eng->store.st.n_reads - reads0;
+        ps->bytes = eng->store.st.bytes_read - bytes0;
+        ps->seconds = now_sec() - t0;
+    }
     return rc;
 }

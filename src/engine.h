@@ -26,7 +26,10 @@ typedef struct df_engine_opts {
     const char *kernels;        /* "ref", "avx2", "avx512"; NULL = $DF_KERNELS or the best */
     size_t mem_budget;          /* --mem: bytes for everything (0 = 70% of physical RAM) */
     size_t expert_cache_bytes;  /* override the planner's expert cache size (0 = plan from mem_budget) */
-    int plan_ctx, plan_batch;   /* the session the planner reserves for (0 = defaults) */
+    int plan_ctx, plan_batch;   /* the session the planner reserves for (0 = 4096 tokens; batch
+                                   0 = chosen by the planner: 32 when nothing streams, else as
+                                   large as the budget pays for, so a prompt reads its experts
+                                   once per chunk) */
     const char *io_mode;        /* expert reads: "auto" (O_DIRECT where possible), "direct", "buffered" */
     const char *io_backend;     /* "auto" (io_uring where possible), "uring", "threads" */
     int io_depth;               /* expert reads in flight (0 = 32) */
@@ -48,7 +51,8 @@ typedef struct df_engine_opts {
 
 typedef struct df_session_opts {
     int n_ctx;                  /* context capacity in tokens (0 = 4096) */
-    int max_batch;              /* positions per forward call (0 = 32); longer inputs are chunked */
+    int max_batch;              /* positions per forward call (0 = the engine's plan: --batch auto);
+                                   longer inputs are chunked */
 } df_session_opts;
 
 typedef struct df_model_info {
@@ -82,6 +86,13 @@ typedef struct df_stats {
     double prefetch_ab_on_ms, prefetch_ab_off_ms; /* its mean decode step with and without */
     uint64_t prefetch_predicted, prefetch_correct, prefetch_actual;  /* precision = correct / predicted,
                                                                          recall = correct / actual */
+    /* the last prompt (eval of several positions): its positions, the chunk
+     * it ran in, the distinct (layer, expert) pairs it needed, the expert
+     * reads and bytes it took (reads / unique = 1.00 when every needed
+     * expert was read once) and its seconds */
+    uint64_t prompt_positions, prompt_unique_experts, prompt_expert_reads, prompt_expert_bytes;
+    int prompt_chunk;
+    double prompt_sec;
 } df_stats;
 
 /* Where the memory budget goes (src/plan.c decides; see df_plan_model and
@@ -98,7 +109,8 @@ typedef struct df_plan {
     uint64_t trunk_buf_bytes;     /* streamed: each of the two layer buffers */
     uint64_t trunk_used;          /* what the trunk takes under this plan */
     uint64_t state_bytes, scratch_bytes, reserve_bytes;
-    int n_ctx, max_batch;
+    int n_ctx, max_batch;         /* the planned session: context, prompt chunk (positions per pass) */
+    int batch_auto;               /* max_batch was chosen by the planner (--batch auto) */
     uint64_t cache_bytes;         /* expert cache (slots + transient) */
     uint64_t n_slots, n_transient, n_experts;
     uint64_t expert_bytes, slot_bytes;
@@ -145,7 +157,13 @@ void df_engine_stats(const df_engine *eng, df_stats *st);
 int df_session_new(df_engine *eng, const df_session_opts *opts, df_session **out, df_error *err);
 void df_session_free(df_session *s);
 void df_session_reset(df_session *s);
+/* Called between the chunks of a long eval (done positions of total), on
+ * the evaluating thread, outside the allocation guard; NULL to stop. */
+typedef void (*df_progress_fn)(void *ctx, int done, int total);
+void df_session_set_progress(df_session *s, df_progress_fn fn, void *ctx);
 int df_session_pos(const df_session *s);
+int df_session_n_ctx(const df_session *s);
+int df_session_max_batch(const df_session *s);
 /* Consume ids[0..n).  On failure (bad id, context full: nothing consumed;
  * an expert read error: the state is partial) reset the session before
  * reusing it after a read error.   logits (may be NULL): when all_rows, [n][vocab] with

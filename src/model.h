@@ -112,6 +112,13 @@ typedef struct trunk_stream {
     uint8_t *resident_map;    /* the mapping itself */
 } trunk_stream;
 
+/* The last prompt (an eval of several positions): what it needed and read. */
+typedef struct prompt_stats {
+    uint64_t positions, unique, reads, bytes;
+    int chunk;
+    double seconds;
+} prompt_stats;
+
 typedef struct tensor_map {
     void *base;               /* read-only mapping of one trunk tensor's pages */
     size_t size;
@@ -152,6 +159,7 @@ struct df_engine {
     double *layer_sec;        /* [NL] time of each layer in the last call (events) */
     int quiet;
     prefetch pf;              /* the router look-ahead prefetch (prefetch.c) */
+    prompt_stats prompt;      /* the last multi-position eval */
     int all_resident;         /* every routed expert was preloaded and the cache holds them all:
                                * nothing is ever read again, so nothing is predicted */
     char *trace_buf;
@@ -218,6 +226,10 @@ struct df_session {
     uint8_t **uniq_slot;      /* [T*k] slot of each distinct expert */
     int *uniq_state;          /* [T*k] 1 = bytes present in the slot */
     int *ready_list;          /* [T*k] */
+    df_progress_fn progress;  /* between chunks of a long eval, or NULL */
+    void *progress_ctx;
+    uint8_t *seen;            /* [NL][E] experts the current prompt needed (accounting) */
+    uint64_t n_seen;
     dbg_record *dbg;          /* optional, owned by the caller */
 };
 

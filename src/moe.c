@@ -188,6 +188,10 @@ int moe_forward(df_session *s, int il, const k3_layer *L, const float *y, int T,
         memcpy(s->g_x + (size_t)row * Lt, s->zp + (size_t)(i / k) * Lt, (size_t)Lt * sizeof(float));
     }
 
+    for (int u = 0; u < n_u; u++) {
+        uint8_t *seen = s->seen + (size_t)il * (size_t)E + (size_t)s->uniq[u];
+        if (!*seen) *seen = 1, s->n_seen++;
+    }
     prefetch_score(s, il, n_u);
 
     /* experts in groups that fit the cache; the first group's reads overlap

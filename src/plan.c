@@ -9,6 +9,12 @@
  *             mapped); otherwise the budget is refused with the numbers.
  *   cache   = what is left (capped at every expert), or --expert-cache,
  *             which must fit beside the rest (refused otherwise).
+ *   batch   = (--batch auto) the prompt chunk: 32 when every expert and the
+ *             trunk stay in memory; otherwise as many positions as a quarter
+ *             of the cache's share pays for (up to PLAN_BATCH_MAX and the
+ *             context), because a chunk reads each needed expert and the
+ *             streamed trunk once for all its positions: a prompt read in
+ *             32-position chunks reads its experts again for every chunk.
  * The expected reads per token assume uniform routing for the hit rate:
  * an estimate for sizing a machine, labelled as such where printed.
  */
@@ -68,7 +74,39 @@ static void finish(df_plan *p, const plan_sizes *sz, int tlfu)
     p->expert_read_est = (uint64_t)((double)p->expert_read_cold * (1.0 - p->est_hit_rate) + 0.5);
 }
 
-int plan_compute(const plan_sizes *sz, const plan_request *rq, df_plan *p, df_error *err)
+static int plan_fixed(const plan_sizes *sz, const plan_request *rq, df_plan *p, df_error *err);
+
+int plan_compute(const plan_sizes *sz0, const plan_request *rq, df_plan *p, df_error *err)
+{
+    if (!rq->auto_batch) return plan_fixed(sz0, rq, p, err);
+    plan_sizes sz = *sz0;
+    int T = PLAN_BATCH_DEFAULT < sz.n_ctx ? PLAN_BATCH_DEFAULT : sz.n_ctx;
+    sz.max_batch = T;
+    sz.scratch_bytes = sz.scratch_base + (uint64_t)T * sz.scratch_per_row;
+    if (plan_fixed(&sz, rq, p, err)) return -1;
+    int streams = p->trunk_mode == DF_TRUNK_STREAMED || p->n_slots + p->n_transient < sz.n_experts;
+    if (!streams || !sz.scratch_per_row) {
+        p->batch_auto = 1;
+        return 0;
+    }
+    /* grow the chunk into a quarter of what the cache got (and what is unused) */
+    uint64_t room = (p->budget - p->used + p->cache_bytes) / 4;
+    uint64_t grow = room / sz.scratch_per_row;
+    uint64_t want = (uint64_t)T + grow;
+    if (want > PLAN_BATCH_MAX) want = PLAN_BATCH_MAX;
+    if (want > (uint64_t)sz.n_ctx) want = (uint64_t)sz.n_ctx;
+    if (want > 32) want -= want % 32;
+    if (want > (uint64_t)T) {
+        sz.max_batch = (int)want;
+        sz.scratch_bytes = sz.scratch_base + want * sz.scratch_per_row;
+        df_plan q;
+        if (plan_fixed(&sz, rq, &q, NULL) == 0) *p = q;
+    }
+    p->batch_auto = 1;
+    return 0;
+}
+
+static int plan_fixed(const plan_sizes *sz, const plan_request *rq, df_plan *p, df_error *err)
 {
     fill_common(sz, rq, p);
     const uint64_t budget = rq->budget, slot = sz->slot_bytes, k = (uint64_t)sz->k;
@@ -128,18 +166,19 @@ int plan_compute(const plan_sizes *sz, const plan_request *rq, df_plan *p, df_er
 void df_plan_summary(const df_plan *p, char *buf, size_t n)
 {
     snprintf(buf, n,
-             "plan: --mem %.2f GiB%s: trunk %.2f GiB %s, context %d tokens %.3f GiB, scratch %.3f GiB, "
-             "expert cache %.2f GiB (%" PRIu64 " of %" PRIu64 " experts), unused %.2f GiB",
+             "plan: --mem %.2f GiB%s: trunk %.2f GiB %s, context %d tokens %.3f GiB, prompt chunk %d%s "
+             "(scratch %.3f GiB), expert cache %.2f GiB (%" PRIu64 " of %" PRIu64 " experts), unused %.2f GiB",
              gib(p->budget), p->budget_given ? "" : " (default)", gib(p->trunk_used),
              p->trunk_mode == DF_TRUNK_STREAMED ? "streamed" : "resident", p->n_ctx, gib(p->state_bytes),
-             gib(p->scratch_bytes), gib(p->cache_bytes), p->n_slots + p->n_transient, p->n_experts,
+             p->max_batch, p->batch_auto ? " (auto)" : "", gib(p->scratch_bytes), gib(p->cache_bytes), p->n_slots + p->n_transient, p->n_experts,
              gib(p->budget - p->used));
 }
 
 void df_plan_print(const df_plan *p, const char *prefix, FILE *f)
 {
-    fprintf(f, "%smemory plan for --mem %.2f GiB%s (context %d tokens, batch %d):\n", prefix, gib(p->budget),
-            p->budget_given ? "" : " (default: 70% of RAM)", p->n_ctx, p->max_batch);
+    fprintf(f, "%smemory plan for --mem %.2f GiB%s (context %d tokens, prompt chunk %d%s):\n", prefix,
+            gib(p->budget), p->budget_given ? "" : " (default: 70% of RAM)", p->n_ctx, p->max_batch,
+            p->batch_auto ? ", chosen from the budget" : "");
     if (p->trunk_mode == DF_TRUNK_STREAMED)
         fprintf(f, "%s  trunk, streamed (2 buffers)   %10.3f GiB  (%.3f GiB re-read per forward pass)\n", prefix,
                 gib(p->trunk_used), gib(p->trunk_bytes));

@@ -31,7 +31,9 @@ typedef struct plan_sizes {
     int k;                     /* experts per token */
     int n_moe_layers;
     uint64_t state_bytes;      /* the planned session: KDA state + MLA cache at n_ctx */
-    uint64_t scratch_bytes;    /* its scratch at max_batch */
+    uint64_t scratch_bytes;    /* its scratch at max_batch (a fixed batch), or: */
+    uint64_t scratch_base;     /* scratch = scratch_base + T * scratch_per_row */
+    uint64_t scratch_per_row;
     uint64_t reserve_bytes;    /* binary, libc, stacks, I/O rings, tokenizer */
     int n_ctx, max_batch;
 } plan_sizes;
@@ -42,7 +44,11 @@ typedef struct plan_request {
     int trunk_stream;          /* 0 auto, 1 always, -1 never */
     uint64_t expert_cache_bytes; /* 0: what is left; else this much (must fit) */
     int tlfu;                  /* TLFU keeps k transient slots out of the cache's share */
+    int auto_batch;            /* choose max_batch (prompt chunk) from the budget: see plan.c */
 } plan_request;
+
+#define PLAN_BATCH_DEFAULT 32  /* the chunk when nothing is read from disk */
+#define PLAN_BATCH_MAX 2048    /* the largest automatic chunk */
 
 /* The process reserve for n_threads workers and a tokenizer of `vocab`. */
 uint64_t plan_reserve_bytes(int n_threads, int vocab);

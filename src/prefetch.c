@@ -56,7 +56,9 @@ void prefetch_after_layer(df_session *s, int il, int T, const float *H)
     const k3_config *c = &eng->cfg;
     int nl = il + 1;
     while (nl < c->NL && !c->layer_moe[nl]) nl++;
-    if (!eng->pf.active || eng->all_resident || nl >= c->NL || !eng->pf.layer_on[nl]) return;
+    /* decode steps only: a prompt chunk reads each next layer's union once,
+     * sorted, when it gets there; predicting it per row only adds reads */
+    if (T > 1 || !eng->pf.active || eng->all_resident || nl >= c->NL || !eng->pf.layer_on[nl]) return;
     if (expert_store_in_flight(&eng->store) >= eng->io_depth) return;
     /* streamed trunk: the next layer's router is in the buffer being loaded;
      * a layer further away is not loaded yet, so no prediction for it */

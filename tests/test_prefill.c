@@ -1,0 +1,208 @@
+/* test_prefill.c - prompts read each needed expert once per chunk, the
+ * planner's chunk (--batch auto) gives the same logits as every other
+ * batch width, and long contexts (32K positions) agree between one long
+ * prefill and position-by-position evaluation. */
+#define _GNU_SOURCE
+#include "harness.h"
+#include "engine.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+static df_engine *open_model(const char *dir, size_t cache, int ctx, int batch, int threads)
+{
+    df_engine_opts o;
+    df_engine_opts_default(&o);
+    o.quiet = 1;
+    o.n_threads = threads;
+    o.expert_cache_bytes = cache;
+    o.no_prefetch = 1;
+    o.plan_ctx = ctx;
+    o.plan_batch = batch;
+    df_engine *eng = NULL;
+    df_error err = {0};
+    if (df_engine_open(dir, &o, &eng, &err)) t_fail(__FILE__, __LINE__, "open %s: %s", dir, err.msg);
+    return eng;
+}
+
+/* all rows' logits of ids at max_batch `batch` (0: the plan's) */
+static float *eval_all(df_engine *eng, const int32_t *ids, int n, int batch, int ctx, df_stats *st)
+{
+    df_model_info info;
+    df_engine_info(eng, &info);
+    df_session_opts so = {.n_ctx = ctx, .max_batch = batch};
+    df_session *s;
+    df_error err = {0};
+    if (df_session_new(eng, &so, &s, &err)) {
+        t_fail(__FILE__, __LINE__, "session: %s", err.msg);
+        return NULL;
+    }
+    float *out = malloc((size_t)n * info.vocab * sizeof *out);
+    if (df_session_eval(s, ids, n, out, 1, &err)) t_fail(__FILE__, __LINE__, "eval: %s", err.msg);
+    if (st) df_engine_stats(eng, st);
+    df_session_free(s);
+    return out;
+}
+
+/* One prompt at batch 1, 7, 32, the planner's choice and the whole prompt,
+ * with a one-slot cache and with every expert resident: the same bits. */
+static void test_auto_batch_bit_identical(void)
+{
+    char dir[512];
+    if (gen_model("prefill_m", "--preset small --set num_experts=64 --set num_experts_per_token=8 --seed 4", dir,
+                  sizeof dir))
+        return;
+    enum { N = 200 };
+    int32_t ids[N];
+    for (int i = 0; i < N; i++) ids[i] = (int32_t)((i * 7919 + 13) % 3000 + 5);
+    size_t caches[2] = {1, (size_t)1 << 30};
+    float *ref = NULL;
+    int V = 0;
+    for (int c = 0; c < 2; c++) {
+        df_engine *eng = open_model(dir, caches[c], 512, 0, 2);
+        if (!eng) return;
+        df_model_info info;
+        df_engine_info(eng, &info);
+        V = info.vocab;
+        df_plan p;
+        df_engine_plan(eng, &p);
+        TCHECK(p.batch_auto);
+        if (c == 0) TCHECKF(p.max_batch >= N, "a one-slot cache streams experts: chunk %d", p.max_batch);
+        int batches[] = {1, 7, 32, 0, N};
+        for (int b = 0; b < 5; b++) {
+            float *got = eval_all(eng, ids, N, batches[b], 512, NULL);
+            if (!got) continue;
+            if (!ref) ref = got;
+            else {
+                TCHECKF(!memcmp(ref, got, (size_t)N * V * sizeof *got), "cache %zu batch %d differs", caches[c],
+                        batches[b]);
+                free(got);
+            }
+        }
+        df_engine_close(eng);
+    }
+    free(ref);
+}
+
+/* A prompt that fits one chunk reads each (layer, expert) it needs once:
+ * the store's reads equal the distinct pairs, which equal the pairs in the
+ * route trace. */
+static void test_reads_once_per_needed_expert(void)
+{
+    char dir[512], trace[600];
+    if (gen_model("prefill_m", "--preset small --set num_experts=64 --set num_experts_per_token=8 --seed 4", dir,
+                  sizeof dir))
+        return;
+    snprintf(trace, sizeof trace, "%s/prefill.trace", test_scratch());
+    df_engine_opts o;
+    df_engine_opts_default(&o);
+    o.quiet = 1;
+    o.n_threads = 2;
+    o.expert_cache_bytes = 1;
+    o.no_prefetch = 1;
+    o.plan_ctx = 512;
+    o.trace_path = trace;
+    df_engine *eng;
+    df_error err = {0};
+    TCHECKF(df_engine_open(dir, &o, &eng, &err) == 0, "%s", err.msg);
+    if (!eng) return;
+    enum { N = 150 };
+    int32_t ids[N];
+    for (int i = 0; i < N; i++) ids[i] = (int32_t)((i * 104729 + 7) % 3000 + 5);
+    df_stats st;
+    free(eval_all(eng, ids, N, 0, 512, &st));
+    df_model_info info;
+    df_engine_info(eng, &info);
+    df_engine_close(eng); /* flushes the trace */
+    fprintf(stderr, "    %llu positions, chunk %d: %llu pairs needed, %llu reads\n",
+            (unsigned long long)st.prompt_positions, st.prompt_chunk, (unsigned long long)st.prompt_unique_experts,
+            (unsigned long long)st.prompt_expert_reads);
+    TCHECK(st.prompt_positions == N && st.prompt_chunk >= N);
+    TCHECK(st.prompt_unique_experts > 0 && st.prompt_expert_reads == st.prompt_unique_experts);
+    /* the pairs the route trace names */
+    FILE *f = fopen(trace, "r");
+    TCHECK(f != NULL);
+    if (!f) return;
+    uint8_t *seen = calloc((size_t)info.n_layers * info.n_experts, 1);
+    uint64_t pairs = 0;
+    char line[4096];
+    while (fgets(line, sizeof line, f)) {
+        const char *p = strstr(line, "\"layer\":"), *e = strstr(line, "\"experts\":[");
+        if (!p || !e) continue;
+        int il = atoi(p + 8);
+        for (const char *q = e + 11; *q && *q != ']';) {
+            char *end;
+            long x = strtol(q, &end, 10);
+            if (end == q) break;
+            uint8_t *b = &seen[(size_t)il * info.n_experts + (size_t)x];
+            if (!*b) *b = 1, pairs++;
+            q = *end == ',' ? end + 1 : end;
+        }
+    }
+    fclose(f);
+    free(seen);
+    TCHECKF(pairs == st.prompt_unique_experts, "trace %llu pairs, engine %llu", (unsigned long long)pairs,
+            (unsigned long long)st.prompt_unique_experts);
+}
+
+/* 32K positions: one long prefill (the planner's chunks) and position by
+ * position agree bit for bit at sampled positions. */
+static void test_long_context_32k(void)
+{
+    if (getenv("DF_SANITIZED")) TSKIP("2 x 32K positions take minutes under the sanitizers: run in the plain suite");
+    char dir[512];
+    /* attention is quadratic in the context: one MLA layer with one head
+     * keeps 2 x 32K positions to seconds (two layers: KDA dense, then MLA) */
+    if (gen_model("prefill_long",
+                  "--preset tiny --set num_hidden_layers=2 --set num_attention_heads=1 --set mla_every=100", dir,
+                  sizeof dir))
+        return;
+    enum { N = 32768 + 64 };
+    static const int marks[] = {99, 4095, 16383, 32767, N - 1};
+    int32_t *ids = malloc(N * sizeof *ids);
+    for (int i = 0; i < N; i++) ids[i] = (int32_t)((i * 2654435761u) % 200);
+    df_engine *eng = open_model(dir, (size_t)1 << 30, N, 0, 1);
+    if (!eng) return;
+    df_model_info info;
+    df_engine_info(eng, &info);
+    int V = info.vocab;
+    float *a = malloc(5 * (size_t)V * sizeof *a), *b = malloc(5 * (size_t)V * sizeof *b), *tmp = malloc((size_t)V * 4);
+    df_session_opts so = {.n_ctx = N};
+    df_session *s1, *s2;
+    df_error err = {0};
+    TCHECKF(df_session_new(eng, &so, &s1, &err) == 0, "%s", err.msg);
+    /* long prefill, cut only where a sampled position's logits are needed */
+    int at = 0;
+    for (int m = 0; m < 5; m++) {
+        TCHECK(df_session_eval(s1, ids + at, marks[m] + 1 - at, a + (size_t)m * V, 0, &err) == 0);
+        at = marks[m] + 1;
+    }
+    df_session_free(s1);
+    so.max_batch = 1;
+    TCHECKF(df_session_new(eng, &so, &s2, &err) == 0, "%s", err.msg);
+    for (int i = 0, m = 0; i < N; i++) {
+        TCHECK(df_session_eval(s2, ids + i, 1, tmp, 0, &err) == 0);
+        if (i == marks[m]) memcpy(b + (size_t)m++ * V, tmp, (size_t)V * sizeof *tmp);
+    }
+    df_session_free(s2);
+    TCHECK(!memcmp(a, b, 5 * (size_t)V * sizeof *a));
+    df_engine_close(eng);
+    free(a);
+    free(b);
+    free(tmp);
+    free(ids);
+}
+
+static const test_case tests[] = {
+    {"auto_batch_bit_identical", test_auto_batch_bit_identical},
+    {"reads_once_per_needed_expert", test_reads_once_per_needed_expert},
+    {"long_context_32k", test_long_context_32k},
+};
+
+int main(int argc, char **argv)
+{
+    int rc = test_main(tests, NTESTS(tests), argc, argv);
+    test_scratch_remove();
+    return rc;
+}
