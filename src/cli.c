@@ -78,7 +78,8 @@ void usage(FILE *f)
           "  --stop-eos           stop after generating the model's eos token\n"
           "  --threads N          worker threads (default: all CPUs); output is identical for every N\n"
           "  --ctx N              context capacity in tokens (default 4096)\n"
-          "  --batch N            positions per forward call during prefill (default 32)\n"
+          "  --batch N|auto       positions per forward pass of a prompt (default auto: chosen by the\n"
+          "                       planner from --mem; each pass reads its experts and the streamed trunk once)\n"
           "  --kernels ISA        force ref, avx2 or avx512 kernels (also $DF_KERNELS)\n"
           "  --mem SIZE           memory budget for everything, e.g. 4G (default: 70% of RAM);\n"
           "                       the expert cache gets what the trunk and state leave\n"
@@ -273,7 +274,7 @@ void parse_common(int argc, char **argv, run_args *a)
         else if (!strcmp(f, "--stop-eos")) a->stop_eos = 1;
         else if (!strcmp(f, "--threads")) a->threads = (int)parse_long(v, f, 1, 256);
         else if (!strcmp(f, "--ctx")) a->ctx = (int)parse_long(v, f, 1, 1 << 24);
-        else if (!strcmp(f, "--batch")) a->batch = (int)parse_long(v, f, 1, 4096);
+        else if (!strcmp(f, "--batch")) a->batch = !strcmp(v, "auto") ? 0 : (int)parse_long(v, f, 1, 4096);
         else if (!strcmp(f, "--kernels")) a->kernels = v;
         else if (!strcmp(f, "--expert-cache")) a->cache_bytes = parse_size(v, f);
         else if (!strcmp(f, "--stats")) a->stats = 1;
@@ -772,8 +773,8 @@ static int cmd_plan(int argc, char **argv)
     int bad = 0;
     uint64_t cold = 0;
     if (!a.json && !a.mem)
-        printf("%-10s %-9s %11s %11s %13s %13s %16s %16s\n", "--mem", "trunk", "trunk GiB", "cache GiB", "experts held",
-               "context GiB", "trunk read/tok", "experts read/tok");
+        printf("%-10s %-9s %11s %11s %13s %13s %7s %16s %16s\n", "--mem", "trunk", "trunk GiB", "cache GiB",
+               "experts held", "context GiB", "chunk", "trunk read/tok", "experts read/tok");
     for (int i = 0; i < n; i++) {
         df_plan_opts o;
         plan_opts_from(&a, &o, sizes[i]);
@@ -798,18 +799,19 @@ static int cmd_plan(int argc, char **argv)
             char mem[32], held[40];
             snprintf(mem, sizeof mem, "%.0f GiB", gib_(p.budget));
             snprintf(held, sizeof held, "%llu/%llu", (unsigned long long)p.n_slots, (unsigned long long)p.n_experts);
-            printf("%-10s %-9s %11.2f %11.2f %13s %13.3f %12.2f GiB %12.2f GiB\n", mem,
+            printf("%-10s %-9s %11.2f %11.2f %13s %13.3f %7d %12.2f GiB %12.2f GiB\n", mem,
                    p.trunk_mode == DF_TRUNK_STREAMED ? "streamed" : "resident", gib_(p.trunk_used),
-                   gib_(p.cache_bytes), held, gib_(p.state_bytes), gib_(p.trunk_read_per_token),
+                   gib_(p.cache_bytes), held, gib_(p.state_bytes), p.max_batch, gib_(p.trunk_read_per_token),
                    gib_(p.expert_read_est));
         }
         bad |= rc != 0;
         cold = p.expert_read_cold;
     }
     if (!a.json && !a.mem)
-        printf("context %d tokens, batch %d; experts read per token: uniform-routing estimate (cache share of all "
+        printf("context %d tokens; chunk: positions per prompt pass (each pass reads the streamed trunk and "
+               "each needed expert once); experts read per token: uniform-routing estimate (cache share of all "
                "experts), %.2f GiB with nothing cached\n",
-               a.ctx ? a.ctx : 4096, a.batch ? a.batch : 32, gib_(cold));
+               a.ctx ? a.ctx : 4096, gib_(cold));
     return bad && a.mem ? 1 : 0;
 }
 
