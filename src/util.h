@@ -12,6 +12,8 @@
  * Other threads (the server's HTTP threads) are not checked.  In sanitizer
  * builds the sanitizer owns malloc; the guard is then a sanitizer allocation
  * hook, which sees the same allocations.
+ * Also the one definition of a UTF-8 character (utf8_char_len, utf8_valid,
+ * utf8_cut) that the JSON reader and the server share.
  * Does not own: files, threads, anything model-specific.
  */
 #ifndef DF_UTIL_H
