@@ -1,5 +1,5 @@
 # deltafin - plain Make.  Knobs: DEBUG=1, SANITIZE=address,undefined, WERROR=1,
-# CC=..., BUILD=dir.  Targets: all test check fuzz bench format lint clean.
+# CC=..., BUILD=dir.  Targets: all test check fuzz fuzz-long bench format lint clean.
 CC      ?= cc
 BUILD   ?= build
 DEBUG   ?= 0
@@ -153,6 +153,22 @@ fuzz-run: fuzz
 	    build-fuzz/corpus-$$t >/dev/null 2>build-fuzz/$$t.log || { tail -40 build-fuzz/$$t.log; exit 1; }; \
 	    echo "$$t: $$(grep -c . build-fuzz/$$t.log) log lines, $$(ls build-fuzz/corpus-$$t | wc -l) corpus files, no crash"; done
 
+# Longer fuzzing, run before committing a parser change: each target in
+# FUZZ_LONG_TARGETS (default all) for FUZZ_LONG_SECONDS (default 180) from
+# fuzz/corpus/<target>; the inputs it finds are merged back into
+# fuzz/corpus/<target> with -merge=1 (only those that add coverage), so the
+# committed corpus stays small and CI's short runs start from them.
+FUZZ_LONG_TARGETS ?= $(FUZZ_TARGETS)
+fuzz-long: $(FUZZ_LONG_TARGETS:%=build-fuzz/%)
+	for t in $(FUZZ_LONG_TARGETS); do rm -rf build-fuzz/long-$$t && mkdir -p build-fuzz/long-$$t && \
+	    build-fuzz/$$t -max_total_time=$${FUZZ_LONG_SECONDS:-180} -rss_limit_mb=2048 -max_len=65536 \
+	    build-fuzz/long-$$t fuzz/corpus/$$t >/dev/null 2>build-fuzz/$$t.long.log || { tail -40 build-fuzz/$$t.long.log; exit 1; }; \
+	    n0=$$(ls fuzz/corpus/$$t | wc -l); \
+	    build-fuzz/$$t -merge=1 -rss_limit_mb=2048 -max_len=65536 fuzz/corpus/$$t build-fuzz/long-$$t \
+	    >/dev/null 2>>build-fuzz/$$t.long.log || { tail -40 build-fuzz/$$t.long.log; exit 1; }; \
+	    echo "$$t: $${FUZZ_LONG_SECONDS:-180} s, no crash; $$(ls build-fuzz/long-$$t | wc -l) new inputs," \
+	        "$$(( $$(ls fuzz/corpus/$$t | wc -l) - n0 )) merged into fuzz/corpus/$$t ($$(du -sb fuzz/corpus/$$t | cut -f1) bytes)"; done
+
 $(BUILD)/bench_core: bench/bench_core.c $(BUILD)/libdeltafin.a | $(BUILD)
 	$(CC) $(CFLAGS) -Isrc $(LDFLAGS) -o $@ $< $(BUILD)/libdeltafin.a $(LDLIBS)
 
@@ -185,6 +201,6 @@ lint:
 clean:
 	rm -rf build build-san build-fuzz
 
-.PHONY: llama-oracle server-test tokenizer-oracle all test test-fast test-san check fuzz fuzz-run bench format lint clean
+.PHONY: llama-oracle server-test tokenizer-oracle all test test-fast test-san check fuzz fuzz-run fuzz-long bench format lint clean
 
 -include $(wildcard $(BUILD)/*.d $(BUILD)/tests/*.d)
