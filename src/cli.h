@@ -81,5 +81,6 @@ int cmd_bench(int argc, char **argv);
 int run_text(run_args *a);
 int cmd_chat(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
+int cmd_perplexity(int argc, char **argv);
 
 #endif

@@ -1,6 +1,6 @@
 /* cli_chat.c - text in, text out for the command line: `run --prompt`
  * (raw continuation), `run --chat` (one templated turn), the `chat` REPL,
- * and `tokenize`.
+ * `tokenize` and `perplexity`.
  *
  * Owns: turning text into ids (tokenizer, chat template), streaming the
  * generated text (incremental UTF-8 decoding; reasoning and answer kept
@@ -19,6 +19,8 @@
 #include "lineedit.h"
 #include "tokenizer.h"
 
+#include <errno.h>
+#include <math.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -470,4 +472,109 @@ int cmd_tokenize(int argc, char **argv)
     }
     tokenizer_free(tok);
     return rc;
+}
+
+/* perplexity: a text file's perplexity and bits per byte, as llama.cpp's
+ * llama-perplexity reports them and tools/train/reference.py computes them:
+ * the file is encoded as raw text (no specials, no BOS) and cut into
+ * consecutive non-overlapping windows of --window ids; each window starts
+ * from an empty state; every id of a window but its first is scored by the
+ * natural-log softmax of the logits after the ids before it (in double);
+ * a last partial window with >= 2 ids counts.  bits per byte divides by the
+ * UTF-8 bytes of the scored tokens (bits_per_file_byte: by the file's). */
+static double row_nll(const float *logits, int V, int32_t next)
+{
+    double mx = logits[0];
+    for (int i = 1; i < V; i++)
+        if (logits[i] > mx) mx = logits[i];
+    double sum = 0.0;
+    for (int i = 0; i < V; i++) sum += exp((double)logits[i] - mx);
+    return log(sum) + mx - (double)logits[next];
+}
+
+int cmd_perplexity(int argc, char **argv)
+{
+    run_args a;
+    parse_common(argc, argv, &a);
+    if (!a.file) die("perplexity needs --file TEXT");
+    int W = a.window ? a.window : 256;
+    char *text = NULL;
+    size_t len = 0;
+    {
+        FILE *f = fopen(a.file, "rb");
+        if (!f) die("--file %s: %s", a.file, strerror(errno));
+        size_t cap = 1 << 16;
+        text = malloc(cap);
+        for (size_t k; text && (k = fread(text + len, 1, cap - len, f)) > 0;) {
+            len += k;
+            if (len == cap) text = realloc(text, cap *= 2);
+        }
+        fclose(f);
+        if (!text) die("out of memory reading %s", a.file);
+    }
+    tokenizer *tok;
+    if (load_tokenizer(a.model, &tok)) return 1;
+    int32_t *ids = NULL;
+    size_t n = 0, cap = 0;
+    df_error err = {0};
+    if (tokenizer_encode(tok, text, len, 0, &ids, &n, &cap, &err)) {
+        fprintf(stderr, "deltafin: %s: %s\n", a.file, err.msg);
+        return 1;
+    }
+    if (n < 2) die("--file %s: fewer than 2 tokens", a.file);
+    a.ctx = W;
+    df_engine *eng = open_engine(&a);
+    df_model_info info;
+    df_engine_info(eng, &info);
+    if (tokenizer_n_vocab(tok) != info.vocab)
+        die("the tokenizer has %d ids but the model's vocabulary is %d", tokenizer_n_vocab(tok), info.vocab);
+    df_session *s = open_session(eng, &a);
+    size_t V = (size_t)info.vocab;
+    float *logits = malloc((size_t)W * V * sizeof *logits);
+    if (!logits) die("cannot allocate logits for a window of %d", W);
+    double nll = 0.0, t0 = now();
+    uint64_t scored = 0, bytes = 0;
+    size_t n_windows = (n + (size_t)W - 1) / (size_t)W;
+    int tty = isatty(2);
+    for (size_t w = 0; w < n_windows; w++) {
+        size_t start = w * (size_t)W, m = n - start < (size_t)W ? n - start : (size_t)W;
+        if (m < 2) break;
+        df_session_reset(s);
+        if (df_session_eval(s, ids + start, (int)m, logits, 1, &err)) {
+            fprintf(stderr, "deltafin: %s\n", err.msg);
+            return 1;
+        }
+        for (size_t t = 0; t + 1 < m; t++) {
+            int32_t next = ids[start + t + 1];
+            nll += row_nll(logits + t * V, (int)V, next);
+            size_t bl = 0;
+            tokenizer_token_bytes(tok, next, &bl);
+            bytes += bl;
+            scored++;
+        }
+        double dt = now() - t0;
+        if (tty)
+            fprintf(stderr, "\rdeltafin: window %zu/%zu, perplexity so far %.4f, %.0f s left   ", w + 1, n_windows,
+                    exp(nll / (double)scored), dt / (double)(w + 1) * (double)(n_windows - w - 1));
+    }
+    if (tty) fprintf(stderr, "\r\033[K");
+    double mean = nll / (double)scored, ppl = exp(mean);
+    double bpb = nll / log(2.0) / (double)bytes, bpfb = nll / log(2.0) / (double)len;
+    if (a.json)
+        printf("{\"file\":\"%s\",\"window\":%d,\"windows\":%zu,\"scored_tokens\":%llu,\"scored_bytes\":%llu,"
+               "\"nll_sum\":%.10g,\"mean_nll\":%.10g,\"perplexity\":%.10g,\"bits_per_byte\":%.10g,"
+               "\"bits_per_file_byte\":%.10g,\"seconds\":%.3f}\n",
+               a.file, W, n_windows, (unsigned long long)scored, (unsigned long long)bytes, nll, mean, ppl, bpb, bpfb,
+               now() - t0);
+    else
+        printf("%s: %llu tokens scored in %zu windows of %d: perplexity %.4f, mean NLL %.5f nats, %.4f bits per "
+               "byte (%.4f per file byte), %.1f s\n",
+               a.file, (unsigned long long)scored, n_windows, W, ppl, mean, bpb, bpfb, now() - t0);
+    free(logits);
+    free(ids);
+    free(text);
+    df_session_free(s);
+    df_engine_close(eng);
+    tokenizer_free(tok);
+    return 0;
 }
