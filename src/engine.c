@@ -12,7 +12,7 @@
 #include "expert_fetch.h"
 #include "plan.h"
 #include "prefetch.h"
-#include "model.h"
+#include "engine_impl.h"
 #include "mathfn.h"
 #include "quant.h"
 #include "util.h"
@@ -41,16 +41,16 @@ static int session_alloc(df_engine *eng, const df_session_opts *opts, int dry, d
 static int io_options(df_engine *eng, const df_engine_opts *o, df_error *err)
 {
     const char *m = o->io_mode && *o->io_mode ? o->io_mode : "auto";
-    if (!strcmp(m, "auto")) eng->io_mode = IO_AUTO;
-    else if (!strcmp(m, "direct")) eng->io_mode = IO_DIRECT;
-    else if (!strcmp(m, "buffered")) eng->io_mode = IO_BUFFERED;
+    if (!strcmp(m, "auto")) eng->m.io_mode = IO_AUTO;
+    else if (!strcmp(m, "direct")) eng->m.io_mode = IO_DIRECT;
+    else if (!strcmp(m, "buffered")) eng->m.io_mode = IO_BUFFERED;
     else return df_err_set(err, DF_ERR_ARG, -1, "unknown I/O mode \"%s\" (expected auto, direct or buffered)", m);
     const char *b = o->io_backend && *o->io_backend ? o->io_backend : "auto";
-    if (!strcmp(b, "auto")) eng->io_backend = IO_BACKEND_AUTO;
-    else if (!strcmp(b, "uring")) eng->io_backend = IO_BACKEND_URING;
-    else if (!strcmp(b, "threads")) eng->io_backend = IO_BACKEND_THREADS;
+    if (!strcmp(b, "auto")) eng->m.io_backend = IO_BACKEND_AUTO;
+    else if (!strcmp(b, "uring")) eng->m.io_backend = IO_BACKEND_URING;
+    else if (!strcmp(b, "threads")) eng->m.io_backend = IO_BACKEND_THREADS;
     else return df_err_set(err, DF_ERR_ARG, -1, "unknown I/O backend \"%s\" (expected auto, uring or threads)", b);
-    eng->io_depth = o->io_depth > 0 ? o->io_depth : 32;
+    eng->m.io_depth = o->io_depth > 0 ? o->io_depth : 32;
     return 0;
 }
 
@@ -66,7 +66,7 @@ static uint64_t default_budget(void)
  * so's context and batch (counted by session_alloc's dry run). */
 static int engine_sizes(df_engine *eng, const df_session_opts *so, plan_sizes *sz, df_error *err)
 {
-    const k3_config *c = &eng->cfg;
+    const k3_config *c = &eng->m.cfg;
     memset(sz, 0, sizeof *sz);
     size_t state = 0, scratch = 0;
     if (so->max_batch > 0) {
@@ -83,12 +83,12 @@ static int engine_sizes(df_engine *eng, const df_session_opts *so, plan_sizes *s
         sz->scratch_per_row = s2 - s1;
         sz->scratch_base = s1 - sz->scratch_per_row;
     }
-    sz->trunk_bytes = eng->trunk_mapped_bytes - eng->embed_bytes;
-    sz->embed_bytes = eng->embed_bytes;
-    sz->vec_bytes = eng->owned_bytes;
+    sz->trunk_bytes = eng->m.trunk_mapped_bytes - eng->m.embed_bytes;
+    sz->embed_bytes = eng->m.embed_bytes;
+    sz->vec_bytes = eng->m.owned_bytes;
     sz->stream_buf_bytes = trunk_stream_buffer_bytes(eng);
-    sz->expert_bytes = eng->store.expert_bytes;
-    sz->slot_bytes = eng->store.slot_bytes;
+    sz->expert_bytes = eng->m.store.expert_bytes;
+    sz->slot_bytes = eng->m.store.slot_bytes;
     for (int il = 0; il < c->NL; il++) sz->n_moe_layers += c->layer_moe[il];
     sz->n_experts = (uint64_t)sz->n_moe_layers * (uint64_t)c->E;
     sz->k = c->k;
@@ -126,10 +126,10 @@ static int plan_memory(df_engine *eng, const df_engine_opts *o, df_error *err)
                        .auto_batch = so.max_batch <= 0};
     df_plan *p = &eng->plan;
     if (plan_compute(&sz, &rq, p, err)) return -1;
-    if (expert_cache_init(&eng->cache, eng->cfg.NL, eng->cfg.E, (int)p->n_slots, (int)p->n_transient,
-                          eng->store.slot_bytes, pol))
+    if (expert_cache_init(&eng->cache, eng->m.cfg.NL, eng->m.cfg.E, (int)p->n_slots, (int)p->n_transient,
+                          eng->m.store.slot_bytes, pol))
         return df_err_set(err, DF_ERR_NOMEM, -1, "cannot allocate the expert cache (%llu slots of %zu bytes)",
-                          (unsigned long long)p->n_slots, eng->store.slot_bytes);
+                          (unsigned long long)p->n_slots, eng->m.store.slot_bytes);
     if (p->trunk_mode == DF_TRUNK_STREAMED) {
         if (trunk_stream_init(eng, err)) return -1;
         CHECK(2 * eng->ts.buf_bytes <= p->trunk_used);
@@ -143,6 +143,8 @@ static int plan_memory(df_engine *eng, const df_engine_opts *o, df_error *err)
 }
 
 void df_engine_plan(const df_engine *eng, df_plan *p) { *p = eng->plan; }
+
+static int trunk_ready(void *eng, int il) { return trunk_stream_ready(eng, il, NULL); }
 
 static int ends_with(const char *s, const char *suf)
 {
@@ -159,13 +161,13 @@ int df_plan_model(const char *path, const df_plan_opts *o, df_plan *p, df_model_
     }
     memset(p, 0, sizeof *p);
     df_engine *eng = xcalloc(1, sizeof *eng);
-    eng->headers_only = 1;
-    eng->io_mode = IO_BUFFERED; /* no read probe: nothing is read */
-    eng->io_backend = IO_BACKEND_THREADS;
-    eng->io_depth = 1;
+    eng->m.headers_only = 1;
+    eng->m.io_mode = IO_BUFFERED; /* no read probe: nothing is read */
+    eng->m.io_backend = IO_BACKEND_THREADS;
+    eng->m.io_depth = 1;
     eng->n_threads = o->n_threads > 0 ? o->n_threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
     if (eng->n_threads < 1) eng->n_threads = 1;
-    int rc = ends_with(path, ".json") ? model_load_config_only(eng, path, err) : model_load(eng, path, err);
+    int rc = ends_with(path, ".json") ? model_load_config_only(&eng->m, path, err) : model_load(&eng->m, path, err);
     if (!rc) {
         df_session_opts so;
         df_session_opts_default(&so);
@@ -190,7 +192,7 @@ int df_plan_model(const char *path, const df_plan_opts *o, df_plan *p, df_model_
             }
         }
     }
-    model_unload(eng);
+    model_unload(&eng->m);
     free(eng);
     return rc;
 }
@@ -216,7 +218,7 @@ static int heat_check_writable(const char *path, df_error *err)
 static uint64_t expert_moe_count(const df_engine *eng)
 {
     uint64_t n = 0;
-    for (int il = 0; il < eng->cfg.NL; il++) n += eng->cfg.layer_moe[il] ? (uint64_t)eng->cfg.E : 0;
+    for (int il = 0; il < eng->m.cfg.NL; il++) n += eng->m.cfg.layer_moe[il] ? (uint64_t)eng->m.cfg.E : 0;
     return n;
 }
 
@@ -231,9 +233,9 @@ static int cmp_heat(const void *a, const void *b)
 /* Warming is not use: hit, miss and read counters restart afterwards. */
 static long read_into_cache(df_engine *eng, const int32_t *keys, size_t n, df_error *err)
 {
-    long done = fetch_warm(eng, keys, n, err);
+    long done = fetch_warm(&eng->mc, keys, n, err);
     eng->cache.hits = eng->cache.misses = 0;
-    memset(&eng->store.st, 0, sizeof eng->store.st);
+    memset(&eng->m.store.st, 0, sizeof eng->m.store.st);
     return done;
 }
 
@@ -242,7 +244,7 @@ static long read_into_cache(df_engine *eng, const int32_t *keys, size_t n, df_er
  * every token runs from memory like a fully resident engine). */
 static int preload_all(df_engine *eng, int verbose, df_error *err)
 {
-    const k3_config *c = &eng->cfg;
+    const k3_config *c = &eng->m.cfg;
     size_t nk = (size_t)c->NL * (size_t)c->E, n = 0;
     int32_t *keys = xmalloc(nk * sizeof *keys);
     for (size_t k = 0; k < nk; k++)
@@ -254,11 +256,12 @@ static int preload_all(df_engine *eng, int verbose, df_error *err)
     free(keys);
     if (done < 0) return -1;
     eng->all_resident = (size_t)done == n && (uint64_t)eng->cache.n_slots >= expert_moe_count(eng);
+    eng->mc.all_resident = eng->all_resident;
     double dt = now_sec() - t0;
     if (verbose)
         df_log("preloaded all %ld experts (%.2f GiB in %.2f s, %.2f GB/s)", done,
-               done * (double)eng->store.expert_bytes / (1 << 30), dt,
-               dt > 0 ? done * (double)eng->store.expert_bytes / dt / 1e9 : 0.0);
+               done * (double)eng->m.store.expert_bytes / (1 << 30), dt,
+               dt > 0 ? done * (double)eng->m.store.expert_bytes / dt / 1e9 : 0.0);
     return 0;
 }
 
@@ -266,7 +269,7 @@ static int preload_all(df_engine *eng, int verbose, df_error *err)
  * experts into it before the first token (all reads in flight at once). */
 static int heat_warm(df_engine *eng, int verbose, df_error *err)
 {
-    const k3_config *c = &eng->cfg;
+    const k3_config *c = &eng->m.cfg;
     size_t nk = (size_t)c->NL * (size_t)c->E;
     df_error herr = {0};
     if (heat_load(eng->heat_path, c->NL, c->E, eng->cache.freq, &herr)) {
@@ -286,7 +289,7 @@ static int heat_warm(df_engine *eng, int verbose, df_error *err)
     if (done < 0) return -1;
     if (verbose)
         df_log("warmed the cache with %ld experts from %s (%.1f MiB in %.2f s)", done, eng->heat_path,
-               done * (double)eng->store.expert_bytes / (1 << 20), now_sec() - t0);
+               done * (double)eng->m.store.expert_bytes / (1 << 20), now_sec() - t0);
     return 0;
 }
 
@@ -310,8 +313,8 @@ int df_engine_open(const char *model_dir, const df_engine_opts *opts, df_engine 
         free(eng);
         return -1;
     }
-    if (model_load(eng, model_dir, err)) {
-        model_unload(eng);
+    if (model_load(&eng->m, model_dir, err)) {
+        model_unload(&eng->m);
         free(eng);
         return -1;
     }
@@ -329,7 +332,10 @@ int df_engine_open(const char *model_dir, const df_engine_opts *opts, df_engine 
         return -1;
     }
     eng->quiet = opts->quiet;
-    prefetch_init(&eng->pf, eng->cfg.NL, eng->cfg.E, eng->cfg.k, opts->prefetch_k, !opts->no_prefetch);
+    eng->mc = (model_ctx){.cfg = eng->m.cfg, .layers = eng->m.layers, .pool = eng->pool, .kt = eng->kt,
+                          .cache = &eng->cache, .store = &eng->m.store, .pf = &eng->pf, .io_depth = eng->m.io_depth,
+                          .quiet = opts->quiet, .trunk_streamed = eng->ts.on, .trunk_ready = trunk_ready, .eng = eng};
+    prefetch_init(&eng->pf, eng->m.cfg.NL, eng->m.cfg.E, eng->m.cfg.k, opts->prefetch_k, !opts->no_prefetch);
     if (opts->heat_path) {
         /* it is written at close: a path that cannot be written is refused
          * now, not reported after the run */
@@ -360,7 +366,7 @@ int df_engine_open(const char *model_dir, const df_engine_opts *opts, df_engine 
         }
         eng->events_buf = xmalloc(1 << 16);
         setvbuf(eng->events, eng->events_buf, _IOFBF, 1 << 16);
-        eng->layer_sec = xcalloc((size_t)eng->cfg.NL, sizeof *eng->layer_sec);
+        eng->layer_sec = xcalloc((size_t)eng->m.cfg.NL, sizeof *eng->layer_sec);
     }
     if (opts->trace_path) {
         /* own buffer: stdio must not allocate inside the token loop */
@@ -373,17 +379,17 @@ int df_engine_open(const char *model_dir, const df_engine_opts *opts, df_engine 
         eng->trace_buf = xmalloc(1 << 16);
         setvbuf(eng->trace, eng->trace_buf, _IOFBF, 1 << 16);
         fprintf(eng->trace, "{\"trace\":\"deltafin routes\",\"version\":1,\"layers\":%d,\"experts\":%d,\"top_k\":%d}\n",
-                eng->cfg.NL, eng->cfg.E, eng->cfg.k);
+                eng->m.cfg.NL, eng->m.cfg.E, eng->m.cfg.k);
     }
     if (!opts->quiet)
         df_log("loaded %s: %d layers (%d KDA, %d MLA), hidden %d, %d experts (top %d); kernels %s, %d threads; "
                "expert reads %s via %s, %d in flight",
-               model_dir, eng->cfg.NL, eng->n_kda, eng->n_mla, eng->cfg.h, eng->cfg.E, eng->cfg.k, eng->kt->name,
-               eng->n_threads, eng->store.n_files && eng->store.files[0].direct ? "O_DIRECT" : "buffered",
-               io_queue_backend(eng->store.q), eng->io_depth);
-    if (!opts->quiet && eng->store.probe_direct_bps > 0)
-        df_log("expert read probe: O_DIRECT %.2f GB/s, buffered %.2f GB/s", eng->store.probe_direct_bps / 1e9,
-               eng->store.probe_buffered_bps / 1e9);
+               model_dir, eng->m.cfg.NL, eng->m.n_kda, eng->m.n_mla, eng->m.cfg.h, eng->m.cfg.E, eng->m.cfg.k, eng->kt->name,
+               eng->n_threads, eng->m.store.n_files && eng->m.store.files[0].direct ? "O_DIRECT" : "buffered",
+               io_queue_backend(eng->m.store.q), eng->m.io_depth);
+    if (!opts->quiet && eng->m.store.probe_direct_bps > 0)
+        df_log("expert read probe: O_DIRECT %.2f GB/s, buffered %.2f GB/s", eng->m.store.probe_direct_bps / 1e9,
+               eng->m.store.probe_buffered_bps / 1e9);
     *out = eng;
     return 0;
 }
@@ -393,7 +399,7 @@ void df_engine_close(df_engine *eng)
     if (!eng) return;
     if (eng->heat_path && eng->cache.freq) {
         df_error herr = {0};
-        if (heat_save(eng->heat_path, eng->cfg.NL, eng->cfg.E, eng->cache.freq, &herr))
+        if (heat_save(eng->heat_path, eng->m.cfg.NL, eng->m.cfg.E, eng->cache.freq, &herr))
             df_log("could not save the heat file: %s", herr.msg);
     }
     free(eng->heat_path);
@@ -408,31 +414,31 @@ void df_engine_close(df_engine *eng)
     free(eng->layer_sec);
     prefetch_deinit(&eng->pf);
     /* prefetch reads may still be writing into cache slots */
-    if (eng->store.q) fetch_drain(eng, NULL);
+    if (eng->m.store.q && eng->mc.store) fetch_drain(&eng->mc, NULL);
     threadpool_free(eng->pool);
     trunk_stream_deinit(eng);
     expert_cache_deinit(&eng->cache);
-    model_unload(eng);
+    model_unload(&eng->m);
     free(eng);
 }
 
 void df_engine_info(const df_engine *eng, df_model_info *info)
 {
-    const k3_config *c = &eng->cfg;
+    const k3_config *c = &eng->m.cfg;
     memset(info, 0, sizeof *info);
     info->vocab = c->V;
     info->hidden = c->h;
     info->n_layers = c->NL;
-    info->n_mla_layers = eng->n_mla;
-    info->n_kda_layers = eng->n_kda;
+    info->n_mla_layers = eng->m.n_mla;
+    info->n_kda_layers = eng->m.n_kda;
     info->n_experts = c->E;
     info->n_experts_used = c->k;
     info->bos_id = c->bos;
     info->eos_id = c->eos;
     info->pad_id = c->pad;
-    info->expert_bytes = eng->store.expert_bytes;
-    info->ctx_bytes_per_token = (uint64_t)eng->n_mla * (uint64_t)(c->Rkv + c->dr) * sizeof(float);
-    info->fixed_state_bytes = (uint64_t)eng->n_kda *
+    info->expert_bytes = eng->m.store.expert_bytes;
+    info->ctx_bytes_per_token = (uint64_t)eng->m.n_mla * (uint64_t)(c->Rkv + c->dr) * sizeof(float);
+    info->fixed_state_bytes = (uint64_t)eng->m.n_kda *
                               ((uint64_t)c->Hk * c->Dk * c->Dk + 3ull * (uint64_t)(c->Wc - 1) * c->P) * sizeof(float);
     info->kernels = eng->kt ? eng->kt->name : "";
     info->n_threads = eng->n_threads;
@@ -445,11 +451,11 @@ void df_engine_stats(const df_engine *eng, df_stats *st)
     st->tokens = eng->tokens;
     st->expert_hits = eng->cache.hits;
     st->expert_misses = eng->cache.misses;
-    st->expert_bytes_read = eng->store.st.bytes_read;
-    st->expert_bytes_io = eng->store.st.bytes_io;
-    st->expert_reads = eng->store.st.n_reads;
-    st->io_wait_sec = eng->store.st.wait_sec;
-    for (int i = 0; i < eng->store.n_src && i < 8; i++) st->source_reads[i] = eng->store.src[i].reads;
+    st->expert_bytes_read = eng->m.store.st.bytes_read;
+    st->expert_bytes_io = eng->m.store.st.bytes_io;
+    st->expert_reads = eng->m.store.st.n_reads;
+    st->io_wait_sec = eng->m.store.st.wait_sec;
+    for (int i = 0; i < eng->m.store.n_src && i < 8; i++) st->source_reads[i] = eng->m.store.src[i].reads;
     st->prefetch_issued = eng->pf.issued;
     st->prompt_positions = eng->prompt.positions;
     st->prompt_chunk = eng->prompt.chunk;
@@ -466,7 +472,7 @@ void df_engine_stats(const df_engine *eng, df_stats *st)
     st->prefetch_ab_on = eng->pf.timing.last;
     st->prefetch_ab_on_ms = 1e3 * eng->pf.timing.mean[1];
     st->prefetch_ab_off_ms = 1e3 * eng->pf.timing.mean[0];
-    for (int il = 0; il < eng->cfg.NL && eng->pf.predicted; il++) {
+    for (int il = 0; il < eng->m.cfg.NL && eng->pf.predicted; il++) {
         st->prefetch_predicted += eng->pf.predicted[il];
         st->prefetch_correct += eng->pf.correct[il];
         st->prefetch_actual += eng->pf.actual[il];
@@ -491,35 +497,35 @@ static int session_alloc(df_engine *eng, const df_session_opts *opts, int dry, d
     df_session_opts_default(&def);
     if (!opts) opts = &def;
     if (out) *out = NULL;
-    const k3_config *c = &eng->cfg;
+    const k3_config *c = &eng->m.cfg;
     int n_ctx = opts->n_ctx > 0 ? opts->n_ctx : def.n_ctx;
     int T = opts->max_batch > 0 ? opts->max_batch : eng->plan.max_batch > 0 ? eng->plan.max_batch : 32;
     if (T > 4096) return df_err_set(err, DF_ERR_ARG, -1, "max_batch %d is too large (at most 4096)", T);
     df_session *s = xcalloc(1, sizeof *s);
     s->eng = eng;
-    s->n_ctx = n_ctx;
-    s->max_batch = T;
+    s->b.n_ctx = n_ctx;
+    s->b.max_batch = T;
     size_t bytes = 0, h = (size_t)c->h;
-    s->n_anchor_max = (c->NL + c->B - 1) / c->B;
-    if (s->n_anchor_max > DBG_MAX_ANCHORS) {
-        int n = s->n_anchor_max;
+    s->b.n_anchor_max = (c->NL + c->B - 1) / c->B;
+    if (s->b.n_anchor_max > DBG_MAX_ANCHORS) {
+        int n = s->b.n_anchor_max;
         free(s);
         return df_err_set(err, DF_ERR_UNSUPPORTED, -1, "%d AttnRes blocks exceed the supported %d", n,
                           DBG_MAX_ANCHORS);
     }
     size_t row_w = (size_t)c->Rkv + (size_t)c->dr;
-    ALLOC(s->kda_S, (size_t)eng->n_kda * c->Hk * c->Dk * c->Dk);
-    ALLOC(s->kda_hist, (size_t)eng->n_kda * 3 * (size_t)(c->Wc > 1 ? c->Wc - 1 : 1) * c->P);
-    ALLOC(s->mla_cache, (size_t)eng->n_mla * (size_t)n_ctx * row_w);
+    ALLOC(s->b.kda_S, (size_t)eng->m.n_kda * c->Hk * c->Dk * c->Dk);
+    ALLOC(s->b.kda_hist, (size_t)eng->m.n_kda * 3 * (size_t)(c->Wc > 1 ? c->Wc - 1 : 1) * c->P);
+    ALLOC(s->b.mla_cache, (size_t)eng->m.n_mla * (size_t)n_ctx * row_w);
     size_t state = bytes;
-    ALLOC(s->H, (size_t)T * h);
-    ALLOC(s->anchors, (size_t)s->n_anchor_max * T * h);
-    ALLOC(s->ain, (size_t)T * h);
-    ALLOC(s->xn, (size_t)T * h);
-    ALLOC(s->att, (size_t)T * h);
-    ALLOC(s->min, (size_t)T * h);
-    ALLOC(s->y, (size_t)T * h);
-    ALLOC(s->ffn, (size_t)T * h);
+    ALLOC(s->b.H, (size_t)T * h);
+    ALLOC(s->b.anchors, (size_t)s->b.n_anchor_max * T * h);
+    ALLOC(s->b.ain, (size_t)T * h);
+    ALLOC(s->b.xn, (size_t)T * h);
+    ALLOC(s->b.att, (size_t)T * h);
+    ALLOC(s->b.min, (size_t)T * h);
+    ALLOC(s->b.y, (size_t)T * h);
+    ALLOC(s->b.ffn, (size_t)T * h);
     size_t bw = h;
     bw = max_sz(bw, (size_t)c->P);
     bw = max_sz(bw, (size_t)c->Hm * (c->dn + c->dr));
@@ -528,37 +534,37 @@ static int session_alloc(df_engine *eng, const df_session_opts *opts, int dry, d
     bw = max_sz(bw, (size_t)c->Ns * c->I);
     bw = max_sz(bw, (size_t)c->E);
     bw = max_sz(bw, (size_t)c->Lt);
-    s->big_w = bw;
-    ALLOC(s->big0, (size_t)T * bw);
-    ALLOC(s->big1, (size_t)T * bw);
-    ALLOC(s->big2, (size_t)T * bw);
-    ALLOC(s->big3, (size_t)T * bw);
-    ALLOC(s->big4, (size_t)T * bw);
-    ALLOC(s->big5, (size_t)T * bw);
+    s->b.big_w = bw;
+    ALLOC(s->b.big0, (size_t)T * bw);
+    ALLOC(s->b.big1, (size_t)T * bw);
+    ALLOC(s->b.big2, (size_t)T * bw);
+    ALLOC(s->b.big3, (size_t)T * bw);
+    ALLOC(s->b.big4, (size_t)T * bw);
+    ALLOC(s->b.big5, (size_t)T * bw);
     size_t sw = max_sz(max_sz((size_t)c->Dk, (size_t)c->Hk), max_sz((size_t)c->Rq, row_w));
-    ALLOC(s->small0, (size_t)T * sw);
-    ALLOC(s->small1, (size_t)T * sw);
-    ALLOC(s->probs, (size_t)T * (s->n_anchor_max + 1));
-    ALLOC(s->logits_tmp, (size_t)c->V);
-    s->worker_w = max_sz(6 * (size_t)c->Dk, 2 * (size_t)c->Rkv + (size_t)c->dv + (size_t)n_ctx) + 16;
-    ALLOC(s->worker_buf, (size_t)eng->n_threads * s->worker_w);
+    ALLOC(s->b.small0, (size_t)T * sw);
+    ALLOC(s->b.small1, (size_t)T * sw);
+    ALLOC(s->b.probs, (size_t)T * (s->b.n_anchor_max + 1));
+    ALLOC(s->b.logits_tmp, (size_t)c->V);
+    s->b.worker_w = max_sz(6 * (size_t)c->Dk, 2 * (size_t)c->Rkv + (size_t)c->dv + (size_t)n_ctx) + 16;
+    ALLOC(s->b.worker_buf, (size_t)eng->n_threads * s->b.worker_w);
     size_t Tk = (size_t)T * c->k;
-    ALLOC(s->route_ids, Tk);
-    ALLOC(s->route_w, Tk);
-    ALLOC(s->zp, (size_t)T * c->Lt);
-    ALLOC(s->g_x, Tk * c->Lt);
-    ALLOC(s->g_h1, Tk * c->I);
-    ALLOC(s->g_h3, Tk * c->I);
-    ALLOC(s->g_a, Tk * c->I);
-    ALLOC(s->g_out, Tk * c->Lt);
-    ALLOC(s->uniq, Tk);
-    ALLOC(s->slot_of, Tk);
-    ALLOC(s->uniq_first, Tk);
-    ALLOC(s->uniq_count, Tk);
-    ALLOC(s->uniq_slot, Tk);
-    ALLOC(s->uniq_state, Tk);
-    ALLOC(s->ready_list, Tk);
-    ALLOC(s->seen, (size_t)c->NL * (size_t)c->E);
+    ALLOC(s->b.route_ids, Tk);
+    ALLOC(s->b.route_w, Tk);
+    ALLOC(s->b.zp, (size_t)T * c->Lt);
+    ALLOC(s->b.g_x, Tk * c->Lt);
+    ALLOC(s->b.g_h1, Tk * c->I);
+    ALLOC(s->b.g_h3, Tk * c->I);
+    ALLOC(s->b.g_a, Tk * c->I);
+    ALLOC(s->b.g_out, Tk * c->Lt);
+    ALLOC(s->b.uniq, Tk);
+    ALLOC(s->b.slot_of, Tk);
+    ALLOC(s->b.uniq_first, Tk);
+    ALLOC(s->b.uniq_count, Tk);
+    ALLOC(s->b.uniq_slot, Tk);
+    ALLOC(s->b.uniq_state, Tk);
+    ALLOC(s->b.ready_list, Tk);
+    ALLOC(s->b.seen, (size_t)c->NL * (size_t)c->E);
     if (state_bytes) *state_bytes = state;
     if (scratch_bytes) *scratch_bytes = bytes - state;
     if (dry) {
@@ -606,39 +612,39 @@ void df_session_free(df_session *s)
 {
     if (!s) return;
     s->eng->sessions_bytes -= s->bytes;
-    float **fl[] = {&s->kda_S, &s->kda_hist, &s->mla_cache, &s->H, &s->anchors, &s->ain, &s->xn, &s->att,
-                    &s->min, &s->y, &s->ffn, &s->big0, &s->big1, &s->big2, &s->big3, &s->big4, &s->big5,
-                    &s->small0, &s->small1, &s->probs, &s->logits_tmp, &s->worker_buf, &s->route_w, &s->zp,
-                    &s->g_x, &s->g_h1, &s->g_h3, &s->g_a, &s->g_out};
+    float **fl[] = {&s->b.kda_S, &s->b.kda_hist, &s->b.mla_cache, &s->b.H, &s->b.anchors, &s->b.ain, &s->b.xn, &s->b.att,
+                    &s->b.min, &s->b.y, &s->b.ffn, &s->b.big0, &s->b.big1, &s->b.big2, &s->b.big3, &s->b.big4, &s->b.big5,
+                    &s->b.small0, &s->b.small1, &s->b.probs, &s->b.logits_tmp, &s->b.worker_buf, &s->b.route_w, &s->b.zp,
+                    &s->b.g_x, &s->b.g_h1, &s->b.g_h3, &s->b.g_a, &s->b.g_out};
     for (size_t i = 0; i < sizeof fl / sizeof fl[0]; i++) aligned_free(*fl[i]);
-    aligned_free(s->route_ids);
-    aligned_free(s->uniq);
-    aligned_free(s->slot_of);
-    aligned_free(s->uniq_first);
-    aligned_free(s->uniq_count);
-    aligned_free(s->uniq_slot);
-    aligned_free(s->uniq_state);
-    aligned_free(s->ready_list);
-    aligned_free(s->seen);
+    aligned_free(s->b.route_ids);
+    aligned_free(s->b.uniq);
+    aligned_free(s->b.slot_of);
+    aligned_free(s->b.uniq_first);
+    aligned_free(s->b.uniq_count);
+    aligned_free(s->b.uniq_slot);
+    aligned_free(s->b.uniq_state);
+    aligned_free(s->b.ready_list);
+    aligned_free(s->b.seen);
     free(s);
 }
 
 void df_session_reset(df_session *s)
 {
-    const k3_config *c = &s->eng->cfg;
-    memset(s->kda_S, 0, (size_t)s->eng->n_kda * c->Hk * c->Dk * c->Dk * sizeof(float));
-    memset(s->kda_hist, 0, (size_t)s->eng->n_kda * 3 * (size_t)(c->Wc > 1 ? c->Wc - 1 : 1) * c->P * sizeof(float));
-    s->pos = 0;
+    const k3_config *c = &s->eng->m.cfg;
+    memset(s->b.kda_S, 0, (size_t)s->eng->m.n_kda * c->Hk * c->Dk * c->Dk * sizeof(float));
+    memset(s->b.kda_hist, 0, (size_t)s->eng->m.n_kda * 3 * (size_t)(c->Wc > 1 ? c->Wc - 1 : 1) * c->P * sizeof(float));
+    s->b.pos = 0;
 }
 
-int df_session_pos(const df_session *s) { return s->pos; }
-int df_session_n_ctx(const df_session *s) { return s->n_ctx; }
+int df_session_pos(const df_session *s) { return s->b.pos; }
+int df_session_n_ctx(const df_session *s) { return s->b.n_ctx; }
 void df_session_set_progress(df_session *s, df_progress_fn fn, void *ctx)
 {
     s->progress = fn;
     s->progress_ctx = ctx;
 }
-int df_session_max_batch(const df_session *s) { return s->max_batch; }
+int df_session_max_batch(const df_session *s) { return s->b.max_batch; }
 
 int df_argmax(const float *logits, int n)
 {
@@ -655,23 +661,23 @@ int df_argmax(const float *logits, int n)
  * resident set with every new token, outside the budget. */
 static int embed_rows(const df_engine *eng, const int32_t *ids, int T, float *H, df_error *err)
 {
-    const k3_config *c = &eng->cfg;
-    size_t es = eng->embed.type == W_BF16 ? 2 : 4;
+    const k3_config *c = &eng->m.cfg;
+    size_t es = eng->m.embed.type == W_BF16 ? 2 : 4;
     for (int t = 0; t < T; t++) {
         size_t base = (size_t)ids[t] * c->h;
         float *row = H + (size_t)t * c->h;
         if (eng->ts.on) {
             size_t n = (size_t)c->h * es;
-            uint64_t off = eng->embed_off + (uint64_t)base * es;
-            if (model_pread_fd(eng->shards[eng->embed_shard].fd, (uint8_t *)row, n, off))
+            uint64_t off = eng->m.embed_off + (uint64_t)base * es;
+            if (model_pread_fd(eng->m.shards[eng->m.embed_shard].fd, (uint8_t *)row, n, off))
                 return df_err_set(err, DF_ERR_IO, (int64_t)off, "%s: reading the embedding row of token %d failed",
-                                  eng->shards[eng->embed_shard].path, ids[t]);
+                                  eng->m.shards[eng->m.embed_shard].path, ids[t]);
             if (es == 2)
                 for (int i = c->h - 1; i >= 0; i--) row[i] = load_bf16(row, (size_t)i);
             continue;
         }
         for (int i = 0; i < c->h; i++)
-            row[i] = eng->embed.type == W_BF16 ? load_bf16(eng->embed.data, base + i) : load_f32(eng->embed.data, base + i);
+            row[i] = eng->m.embed.type == W_BF16 ? load_bf16(eng->m.embed.data, base + i) : load_f32(eng->m.embed.data, base + i);
     }
     return 0;
 }
@@ -691,12 +697,12 @@ static void norm_rows(const float *x, const float *w, int T, int n, float eps, f
 static void trace_routes(const df_session *s, int il, int T)
 {
     const df_engine *eng = s->eng;
-    int k = eng->cfg.k;
+    int k = eng->m.cfg.k;
     for (int t = 0; t < T; t++) {
-        fprintf(eng->trace, "{\"pos\":%d,\"layer\":%d,\"experts\":[", s->pos + t, il);
-        for (int j = 0; j < k; j++) fprintf(eng->trace, "%s%d", j ? "," : "", s->route_ids[t * k + j]);
+        fprintf(eng->trace, "{\"pos\":%d,\"layer\":%d,\"experts\":[", s->b.pos + t, il);
+        for (int j = 0; j < k; j++) fprintf(eng->trace, "%s%d", j ? "," : "", s->b.route_ids[t * k + j]);
         fprintf(eng->trace, "],\"weights\":[");
-        for (int j = 0; j < k; j++) fprintf(eng->trace, "%s%.7g", j ? "," : "", (double)s->route_w[t * k + j]);
+        for (int j = 0; j < k; j++) fprintf(eng->trace, "%s%.7g", j ? "," : "", (double)s->b.route_w[t * k + j]);
         fprintf(eng->trace, "]}\n");
     }
 }
@@ -706,93 +712,94 @@ static void trace_routes(const df_session *s, int il, int T)
 static int forward_chunk(df_session *s, const int32_t *ids, int T, float *logits, int all_rows, df_error *err)
 {
     df_engine *eng = s->eng;
-    const k3_config *c = &eng->cfg;
+    const model_ctx *mc = &eng->mc;
+    const k3_config *c = &eng->m.cfg;
     size_t h = (size_t)c->h, Th = (size_t)T * h;
-    size_t astride = (size_t)s->max_batch * h;
+    size_t astride = (size_t)s->b.max_batch * h;
     dbg_record *dbg = s->dbg && s->dbg->enabled ? s->dbg : NULL;
     int dt = T - 1;  /* debug position: the chunk's last */
     double t_start = now_sec(), t_layer = t_start;
-    uint64_t hits0 = eng->cache.hits, miss0 = eng->cache.misses, bytes0 = eng->store.st.bytes_io;
+    uint64_t hits0 = eng->cache.hits, miss0 = eng->cache.misses, bytes0 = eng->m.store.st.bytes_io;
     uint64_t pfi0 = eng->pf.issued, pfu0 = eng->cache.pf_used, late0 = eng->cache.late;
-    double wait0 = eng->store.st.wait_sec;
-    if (embed_rows(eng, ids, T, s->H, err)) goto fail;
-    if (dbg) dbg->embedding_norm = l2norm(s->H + dt * h, (int)h);
+    double wait0 = eng->m.store.st.wait_sec;
+    if (embed_rows(eng, ids, T, s->b.H, err)) goto fail;
+    if (dbg) dbg->embedding_norm = l2norm(s->b.H + dt * h, (int)h);
     int n_anc = 0;
     for (int il = 0; il < c->NL; il++) {
-        const k3_layer *L = &eng->layers[il];
+        const k3_layer *L = &eng->m.layers[il];
         dbg_layer *dl = dbg ? &dbg->layers[il] : NULL;
         if (eng->ts.on && trunk_stream_layer(eng, il, err)) goto fail;
-        const float *ain = s->H;
+        const float *ain = s->b.H;
         if (n_anc) {
-            attnres_mix(s->anchors, n_anc, astride, s->H, T, (int)h, L->attn_res_nwpw, c->eps, s->ain, s->probs);
-            ain = s->ain;
+            attnres_mix(s->b.anchors, n_anc, astride, s->b.H, T, (int)h, L->attn_res_nwpw, c->eps, s->b.ain, s->b.probs);
+            ain = s->b.ain;
         }
         if (dl) {
             dl->n_attn_probs = n_anc + 1;
-            for (int j = 0; j <= n_anc; j++) dl->attn_probs[j] = n_anc ? s->probs[(size_t)dt * (n_anc + 1) + j] : 1.0;
+            for (int j = 0; j <= n_anc; j++) dl->attn_probs[j] = n_anc ? s->b.probs[(size_t)dt * (n_anc + 1) + j] : 1.0;
             dl->attn_input_norm = l2norm(ain + dt * h, (int)h);
         }
         int boundary = il % c->B == 0;
-        if (boundary) memcpy(s->anchors + (size_t)n_anc++ * astride, s->H, Th * sizeof(float));
-        norm_rows(ain, L->input_ln, T, (int)h, c->eps, s->xn);
-        if (L->kind == LAYER_KDA) kda_forward(s, L, s->xn, T, s->att);
-        else if (mla_forward(s, L, s->xn, T, s->att, err)) goto fail;
-        if (boundary) memcpy(s->H, s->att, Th * sizeof(float));
-        else add_rows(s->H, s->att, Th);
-        attnres_mix(s->anchors, n_anc, astride, s->H, T, (int)h, L->mlp_res_nwpw, c->eps, s->min, s->probs);
+        if (boundary) memcpy(s->b.anchors + (size_t)n_anc++ * astride, s->b.H, Th * sizeof(float));
+        norm_rows(ain, L->input_ln, T, (int)h, c->eps, s->b.xn);
+        if (L->kind == LAYER_KDA) kda_forward(mc, &s->b, L, s->b.xn, T, s->b.att);
+        else if (mla_forward(mc, &s->b, L, s->b.xn, T, s->b.att, err)) goto fail;
+        if (boundary) memcpy(s->b.H, s->b.att, Th * sizeof(float));
+        else add_rows(s->b.H, s->b.att, Th);
+        attnres_mix(s->b.anchors, n_anc, astride, s->b.H, T, (int)h, L->mlp_res_nwpw, c->eps, s->b.min, s->b.probs);
         if (dl) {
-            dl->attn_output_norm = l2norm(s->att + dt * h, (int)h);
+            dl->attn_output_norm = l2norm(s->b.att + dt * h, (int)h);
             dl->n_mlp_probs = n_anc + 1;
-            for (int j = 0; j <= n_anc; j++) dl->mlp_probs[j] = s->probs[(size_t)dt * (n_anc + 1) + j];
-            dl->mlp_input_norm = l2norm(s->min + dt * h, (int)h);
+            for (int j = 0; j <= n_anc; j++) dl->mlp_probs[j] = s->b.probs[(size_t)dt * (n_anc + 1) + j];
+            dl->mlp_input_norm = l2norm(s->b.min + dt * h, (int)h);
         }
-        norm_rows(s->min, L->post_ln, T, (int)h, c->eps, s->y);
+        norm_rows(s->b.min, L->post_ln, T, (int)h, c->eps, s->b.y);
         if (L->moe) {
-            if (moe_forward(s, il, L, s->y, T, s->ffn, err)) goto fail;
+            if (moe_forward(mc, &s->b, il, L, s->b.y, T, s->b.ffn, err)) goto fail;
             if (eng->trace) trace_routes(s, il, T);
         } else {
-            dense_mlp_forward(s, L, s->y, T, s->ffn);
+            dense_mlp_forward(mc, &s->b, L, s->b.y, T, s->b.ffn);
         }
-        add_rows(s->H, s->ffn, Th);
-        prefetch_after_layer(s, il, T, s->H);
+        add_rows(s->b.H, s->b.ffn, Th);
+        prefetch_after_layer(mc, &s->b, il, T, s->b.H);
         if (eng->events) {
             double t = now_sec();
             eng->layer_sec[il] = t - t_layer;
             t_layer = t;
         }
         if (dl) {
-            dl->mlp_output_norm = l2norm(s->ffn + dt * h, (int)h);
-            dl->partial_sum_norm = l2norm(s->H + dt * h, (int)h);
+            dl->mlp_output_norm = l2norm(s->b.ffn + dt * h, (int)h);
+            dl->partial_sum_norm = l2norm(s->b.H + dt * h, (int)h);
             dl->n_experts = L->moe ? c->k : 0;
             for (int j = 0; L->moe && j < c->k && j < DBG_MAX_K; j++) {
-                dl->expert_ids[j] = s->route_ids[dt * c->k + j];
-                dl->expert_weights[j] = s->route_w[dt * c->k + j];
+                dl->expert_ids[j] = s->b.route_ids[dt * c->k + j];
+                dl->expert_weights[j] = s->b.route_w[dt * c->k + j];
             }
         }
     }
-    attnres_mix(s->anchors, n_anc, astride, s->H, T, (int)h, eng->out_res_nwpw, c->eps, s->ain, NULL);
-    norm_rows(s->ain, eng->final_norm, T, (int)h, c->eps, s->xn);
+    attnres_mix(s->b.anchors, n_anc, astride, s->b.H, T, (int)h, eng->m.out_res_nwpw, c->eps, s->b.ain, NULL);
+    norm_rows(s->b.ain, eng->m.final_norm, T, (int)h, c->eps, s->b.xn);
     if (dbg) {
-        dbg->final_mix_norm = l2norm(s->ain + dt * h, (int)h);
-        dbg->final_normed_norm = l2norm(s->xn + dt * h, (int)h);
+        dbg->final_mix_norm = l2norm(s->b.ain + dt * h, (int)h);
+        dbg->final_normed_norm = l2norm(s->b.xn + dt * h, (int)h);
     }
     if (eng->ts.on && trunk_stream_layer(eng, c->NL, err)) goto fail;
     if (logits) {
-        if (all_rows) mm_one(eng->pool, eng->kt, eng->lm_head, s->xn, T, logits);
-        else mm_one(eng->pool, eng->kt, eng->lm_head, s->xn + dt * h, 1, logits);
+        if (all_rows) mm_one(eng->pool, eng->kt, eng->m.lm_head, s->b.xn, T, logits);
+        else mm_one(eng->pool, eng->kt, eng->m.lm_head, s->b.xn + dt * h, 1, logits);
         if (dbg) dbg->logits_norm = l2norm(all_rows ? logits + (size_t)dt * c->V : logits, c->V);
     }
     if (eng->events) {
         /* one JSON line per forward call (per token while decoding) */
-        double dt_s = now_sec() - t_start, wait = eng->store.st.wait_sec - wait0;
+        double dt_s = now_sec() - t_start, wait = eng->m.store.st.wait_sec - wait0;
         uint64_t hits = eng->cache.hits - hits0, miss = eng->cache.misses - miss0;
-        uint64_t bytes = eng->store.st.bytes_io - bytes0;
+        uint64_t bytes = eng->m.store.st.bytes_io - bytes0;
         fprintf(eng->events,
                 "{\"pos\":%d,\"tokens\":%d,\"ms\":%.3f,\"expert_hits\":%llu,\"expert_misses\":%llu,"
                 "\"hit_rate\":%.4f,\"bytes_read\":%llu,\"io_wait_ms\":%.3f,\"io_wait_share\":%.4f,"
                 "\"read_gbps\":%.3f,\"prefetch\":%d,\"prefetch_issued\":%llu,\"prefetch_used\":%llu,"
                 "\"prefetch_late\":%llu,\"layer_ms\":[",
-                s->pos, T, 1e3 * dt_s, (unsigned long long)hits, (unsigned long long)miss,
+                s->b.pos, T, 1e3 * dt_s, (unsigned long long)hits, (unsigned long long)miss,
                 hits + miss ? (double)hits / (double)(hits + miss) : 1.0, (unsigned long long)bytes, 1e3 * wait,
                 dt_s > 0 ? wait / dt_s : 0.0, dt_s > 0 ? (double)bytes / dt_s / 1e9 : 0.0, eng->pf.active,
                 (unsigned long long)(eng->pf.issued - pfi0), (unsigned long long)(eng->cache.pf_used - pfu0),
@@ -801,40 +808,40 @@ static int forward_chunk(df_session *s, const int32_t *ids, int T, float *logits
         fprintf(eng->events, "]}\n");
         fflush(eng->events);
     }
-    prefetch_step_timed(eng, T, now_sec() - t_start);
-    s->pos += T;
+    prefetch_step_timed(&eng->pf, T, now_sec() - t_start, eng->quiet);
+    s->b.pos += T;
     eng->tokens += (uint64_t)T;
     /* predictions may still be reading: they are taken in by later waits
      * (or when a group needs their slots), never waited for here */
     return 0;
 fail:
-    fetch_drain(eng, NULL);
+    fetch_drain(&eng->mc, NULL);
     return -1;
 }
 
 int df_session_eval(df_session *s, const int32_t *ids, int n, float *logits, int all_rows, df_error *err)
 {
-    const k3_config *c = &s->eng->cfg;
+    const k3_config *c = &s->eng->m.cfg;
     if (n <= 0) return df_err_set(err, DF_ERR_ARG, -1, "no tokens to evaluate");
     for (int i = 0; i < n; i++)
         if (ids[i] < 0 || ids[i] >= c->V)
             return df_err_set(err, DF_ERR_ARG, i, "token id %d at index %d is outside the vocabulary [0, %d)", ids[i],
                               i, c->V);
-    if (n > s->n_ctx - s->pos)
+    if (n > s->b.n_ctx - s->b.pos)
         return df_err_set(err, DF_ERR_LIMIT, -1, "context full: %d tokens held, %d more requested, capacity %d",
-                          s->pos, n, s->n_ctx);
+                          s->b.pos, n, s->b.n_ctx);
     int rc = 0;
     df_engine *eng = s->eng;
-    uint64_t reads0 = eng->store.st.n_reads, bytes0 = eng->store.st.bytes_read;
+    uint64_t reads0 = eng->m.store.st.n_reads, bytes0 = eng->m.store.st.bytes_read;
     double t0 = now_sec();
     if (n > 1) {
         /* a prompt: count the distinct (layer, expert) pairs it needs */
-        memset(s->seen, 0, (size_t)c->NL * (size_t)c->E);
-        s->n_seen = 0;
+        memset(s->b.seen, 0, (size_t)c->NL * (size_t)c->E);
+        s->b.n_seen = 0;
     }
     alloc_guard_enter();
-    for (int off = 0; off < n && !rc; off += s->max_batch) {
-        int T = n - off < s->max_batch ? n - off : s->max_batch;
+    for (int off = 0; off < n && !rc; off += s->b.max_batch) {
+        int T = n - off < s->b.max_batch ? n - off : s->b.max_batch;
         int last = off + T == n;
         float *dst = NULL;
         if (logits && all_rows) dst = logits + (size_t)off * c->V;
@@ -850,10 +857,10 @@ int df_session_eval(df_session *s, const int32_t *ids, int n, float *logits, int
     if (n > 1) {
         prompt_stats *ps = &eng->prompt;
         ps->positions = (uint64_t)n;
-        ps->chunk = s->max_batch;
-        ps->unique = s->n_seen;
-        ps->reads = eng->store.st.n_reads - reads0;
-        ps->bytes = eng->store.st.bytes_read - bytes0;
+        ps->chunk = s->b.max_batch;
+        ps->unique = s->b.n_seen;
+        ps->reads = eng->m.store.st.n_reads - reads0;
+        ps->bytes = eng->m.store.st.bytes_read - bytes0;
         ps->seconds = now_sec() - t0;
     }
     return rc;

@@ -21,24 +21,24 @@
 #define FETCH_PF_TAG ((int64_t)1 << 31)
 
 /* Compute the experts listed in ready[0..n) (indices into s->uniq). */
-typedef void (*fetch_run_fn)(df_session *s, int il, const int *ready, int n);
+typedef void (*fetch_run_fn)(const model_ctx *m, session_bufs *s, int il, const int *ready, int n);
 
 /* The distinct experts s->uniq[u0..u1) of layer il: acquire them, read the
  * misses (one sorted submission), run the resident ones while the reads are
  * in flight, then each missed one as its read (or the prefetch it waits
  * for) lands, and give every slot back.  -1 when a read failed (after every
  * started read was waited for). */
-int fetch_group(df_session *s, int il, int u0, int u1, fetch_run_fn run, void (*overlap)(df_session *, void *),
-                void *overlap_ctx, df_error *err);
+int fetch_group(const model_ctx *m, session_bufs *s, int il, int u0, int u1, fetch_run_fn run,
+                void (*overlap)(const model_ctx *, session_bufs *, void *), void *overlap_ctx, df_error *err);
 
 /* Take every completion still in flight (prefetches for later layers). */
-int fetch_drain(df_engine *eng, df_error *err);
+int fetch_drain(const model_ctx *m, df_error *err);
 
 /* Read the experts keys[0..n) (layer * E + expert) into the cache, many
  * reads in flight; returns the count read, -1 on a failed read. */
-long fetch_warm(df_engine *eng, const int32_t *keys, size_t n, df_error *err);
+long fetch_warm(const model_ctx *m, const int32_t *keys, size_t n, df_error *err);
 
 /* A prefetch read landed (ok) or failed: hand its slot to the cache. */
-void fetch_prefetch_landed(df_engine *eng, int64_t tag, int ok);
+void fetch_prefetch_landed(const model_ctx *m, int64_t tag, int ok);
 
 #endif

@@ -16,7 +16,8 @@
 #include <string.h>
 
 typedef struct {
-    df_session *s;
+    const model_ctx *eng;
+    session_bufs *s;
     const k3_layer *L;
     int T;
     float *rq, *rk, *rv, *rg, *fb, *b;   /* [T][P] / [T][Hk] projections */
@@ -67,8 +68,9 @@ static void row_update_dot(float *row, float b, const float *p, float q, float *
 static void kda_heads(void *vctx, size_t h0, size_t h1, int worker)
 {
     kda_ctx *c = vctx;
-    df_session *s = c->s;
-    const k3_config *cf = &s->eng->cfg;
+    const model_ctx *eng = c->eng;
+    session_bufs *s = c->s;
+    const k3_config *cf = &eng->cfg;
     const k3_layer *L = c->L;
     int Dk = cf->Dk, P = cf->P, Wc = cf->Wc, Hk = cf->Hk;
     float *wb = s->worker_buf + (size_t)worker * s->worker_w;
@@ -132,11 +134,10 @@ static void kda_heads(void *vctx, size_t h0, size_t h1, int worker)
     }
 }
 
-void kda_forward(df_session *s, const k3_layer *L, const float *x, int T, float *out)
+void kda_forward(const model_ctx *eng, session_bufs *s, const k3_layer *L, const float *x, int T, float *out)
 {
-    df_engine *eng = s->eng;
     const k3_config *c = &eng->cfg;
-    kda_ctx k = {.s = s, .L = L, .T = T, .rq = s->big0, .rk = s->big1, .rv = s->big2, .rg = s->big3,
+    kda_ctx k = {.eng = eng, .s = s, .L = L, .T = T, .rq = s->big0, .rk = s->big1, .rv = s->big2, .rg = s->big3,
                  .fb = s->big4, .b = s->small1, .out = s->big0};
     size_t h = (size_t)c->h;
     mm_job jobs[6] = {

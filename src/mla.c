@@ -19,7 +19,8 @@
 #include <string.h>
 
 typedef struct {
-    df_session *s;
+    const model_ctx *eng;
+    session_bufs *s;
     const k3_layer *L;
     int T;
     const float *q;     /* [T][Hm*(dn+dr)] */
@@ -36,8 +37,9 @@ static inline float wload(const wmat *w, size_t i)
 static void mla_heads(void *vctx, size_t h0, size_t h1, int worker)
 {
     mla_ctx *c = vctx;
-    df_session *s = c->s;
-    const k3_config *cf = &s->eng->cfg;
+    const model_ctx *eng = c->eng;
+    session_bufs *s = c->s;
+    const k3_config *cf = &eng->cfg;
     const k3_layer *L = c->L;
     int Rkv = cf->Rkv, dn = cf->dn, dr = cf->dr, dv = cf->dv, Hm = cf->Hm;
     size_t row_w = (size_t)Rkv + (size_t)dr;
@@ -87,7 +89,7 @@ static void mla_heads(void *vctx, size_t h0, size_t h1, int worker)
                 for (int j = 0; j < Rkv; j++) ctx[j] += pp * row[j];
             }
             /* value rows through the kernel table (fixed per-row order) */
-            const kernel_table *kt = s->eng->kt;
+            const kernel_table *kt = eng->kt;
             if (vb.type == W_BF16) kt->matmul_bf16(vb.data, (size_t)Rkv, Rkv, ctx, 0, 1, oh, 0, 0, dv);
             else kt->matmul_f32(vb.data, (size_t)Rkv, Rkv, ctx, 0, 1, oh, 0, 0, dv);
             float *o = c->out + (size_t)t * Hm * dv + hh * (size_t)dv;
@@ -97,10 +99,9 @@ static void mla_heads(void *vctx, size_t h0, size_t h1, int worker)
     }
 }
 
-int mla_forward(df_session *s, const k3_layer *L, const float *x, int T, float *out, df_error *err)
+int mla_forward(const model_ctx *eng, session_bufs *s, const k3_layer *L, const float *x, int T, float *out, df_error *err)
 {
     (void)err;
-    df_engine *eng = s->eng;
     const k3_config *c = &eng->cfg;
     size_t h = (size_t)c->h, row_w = (size_t)c->Rkv + (size_t)c->dr;
     float *qa = s->small0, *kva = s->small1;
@@ -119,7 +120,7 @@ int mla_forward(df_session *s, const k3_layer *L, const float *x, int T, float *
         rmsnorm(src, L->kv_a_ln, c->Rkv, c->eps, row);
         memcpy(row + c->Rkv, src + c->Rkv, (size_t)c->dr * sizeof(float));
     }
-    mla_ctx m = {.s = s, .L = L, .T = T, .q = s->big0, .gate = s->big1, .out = s->big2, .cache = cache};
+    mla_ctx m = {.eng = eng, .s = s, .L = L, .T = T, .q = s->big0, .gate = s->big1, .out = s->big2, .cache = cache};
     parallel_for(eng->pool, (size_t)c->Hm, 1, mla_heads, &m);
     mm_one(eng->pool, eng->kt, L->o, s->big2, T, out);
     return 0;

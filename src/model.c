@@ -245,7 +245,7 @@ typedef struct name_entry {
 } name_entry;
 
 typedef struct loader {
-    df_engine *eng;
+    k3_model *eng;
     int cur_layer;      /* the layer being bound (-1 embedding, NL the output head) */
     const char *dir;
     st_file *files;
@@ -352,7 +352,7 @@ static int bind_mat(loader *ld, const char *name, int rows, int cols, wmat *out,
                          rows, cols, name, out, err);
 }
 
-int model_map_mat(df_engine *eng, int layer, int shard, uint64_t off, uint64_t nbytes, enum wtype type, int rows,
+int model_map_mat(k3_model *eng, int layer, int shard, uint64_t off, uint64_t nbytes, enum wtype type, int rows,
                   int cols, const char *name, wmat *out, df_error *err)
 {
     shard_map *sm = &eng->shards[shard];
@@ -409,7 +409,7 @@ int model_map_mat(df_engine *eng, int layer, int shard, uint64_t off, uint64_t n
     return 0;
 }
 
-float *model_own_vec(df_engine *eng, size_t n)
+float *model_own_vec(k3_model *eng, size_t n)
 {
     if (eng->n_owned == eng->cap_owned) {
         eng->cap_owned = eng->cap_owned ? eng->cap_owned * 2 : 64;
@@ -483,7 +483,7 @@ static float *nwpw(loader *ld, const char *norm, const char *proj, int h, df_err
 
 static int bind_layer(loader *ld, int il, df_error *err)
 {
-    df_engine *eng = ld->eng;
+    k3_model *eng = ld->eng;
     const k3_config *c = &eng->cfg;
     k3_layer *L = &eng->layers[il];
     char n1[256], n2[256];
@@ -570,7 +570,7 @@ static int bind_layer(loader *ld, int il, df_error *err)
 #undef VEC
 }
 
-void model_layers_alloc(df_engine *eng)
+void model_layers_alloc(k3_model *eng)
 {
     const k3_config *c = &eng->cfg;
     eng->layers = xcalloc((size_t)c->NL, sizeof *eng->layers);
@@ -589,7 +589,7 @@ static int path_join(char *out, size_t n, const char *dir, const char *file, df_
     return 0;
 }
 
-int model_load(df_engine *eng, const char *dir, df_error *err)
+int model_load(k3_model *eng, const char *dir, df_error *err)
 {
     char path[PATH_MAX];
     char *text = NULL;
@@ -694,7 +694,7 @@ done:
 
 /* A config.json alone: the model's sizes for the planner (headers_only
  * must be set; nothing is read but the config). */
-int model_load_config_only(df_engine *eng, const char *path, df_error *err)
+int model_load_config_only(k3_model *eng, const char *path, df_error *err)
 {
     char *text = NULL;
     size_t len = 0;
@@ -730,7 +730,7 @@ int model_load_config_only(df_engine *eng, const char *path, df_error *err)
     return 0;
 }
 
-void model_unload(df_engine *eng)
+void model_unload(k3_model *eng)
 {
     for (int s = 0; s < eng->n_shards; s++) {
         shard_map *sm = &eng->shards[s];

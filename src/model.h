@@ -1,7 +1,9 @@
 /* model.h - L3 internals shared by the model files (model, attnres, kda, mla,
- * moe, engine): the K3 config, the per-layer weight views, the engine and the
- * session with its scratch.  Front ends never include this (engine.h only);
- * tests may, to reach debug records and internals.
+ * moe, prefetch, expert_fetch): the K3 config, the per-layer weight views,
+ * the loaded model (k3_model), a session's state and scratch (session_bufs)
+ * and the narrow view of the engine a layer block gets (model_ctx).  The
+ * engine's own structs are in engine_impl.h (L4), which this file does not
+ * see.  Front ends never include this (engine.h only).
  *
  * Weights: matrices are views into the read-only shard mappings (wmat);
  * small vectors (norm weights, biases, conv taps) are upcast once at load to
@@ -16,12 +18,11 @@
 #include <stdint.h>
 #include <stdio.h>
 #include "backend_cpu.h"
-#include "engine.h"
+#include "df_error.h"
 #include "expert_cache.h"
 #include "expert_store.h"
 #include "file.h"
 #include "kernels.h"
-#include "prefetch.h"
 #include "threadpool.h"
 
 enum { LAYER_KDA = 0, LAYER_MLA = 1 };
@@ -96,35 +97,16 @@ typedef struct trunk_tensor {
     uint32_t lead;            /* streamed: off - aligned read start */
 } trunk_tensor;
 
-typedef struct trunk_stream {
-    int on;
-    int *first;               /* [NL + 2] first trunk tensor of each layer (sorted by layer) */
-    uint64_t buf_bytes;       /* one layer buffer */
-    uint8_t *buf[2];
-    int buf_layer[2];         /* layer held (or being read) by each buffer, -1 none */
-    int buf_pending[2];       /* reads outstanding per buffer */
-    df_file *files;           /* [n_shards] */
-    io_queue *q;
-    uint64_t bytes_read;
-    double wait_sec;
-    uint8_t *resident;        /* trunk_load_resident's copy (2 MiB aligned, huge pages) */
-    size_t resident_bytes;    /* its mapping's length */
-    uint8_t *resident_map;    /* the mapping itself */
-} trunk_stream;
-
-/* The last prompt (an eval of several positions): what it needed and read. */
-typedef struct prompt_stats {
-    uint64_t positions, unique, reads, bytes;
-    int chunk;
-    double seconds;
-} prompt_stats;
-
 typedef struct tensor_map {
     void *base;               /* read-only mapping of one trunk tensor's pages */
     size_t size;
 } tensor_map;
 
-struct df_engine {
+/* A loaded checkpoint: config, weights (views into the shard mappings or
+ * owned copies), where every trunk tensor lives, and the expert store that
+ * knows where every routed expert's bytes are.  model.c / model_gguf.c
+ * fill it; the engine owns it. */
+typedef struct k3_model {
     k3_config cfg;
     k3_layer *layers;
     wmat embed;               /* [V, h] */
@@ -139,38 +121,18 @@ struct df_engine {
     uint64_t trunk_mapped_bytes;
     trunk_tensor *trunk;      /* every mapped trunk matrix */
     int n_trunk, cap_trunk;
-    trunk_stream ts;
     uint64_t embed_bytes;     /* the embedding's share of trunk_mapped_bytes */
     int embed_shard;          /* where its rows are (read by row when the trunk streams) */
     uint64_t embed_off;
     expert_store store;
-    expert_cache cache;
-    threadpool *pool;
-    const kernel_table *kt;
     enum io_mode io_mode;     /* expert reads: O_DIRECT / buffered / auto */
     int io_depth;             /* reads in flight */
     enum io_backend io_backend;
-    int n_threads;
-    uint64_t tokens;
-    FILE *trace;              /* route trace (--trace), or NULL */
-    char *heat_path;          /* heat file (--heat), or NULL */
-    FILE *events;             /* per-call JSON lines (--events), or NULL */
-    char *events_buf;
-    double *layer_sec;        /* [NL] time of each layer in the last call (events) */
-    int quiet;
-    prefetch pf;              /* the router look-ahead prefetch (prefetch.c) */
-    prompt_stats prompt;      /* the last multi-position eval */
-    int all_resident;         /* every routed expert was preloaded and the cache holds them all:
-                               * nothing is ever read again, so nothing is predicted */
-    char *trace_buf;
-    df_plan plan;             /* plan.c's decision, acted on at open */
-    uint64_t session_room;    /* bytes sessions may take: the planned one + the plan's unused part */
-    uint64_t sessions_bytes;  /* taken by the sessions alive now */
     uint64_t owned_bytes;     /* owned f32 vectors */
     int headers_only;         /* df_plan_model: sizes from headers, no weight read or mapped */
     float **owned;            /* owned f32 vectors, freed at close */
     int n_owned, cap_owned;
-};
+} k3_model;
 
 /* Per-layer debug record at one position (tests compare with the fixtures). */
 #define DBG_MAX_ANCHORS 64
@@ -191,10 +153,10 @@ typedef struct dbg_record {
     dbg_layer *layers;        /* [NL], caller-allocated */
 } dbg_record;
 
-struct df_session {
-    df_engine *eng;
+/* One sequence's state and scratch (the engine's session owns one): what
+ * the layer blocks read and write.  Sized by engine.c's session_alloc. */
+typedef struct session_bufs {
     int n_ctx, max_batch, pos;
-    uint64_t bytes;           /* state + scratch, counted against the engine's session_room */
     /* KDA state */
     float *kda_S;             /* [n_kda][Hk][Dk][Dk] */
     float *kda_hist;          /* [n_kda][3][Wc-1][P] raw projections, oldest first */
@@ -226,12 +188,30 @@ struct df_session {
     uint8_t **uniq_slot;      /* [T*k] slot of each distinct expert */
     int *uniq_state;          /* [T*k] 1 = bytes present in the slot */
     int *ready_list;          /* [T*k] */
-    df_progress_fn progress;  /* between chunks of a long eval, or NULL */
-    void *progress_ctx;
     uint8_t *seen;            /* [NL][E] experts the current prompt needed (accounting) */
     uint64_t n_seen;
-    dbg_record *dbg;          /* optional, owned by the caller */
-};
+} session_bufs;
+
+/* What a layer block needs from the engine, borrowed for one forward pass:
+ * the config and weights, the backend (pool + kernel table), and for the
+ * MoE block the expert cache and store, the prefetcher and whether the
+ * streamed trunk has a layer in memory.  Built by the engine at open. */
+struct prefetch;
+typedef struct model_ctx {
+    k3_config cfg;            /* a copy (its arrays are the model's) */
+    const k3_layer *layers;
+    threadpool *pool;
+    const kernel_table *kt;
+    expert_cache *cache;
+    expert_store *store;
+    struct prefetch *pf;
+    int all_resident;         /* every routed expert is in the cache for good: nothing to predict */
+    int io_depth;
+    int quiet;
+    int trunk_streamed;       /* the trunk streams: layer weights are present only when ready */
+    int (*trunk_ready)(void *eng, int il);   /* make layer il's weights present (0), else -1 */
+    void *eng;
+} model_ctx;
 
 /* model.c */
 int k3_config_parse(const char *text, size_t len, k3_config *c, df_error *err);
@@ -239,52 +219,35 @@ int k3_config_parse(const char *text, size_t len, k3_config *c, df_error *err);
 int k3_config_check(const k3_config *c, const char *label, df_error *err);
 /* Map bytes [off, off + nbytes) of shard `shard` read-only as a [rows, cols]
  * trunk matrix of `type` and register it for trunk streaming. */
-int model_map_mat(df_engine *eng, int layer, int shard, uint64_t off, uint64_t nbytes, enum wtype type, int rows,
+int model_map_mat(k3_model *eng, int layer, int shard, uint64_t off, uint64_t nbytes, enum wtype type, int rows,
                   int cols, const char *name, wmat *out, df_error *err);
 /* eng->layers for cfg, with each layer's index among its kind. */
-void model_layers_alloc(df_engine *eng);
+void model_layers_alloc(k3_model *eng);
 /* A zeroed f32 array freed with the engine. */
-float *model_own_vec(df_engine *eng, size_t n);
+float *model_own_vec(k3_model *eng, size_t n);
 /* Read n bytes at off (no allocation; the token loop may call it); -1 on error. */
 int model_pread_fd(int fd, uint8_t *dst, size_t n, uint64_t off);
 int model_pread(const char *path, uint8_t *dst, size_t n, uint64_t off, df_error *err);
 /* model_gguf.c: the same model from one llama.cpp kimi-k3 GGUF file */
-int model_load_gguf(df_engine *eng, const char *path, df_error *err);
+int model_load_gguf(k3_model *eng, const char *path, df_error *err);
 struct gguf_file;
 /* K3's hyper-parameters from a parsed GGUF's kimi-k3.* keys (and the
  * embedding's shape); k3_config_free() afterwards either way. */
 int k3_config_from_gguf(const struct gguf_file *g, k3_config *c, df_error *err);
 void k3_config_free(k3_config *c);
-int model_load(df_engine *eng, const char *dir, df_error *err);
+int model_load(k3_model *eng, const char *dir, df_error *err);
 /* Sizes from a config.json alone (eng->headers_only set): a BF16 trunk and MXFP4 experts as K3 ships. */
-int model_load_config_only(df_engine *eng, const char *path, df_error *err);
-void model_unload(df_engine *eng);
-
-/* trunk_stream.c: the trunk read layer by layer into two buffers (one
- * computing, one loading) when it does not fit the memory budget */
-uint64_t trunk_stream_buffer_bytes(const df_engine *eng);
-int trunk_stream_init(df_engine *eng, df_error *err);
-void trunk_stream_deinit(df_engine *eng);
-/* Make layer il's trunk resident (il == NL: the output head) and start
- * reading the next one into the other buffer. */
-int trunk_stream_layer(df_engine *eng, int il, df_error *err);
-/* Make layer il's trunk resident without starting anything else. */
-int trunk_stream_ready(df_engine *eng, int il, df_error *err);
-/* The trunk fits: copy its matrices (not the embedding) from the files into
- * one anonymous, huge-page-backed block and point the views there. */
-int trunk_load_resident(df_engine *eng, df_error *err);
-
-/* place.c: read --expert-path manifests into the store's sources */
-int engine_use_expert_paths(df_engine *eng, const char *const *dirs, int n, df_error *err);
+int model_load_config_only(k3_model *eng, const char *path, df_error *err);
+void model_unload(k3_model *eng);
 
 /* attnres.c: out[t] = Mix(anchors, p[t]) for t < T; probs [T][m+1] optional */
 void attnres_mix(const float *anchors, int n_anchors, size_t anchor_stride, const float *p, int T, int h,
                  const float *nwpw, float eps, float *out, float *probs);
 
 /* kda.c / mla.c / moe.c: one layer's block for T positions at s->pos */
-void kda_forward(df_session *s, const k3_layer *L, const float *x, int T, float *out);
-int mla_forward(df_session *s, const k3_layer *L, const float *x, int T, float *out, df_error *err);
-int moe_forward(df_session *s, int il, const k3_layer *L, const float *y, int T, float *out, df_error *err);
-void dense_mlp_forward(df_session *s, const k3_layer *L, const float *y, int T, float *out);
+void kda_forward(const model_ctx *eng, session_bufs *s, const k3_layer *L, const float *x, int T, float *out);
+int mla_forward(const model_ctx *eng, session_bufs *s, const k3_layer *L, const float *x, int T, float *out, df_error *err);
+int moe_forward(const model_ctx *eng, session_bufs *s, int il, const k3_layer *L, const float *y, int T, float *out, df_error *err);
+void dense_mlp_forward(const model_ctx *eng, session_bufs *s, const k3_layer *L, const float *y, int T, float *out);
 
 #endif

@@ -42,7 +42,7 @@
 #define MAX_SPLITS 4096
 
 typedef struct gload {
-    df_engine *eng;
+    k3_model *eng;
     gguf_file *g;       /* [n_files]: the first file holds the metadata */
     int n_files;
     int layer;
@@ -323,7 +323,7 @@ out:
 
 static int bind_layer(gload *gl, int il, df_error *err)
 {
-    df_engine *eng = gl->eng;
+    k3_model *eng = gl->eng;
     const k3_config *c = &eng->cfg;
     k3_layer *L = &eng->layers[il];
     char n[96];
@@ -467,7 +467,7 @@ static int open_splits(gguf_file *g, int *n_files, df_error *err)
     return 0;
 }
 
-int model_load_gguf(df_engine *eng, const char *path, df_error *err)
+int model_load_gguf(k3_model *eng, const char *path, df_error *err)
 {
     gguf_file *g = xcalloc(MAX_SPLITS, sizeof *g);
     int n_files = 0, rc = -1;

@@ -28,9 +28,8 @@ static void situ_rows(const float *g, const float *u, size_t n, float b1, float 
     df_situ_n(g, u, n, b1, b2, out);
 }
 
-void dense_mlp_forward(df_session *s, const k3_layer *L, const float *y, int T, float *out)
+void dense_mlp_forward(const model_ctx *eng, session_bufs *s, const k3_layer *L, const float *y, int T, float *out)
 {
-    df_engine *eng = s->eng;
     const k3_config *c = &eng->cfg;
     mm_job jobs[2] = {
         {.w = L->gate, .x = y, .xs = (size_t)c->h, .y = s->big0, .ys = (size_t)c->Dff, .T = T},
@@ -72,9 +71,8 @@ static wmat expert_mat(const expert_store *st, const expert_loc *loc, const uint
 
 /* The three MXFP4 products of the listed distinct experts (indices into
  * s->uniq), each over the rows gathered for it. */
-static void run_experts(df_session *s, int il, const int *us, int n)
+static void run_experts(const model_ctx *eng, session_bufs *s, int il, const int *us, int n)
 {
-    df_engine *eng = s->eng;
     const k3_config *c = &eng->cfg;
     int E = c->E, Lt = c->Lt, I = c->I;
     mm_job jobs[MM_MAX_JOBS];
@@ -82,13 +80,13 @@ static void run_experts(df_session *s, int il, const int *us, int n)
     CHECK(n > 0 && 2 * n <= MM_MAX_JOBS);
     for (int i = 0; i < n; i++) {
         int u = us[i];
-        const expert_loc *loc = &eng->store.loc[(size_t)il * E + (size_t)s->uniq[u]];
+        const expert_loc *loc = &eng->store->loc[(size_t)il * E + (size_t)s->uniq[u]];
         const uint8_t *slot = s->uniq_slot[u];
         size_t r0 = (size_t)s->uniq_first[u];
         int nt = s->uniq_count[u];
-        jobs[nj++] = (mm_job){.w = expert_mat(&eng->store, loc, slot, 0, I, Lt), .x = s->g_x + r0 * Lt,
+        jobs[nj++] = (mm_job){.w = expert_mat(eng->store, loc, slot, 0, I, Lt), .x = s->g_x + r0 * Lt,
                               .xs = (size_t)Lt, .y = s->g_h1 + r0 * I, .ys = (size_t)I, .T = nt};
-        jobs[nj++] = (mm_job){.w = expert_mat(&eng->store, loc, slot, 2, I, Lt), .x = s->g_x + r0 * Lt,
+        jobs[nj++] = (mm_job){.w = expert_mat(eng->store, loc, slot, 2, I, Lt), .x = s->g_x + r0 * Lt,
                               .xs = (size_t)Lt, .y = s->g_h3 + r0 * I, .ys = (size_t)I, .T = nt};
     }
     mm_run(eng->pool, eng->kt, jobs, nj);
@@ -103,9 +101,9 @@ static void run_experts(df_session *s, int il, const int *us, int n)
     nj = 0;
     for (int i = 0; i < n; i++) {
         int u = us[i];
-        const expert_loc *loc = &eng->store.loc[(size_t)il * E + (size_t)s->uniq[u]];
+        const expert_loc *loc = &eng->store->loc[(size_t)il * E + (size_t)s->uniq[u]];
         size_t r0 = (size_t)s->uniq_first[u];
-        jobs[nj++] = (mm_job){.w = expert_mat(&eng->store, loc, s->uniq_slot[u], 1, Lt, I), .x = s->g_a + r0 * I,
+        jobs[nj++] = (mm_job){.w = expert_mat(eng->store, loc, s->uniq_slot[u], 1, Lt, I), .x = s->g_a + r0 * I,
                               .xs = (size_t)I, .y = s->g_out + r0 * Lt, .ys = (size_t)Lt, .T = s->uniq_count[u]};
     }
     mm_run(eng->pool, eng->kt, jobs, nj);
@@ -113,9 +111,8 @@ static void run_experts(df_session *s, int il, const int *us, int n)
 
 /* shared experts: SiTU of the gate/up products already in big0/big1, then
  * the down-projection into out (zeros when the model has none) */
-static void shared_down(df_session *s, const k3_layer *L, int T, float *out)
+static void shared_down(const model_ctx *eng, session_bufs *s, const k3_layer *L, int T, float *out)
 {
-    df_engine *eng = s->eng;
     const k3_config *c = &eng->cfg;
     int NsI = c->Ns * c->I;
     if (NsI) {
@@ -132,15 +129,14 @@ typedef struct {
     float *out;
 } shared_ctx;
 
-static void shared_overlap(df_session *s, void *ctx)
+static void shared_overlap(const model_ctx *eng, session_bufs *s, void *ctx)
 {
     shared_ctx *sh = ctx;
-    shared_down(s, sh->L, sh->T, sh->out);
+    shared_down(eng, s, sh->L, sh->T, sh->out);
 }
 
-int moe_forward(df_session *s, int il, const k3_layer *L, const float *y, int T, float *out, df_error *err)
+int moe_forward(const model_ctx *eng, session_bufs *s, int il, const k3_layer *L, const float *y, int T, float *out, df_error *err)
 {
-    df_engine *eng = s->eng;
     const k3_config *c = &eng->cfg;
     int E = c->E, k = c->k, Lt = c->Lt, h = c->h, NsI = c->Ns * c->I;
 
@@ -192,15 +188,15 @@ int moe_forward(df_session *s, int il, const k3_layer *L, const float *y, int T,
         uint8_t *seen = s->seen + (size_t)il * (size_t)E + (size_t)s->uniq[u];
         if (!*seen) *seen = 1, s->n_seen++;
     }
-    prefetch_score(s, il, n_u);
+    prefetch_score(eng, s, il, n_u);
 
     /* experts in groups that fit the cache; the first group's reads overlap
      * the shared experts' down-projection */
-    int group = eng->cache.n_slots < MM_MAX_JOBS / 2 ? eng->cache.n_slots : MM_MAX_JOBS / 2;
+    int group = eng->cache->n_slots < MM_MAX_JOBS / 2 ? eng->cache->n_slots : MM_MAX_JOBS / 2;
     shared_ctx sh = {.L = L, .T = T, .out = out};
     for (int u0 = 0; u0 < n_u; u0 += group) {
         int u1 = u0 + group < n_u ? u0 + group : n_u;
-        if (fetch_group(s, il, u0, u1, run_experts, u0 == 0 ? shared_overlap : NULL, &sh, err)) return -1;
+        if (fetch_group(eng, s, il, u0, u1, run_experts, u0 == 0 ? shared_overlap : NULL, &sh, err)) return -1;
     }
 
     /* weighted sum in route order, latent norm, up-projection, + shared */

@@ -15,7 +15,7 @@
  */
 #define _GNU_SOURCE
 #include "json.h"
-#include "model.h"
+#include "engine_impl.h"
 #include "util.h"
 
 #include <errno.h>
@@ -36,7 +36,7 @@ static const char *base_name(const char *p)
 /* Read DIR's manifest into held[n_layers * n_experts]. */
 static int read_manifest(const df_engine *eng, const char *dir, uint8_t *held, df_error *err)
 {
-    const expert_store *st = &eng->store;
+    const expert_store *st = &eng->m.store;
     char path[4096], *text;
     size_t len;
     snprintf(path, sizeof path, "%s/" MANIFEST, dir);
@@ -51,7 +51,7 @@ static int read_manifest(const df_engine *eng, const char *dir, uint8_t *held, d
     int rc = -1;
     const json_value *r = json_root(d), *shards = json_get(r, "shards"), *layers = json_get(r, "layers");
     int64_t E;
-    if (json_get_int(r, "experts_per_layer", &E) || E != eng->cfg.E || !shards || shards->type != JSON_OBJECT ||
+    if (json_get_int(r, "experts_per_layer", &E) || E != eng->m.cfg.E || !shards || shards->type != JSON_OBJECT ||
         !layers || layers->type != JSON_OBJECT) {
         df_err_set(err, DF_ERR_FORMAT, -1, "%s: not a manifest for this model (expert count or layout)", path);
         goto done;
@@ -70,7 +70,7 @@ static int read_manifest(const df_engine *eng, const char *dir, uint8_t *held, d
         char *end;
         long il = strtol(layers->keys[i], &end, 10);
         const json_value *ids = layers->items[i];
-        if (*end || il < 0 || il >= eng->cfg.NL || !eng->cfg.layer_moe[il] || ids->type != JSON_ARRAY) {
+        if (*end || il < 0 || il >= eng->m.cfg.NL || !eng->m.cfg.layer_moe[il] || ids->type != JSON_ARRAY) {
             df_err_set(err, DF_ERR_FORMAT, -1, "%s: bad layer entry \"%s\"", path, layers->keys[i]);
             goto done;
         }
@@ -91,7 +91,7 @@ done:
 
 int engine_use_expert_paths(df_engine *eng, const char *const *dirs, int n, df_error *err)
 {
-    size_t nk = (size_t)eng->cfg.NL * (size_t)eng->cfg.E;
+    size_t nk = (size_t)eng->m.cfg.NL * (size_t)eng->m.cfg.E;
     uint8_t *held[EXPERT_MAX_SOURCES] = {0};
     int rc = -1;
     if (n > EXPERT_MAX_SOURCES - 1) {
@@ -102,7 +102,7 @@ int engine_use_expert_paths(df_engine *eng, const char *const *dirs, int n, df_e
         held[d] = xcalloc(nk, 1);
         if (read_manifest(eng, dirs[d], held[d], err)) goto done;
     }
-    rc = expert_store_set_sources(&eng->store, dirs, n, (const uint8_t *const *)held, eng->cfg.layer_moe, err);
+    rc = expert_store_set_sources(&eng->m.store, dirs, n, (const uint8_t *const *)held, eng->m.cfg.layer_moe, err);
 done:
     for (int d = 0; d < n; d++) free(held[d]);
     return rc;
@@ -137,8 +137,8 @@ int df_place(const char *model_dir, const char *const *dirs, int n, int stripe, 
     o.no_prefetch = 1;
     df_engine *eng;
     if (df_engine_open(model_dir, &o, &eng, err)) return -1;
-    const expert_store *st = &eng->store;
-    const k3_config *c = &eng->cfg;
+    const expert_store *st = &eng->m.store;
+    const k3_config *c = &eng->m.cfg;
     int rc = -1;
     int *out_fds = xmalloc((size_t)n * (size_t)st->n_files * sizeof *out_fds);
     int *in_fds = xmalloc((size_t)st->n_files * sizeof *in_fds);

@@ -13,12 +13,12 @@
  * is silently left outside the budget (there is no "paged" trunk mode: a
  * file mapping's pages count in the resident set like any other).
  */
-#ifndef DF_PLAN_H
-#define DF_PLAN_H
+#ifndef DF_PLAN_IMPL_H
+#define DF_PLAN_IMPL_H
 
 #include <stdint.h>
 #include "df_error.h"
-#include "engine.h"
+#include "df_plan.h"
 
 typedef struct plan_sizes {
     uint64_t trunk_bytes;      /* layer matrices + output head (streamed or resident) */

@@ -2,7 +2,6 @@
 #include "prefetch.h"
 #include "expert_fetch.h"
 #include "mathfn.h"
-#include "model.h"
 #include "util.h"
 
 #include <math.h>
@@ -40,38 +39,36 @@ void prefetch_deinit(prefetch *p)
     memset(p, 0, sizeof *p);
 }
 
-void prefetch_step_timed(df_engine *eng, int T, double sec)
+void prefetch_step_timed(prefetch *p, int T, double sec, int quiet)
 {
-    prefetch *p = &eng->pf;
     if (!p->on || T != 1) return;
-    if (pf_timing_step(&p->timing, sec) && !eng->quiet)
+    if (pf_timing_step(&p->timing, sec) && !quiet)
         df_log("prefetch %s for the next %d tokens: decode steps took %.1f ms with it, %.1f ms without",
                p->timing.last ? "on" : "off", PF_TIMING_HOLD, 1e3 * p->timing.mean[1], 1e3 * p->timing.mean[0]);
     p->active = pf_timing_active(&p->timing);
 }
 
-void prefetch_after_layer(df_session *s, int il, int T, const float *H)
+void prefetch_after_layer(const model_ctx *eng, session_bufs *s, int il, int T, const float *H)
 {
-    df_engine *eng = s->eng;
     const k3_config *c = &eng->cfg;
     int nl = il + 1;
     while (nl < c->NL && !c->layer_moe[nl]) nl++;
     /* decode steps only: a prompt chunk reads each next layer's union once,
      * sorted, when it gets there; predicting it per row only adds reads */
-    if (T > 1 || !eng->pf.active || eng->all_resident || nl >= c->NL || !eng->pf.layer_on[nl]) return;
-    if (expert_store_in_flight(&eng->store) >= eng->io_depth) return;
+    if (T > 1 || !eng->pf->active || eng->all_resident || nl >= c->NL || !eng->pf->layer_on[nl]) return;
+    if (expert_store_in_flight(eng->store) >= eng->io_depth) return;
     /* streamed trunk: the next layer's router is in the buffer being loaded;
      * a layer further away is not loaded yet, so no prediction for it */
-    if (eng->ts.on && (nl != il + 1 || trunk_stream_ready(eng, nl, NULL))) return;
+    if (eng->trunk_streamed && (nl != il + 1 || eng->trunk_ready(eng->eng, nl))) return;
     const k3_layer *N = &eng->layers[nl];
-    int E = c->E, h = c->h, npf = eng->pf.k;
+    int E = c->E, h = c->h, npf = eng->pf->k;
     for (int t = 0; t < T; t++) rmsnorm(H + (size_t)t * h, N->post_ln, h, c->eps, s->big0 + (size_t)t * h);
     mm_one(eng->pool, eng->kt, N->router, s->big0, T, s->big1);
     /* never pin so many slots that the next layer's demand group cannot fit */
     int group = T * c->k < MM_MAX_JOBS / 2 ? T * c->k : MM_MAX_JOBS / 2;
-    int room = eng->cache.n_slots - group - eng->cache.n_pending;
+    int room = eng->cache->n_slots - group - eng->cache->n_pending;
     if (room <= 0) return;
-    uint8_t *pred = eng->pf.pred + (size_t)nl * E;
+    uint8_t *pred = eng->pf->pred + (size_t)nl * E;
     memset(pred, 0, (size_t)E);
     int n_pred = 0;
     for (int t = 0; t < T; t++) {
@@ -88,46 +85,45 @@ void prefetch_after_layer(df_session *s, int il, int T, const float *H)
             }
         }
     }
-    eng->pf.npred[nl] = n_pred;
+    eng->pf->npred[nl] = n_pred;
     df_error qerr = {0};
     for (int e = 0; e < E && room > 0; e++) {
         if (!pred[e]) continue;
         uint8_t *slot;
-        if (expert_cache_acquire_prefetch(&eng->cache, nl, e, &slot) != EC_MISS) continue;
-        if (expert_store_queue(&eng->store, nl, e, slot, FETCH_PF_TAG | (int64_t)nl << 16 | e, &qerr)) {
-            expert_cache_abort(&eng->cache, nl, e);
+        if (expert_cache_acquire_prefetch(eng->cache, nl, e, &slot) != EC_MISS) continue;
+        if (expert_store_queue(eng->store, nl, e, slot, FETCH_PF_TAG | (int64_t)nl << 16 | e, &qerr)) {
+            expert_cache_abort(eng->cache, nl, e);
             break; /* a prefetch failure is not an error: the demand read will report it */
         }
-        eng->pf.issued++;
+        eng->pf->issued++;
         room--;
     }
-    expert_store_flush(&eng->store);
+    expert_store_flush(eng->store);
 }
 
 /* Score the prediction made for layer il against its real route. */
-void prefetch_score(df_session *s, int il, int n_u)
+void prefetch_score(const model_ctx *eng, session_bufs *s, int il, int n_u)
 {
-    df_engine *eng = s->eng;
-    if (!eng->pf.on || !eng->pf.npred[il]) return;
-    const uint8_t *pred = eng->pf.pred + (size_t)il * eng->cfg.E;
+    if (!eng->pf->on || !eng->pf->npred[il]) return;
+    const uint8_t *pred = eng->pf->pred + (size_t)il * eng->cfg.E;
     int correct = 0;
     for (int u = 0; u < n_u; u++) correct += pred[s->uniq[u]];
-    eng->pf.tries[il]++;
-    eng->pf.predicted[il] += (uint64_t)eng->pf.npred[il];
-    eng->pf.correct[il] += (uint64_t)correct;
-    eng->pf.actual[il] += (uint64_t)n_u;
-    eng->pf.npred[il] = 0;
+    eng->pf->tries[il]++;
+    eng->pf->predicted[il] += (uint64_t)eng->pf->npred[il];
+    eng->pf->correct[il] += (uint64_t)correct;
+    eng->pf->actual[il] += (uint64_t)n_u;
+    eng->pf->npred[il] = 0;
     /* it does not pay when predictions are mostly wrong, or when more of the
      * experts it read were evicted unused than were ever used */
-    uint32_t used = eng->cache.pf_used_l[il], wasted = eng->cache.pf_wasted_l[il];
-    if (eng->pf.tries[il] >= 16 && eng->pf.layer_on[il] &&
-        (eng->pf.correct[il] * 4 < eng->pf.predicted[il] || wasted > used)) {
-        eng->pf.layer_on[il] = 0;
+    uint32_t used = eng->cache->pf_used_l[il], wasted = eng->cache->pf_wasted_l[il];
+    if (eng->pf->tries[il] >= 16 && eng->pf->layer_on[il] &&
+        (eng->pf->correct[il] * 4 < eng->pf->predicted[il] || wasted > used)) {
+        eng->pf->layer_on[il] = 0;
         if (!eng->quiet)
             df_log("prefetch off for layer %d after %llu tokens: precision %.2f, %u prefetched experts used, %u "
                    "evicted unused",
-                   il, (unsigned long long)eng->pf.tries[il],
-                   (double)eng->pf.correct[il] / (double)eng->pf.predicted[il], used, wasted);
+                   il, (unsigned long long)eng->pf->tries[il],
+                   (double)eng->pf->correct[il] / (double)eng->pf->predicted[il], used, wasted);
     }
 }
 

@@ -17,9 +17,10 @@
 #define DF_PREFETCH_H
 
 #include <stdint.h>
+#include "model.h"
 #include "prefetch_timing.h"
 
-typedef struct prefetch {
+struct prefetch {
     int on;                   /* enabled (no --no-prefetch) */
     int active;               /* on and the timing controller's current choice */
     int k;                    /* experts predicted per position and layer */
@@ -29,18 +30,17 @@ typedef struct prefetch {
     int *npred;               /* [NL] size of that prediction (0 = none pending) */
     uint64_t *tries, *predicted, *correct, *actual;   /* [NL] */
     uint64_t issued, landed;
-} prefetch;
+};
+typedef struct prefetch prefetch;
 
 void prefetch_init(prefetch *p, int n_layers, int n_experts, int k_model, int k_opt, int enabled);
 void prefetch_deinit(prefetch *p);
 
-struct df_session;
-struct df_engine;
 /* After layer il of a T-row pass whose hidden state is H [T][h]. */
-void prefetch_after_layer(struct df_session *s, int il, int T, const float *H);
+void prefetch_after_layer(const model_ctx *m, session_bufs *s, int il, int T, const float *H);
 /* Layer il's distinct experts are s->uniq[0..n_u): score its prediction. */
-void prefetch_score(struct df_session *s, int il, int n_u);
+void prefetch_score(const model_ctx *m, session_bufs *s, int il, int n_u);
 /* A decode step (T == 1) took sec: feed the timing controller. */
-void prefetch_step_timed(struct df_engine *eng, int T, double sec);
+void prefetch_step_timed(prefetch *p, int T, double sec, int quiet);
 
 #endif

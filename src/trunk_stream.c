@@ -11,7 +11,7 @@
  * (a token touches one row).  Small vectors are owned copies already.
  */
 #define _GNU_SOURCE
-#include "model.h"
+#include "engine_impl.h"
 #include "util.h"
 
 #include <errno.h>
@@ -30,14 +30,14 @@ static int cmp_layer(const void *a, const void *b)
 /* Lay out every layer's tensors in a buffer; returns the largest layer. */
 static uint64_t layout(df_engine *eng)
 {
-    int NL = eng->cfg.NL;
-    qsort(eng->trunk, (size_t)eng->n_trunk, sizeof *eng->trunk, cmp_layer);
+    int NL = eng->m.cfg.NL;
+    qsort(eng->m.trunk, (size_t)eng->m.n_trunk, sizeof *eng->m.trunk, cmp_layer);
     uint64_t best = 0;
-    for (int i = 0; i < eng->n_trunk;) {
-        int L = eng->trunk[i].layer, j = i;
+    for (int i = 0; i < eng->m.n_trunk;) {
+        int L = eng->m.trunk[i].layer, j = i;
         uint64_t at = 0;
-        for (; j < eng->n_trunk && eng->trunk[j].layer == L; j++) {
-            trunk_tensor *t = &eng->trunk[j];
+        for (; j < eng->m.n_trunk && eng->m.trunk[j].layer == L; j++) {
+            trunk_tensor *t = &eng->m.trunk[j];
             uint64_t a0 = align_down(t->off, DF_DIRECT_ALIGN), a1 = align_up(t->off + t->nbytes, DF_DIRECT_ALIGN);
             t->buf_off = at;
             t->lead = (uint32_t)(t->off - a0);
@@ -52,10 +52,10 @@ static uint64_t layout(df_engine *eng)
 uint64_t trunk_stream_buffer_bytes(const df_engine *eng)
 {
     /* layout sorts, so work on a copy's worth of arithmetic instead */
-    int NL = eng->cfg.NL;
+    int NL = eng->m.cfg.NL;
     uint64_t *per = xcalloc((size_t)NL + 1, sizeof *per), best = 0;
-    for (int i = 0; i < eng->n_trunk; i++) {
-        const trunk_tensor *t = &eng->trunk[i];
+    for (int i = 0; i < eng->m.n_trunk; i++) {
+        const trunk_tensor *t = &eng->m.trunk[i];
         if (t->layer < 0) continue;
         per[t->layer] += align_up(t->off + t->nbytes, DF_DIRECT_ALIGN) - align_down(t->off, DF_DIRECT_ALIGN);
     }
@@ -68,11 +68,11 @@ uint64_t trunk_stream_buffer_bytes(const df_engine *eng)
 int trunk_stream_init(df_engine *eng, df_error *err)
 {
     trunk_stream *ts = &eng->ts;
-    int NL = eng->cfg.NL;
+    int NL = eng->m.cfg.NL;
     ts->buf_bytes = layout(eng);
     ts->first = xmalloc(((size_t)NL + 2) * sizeof *ts->first);
     for (int L = 0, i = 0; L <= NL + 1; L++) {
-        while (i < eng->n_trunk && eng->trunk[i].layer < L) i++;
+        while (i < eng->m.n_trunk && eng->m.trunk[i].layer < L) i++;
         ts->first[L] = i;
     }
     for (int b = 0; b < 2; b++) {
@@ -82,11 +82,11 @@ int trunk_stream_init(df_engine *eng, df_error *err)
             return df_err_set(err, DF_ERR_NOMEM, -1, "cannot allocate two trunk buffers of %.2f GiB",
                               ts->buf_bytes / (double)(1u << 30));
     }
-    ts->files = xcalloc((size_t)eng->n_shards, sizeof *ts->files);
-    for (int s = 0; s < eng->n_shards; s++) ts->files[s].fd = -1;
-    for (int s = 0; s < eng->n_shards; s++)
-        if (df_file_open(&ts->files[s], eng->shards[s].path, eng->io_mode, err)) return -1;
-    ts->q = io_queue_new(16, eng->io_backend, err);
+    ts->files = xcalloc((size_t)eng->m.n_shards, sizeof *ts->files);
+    for (int s = 0; s < eng->m.n_shards; s++) ts->files[s].fd = -1;
+    for (int s = 0; s < eng->m.n_shards; s++)
+        if (df_file_open(&ts->files[s], eng->m.shards[s].path, eng->m.io_mode, err)) return -1;
+    ts->q = io_queue_new(16, eng->m.io_backend, err);
     if (!ts->q) return -1;
     ts->on = 1;
     return 0;
@@ -103,8 +103,8 @@ int trunk_load_resident(df_engine *eng, df_error *err)
     trunk_stream *ts = &eng->ts;
     const uint64_t HUGE = 2u << 20;
     uint64_t total = 0;
-    for (int i = 0; i < eng->n_trunk; i++)
-        if (eng->trunk[i].layer >= 0) total += align_up(eng->trunk[i].nbytes, 64);
+    for (int i = 0; i < eng->m.n_trunk; i++)
+        if (eng->m.trunk[i].layer >= 0) total += align_up(eng->m.trunk[i].nbytes, 64);
     if (!total) return 0;
     size_t len = (size_t)align_up(total, HUGE) + (size_t)HUGE;
     void *m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -113,15 +113,15 @@ int trunk_load_resident(df_engine *eng, df_error *err)
                           total / 1073741824.0);
     uint8_t *base = (uint8_t *)align_up((uint64_t)(uintptr_t)m, HUGE);
     madvise(base, (size_t)align_up(total, HUGE), MADV_HUGEPAGE);
-    int *fds = xmalloc((size_t)eng->n_shards * sizeof *fds);
-    for (int s = 0; s < eng->n_shards; s++) fds[s] = -1;
+    int *fds = xmalloc((size_t)eng->m.n_shards * sizeof *fds);
+    for (int s = 0; s < eng->m.n_shards; s++) fds[s] = -1;
     uint64_t at = 0;
     int rc = 0;
-    for (int i = 0; i < eng->n_trunk && !rc; i++) {
-        trunk_tensor *t = &eng->trunk[i];
+    for (int i = 0; i < eng->m.n_trunk && !rc; i++) {
+        trunk_tensor *t = &eng->m.trunk[i];
         if (t->layer < 0) continue;
-        if (fds[t->shard] < 0 && (fds[t->shard] = open(eng->shards[t->shard].path, O_RDONLY | O_CLOEXEC)) < 0) {
-            rc = df_err_set(err, DF_ERR_IO, -1, "%s: cannot open: %s", eng->shards[t->shard].path, strerror(errno));
+        if (fds[t->shard] < 0 && (fds[t->shard] = open(eng->m.shards[t->shard].path, O_RDONLY | O_CLOEXEC)) < 0) {
+            rc = df_err_set(err, DF_ERR_IO, -1, "%s: cannot open: %s", eng->m.shards[t->shard].path, strerror(errno));
             break;
         }
         for (uint64_t got = 0; got < t->nbytes;) {
@@ -129,7 +129,7 @@ int trunk_load_resident(df_engine *eng, df_error *err)
             if (r < 0 && errno == EINTR) continue;
             if (r <= 0) {
                 rc = df_err_set(err, DF_ERR_IO, (int64_t)(t->off + got), "%s: reading the trunk failed: %s",
-                                eng->shards[t->shard].path, r < 0 ? strerror(errno) : "unexpected end of file");
+                                eng->m.shards[t->shard].path, r < 0 ? strerror(errno) : "unexpected end of file");
                 break;
             }
             got += (uint64_t)r;
@@ -137,7 +137,7 @@ int trunk_load_resident(df_engine *eng, df_error *err)
         t->w->data = base + at;
         at += align_up(t->nbytes, 64);
     }
-    for (int s = 0; s < eng->n_shards; s++)
+    for (int s = 0; s < eng->m.n_shards; s++)
         if (fds[s] >= 0) close(fds[s]);
     free(fds);
     ts->resident = base;
@@ -151,7 +151,7 @@ void trunk_stream_deinit(df_engine *eng)
     trunk_stream *ts = &eng->ts;
     if (ts->resident_map) munmap(ts->resident_map, ts->resident_bytes);
     io_queue_free(ts->q);
-    for (int s = 0; ts->files && s < eng->n_shards; s++) df_file_close(&ts->files[s]);
+    for (int s = 0; ts->files && s < eng->m.n_shards; s++) df_file_close(&ts->files[s]);
     free(ts->files);
     aligned_free(ts->buf[0]);
     aligned_free(ts->buf[1]);
@@ -166,7 +166,7 @@ static void submit(df_engine *eng, int L, int b)
     int n = 0;
     ts->buf_layer[b] = L;
     for (int i = ts->first[L]; i < ts->first[L + 1]; i++) {
-        const trunk_tensor *t = &eng->trunk[i];
+        const trunk_tensor *t = &eng->m.trunk[i];
         uint64_t a0 = align_down(t->off, DF_DIRECT_ALIGN), a1 = align_up(t->off + t->nbytes, DF_DIRECT_ALIGN);
         reqs[n++] = (io_req){.fd = ts->files[t->shard].fd, .off = a0, .len = (size_t)(a1 - a0),
                              .buf = ts->buf[b] + t->buf_off, .tag = b};
@@ -210,14 +210,14 @@ int trunk_stream_ready(df_engine *eng, int il, df_error *err)
     int b = ts->buf_layer[0] == il ? 0 : ts->buf_layer[1] == il ? 1 : -1;
     if (b < 0) {
         /* not requested yet: take the buffer not holding the previous layer */
-        int prev = il == 0 ? eng->cfg.NL : il - 1;
+        int prev = il == 0 ? eng->m.cfg.NL : il - 1;
         b = ts->buf_layer[0] == prev ? 1 : 0;
         if (wait_buffer(eng, b, err)) return -1; /* its old reads must land first */
         submit(eng, il, b);
     }
     if (wait_buffer(eng, b, err)) return -1;
     for (int i = ts->first[il]; i < ts->first[il + 1]; i++) {
-        trunk_tensor *t = &eng->trunk[i];
+        trunk_tensor *t = &eng->m.trunk[i];
         t->w->data = ts->buf[b] + t->buf_off + t->lead;
     }
     return 0;
@@ -227,7 +227,7 @@ int trunk_stream_layer(df_engine *eng, int il, df_error *err)
 {
     trunk_stream *ts = &eng->ts;
     if (trunk_stream_ready(eng, il, err)) return -1;
-    int next = il == eng->cfg.NL ? 0 : il + 1;
+    int next = il == eng->m.cfg.NL ? 0 : il + 1;
     int b = ts->buf_layer[0] == il ? 1 : 0;
     if (ts->buf_layer[b] != next) {
         if (wait_buffer(eng, b, err)) return -1;

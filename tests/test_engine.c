@@ -9,7 +9,7 @@
 #define _GNU_SOURCE
 #include "harness.h"
 #include "kernels.h"
-#include "model.h"
+#include "engine_impl.h"
 #include "threadpool.h"
 #include "util.h"
 

@@ -9,7 +9,7 @@
  */
 #include "harness.h"
 #include "json.h"
-#include "model.h"
+#include "engine_impl.h"
 #include "util.h"
 
 #include <math.h>

@@ -3,7 +3,7 @@
  * real runs against the budget, and the command line's option tables. */
 #define _GNU_SOURCE
 #include "harness.h"
-#include "model.h"
+#include "engine_impl.h"
 #include "plan.h"
 
 #include <stdint.h>
@@ -342,11 +342,11 @@ static void test_io_auto_probe_is_cold(void)
     df_error err = {0};
     TCHECKF(df_engine_open(dir, &o, &eng, &err) == 0, "%s", err.msg);
     if (!eng) return;
-    if (!eng->store.probe_direct_bps) {
+    if (!eng->m.store.probe_direct_bps) {
         df_engine_close(eng);
         TSKIP("O_DIRECT is not available here: no probe ran");
     }
-    TCHECKF(eng->store.probe_warm == 0, "%d probed experts were read from the page cache", eng->store.probe_warm);
+    TCHECKF(eng->m.store.probe_warm == 0, "%d probed experts were read from the page cache", eng->m.store.probe_warm);
     df_engine_close(eng);
 }
 

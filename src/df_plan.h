@@ -1,0 +1,45 @@
+/* df_plan.h - the memory plan as data (L0, like df_error.h): decided by
+ * plan.c (L3), acted on by the engine, shown by the front ends through
+ * engine.h.  The type and its two printers (plan.c). */
+#ifndef DF_PLAN_H
+#define DF_PLAN_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+/* Where the memory budget goes (src/plan.c decides; see df_plan_model and
+ * df_engine_plan).  Every byte the engine allocates for a model and its
+ * planned session is in `used`, and used <= budget. */
+enum { DF_TRUNK_RESIDENT = 0, DF_TRUNK_STREAMED = 1 };
+typedef struct df_plan {
+    uint64_t budget;
+    int budget_given;             /* the user's --mem (else the default share of RAM) */
+    int trunk_mode;               /* DF_TRUNK_RESIDENT or DF_TRUNK_STREAMED */
+    uint64_t trunk_bytes;         /* layer matrices + output head */
+    uint64_t embed_bytes;         /* embedding (resident: mapped and counted; streamed: read by row) */
+    uint64_t vec_bytes;           /* small f32 vectors */
+    uint64_t trunk_buf_bytes;     /* streamed: each of the two layer buffers */
+    uint64_t trunk_used;          /* what the trunk takes under this plan */
+    uint64_t state_bytes, scratch_bytes, reserve_bytes;
+    int n_ctx, max_batch;         /* the planned session: context, prompt chunk (positions per pass) */
+    int batch_auto;               /* max_batch was chosen by the planner (--batch auto) */
+    uint64_t cache_bytes;         /* expert cache (slots + transient) */
+    uint64_t n_slots, n_transient, n_experts;
+    uint64_t expert_bytes, slot_bytes;
+    int k, n_moe_layers;
+    int cache_forced;             /* --expert-cache set its size */
+    uint64_t used;
+    /* expected reads per decoded token (one position per forward pass) */
+    uint64_t trunk_read_per_token;    /* streamed trunk: all of it, every pass */
+    uint64_t expert_read_cold;        /* n_moe_layers * k experts, nothing cached */
+    double est_hit_rate;              /* uniform-routing estimate: slots / experts */
+    uint64_t expert_read_est;         /* expert_read_cold * (1 - est_hit_rate) */
+} df_plan;
+
+/* One line: "--mem 4.00 GiB: trunk 1.20 GiB resident, ... unused 0.10 GiB". */
+void df_plan_summary(const df_plan *p, char *buf, size_t n);
+/* The full table, one line per item, each prefixed by `prefix`. */
+void df_plan_print(const df_plan *p, const char *prefix, FILE *f);
+
+#endif

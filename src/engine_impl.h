@@ -1,0 +1,90 @@
+/* engine_impl.h - the engine's private types (L4): the engine and the
+ * session behind engine.h's opaque handles, and the engine-level rooms that
+ * act on them (the trunk streamed or resident, --expert-path manifests).
+ * Included by the engine's own files and by tests that look inside; the
+ * model-level files (model.h) never see these structs: they get a
+ * model_ctx and a session's session_bufs.
+ */
+#ifndef DF_ENGINE_IMPL_H
+#define DF_ENGINE_IMPL_H
+
+#include <stdio.h>
+#include "engine.h"
+#include "model.h"
+#include "prefetch.h"
+
+typedef struct trunk_stream {
+    int on;
+    int *first;               /* [NL + 2] first trunk tensor of each layer (sorted by layer) */
+    uint64_t buf_bytes;       /* one layer buffer */
+    uint8_t *buf[2];
+    int buf_layer[2];         /* layer held (or being read) by each buffer, -1 none */
+    int buf_pending[2];       /* reads outstanding per buffer */
+    df_file *files;           /* [n_shards] */
+    io_queue *q;
+    uint64_t bytes_read;
+    double wait_sec;
+    uint8_t *resident;        /* trunk_load_resident's copy (2 MiB aligned, huge pages) */
+    size_t resident_bytes;    /* its mapping's length */
+    uint8_t *resident_map;    /* the mapping itself */
+} trunk_stream;
+
+/* The last prompt (an eval of several positions): what it needed and read. */
+typedef struct prompt_stats {
+    uint64_t positions, unique, reads, bytes;
+    int chunk;
+    double seconds;
+} prompt_stats;
+
+struct df_engine {
+    k3_model m;               /* the checkpoint (model.c) */
+    trunk_stream ts;
+    expert_cache cache;
+    threadpool *pool;
+    const kernel_table *kt;
+    model_ctx mc;             /* the view the layer blocks get */
+    int n_threads;
+    uint64_t tokens;
+    FILE *trace;              /* route trace (--trace), or NULL */
+    char *heat_path;          /* heat file (--heat), or NULL */
+    FILE *events;             /* per-call JSON lines (--events), or NULL */
+    char *events_buf;
+    double *layer_sec;        /* [NL] time of each layer in the last call (events) */
+    int quiet;
+    prefetch pf;              /* the router look-ahead prefetch (prefetch.c) */
+    prompt_stats prompt;      /* the last multi-position eval */
+    int all_resident;         /* every routed expert was preloaded and the cache holds them all:
+                               * nothing is ever read again, so nothing is predicted */
+    char *trace_buf;
+    df_plan plan;             /* plan.c's decision, acted on at open */
+    uint64_t session_room;    /* bytes sessions may take: the planned one + the plan's unused part */
+    uint64_t sessions_bytes;  /* taken by the sessions alive now */
+};
+
+struct df_session {
+    df_engine *eng;
+    session_bufs b;           /* state and scratch (model.h) */
+    uint64_t bytes;           /* state + scratch, counted against the engine's session_room */
+    df_progress_fn progress;  /* between chunks of a long eval, or NULL */
+    void *progress_ctx;
+    dbg_record *dbg;          /* optional, owned by the caller */
+};
+
+/* trunk_stream.c: the trunk read layer by layer into two buffers (one
+ * computing, one loading) when it does not fit the memory budget */
+uint64_t trunk_stream_buffer_bytes(const df_engine *eng);
+int trunk_stream_init(df_engine *eng, df_error *err);
+void trunk_stream_deinit(df_engine *eng);
+/* Make layer il's trunk resident (il == NL: the output head) and start
+ * reading the next one into the other buffer. */
+int trunk_stream_layer(df_engine *eng, int il, df_error *err);
+/* Make layer il's trunk resident without starting anything else. */
+int trunk_stream_ready(df_engine *eng, int il, df_error *err);
+/* The trunk fits: copy its matrices (not the embedding) from the files into
+ * one anonymous, huge-page-backed block and point the views there. */
+int trunk_load_resident(df_engine *eng, df_error *err);
+
+/* place.c: read --expert-path manifests into the store's sources */
+int engine_use_expert_paths(df_engine *eng, const char *const *dirs, int n, df_error *err);
+
+#endif
