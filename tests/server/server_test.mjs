@@ -109,11 +109,13 @@ test('chat: streaming equals non-streaming (greedy), final usage chunk', async (
 test('chat: greedy output equals `deltafin run --chat`', async () => {
   const prompt = 'What is 2+2?', N = 24;
   const r = await oa.chat.completions.create({ model: 'x', messages: user(prompt), max_tokens: N });
-  // run --chat: reasoning on stderr, the answer on stdout plus a newline
+  // run --chat: reasoning on stderr after the plan's one log line, the answer on stdout plus a newline
   const p = spawnSync(BIN, ['run', '--model', MODEL, '--chat', '--prompt', prompt, '--max-new', String(N)], { encoding: 'utf8' });
   assert.equal(p.status, 0, p.stderr);
+  assert.match(p.stderr, /^deltafin: plan: --mem /);
+  const reasoning = p.stderr.replace(/^deltafin: plan: .*\n/, '');
   const m = r.choices[0].message;
-  assert.equal((m.reasoning_content ?? '') + '|' + (m.content ?? ''), p.stderr + '|' + p.stdout.replace(/\n$/, ''));
+  assert.equal((m.reasoning_content ?? '') + '|' + (m.content ?? ''), reasoning + '|' + p.stdout.replace(/\n$/, ''));
 });
 
 test('completions: non-streaming and streaming agree', async () => {
