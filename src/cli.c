@@ -1,13 +1,15 @@
-/* cli.c - the deltafin command line (front end; includes engine.h only).
+/* cli.c - the deltafin command line (front end; includes engine.h and
+ * server.h; `deltafin --help` lists the commands).
  *
- *   deltafin run  --model DIR --prompt-ids 12,7,99 [--max-new N] [--print-ids]
- *                 [--dump-logits FILE] [--threads N] [--greedy] [--ctx N]
- *                 [--batch N] [--kernels ref|avx2|avx512] [--stop-eos] [--stats]
- *   deltafin info --model DIR
- *
- * Owns: argument parsing, the greedy generation loop, output formatting and
- * the logits dump (written to FILE.tmp and renamed, so an existing file is
- * never left half-written).  May exit; nothing below it does.
+ * Owns: the per-command option tables (an option a command does not take
+ * is an error naming it; `--` ends the options), the default model, the
+ * context a run needs (planned before the engine opens), `run
+ * --prompt-ids` (greedy generation), `info` and `plan` (from headers
+ * alone), iobench/place/cachesim, and the outputs shared with cli_chat.c:
+ * the logits dump (rows appended to FILE.tmp, renamed into place on
+ * success, so an existing file is never left half-written), the bench JSON
+ * line, the --stats lines and the prompt's progress.  May exit; nothing
+ * below it does.
  */
 #define _GNU_SOURCE
 #include "cli.h"
@@ -74,7 +76,9 @@ void usage(FILE *f)
           "  --print-ids          print the generated ids comma-separated on one line\n"
           "  --dump-logits FILE   write float32 LE logits [T][vocab], one row per prompt and\n"
           "                       generated token (row t = distribution after token t)\n"
-          "  --greedy             greedy decoding (the default and, for now, the only mode)\n"
+          "  --greedy             greedy decoding (the default)\n"
+          "  --temp T             sample at temperature T (0 = greedy) with --top-p P, --top-k K and\n"
+          "                       --seed N (the same seed gives the same text; the server's sampler)\n"
           "  --stop-eos           stop after generating the model's eos token\n"
           "  --threads N          worker threads (default: all CPUs); output is identical for every N\n"
           "  --ctx N              context capacity in tokens (default 4096)\n"
@@ -172,6 +176,25 @@ int parse_ids(const char *s, const char *flag, int32_t **out)
     return n;
 }
 
+double parse_double(const char *s, const char *flag, double lo, double hi)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || !(v >= lo && v <= hi)) die("%s needs a number in [%g, %g], got \"%s\"", flag, lo, hi, s);
+    return v;
+}
+
+void sampler_from_args(sampler *smp, const run_args *a, int vocab)
+{
+    uint64_t seed = a->seed;
+    if (a->temp > 0 && !a->seed_set) {
+        seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
+        fprintf(stderr, "deltafin: sampling at temperature %g with --seed %llu\n", a->temp, (unsigned long long)seed);
+    }
+    sampler_init(smp, vocab, a->temp, a->top_p > 0 ? a->top_p : 1, a->top_k, seed);
+}
+
 double now(void)
 {
     struct timespec ts;
@@ -207,7 +230,8 @@ static const opt_def opts[] = {
     {"--system", 1, C_RUN | C_CHAT},  {"--reasoning-effort", 1, C_RUN | C_CHAT},
     {"--no-think", 0, C_RUN | C_CHAT}, {"--special", 0, C_TOKENIZE},   {"--decode", 1, C_TOKENIZE},
     {"--to", 1, C_PLACE},             {"--stripe", 0, C_PLACE},        {"--slots", 1, C_CACHESIM},
-    {"--file", 1, C_PERPLEXITY},      {"--window", 1, C_PERPLEXITY},   {"--json", 0, C_PLAN | C_PERPLEXITY},
+    {"--temp", 1, C_RUN | C_CHAT},    {"--top-p", 1, C_RUN | C_CHAT},  {"--top-k", 1, C_RUN | C_CHAT},
+    {"--seed", 1, C_RUN | C_CHAT},    {"--file", 1, C_PERPLEXITY},      {"--window", 1, C_PERPLEXITY},   {"--json", 0, C_PLAN | C_PERPLEXITY},
 };
 
 static unsigned command_bit(const char *cmd)
@@ -270,7 +294,14 @@ void parse_common(int argc, char **argv, run_args *a)
         }
         else if (!strcmp(f, "--print-ids")) a->print_ids = 1;
         else if (!strcmp(f, "--dump-logits")) a->dump = v;
-        else if (!strcmp(f, "--greedy")) {}
+        else if (!strcmp(f, "--greedy")) a->greedy = 1;
+        else if (!strcmp(f, "--temp")) a->temp = parse_double(v, f, 0, 10);
+        else if (!strcmp(f, "--top-p")) a->top_p = parse_double(v, f, 1e-9, 1);
+        else if (!strcmp(f, "--top-k")) a->top_k = (int)parse_long(v, f, 1, 1 << 24);
+        else if (!strcmp(f, "--seed")) {
+            a->seed = (uint64_t)parse_long(v, f, 0, LONG_MAX);
+            a->seed_set = 1;
+        }
         else if (!strcmp(f, "--stop-eos")) a->stop_eos = 1;
         else if (!strcmp(f, "--threads")) a->threads = (int)parse_long(v, f, 1, 256);
         else if (!strcmp(f, "--ctx")) a->ctx = (int)parse_long(v, f, 1, 1 << 24);
@@ -322,6 +353,9 @@ void parse_common(int argc, char **argv, run_args *a)
         else if (!strcmp(f, "--json")) a->json = 1;
         else die("internal: option %s has no handler", f);
     }
+    if (a->greedy && a->temp > 0) die("--greedy and --temp %g contradict each other", a->temp);
+    if (!a->temp && (a->top_p || a->top_k || a->seed_set))
+        die("--top-p, --top-k and --seed choose among samples: they need --temp > 0 (the default is greedy)");
     if (!a->model && (cmd & C_MODEL)) a->model = default_model();
     if (!a->model && (cmd & C_MODEL)) die("--model DIR is required (no default model found)");
     if (cmd == C_RUN) {
@@ -618,12 +652,14 @@ static int cmd_run(int argc, char **argv)
     double t1 = now();
     unsigned long long rb1 = proc_read_bytes();
     int n_gen = 0, full = 0;
+    sampler smp;
+    sampler_from_args(&smp, &a, info.vocab);
     for (; n_gen < a.max_new; n_gen++) {
         if (df_session_pos(s) >= ctx) {
             full = 1;
             break;
         }
-        int32_t next = (int32_t)df_argmax(last, info.vocab);
+        int32_t next = sampler_next(&smp, last);
         gen[n_gen] = next;
         if (df_session_eval(s, &next, 1, last, 0, &err)) {
             fprintf(stderr, "deltafin: %s\n", err.msg);
@@ -652,6 +688,7 @@ static int cmd_run(int argc, char **argv)
     }
     if (sink_commit(&sink)) return 1;
     if (a.stats) print_run_stats(eng, n_prompt, t1 - t0, n_gen, t2 - t1);
+    sampler_free(&smp);
     free(gen);
     free(rows);
     free(last);

@@ -1,6 +1,7 @@
-/* cli.h - shared by the command-line front end's files (cli.c: commands
- * and options; cli_chat.c: text generation, the chat REPL, tokenize).
- * Front-end only: nothing below L5 includes it. */
+/* cli.h - shared by the command-line front end's files (cli.c: commands,
+ * option tables, shared outputs; cli_chat.c: text generation, the chat
+ * REPL, tokenize, perplexity; cli_bench.c; server.c takes the run options
+ * from parse_common).  Front-end only: nothing below L5 includes it. */
 #ifndef DF_CLI_H
 #define DF_CLI_H
 
@@ -8,6 +9,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include "engine.h"
+#include "sampler.h"
 
 typedef struct {
     const char *model, *prompt_ids, *dump, *kernels, *io, *io_backend, *policy, *trace, *slots, *heat, *events;
@@ -27,6 +29,9 @@ typedef struct {
     const char *file; /* perplexity: the text file */
     int window;     /* perplexity: positions per window */
     int json;       /* plan, perplexity: machine-readable output */
+    int greedy, top_k, seed_set;  /* sampling (sampler.h): --greedy, --temp, --top-p, --top-k, --seed */
+    double temp, top_p;
+    uint64_t seed;
 } run_args;
 
 /* --dump-logits: rows appended to FILE.tmp, renamed into place on success. */
@@ -40,6 +45,10 @@ typedef struct {
 _Noreturn void die(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void usage(FILE *f);
 long parse_long(const char *s, const char *flag, long lo, long hi);
+double parse_double(const char *s, const char *flag, double lo, double hi);
+/* The sampler the run options ask for (greedy unless --temp > 0; without
+ * --seed a time-based seed, printed so the run can be repeated). */
+void sampler_from_args(sampler *smp, const run_args *a, int vocab);
 size_t parse_size(const char *s, const char *flag);
 int parse_ids(const char *s, const char *flag, int32_t **out);
 double now(void);

@@ -56,6 +56,7 @@ typedef struct {
     /* run --prompt: --dump-logits, --print-ids, --bench-json */
     logits_sink sink;
     int32_t *gen_ids;         /* [max_new + 1] the last reply's ids */
+    sampler smp;              /* greedy unless --temp */
 } gen_ctx;
 
 static int load_tokenizer(const char *dir, tokenizer **tok)
@@ -147,7 +148,7 @@ static int generate(gen_ctx *g, int chat, int repl)
     int ended = 0, rc = 0;
     int room = 0;
     while (!interrupted && g->gen_tokens < g->a->max_new) {
-        int32_t next = (int32_t)df_argmax(g->logits, g->info.vocab);
+        int32_t next = sampler_next(&g->smp, g->logits);
         if (!g->gen_tokens) g->t_first = now();
         g->gen_tokens++;
         if (chat) {
@@ -221,6 +222,7 @@ static int setup_engine(gen_ctx *g, run_args *a)
     g->dcap = tok_decoder_max_out(g->tok) + 16;
     g->dbuf = malloc(g->dcap);
     g->gen_ids = malloc(((size_t)a->max_new + 1) * sizeof *g->gen_ids);
+    sampler_from_args(&g->smp, a, g->info.vocab);
     if (!g->logits || !g->dbuf || !g->gen_ids) {
         fprintf(stderr, "deltafin: out of memory\n");
         return -1;
@@ -232,6 +234,7 @@ static void teardown(gen_ctx *g)
 {
     chat_parser_free(g->parser);
     sink_abort(&g->sink);
+    if (g->smp.work) sampler_free(&g->smp);
     free(g->gen_ids);
     df_session_free(g->s);
     df_engine_close(g->eng);

@@ -222,10 +222,11 @@ static uint64_t expert_moe_count(const df_engine *eng)
     return n;
 }
 
-static const float *heat_sort_keys;
-static int cmp_heat(const void *a, const void *b)
+/* hottest first, ties by key (qsort_r: the counts are an argument, not a global) */
+static int cmp_heat(const void *a, const void *b, void *counts)
 {
-    float x = heat_sort_keys[*(const int32_t *)a], y = heat_sort_keys[*(const int32_t *)b];
+    const float *freq = counts;
+    float x = freq[*(const int32_t *)a], y = freq[*(const int32_t *)b];
     if (x != y) return x > y ? -1 : 1;
     return *(const int32_t *)a - *(const int32_t *)b;
 }
@@ -281,8 +282,7 @@ static int heat_warm(df_engine *eng, int verbose, df_error *err)
     size_t n = 0;
     for (size_t k = 0; k < nk; k++)
         if (eng->cache.freq[k] > 0 && c->layer_moe[k / (size_t)c->E]) keys[n++] = (int32_t)k;
-    heat_sort_keys = eng->cache.freq;
-    qsort(keys, n, sizeof *keys, cmp_heat);
+    qsort_r(keys, n, sizeof *keys, cmp_heat, eng->cache.freq);
     double t0 = now_sec();
     long done = read_into_cache(eng, keys, n, err);
     free(keys);

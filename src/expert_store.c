@@ -514,17 +514,6 @@ again:;
     return n;
 }
 
-int expert_store_read(expert_store *s, int il, int e, uint8_t *slot, df_error *err)
-{
-    CHECK(s->n_batch == 0 && !s->n_sync_done && !io_queue_in_flight(s->q));
-    if (expert_store_queue(s, il, e, slot, 0, err)) return -1;
-    expert_store_flush(s);
-    int64_t tag;
-    int ok;
-    while (expert_store_wait(s, &tag, &ok, 1, err) == 0) {}
-    return ok ? 0 : -1;
-}
-
 void expert_store_deinit(expert_store *s)
 {
     if (!s) return;

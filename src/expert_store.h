@@ -146,8 +146,6 @@ void expert_store_flush(expert_store *s);
  * the count, 0 when nothing is in flight. */
 int expert_store_wait(expert_store *s, int64_t *tags, int *ok, int max, df_error *err);
 int expert_store_in_flight(const expert_store *s);
-/* Synchronous read of one expert (tests, warming). */
-int expert_store_read(expert_store *s, int il, int e, uint8_t *slot, df_error *err);
 void expert_store_deinit(expert_store *s);
 
 #endif

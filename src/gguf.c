@@ -51,11 +51,6 @@ static const char *kv_names[] = {"UINT8", "INT8", "UINT16", "INT16", "UINT32", "
 static const uint8_t kv_sizes[] = {1, 1, 2, 2, 4, 4, 4, 1, 0, 0, 8, 8, 8};
 #define N_KV_TYPES 13u
 
-const char *gguf_kv_type_name(enum gguf_kv_type t)
-{
-    return (unsigned)t < N_KV_TYPES ? kv_names[t] : "?";
-}
-
 /* ------------------------------------------------------------------ cursor */
 
 typedef struct cursor {

@@ -122,7 +122,6 @@ int gguf_get_arr_f32(const gguf_file *f, const char *key, float *out, size_t max
 int gguf_get_arr_str(const gguf_file *f, const char *key, size_t i, const char **s, size_t *len,
                      df_error *err);
 
-const char *gguf_kv_type_name(enum gguf_kv_type t);
 /* Name, block size (values per block) and block bytes of a ggml type;
  * returns 0 for an unknown or removed id. */
 int gguf_type_info(uint32_t type, const char **name, uint32_t *blck, uint32_t *bytes);

@@ -48,6 +48,7 @@
 #include "engine.h"
 #include "json.h"
 #include "json_write.h"
+#include "sampler.h"
 #include "tokenizer.h"
 #include "util.h"
 
@@ -103,8 +104,7 @@ typedef struct srv {
     df_session *s;
     chat_parser *parser;
     float *logits;              /* [vocab] */
-    double *dwork;              /* [vocab] sampler probabilities */
-    struct pick { double p; int id; } *pairs; /* [vocab] top_p order */
+    sampler smp;                /* temperature / top_p / seed of the current job (sampler.c) */
     int32_t *hist;              /* ids the session holds */
     size_t n_hist, cap_hist;
     int hist_ok;                /* hist is valid once last was delivered */
@@ -1129,56 +1129,7 @@ static void emit_finish(job *j)
     json_buf_free(&b);
 }
 
-/* ---- sampling and log-probabilities ------------------------------------ */
-
-static uint64_t splitmix64(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-static int cmp_pick(const void *a, const void *b)
-{
-    const struct pick *x = a, *y = b;
-    if (x->p != y->p) return x->p > y->p ? -1 : 1;
-    return x->id - y->id;
-}
-
-/* Greedy at temperature 0; otherwise softmax(logits / T) in double,
- * restricted to the top_p nucleus (ties to the lower id), one uniform draw. */
-static int32_t sample(srv *S, const job *j, uint64_t *rng)
-{
-    int V = S->info.vocab;
-    const float *lg = S->logits;
-    if (j->temperature <= 0) return (int32_t)df_argmax(lg, V);
-    double m = -INFINITY, sum = 0;
-    for (int i = 0; i < V; i++) if (lg[i] > m) m = lg[i];
-    for (int i = 0; i < V; i++) sum += S->dwork[i] = exp(((double)lg[i] - m) / j->temperature);
-    double u = (double)(splitmix64(rng) >> 11) * 0x1.0p-53;
-    if (j->top_p < 1) {
-        for (int i = 0; i < V; i++) S->pairs[i] = (struct pick){S->dwork[i], i};
-        qsort(S->pairs, (size_t)V, sizeof *S->pairs, cmp_pick);
-        double acc = 0, cut = j->top_p * sum;
-        int k = 0;
-        while (k < V && acc < cut) acc += S->pairs[k++].p;
-        double t = u * acc, c = 0;
-        for (int i = 0; i < k; i++) {
-            c += S->pairs[i].p;
-            if (t < c) return (int32_t)S->pairs[i].id;
-        }
-        return (int32_t)S->pairs[k - 1].id;
-    }
-    double t = u * sum, c = 0;
-    int last = 0;
-    for (int i = 0; i < V; i++) {
-        if (S->dwork[i] > 0) last = i;
-        c += S->dwork[i];
-        if (t < c) return (int32_t)i;
-    }
-    return (int32_t)last;
-}
+/* ---- log-probabilities (sampling is sampler.c's) ------------------------ */
 
 static void token_text_chat(json_buf *b, srv *S, int32_t id, double lp)
 {
@@ -1199,17 +1150,9 @@ static void record_logprobs(srv *S, job *j, int32_t id, size_t text_len)
 {
     int V = S->info.vocab;
     const float *lg = S->logits;
-    double m = -INFINITY, sum = 0;
-    for (int i = 0; i < V; i++) if (lg[i] > m) m = lg[i];
-    for (int i = 0; i < V; i++) sum += exp((double)lg[i] - m);
-    double lse = m + log(sum);
-    int top[MAX_TOP_LOGPROBS], k = 0;
-    for (int i = 0; i < V; i++) {
-        if (k == j->top_logprobs && (!k || lg[i] <= lg[top[k - 1]])) continue;
-        int p = k < j->top_logprobs ? k++ : k - 1;
-        while (p > 0 && lg[top[p - 1]] < lg[i]) top[p] = top[p - 1], p--;
-        top[p] = i;
-    }
+    double lse = sampler_logsumexp(lg, V);
+    int top[MAX_TOP_LOGPROBS];
+    int k = sampler_top_ids(lg, V, j->top_logprobs, top);
     if (j->api == API_CHAT) {
         json_buf *b = &j->lp[0];
         if (j->lp_n) json_buf_puts(b, ",");
@@ -1314,7 +1257,7 @@ static void run_job(srv *S, job *j)
     j->gate_ch = -1;
     emit_begin(j);
     int rc = feed(S, j, j->ids + from, j->n_ids - from);
-    uint64_t rng = j->seed;
+    sampler_reset(&S->smp, j->temperature, j->top_p, 0, j->seed);
     tok_decoder dec;
     tok_decoder_init(&dec, S->tok);
     chat_parser_reset(S->parser, j->think);
@@ -1323,7 +1266,7 @@ static void run_job(srv *S, job *j)
     while (!rc) {
         if (atomic_load(&j->cancelled)) { j->fin = FIN_CANCEL; break; }
         if (now() > j->deadline) { j->fin = FIN_LENGTH; break; }
-        int32_t next = sample(S, j, &rng);
+        int32_t next = sampler_next(&S->smp, S->logits);
         if (!j->n_gen++) t_first = now();
         size_t tl = 0;
         if (j->logprobs) tokenizer_token_bytes(S->tok, next, &tl);
@@ -1843,8 +1786,7 @@ int cmd_serve(int argc, char **argv)
     S->n_ctx = so.n_ctx;
     df_engine_stats(S->eng, &S->stats);
     S->logits = xmalloc((size_t)S->info.vocab * sizeof *S->logits);
-    S->dwork = xmalloc((size_t)S->info.vocab * sizeof *S->dwork);
-    S->pairs = xmalloc((size_t)S->info.vocab * sizeof *S->pairs);
+    sampler_init(&S->smp, S->info.vocab, 0, 1, 0, 0);
     S->dcap = tok_decoder_max_out(S->tok) + 16;
     S->dbuf = xmalloc(S->dcap);
     pthread_t worker;
@@ -1873,8 +1815,7 @@ int cmd_serve(int argc, char **argv)
     df_engine_close(S->eng);
     tokenizer_free(S->tok);
     free(S->logits);
-    free(S->dwork);
-    free(S->pairs);
+    sampler_free(&S->smp);
     free(S->dbuf);
     free(S->hist);
     free(rest);

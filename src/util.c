@@ -68,7 +68,6 @@ void alloc_guard_leave(void)
     guard_held--;
     atomic_fetch_sub(&guard_depth, 1);
 }
-int alloc_guard_active(void) { return atomic_load(&guard_depth) > 0; }
 void alloc_guard_join_thread(void) { guard_joined = 1; }
 void alloc_guard_exempt_thread(void) { guard_exempt = 1; }
 

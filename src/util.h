@@ -43,7 +43,6 @@ void aligned_free(void *p);
  * thread is checked while it holds a guard. */
 void alloc_guard_enter(void);
 void alloc_guard_leave(void);
-int alloc_guard_active(void);
 /* The calling thread does token-loop work for whichever thread holds a guard
  * (pool and I/O workers): it is checked whenever any guard is held. */
 void alloc_guard_join_thread(void);

@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 declare -A L
 for f in util df_error df_plan threadpool json json_write file; do L[$f]=0; done
-for f in safetensors quant mathfn gguf tokenizer chat_template; do L[$f]=1; done
+for f in safetensors quant mathfn gguf tokenizer chat_template sampler; do L[$f]=1; done
 for f in kernels kernels_ref kernels_avx2 kernels_avx512 kernels_drivers backend_cpu expert_store expert_cache heat \
          prefetch_timing; do L[$f]=2; done
 for f in model model_gguf attnres kda mla moe prefetch expert_fetch plan; do L[$f]=3; done

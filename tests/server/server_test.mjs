@@ -118,6 +118,22 @@ test('chat: greedy output equals `deltafin run --chat`', async () => {
   assert.equal((m.reasoning_content ?? '') + '|' + (m.content ?? ''), reasoning + '|' + p.stdout.replace(/\n$/, ''));
 });
 
+test('chat: seeded sampling equals `deltafin run --chat --temp --top-p --seed` (one sampler)', async () => {
+  const prompt = 'Tell me a story', N = 24;
+  const r = await oa.chat.completions.create({ model: 'x', messages: user(prompt), max_tokens: N, temperature: 0.8,
+    top_p: 0.9, seed: 42 });
+  const p = spawnSync(BIN, ['run', '--model', MODEL, '--chat', '--prompt', prompt, '--max-new', String(N),
+    '--temp', '0.8', '--top-p', '0.9', '--seed', '42'], { encoding: 'utf8' });
+  assert.equal(p.status, 0, p.stderr);
+  const reasoning = p.stderr.replace(/^deltafin: plan: .*\n/, '');
+  const m = r.choices[0].message;
+  assert.equal((m.reasoning_content ?? '') + '|' + (m.content ?? ''), reasoning + '|' + p.stdout.replace(/\n$/, ''));
+  // and the sample differs from greedy
+  const g = await oa.chat.completions.create({ model: 'x', messages: user(prompt), max_tokens: N });
+  assert.notEqual((g.choices[0].message.reasoning_content ?? '') + (g.choices[0].message.content ?? ''),
+    (m.reasoning_content ?? '') + (m.content ?? ''));
+});
+
 test('completions: non-streaming and streaming agree', async () => {
   const a = await oa.completions.create({ model: 'x', prompt: 'Once upon a time', max_tokens: 16 });
   assert.equal(a.object, 'text_completion');
