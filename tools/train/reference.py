@@ -34,11 +34,20 @@ import st  # noqa: E402
 DELTAFIN = "build/deltafin"
 CORPUS_IDS = "build/corpus_ids"
 
+# Each prompt slot lists candidate texts; the first whose greedy decisions and expert choices are
+# robust (top1-top2 gap >= MIN_GAP on every decision row, k-th vs (k+1)-th biased router score
+# >= MIN_MARGIN everywhere) is used, else the most robust one.
 PROMPTS = [
-    {"name": "p1_raw_english", "kind": "raw", "text": "The history of the English language"},
-    {"name": "p2_chat_add_think", "kind": "chat", "think": True, "text": "What is 23 + 45?"},
-    {"name": "p3_chat_add_nothink", "kind": "chat", "think": False, "text": "What is 58 + 67?"},
+    {"name": "p1_raw_english", "kind": "raw",
+     "texts": ["The history of the English language", "In the beginning God created",
+               "The Python interpreter is", "A computer program is", "The old man said"]},
+    {"name": "p2_chat_add_think", "kind": "chat", "think": True,
+     "texts": ["What is 23 + 45?", "What is 36 + 52?", "What is 47 + 38?", "What is 61 + 29?"]},
+    {"name": "p3_chat_add_nothink", "kind": "chat", "think": False,
+     "texts": ["What is 58 + 67?", "What is 74 + 19?", "What is 35 + 86?", "What is 42 + 57?"]},
 ]
+MIN_GAP = 0.02
+MIN_MARGIN = 3e-5
 
 
 def tokenize_raw(model_dir, text):
@@ -156,23 +165,35 @@ def main():
     summary = {"model": a.model, "reference": "tools/train/reference.py, float64 forward of the exported "
                "weights (BF16 and MXFP4 decoded exactly)", "n_new": a.n_new, "prompts": []}
     for p in PROMPTS:
-        if p["kind"] == "raw":
-            ids = tokenize_raw(a.model, p["text"])
-        else:
-            ids = chat_prompt_ids(a.model, p["text"], p["think"])
-        t0 = time.time()
-        all_ids = greedy(model, ids, a.n_new)
+        best = None
+        for text in p["texts"]:
+            if p["kind"] == "raw":
+                ids = tokenize_raw(a.model, text)
+            else:
+                ids = chat_prompt_ids(a.model, text, p["think"])
+            t0 = time.time()
+            all_ids = greedy(model, ids, a.n_new)
+            with torch.no_grad():
+                lg = model(torch.tensor([all_ids]))[0]
+            rows = list(range(len(ids) - 1, len(all_ids) - 1))
+            gaps = []
+            for r in rows:
+                top2 = torch.topk(lg[r], 2).values
+                gaps.append(float(top2[0] - top2[1]))
+            margin = router_margin(model, all_ids)
+            score = min(min(gaps) / MIN_GAP, margin / MIN_MARGIN)
+            print("  candidate %r: min gap %.4f router margin %.2e" % (text, min(gaps), margin))
+            if best is None or score > best[0]:
+                best = (score, text, ids, all_ids, lg, rows, gaps, margin)
+            if score >= 1.0:
+                break
+        _, text, ids, all_ids, lg, rows, gaps, margin = best
+        p = dict(p, text=text)
         with torch.no_grad():
-            lg = model(torch.tensor([all_ids]))[0]
             lg32 = model32(torch.tensor([all_ids]))[0].to(torch.float64)
         lg_np = lg.numpy()
         fn = p["name"] + ".logits.f32.bin"
         lg_np.astype("<f4").tofile(os.path.join(a.out, fn))
-        rows = list(range(len(ids) - 1, len(all_ids) - 1))
-        gaps = []
-        for r in rows:
-            top2 = torch.topk(lg[r], 2).values
-            gaps.append(float(top2[0] - top2[1]))
         d32 = (lg32 - lg).abs()
         g32 = [int(x) for x in lg32[len(ids) - 1:-1].argmax(-1)]
         meta = {
@@ -186,7 +207,7 @@ def main():
             "greedy_decision_rows_inclusive": [rows[0], rows[-1]],
             "min_top1_top2_gap_on_decision_rows": min(gaps),
             "top1_top2_gap_per_decision_row": gaps,
-            "min_router_topk_margin": router_margin(model, all_ids),
+            "min_router_topk_margin": margin,
             "max_abs_logit": float(lg.abs().max()),
             "fp32_reference_max_abs_diff": float(d32.max()),
             "fp32_reference_mean_abs_diff": float(d32.mean()),
