@@ -79,7 +79,8 @@ endif
 $(BUILD)/libdeltafin.a: $(LIB_OBJ)
 	rm -f $@ && ar rcs $@ $^
 
-$(BUILD)/deltafin: $(BUILD)/cli.o $(BUILD)/cli_bench.o $(BUILD)/cli_chat.o $(BUILD)/lineedit.o $(BUILD)/server.o $(BUILD)/libdeltafin.a
+$(BUILD)/deltafin: $(BUILD)/cli.o $(BUILD)/cli_bench.o $(BUILD)/cli_chat.o $(BUILD)/lineedit.o $(BUILD)/server.o \
+                  $(BUILD)/server_request.o $(BUILD)/server_emit.o $(BUILD)/libdeltafin.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 $(BUILD)/k3gen: tools/k3gen.c | $(BUILD)
@@ -143,10 +144,11 @@ build-fuzz/%: fuzz/%.c $(FUZZ_SRC:%=src/%.c)
 	    $(FUZZ_SRC:%=src/%.c) -pthread -lm -lpcre2-8
 build-fuzz/fuzz_chat_render: fuzz/fuzz_chat_parser.c
 # server.c is linked whole (needs libmicrohttpd); the fuzz file stubs the engine and cli.c
-build-fuzz/fuzz_server_request: fuzz/fuzz_server_request.c src/server.c $(FUZZ_SRC:%=src/%.c)
+SERVER_SRC := src/server.c src/server_request.c src/server_emit.c
+build-fuzz/fuzz_server_request: fuzz/fuzz_server_request.c $(SERVER_SRC) $(FUZZ_SRC:%=src/%.c)
 	mkdir -p build-fuzz
 	$(FUZZ_CC) -std=c11 -g -O1 -ffp-contract=off -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -Isrc -o $@ $< \
-	    src/server.c $(FUZZ_SRC:%=src/%.c) -pthread -lm -lpcre2-8 -lmicrohttpd
+	    $(SERVER_SRC) $(FUZZ_SRC:%=src/%.c) -pthread -lm -lpcre2-8 -lmicrohttpd
 # Run each target for FUZZ_SECONDS on a scratch copy of its seed corpus.
 fuzz-run: fuzz
 	for t in $(FUZZ_TARGETS); do rm -rf build-fuzz/corpus-$$t && cp -r fuzz/corpus/$$t build-fuzz/corpus-$$t && \

@@ -10,6 +10,8 @@
  * Built and run by run_server_tests.sh (needs build/libdeltafin.a).
  */
 #include "../../src/server.c"
+#include "../../src/server_emit.c"
+#include "../../src/server_request.c"
 #include "harness.h"
 
 /* cli.c's helpers, which server.c's command uses (not reached here) */

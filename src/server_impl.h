@@ -1,0 +1,144 @@
+/* server_impl.h - the server's private types and the functions its files
+ * share (L5): server.c (HTTP, the worker, the command), server_request.c
+ * (request fields, validation, the three APIs mapped onto chat_render's
+ * messages), server_emit.c (API-shaped output, SSE, logprobs).  server.c's
+ * opening comment documents the threads and the rules.
+ */
+#ifndef DF_SERVER_IMPL_H
+#define DF_SERVER_IMPL_H
+
+#include "server.h"
+#include "chat_template.h"
+#include "cli.h"
+#include "engine.h"
+#include "json.h"
+#include "json_write.h"
+#include "sampler.h"
+#include "tokenizer.h"
+#include "util.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <math.h>
+#include <microhttpd.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+
+enum { API_CHAT, API_COMPLETIONS, API_MESSAGES };
+enum { CH_REASONING, CH_CONTENT };
+enum { FIN_STOP, FIN_LENGTH, FIN_STOPSEQ, FIN_CANCEL, FIN_ERROR };
+enum { BLK_NONE, BLK_THINK, BLK_TEXT, BLK_TOOL };
+#define MAX_STOPS 16
+#define MAX_TOP_LOGPROBS 20
+
+extern const char server_page_html[];
+
+typedef struct job job;
+
+typedef struct srv {
+    /* set at start, read-only afterwards */
+    const char *host, *api_key, *name;
+    int port, queue_max, max_tokens_cap, n_ctx, ping_ms;
+    size_t max_body;
+    double timeout;
+    run_args a;
+    tokenizer *tok;
+    df_engine *eng;
+    df_model_info info;
+    atomic_int ready;
+    /* queue, guarded by mu */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    job *head, *tail;
+    int n_waiting, running, stop;
+    /* counters, guarded by mu */
+    uint64_t n_requests, n_rejected, n_errors, tok_prompt, tok_gen, tok_reused;
+    df_stats stats;             /* engine counters, snapshot by the worker after each job */
+    double gen_seconds, last_tps;
+    atomic_ulong job_counter;
+    /* worker-only */
+    df_session *s;
+    chat_parser *parser;
+    float *logits;              /* [vocab] */
+    sampler smp;                /* temperature / top_p / seed of the current job (sampler.c) */
+    int32_t *hist;              /* ids the session holds */
+    size_t n_hist, cap_hist;
+    int hist_ok;                /* hist is valid once last was delivered */
+    job *last;
+    char *dbuf;
+    size_t dcap;
+} srv;
+
+struct job {
+    srv *S;
+    int api, stream, include_usage;
+    int32_t *ids;
+    size_t n_ids;
+    int think;                  /* chat: the prompt ends inside the think channel */
+    int max_tokens;
+    char *stops[MAX_STOPS];
+    int n_stops;
+    size_t max_stop;
+    double temperature, top_p;
+    uint64_t seed;
+    int logprobs, top_logprobs; /* logprobs: 1 = wanted; top: alternatives per token */
+    char id[48];
+    char *model;
+    long created;
+    double deadline;
+    /* shared with the connection thread, guarded by mu */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    json_buf out;
+    size_t sent;
+    int status, done, refs;
+    atomic_int cancelled, delivered;
+    job *next;
+    /* worker-only output state */
+    json_buf acc[2], calls, lp[4];
+    int n_calls, call_open, lp_n, blk, blk_idx, gate_ch, stopped, fin, n_gen, n_reused;
+    const char *stop_hit;
+    json_buf gate;
+    size_t text_off;
+    char errmsg[800];
+};
+
+typedef struct rq_err {
+    int status;
+    const char *type;   /* OpenAI error type */
+    const char *code;   /* OpenAI code or NULL */
+    char param[96];
+    char msg[600];
+} rq_err;
+
+/* server_emit.c */
+void job_unref(job *j);
+void job_ref(job *j);
+void out_put(job *j, const char *s, size_t n);
+void bprintf(json_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void put_str_utf8(json_buf *b, const char *s, size_t n);
+void put_str(json_buf *b, const char *s);
+void emit_begin(job *j);
+void emit_text(job *j, int ch, const char *s, size_t n);
+void emit_call_begin(job *j, int idx, const char *name);
+void emit_call_end(job *j, int idx, const char *args, size_t n);
+void emit_finish(job *j);
+void gate_flush(job *j);
+void record_logprobs(srv *S, job *j, int32_t id, size_t text_len);
+const char *finish_name(const job *j);
+
+/* server_request.c */
+int rq_fail(rq_err *e, int status, const char *param, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+void error_body(json_buf *b, int api, const rq_err *e);
+job *request_job(srv *S, int api, const char *body, size_t len, rq_err *e);
+
+#endif

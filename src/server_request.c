@@ -1,0 +1,566 @@
+/* server_request.c - request validation (L5): a JSON body becomes a job
+ * or an API-shaped error naming the field; the three APIs are mapped onto
+ * chat_render's OpenAI-shaped messages, rendered and tokenized here, on the
+ * connection thread.  Touches no HTTP, queue or model, so
+ * server_parse_request exposes it to the fuzz target. */
+#define _GNU_SOURCE
+#include "server_impl.h"
+
+/* ---- request errors ----------------------------------------------------- */
+
+int rq_fail(rq_err *e, int status, const char *param, const char *fmt, ...)
+{
+    e->status = status;
+    if (!e->type) e->type = status == 401 ? "authentication_error" : status == 429 ? "rate_limit_error"
+                          : status == 404 ? "not_found_error" : status >= 500 ? "api_error" : "invalid_request_error";
+    /* both may hold request text (field names, URLs): cut on a character
+     * boundary, never inside a UTF-8 sequence */
+    if (!param) param = "";
+    size_t pn = utf8_cut(param, strlen(param), sizeof e->param - 1);
+    memcpy(e->param, param, pn);
+    e->param[pn] = 0;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(e->msg, sizeof e->msg, fmt, ap);
+    va_end(ap);
+    if (n >= (int)sizeof e->msg) e->msg[utf8_cut(e->msg, (size_t)n, sizeof e->msg - 1)] = 0;
+    return -1;
+}
+
+/* msg and param may quote request bytes (an URL is not even checked to be
+ * UTF-8): a byte that is not part of a character is written as U+FFFD, so
+ * the body is always valid UTF-8 and JSON. */
+void error_body(json_buf *b, int api, const rq_err *e)
+{
+    if (api == API_MESSAGES) {
+        const char *t = e->status == 413 ? "request_too_large" : e->type;
+        json_buf_puts(b, "{\"type\":\"error\",\"error\":{\"type\":");
+        put_str(b, t);
+        json_buf_puts(b, ",\"message\":");
+        put_str_utf8(b, e->msg, strlen(e->msg));
+        json_buf_puts(b, "}}");
+    } else {
+        json_buf_puts(b, "{\"error\":{\"message\":");
+        put_str_utf8(b, e->msg, strlen(e->msg));
+        json_buf_puts(b, ",\"type\":");
+        put_str(b, e->type);
+        json_buf_puts(b, ",\"param\":");
+        if (e->param[0]) put_str_utf8(b, e->param, strlen(e->param));
+        else json_buf_puts(b, "null");
+        json_buf_puts(b, ",\"code\":");
+        if (e->code) put_str(b, e->code);
+        else json_buf_puts(b, "null");
+        json_buf_puts(b, "}}");
+    }
+}
+
+/* ---- request fields ----------------------------------------------------- */
+
+static const json_value *field(const json_value *o, const char *k)
+{
+    const json_value *v = json_get(o, k);
+    return v && v->type == JSON_NULL ? NULL : v;
+}
+
+static int check_fields(const json_value *o, const char *const *allowed, rq_err *e)
+{
+    for (size_t i = 0; i < o->len; i++) {
+        int ok = 0;
+        for (const char *const *a = allowed; *a && !ok; a++) ok = !strcmp(*a, o->keys[i]);
+        if (!ok)
+            return rq_fail(e, 400, o->keys[i], "Unrecognized request argument supplied: %.*s (this server honours "
+                           "only fields it can apply exactly)", (int)utf8_cut(o->keys[i], strlen(o->keys[i]), 80),
+                           o->keys[i]);
+    }
+    return 0;
+}
+
+static int get_num(const json_value *o, const char *k, double lo, double hi, double *out, rq_err *e)
+{
+    const json_value *v = field(o, k);
+    if (!v) return 0;
+    if (v->type != JSON_NUMBER)
+        return rq_fail(e, 400, k, "%s: expected a number, got %s", k, json_type_name(v->type));
+    if (!(v->num >= lo && v->num <= hi)) return rq_fail(e, 400, k, "%s: must be in [%g, %g]", k, lo, hi);
+    *out = v->num;
+    return 0;
+}
+
+static int get_int(const json_value *o, const char *k, int64_t lo, int64_t hi, int64_t *out, int *set, rq_err *e)
+{
+    const json_value *v = field(o, k);
+    if (!v) return 0;
+    if (v->type != JSON_NUMBER || !v->is_int)
+        return rq_fail(e, 400, k, "%s: expected an integer, got %s", k,
+                       v->type == JSON_NUMBER ? "a fraction" : json_type_name(v->type));
+    if (v->i < lo || v->i > hi)
+        return rq_fail(e, 400, k, "%s: must be in [%lld, %lld]", k, (long long)lo, (long long)hi);
+    *out = v->i;
+    if (set) *set = 1;
+    return 0;
+}
+
+static int get_bool(const json_value *o, const char *k, int *out, rq_err *e)
+{
+    const json_value *v = field(o, k);
+    if (!v) return 0;
+    if (v->type != JSON_BOOL) return rq_fail(e, 400, k, "%s: expected a boolean, got %s", k, json_type_name(v->type));
+    *out = v->b;
+    return 0;
+}
+
+static int get_stops(job *j, const json_value *o, const char *k, rq_err *e)
+{
+    const json_value *v = field(o, k);
+    if (!v) return 0;
+    if (v->type == JSON_STRING) {
+        if (!v->len) return rq_fail(e, 400, k, "%s: empty stop sequence", k);
+        j->stops[j->n_stops++] = xstrdup(v->str);
+    } else if (v->type == JSON_ARRAY) {
+        if (v->len > MAX_STOPS) return rq_fail(e, 400, k, "%s: at most %d stop sequences", k, MAX_STOPS);
+        for (size_t i = 0; i < v->len; i++) {
+            const json_value *s = v->items[i];
+            if (s->type != JSON_STRING || !s->len || memchr(s->str, 0, s->len))
+                return rq_fail(e, 400, k, "%s[%zu]: expected a non-empty string", k, i);
+            j->stops[j->n_stops++] = xstrdup(s->str);
+        }
+    } else {
+        return rq_fail(e, 400, k, "%s: expected a string or an array of strings", k);
+    }
+    for (int i = 0; i < j->n_stops; i++)
+        if (strlen(j->stops[i]) > j->max_stop) j->max_stop = strlen(j->stops[i]);
+    return 0;
+}
+
+/* Fields every API shares: model, sampling, stream. */
+static int get_common(srv *S, job *j, const json_value *o, rq_err *e)
+{
+    const json_value *m = field(o, "model");
+    if (m && m->type != JSON_STRING) return rq_fail(e, 400, "model", "model: expected a string");
+    j->model = xstrdup(m ? m->str : S->name);
+    j->top_p = 1;
+    if (get_num(o, "temperature", 0, 2, &j->temperature, e) || get_num(o, "top_p", 0, 1, &j->top_p, e) ||
+        get_bool(o, "stream", &j->stream, e))
+        return -1;
+    if (j->top_p <= 0) return rq_fail(e, 400, "top_p", "top_p: must be greater than 0");
+    int64_t seed = 0;
+    int seed_set = 0;
+    if (get_int(o, "seed", INT64_MIN, INT64_MAX, &seed, &seed_set, e)) return -1;
+    j->seed = seed_set ? (uint64_t)seed : (uint64_t)time(NULL) ^ ((uint64_t)atomic_load(&S->job_counter) << 32);
+    return 0;
+}
+
+/* max_tokens: absent = the rest of the context up to the server's ceiling. */
+static int set_max_tokens(srv *S, job *j, const char *k, int64_t v, int set, rq_err *e)
+{
+    if (set && v > S->max_tokens_cap)
+        return rq_fail(e, 400, k, "%s: %lld is above this server's limit of %d", k, (long long)v, S->max_tokens_cap);
+    if (j->n_ids >= (size_t)S->n_ctx) {
+        e->code = "context_length_exceeded";
+        return rq_fail(e, 400, j->api == API_COMPLETIONS ? "prompt" : "messages",
+                       "the prompt has %zu tokens; this server's context holds %d", j->n_ids,
+                       S->n_ctx);
+    }
+    int room = S->n_ctx - (int)j->n_ids;
+    int want = set ? (int)v : S->max_tokens_cap;
+    j->max_tokens = want < room ? want : room;
+    return 0;
+}
+
+static int render_encode(srv *S, job *j, const json_value *messages, const chat_options *co, rq_err *e)
+{
+    chat_segments *seg;
+    df_error err = {0};
+    if (chat_render(messages, co, &seg, &err)) {
+        const char *param = strncmp(err.msg, "tool_choice", 11) == 0 ? "tool_choice" : strncmp(err.msg, "tools", 5) == 0
+                            ? "tools" : strncmp(err.msg, "response_format", 15) == 0
+                            ? "response_format" : strncmp(err.msg, "thinking", 8) == 0 ? "reasoning_effort" : "messages";
+        return rq_fail(e, 400, param, "%s", err.msg);
+    }
+    size_t cap = 0;
+    int rc = chat_encode(S->tok, seg, &j->ids, &j->n_ids, &cap, &err);
+    chat_segments_free(seg);
+    if (rc) return rq_fail(e, 400, "messages", "%s", err.msg);
+    j->think = co->thinking;
+    return 0;
+}
+
+static int parse_chat(srv *S, job *j, const json_value *o, rq_err *e)
+{
+    static const char *const allowed[] = {
+        "model", "messages", "max_tokens", "max_completion_tokens", "stop", "temperature", "top_p", "seed",
+        "logprobs", "top_logprobs", "tools", "tool_choice", "reasoning_effort", "stream", "stream_options",
+        "response_format", "user", "metadata", "store", "service_tier", "parallel_tool_calls", "n",
+        "frequency_penalty", "presence_penalty", NULL};
+    if (check_fields(o, allowed, e) || get_common(S, j, o, e) || get_stops(j, o, "stop", e)) return -1;
+    int64_t n = 1, mt = 0, top = 0;
+    int mt_set = 0;
+    double pen = 0;
+    if (get_int(o, "n", 1, 1, &n, NULL, e)) return -1;
+    if (get_num(o, "frequency_penalty", 0, 0, &pen, e) || get_num(o, "presence_penalty", 0, 0, &pen, e)) return -1;
+    if (get_int(o, "max_completion_tokens", 1, INT32_MAX, &mt, &mt_set, e) ||
+        (!mt_set && get_int(o, "max_tokens", 1, INT32_MAX, &mt, &mt_set, e)))
+        return -1;
+    if (get_bool(o, "logprobs", &j->logprobs, e) ||
+        get_int(o, "top_logprobs", 0, MAX_TOP_LOGPROBS, &top, NULL, e))
+        return -1;
+    j->top_logprobs = (int)top;
+    if (top && !j->logprobs) return rq_fail(e, 400, "top_logprobs", "top_logprobs needs logprobs: true");
+    const json_value *so = field(o, "stream_options");
+    if (so) {
+        static const char *const so_allowed[] = {"include_usage", NULL};
+        if (so->type != JSON_OBJECT) return rq_fail(e, 400, "stream_options", "stream_options: expected an object");
+        if (check_fields(so, so_allowed, e) || get_bool(so, "include_usage", &j->include_usage, e)) return -1;
+    }
+    const json_value *msgs = json_get(o, "messages");
+    if (!msgs) return rq_fail(e, 400, "messages", "messages: missing");
+    if (msgs->type != JSON_ARRAY || !msgs->len) return rq_fail(e, 400, "messages", "messages: expected a non-empty array");
+    chat_options co;
+    chat_options_init(&co);
+    const json_value *eff = field(o, "reasoning_effort");
+    if (eff) {
+        if (eff->type != JSON_STRING) return rq_fail(e, 400, "reasoning_effort", "reasoning_effort: expected a string");
+        if (!strcmp(eff->str, "none")) co.thinking = 0;
+        else co.thinking_effort = eff->str;
+    }
+    co.tools = field(o, "tools");
+    co.tool_choice = field(o, "tool_choice");
+    co.response_format = field(o, "response_format");
+    if (co.tools && co.tools->type != JSON_ARRAY) return rq_fail(e, 400, "tools", "tools: expected an array");
+    /* json_schema is rendered as an instruction; a strict (guaranteed) schema would need constrained decoding */
+    const json_value *js = co.response_format ? json_get(co.response_format, "json_schema") : NULL;
+    const json_value *strict = js ? json_get(js, "strict") : NULL;
+    if (strict && strict->type == JSON_BOOL && strict->b)
+        return rq_fail(e, 400, "response_format", "response_format.json_schema.strict: true is not supported (the schema "
+                       "is given to the model as an instruction, not enforced)");
+    if (render_encode(S, j, msgs, &co, e)) return -1;
+    return set_max_tokens(S, j, mt_set ? (field(o, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens")
+                                       : "max_tokens", mt, mt_set, e);
+}
+
+static int parse_completions(srv *S, job *j, const json_value *o, rq_err *e)
+{
+    static const char *const allowed[] = {"model", "prompt", "max_tokens", "stop", "temperature", "top_p", "seed",
+                                          "logprobs", "stream", "stream_options", "user", "n", "echo", NULL};
+    if (check_fields(o, allowed, e) || get_common(S, j, o, e) || get_stops(j, o, "stop", e)) return -1;
+    int64_t n = 1, mt = 0, lp = 0;
+    int mt_set = 0, lp_set = 0, echo = 0;
+    if (get_int(o, "n", 1, 1, &n, NULL, e) || get_int(o, "max_tokens", 1, INT32_MAX, &mt, &mt_set, e) ||
+        get_int(o, "logprobs", 0, MAX_TOP_LOGPROBS, &lp, &lp_set, e) || get_bool(o, "echo", &echo, e))
+        return -1;
+    if (echo) return rq_fail(e, 400, "echo", "echo: true is not supported");
+    j->logprobs = lp_set;
+    j->top_logprobs = (int)lp;
+    const json_value *so = field(o, "stream_options");
+    if (so) {
+        static const char *const so_allowed[] = {"include_usage", NULL};
+        if (so->type != JSON_OBJECT) return rq_fail(e, 400, "stream_options", "stream_options: expected an object");
+        if (check_fields(so, so_allowed, e) || get_bool(so, "include_usage", &j->include_usage, e)) return -1;
+    }
+    const json_value *p = json_get(o, "prompt");
+    if (p && p->type == JSON_ARRAY && p->len == 1 && p->items[0]->type == JSON_STRING) p = p->items[0];
+    size_t cap = 0;
+    df_error err = {0};
+    if (p && p->type == JSON_STRING) {
+        if (tokenizer_encode(S->tok, p->str, p->len, 0, &j->ids, &j->n_ids, &cap, &err))
+            return rq_fail(e, 400, "prompt", "prompt: %s", err.msg);
+    } else if (p && p->type == JSON_ARRAY) {
+        j->ids = xmalloc((p->len ? p->len : 1) * sizeof *j->ids);
+        for (size_t i = 0; i < p->len; i++) {
+            const json_value *v = p->items[i];
+            if (v->type != JSON_NUMBER || !v->is_int || v->i < 0 || v->i >= S->info.vocab)
+                return rq_fail(e, 400, "prompt", "prompt: expected a string or an array of token ids in [0, %d)",
+                               S->info.vocab);
+            j->ids[j->n_ids++] = (int32_t)v->i;
+        }
+    } else {
+        return rq_fail(e, 400, "prompt", "prompt: expected a string or an array of token ids");
+    }
+    if (!j->n_ids) return rq_fail(e, 400, "prompt", "prompt: empty");
+    return set_max_tokens(S, j, "max_tokens", mt, mt_set, e);
+}
+
+/* Anthropic text of a string or an array of text blocks; NULL with e set. */
+static int anth_text(const json_value *v, const char *where, json_buf *out, rq_err *e)
+{
+    if (v->type == JSON_STRING) {
+        json_buf_put(out, v->str, v->len);
+        return 0;
+    }
+    if (v->type != JSON_ARRAY) return rq_fail(e, 400, where, "%s: expected a string or an array of blocks", where);
+    for (size_t i = 0; i < v->len; i++) {
+        const json_value *b = v->items[i];
+        const char *t = json_get_str(b, "type");
+        if (!t) return rq_fail(e, 400, where, "%s[%zu]: a block needs a type", where, i);
+        if (!strcmp(t, "text")) {
+            const json_value *x = json_get(b, "text");
+            if (!x || x->type != JSON_STRING) return rq_fail(e, 400, where, "%s[%zu].text: expected a string", where, i);
+            json_buf_put(out, x->str, x->len);
+        } else {
+            return rq_fail(e, 400, where, "%s[%zu]: block type \"%.*s\" is not supported here (text only)", where, i,
+                           (int)utf8_cut(t, strlen(t), 40), t);
+        }
+    }
+    return 0;
+}
+
+/* Map an Anthropic Messages request onto an OpenAI-shaped document
+ * {"messages": [...], "tools": [...], "tool_choice": ...} for chat_render. */
+static int anth_convert(const json_value *o, json_buf *d, rq_err *e)
+{
+    json_buf_puts(d, "{\"messages\":[");
+    int first = 1;
+    const json_value *sys = field(o, "system");
+    if (sys) {
+        json_buf t;
+        json_buf_init(&t);
+        int rc = anth_text(sys, "system", &t, e);
+        if (!rc) {
+            json_buf_puts(d, "{\"role\":\"system\",\"content\":");
+            json_write_string(d, t.p ? t.p : "", t.len);
+            json_buf_puts(d, "}");
+            first = 0;
+        }
+        json_buf_free(&t);
+        if (rc) return -1;
+    }
+    const json_value *msgs = json_get(o, "messages");
+    if (!msgs || msgs->type != JSON_ARRAY || !msgs->len)
+        return rq_fail(e, 400, "messages", "messages: expected a non-empty array");
+    for (size_t i = 0; i < msgs->len; i++) {
+        const json_value *m = msgs->items[i];
+        const char *role = json_get_str(m, "role");
+        const json_value *c = json_get(m, "content");
+        char where[48];
+        snprintf(where, sizeof where, "messages[%zu]", i);
+        if (m->type != JSON_OBJECT || !role || (strcmp(role, "user") && strcmp(role, "assistant")))
+            return rq_fail(e, 400, where, "%s.role: expected \"user\" or \"assistant\"", where);
+        if (!c) return rq_fail(e, 400, where, "%s.content: missing", where);
+        int user = !strcmp(role, "user");
+        json_buf text, calls;
+        json_buf_init(&text);
+        json_buf_init(&calls);
+        int n_calls = 0, has_text = 0, rc = 0;
+        if (c->type == JSON_STRING) {
+            json_buf_put(&text, c->str, c->len);
+            has_text = 1;
+        } else if (c->type != JSON_ARRAY) {
+            rc = rq_fail(e, 400, where, "%s.content: expected a string or an array of blocks", where);
+        }
+        for (size_t k = 0; !rc && c->type == JSON_ARRAY && k < c->len; k++) {
+            const json_value *b = c->items[k];
+            const char *t = json_get_str(b, "type");
+            if (!t) { rc = rq_fail(e, 400, where, "%s.content[%zu]: a block needs a type", where, k); break; }
+            if (!strcmp(t, "text")) {
+                const json_value *x = json_get(b, "text");
+                if (!x || x->type != JSON_STRING) {
+                    rc = rq_fail(e, 400, where, "%s.content[%zu].text: expected a string", where, k);
+                    break;
+                }
+                json_buf_put(&text, x->str, x->len);
+                has_text = 1;
+            } else if (!user && (!strcmp(t, "thinking") || !strcmp(t, "redacted_thinking"))) {
+                /* echoed reasoning: accepted, not rendered (K3 drops earlier turns' reasoning) */
+            } else if (!user && !strcmp(t, "tool_use")) {
+                const char *id = json_get_str(b, "id"), *name = json_get_str(b, "name");
+                const json_value *in = json_get(b, "input");
+                if (!id || !name || !in || in->type != JSON_OBJECT) {
+                    rc = rq_fail(e, 400, where, "%s.content[%zu]: tool_use needs id, name and an input object", where, k);
+                    break;
+                }
+                json_buf args;
+                json_buf_init(&args);
+                json_write_value(&args, in, 0);
+                json_buf_puts(&calls, n_calls++ ? ",{\"id\":" : "{\"id\":");
+                put_str(&calls, id);
+                json_buf_puts(&calls, ",\"type\":\"function\",\"function\":{\"name\":");
+                put_str(&calls, name);
+                json_buf_puts(&calls, ",\"arguments\":");
+                json_write_string(&calls, args.p, args.len);
+                json_buf_puts(&calls, "}}");
+                json_buf_free(&args);
+            } else if (user && !strcmp(t, "tool_result")) {
+                const char *id = json_get_str(b, "tool_use_id");
+                const json_value *rc_v = json_get(b, "content");
+                json_buf r;
+                json_buf_init(&r);
+                if (!id) rc = rq_fail(e, 400, where, "%s.content[%zu].tool_use_id: missing", where, k);
+                else if (rc_v && rc_v->type != JSON_NULL) rc = anth_text(rc_v, where, &r, e);
+                if (!rc) {
+                    json_buf_puts(d, first ? "" : ",");
+                    json_buf_puts(d, "{\"role\":\"tool\",\"tool_call_id\":");
+                    put_str(d, id);
+                    json_buf_puts(d, ",\"content\":");
+                    json_write_string(d, r.p ? r.p : "", r.len);
+                    json_buf_puts(d, "}");
+                    first = 0;
+                }
+                json_buf_free(&r);
+            } else {
+                rc = rq_fail(e, 400, where, "%s.content[%zu]: block type \"%.*s\" is not supported (K3 here is "
+                             "text-only)", where, k, (int)utf8_cut(t, strlen(t), 40), t);
+            }
+        }
+        if (!rc && (has_text || n_calls || !user)) {
+            json_buf_puts(d, first ? "{\"role\":" : ",{\"role\":");
+            put_str(d, role);
+            json_buf_puts(d, ",\"content\":");
+            json_write_string(d, text.p ? text.p : "", text.len);
+            if (n_calls) {
+                json_buf_puts(d, ",\"tool_calls\":[");
+                json_buf_put(d, calls.p, calls.len);
+                json_buf_puts(d, "]");
+            }
+            json_buf_puts(d, "}");
+            first = 0;
+        }
+        json_buf_free(&text);
+        json_buf_free(&calls);
+        if (rc) return -1;
+    }
+    json_buf_puts(d, "]");
+    const json_value *tools = field(o, "tools");
+    if (tools) {
+        if (tools->type != JSON_ARRAY) return rq_fail(e, 400, "tools", "tools: expected an array");
+        json_buf_puts(d, ",\"tools\":[");
+        for (size_t i = 0; i < tools->len; i++) {
+            const json_value *t = tools->items[i];
+            const char *name = json_get_str(t, "name"), *type = json_get_str(t, "type");
+            const json_value *schema = json_get(t, "input_schema"), *desc = json_get(t, "description");
+            if (!name || !schema || (type && strcmp(type, "custom")))
+                return rq_fail(e, 400, "tools", "tools[%zu]: expected a client tool with name and input_schema", i);
+            json_buf_puts(d, i ? ",{\"type\":\"function\",\"function\":{\"name\":" : "{\"type\":\"function\",\"function\":{\"name\":");
+            put_str(d, name);
+            if (desc && desc->type == JSON_STRING) {
+                json_buf_puts(d, ",\"description\":");
+                json_write_string(d, desc->str, desc->len);
+            }
+            json_buf_puts(d, ",\"parameters\":");
+            json_write_value(d, schema, 0);
+            json_buf_puts(d, "}}");
+        }
+        json_buf_puts(d, "]");
+    }
+    const json_value *tc = field(o, "tool_choice");
+    if (tc) {
+        const char *t = json_get_str(tc, "type");
+        const char *m = !t ? NULL : !strcmp(t, "auto") ? "auto" : !strcmp(t, "any") ? "required"
+                      : !strcmp(t, "none") ? "none" : NULL;
+        if (!m) return rq_fail(e, 400, "tool_choice", "tool_choice: expected {\"type\": \"auto\" | \"any\" | \"none\"} "
+                               "(naming a tool is not supported by K3's template)");
+        json_buf_puts(d, ",\"tool_choice\":");
+        put_str(d, m);
+    }
+    json_buf_puts(d, "}");
+    return 0;
+}
+
+static int parse_messages(srv *S, job *j, const json_value *o, rq_err *e)
+{
+    static const char *const allowed[] = {"model", "messages", "system", "max_tokens", "stop_sequences",
+                                          "temperature", "top_p", "stream", "tools", "tool_choice", "thinking",
+                                          "metadata", "service_tier", NULL};
+    if (check_fields(o, allowed, e) || get_common(S, j, o, e) || get_stops(j, o, "stop_sequences", e)) return -1;
+    int64_t mt = 0;
+    int mt_set = 0;
+    if (get_int(o, "max_tokens", 1, INT32_MAX, &mt, &mt_set, e)) return -1;
+    if (!mt_set) return rq_fail(e, 400, "max_tokens", "max_tokens: Field required");
+    chat_options co;
+    chat_options_init(&co);
+    co.thinking = 0;
+    co.thinking_effort = NULL;
+    const json_value *th = field(o, "thinking");
+    if (th) {
+        const char *t = json_get_str(th, "type");
+        int64_t budget = 0;
+        if (!t || (strcmp(t, "enabled") && strcmp(t, "disabled")))
+            return rq_fail(e, 400, "thinking", "thinking.type: expected \"enabled\" or \"disabled\"");
+        if (!strcmp(t, "enabled")) {
+            co.thinking = 1;
+            if (get_int(th, "budget_tokens", 1, INT32_MAX, &budget, NULL, e)) return -1;
+            /* K3 takes an effort level, not a budget */
+            co.thinking_effort = !budget ? "max" : budget < 4096 ? "low" : budget < 16384 ? "high" : "max";
+        }
+    }
+    json_buf d;
+    json_buf_init(&d);
+    int rc = anth_convert(o, &d, e);
+    if (!rc) {
+        df_error err = {0};
+        json_doc *doc = json_parse(d.p, d.len, &err);
+        CHECK(doc);
+        const json_value *r = json_root(doc);
+        co.tools = json_get(r, "tools");
+        co.tool_choice = json_get(r, "tool_choice");
+        rc = render_encode(S, j, json_get(r, "messages"), &co, e);
+        json_free(doc);
+    }
+    json_buf_free(&d);
+    return rc ? -1 : set_max_tokens(S, j, "max_tokens", mt, 1, e);
+}
+
+/* Parses and validates BODY for API into a new job (one reference), or
+ * returns NULL with E filled.  No HTTP here: server_parse_request and the
+ * fuzz target call it too. */
+job *request_job(srv *S, int api, const char *body, size_t len, rq_err *e)
+{
+    df_error err = {0};
+    json_doc *doc = json_parse(body ? body : "", len, &err);
+    if (!doc) {
+        rq_fail(e, 400, NULL, "We could not parse the JSON body of your request: %s (byte %lld)", err.msg,
+                (long long)err.pos);
+        return NULL;
+    }
+    const json_value *o = json_root(doc);
+    job *j = xcalloc(1, sizeof *j);
+    pthread_mutex_init(&j->mu, NULL);
+    pthread_cond_init(&j->cv, NULL);
+    j->refs = 1;
+    j->S = S;
+    j->api = api;
+    j->status = 200;
+    j->created = (long)time(NULL);
+    unsigned long seq = atomic_fetch_add(&S->job_counter, 1) + 1;
+    snprintf(j->id, sizeof j->id, "%s%08lx%08lx", api == API_CHAT ? "chatcmpl-" : api == API_MESSAGES ? "msg_" : "cmpl-",
+             (unsigned long)(j->created & 0xffffffff), seq);
+    int rc;
+    if (o->type != JSON_OBJECT) rc = rq_fail(e, 400, NULL, "the request body must be a JSON object");
+    else if (api == API_CHAT) rc = parse_chat(S, j, o, e);
+    else if (api == API_COMPLETIONS) rc = parse_completions(S, j, o, e);
+    else rc = parse_messages(S, j, o, e);
+    json_free(doc);
+    if (rc) {
+        job_unref(j);
+        return NULL;
+    }
+    return j;
+}
+
+int server_parse_request(const server_limits *lim, int endpoint, const char *body, size_t len, char **err_body,
+                         size_t *n_ids)
+{
+    static const int apis[] = {API_CHAT, API_COMPLETIONS, API_MESSAGES};
+    CHECK(endpoint >= 0 && endpoint < 3);
+    srv *S = xcalloc(1, sizeof *S);
+    S->name = lim->name ? lim->name : "deltafin";
+    S->tok = lim->tok;
+    S->n_ctx = lim->n_ctx;
+    S->max_tokens_cap = lim->max_tokens_cap;
+    rq_err e = {0};
+    job *j = request_job(S, apis[endpoint], body, len, &e);
+    int status = 200;
+    *err_body = NULL;
+    if (j) {
+        if (n_ids) *n_ids = j->n_ids;
+        job_unref(j);
+    } else {
+        json_buf b;
+        json_buf_init(&b);
+        error_body(&b, apis[endpoint], &e);
+        json_buf_put(&b, "", 1);
+        *err_body = b.p;
+        status = e.status;
+    }
+    free(S);
+    return status;
+}
