@@ -79,7 +79,7 @@ endif
 $(BUILD)/libdeltafin.a: $(LIB_OBJ)
 	rm -f $@ && ar rcs $@ $^
 
-$(BUILD)/deltafin: $(BUILD)/cli.o $(BUILD)/cli_bench.o $(BUILD)/cli_chat.o $(BUILD)/lineedit.o $(BUILD)/server.o \
+$(BUILD)/deltafin: $(BUILD)/cli.o $(BUILD)/options.o $(BUILD)/cli_bench.o $(BUILD)/cli_chat.o $(BUILD)/lineedit.o $(BUILD)/server.o \
                   $(BUILD)/server_request.o $(BUILD)/server_emit.o $(BUILD)/libdeltafin.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
@@ -143,8 +143,8 @@ build-fuzz/%: fuzz/%.c $(FUZZ_SRC:%=src/%.c)
 	$(FUZZ_CC) -std=c11 -g -O1 -ffp-contract=off -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -Isrc -o $@ $< \
 	    $(FUZZ_SRC:%=src/%.c) -pthread -lm -lpcre2-8
 build-fuzz/fuzz_chat_render: fuzz/fuzz_chat_parser.c
-# server.c is linked whole (needs libmicrohttpd); the fuzz file stubs the engine and cli.c
-SERVER_SRC := src/server.c src/server_request.c src/server_emit.c
+# only what validation needs: no HTTP, worker, engine or command line to stub
+SERVER_SRC := src/server_request.c src/server_emit.c
 build-fuzz/fuzz_server_request: fuzz/fuzz_server_request.c $(SERVER_SRC) $(FUZZ_SRC:%=src/%.c)
 	mkdir -p build-fuzz
 	$(FUZZ_CC) -std=c11 -g -O1 -ffp-contract=off -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -Isrc -o $@ $< \

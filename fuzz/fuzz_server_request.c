@@ -8,11 +8,8 @@
  * {"type":"error","error":{"type","message"}}.  The tokenizer of the tiny
  * test model (testdata/k3-tiny-a/checkpoint, or $DELTAFIN_FUZZ_MODEL) is
  * loaded once.
- * The server file is linked whole (it needs -lmicrohttpd); the engine and
- * the command-line helpers it calls only from `serve` are stubbed below
- * and abort if reached. */
-#include "cli.h"
-#include "engine.h"
+ * Only server_request.c and server_emit.c are linked: validation needs no
+ * HTTP, worker, engine or command line, so nothing is stubbed. */
 #include "json.h"
 #include "server.h"
 #include "tokenizer.h"
@@ -87,94 +84,4 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     free(err_body);
     return 0;
-}
-
-/* ---- stubs: what server.c calls only from `serve` and its worker --------- */
-
-static _Noreturn void unreachable(const char *f)
-{
-    fprintf(stderr, "fuzz_server_request: %s reached\n", f);
-    abort();
-}
-
-_Noreturn void die(const char *fmt, ...)
-{
-    (void)fmt;
-    unreachable("die");
-}
-double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-long parse_long(const char *s, const char *flag, long lo, long hi)
-{
-    (void)s, (void)flag, (void)lo, (void)hi;
-    unreachable("parse_long");
-}
-size_t parse_size(const char *s, const char *flag)
-{
-    (void)s, (void)flag;
-    unreachable("parse_size");
-}
-void parse_common(int argc, char **argv, run_args *a)
-{
-    (void)argc, (void)argv, (void)a;
-    unreachable("parse_common");
-}
-df_engine *open_engine(const run_args *a)
-{
-    (void)a;
-    unreachable("open_engine");
-}
-void df_session_opts_default(df_session_opts *o)
-{
-    (void)o;
-    unreachable("df_session_opts_default");
-}
-void df_engine_close(df_engine *eng)
-{
-    (void)eng;
-    unreachable("df_engine_close");
-}
-void df_engine_info(const df_engine *eng, df_model_info *info)
-{
-    (void)eng, (void)info;
-    unreachable("df_engine_info");
-}
-void df_engine_stats(const df_engine *eng, df_stats *st)
-{
-    (void)eng, (void)st;
-    unreachable("df_engine_stats");
-}
-int df_session_new(df_engine *eng, const df_session_opts *opts, df_session **out, df_error *err)
-{
-    (void)eng, (void)opts, (void)out, (void)err;
-    unreachable("df_session_new");
-}
-void df_session_free(df_session *s)
-{
-    (void)s;
-    unreachable("df_session_free");
-}
-void df_session_reset(df_session *s)
-{
-    (void)s;
-    unreachable("df_session_reset");
-}
-int df_session_pos(const df_session *s)
-{
-    (void)s;
-    unreachable("df_session_pos");
-}
-int df_session_eval(df_session *s, const int32_t *ids, int n, float *logits, int all_rows, df_error *err)
-{
-    (void)s, (void)ids, (void)n, (void)logits, (void)all_rows, (void)err;
-    unreachable("df_session_eval");
-}
-int df_argmax(const float *logits, int n)
-{
-    (void)logits, (void)n;
-    unreachable("df_argmax");
 }

@@ -47,7 +47,7 @@
 #include "server_impl.h"
 #include "server.h"
 #include "chat_template.h"
-#include "cli.h"
+#include "options.h"
 #include "engine.h"
 #include "json.h"
 #include "json_write.h"

@@ -1,0 +1,468 @@
+/* options.c - the run options shared by every front end (L5): the
+ * per-command option tables and their parser (an option a command does not
+ * take is an error naming it; `--` ends the options; a stray argument is an
+ * error), the usage text, the default model, the context a run needs, and
+ * opening the engine and the session those options describe (the plan's
+ * one-line summary always printed).  cli.c and server.c both include
+ * options.h; neither depends on the other.  May exit (die); nothing below
+ * it does.
+ */
+#define _GNU_SOURCE
+#include "options.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+void usage(FILE *f)
+{
+    fputs("usage: deltafin <command> [options]\n"
+          "\n"
+          "commands:\n"
+          "  run     generate from a prompt (text, or token ids)\n"
+          "  chat    interactive multi-turn chat (line editing, Ctrl-C stops a reply;\n"
+          "          /reset, /stats, /quit)\n"
+          "  tokenize --model DIR [--special] \"text\" | --decode 12,7,99\n"
+          "          print the token ids of a text, or the text of ids\n"
+          "  serve   --model DIR [--host 127.0.0.1] [--port 8080] [--queue 16] [--api-key KEY]\n"
+          "          [--max-request-bytes 128M] [--max-tokens 32768] [--timeout 600] [--name NAME]\n"
+          "          [--ping-ms 2000] (SSE keep-alive comment after this long without output)\n"
+          "          HTTP server: OpenAI /v1/chat/completions, /v1/completions, /v1/models,\n"
+          "          Anthropic /v1/messages (SSE streaming), /health, /metrics, a chat page at /;\n"
+          "          takes the run options too (--ctx, --mem, --threads, ...)\n"
+          "  info    --model DIR: the model's dimensions and its memory plan (reads no weights)\n"
+          "  plan    --model DIR|FILE.gguf|config.json [--mem SIZE] [--ctx N] [--json]\n"
+          "          where the model goes at --mem (or at 24/64/128/512 GiB) and the bytes read per\n"
+          "          token, from the config and headers alone\n"
+          "  perplexity --model DIR --file TEXT [--window N] [--json]\n"
+          "          perplexity and bits per byte of a text file\n"
+          "  iobench DIR [--chunk SIZE] [--io-depth N] [--seconds S] [--io buffered]\n"
+          "          measure the drive's read bandwidth with the engine's read size and depth\n"
+          "          (DIR: a model directory or any directory of large files)\n"
+          "  place   --model DIR --to DIR [--to DIR ...] [--stripe]\n"
+          "          copy the experts to other drives: every expert to every DIR (replicas,\n"
+          "          reads go to the least busy copy) or spread across them (--stripe);\n"
+          "          then run with --expert-path DIR for each\n"
+          "  cachesim --trace FILE [--slots 64,256,1024]\n"
+          "          replay a route trace through the LRU and LFU caches and Belady's optimal\n"
+          "  bench   --vs-llama --model FILE.gguf [--threads N] [--prompt-len 32] [--gen 16]\n"
+          "          [--reps 3] [--mem SIZE] [--squeeze-to SIZE] [--drop-caches]\n"
+          "          llama.cpp (npm build, tools/llama_peer.c) and deltafin on the same GGUF,\n"
+          "          interleaved; medians and ratios of prefill and decode tok/s, peak RSS, disk\n"
+          "          bytes read per token (see deltafin bench --help)\n"
+          "\n"
+          "run options:\n"
+          "  --model DIR          K3 checkpoint directory (config.json, index, shards), or a\n"
+          "                       llama.cpp kimi-k3 .gguf file\n"
+          "  --prompt TEXT        the prompt; raw continuation (no BOS), stops at the eos token\n"
+          "  --chat               apply the chat template to --prompt and show the reply\n"
+          "                       (reasoning on stderr, the answer on stdout)\n"
+          "  --system TEXT        a system message (with --chat and in chat)\n"
+          "  --reasoning-effort E low, high or max (default max)\n"
+          "  --no-think           answer without the thinking channel\n"
+          "  --prompt-ids LIST    comma-separated token ids, e.g. 12,7,99\n"
+          "  --max-new N          tokens to generate (default 16 with --prompt-ids, else 512)\n"
+          "  --print-ids          print the generated ids comma-separated on one line\n"
+          "  --dump-logits FILE   write float32 LE logits [T][vocab], one row per prompt and\n"
+          "                       generated token (row t = distribution after token t)\n"
+          "  --greedy             greedy decoding (the default)\n"
+          "  --temp T             sample at temperature T (0 = greedy) with --top-p P, --top-k K and\n"
+          "                       --seed N (the same seed gives the same text; the server's sampler)\n"
+          "  --stop-eos           stop after generating the model's eos token\n"
+          "  --threads N          worker threads (default: all CPUs); output is identical for every N\n"
+          "  --ctx N              context capacity in tokens (default 4096)\n"
+          "  --batch N|auto       positions per forward pass of a prompt (default auto: chosen by the\n"
+          "                       planner from --mem; each pass reads its experts and the streamed trunk once)\n"
+          "  --kernels ISA        force ref, avx2 or avx512 kernels (also $DF_KERNELS)\n"
+          "  --mem SIZE           memory budget for everything, e.g. 4G (default: 70% of RAM);\n"
+          "                       the expert cache gets what the trunk and state leave\n"
+          "  --expert-cache SIZE  set the expert cache size directly instead\n"
+          "  --io MODE            expert reads: auto (O_DIRECT where possible), direct, buffered\n"
+          "  --io-backend B       auto (io_uring where possible), uring, threads\n"
+          "  --io-depth N         expert reads in flight (default 32)\n"
+          "  --expert-path DIR    read experts from a directory written by 'deltafin place' (repeatable)\n"
+          "  --cache-policy P     expert cache policy: lfu (default), tlfu (LFU + admission) or lru\n"
+          "  --trace FILE         write the route trace (one JSON line per position and MoE layer)\n"
+          "  --heat FILE          expert heat histogram: warms the cache at start, updated at exit\n"
+          "  --events FILE        JSON line per forward call: hit rate, bytes read, GB/s, I/O wait, layer ms\n"
+          "  --no-prefetch        no router look-ahead prefetch (on by default; it turns itself off\n"
+          "                       for layers where its predictions do not pay)\n"
+          "  --prefetch-k N       experts predicted per position and layer (default top_k / 2)\n"
+          "  --trunk-stream M     auto (stream the trunk layer by layer when it does not fit --mem),\n"
+          "                       on, or off (leave it mapped; the kernel pages it)\n"
+          "  --prefault           fault the expert cache's memory in at start, in the background (pays\n"
+          "                       off in long runs where first-touching memory is slow, as in some VMs)\n"
+          "  --preload M          auto (read every routed expert at start when the expert cache holds\n"
+          "                       them all: the model fits), on, or off\n"
+          "  --stats              a live status line (tok/s, tokens, time to first token) and\n"
+          "                       timing and expert I/O counters on stderr\n",
+          f);
+}
+
+_Noreturn void die(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "deltafin: ");
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n(run 'deltafin --help' for usage)\n");
+    va_end(ap);
+    exit(2);
+}
+
+long parse_long(const char *s, const char *flag, long lo, long hi)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi) {
+        die("%s needs an integer in [%ld, %ld], got \"%s\"", flag, lo, hi, s);
+    }
+    return v;
+}
+
+size_t parse_size(const char *s, const char *flag)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    double mul = 1;
+    if (*end == 'K' || *end == 'k') mul = 1024.0, end++;
+    else if (*end == 'M' || *end == 'm') mul = 1024.0 * 1024, end++;
+    else if (*end == 'G' || *end == 'g') mul = 1024.0 * 1024 * 1024, end++;
+    else if (*end == 'T' || *end == 't') mul = 1024.0 * 1024 * 1024 * 1024, end++;
+    if (*end == 'i' || *end == 'B') end++;
+    if (*end == 'B') end++;
+    if (errno || end == s || *end || !(v > 0) || v * mul > 1e18) {
+        die("%s needs a size such as 512M or 4G, got \"%s\"", flag, s);
+    }
+    return (size_t)(v * mul);
+}
+
+int parse_ids(const char *s, const char *flag, int32_t **out)
+{
+    int n = 0, cap = 16;
+    int32_t *ids = malloc((size_t)cap * sizeof *ids);
+    const char *p = s;
+    if (!*p) die("%s is empty", flag);
+    while (*p) {
+        char *end;
+        errno = 0;
+        long v = strtol(p, &end, 10);
+        if (errno || end == p || v < 0 || v > INT32_MAX) die("%s: bad token id near \"%s\"", flag, p);
+        if (n == cap) ids = realloc(ids, (size_t)(cap *= 2) * sizeof *ids);
+        ids[n++] = (int32_t)v;
+        p = end;
+        while (*p == ' ') p++;
+        if (*p == ',') {
+            p++;
+            if (!*p) die("%s: trailing comma in \"%s\"", flag, s);
+        } else if (*p) {
+            die("%s: expected ',' near \"%s\"", flag, p);
+        }
+    }
+    *out = ids;
+    return n;
+}
+
+double parse_double(const char *s, const char *flag, double lo, double hi)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || !(v >= lo && v <= hi)) die("%s needs a number in [%g, %g], got \"%s\"", flag, lo, hi, s);
+    return v;
+}
+
+void sampler_from_args(sampler *smp, const run_args *a, int vocab)
+{
+    uint64_t seed = a->seed;
+    if (a->temp > 0 && !a->seed_set) {
+        seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
+        fprintf(stderr, "deltafin: sampling at temperature %g with --seed %llu\n", a->temp, (unsigned long long)seed);
+    }
+    sampler_init(smp, vocab, a->temp, a->top_p > 0 ? a->top_p : 1, a->top_k, seed);
+}
+
+double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Which command takes which option: an option a command does not use is
+ * an error naming it, never silently ignored. */
+enum {
+    C_RUN = 1 << 0, C_CHAT = 1 << 1, C_SERVE = 1 << 2, C_INFO = 1 << 3, C_PLAN = 1 << 4, C_TOKENIZE = 1 << 5,
+    C_PLACE = 1 << 6, C_CACHESIM = 1 << 7, C_PERPLEXITY = 1 << 8,
+    C_ENGINE = C_RUN | C_CHAT | C_SERVE | C_PERPLEXITY,          /* opens an engine and a session */
+    C_SIZING = C_ENGINE | C_INFO | C_PLAN,                        /* memory plan inputs */
+    C_MODEL = C_SIZING | C_TOKENIZE | C_PLACE,
+};
+typedef struct {
+    const char *name;
+    int has_arg;
+    unsigned cmds;
+} opt_def;
+static const opt_def opts[] = {
+    {"--model", 1, C_MODEL},          {"--mem", 1, C_SIZING},          {"--ctx", 1, C_SIZING},
+    {"--batch", 1, C_SIZING},         {"--threads", 1, C_SIZING},      {"--expert-cache", 1, C_SIZING},
+    {"--trunk-stream", 1, C_SIZING},  {"--cache-policy", 1, C_SIZING}, {"--kernels", 1, C_ENGINE},
+    {"--io", 1, C_ENGINE},            {"--io-backend", 1, C_ENGINE},   {"--io-depth", 1, C_ENGINE},
+    {"--trace", 1, C_ENGINE | C_CACHESIM}, {"--heat", 1, C_ENGINE},    {"--events", 1, C_ENGINE},
+    {"--no-prefetch", 0, C_ENGINE},   {"--prefetch-k", 1, C_ENGINE},   {"--expert-path", 1, C_ENGINE},
+    {"--prefault", 0, C_ENGINE},      {"--preload", 1, C_ENGINE},      {"--stats", 0, C_ENGINE},
+    {"--prompt-ids", 1, C_RUN},       {"--prompt", 1, C_RUN},          {"--max-new", 1, C_RUN | C_CHAT},
+    {"--print-ids", 0, C_RUN},        {"--dump-logits", 1, C_RUN},     {"--greedy", 0, C_RUN},
+    {"--stop-eos", 0, C_RUN},         {"--bench-json", 0, C_RUN},      {"--chat", 0, C_RUN},
+    {"--system", 1, C_RUN | C_CHAT},  {"--reasoning-effort", 1, C_RUN | C_CHAT},
+    {"--no-think", 0, C_RUN | C_CHAT}, {"--special", 0, C_TOKENIZE},   {"--decode", 1, C_TOKENIZE},
+    {"--to", 1, C_PLACE},             {"--stripe", 0, C_PLACE},        {"--slots", 1, C_CACHESIM},
+    {"--temp", 1, C_RUN | C_CHAT},    {"--top-p", 1, C_RUN | C_CHAT},  {"--top-k", 1, C_RUN | C_CHAT},
+    {"--seed", 1, C_RUN | C_CHAT},    {"--file", 1, C_PERPLEXITY},      {"--window", 1, C_PERPLEXITY},   {"--json", 0, C_PLAN | C_PERPLEXITY},
+};
+
+static unsigned command_bit(const char *cmd)
+{
+    static const struct { const char *name; unsigned bit; } t[] = {
+        {"run", C_RUN}, {"chat", C_CHAT}, {"serve", C_SERVE}, {"info", C_INFO}, {"plan", C_PLAN},
+        {"tokenize", C_TOKENIZE}, {"place", C_PLACE}, {"cachesim", C_CACHESIM}, {"perplexity", C_PERPLEXITY}};
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
+        if (!strcmp(cmd, t[i].name)) return t[i].bit;
+    return 0;
+}
+
+static const char *commands_of(unsigned m, char *buf, size_t n)
+{
+    static const char *names[] = {"run", "chat", "serve", "info", "plan", "tokenize", "place", "cachesim", "perplexity"};
+    size_t k = 0;
+    buf[0] = 0;
+    for (int i = 0; i < 9; i++)
+        if (m & (1u << i)) k += (size_t)snprintf(buf + k, k < n ? n - k : 0, "%s%s", k ? ", " : "", names[i]);
+    return buf;
+}
+
+void parse_common(int argc, char **argv, run_args *a)
+{
+    memset(a, 0, sizeof *a);
+    a->max_new = 16;
+    const unsigned cmd = command_bit(argv[1]);
+    if (!cmd) die("internal: no option table for '%s'", argv[1]);
+    int only_positional = 0;
+    for (int i = 2; i < argc; i++) {
+        const char *f = argv[i];
+        if (only_positional || f[0] != '-' || !f[1]) {
+            if (cmd == C_TOKENIZE && !a->text) a->text = f;
+            else die("%s: unexpected argument \"%s\"", argv[1], f);
+            continue;
+        }
+        if (!strcmp(f, "--")) {
+            only_positional = 1;
+            continue;
+        }
+        if (!strcmp(f, "--help") || !strcmp(f, "-h")) { usage(stdout); exit(0); }
+        const opt_def *d = NULL;
+        for (size_t j = 0; j < sizeof opts / sizeof opts[0] && !d; j++)
+            if (!strcmp(opts[j].name, f)) d = &opts[j];
+        if (!d) die("%s: unknown option \"%s\"", argv[1], f);
+        if (!(d->cmds & cmd)) {
+            char buf[128];
+            die("%s does not apply to '%s' (it is an option of: %s)", f, argv[1], commands_of(d->cmds, buf, sizeof buf));
+        }
+        const char *v = NULL;
+        if (d->has_arg) {
+            if (i + 1 >= argc) die("%s needs a value", f);
+            v = argv[++i];
+        }
+        if (!strcmp(f, "--model")) a->model = v;
+        else if (!strcmp(f, "--prompt-ids")) a->prompt_ids = v;
+        else if (!strcmp(f, "--max-new")) {
+            a->max_new = (int)parse_long(v, f, 0, 1 << 24);
+            a->max_new_set = 1;
+        }
+        else if (!strcmp(f, "--print-ids")) a->print_ids = 1;
+        else if (!strcmp(f, "--dump-logits")) a->dump = v;
+        else if (!strcmp(f, "--greedy")) a->greedy = 1;
+        else if (!strcmp(f, "--temp")) a->temp = parse_double(v, f, 0, 10);
+        else if (!strcmp(f, "--top-p")) a->top_p = parse_double(v, f, 1e-9, 1);
+        else if (!strcmp(f, "--top-k")) a->top_k = (int)parse_long(v, f, 1, 1 << 24);
+        else if (!strcmp(f, "--seed")) {
+            a->seed = (uint64_t)parse_long(v, f, 0, LONG_MAX);
+            a->seed_set = 1;
+        }
+        else if (!strcmp(f, "--stop-eos")) a->stop_eos = 1;
+        else if (!strcmp(f, "--threads")) a->threads = (int)parse_long(v, f, 1, 256);
+        else if (!strcmp(f, "--ctx")) a->ctx = (int)parse_long(v, f, 1, 1 << 24);
+        else if (!strcmp(f, "--batch")) a->batch = !strcmp(v, "auto") ? 0 : (int)parse_long(v, f, 1, 4096);
+        else if (!strcmp(f, "--kernels")) a->kernels = v;
+        else if (!strcmp(f, "--expert-cache")) a->cache_bytes = parse_size(v, f);
+        else if (!strcmp(f, "--stats")) a->stats = 1;
+        else if (!strcmp(f, "--bench-json")) a->bench_json = 1;
+        else if (!strcmp(f, "--preload")) {
+            if (!strcmp(v, "on")) a->preload = 1;
+            else if (!strcmp(v, "off")) a->preload = -1;
+            else if (!strcmp(v, "auto")) a->preload = 0;
+            else die("--preload wants on, off or auto, not \"%s\"", v);
+        }
+        else if (!strcmp(f, "--mem")) a->mem = parse_size(v, f);
+        else if (!strcmp(f, "--io")) a->io = v;
+        else if (!strcmp(f, "--io-backend")) a->io_backend = v;
+        else if (!strcmp(f, "--io-depth")) a->io_depth = (int)parse_long(v, f, 1, 256);
+        else if (!strcmp(f, "--cache-policy")) a->policy = v;
+        else if (!strcmp(f, "--trace")) a->trace = v;
+        else if (!strcmp(f, "--heat")) a->heat = v;
+        else if (!strcmp(f, "--events")) a->events = v;
+        else if (!strcmp(f, "--prefault")) a->prefault = 1;
+        else if (!strcmp(f, "--trunk-stream")) {
+            a->trunk_stream = !strcmp(v, "on") ? 1 : !strcmp(v, "off") ? -1 : !strcmp(v, "auto") ? 0 : 2;
+            if (a->trunk_stream == 2) die("--trunk-stream must be on, off or auto, got \"%s\"", v);
+        }
+        else if (!strcmp(f, "--stripe")) a->stripe = 1;
+        else if (!strcmp(f, "--expert-path") || !strcmp(f, "--to")) {
+            if (a->n_xpaths == 7) die("at most 7 %s directories", f);
+            a->xpaths[a->n_xpaths++] = v;
+        }
+        else if (!strcmp(f, "--no-prefetch")) a->no_prefetch = 1;
+        else if (!strcmp(f, "--prefetch-k")) a->prefetch_k = (int)parse_long(v, f, 1, 4096);
+        else if (!strcmp(f, "--slots")) a->slots = v;
+        else if (!strcmp(f, "--prompt")) a->prompt = v;
+        else if (!strcmp(f, "--system")) a->system = v;
+        else if (!strcmp(f, "--chat")) a->chat = 1;
+        else if (!strcmp(f, "--no-think")) a->no_think = 1;
+        else if (!strcmp(f, "--reasoning-effort")) {
+            a->effort = v;
+            if (strcmp(v, "low") && strcmp(v, "high") && strcmp(v, "max"))
+                die("--reasoning-effort must be low, high or max, got \"%s\"", v);
+        }
+        else if (!strcmp(f, "--special")) a->special = 1;
+        else if (!strcmp(f, "--decode")) a->decode = v;
+        else if (!strcmp(f, "--file")) a->file = v;
+        else if (!strcmp(f, "--window")) a->window = (int)parse_long(v, f, 2, 1 << 20);
+        else if (!strcmp(f, "--json")) a->json = 1;
+        else die("internal: option %s has no handler", f);
+    }
+    if (a->greedy && a->temp > 0) die("--greedy and --temp %g contradict each other", a->temp);
+    if (!a->temp && (a->top_p || a->top_k || a->seed_set))
+        die("--top-p, --top-k and --seed choose among samples: they need --temp > 0 (the default is greedy)");
+    if (!a->model && (cmd & C_MODEL)) a->model = default_model();
+    if (!a->model && (cmd & C_MODEL)) die("--model DIR is required (no default model found)");
+    if (cmd == C_RUN) {
+        if (a->prompt && a->prompt_ids) die("--prompt and --prompt-ids cannot be combined");
+        if (a->chat && a->prompt_ids) die("--chat takes --prompt \"text\", not --prompt-ids");
+        if (!a->prompt && !a->prompt_ids) die("run needs --prompt \"text\" or --prompt-ids LIST");
+        if (!a->chat && (a->system || a->effort || a->no_think))
+            die("--system, --reasoning-effort and --no-think need --chat");
+    }
+    if (a->max_new_set == 0 && (a->chat || a->prompt)) a->max_new = 512;
+}
+
+/* The default model when --model is omitted: the bundled trained model,
+ * else the tiny test checkpoint, found beside the executable (build/..)
+ * or in the current directory. */
+const char *default_model(void)
+{
+    static char buf[PATH_MAX];
+    static const char *rel[] = {"models/k3-mini", "testdata/k3-tiny-a/checkpoint"};
+    char exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    const char *bases[2] = {NULL, "."};
+    if (n > 0) {
+        exe[n] = 0;
+        char *slash = strrchr(exe, '/');
+        if (slash) {
+            *slash = 0;
+            strncat(exe, "/..", sizeof exe - strlen(exe) - 1);
+            bases[0] = exe;
+        }
+    }
+    for (size_t r = 0; r < sizeof rel / sizeof rel[0]; r++)
+        for (int b = 0; b < 2; b++) {
+            if (!bases[b]) continue;
+            char cfg[PATH_MAX + 16];
+            snprintf(buf, sizeof buf, "%s/%s", bases[b], rel[r]);
+            snprintf(cfg, sizeof cfg, "%s/config.json", buf);
+            if (access(cfg, R_OK) == 0) return buf;
+        }
+    return NULL;
+}
+
+int context_for(run_args *a, int n_prompt)
+{
+    df_session_opts d;
+    df_session_opts_default(&d);
+    if (a->ctx) {
+        if (n_prompt >= a->ctx)
+            die("the prompt (%d tokens) does not fit --ctx %d (it needs room for at least one more token)", n_prompt,
+                a->ctx);
+        a->ctx_plan = a->ctx;
+    } else {
+        long need = (long)n_prompt + a->max_new + 1;
+        a->ctx_plan = need > d.n_ctx ? (int)(need < (1 << 24) ? need : (1 << 24)) : d.n_ctx;
+    }
+    return a->ctx_plan;
+}
+
+df_engine *open_engine(const run_args *a)
+{
+    df_engine_opts eo;
+    df_engine_opts_default(&eo);
+    eo.n_threads = a->threads;
+    eo.kernels = a->kernels;
+    eo.expert_cache_bytes = a->cache_bytes;
+    eo.mem_budget = a->mem;
+    eo.io_mode = a->io;
+    eo.io_backend = a->io_backend;
+    eo.io_depth = a->io_depth;
+    eo.plan_ctx = a->ctx_plan ? a->ctx_plan : a->ctx;
+    eo.plan_batch = a->batch;
+    eo.cache_policy = a->policy;
+    eo.trace_path = a->trace;
+    eo.heat_path = a->heat;
+    eo.events_path = a->events;
+    eo.prefault = a->prefault;
+    eo.preload = a->preload;
+    eo.trunk_stream = a->trunk_stream;
+    eo.expert_paths = a->xpaths;
+    eo.n_expert_paths = a->n_xpaths;
+    eo.no_prefetch = a->no_prefetch;
+    eo.prefetch_k = a->prefetch_k;
+    eo.quiet = !a->stats;
+    df_engine *eng;
+    df_error err = {0};
+    if (df_engine_open(a->model, &eo, &eng, &err)) {
+        fprintf(stderr, "deltafin: cannot load model: %s\n", err.msg);
+        exit(1);
+    }
+    if (!a->stats) {
+        /* the plan is always shown; --stats shows it in full */
+        df_plan p;
+        char line[512];
+        df_engine_plan(eng, &p);
+        df_plan_summary(&p, line, sizeof line);
+        fprintf(stderr, "deltafin: %s\n", line);
+    }
+    return eng;
+}
+
+df_session *open_session(df_engine *eng, const run_args *a)
+{
+    df_session_opts so;
+    df_session_opts_default(&so);
+    if (a->ctx_plan) so.n_ctx = a->ctx_plan;
+    else if (a->ctx) so.n_ctx = a->ctx;
+    if (a->batch) so.max_batch = a->batch;
+    df_session *s;
+    df_error err = {0};
+    if (df_session_new(eng, &so, &s, &err)) {
+        fprintf(stderr, "deltafin: %s\n", err.msg);
+        exit(1);
+    }
+    return s;
+}
+
