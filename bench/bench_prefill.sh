@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# bench_prefill.sh - prompts read each needed expert once per chunk: time to
+# first token and expert bytes read by deltafin at `--batch 32` (the old
+# default) against `--batch auto` (the planner's chunk), for prompts of 128,
+# 512 and 2,048 tokens, side by side in one run (the rows of one length run
+# back to back, page cache dropped before each when root), with the reads /
+# needed ratio the engine counts; then, when llama.cpp is installed
+# (`npm ci --prefix tests/llama`), `deltafin bench --vs-llama` on the same
+# model as a GGUF with the longest prompt.
+#
+# The model is K3-shaped (k3gen, MXFP4 experts hold most of the bytes) and
+# --mem keeps deltafin's expert cache far below the experts it needs, as on
+# a machine where the model is several times the memory.  Env: BENCH_PRESET
+# (default bench1g, ~1.2 GB), BENCH_MEM (default 400M), BENCH_LENS (default
+# "128 512 2048"), BENCH_THREADS, BENCH_DIR / BENCH_KEEP (the scratch model,
+# a temp dir under /var/tmp deleted afterwards unless BENCH_KEEP=1),
+# BENCH_LLAMA=0 to skip llama.cpp.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+make -s build/deltafin build/k3gen
+dir=${BENCH_DIR:-$(mktemp -d /var/tmp/deltafin-prefill.XXXXXX)}
+cleanup() { [ "${BENCH_KEEP:-0}" = 1 ] || rm -rf "$dir"; }
+trap cleanup EXIT
+threads=${BENCH_THREADS:-$(nproc)}
+mem=${BENCH_MEM:-400M}
+lens=${BENCH_LENS:-"128 512 2048"}
+preset=${BENCH_PRESET:-bench1g}
+want_llama=${BENCH_LLAMA:-1}
+[ -f tests/llama/node_modules/@node-llama-cpp/linux-x64/bins/linux-x64/libllama.v0.4.0.so ] || want_llama=0
+if [ ! -f "$dir/m/config.json" ]; then
+    if [ "$want_llama" = 1 ]; then build/k3gen --out "$dir/m" --preset "$preset" --gguf "$dir/m.gguf" >/dev/null
+    else build/k3gen --out "$dir/m" --preset "$preset" >/dev/null; fi
+fi
+drop() { if [ "$(id -u)" = 0 ]; then sync; echo 3 > /proc/sys/vm/drop_caches 2>/dev/null || true; fi; }
+field() { sed -n "s/.*\"$1\":\([0-9.e+-]*\).*/\1/p"; }
+ids() { awk -v n="$1" 'BEGIN { s = 12345; for (i = 0; i < n; i++) { s = (s * 1103515245 + 12345) % 2147483648;
+        printf "%s%d", (i ? "," : ""), 5 + s % 3000 } }'; }
+echo "model: $dir/m ($(du -sh "$dir/m" | cut -f1)), --mem $mem, $threads threads, experts streamed (no prefetch)"
+printf '%-7s %-7s %7s %10s %12s %14s %12s %12s\n' prompt batch chunk "TTFT s" "expert MiB" "needed pairs" "reads" "reads/need"
+for n in $lens; do
+    p=$(ids "$n")
+    declare -A ttft=()
+    for b in 32 auto; do
+        drop
+        out=$(build/deltafin run --model "$dir/m" --prompt-ids "$p" --max-new 1 --mem "$mem" --batch "$b" \
+              --threads "$threads" --no-prefetch --bench-json 2>/dev/null | tail -1)
+        t=$(echo "$out" | field prefill_s); by=$(echo "$out" | field prefill_expert_bytes)
+        u=$(echo "$out" | field prefill_unique_experts); r=$(echo "$out" | field prefill_expert_reads)
+        c=$(echo "$out" | field prefill_chunk)
+        ttft[$b]=$t
+        awk -v n="$n" -v b="$b" -v c="$c" -v t="$t" -v by="$by" -v u="$u" -v r="$r" 'BEGIN {
+            printf "%-7s %-7s %7s %10.2f %12.1f %14d %12d %12.2f\n", n, b, c, t, by / 1048576, u, r, u ? r / u : 0 }'
+    done
+    awk -v a="${ttft[32]}" -v b="${ttft[auto]}" -v n="$n" 'BEGIN { printf "%-7s time to first token, batch 32 / auto: %.2fx\n", n, b > 0 ? a / b : 0 }'
+done
+if [ "$want_llama" = 1 ]; then
+    last=${lens##* }
+    echo "== llama.cpp and deltafin (--batch auto) on the same GGUF, prompt $last, --mem $mem"
+    build/deltafin bench --vs-llama --model "$dir/m.gguf" --threads "$threads" --prompt-len "$last" --gen 2 --reps 1 \
+        --mem "$mem" --drop-caches
+else
+    echo "(llama.cpp not installed: npm ci --prefix tests/llama, or BENCH_LLAMA=0)"
+fi
