@@ -107,25 +107,35 @@ static void plan_session_opts(const df_engine_opts *o, df_session_opts *so)
     if (o->plan_batch > 0) so->max_batch = o->plan_batch;
 }
 
+/* The plan for so's session under these options (plan.c decides; the
+ * sizes come from the loaded headers). */
+static int decide_plan(df_engine *eng, const df_session_opts *so, size_t mem_budget, int stream_trunk,
+                       size_t expert_cache_bytes, const char *cache_policy, enum cache_policy *pol, df_plan *p,
+                       df_error *err)
+{
+    plan_sizes sz;
+    if (expert_cache_policy_parse(cache_policy, pol))
+        return df_err_set(err, DF_ERR_ARG, -1, "unknown cache policy \"%s\" (expected lfu, tlfu or lru)", cache_policy);
+    if (engine_sizes(eng, so, &sz, err)) return -1;
+    plan_request rq = {.budget = mem_budget ? mem_budget : default_budget(),
+                       .budget_given = mem_budget > 0,
+                       .trunk_stream = stream_trunk,
+                       .expert_cache_bytes = expert_cache_bytes,
+                       .tlfu = *pol == CACHE_TLFU,
+                       .auto_batch = so->max_batch <= 0};
+    return plan_compute(&sz, &rq, p, err);
+}
+
 /* Decide the plan (plan.c), then act on it: the expert cache, the trunk
  * streamed or copied resident.  Nothing is allocated before the plan holds. */
 static int plan_memory(df_engine *eng, const df_engine_opts *o, df_error *err)
 {
     df_session_opts so;
     plan_session_opts(o, &so);
-    plan_sizes sz;
-    if (engine_sizes(eng, &so, &sz, err)) return -1;
     enum cache_policy pol;
-    if (expert_cache_policy_parse(o->cache_policy, &pol))
-        return df_err_set(err, DF_ERR_ARG, -1, "unknown cache policy \"%s\" (expected lfu, tlfu or lru)", o->cache_policy);
-    plan_request rq = {.budget = o->mem_budget ? o->mem_budget : default_budget(),
-                       .budget_given = o->mem_budget > 0,
-                       .trunk_stream = o->trunk_stream,
-                       .expert_cache_bytes = o->expert_cache_bytes,
-                       .tlfu = pol == CACHE_TLFU,
-                       .auto_batch = so.max_batch <= 0};
     df_plan *p = &eng->plan;
-    if (plan_compute(&sz, &rq, p, err)) return -1;
+    if (decide_plan(eng, &so, o->mem_budget, o->trunk_stream, o->expert_cache_bytes, o->cache_policy, &pol, p, err))
+        return -1;
     if (expert_cache_init(&eng->cache, eng->m.cfg.NL, eng->m.cfg.E, (int)p->n_slots, (int)p->n_transient,
                           eng->m.store.slot_bytes, pol))
         return df_err_set(err, DF_ERR_NOMEM, -1, "cannot allocate the expert cache (%llu slots of %zu bytes)",
@@ -173,23 +183,11 @@ int df_plan_model(const char *path, const df_plan_opts *o, df_plan *p, df_model_
         df_session_opts_default(&so);
         if (o->n_ctx > 0) so.n_ctx = o->n_ctx;
         if (o->max_batch > 0) so.max_batch = o->max_batch;
-        plan_sizes sz;
-        enum cache_policy pol = CACHE_LFU;
-        if (expert_cache_policy_parse(o->cache_policy, &pol))
-            rc = df_err_set(err, DF_ERR_ARG, -1, "unknown cache policy \"%s\" (expected lfu, tlfu or lru)",
-                            o->cache_policy);
-        else if (!(rc = engine_sizes(eng, &so, &sz, err))) {
-            plan_request rq = {.budget = o->mem_budget ? o->mem_budget : default_budget(),
-                               .budget_given = o->mem_budget > 0,
-                               .trunk_stream = o->trunk_stream,
-                               .expert_cache_bytes = o->expert_cache_bytes,
-                               .tlfu = pol == CACHE_TLFU,
-                               .auto_batch = so.max_batch <= 0};
-            rc = plan_compute(&sz, &rq, p, err);
-            if (info) {
-                df_engine_info(eng, info);
-                info->n_cache_slots = (int)p->n_slots;
-            }
+        enum cache_policy pol;
+        rc = decide_plan(eng, &so, o->mem_budget, o->trunk_stream, o->expert_cache_bytes, o->cache_policy, &pol, p, err);
+        if (info && (!rc || err->code == DF_ERR_NOMEM)) {
+            df_engine_info(eng, info);
+            info->n_cache_slots = (int)p->n_slots;
         }
     }
     model_unload(&eng->m);
