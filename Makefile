@@ -9,7 +9,7 @@ WERROR  ?= 0
 WARN    := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wpointer-arith \
            -Wcast-qual -Wvla -Wformat=2
 # -ffp-contract=off: the compiler must never fuse a*b+c on its own; kernels
-# use explicit fma so every ISA rounds the same way (see src/kernels.h).
+# use explicit fma so every ISA rounds the same way (see src/kernels/kernels.h).
 CFLAGS_BASE = -std=c11 -ffp-contract=off -fno-fast-math -pthread -MMD -MP $(WARN)
 ifeq ($(DEBUG),1)
   OPT := -O1 -g
@@ -23,7 +23,12 @@ endif
 ifeq ($(WERROR),1)
   WARN += -Werror
 endif
-CFLAGS  = $(CFLAGS_BASE) $(OPT) $(EXTRA_CFLAGS)
+# src/ in folders along the data path, one layer each (HACKING.md, tools/check_layers.sh):
+# base (L0) formats, text (L1) kernels, store (L2) model (L3) engine (L4) app (L5)
+SRC_DIRS := base formats text kernels store model engine app
+INC     := $(SRC_DIRS:%=-Isrc/%)
+vpath %.c $(SRC_DIRS:%=src/%)
+CFLAGS  = $(CFLAGS_BASE) $(OPT) $(INC) $(EXTRA_CFLAGS)
 # util.c defines malloc and friends: every allocation of the process passes
 # the allocation guard (sanitizer builds: a sanitizer allocation hook)
 LDFLAGS := -pthread $(LDSAN)
@@ -58,18 +63,18 @@ HAVE_LLAMA := $(shell test -f $(LLAMA_LIB)/libllama.v0.4.0.so && echo 1)
 
 all: $(BUILD)/deltafin $(BUILD)/k3gen $(if $(HAVE_LLAMA),$(BUILD)/llama_peer)
 
-$(BUILD)/%.o: src/%.c | $(BUILD)
+$(BUILD)/%.o: %.c | $(BUILD)
 	$(CC) $(CFLAGS) $(ISA_DEFS) $(URING_DEFS) -c $< -o $@
-$(BUILD)/kernels_avx2.o: src/kernels_avx2.c | $(BUILD)
+$(BUILD)/kernels_avx2.o: src/kernels/kernels_avx2.c | $(BUILD)
 	$(CC) $(CFLAGS) $(ISA_DEFS) $(AVX2_FLAGS) -c $< -o $@
-$(BUILD)/kernels_avx512.o: src/kernels_avx512.c | $(BUILD)
+$(BUILD)/kernels_avx512.o: src/kernels/kernels_avx512.c | $(BUILD)
 	$(CC) $(CFLAGS) $(ISA_DEFS) $(AVX512_FLAGS) -c $< -o $@
 
 # The AVX-512 kernels once more over SIMDe (portable AVX-512), linked into
 # test_kernels only: machines without AVX-512 still check that file.
 HAVE_SIMDE := $(shell test -f /usr/include/simde/x86/avx512.h && echo 1)
 ifeq ($(HAVE_SIMDE),1)
-$(BUILD)/kernels_avx512_simde.o: src/kernels_avx512.c | $(BUILD)
+$(BUILD)/kernels_avx512_simde.o: src/kernels/kernels_avx512.c | $(BUILD)
 	$(CC) $(CFLAGS) -DDF_AVX512_SIMDE -Wno-missing-prototypes -c $< -o $@
 $(BUILD)/tests/test_kernels: $(BUILD)/tests/test_kernels.o $(BUILD)/tests/harness.o $(BUILD)/kernels_avx512_simde.o $(BUILD)/libdeltafin.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
@@ -88,7 +93,7 @@ $(BUILD)/k3gen: tools/k3gen.c | $(BUILD)
 
 # JSONL corpus -> uint16 token ids through the engine's tokenizer + chat template
 $(BUILD)/corpus_ids: tools/corpus_ids.c $(BUILD)/libdeltafin.a
-	$(CC) $(CFLAGS) -Isrc $(LDFLAGS) -o $@ $< $(BUILD)/libdeltafin.a $(LDLIBS)
+	$(CC) $(CFLAGS) $(INC) $(LDFLAGS) -o $@ $< $(BUILD)/libdeltafin.a $(LDLIBS)
 
 # llama.cpp v0.4.0 prebuilt (npm @node-llama-cpp/linux-x64, pinned in
 # tests/llama/package-lock.json): the logits oracle and the speed peer.
@@ -99,7 +104,7 @@ $(BUILD)/llama_peer: tools/llama_peer.c | $(BUILD)
 	    -l:libllama.v0.4.0.so -l:libggml.v0.4.0.so -lggml-base -Wl,-rpath,$(abspath $(LLAMA_LIB))
 
 $(BUILD)/tests/%.o: tests/%.c | $(BUILD)/tests
-	$(CC) $(CFLAGS) -Isrc -Itests -c $< -o $@
+	$(CC) $(CFLAGS) $(INC) -Itests -c $< -o $@
 $(BUILD)/tests/%: $(BUILD)/tests/%.o $(BUILD)/tests/harness.o $(BUILD)/libdeltafin.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) -lutil
 
@@ -138,17 +143,18 @@ FUZZ_CC ?= clang
 fuzz: $(FUZZ_TARGETS:%=build-fuzz/%)
 FUZZ_SRC := util file json json_write safetensors model model_gguf quant mathfn expert_store kernels_ref kernels_avx2 \
             kernels_avx512 tokenizer chat_template gguf sampler
-build-fuzz/%: fuzz/%.c $(FUZZ_SRC:%=src/%.c)
+FUZZ_PATHS = $(foreach f,$(FUZZ_SRC),$(wildcard $(SRC_DIRS:%=src/%/$(f).c)))
+build-fuzz/%: fuzz/%.c $(FUZZ_PATHS)
 	mkdir -p build-fuzz
-	$(FUZZ_CC) -std=c11 -g -O1 -ffp-contract=off -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -Isrc -o $@ $< \
-	    $(FUZZ_SRC:%=src/%.c) -pthread -lm -lpcre2-8
+	$(FUZZ_CC) -std=c11 -g -O1 -ffp-contract=off -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all $(INC) -o $@ $< \
+	    $(FUZZ_PATHS) -pthread -lm -lpcre2-8
 build-fuzz/fuzz_chat_render: fuzz/fuzz_chat_parser.c
 # only what validation needs: no HTTP, worker, engine or command line to stub
-SERVER_SRC := src/server_request.c src/server_emit.c
-build-fuzz/fuzz_server_request: fuzz/fuzz_server_request.c $(SERVER_SRC) $(FUZZ_SRC:%=src/%.c)
+SERVER_SRC := src/app/server_request.c src/app/server_emit.c
+build-fuzz/fuzz_server_request: fuzz/fuzz_server_request.c $(SERVER_SRC) $(FUZZ_PATHS)
 	mkdir -p build-fuzz
-	$(FUZZ_CC) -std=c11 -g -O1 -ffp-contract=off -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -Isrc -o $@ $< \
-	    $(SERVER_SRC) $(FUZZ_SRC:%=src/%.c) -pthread -lm -lpcre2-8 -lmicrohttpd
+	$(FUZZ_CC) -std=c11 -g -O1 -ffp-contract=off -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all $(INC) -o $@ $< \
+	    $(SERVER_SRC) $(FUZZ_PATHS) -pthread -lm -lpcre2-8 -lmicrohttpd
 # Run each target for FUZZ_SECONDS on a scratch copy of its seed corpus.
 fuzz-run: fuzz
 	for t in $(FUZZ_TARGETS); do rm -rf build-fuzz/corpus-$$t && cp -r fuzz/corpus/$$t build-fuzz/corpus-$$t && \
@@ -173,7 +179,7 @@ fuzz-long: $(FUZZ_LONG_TARGETS:%=build-fuzz/%)
 	        "$$(( $$(ls fuzz/corpus/$$t | wc -l) - n0 )) merged into fuzz/corpus/$$t ($$(du -sb fuzz/corpus/$$t | cut -f1) bytes)"; done
 
 $(BUILD)/bench_core: bench/bench_core.c $(BUILD)/libdeltafin.a | $(BUILD)
-	$(CC) $(CFLAGS) -Isrc $(LDFLAGS) -o $@ $< $(BUILD)/libdeltafin.a $(LDLIBS)
+	$(CC) $(CFLAGS) $(INC) $(LDFLAGS) -o $@ $< $(BUILD)/libdeltafin.a $(LDLIBS)
 
 # tiktoken (npm) as the oracle for the tokenizer: needs node and
 # `npm ci --prefix tests/oracle` (.ci/run does both)
@@ -195,11 +201,11 @@ bench: all $(BUILD)/bench_core
 	bench/bench_core.sh
 
 format:
-	clang-format -i src/*.c src/*.h tests/*.c tests/*.h tools/*.c bench/*.c fuzz/*.c
+	clang-format -i src/*/*.c src/*/*.h tests/*.c tests/*.h tools/*.c bench/*.c fuzz/*.c
 
 lint:
 	cppcheck --quiet --enable=warning,performance,portability --std=c11 --error-exitcode=1 \
-	    --suppress=missingIncludeSystem -Isrc src tests tools
+	    --suppress=missingIncludeSystem $(INC) src tests tools
 
 clean:
 	rm -rf build build-san build-fuzz

@@ -51,7 +51,7 @@ for n in $lens; do
         awk -v n="$n" -v b="$b" -v c="$c" -v t="$t" -v by="$by" -v u="$u" -v r="$r" 'BEGIN {
             printf "%-7s %-7s %7s %10.2f %12.1f %14d %12d %12.2f\n", n, b, c, t, by / 1048576, u, r, u ? r / u : 0 }'
     done
-    awk -v a="${ttft[32]}" -v b="${ttft[auto]}" -v n="$n" 'BEGIN { printf "%-7s time to first token, batch 32 / auto: %.2fx\n", n, b > 0 ? a / b : 0 }'
+    awk -v a="${ttft[32]}" -v b="${ttft[auto]}" -v n="$n" 'BEGIN { printf "%-7s time to first token, batch 32 / auto: %.2fx\n", n, (b > 0 ? a / b : 0) }'
 done
 if [ "$want_llama" = 1 ]; then
     last=${lens##* }

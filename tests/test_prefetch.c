@@ -1,4 +1,4 @@
-/* test_prefetch.c - the prefetch timing controller (src/prefetch_timing.c)
+/* test_prefetch.c - the prefetch timing controller (src/store/prefetch_timing.c)
  * on synthetic decode-step times: it keeps the prefetch where it pays and
  * turns it off where it costs, also when the times drift (a cache warming
  * up from cold, a disk getting slower) while it measures. */

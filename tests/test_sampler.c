@@ -1,4 +1,4 @@
-/* test_sampler.c - src/sampler.c: greedy is the first maximum, a seed
+/* test_sampler.c - src/text/sampler.c: greedy is the first maximum, a seed
  * repeats its draws, the draws follow softmax(logits / T), top-k and top-p
  * keep exactly the ids they should, and the allocation-free nucleus order
  * equals a plain sort's. */

@@ -9,9 +9,9 @@
  * SSE event and body must be valid JSON with the expected fields.
  * Built and run by run_server_tests.sh (needs build/libdeltafin.a).
  */
-#include "../../src/server.c"
-#include "../../src/server_emit.c"
-#include "../../src/server_request.c"
+#include "../../src/app/server.c"
+#include "../../src/app/server_emit.c"
+#include "../../src/app/server_request.c"
 #include "harness.h"
 
 /* cli.c's helpers, which server.c's command uses (not reached here) */
