@@ -43,12 +43,30 @@ class Data:
         self.V = V
         self.rng = np.random.default_rng(seed)
 
-    def batch(self, B, T, rng=None):
+    def conversation_starts(self, open_id, end_id, system_role, user_role):
+        """offsets of chat conversation starts: a message `<|open|>message role="system"|"user"`
+        right after an `<|end_of_msg|>` whose own message was not a system message."""
+        a = np.asarray(self.a)
+        starts = np.where((a[1:-4] == open_id) & (a[:-5] == end_id))[0] + 1
+        role = a[starts + 4]
+        starts = starts[(role == system_role) | (role == user_role)]
+        msg_starts = np.where((a[1:-4] == open_id) & (a[:-5] == end_id))[0] + 1
+        # previous message start for each start
+        j = np.searchsorted(msg_starts, starts) - 1
+        prev_role = np.where(j >= 0, a[msg_starts[np.maximum(j, 0)] + 4], -1)
+        self.conv = starts[prev_role != system_role]
+        self.conv = self.conv[self.conv < len(a) - 300]
+        return self.conv
+
+    def batch(self, B, T, rng=None, chat_frac=0.0):
         rng = rng or self.rng
         if self.a is None:
             x = torch.from_numpy(rng.integers(0, self.V, size=(B, T + 1)).astype(np.int64))
             return x, torch.ones(B, T)
         off = rng.integers(0, len(self.a) - T - 1, size=B)
+        if chat_frac > 0:
+            pick = rng.random(B) < chat_frac
+            off = np.where(pick, self.conv[rng.integers(0, len(self.conv), size=B)], off)
         x = torch.from_numpy(np.stack([np.asarray(self.a[o:o + T + 1]) for o in off]).astype(np.int64))
         if self.m is None:
             return x, torch.ones(B, T)
@@ -100,6 +118,8 @@ def main():
     ap.add_argument("--init-from", default="", help="start from the weights of a checkpoint (no optimizer state)")
     ap.add_argument("--distill-from", default="", help="teacher checkpoint (KL on its logits + LM loss)")
     ap.add_argument("--no-mask", action="store_true", help="train on every id (ignore the .mask files)")
+    ap.add_argument("--chat-frac", type=float, default=0.0,
+                    help="fraction of training windows that start at a chat conversation start")
     ap.add_argument("--max-steps", type=int, default=0)
     args = ap.parse_args()
 
@@ -155,6 +175,10 @@ def main():
     val = Data(None if args.random_data else args.val, V, 999, not args.no_mask)
     if state is not None and np_rng_state is not None:
         train.rng.bit_generator.state = np_rng_state
+    if args.chat_frac > 0:
+        V0 = V - 256
+        n = len(train.conversation_starts(V0 + 3, V0 + 2, 301, 303))
+        log("chat-frac %.2f: %d conversation starts" % (args.chat_frac, n))
 
     budget = args.minutes * 60.0
     t_last = time.time()
@@ -185,7 +209,7 @@ def main():
             model.set_qat(qat_on)
             log("MXFP4 QAT", "on" if qat_on else "off", "at step", step)
 
-        xb = train.batch(args.batch, args.seq)
+        xb = train.batch(args.batch, args.seq, chat_frac=args.chat_frac)
         if teacher is None:
             loss = lm_loss(model, xb)
         else:
