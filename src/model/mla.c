@@ -68,7 +68,35 @@ static void mla_heads(void *vctx, size_t h0, size_t h1, int worker)
             }
             int n = s->pos + t + 1;
             double mx = -INFINITY;
-            for (int p = 0; p < n; p++) {
+            int p = 0;
+            /* four cached positions at a time: four independent sums, each
+             * in the same j order as one position alone (bit-identical; the
+             * chains overlap instead of waiting on one add's latency) */
+            for (; p + 4 <= n; p += 4) {
+                const float *r0 = c->cache + (size_t)p * row_w, *r1 = r0 + row_w, *r2 = r1 + row_w, *r3 = r2 + row_w;
+                double a0 = 0.0, a1 = 0.0, a2 = 0.0, a3 = 0.0;
+                for (int j = 0; j < Rkv; j++) {
+                    double q = (double)q_abs[j];
+                    a0 += q * r0[j];
+                    a1 += q * r1[j];
+                    a2 += q * r2[j];
+                    a3 += q * r3[j];
+                }
+                for (int j = 0; j < dr; j++) {
+                    double q = (double)qr[j];
+                    a0 += q * r0[Rkv + j];
+                    a1 += q * r1[Rkv + j];
+                    a2 += q * r2[Rkv + j];
+                    a3 += q * r3[Rkv + j];
+                }
+                sc[p] = (float)a0 * scale;
+                sc[p + 1] = (float)a1 * scale;
+                sc[p + 2] = (float)a2 * scale;
+                sc[p + 3] = (float)a3 * scale;
+                for (int i = 0; i < 4; i++)
+                    if (sc[p + i] > mx) mx = sc[p + i];
+            }
+            for (; p < n; p++) {
                 const float *row = c->cache + (size_t)p * row_w;
                 double acc = 0.0;
                 for (int j = 0; j < Rkv; j++) acc += (double)q_abs[j] * row[j];
@@ -77,13 +105,13 @@ static void mla_heads(void *vctx, size_t h0, size_t h1, int worker)
                 if (sc[p] > mx) mx = sc[p];
             }
             double sum = 0.0;
-            for (int p = 0; p < n; p++) {
+            for (p = 0; p < n; p++) {
                 sc[p] = (float)df_exp((double)sc[p] - mx);
                 sum += sc[p];
             }
             float inv = (float)(1.0 / sum);
             for (int j = 0; j < Rkv; j++) ctx[j] = 0.0f;
-            for (int p = 0; p < n; p++) {
+            for (p = 0; p < n; p++) {
                 const float *row = c->cache + (size_t)p * row_w;
                 float pp = sc[p] * inv;
                 for (int j = 0; j < Rkv; j++) ctx[j] += pp * row[j];
