@@ -88,8 +88,8 @@ $(BUILD)/deltafin: $(BUILD)/cli.o $(BUILD)/options.o $(BUILD)/cli_bench.o $(BUIL
                   $(BUILD)/server_request.o $(BUILD)/server_emit.o $(BUILD)/libdeltafin.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
-$(BUILD)/k3gen: tools/k3gen.c | $(BUILD)
-	$(CC) -std=c11 -O2 -Wall -Wextra $(if $(filter 1,$(WERROR)),-Werror) $(EXTRA_CFLAGS) -o $@ $< -lm
+$(BUILD)/k3gen: $(wildcard tools/k3gen/*.c) tools/k3gen/k3gen.h | $(BUILD)
+	$(CC) -std=c11 -O2 -Wall -Wextra -Wmissing-prototypes $(if $(filter 1,$(WERROR)),-Werror) $(EXTRA_CFLAGS) -o $@ $(filter %.c,$^) -lm
 
 # JSONL corpus -> uint16 token ids through the engine's tokenizer + chat template
 $(BUILD)/corpus_ids: tools/corpus_ids.c $(BUILD)/libdeltafin.a
