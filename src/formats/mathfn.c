@@ -170,3 +170,18 @@ double l2norm(const float *x, int n)
     for (int i = 0; i < n; i++) ss += (double)x[i] * (double)x[i];
     return sqrt(ss);
 }
+
+int df_topk(const float *v, int n, int k, int *ids)
+{
+    int m = 0;
+    for (int i = 0; i < n; i++) {
+        if (m == k && (!m || !(v[i] > v[ids[m - 1]]))) continue;
+        int p = m < k ? m++ : m - 1;
+        while (p > 0 && v[ids[p - 1]] < v[i]) {
+            ids[p] = ids[p - 1];
+            p--;
+        }
+        ids[p] = i;
+    }
+    return m;
+}

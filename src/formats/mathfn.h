@@ -30,5 +30,10 @@ void df_situ_n(const float *g, const float *u, size_t n, float b1, float b2, flo
 void rmsnorm(const float *x, const float *w, int n, float eps, float *y);
 /* L2 norm of a vector, double sum in order (debug / tests). */
 double l2norm(const float *x, int n);
+/* The k largest of v[0..n) (k <= n): their indices in ids[0..k), in
+ * descending order of value, ties to the lower index.  The one top-k of the
+ * project: the router's routes and predictions, the sampler's logprob
+ * alternatives.  Returns k (fewer when n < k). */
+int df_topk(const float *v, int n, int k, int *ids);
 
 #endif

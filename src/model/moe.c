@@ -48,17 +48,9 @@ static void route(const k3_config *c, const float *logits, const float *bias, in
         sig[e] = df_sigmoidf(logits[e]);
         choice[e] = sig[e] + bias[e];
     }
+    df_topk(choice, c->E, c->k, ids);
     double sum = 0.0;
-    for (int j = 0; j < c->k; j++) {
-        int best = -1;
-        for (int e = 0; e < c->E; e++) {
-            if (choice[e] == -INFINITY) continue;
-            if (best < 0 || choice[e] > choice[best]) best = e;
-        }
-        ids[j] = best;
-        choice[best] = -INFINITY;
-        sum += sig[best];
-    }
+    for (int j = 0; j < c->k; j++) sum += sig[ids[j]];
     for (int j = 0; j < c->k; j++) w[j] = (float)((double)sig[ids[j]] / (sum + 1e-20) * (double)c->rsf);
 }
 

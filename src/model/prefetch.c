@@ -74,13 +74,11 @@ void prefetch_after_layer(const model_ctx *eng, session_bufs *s, int il, int T, 
     for (int t = 0; t < T; t++) {
         float *choice = s->big2;
         for (int e = 0; e < E; e++) choice[e] = df_sigmoidf(s->big1[(size_t)t * E + e]) + N->router_bias[e];
-        for (int j = 0; j < npf; j++) {
-            int best = -1;
-            for (int e = 0; e < E; e++)
-                if (choice[e] > -INFINITY && (best < 0 || choice[e] > choice[best])) best = e;
-            choice[best] = -INFINITY;
-            if (!pred[best]) {
-                pred[best] = 1;
+        int *top = s->uniq_first; /* [T*k] >= npf ints; free between layers */
+        int got = df_topk(choice, E, npf, top);
+        for (int j = 0; j < got; j++) {
+            if (!pred[top[j]]) {
+                pred[top[j]] = 1;
                 n_pred++;
             }
         }

@@ -1,5 +1,6 @@
 /* sampler.c - see sampler.h. */
 #include "sampler.h"
+#include "mathfn.h"
 #include "util.h"
 
 #include <math.h>
@@ -122,14 +123,4 @@ double sampler_logsumexp(const float *lg, int V)
     return m + log(sum);
 }
 
-int sampler_top_ids(const float *lg, int V, int k, int *top)
-{
-    int n = 0;
-    for (int i = 0; i < V; i++) {
-        if (n == k && (!n || lg[i] <= lg[top[n - 1]])) continue;
-        int p = n < k ? n++ : n - 1;
-        while (p > 0 && lg[top[p - 1]] < lg[i]) top[p] = top[p - 1], p--;
-        top[p] = i;
-    }
-    return n;
-}
+int sampler_top_ids(const float *lg, int V, int k, int *top) { return df_topk(lg, V, k, top); }
