@@ -11,7 +11,7 @@
 # The model is K3-shaped (k3gen, MXFP4 experts hold most of the bytes) and
 # --mem keeps deltafin's expert cache far below the experts it needs, as on
 # a machine where the model is several times the memory.  Env: BENCH_PRESET
-# (default bench1g, ~1.2 GB), BENCH_MEM (default 400M), BENCH_LENS (default
+# (default bench1g, ~1.2 GB), BENCH_MEM (default 600M), BENCH_LENS (default
 # "128 512 2048"), BENCH_THREADS, BENCH_DIR / BENCH_KEEP (the scratch model,
 # a temp dir under /var/tmp deleted afterwards unless BENCH_KEEP=1),
 # BENCH_LLAMA=0 to skip llama.cpp.
@@ -22,7 +22,7 @@ dir=${BENCH_DIR:-$(mktemp -d /var/tmp/deltafin-prefill.XXXXXX)}
 cleanup() { [ "${BENCH_KEEP:-0}" = 1 ] || rm -rf "$dir"; }
 trap cleanup EXIT
 threads=${BENCH_THREADS:-$(nproc)}
-mem=${BENCH_MEM:-400M}
+mem=${BENCH_MEM:-600M}
 lens=${BENCH_LENS:-"128 512 2048"}
 preset=${BENCH_PRESET:-bench1g}
 want_llama=${BENCH_LLAMA:-1}

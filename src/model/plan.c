@@ -10,8 +10,8 @@
  *   cache   = what is left (capped at every expert), or --expert-cache,
  *             which must fit beside the rest (refused otherwise).
  *   batch   = (--batch auto) the prompt chunk: 32 when every expert and the
- *             trunk stay in memory; otherwise as many positions as a quarter
- *             of the cache's share pays for (up to PLAN_BATCH_MAX and the
+ *             trunk stay in memory; otherwise as many positions as half of
+ *             the cache's share pays for (up to PLAN_BATCH_MAX and the
  *             context), because a chunk reads each needed expert and the
  *             streamed trunk once for all its positions: a prompt read in
  *             32-position chunks reads its experts again for every chunk.
@@ -89,8 +89,10 @@ int plan_compute(const plan_sizes *sz0, const plan_request *rq, df_plan *p, df_e
         p->batch_auto = 1;
         return 0;
     }
-    /* grow the chunk into a quarter of what the cache got (and what is unused) */
-    uint64_t room = (p->budget - p->used + p->cache_bytes) / 4;
+    /* grow the chunk into half of what the cache got (and what is unused):
+     * a prompt chunk reads each needed expert once, so for a prompt a
+     * larger chunk saves far more reads than the same bytes of cache would */
+    uint64_t room = (p->budget - p->used + p->cache_bytes) / 2;
     uint64_t grow = room / sz.scratch_per_row;
     uint64_t want = (uint64_t)T + grow;
     if (want > PLAN_BATCH_MAX) want = PLAN_BATCH_MAX;
