@@ -1,6 +1,7 @@
 /* util.c - CHECK, x-allocators, error helpers, allocation guard, clock, log.
  *
- * Also the UTF-8 character rules shared by the JSON reader and the server.
+ * Also the one definition of a UTF-8 character (Unicode table 3-7, maximal
+ * subparts for repair) that the JSON reader, the tokenizer and the server share.
  *
  * The allocation guard.  The token loop runs on the evaluating thread and on
  * the pool's and the I/O queue's workers, so the guard has a process-wide
@@ -250,24 +251,60 @@ void df_err_clear(df_error *err)
     err->msg[0] = 0;
 }
 
+/* Bytes allowed after the lead byte of a multi-byte sequence (Unicode table
+ * 3-7: no overlongs, no surrogates, nothing above U+10FFFF). */
+int utf8_second_ok(unsigned char lead, unsigned char b)
+{
+    switch (lead) {
+    case 0xe0: return b >= 0xa0 && b <= 0xbf;
+    case 0xed: return b >= 0x80 && b <= 0x9f;
+    case 0xf0: return b >= 0x90 && b <= 0xbf;
+    case 0xf4: return b >= 0x80 && b <= 0x8f;
+    default: return b >= 0x80 && b <= 0xbf;
+    }
+}
+
+/* Length of the sequence a lead byte starts; 0 for a byte that cannot start one. */
+int utf8_need(unsigned char lead)
+{
+    if (lead < 0x80) return 1;
+    if (lead >= 0xc2 && lead <= 0xdf) return 2;
+    if (lead >= 0xe0 && lead <= 0xef) return 3;
+    if (lead >= 0xf0 && lead <= 0xf4) return 4;
+    return 0;
+}
+
+/* Length of the well-formed character at s[0..n), or 0 when s starts with an
+ * ill-formed or truncated sequence; *sub gets the length of its maximal
+ * subpart (the bytes one U+FFFD replaces, >= 1). */
+int utf8_char(const unsigned char *s, size_t n, int *sub)
+{
+    int need = utf8_need(s[0]);
+    *sub = 1;
+    if (need == 1) return 1;
+    if (need == 0) return 0;
+    int k = 1;
+    while (k < need && (size_t)k < n && (k == 1 ? utf8_second_ok(s[0], s[1]) : (s[k] & 0xc0) == 0x80)) k++;
+    *sub = k;
+    return k == need ? need : 0;
+}
+
+uint32_t utf8_cp(const unsigned char *s, int len)
+{
+    switch (len) {
+    case 1: return s[0];
+    case 2: return (uint32_t)(s[0] & 0x1f) << 6 | (s[1] & 0x3f);
+    case 3: return (uint32_t)(s[0] & 0x0f) << 12 | (uint32_t)(s[1] & 0x3f) << 6 | (s[2] & 0x3f);
+    default:
+        return (uint32_t)(s[0] & 0x07) << 18 | (uint32_t)(s[1] & 0x3f) << 12 | (uint32_t)(s[2] & 0x3f) << 6 |
+               (s[3] & 0x3f);
+    }
+}
+
 size_t utf8_char_len(const unsigned char *s, size_t n)
 {
-    unsigned c = s[0];
-    if (c < 0x80) return 1;
-    size_t len;
-    unsigned min;
-    if (c >= 0xC2 && c <= 0xDF) len = 2, min = 0x80;
-    else if (c >= 0xE0 && c <= 0xEF) len = 3, min = 0x800;
-    else if (c >= 0xF0 && c <= 0xF4) len = 4, min = 0x10000;
-    else return 0;
-    if (n < len) return 0;
-    unsigned cp = c & (0x7Fu >> len);
-    for (size_t k = 1; k < len; k++) {
-        if ((s[k] & 0xC0) != 0x80) return 0;
-        cp = (cp << 6) | (s[k] & 63u);
-    }
-    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
-    return len;
+    int sub;
+    return (size_t)utf8_char(s, n, &sub);
 }
 
 int utf8_valid(const char *s, size_t n)

@@ -58,11 +58,22 @@ void df_err_prefix(df_error *err, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 void df_err_clear(df_error *err);
 
-/* UTF-8 (the one definition server.c and json.c use): the length (1..4) of
+/* UTF-8 (the one definition: json.c, tokenizer.c, the server): the length (1..4) of
  * the well-formed character at s, of which n >= 1 bytes are readable, or 0
  * when s does not start one (bad lead or continuation, overlong, surrogate,
  * above U+10FFFF, cut short). */
 size_t utf8_char_len(const unsigned char *s, size_t n);
+/* The same test with the repair information the tokenizer needs (Python's
+ * decode(errors="replace")): the length of the well-formed character at
+ * s[0..n), or 0; *sub gets the length of the maximal subpart one U+FFFD
+ * replaces (>= 1). */
+int utf8_char(const unsigned char *s, size_t n, int *sub);
+/* The sequence length a lead byte starts (1..4), 0 for a byte that cannot
+ * start one; the code point of a well-formed character of len bytes. */
+int utf8_need(unsigned char lead);
+/* May b follow the lead byte of a multi-byte sequence (Unicode table 3-7)? */
+int utf8_second_ok(unsigned char lead, unsigned char b);
+uint32_t utf8_cp(const unsigned char *s, int len);
 /* 1 when s[0..n) is well-formed UTF-8. */
 int utf8_valid(const char *s, size_t n);
 /* Where to cut s[0..n) to at most max bytes without splitting a character:

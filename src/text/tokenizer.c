@@ -104,56 +104,6 @@ static int py_isspace(uint32_t c)
            c == 0x2029 || c == 0x202f || c == 0x205f || c == 0x3000;
 }
 
-/* Bytes allowed after the lead byte of a multi-byte sequence (Unicode table
- * 3-7: no overlongs, no surrogates, nothing above U+10FFFF). */
-static int utf8_second_ok(unsigned char lead, unsigned char b)
-{
-    switch (lead) {
-    case 0xe0: return b >= 0xa0 && b <= 0xbf;
-    case 0xed: return b >= 0x80 && b <= 0x9f;
-    case 0xf0: return b >= 0x90 && b <= 0xbf;
-    case 0xf4: return b >= 0x80 && b <= 0x8f;
-    default: return b >= 0x80 && b <= 0xbf;
-    }
-}
-
-/* Length of the sequence a lead byte starts; 0 for a byte that cannot start one. */
-static int utf8_need(unsigned char lead)
-{
-    if (lead < 0x80) return 1;
-    if (lead >= 0xc2 && lead <= 0xdf) return 2;
-    if (lead >= 0xe0 && lead <= 0xef) return 3;
-    if (lead >= 0xf0 && lead <= 0xf4) return 4;
-    return 0;
-}
-
-/* Length of the well-formed character at s[0..n), or 0 when s starts with an
- * ill-formed or truncated sequence; *sub gets the length of its maximal
- * subpart (the bytes one U+FFFD replaces, >= 1). */
-static int utf8_char(const unsigned char *s, size_t n, int *sub)
-{
-    int need = utf8_need(s[0]);
-    *sub = 1;
-    if (need == 1) return 1;
-    if (need == 0) return 0;
-    int k = 1;
-    while (k < need && (size_t)k < n && (k == 1 ? utf8_second_ok(s[0], s[1]) : (s[k] & 0xc0) == 0x80)) k++;
-    *sub = k;
-    return k == need ? need : 0;
-}
-
-static uint32_t utf8_cp(const unsigned char *s, int len)
-{
-    switch (len) {
-    case 1: return s[0];
-    case 2: return (uint32_t)(s[0] & 0x1f) << 6 | (s[1] & 0x3f);
-    case 3: return (uint32_t)(s[0] & 0x0f) << 12 | (uint32_t)(s[1] & 0x3f) << 6 | (s[2] & 0x3f);
-    default:
-        return (uint32_t)(s[0] & 0x07) << 18 | (uint32_t)(s[1] & 0x3f) << 12 | (uint32_t)(s[2] & 0x3f) << 6 |
-               (s[3] & 0x3f);
-    }
-}
-
 /* Offset of the first ill-formed byte, or n when s is valid UTF-8. */
 static size_t utf8_valid_prefix(const unsigned char *s, size_t n)
 {
