@@ -88,7 +88,7 @@ static void status_text(const gen_ctx *g, char *buf, size_t n)
     df_engine_stats(g->eng, &st);
     uint64_t uses = st.expert_hits + st.expert_misses;
     snprintf(buf, n, "%d tokens, %.2f tok/s, first token %.2f s, context %d/%d, expert hits %.0f%%", g->gen_tokens,
-             dec, g->t_first > 0 ? g->t_first - g->t_start : t - g->t_start, df_session_pos(g->s), g->a->ctx_cap,
+             dec, g->t_first > 0 ? g->t_first - g->t_start : t - g->t_start, df_session_pos(g->s), df_session_n_ctx(g->s),
              uses ? 100.0 * st.expert_hits / uses : 0.0);
 }
 
@@ -160,7 +160,7 @@ static int generate(gen_ctx *g, int chat, int repl)
             fwrite(g->dbuf, 1, n, stdout);
             fflush(stdout);
         }
-        room = df_session_pos(g->s) + 1 < g->a->ctx_cap;
+        room = df_session_pos(g->s) + 1 < df_session_n_ctx(g->s);
         g->gen_ids[g->gen_tokens - 1] = next;
         if (feed(g, &next, 1, g->logits) || sink_write(&g->sink, g->logits, 1)) return -1;
         status_update(g, 0);
@@ -215,9 +215,6 @@ static int setup_engine(gen_ctx *g, run_args *a)
         return -1;
     }
     g->s = open_session(g->eng, a);
-    df_session_opts d;
-    df_session_opts_default(&d);
-    a->ctx_cap = a->ctx_plan ? a->ctx_plan : a->ctx ? a->ctx : d.n_ctx;
     g->logits = malloc((size_t)g->info.vocab * sizeof(float));
     g->dcap = tok_decoder_max_out(g->tok) + 16;
     g->dbuf = malloc(g->dcap);
@@ -292,9 +289,9 @@ static int start_reply(gen_ctx *g)
         return -1;
     }
     chat_parser_reset(g->parser, !g->a->no_think);
-    if (df_session_pos(g->s) + (int)g->n_ids >= g->a->ctx_cap) {
+    if (df_session_pos(g->s) + (int)g->n_ids >= df_session_n_ctx(g->s)) {
         fprintf(stderr, "deltafin: the conversation is full (%d of %d tokens); /reset to start over\n",
-                df_session_pos(g->s), g->a->ctx_cap);
+                df_session_pos(g->s), df_session_n_ctx(g->s));
         return 1;
     }
     g->t_start = now();
@@ -369,7 +366,7 @@ static void print_stats(gen_ctx *g)
     df_engine_stats(g->eng, &st);
     double dt = g->t_end - g->t_first;
     uint64_t uses = st.expert_hits + st.expert_misses;
-    printf("context: %d of %d tokens\n", df_session_pos(g->s), g->a->ctx_cap);
+    printf("context: %d of %d tokens\n", df_session_pos(g->s), df_session_n_ctx(g->s));
     printf("last reply: %d tokens, %.2f tok/s, first token after %.2f s (prompt %d tokens)\n", g->gen_tokens,
            g->gen_tokens > 1 && dt > 0 ? (g->gen_tokens - 1) / dt : 0.0, g->t_first - g->t_start, g->prompt_tokens);
     printf("experts: %.1f%% hits, %.1f MiB read, %.2f s waiting for I/O\n", uses ? 100.0 * st.expert_hits / uses : 0.0,

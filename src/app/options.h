@@ -23,7 +23,6 @@ typedef struct {
     const char *prompt, *system, *effort, *decode, *text;
     int chat, no_think, special;
     int trunk_stream;
-    int ctx_cap;   /* the session's context capacity (set when it is created) */
     int preload;    /* --preload: 1 on, -1 off, 0 auto */
     int bench_json; /* run: one JSON line of timings and disk reads (bench --vs-llama) */
     int ctx_plan;   /* the context the engine is planned for (context_for), 0 = --ctx or the default */

@@ -213,13 +213,6 @@ static int heat_check_writable(const char *path, df_error *err)
     return 0;
 }
 
-static uint64_t expert_moe_count(const df_engine *eng)
-{
-    uint64_t n = 0;
-    for (int il = 0; il < eng->m.cfg.NL; il++) n += eng->m.cfg.layer_moe[il] ? (uint64_t)eng->m.cfg.E : 0;
-    return n;
-}
-
 /* hottest first, ties by key (qsort_r: the counts are an argument, not a global) */
 static int cmp_heat(const void *a, const void *b, void *counts)
 {
@@ -254,8 +247,7 @@ static int preload_all(df_engine *eng, int verbose, df_error *err)
     long done = read_into_cache(eng, keys, n, err);
     free(keys);
     if (done < 0) return -1;
-    eng->all_resident = (size_t)done == n && (uint64_t)eng->cache.n_slots >= expert_moe_count(eng);
-    eng->mc.all_resident = eng->all_resident;
+    eng->mc.all_resident = (size_t)done == n && (uint64_t)eng->cache.n_slots >= eng->plan.n_experts;
     double dt = now_sec() - t0;
     if (verbose)
         df_log("preloaded all %ld experts (%.2f GiB in %.2f s, %.2f GB/s)", done,
@@ -329,7 +321,6 @@ int df_engine_open(const char *model_dir, const df_engine_opts *opts, df_engine 
         df_engine_close(eng);
         return -1;
     }
-    eng->quiet = opts->quiet;
     eng->mc = (model_ctx){.cfg = eng->m.cfg, .layers = eng->m.layers, .pool = eng->pool, .kt = eng->kt,
                           .cache = &eng->cache, .store = &eng->m.store, .pf = &eng->pf, .io_depth = eng->m.io_depth,
                           .quiet = opts->quiet, .trunk_streamed = eng->ts.on, .trunk_ready = trunk_ready, .eng = eng};
@@ -348,7 +339,7 @@ int df_engine_open(const char *model_dir, const df_engine_opts *opts, df_engine 
         }
     }
     if (opts->preload > 0 || (opts->preload == 0 && !eng->ts.on &&
-                              (uint64_t)eng->cache.n_slots >= (uint64_t)expert_moe_count(eng))) {
+                              (uint64_t)eng->cache.n_slots >= eng->plan.n_experts)) {
         if (preload_all(eng, !opts->quiet, err)) {
             df_engine_close(eng);
             return -1;
@@ -806,7 +797,7 @@ static int forward_chunk(df_session *s, const int32_t *ids, int T, float *logits
         fprintf(eng->events, "]}\n");
         fflush(eng->events);
     }
-    prefetch_step_timed(&eng->pf, T, now_sec() - t_start, eng->quiet);
+    prefetch_step_timed(&eng->pf, T, now_sec() - t_start, eng->mc.quiet);
     s->b.pos += T;
     eng->tokens += (uint64_t)T;
     /* predictions may still be reading: they are taken in by later waits

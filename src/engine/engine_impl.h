@@ -50,11 +50,8 @@ struct df_engine {
     FILE *events;             /* per-call JSON lines (--events), or NULL */
     char *events_buf;
     double *layer_sec;        /* [NL] time of each layer in the last call (events) */
-    int quiet;
     prefetch pf;              /* the router look-ahead prefetch (prefetch.c) */
     prompt_stats prompt;      /* the last multi-position eval */
-    int all_resident;         /* every routed expert was preloaded and the cache holds them all:
-                               * nothing is ever read again, so nothing is predicted */
     char *trace_buf;
     df_plan plan;             /* plan.c's decision, acted on at open */
     uint64_t session_room;    /* bytes sessions may take: the planned one + the plan's unused part */

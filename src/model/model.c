@@ -356,39 +356,30 @@ int model_map_mat(k3_model *eng, int layer, int shard, uint64_t off, uint64_t nb
                   int cols, const char *name, wmat *out, df_error *err)
 {
     shard_map *sm = &eng->shards[shard];
-    if (eng->headers_only) {
-        /* df_plan_model: sizes only, nothing mapped */
-        eng->trunk_mapped_bytes += nbytes;
-        if (layer < 0) eng->embed_bytes = nbytes;
-        if (eng->n_trunk == eng->cap_trunk) {
-            eng->cap_trunk = eng->cap_trunk ? eng->cap_trunk * 2 : 256;
-            eng->trunk = xrealloc(eng->trunk, (size_t)eng->cap_trunk * sizeof *eng->trunk);
+    const void *data = NULL;
+    /* df_plan_model (headers_only): sizes only, nothing mapped */
+    if (!eng->headers_only) {
+        if (sm->fd < 0) {
+            sm->fd = open(sm->path, O_RDONLY | O_CLOEXEC);
+            if (sm->fd < 0) return df_err_set(err, DF_ERR_IO, -1, "%s: cannot open: %s", sm->path, strerror(errno));
         }
-        eng->trunk[eng->n_trunk++] = (trunk_tensor){.layer = layer, .w = out, .shard = shard, .off = off, .nbytes = nbytes};
-        memset(out, 0, sizeof *out);
-        out->type = type;
-        out->rows = rows;
-        out->cols = cols;
-        return 0;
+        /* map only this tensor's pages: routed experts share the shards and must
+         * never be mapped (they are read into cache slots by expert_store) */
+        uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+        uint64_t start = off & ~(page - 1);
+        size_t span = (size_t)(off + nbytes - start);
+        void *p = mmap(NULL, span ? span : 1, PROT_READ, MAP_SHARED, sm->fd, (off_t)start);
+        if (p == MAP_FAILED)
+            return df_err_set(err, DF_ERR_IO, -1, "%s: mmap of %s failed: %s", sm->path, name, strerror(errno));
+        if (eng->n_maps == eng->cap_maps) {
+            eng->cap_maps = eng->cap_maps ? eng->cap_maps * 2 : 64;
+            eng->maps = xrealloc(eng->maps, (size_t)eng->cap_maps * sizeof *eng->maps);
+        }
+        eng->maps[eng->n_maps].base = p;
+        eng->maps[eng->n_maps].size = span ? span : 1;
+        eng->n_maps++;
+        data = (const uint8_t *)p + (off - start);
     }
-    if (sm->fd < 0) {
-        sm->fd = open(sm->path, O_RDONLY | O_CLOEXEC);
-        if (sm->fd < 0) return df_err_set(err, DF_ERR_IO, -1, "%s: cannot open: %s", sm->path, strerror(errno));
-    }
-    /* map only this tensor's pages: routed experts share the shards and must
-     * never be mapped (they are read into cache slots by expert_store) */
-    uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
-    uint64_t start = off & ~(page - 1);
-    size_t span = (size_t)(off + nbytes - start);
-    void *p = mmap(NULL, span ? span : 1, PROT_READ, MAP_SHARED, sm->fd, (off_t)start);
-    if (p == MAP_FAILED) return df_err_set(err, DF_ERR_IO, -1, "%s: mmap of %s failed: %s", sm->path, name, strerror(errno));
-    if (eng->n_maps == eng->cap_maps) {
-        eng->cap_maps = eng->cap_maps ? eng->cap_maps * 2 : 64;
-        eng->maps = xrealloc(eng->maps, (size_t)eng->cap_maps * sizeof *eng->maps);
-    }
-    eng->maps[eng->n_maps].base = p;
-    eng->maps[eng->n_maps].size = span ? span : 1;
-    eng->n_maps++;
     eng->trunk_mapped_bytes += nbytes;
     if (layer < 0) {
         eng->embed_bytes = nbytes;
@@ -402,7 +393,7 @@ int model_map_mat(k3_model *eng, int layer, int shard, uint64_t off, uint64_t nb
     eng->trunk[eng->n_trunk++] = (trunk_tensor){.layer = layer, .w = out, .shard = shard,
                                                 .off = off, .nbytes = nbytes};
     out->type = type;
-    out->data = (const uint8_t *)p + (off - start);
+    out->data = data;
     out->scales = NULL;
     out->rows = rows;
     out->cols = cols;
