@@ -216,6 +216,19 @@ static void test_cli_mem_is_a_promise(void)
                         "--batch", "8", "--threads", "2", "--max-new", "500", "--bench-json", NULL};
     TCHECKF(cli(a7) == 0, "%s", err_);
     check_peak("500 tokens, trunk streamed", "30M", 30 * MiB);
+    /* a streamed trunk reads embedding rows instead of mapping them: a
+     * prompt touching every page of a 16 MiB embedding must not grow the
+     * resident set by it (mapped, this run peaks ~16 MiB higher) */
+    char bigv[512];
+    if (gen_model("plan_bigvocab", "--preset small --set vocab_size=32768 --set num_experts=128", bigv, sizeof bigv))
+        return;
+    static char ids[4096 * 8];
+    size_t k = 0;
+    for (int i = 0; i < 4096; i++) k += (size_t)snprintf(ids + k, sizeof ids - k, "%s%d", i ? "," : "", i * 8);
+    const char *a8[] = {DF, "run", "--model", bigv, "--prompt-ids", ids, "--max-new", "1", "--ctx", "4200", "--mem",
+                        "58M", "--trunk-stream", "on", "--threads", "2", "--bench-json", NULL};
+    TCHECKF(cli(a8) == 0, "%s", err_);
+    check_peak("every embedding row touched, trunk streamed", "58M", 58 * MiB);
 }
 
 /* info and plan read no weight: checked with strace (every read of a
@@ -279,6 +292,11 @@ static void test_cli_options_per_command(void)
     const char *a6[] = {DF, "run", "--model", tiny, "--prompt", "a", "--prompt-ids", "1", NULL};
     TCHECK(cli(a6) == 2);
     /* a heat file that cannot be written is refused at start, not at exit */
+    /* sampling options without a temperature would be silently greedy */
+    const char *a8[] = {DF, "run", "--model", tiny, "--prompt-ids", "1,2", "--top-p", "0.5", NULL};
+    TCHECK(cli(a8) == 2 && strstr(err_, "--temp"));
+    const char *a9[] = {DF, "run", "--model", tiny, "--prompt-ids", "1,2", "--greedy", "--temp", "0.7", NULL};
+    TCHECK(cli(a9) == 2 && strstr(err_, "--greedy"));
     const char *a7[] = {DF, "run", "--model", tiny, "--prompt-ids", "1,2", "--heat", "/nonexistent/dir/heat", NULL};
     TCHECK(cli(a7) == 1 && strstr(err_, "/nonexistent/dir/heat"));
 }

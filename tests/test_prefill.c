@@ -194,7 +194,52 @@ static void test_long_context_32k(void)
     free(ids);
 }
 
+/* The look-ahead prefetch runs on decode steps only: a prompt chunk reads
+ * each next layer's union when it gets there, so predicting it adds reads. */
+static void test_no_prefetch_in_prompts(void)
+{
+    char dir[512];
+    if (gen_model("prefill_m", "--preset small --set num_experts=64 --set num_experts_per_token=8 --seed 4", dir,
+                  sizeof dir))
+        return;
+    df_engine_opts o;
+    df_engine_opts_default(&o);
+    o.quiet = 1;
+    o.n_threads = 2;
+    /* room for predictions beside a full group (prefetch.c pins at most
+     * n_slots - group), but not every expert (a preloaded cache predicts nothing) */
+    o.expert_cache_bytes = 330 * 20480;
+    o.plan_ctx = 512;
+    df_engine *eng;
+    df_error err = {0};
+    TCHECKF(df_engine_open(dir, &o, &eng, &err) == 0, "%s", err.msg);
+    if (!eng) return;
+    df_model_info info;
+    df_engine_info(eng, &info);
+    df_session *s;
+    TCHECK(df_session_new(eng, NULL, &s, &err) == 0);
+    enum { N = 12 };
+    int32_t ids[N];
+    for (int i = 0; i < N; i++) ids[i] = (int32_t)((i * 7919 + 3) % 3000 + 5);
+    float *lg = malloc((size_t)info.vocab * sizeof *lg);
+    TCHECK(df_session_eval(s, ids, N, lg, 0, &err) == 0);
+    df_stats st;
+    df_engine_stats(eng, &st);
+    TCHECKF(st.prefetch_issued == 0 && st.prefetch_predicted == 0, "a prompt issued %llu prefetch reads",
+            (unsigned long long)st.prefetch_issued);
+    for (int i = 0; i < 8; i++) {
+        int32_t next = (int32_t)df_argmax(lg, info.vocab);
+        TCHECK(df_session_eval(s, &next, 1, lg, 0, &err) == 0);
+    }
+    df_engine_stats(eng, &st);
+    TCHECKF(st.prefetch_predicted > 0, "decode steps made no prediction");
+    free(lg);
+    df_session_free(s);
+    df_engine_close(eng);
+}
+
 static const test_case tests[] = {
+    {"no_prefetch_in_prompts", test_no_prefetch_in_prompts},
     {"auto_batch_bit_identical", test_auto_batch_bit_identical},
     {"reads_once_per_needed_expert", test_reads_once_per_needed_expert},
     {"long_context_32k", test_long_context_32k},
