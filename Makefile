@@ -50,7 +50,7 @@ ifeq ($(ARCH),x86_64)
 endif
 
 LIB_SRC := util file json json_write threadpool safetensors quant mathfn kernels_ref kernels_avx2 kernels_avx512 \
-           backend_cpu expert_store expert_cache model attnres kda mla moe engine cachesim heat iobench place trunk_stream \
+           backend_cpu expert_store expert_cache model roster attnres kda mla moe engine cachesim heat iobench place trunk_stream \
            tokenizer chat_template gguf model_gguf plan prefetch_timing prefetch expert_fetch sampler
 LIB_OBJ := $(LIB_SRC:%=$(BUILD)/%.o)
 
@@ -141,7 +141,7 @@ FUZZ_TARGETS := fuzz_safetensors fuzz_config fuzz_json fuzz_tokenizer fuzz_chat_
                 fuzz_server_request
 FUZZ_CC ?= clang
 fuzz: $(FUZZ_TARGETS:%=build-fuzz/%)
-FUZZ_SRC := util file json json_write safetensors model model_gguf quant mathfn expert_store kernels_ref kernels_avx2 \
+FUZZ_SRC := util file json json_write safetensors model model_gguf roster quant mathfn expert_store kernels_ref kernels_avx2 \
             kernels_avx512 tokenizer chat_template gguf sampler
 FUZZ_PATHS = $(foreach f,$(FUZZ_SRC),$(wildcard $(SRC_DIRS:%=src/%/$(f).c)))
 build-fuzz/%: fuzz/%.c $(FUZZ_PATHS)

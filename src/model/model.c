@@ -2,10 +2,11 @@
  *
  * Owns: reading config.json (root "kimi_k3" with a nested text_config, or a
  * flat "kimi_linear" text config), the shard index and every shard header;
- * checking that each tensor K3 needs for each layer kind exists with the
- * right dtype and shape; mapping the trunk tensors (each tensor's own byte
- * range, read-only, so routed experts are never mapped) and registering the
- * routed experts with the expert_store.  Vision tensors are skipped.
+ * checking that each tensor K3 needs for each layer kind (the per-layer
+ * ones listed in roster.c) exists with the right dtype and shape; mapping
+ * the trunk tensors (each tensor's own byte range, read-only, so routed
+ * experts are never mapped) and registering the routed experts with the
+ * expert_store.  Vision tensors are skipped.
  * Every failure names the file, the tensor or key, and what is wrong.
  * Does not own: the forward pass, sessions, the cache.
  */
@@ -14,6 +15,7 @@
 #include "json.h"
 #include "mathfn.h"
 #include "quant.h"
+#include "roster.h"
 #include "safetensors.h"
 #include "util.h"
 
@@ -479,59 +481,26 @@ static int bind_layer(loader *ld, int il, df_error *err)
     k3_layer *L = &eng->layers[il];
     char n1[256], n2[256];
 #define NAME(buf, suffix) (snprintf(buf, sizeof buf, PFX "model.layers.%d.%s", il, suffix), buf)
-#define MAT(field, suffix, r, cc) \
-    if (bind_mat(ld, NAME(n1, suffix), (r), (cc), &L->field, err)) return -1
-#define VEC(field, suffix, d0, d1, d2, dt) \
-    if (!(L->field = load_vec(ld, NAME(n1, suffix), (d0), (d1), (d2), (dt), err))) return -1
     L->kind = c->layer_kind[il];
     L->moe = c->layer_moe[il];
-    if (!(L->attn_res_nwpw = nwpw(ld, NAME(n1, "self_attention_res_norm.weight"),
-                                  NAME(n2, "self_attention_res_proj.weight"), c->h, err)))
-        return -1;
-    if (!(L->mlp_res_nwpw = nwpw(ld, NAME(n1, "mlp_res_norm.weight"), NAME(n2, "mlp_res_proj.weight"), c->h, err)))
-        return -1;
-    VEC(input_ln, "input_layernorm.weight", c->h, 0, 0, DT_FLOAT);
-    VEC(post_ln, "post_attention_layernorm.weight", c->h, 0, 0, DT_FLOAT);
-    if (L->kind == LAYER_KDA) {
-        MAT(q, "self_attn.q_proj.weight", c->P, c->h);
-        MAT(k, "self_attn.k_proj.weight", c->P, c->h);
-        MAT(v, "self_attn.v_proj.weight", c->P, c->h);
-        MAT(g, "self_attn.g_proj.weight", c->P, c->h);
-        MAT(fa, "self_attn.f_a_proj.weight", c->Dk, c->h);
-        MAT(fb, "self_attn.f_b_proj.weight", c->P, c->Dk);
-        MAT(b, "self_attn.b_proj.weight", c->Hk, c->h);
-        MAT(o, "self_attn.o_proj.weight", c->h, c->P);
-        VEC(conv[0], "self_attn.q_conv1d.weight", c->P, 1, c->Wc, DT_FLOAT);
-        VEC(conv[1], "self_attn.k_conv1d.weight", c->P, 1, c->Wc, DT_FLOAT);
-        VEC(conv[2], "self_attn.v_conv1d.weight", c->P, 1, c->Wc, DT_FLOAT);
-        VEC(A_exp, "self_attn.A_log", c->Dk, 0, 0, DT_FLOAT);
-        for (int hh = 0; hh < c->Hk; hh++) L->A_exp[hh] = (float)df_exp((double)L->A_exp[hh]);
-        VEC(dt_bias, "self_attn.dt_bias", c->P, 0, 0, DT_FLOAT);
-        VEC(o_norm, "self_attn.o_norm.weight", c->Dk, 0, 0, DT_FLOAT);
-    } else {
-        MAT(q_a, "self_attn.q_a_proj.weight", c->Rq, c->h);
-        MAT(q_b, "self_attn.q_b_proj.weight", c->Hm * (c->dn + c->dr), c->Rq);
-        MAT(kv_a, "self_attn.kv_a_proj_with_mqa.weight", c->Rkv + c->dr, c->h);
-        MAT(kv_b, "self_attn.kv_b_proj.weight", c->Hm * (c->dn + c->dv), c->Rkv);
-        MAT(mg, "self_attn.g_proj.weight", c->Hm * c->dv, c->h);
-        MAT(o, "self_attn.o_proj.weight", c->h, c->Hm * c->dv);
-        VEC(q_a_ln, "self_attn.q_a_layernorm.weight", c->Rq, 0, 0, DT_FLOAT);
-        VEC(kv_a_ln, "self_attn.kv_a_layernorm.weight", c->Rkv, 0, 0, DT_FLOAT);
+    for (int i = 0; i < roster_n; i++) {
+        const roster_entry *r = &roster[i];
+        if (!roster_applies(r, L->kind, L->moe)) continue;
+        if (r->kind == ROSTER_MAT) {
+            if (bind_mat(ld, NAME(n1, r->st), roster_dim(c, r->rows), roster_dim(c, r->cols), roster_mat(L, r), err))
+                return -1;
+            continue;
+        }
+        int64_t d0 = roster_dim(c, r->st_shape[0]), d1 = roster_dim(c, r->st_shape[1]),
+                d2 = roster_dim(c, r->st_shape[2]);
+        float **v = roster_vec(L, r);
+        if (r->fix == ROSTER_FIX_RES_SCORE) *v = nwpw(ld, NAME(n1, r->st), NAME(n2, r->st2), (int)d0, err);
+        else *v = load_vec(ld, NAME(n1, r->st), d0, d1, d2, DT_FLOAT, err);
+        if (!*v) return -1;
+        if (r->fix == ROSTER_FIX_DECAY)
+            for (int hh = 0; hh < c->Hk; hh++) (*v)[hh] = (float)df_exp((double)(*v)[hh]);
     }
-    if (!L->moe) {
-        MAT(gate, "mlp.gate_proj.weight", c->Dff, c->h);
-        MAT(up, "mlp.up_proj.weight", c->Dff, c->h);
-        MAT(down, "mlp.down_proj.weight", c->h, c->Dff);
-        return 0;
-    }
-    MAT(router, "block_sparse_moe.gate.weight", c->E, c->h);
-    VEC(router_bias, "block_sparse_moe.gate.e_score_correction_bias", c->E, 0, 0, DT_FLOAT);
-    MAT(lat_down, "block_sparse_moe.routed_expert_down_proj.weight", c->Lt, c->h);
-    VEC(lat_norm, "block_sparse_moe.routed_expert_norm.weight", c->Lt, 0, 0, DT_FLOAT);
-    MAT(lat_up, "block_sparse_moe.routed_expert_up_proj.weight", c->h, c->Lt);
-    MAT(sh_gate, "block_sparse_moe.shared_experts.gate_proj.weight", c->Ns * c->I, c->h);
-    MAT(sh_up, "block_sparse_moe.shared_experts.up_proj.weight", c->Ns * c->I, c->h);
-    MAT(sh_down, "block_sparse_moe.shared_experts.down_proj.weight", c->h, c->Ns * c->I);
+    if (!L->moe) return 0;
     /* routed experts: located through header offsets, registered with the store */
     static const char *parts[EX_N] = {"w1.weight_packed", "w1.weight_scale", "w2.weight_packed",
                                       "w2.weight_scale", "w3.weight_packed", "w3.weight_scale"};
@@ -557,8 +526,6 @@ static int bind_layer(loader *ld, int il, df_error *err)
     }
     return 0;
 #undef NAME
-#undef MAT
-#undef VEC
 }
 
 void model_layers_alloc(k3_model *eng)

@@ -1,8 +1,9 @@
 /* model_gguf.c - the K3 model from one llama.cpp "kimi-k3" GGUF file.
  *
  * Owns: reading K3's hyper-parameters from the kimi-k3.* metadata keys and
- * binding llama.cpp's tensor names onto the same engine model that model.c
- * builds from the safetensors release, undoing llama.cpp's conversions:
+ * binding llama.cpp's tensor names (the per-layer ones from roster.c's
+ * table) onto the same engine model that model.c builds from the
+ * safetensors release, undoing llama.cpp's conversions:
  *   - dims are ne[0]-first: a Linear [out, in] is ne {in, out}, same bytes;
  *   - layer kind: attention.head_count_kv[l] == 0 marks a KDA layer; the
  *     KDA and MLA head counts come from attention.head_count (scalar, or
@@ -30,6 +31,7 @@
 #include "gguf.h"
 #include "model.h"
 #include "quant.h"
+#include "roster.h"
 #include "util.h"
 
 #include <math.h>
@@ -321,103 +323,97 @@ out:
 
 /* ---------------------------------------------------------------- layers */
 
+static const char *lname(char *buf, size_t n, int il, const char *s)
+{
+    snprintf(buf, n, "blk.%d.%s", il, s);
+    return buf;
+}
+
+/* ROSTER_FIX_KV_B: kv_b fused (attn_kv_b, the roster's name) or split per
+ * head as llama.cpp writes it (attn_k_b ne {dn, Rkv, Hm}, attn_v_b ne
+ * {Rkv, dv, Hm}), bound as k_b [Hm*Rkv, dn] and v_b [Hm*dv, Rkv]. */
+static int bind_kv_b(gload *gl, int il, const roster_entry *r, df_error *err)
+{
+    k3_model *eng = gl->eng;
+    const k3_config *c = &eng->cfg;
+    k3_layer *L = &eng->layers[il];
+    char n[96];
+    int64_t ne_k[3] = {c->dn, c->Rkv, c->Hm}, ne_v[3] = {c->Rkv, c->dv, c->Hm};
+    if (find_any(gl, lname(n, sizeof n, il, "attn_k_b.weight"))) {
+        const gguf_tensor *kb = gfind(gl, lname(n, sizeof n, il, "attn_k_b.weight"), 3, ne_k, T_F32 | T_BF16, err);
+        if (!kb) return -1;
+        int kb_file = gl->at;
+        const gguf_tensor *vb = gfind(gl, lname(n, sizeof n, il, "attn_v_b.weight"), 3, ne_v, T_F32 | T_BF16, err);
+        if (!vb) return -1;
+        L->kv_split = 1;
+        if (model_map_mat(eng, gl->layer, kb_file, kb->offset, kb->nbytes, kb->type == GGML_TYPE_BF16 ? W_BF16 : W_F32,
+                          c->Hm * c->Rkv, c->dn, kb->name, &L->k_b, err) ||
+            model_map_mat(eng, gl->layer, gl->at, vb->offset, vb->nbytes, vb->type == GGML_TYPE_BF16 ? W_BF16 : W_F32,
+                          c->Hm * c->dv, c->Rkv, vb->name, &L->v_b, err))
+            return -1;
+        return 0;
+    }
+    if (!find_any(gl, lname(n, sizeof n, il, r->gg)))
+        return df_err_set(err, DF_ERR_FORMAT, -1, "%s: layer %d has neither attn_k_b/attn_v_b nor attn_kv_b",
+                          gl->g->path, il);
+    return gmat(gl, lname(n, sizeof n, il, r->gg), roster_dim(c, r->rows), roster_dim(c, r->cols), roster_mat(L, r),
+                err);
+}
+
 static int bind_layer(gload *gl, int il, df_error *err)
 {
     k3_model *eng = gl->eng;
     const k3_config *c = &eng->cfg;
     k3_layer *L = &eng->layers[il];
     char n[96];
-#define NAME(s) (snprintf(n, sizeof n, "blk.%d.%s", il, s), n)
-#define MAT(field, s, r, cc) \
-    if (gmat(gl, NAME(s), (r), (cc), &L->field, err)) return -1
-#define VEC(field, s, d0, d1, d2) \
-    if (!(L->field = gvec(gl, NAME(s), (d0), (d1), (d2), err))) return -1
     L->kind = c->layer_kind[il];
     L->moe = c->layer_moe[il];
-    VEC(attn_res_nwpw, "attn_res_score.weight", c->h, 1, 1);
-    VEC(mlp_res_nwpw, "ffn_res_score.weight", c->h, 1, 1);
-    VEC(input_ln, "attn_norm.weight", c->h, 1, 1);
-    VEC(post_ln, "ffn_norm.weight", c->h, 1, 1);
-    if (L->kind == LAYER_KDA) {
-        MAT(q, "attn_q.weight", c->P, c->h);
-        MAT(k, "attn_k.weight", c->P, c->h);
-        MAT(v, "attn_v.weight", c->P, c->h);
-        MAT(g, "ssm_g.weight", c->P, c->h);
-        MAT(fa, "ssm_f_a.weight", c->Dk, c->h);
-        MAT(fb, "ssm_f_b.weight", c->P, c->Dk);
-        MAT(b, "ssm_beta.weight", c->Hk, c->h);
-        MAT(o, "attn_output.weight", c->h, c->P);
-        VEC(conv[0], "ssm_conv1d_q.weight", c->Wc, 1, c->P);
-        VEC(conv[1], "ssm_conv1d_k.weight", c->Wc, 1, c->P);
-        VEC(conv[2], "ssm_conv1d_v.weight", c->Wc, 1, c->P);
-        VEC(A_exp, "ssm_a", c->Hk, 1, 1);
-        for (int hh = 0; hh < c->Hk; hh++) {
-            float a = -L->A_exp[hh];
-            if (!(a > 0.0f && a < INFINITY))
-                return df_err_set(err, DF_ERR_FORMAT, -1, "%s: %s[%d] = %g, but it holds -exp(A_log) (< 0)",
-                                  gl->g->path, NAME("ssm_a"), hh, (double)L->A_exp[hh]);
-            L->A_exp[hh] = a;
+    /* kv_b is looked up after the other MLA tensors (llama.cpp's file order;
+     * it also keeps which error a broken file reports first) */
+    const roster_entry *kv_b = NULL;
+    for (int i = 0; i < roster_n; i++) {
+        const roster_entry *r = &roster[i];
+        if (!roster_applies(r, L->kind, L->moe)) continue;
+        if (kv_b && r->when != ROSTER_MLA) {
+            if (bind_kv_b(gl, il, kv_b, err)) return -1;
+            kv_b = NULL;
         }
-        VEC(dt_bias, "ssm_dt.bias", c->P, 1, 1);
-        VEC(o_norm, "ssm_norm.weight", c->Dk, 1, 1);
-    } else {
-        MAT(q_a, "attn_q_a.weight", c->Rq, c->h);
-        MAT(q_b, "attn_q_b.weight", c->Hm * (c->dn + c->dr), c->Rq);
-        MAT(kv_a, "attn_kv_a_mqa.weight", c->Rkv + c->dr, c->h);
-        MAT(mg, "attn_gate.weight", c->Hm * c->dv, c->h);
-        MAT(o, "attn_output.weight", c->h, c->Hm * c->dv);
-        VEC(q_a_ln, "attn_q_a_norm.weight", c->Rq, 1, 1);
-        VEC(kv_a_ln, "attn_kv_a_norm.weight", c->Rkv, 1, 1);
-        int64_t ne_k[3] = {c->dn, c->Rkv, c->Hm}, ne_v[3] = {c->Rkv, c->dv, c->Hm};
-        if (find_any(gl, NAME("attn_k_b.weight"))) {
-            const gguf_tensor *kb = gfind(gl, NAME("attn_k_b.weight"), 3, ne_k, T_F32 | T_BF16, err);
-            if (!kb) return -1;
-            int kb_file = gl->at;
-            const gguf_tensor *vb = gfind(gl, NAME("attn_v_b.weight"), 3, ne_v, T_F32 | T_BF16, err);
-            if (!vb) return -1;
-            L->kv_split = 1;
-            if (model_map_mat(eng, gl->layer, kb_file, kb->offset, kb->nbytes,
-                              kb->type == GGML_TYPE_BF16 ? W_BF16 : W_F32, c->Hm * c->Rkv, c->dn, kb->name, &L->k_b,
-                              err) ||
-                model_map_mat(eng, gl->layer, gl->at, vb->offset, vb->nbytes,
-                              vb->type == GGML_TYPE_BF16 ? W_BF16 : W_F32, c->Hm * c->dv, c->Rkv, vb->name, &L->v_b,
-                              err))
+        if (r->fix == ROSTER_FIX_KV_B) {
+            kv_b = r;
+            continue;
+        }
+        if (r->kind == ROSTER_MAT) {
+            if (gmat(gl, lname(n, sizeof n, il, r->gg), roster_dim(c, r->rows), roster_dim(c, r->cols),
+                     roster_mat(L, r), err))
                 return -1;
-        } else {
-            if (!find_any(gl, NAME("attn_kv_b.weight")))
-                return df_err_set(err, DF_ERR_FORMAT, -1, "%s: layer %d has neither attn_k_b/attn_v_b nor attn_kv_b",
-                                  gl->g->path, il);
-            MAT(kv_b, "attn_kv_b.weight", c->Hm * (c->dn + c->dv), c->Rkv);
+            continue;
         }
+        float **v = roster_vec(L, r);
+        if (!(*v = gvec(gl, lname(n, sizeof n, il, r->gg), roster_dim(c, r->gg_ne[0]), roster_dim(c, r->gg_ne[1]),
+                        roster_dim(c, r->gg_ne[2]), err)))
+            return -1;
+        if (r->fix == ROSTER_FIX_DECAY)
+            for (int hh = 0; hh < c->Hk; hh++) {
+                float a = -(*v)[hh];
+                if (!(a > 0.0f && a < INFINITY))
+                    return df_err_set(err, DF_ERR_FORMAT, -1, "%s: %s[%d] = %g, but it holds -exp(A_log) (< 0)",
+                                      gl->g->path, lname(n, sizeof n, il, r->gg), hh, (double)(*v)[hh]);
+                (*v)[hh] = a;
+            }
     }
-    if (!L->moe) {
-        MAT(gate, "ffn_gate.weight", c->Dff, c->h);
-        MAT(up, "ffn_up.weight", c->Dff, c->h);
-        MAT(down, "ffn_down.weight", c->h, c->Dff);
-        return 0;
-    }
-    MAT(router, "ffn_gate_inp.weight", c->E, c->h);
-    VEC(router_bias, "exp_probs_b.bias", c->E, 1, 1);
-    MAT(lat_down, "ffn_routed_down.weight", c->Lt, c->h);
-    VEC(lat_norm, "ffn_routed_norm.weight", c->Lt, 1, 1);
-    MAT(lat_up, "ffn_routed_up.weight", c->h, c->Lt);
-    MAT(sh_gate, "ffn_gate_shexp.weight", c->Ns * c->I, c->h);
-    MAT(sh_up, "ffn_up_shexp.weight", c->Ns * c->I, c->h);
-    MAT(sh_down, "ffn_down_shexp.weight", c->h, c->Ns * c->I);
+    if (kv_b && bind_kv_b(gl, il, kv_b, err)) return -1;
+    if (!L->moe) return 0;
     /* routed experts: piece p of expert e is slice e of the 3-D tensor */
     static const char *pieces[3] = {"ffn_gate_exps.weight", "ffn_down_exps.weight", "ffn_up_exps.weight"};
     const int64_t ne[3][3] = {{c->Lt, c->I, c->E}, {c->I, c->Lt, c->E}, {c->Lt, c->I, c->E}};
     for (int p = 0; p < 3; p++) {
-        const gguf_tensor *t = gfind(gl, NAME(pieces[p]), 3, ne[p], T_MXFP4, err);
+        const gguf_tensor *t = gfind(gl, lname(n, sizeof n, il, pieces[p]), 3, ne[p], T_MXFP4, err);
         if (!t) return -1;
         uint64_t slice = eng->store.piece_bytes[p];
         for (int e = 0; e < c->E; e++)
             expert_store_set_piece(&eng->store, il, e, p, gl->store_file[gl->at], t->offset + (uint64_t)e * slice);
     }
     return 0;
-#undef NAME
-#undef MAT
-#undef VEC
 }
 
 /* llama.cpp's gguf-split layout: PREFIX-00001-of-0000N.gguf holds the
