@@ -188,6 +188,16 @@ static void test_cli_mem_is_a_promise(void)
     check_peak("--ctx 64 --max-new 1000000", "40M", 40 * MiB);
     TCHECK(strstr(err_, "context is full") != NULL);
     TCHECK(strstr(err_, "plan: --mem") != NULL); /* the one-line plan is always shown */
+    /* a draft model takes its share out of the same budget */
+    char self[600];
+    snprintf(self, sizeof self, "model:%s", tiny);
+    const char *a1d[] = {DF, "run", "--model", tiny, "--prompt-ids", "1,2,3", "--ctx", "200", "--max-new", "150",
+                         "--mem", "48M", "--draft", self, "--draft-k", "4", "--draft-mem", "22M", "--bench-json", NULL};
+    TCHECKF(cli(a1d) == 0, "%s", err_);
+    check_peak("--draft model:(itself), --draft-mem 22M", "48M", 48 * MiB);
+    const char *a1e[] = {DF, "run", "--model", tiny, "--prompt-ids", "1,2,3", "--ctx", "200", "--mem", "40M",
+                         "--draft", self, "--draft-mem", "1M", NULL};
+    TCHECKF(cli(a1e) == 1 && strstr(err_, "--draft model:"), "a draft model in 1M: %s", err_);
     /* without --ctx the context is prompt + --max-new: refused with the numbers */
     const char *a2[] = {DF, "run", "--model", tiny, "--prompt-ids", "1,2,3", "--max-new", "1000000", "--mem", "40M",
                         NULL};

@@ -29,7 +29,7 @@ static double mono(void)
     return ts.tv_sec + 1e-9 * ts.tv_nsec;
 }
 
-static int start(repl *r, const char *max_new)
+static int start_with(repl *r, const char *max_new, const char *draft)
 {
     memset(r, 0, sizeof *r);
     char model[512], bin[512];
@@ -40,12 +40,18 @@ static int start(repl *r, const char *max_new)
     r->pid = forkpty(&r->fd, NULL, NULL, &ws);
     if (r->pid < 0) return -1;
     if (r->pid == 0) {
-        execl(bin, "deltafin", "chat", "--model", model, "--max-new", max_new, "--threads", "1", "--ctx", "100000",
-              (char *)NULL);
+        if (draft)
+            execl(bin, "deltafin", "chat", "--model", model, "--max-new", max_new, "--threads", "1", "--ctx", "100000",
+                  "--draft", draft, "--draft-k", "3", (char *)NULL);
+        else
+            execl(bin, "deltafin", "chat", "--model", model, "--max-new", max_new, "--threads", "1", "--ctx", "100000",
+                  (char *)NULL);
         _exit(127);
     }
     return 0;
 }
+
+static int start(repl *r, const char *max_new) { return start_with(r, max_new, NULL); }
 
 /* Read until `needle` appears after offset `from` or the timeout; returns
  * the offset just past it, or -1. */
@@ -197,7 +203,36 @@ static void test_interrupt(void)
     stop(r);
 }
 
+/* The replies of a two-turn conversation, as printed: the same with the
+ * model drafting for itself (every draft accepted) as without drafts. */
+static void transcript(const char *draft, char *out, size_t n)
+{
+    repl *r = &R;
+    out[0] = 0;
+    if (start_with(r, "20", draft)) TSKIP("forkpty failed");
+    TCHECK(wait_for(r, 0, PROMPT, 20) >= 0);
+    size_t from = r->len;
+    send_keys(r, "Hello there\r");
+    TCHECK(wait_for(r, from, PROMPT, 30) >= 0);
+    send_keys(r, "And again\r");
+    TCHECK(wait_for(r, r->len, PROMPT, 30) >= 0);
+    size_t end = r->len;
+    long c = context_tokens(r);
+    snprintf(out, n, "%.*s|context %ld", (int)(end - from), r->buf + from, c);
+    stop(r);
+}
+
+static void test_drafts_same_replies(void)
+{
+    static char plain[1 << 16], drafted[1 << 16], spec[600];
+    snprintf(spec, sizeof spec, "model:%s/k3-tiny-a/checkpoint", testdata_dir());
+    transcript(NULL, plain, sizeof plain);
+    transcript(spec, drafted, sizeof drafted);
+    TCHECKF(plain[0] && !strcmp(plain, drafted), "with drafts:\n%s\nwithout:\n%s", drafted, plain);
+}
+
 static const test_case tests[] = {
+    {"repl_drafts_same_replies", test_drafts_same_replies},
     {"repl_two_turns_editing_reset", test_two_turns_and_reset},
     {"repl_ctrl_c_interrupts_reply", test_interrupt},
 };

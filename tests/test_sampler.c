@@ -57,6 +57,46 @@ static void test_distribution(void)
     sampler_free(&s);
 }
 
+/* Speculative verification (sampler_verify) against a drafted id draws from
+ * the same distribution as sampler_next, for a likely and an unlikely draft,
+ * with and without a nucleus / top-k cut (a draft outside it is never
+ * accepted); greedy accepts exactly the argmax. */
+static void test_verify_distribution(void)
+{
+    float lg[4] = {(float)log(0.4), (float)log(0.3), (float)log(0.2), (float)log(0.1)};
+    struct { double top_p; int top_k; double want[4]; } cases[] = {
+        {1, 0, {0.4, 0.3, 0.2, 0.1}},
+        {0.75, 0, {0.4 / 0.9, 0.3 / 0.9, 0.2 / 0.9, 0}},  /* nucleus: ids 0, 1, 2 */
+        {1, 2, {4.0 / 7, 3.0 / 7, 0, 0}},
+    };
+    const int N = 60000;
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+        for (int draft = 0; draft < 4; draft += 3) {
+            sampler s;
+            sampler_init(&s, 4, 1.0, cases[c].top_p, cases[c].top_k, 7 + c * 10 + (uint64_t)draft);
+            int n[4] = {0}, acc = 0;
+            for (int i = 0; i < N; i++) {
+                int ok = 0;
+                int32_t x = sampler_verify(&s, lg, draft, &ok);
+                n[x]++;
+                acc += ok;
+                if (ok && x != draft) t_fail(__FILE__, __LINE__, "accepted but returned %d", x);
+            }
+            for (int i = 0; i < 4; i++)
+                TCHECKF(fabs((double)n[i] / N - cases[c].want[i]) < 0.01, "case %zu draft %d: id %d %d of %d", c, draft,
+                        i, n[i], N);
+            TCHECKF(fabs((double)acc / N - cases[c].want[draft]) < 0.01, "case %zu draft %d accepted %d of %d", c, draft,
+                    acc, N);
+            sampler_free(&s);
+        }
+    sampler s;
+    sampler_init(&s, 4, 0, 1, 0, 1);
+    int ok = 1;
+    TCHECK(sampler_verify(&s, lg, 2, &ok) == 0 && !ok);
+    TCHECK(sampler_verify(&s, lg, 0, &ok) == 0 && ok);
+    sampler_free(&s);
+}
+
 static int cmp_ref(const void *a, const void *b)
 {
     const sampler_pair *x = a, *y = b;
@@ -135,6 +175,7 @@ static void test_logprob_helpers(void)
 static const test_case tests[] = {
     {"greedy_and_seeds", test_greedy_and_seeds},
     {"distribution", test_distribution},
+    {"verify_distribution", test_verify_distribution},
     {"nucleus_order", test_nucleus_order},
     {"logprob_helpers", test_logprob_helpers},
 };

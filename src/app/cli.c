@@ -113,7 +113,7 @@ int eval_prompt(df_session *s, const int32_t *ids, int n, int batch, float *last
 }
 
 void print_bench_json(df_engine *eng, int n_prompt, double prefill_s, unsigned long long prefill_bytes, int n_gen,
-                      double decode_s, unsigned long long decode_bytes, const int32_t *gen)
+                      double decode_s, unsigned long long decode_bytes, const int32_t *gen, const gen_stats *gs)
 {
     df_stats st;
     df_engine_stats(eng, &st);
@@ -126,7 +126,10 @@ void print_bench_json(df_engine *eng, int n_prompt, double prefill_s, unsigned l
            (unsigned long long)st.prompt_expert_bytes, n_gen, decode_s,
            n_gen && decode_s > 0 ? n_gen / decode_s : 0.0, decode_bytes, proc_peak_rss_kb());
     for (int i = 0; i < n_gen; i++) printf("%s%d", i ? "," : "", gen[i]);
-    printf("]}\n");
+    printf("],\"draft_proposed\":%llu,\"draft_accepted\":%llu,\"verify_passes\":%llu,\"decode_passes\":%llu,"
+           "\"decode_expert_bytes\":%llu}\n",
+           (unsigned long long)gs->proposed, (unsigned long long)gs->accepted, (unsigned long long)gs->draft_passes,
+           (unsigned long long)gs->passes, (unsigned long long)gs->expert_bytes);
     fflush(stdout);
 }
 
@@ -204,33 +207,45 @@ static int cmd_run(int argc, char **argv)
     int n_gen = 0, full = 0;
     sampler smp;
     sampler_from_args(&smp, &a, info.vocab);
+    df_drafter *dr = open_drafter(&a, info.vocab, ctx);
+    gen_loop gl;
+    gen_from_args(&gl, &a, eng, s, &smp, dr);
+    gen_prime(&gl, prompt, (size_t)n_prompt, last);
+    /* the logits after each generated token are written when the next one
+     * is chosen from them, and after the last one once it is evaluated */
     for (; n_gen < a.max_new; n_gen++) {
-        if (df_session_pos(s) >= ctx) {
+        if (n_prompt + n_gen >= ctx) {
             full = 1;
             break;
         }
-        int32_t next = sampler_next(&smp, last);
-        gen[n_gen] = next;
-        if (df_session_eval(s, &next, 1, last, 0, &err)) {
+        int32_t next;
+        if (gen_next(&gl, &next, &err)) {
             fprintf(stderr, "deltafin: %s\n", err.msg);
             sink_abort(&sink);
             return 1;
         }
-        if (sink_write(&sink, last, 1)) {
+        if (n_gen && sink_write(&sink, gen_logits(&gl), 1)) {
             sink_abort(&sink);
             return 1;
         }
+        gen[n_gen] = next;
         if (a.stop_eos && next == info.eos_id) {
             n_gen++;
             break;
         }
+    }
+    if (n_gen && (gen_settle(&gl, 1, &err) || sink_write(&sink, gen_logits(&gl), 1))) {
+        fprintf(stderr, "deltafin: %s\n", err.msg[0] ? err.msg : "writing the --dump-logits file failed");
+        sink_abort(&sink);
+        return 1;
     }
     double t2 = now();
     unsigned long long rb2 = proc_read_bytes();
     if (full)
         fprintf(stderr, "deltafin: the context is full (--ctx %d): stopped after %d of %d new tokens\n", ctx, n_gen,
                 a.max_new);
-    if (a.bench_json) print_bench_json(eng, n_prompt, t1 - t0, rb1 - rb0, n_gen, t2 - t1, rb2 - rb1, gen);
+    if (a.bench_json)
+        print_bench_json(eng, n_prompt, t1 - t0, rb1 - rb0, n_gen, t2 - t1, rb2 - rb1, gen, &gl.st);
     if (a.print_ids) {
         for (int i = 0; i < n_gen; i++) printf("%s%d", i ? "," : "", gen[i]);
         printf("\n");
@@ -238,6 +253,9 @@ static int cmd_run(int argc, char **argv)
     }
     if (sink_commit(&sink)) return 1;
     if (a.stats) print_run_stats(eng, n_prompt, t1 - t0, n_gen, t2 - t1);
+    if (a.stats && dr) print_draft_stats(&gl.st);
+    gen_free(&gl);
+    df_drafter_free(dr);
     sampler_free(&smp);
     free(gen);
     free(rows);

@@ -26,8 +26,8 @@ void sink_abort(logits_sink *k);
  * the last row.  rows: [batch][V] scratch (sink only). */
 int eval_prompt(df_session *s, const int32_t *ids, int n, int batch, float *last, float *rows, size_t V,
                 logits_sink *k, df_error *err);
-void print_bench_json(df_engine *eng, int n_prompt, double prefill_s, unsigned long long prefill_bytes, int n_gen, double decode_s,
-                      unsigned long long decode_bytes, const int32_t *gen);
+void print_bench_json(df_engine *eng, int n_prompt, double prefill_s, unsigned long long prefill_bytes, int n_gen,
+                      double decode_s, unsigned long long decode_bytes, const int32_t *gen, const gen_stats *gs);
 void print_run_stats(df_engine *eng, int n_prompt, double prefill_s, int n_gen, double decode_s);
 
 

@@ -57,6 +57,9 @@ typedef struct {
     logits_sink sink;
     int32_t *gen_ids;         /* [max_new + 1] the last reply's ids */
     sampler smp;              /* greedy unless --temp */
+    gen_loop gl;              /* the generation loop (generate.h), drafts when --draft */
+    df_drafter *dr;
+    int gl_open;
 } gen_ctx;
 
 static int load_tokenizer(const char *dir, tokenizer **tok)
@@ -106,10 +109,10 @@ static void status_update(gen_ctx *g, int final)
     }
 }
 
-static int feed(gen_ctx *g, const int32_t *ids, size_t n, float *logits)
+static int feed(gen_ctx *g, const int32_t *ids, size_t n)
 {
     df_error err = {0};
-    if (df_session_eval(g->s, ids, (int)n, logits, 0, &err)) {
+    if (gen_feed(&g->gl, ids, n, &err)) {
         fprintf(stderr, "\ndeltafin: %s\n", err.msg);
         return -1;
     }
@@ -146,9 +149,18 @@ static int generate(gen_ctx *g, int chat, int repl)
     g->gen_tokens = 0;
     g->t_first = 0;
     int ended = 0, rc = 0;
-    int room = 0;
+    df_error err = {0};
+    size_t n0;
+    gen_history(&g->gl, &n0);
+    int n_ctx = df_session_n_ctx(g->s);
     while (!interrupted && g->gen_tokens < g->a->max_new) {
-        int32_t next = sampler_next(&g->smp, g->logits);
+        int32_t next;
+        if (gen_next(&g->gl, &next, &err)) {
+            fprintf(stderr, "\ndeltafin: %s\n", err.msg);
+            return -1;
+        }
+        /* the logits after the previous token: the row this one came from */
+        if (g->gen_tokens && sink_write(&g->sink, gen_logits(&g->gl), 1)) return -1;
         if (!g->gen_tokens) g->t_first = now();
         g->gen_tokens++;
         if (chat) {
@@ -160,15 +172,18 @@ static int generate(gen_ctx *g, int chat, int repl)
             fwrite(g->dbuf, 1, n, stdout);
             fflush(stdout);
         }
-        room = df_session_pos(g->s) + 1 < df_session_n_ctx(g->s);
         g->gen_ids[g->gen_tokens - 1] = next;
-        if (feed(g, &next, 1, g->logits) || sink_write(&g->sink, g->logits, 1)) return -1;
         status_update(g, 0);
         if (next == g->info.eos_id) {
             ended = 1;
             break;
         }
-        if (!room) break;
+        if (n0 + (size_t)g->gen_tokens >= (size_t)n_ctx) break; /* the context is full */
+    }
+    /* the session holds the reply, its last token evaluated */
+    if (g->gen_tokens && (gen_settle(&g->gl, 1, &err) || sink_write(&g->sink, gen_logits(&g->gl), 1))) {
+        fprintf(stderr, "\ndeltafin: %s\n", err.msg[0] ? err.msg : "writing the --dump-logits file failed");
+        return -1;
     }
     if (!chat) {
         size_t n = tok_decoder_flush(&dec, g->dbuf, g->dcap);
@@ -181,10 +196,9 @@ static int generate(gen_ctx *g, int chat, int repl)
         /* close the assistant message in the session */
         const char *close = chat_parser_closing(g->parser);
         if (*close) {
-            df_error err = {0};
             g->n_ids = 0;
             if (tokenizer_encode(g->tok, close, strlen(close), 1, &g->ids, &g->n_ids, &g->cap_ids, &err) ||
-                feed(g, g->ids, g->n_ids, g->logits))
+                feed(g, g->ids, g->n_ids))
                 rc = -1;
         }
     }
@@ -220,6 +234,9 @@ static int setup_engine(gen_ctx *g, run_args *a)
     g->dbuf = malloc(g->dcap);
     g->gen_ids = malloc(((size_t)a->max_new + 1) * sizeof *g->gen_ids);
     sampler_from_args(&g->smp, a, g->info.vocab);
+    g->dr = open_drafter(a, g->info.vocab, df_session_n_ctx(g->s));
+    gen_from_args(&g->gl, a, g->eng, g->s, &g->smp, g->dr);
+    g->gl_open = 1;
     if (!g->logits || !g->dbuf || !g->gen_ids) {
         fprintf(stderr, "deltafin: out of memory\n");
         return -1;
@@ -231,6 +248,8 @@ static void teardown(gen_ctx *g)
 {
     chat_parser_free(g->parser);
     sink_abort(&g->sink);
+    if (g->gl_open) gen_free(&g->gl);
+    df_drafter_free(g->dr);
     if (g->smp.work) sampler_free(&g->smp);
     free(g->gen_ids);
     df_session_free(g->s);
@@ -296,7 +315,7 @@ static int start_reply(gen_ctx *g)
     }
     g->t_start = now();
     g->prompt_tokens = (int)g->n_ids;
-    return feed(g, g->ids, g->n_ids, g->logits);
+    return feed(g, g->ids, g->n_ids);
 }
 
 int run_text(run_args *a)
@@ -341,6 +360,7 @@ int run_text(run_args *a)
         goto done;
     }
     free(rows);
+    gen_prime(&g.gl, g.ids, g.n_ids, g.logits);
     double t1 = now();
     unsigned long long rb1 = proc_read_bytes();
     rc = generate(&g, a->chat, 0) ? 1 : 0;
@@ -352,9 +372,11 @@ int run_text(run_args *a)
         fflush(stdout);
     }
     if (!rc && a->bench_json)
-        print_bench_json(g.eng, g.prompt_tokens, t1 - g.t_start, rb1 - rb0, g.gen_tokens, t2 - t1, rb2 - rb1, g.gen_ids);
+        print_bench_json(g.eng, g.prompt_tokens, t1 - g.t_start, rb1 - rb0, g.gen_tokens, t2 - t1, rb2 - rb1, g.gen_ids,
+                         &g.gl.st);
     if (!rc && sink_commit(&g.sink)) rc = 1;
     if (!rc && a->stats) print_run_stats(g.eng, g.prompt_tokens, t1 - g.t_start, g.gen_tokens, t2 - t1);
+    if (!rc && a->stats && g.dr) print_draft_stats(&g.gl.st);
 done:
     teardown(&g);
     return rc;
@@ -371,6 +393,12 @@ static void print_stats(gen_ctx *g)
            g->gen_tokens > 1 && dt > 0 ? (g->gen_tokens - 1) / dt : 0.0, g->t_first - g->t_start, g->prompt_tokens);
     printf("experts: %.1f%% hits, %.1f MiB read, %.2f s waiting for I/O\n", uses ? 100.0 * st.expert_hits / uses : 0.0,
            st.expert_bytes_read / 1048576.0, st.io_wait_sec);
+    if (g->dr) {
+        const gen_stats *d = &g->gl.st;
+        printf("drafts (%s): %llu proposed, %llu accepted; %.2f tokens per pass\n", g->dr->name,
+               (unsigned long long)d->proposed, (unsigned long long)d->accepted,
+               d->passes ? (double)d->emitted / (double)d->passes : 0.0);
+    }
 }
 
 int cmd_chat(int argc, char **argv)
@@ -402,7 +430,7 @@ int cmd_chat(int argc, char **argv)
             free(line);
             break;
         } else if (!strcmp(line, "/reset")) {
-            df_session_reset(g.s);
+            gen_reset(&g.gl);
             g.n_turns = 0;
             printf("(conversation reset)\n");
         } else if (!strcmp(line, "/stats")) {

@@ -74,6 +74,14 @@ void usage(FILE *f)
           "  --temp T             sample at temperature T (0 = greedy) with --top-p P, --top-k K and\n"
           "                       --seed N (the same seed gives the same text; the server's sampler)\n"
           "  --stop-eos           stop after generating the model's eos token\n"
+          "  --draft D            speculative decoding (run, chat, serve): none (default), ngram (prompt\n"
+          "                       lookup), suffix (continuations seen in this process), model:PATH (a small\n"
+          "                       model with the same tokenizer) or auto (ngram).  Drafts only propose:\n"
+          "                       greedy output and every logit are identical with and without them\n"
+          "  --draft-max N        at most N drafts per step (default 8); the number is chosen each step\n"
+          "                       from measured pass times and acceptance, 0 when drafts do not pay\n"
+          "  --draft-k N          exactly N drafts per step instead\n"
+          "  --draft-mem SIZE     a draft model's share of --mem (default an eighth)\n"
           "  --threads N          worker threads (default: all CPUs); output is identical for every N\n"
           "  --ctx N              context capacity in tokens (default 4096)\n"
           "  --batch N|auto       positions per forward pass of a prompt (default auto: chosen by the\n"
@@ -225,7 +233,9 @@ static const opt_def opts[] = {
     {"--no-think", 0, C_RUN | C_CHAT}, {"--special", 0, C_TOKENIZE},   {"--decode", 1, C_TOKENIZE},
     {"--to", 1, C_PLACE},             {"--stripe", 0, C_PLACE},        {"--slots", 1, C_CACHESIM},
     {"--temp", 1, C_RUN | C_CHAT},    {"--top-p", 1, C_RUN | C_CHAT},  {"--top-k", 1, C_RUN | C_CHAT},
-    {"--seed", 1, C_RUN | C_CHAT},    {"--file", 1, C_PERPLEXITY},      {"--window", 1, C_PERPLEXITY},   {"--json", 0, C_PLAN | C_PERPLEXITY},
+    {"--seed", 1, C_RUN | C_CHAT},    {"--draft", 1, C_RUN | C_CHAT | C_SERVE},
+    {"--draft-max", 1, C_RUN | C_CHAT | C_SERVE}, {"--draft-k", 1, C_RUN | C_CHAT | C_SERVE},
+    {"--draft-mem", 1, C_RUN | C_CHAT | C_SERVE},    {"--file", 1, C_PERPLEXITY},      {"--window", 1, C_PERPLEXITY},   {"--json", 0, C_PLAN | C_PERPLEXITY},
 };
 
 static unsigned command_bit(const char *cmd)
@@ -297,6 +307,15 @@ void parse_common(int argc, char **argv, run_args *a)
             a->seed_set = 1;
         }
         else if (!strcmp(f, "--stop-eos")) a->stop_eos = 1;
+        else if (!strcmp(f, "--draft")) {
+            if (strcmp(v, "none") && strcmp(v, "ngram") && strcmp(v, "suffix") && strcmp(v, "auto") &&
+                (strncmp(v, "model:", 6) || !v[6]))
+                die("--draft wants none, ngram, suffix, auto or model:PATH, not \"%s\"", v);
+            a->draft = v;
+        }
+        else if (!strcmp(f, "--draft-max")) a->draft_max = (int)parse_long(v, f, 1, GEN_MAX_DRAFT);
+        else if (!strcmp(f, "--draft-k")) a->draft_k = (int)parse_long(v, f, 1, GEN_MAX_DRAFT);
+        else if (!strcmp(f, "--draft-mem")) a->draft_mem = parse_size(v, f);
         else if (!strcmp(f, "--threads")) a->threads = (int)parse_long(v, f, 1, 256);
         else if (!strcmp(f, "--ctx")) a->ctx = (int)parse_long(v, f, 1, 1 << 24);
         else if (!strcmp(f, "--batch")) a->batch = !strcmp(v, "auto") ? 0 : (int)parse_long(v, f, 1, 4096);
@@ -408,6 +427,58 @@ int context_for(run_args *a, int n_prompt)
     return a->ctx_plan;
 }
 
+int drafting(const run_args *a) { return a->draft && strcmp(a->draft, "none"); }
+
+int draft_rows(const run_args *a)
+{
+    int k = a->draft_max ? a->draft_max : 8;
+    if (a->draft_k > k) k = a->draft_k;
+    return k + 1;
+}
+
+static size_t draft_share(const run_args *a, size_t total) { return a->draft_mem ? a->draft_mem : total / 8; }
+
+df_drafter *open_drafter(const run_args *a, int vocab, int n_ctx)
+{
+    if (!drafting(a)) return NULL;
+    /* auto: prompt lookup, which costs no model and no memory */
+    const char *spec = !strcmp(a->draft, "auto") ? "ngram" : a->draft;
+    size_t total = a->mem ? a->mem : df_mem_budget_default();
+    df_drafter *d;
+    df_error err = {0};
+    if (df_drafter_open(spec, draft_share(a, total), n_ctx, a->threads, vocab, &d, &err)) {
+        fprintf(stderr, "deltafin: %s\n", err.msg);
+        exit(1);
+    }
+    return d;
+}
+
+void gen_from_args(gen_loop *g, const run_args *a, df_engine *eng, df_session *s, sampler *smp, df_drafter *dr)
+{
+    gen_opts go = {.draft_k = a->draft_k, .draft_max = a->draft_max};
+    df_error err = {0};
+    if (gen_init(g, eng, s, smp, dr, &go, &err)) {
+        fprintf(stderr, "deltafin: %s\n", err.msg);
+        exit(1);
+    }
+}
+
+void print_draft_stats(const gen_stats *st)
+{
+    if (!st->draft_passes && !st->proposed) {
+        fprintf(stderr, "deltafin: drafts: none proposed (%llu decode passes)\n", (unsigned long long)st->passes);
+        return;
+    }
+    fprintf(stderr,
+            "deltafin: drafts: %llu proposed, %llu accepted (%.1f%%); %llu passes for %llu tokens (%.2f per pass), "
+            "%llu with drafts; last k %d; %.1f KiB of experts read per token; %.3f s drafting\n",
+            (unsigned long long)st->proposed, (unsigned long long)st->accepted,
+            st->proposed ? 100.0 * (double)st->accepted / (double)st->proposed : 0.0, (unsigned long long)st->passes,
+            (unsigned long long)st->emitted, st->passes ? (double)st->emitted / (double)st->passes : 0.0,
+            (unsigned long long)st->draft_passes, st->last_k,
+            st->emitted ? (double)st->expert_bytes / 1024.0 / (double)st->emitted : 0.0, st->draft_sec);
+}
+
 df_engine *open_engine(const run_args *a)
 {
     df_engine_opts eo;
@@ -433,6 +504,16 @@ df_engine *open_engine(const run_args *a)
     eo.no_prefetch = a->no_prefetch;
     eo.prefetch_k = a->prefetch_k;
     eo.quiet = !a->stats;
+    if (drafting(a)) {
+        eo.plan_rollback = draft_rows(a);
+        /* a draft model's memory comes out of the same budget */
+        if (!strncmp(a->draft, "model:", 6)) {
+            size_t total = a->mem ? a->mem : df_mem_budget_default();
+            size_t share = draft_share(a, total);
+            if (share >= total) die("--draft-mem %zu bytes leaves nothing of --mem %zu for the model", share, total);
+            eo.mem_budget = total - share;
+        }
+    }
     df_engine *eng;
     df_error err = {0};
     if (df_engine_open(a->model, &eo, &eng, &err)) {
@@ -457,6 +538,7 @@ df_session *open_session(df_engine *eng, const run_args *a)
     if (a->ctx_plan) so.n_ctx = a->ctx_plan;
     else if (a->ctx) so.n_ctx = a->ctx;
     if (a->batch) so.max_batch = a->batch;
+    if (drafting(a)) so.rollback_rows = draft_rows(a);
     df_session *s;
     df_error err = {0};
     if (df_session_new(eng, &so, &s, &err)) {

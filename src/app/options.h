@@ -10,6 +10,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include "engine.h"
+#include "draft.h"
 #include "sampler.h"
 
 typedef struct {
@@ -32,6 +33,10 @@ typedef struct {
     int greedy, top_k, seed_set;  /* sampling (sampler.h): --greedy, --temp, --top-p, --top-k, --seed */
     double temp, top_p;
     uint64_t seed;
+    /* speculative decoding (generate.h, draft.h) */
+    const char *draft;   /* --draft none|ngram|suffix|model:PATH|auto (NULL = none) */
+    int draft_max, draft_k;
+    size_t draft_mem;    /* a draft model's share of --mem (0 = an eighth) */
 } run_args;
 
 _Noreturn void die(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -55,5 +60,15 @@ int context_for(run_args *a, int n_prompt);
  * the plan's one-line summary (the full plan with --stats). */
 df_engine *open_engine(const run_args *a);
 df_session *open_session(df_engine *eng, const run_args *a);
+/* Whether --draft asks for drafts; the drafter it names (NULL for none;
+ * exits with the error), for a target of this vocabulary and context. */
+int drafting(const run_args *a);
+/* The rollback rows a session needs for --draft: one step's drafts + 1. */
+int draft_rows(const run_args *a);
+df_drafter *open_drafter(const run_args *a, int vocab, int n_ctx);
+/* gen_init with the --draft-k / --draft-max options (exits on error). */
+void gen_from_args(gen_loop *g, const run_args *a, df_engine *eng, df_session *s, sampler *smp, df_drafter *dr);
+/* The drafting counters of a run, one line on stderr (--stats). */
+void print_draft_stats(const gen_stats *st);
 
 #endif

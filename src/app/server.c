@@ -22,15 +22,17 @@
  * worker, stream response); job->cancelled is set when the connection ends
  * early (a failed SSE write, or a hang-up polled for while a non-streaming
  * request waits) and the worker stops at the next token.
- * Conversation reuse: the worker keeps the ids its session holds; a prompt
- * that strictly extends them is fed only its new suffix.  That history is
- * trusted only once the job that produced it was delivered completely
+ * Generation is generate.c's loop (the same as `run` and `chat`), with the
+ * drafter of --draft for every request.  Conversation reuse: the loop keeps
+ * the ids of the session's history; a prompt sharing a prefix with it is
+ * fed only from where they part, when the session can go back there (an
+ * extension; the last generated id, not yet evaluated; a point since the
+ * last verify pass), else the session is reset.  That history is trusted
+ * only once the job that produced it was delivered completely
  * (job->delivered, set when MHD reports the request completed); otherwise
- * the next job resets the session.
- * The last sampled token is not fed (the session holds exactly the ids in
- * the history).  The HTTP threads exempt themselves from the process-wide
- * allocation guard (util.h): they allocate while the worker is inside
- * df_session_eval.
+ * the next job resets the session.  The HTTP threads exempt themselves
+ * from the process-wide allocation guard (util.h): they allocate while the
+ * worker is inside df_session_eval.
  * Stop sequences are matched on the decoded text of each channel (reasoning,
  * content) separately; the last (longest stop - 1) bytes are held back until
  * they cannot begin a stop, so a stop is never emitted.
@@ -73,22 +75,17 @@
 
 /* ---- the worker ------------------------------------------------------- */
 
+/* Feed a prompt's ids in pieces, so a cancelled job stops soon. */
 static int feed(srv *S, job *j, const int32_t *ids, size_t n)
 {
     df_error err = {0};
     for (size_t o = 0; o < n;) {
         if (atomic_load(&j->cancelled)) return 1;
         size_t k = n - o < 256 ? n - o : 256;
-        if (df_session_eval(S->s, ids + o, (int)k, S->logits, 0, &err)) {
+        if (gen_feed(&S->gl, ids + o, k, &err)) {
             snprintf(j->errmsg, sizeof j->errmsg, "%s", err.msg);
             return -1;
         }
-        if (S->n_hist + k > S->cap_hist) {
-            S->cap_hist = (S->n_hist + k) * 2;
-            S->hist = xrealloc(S->hist, S->cap_hist * sizeof *S->hist);
-        }
-        memcpy(S->hist + S->n_hist, ids + o, k * sizeof *ids);
-        S->n_hist += k;
         o += k;
     }
     return 0;
@@ -129,12 +126,20 @@ static void run_job(srv *S, job *j)
     if (S->last) job_unref(S->last);
     S->last = NULL;
     S->hist_ok = 0;
-    size_t from = 0;
-    if (reuse && S->n_hist && S->n_hist < j->n_ids && !memcmp(S->hist, j->ids, S->n_hist * sizeof *j->ids)) {
-        from = S->n_hist;
-    } else {
-        df_session_reset(S->s);
-        S->n_hist = 0;
+    /* the longest common prefix of the history and the prompt is kept (at
+     * least one prompt id is fed, for the next token's logits) when the
+     * session can return there: an extension, the last generated id not
+     * yet evaluated, or a point since the last verify pass's mark */
+    size_t from = 0, n_hist;
+    const int32_t *hist = gen_history(&S->gl, &n_hist);
+    if (reuse) {
+        while (from < n_hist && from < j->n_ids && hist[from] == j->ids[from]) from++;
+        if (from == j->n_ids) from--;
+    }
+    df_error rerr = {0};
+    if (!from || gen_rewind(&S->gl, from, &rerr)) {
+        gen_reset(&S->gl);
+        from = 0;
     }
     j->n_reused = (int)from;
     j->gate_ch = -1;
@@ -146,14 +151,20 @@ static void run_job(srv *S, job *j)
     chat_parser_reset(S->parser, j->think);
     j->fin = FIN_STOP;
     double t_first = 0;
+    df_error gerr = {0};
     while (!rc) {
         if (atomic_load(&j->cancelled)) { j->fin = FIN_CANCEL; break; }
         if (now() > j->deadline) { j->fin = FIN_LENGTH; break; }
-        int32_t next = sampler_next(&S->smp, S->logits);
+        int32_t next;
+        if (gen_next(&S->gl, &next, &gerr)) {
+            snprintf(j->errmsg, sizeof j->errmsg, "%s", gerr.msg);
+            rc = -1;
+            break;
+        }
         if (!j->n_gen++) t_first = now();
         size_t tl = 0;
         if (j->logprobs) tokenizer_token_bytes(S->tok, next, &tl);
-        if (j->logprobs) record_logprobs(S, j, next, tl);
+        if (j->logprobs) record_logprobs(S, j, gen_logits(&S->gl), next, tl);
         if (j->api == API_COMPLETIONS) {
             if (next == S->info.eos_id) break;
             size_t n = tok_decoder_feed(&dec, next, S->dbuf, S->dcap);
@@ -165,9 +176,14 @@ static void run_job(srv *S, job *j)
         }
         if (j->stopped) { j->fin = FIN_STOPSEQ; break; }
         if (next == S->info.eos_id || (j->api != API_COMPLETIONS && chat_parser_done(S->parser))) break;
-        /* the last token is not fed: the session holds exactly what was evaluated */
-        if (j->n_gen >= j->max_tokens || df_session_pos(S->s) + 1 >= S->n_ctx) { j->fin = FIN_LENGTH; break; }
-        rc = feed(S, j, &next, 1);
+        gen_history(&S->gl, &n_hist);
+        if (j->n_gen >= j->max_tokens || n_hist >= (size_t)S->n_ctx) { j->fin = FIN_LENGTH; break; }
+    }
+    /* the session holds the history but its last id (verified drafts past
+     * where the reply stopped are taken back) */
+    if (!rc && gen_settle(&S->gl, 0, &gerr)) {
+        snprintf(j->errmsg, sizeof j->errmsg, "%s", gerr.msg);
+        rc = -1;
     }
     if (rc > 0) j->fin = FIN_CANCEL;
     if (rc < 0) j->fin = FIN_ERROR;
@@ -199,10 +215,10 @@ static void run_job(srv *S, job *j)
     if (j->n_gen > 1 && t_first > 0 && t1 > t_first) S->last_tps = (j->n_gen - 1) / (t1 - t_first);
     if (j->fin == FIN_ERROR) S->n_errors++;
     df_engine_stats(S->eng, &S->stats);
+    S->gstats = S->gl.st;
     pthread_mutex_unlock(&S->mu);
     if (j->fin == FIN_ERROR) {
-        df_session_reset(S->s);
-        S->n_hist = 0;
+        gen_reset(&S->gl);
     } else {
         S->hist_ok = j->fin != FIN_CANCEL;
     }
@@ -340,7 +356,14 @@ static enum MHD_Result serve_metrics(srv *S, struct MHD_Connection *c)
             S->last_tps, S->gen_seconds, S->n_waiting, S->running);
     bprintf(&b, "# TYPE deltafin_prompt_cache_hit_ratio gauge\ndeltafin_prompt_cache_hit_ratio %.4f\n",
             prompt_all ? (double)S->tok_reused / (double)prompt_all : 0.0);
+    gen_stats gs = S->gstats;
     pthread_mutex_unlock(&S->mu);
+    bprintf(&b, "# TYPE deltafin_decode_passes_total counter\ndeltafin_decode_passes_total %llu\n"
+            "# TYPE deltafin_verify_passes_total counter\ndeltafin_verify_passes_total %llu\n"
+            "# TYPE deltafin_draft_proposed_total counter\ndeltafin_draft_proposed_total %llu\n"
+            "# TYPE deltafin_draft_accepted_total counter\ndeltafin_draft_accepted_total %llu\n",
+            (unsigned long long)gs.passes, (unsigned long long)gs.draft_passes, (unsigned long long)gs.proposed,
+            (unsigned long long)gs.accepted);
     bprintf(&b, "# TYPE deltafin_positions_evaluated_total counter\ndeltafin_positions_evaluated_total %llu\n"
             "# TYPE deltafin_expert_cache_hit_ratio gauge\ndeltafin_expert_cache_hit_ratio %.4f\n"
             "# TYPE deltafin_expert_bytes_read_total counter\ndeltafin_expert_bytes_read_total %llu\n"
@@ -596,14 +619,16 @@ int cmd_serve(int argc, char **argv)
     df_session_opts_default(&so);
     if (S->a.ctx) so.n_ctx = S->a.ctx;
     if (S->a.batch) so.max_batch = S->a.batch;
+    if (drafting(&S->a)) so.rollback_rows = draft_rows(&S->a);
     if (df_session_new(S->eng, &so, &S->s, &err) || chat_parser_new(S->tok, 1, &S->parser, &err)) {
         fprintf(stderr, "deltafin: %s\n", err.msg);
         return 1;
     }
     S->n_ctx = so.n_ctx;
     df_engine_stats(S->eng, &S->stats);
-    S->logits = xmalloc((size_t)S->info.vocab * sizeof *S->logits);
     sampler_init(&S->smp, S->info.vocab, 0, 1, 0, 0);
+    S->dr = open_drafter(&S->a, S->info.vocab, S->n_ctx);
+    gen_from_args(&S->gl, &S->a, S->eng, S->s, &S->smp, S->dr);
     S->dcap = tok_decoder_max_out(S->tok) + 16;
     S->dbuf = xmalloc(S->dcap);
     pthread_t worker;
@@ -628,13 +653,13 @@ int cmd_serve(int argc, char **argv)
         job_unref(j);
     }
     chat_parser_free(S->parser);
+    gen_free(&S->gl);
+    df_drafter_free(S->dr);
     df_session_free(S->s);
     df_engine_close(S->eng);
     tokenizer_free(S->tok);
-    free(S->logits);
     sampler_free(&S->smp);
     free(S->dbuf);
-    free(S->hist);
     free(rest);
     return 0;
 }

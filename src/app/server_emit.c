@@ -499,12 +499,11 @@ static void token_text_chat(json_buf *b, srv *S, int32_t id, double lp)
     json_buf_puts(b, "]");
 }
 
-/* log-softmax of the current logits in double: entries for the chosen id
+/* log-softmax of the logits the id was chosen from, in double: entries for the chosen id
  * and the top alternatives, appended to the job's pending logprobs. */
-void record_logprobs(srv *S, job *j, int32_t id, size_t text_len)
+void record_logprobs(srv *S, job *j, const float *lg, int32_t id, size_t text_len)
 {
     int V = S->info.vocab;
-    const float *lg = S->logits;
     double lse = sampler_logsumexp(lg, V);
     int top[MAX_TOP_LOGPROBS];
     int k = sampler_top_ids(lg, V, j->top_logprobs, top);

@@ -13,6 +13,7 @@
 #include "engine.h"
 #include "json.h"
 #include "json_write.h"
+#include "draft.h"
 #include "sampler.h"
 #include "tokenizer.h"
 #include "util.h"
@@ -63,16 +64,16 @@ typedef struct srv {
     /* counters, guarded by mu */
     uint64_t n_requests, n_rejected, n_errors, tok_prompt, tok_gen, tok_reused;
     df_stats stats;             /* engine counters, snapshot by the worker after each job */
+    gen_stats gstats;           /* generation loop counters (drafts), likewise */
     double gen_seconds, last_tps;
     atomic_ulong job_counter;
     /* worker-only */
     df_session *s;
     chat_parser *parser;
-    float *logits;              /* [vocab] */
     sampler smp;                /* temperature / top_p / seed of the current job (sampler.c) */
-    int32_t *hist;              /* ids the session holds */
-    size_t n_hist, cap_hist;
-    int hist_ok;                /* hist is valid once last was delivered */
+    gen_loop gl;                /* the generation loop (generate.h): the session's id history, drafts */
+    df_drafter *dr;             /* --draft, or NULL */
+    int hist_ok;                /* the history is valid once last was delivered */
     job *last;
     char *dbuf;
     size_t dcap;
@@ -133,7 +134,7 @@ void emit_call_begin(job *j, int idx, const char *name);
 void emit_call_end(job *j, int idx, const char *args, size_t n);
 void emit_finish(job *j);
 void gate_flush(job *j);
-void record_logprobs(srv *S, job *j, int32_t id, size_t text_len);
+void record_logprobs(srv *S, job *j, const float *logits, int32_t id, size_t text_len);
 const char *finish_name(const job *j);
 
 /* server_request.c */

@@ -56,6 +56,9 @@ static int io_options(df_engine *eng, const df_engine_opts *o, df_error *err)
 
 static double gib(uint64_t b) { return (double)b / (double)(1ull << 30); }
 
+static uint64_t default_budget(void);
+size_t df_mem_budget_default(void) { return (size_t)default_budget(); }
+
 static uint64_t default_budget(void)
 {
     uint64_t phys = (uint64_t)sysconf(_SC_PHYS_PAGES) * (uint64_t)sysconf(_SC_PAGESIZE);
@@ -105,6 +108,7 @@ static void plan_session_opts(const df_engine_opts *o, df_session_opts *so)
     df_session_opts_default(so);
     if (o->plan_ctx > 0) so->n_ctx = o->plan_ctx;
     if (o->plan_batch > 0) so->max_batch = o->plan_batch;
+    if (o->plan_rollback > 0) so->rollback_rows = o->plan_rollback;
 }
 
 /* The plan for so's session under these options (plan.c decides; the
@@ -183,6 +187,7 @@ int df_plan_model(const char *path, const df_plan_opts *o, df_plan *p, df_model_
         df_session_opts_default(&so);
         if (o->n_ctx > 0) so.n_ctx = o->n_ctx;
         if (o->max_batch > 0) so.max_batch = o->max_batch;
+        if (o->rollback_rows > 0) so.rollback_rows = o->rollback_rows;
         enum cache_policy pol;
         rc = decide_plan(eng, &so, o->mem_budget, o->trunk_stream, o->expert_cache_bytes, o->cache_policy, &pol, p, err);
         if (info && (!rc || err->code == DF_ERR_NOMEM)) {
@@ -506,6 +511,18 @@ static int session_alloc(df_engine *eng, const df_session_opts *opts, int dry, d
     ALLOC(s->b.kda_S, (size_t)eng->m.n_kda * c->Hk * c->Dk * c->Dk);
     ALLOC(s->b.kda_hist, (size_t)eng->m.n_kda * 3 * (size_t)(c->Wc > 1 ? c->Wc - 1 : 1) * c->P);
     ALLOC(s->b.mla_cache, (size_t)eng->m.n_mla * (size_t)n_ctx * row_w);
+    s->b.rb_mark = -1;
+    if (opts->rollback_rows < 0 || opts->rollback_rows > 4096) {
+        int r = opts->rollback_rows;
+        df_session_free(s);
+        return df_err_set(err, DF_ERR_ARG, -1, "rollback_rows %d is outside [0, 4096]", r);
+    }
+    if (opts->rollback_rows > 0) {
+        s->b.rb_rows = opts->rollback_rows;
+        ALLOC(s->b.kda_S0, (size_t)eng->m.n_kda * c->Hk * c->Dk * c->Dk);
+        ALLOC(s->b.kda_hist0, (size_t)eng->m.n_kda * 3 * (size_t)(c->Wc > 1 ? c->Wc - 1 : 1) * c->P);
+        ALLOC(s->b.kda_rec, (size_t)eng->m.n_kda * (size_t)s->b.rb_rows * (4 * (size_t)c->P + (size_t)c->Hk));
+    }
     size_t state = bytes;
     ALLOC(s->b.H, (size_t)T * h);
     ALLOC(s->b.anchors, (size_t)s->b.n_anchor_max * T * h);
@@ -601,7 +618,7 @@ void df_session_free(df_session *s)
 {
     if (!s) return;
     s->eng->sessions_bytes -= s->bytes;
-    float **fl[] = {&s->b.kda_S, &s->b.kda_hist, &s->b.mla_cache, &s->b.H, &s->b.anchors, &s->b.ain, &s->b.xn, &s->b.att,
+    float **fl[] = {&s->b.kda_S, &s->b.kda_hist, &s->b.kda_S0, &s->b.kda_hist0, &s->b.kda_rec, &s->b.mla_cache, &s->b.H, &s->b.anchors, &s->b.ain, &s->b.xn, &s->b.att,
                     &s->b.min, &s->b.y, &s->b.ffn, &s->b.big0, &s->b.big1, &s->b.big2, &s->b.big3, &s->b.big4, &s->b.big5,
                     &s->b.small0, &s->b.small1, &s->b.probs, &s->b.logits_tmp, &s->b.worker_buf, &s->b.route_w, &s->b.zp,
                     &s->b.g_x, &s->b.g_h1, &s->b.g_h3, &s->b.g_a, &s->b.g_out};
@@ -624,6 +641,71 @@ void df_session_reset(df_session *s)
     memset(s->b.kda_S, 0, (size_t)s->eng->m.n_kda * c->Hk * c->Dk * c->Dk * sizeof(float));
     memset(s->b.kda_hist, 0, (size_t)s->eng->m.n_kda * 3 * (size_t)(c->Wc > 1 ? c->Wc - 1 : 1) * c->P * sizeof(float));
     s->b.pos = 0;
+    s->b.rb_mark = -1;
+}
+
+static size_t kda_state_floats(const df_session *s)
+{
+    const k3_config *c = &s->eng->m.cfg;
+    return (size_t)s->eng->m.n_kda * c->Hk * c->Dk * c->Dk;
+}
+
+static size_t kda_hist_floats(const df_session *s)
+{
+    const k3_config *c = &s->eng->m.cfg;
+    return (size_t)s->eng->m.n_kda * 3 * (size_t)(c->Wc > 1 ? c->Wc - 1 : 1) * c->P;
+}
+
+int df_session_mark(df_session *s, df_error *err)
+{
+    if (s->b.rb_rows <= 0)
+        return df_err_set(err, DF_ERR_ARG, -1, "this session keeps no rollback rows (opened with rollback_rows 0)");
+    memcpy(s->b.kda_S0, s->b.kda_S, kda_state_floats(s) * sizeof(float));
+    memcpy(s->b.kda_hist0, s->b.kda_hist, kda_hist_floats(s) * sizeof(float));
+    s->b.rb_mark = s->b.pos;
+    return 0;
+}
+
+int df_session_mark_pos(const df_session *s) { return s->b.rb_mark; }
+
+int df_session_truncate(df_session *s, int pos, df_error *err)
+{
+    if (pos < 0 || pos > s->b.pos)
+        return df_err_set(err, DF_ERR_ARG, -1, "cannot truncate to position %d: the session holds %d", pos, s->b.pos);
+    if (pos == s->b.pos) return 0;
+    if (pos == 0) {
+        df_session_reset(s);
+        return 0;
+    }
+    if (s->b.rb_mark < 0)
+        return df_err_set(err, DF_ERR_ARG, -1,
+                          "cannot roll back to position %d: no mark is held (df_session_mark, or more rows than "
+                          "rollback_rows %d evaluated since)",
+                          pos, s->b.rb_rows);
+    if (pos < s->b.rb_mark)
+        return df_err_set(err, DF_ERR_ARG, -1, "cannot roll back to position %d: the mark is at %d", pos,
+                          s->b.rb_mark);
+    df_engine *eng = s->eng;
+    int rows = pos - s->b.rb_mark;
+    const k3_config *c = &eng->m.cfg;
+    memcpy(s->b.kda_S, s->b.kda_S0, kda_state_floats(s) * sizeof(float));
+    memcpy(s->b.kda_hist, s->b.kda_hist0, kda_hist_floats(s) * sizeof(float));
+    if (rows > 0) {
+        alloc_guard_enter();
+        for (int il = 0; il < c->NL; il++)
+            if (eng->m.layers[il].kind == LAYER_KDA) kda_replay(&eng->mc, &s->b, &eng->m.layers[il], rows);
+        alloc_guard_leave();
+    }
+    s->b.pos = pos;
+    return 0;
+}
+
+void df_engine_event(df_engine *eng, const char *json)
+{
+    if (!eng->events) return;
+    fputs(json, eng->events);
+    fputc('\n', eng->events);
+    fflush(eng->events);
 }
 
 int df_session_pos(const df_session *s) { return s->b.pos; }
@@ -819,6 +901,8 @@ int df_session_eval(df_session *s, const int32_t *ids, int n, float *logits, int
     if (n > s->b.n_ctx - s->b.pos)
         return df_err_set(err, DF_ERR_LIMIT, -1, "context full: %d tokens held, %d more requested, capacity %d",
                           s->b.pos, n, s->b.n_ctx);
+    /* rows past what the mark can take back: the mark is dropped */
+    if (s->b.rb_mark >= 0 && s->b.pos + n - s->b.rb_mark > s->b.rb_rows) s->b.rb_mark = -1;
     int rc = 0;
     df_engine *eng = s->eng;
     uint64_t reads0 = eng->m.store.st.n_reads, bytes0 = eng->m.store.st.bytes_read;

@@ -27,6 +27,7 @@ typedef struct df_engine_opts {
     const char *kernels;        /* "ref", "avx2", "avx512"; NULL = $DF_KERNELS or the best */
     size_t mem_budget;          /* --mem: bytes for everything (0 = 70% of physical RAM) */
     size_t expert_cache_bytes;  /* override the planner's expert cache size (0 = plan from mem_budget) */
+    int plan_rollback;          /* ... with this many rollback rows (df_session_opts.rollback_rows) */
     int plan_ctx, plan_batch;   /* the session the planner reserves for (0 = 4096 tokens; batch
                                    0 = chosen by the planner: 32 when nothing streams, else as
                                    large as the budget pays for, so a prompt reads its experts
@@ -54,6 +55,8 @@ typedef struct df_session_opts {
     int n_ctx;                  /* context capacity in tokens (0 = 4096) */
     int max_batch;              /* positions per forward call (0 = the engine's plan: --batch auto);
                                    longer inputs are chunked */
+    int rollback_rows;          /* rows df_session_truncate can take back after a mark (0: none);
+                                   costs a copy of the KDA state and the rows' recurrence inputs */
 } df_session_opts;
 
 typedef struct df_model_info {
@@ -100,6 +103,7 @@ typedef struct df_plan_opts {
     size_t mem_budget;            /* 0 = 70% of physical RAM */
     size_t expert_cache_bytes;
     int n_ctx, max_batch;         /* 0 = session defaults */
+    int rollback_rows;            /* as df_session_opts */
     int n_threads;                /* 0 = online CPUs */
     int trunk_stream;             /* as df_engine_opts */
     const char *cache_policy;
@@ -115,6 +119,10 @@ int df_plan_model(const char *path, const df_plan_opts *o, df_plan *p, df_model_
 void df_engine_plan(const df_engine *eng, df_plan *p);
 
 void df_engine_opts_default(df_engine_opts *o);
+/* --mem's default: 70% of physical memory. */
+size_t df_mem_budget_default(void);
+/* One JSON line (without the newline) to the --events file, if any. */
+void df_engine_event(df_engine *eng, const char *json);
 void df_session_opts_default(df_session_opts *o);
 
 int df_engine_open(const char *model_dir, const df_engine_opts *opts, df_engine **out, df_error *err);
@@ -137,6 +145,20 @@ int df_session_max_batch(const df_session *s);
  * reusing it after a read error.   logits (may be NULL): when all_rows, [n][vocab] with
  * row t the distribution after ids[t]; otherwise [vocab] after the last id. */
 int df_session_eval(df_session *s, const int32_t *ids, int n, float *logits, int all_rows, df_error *err);
+
+/* Rollback (speculative decoding, edited histories).  df_session_mark
+ * remembers the session at its current position; df_session_truncate(s,
+ * pos) then returns it to any position from the mark's to the current one,
+ * after which the session is bit for bit the one that only ever evaluated
+ * the first pos tokens (the MLA cache is shortened; the KDA state is copied
+ * back from the mark and the kept rows' recurrences replayed).  Needs a
+ * session opened with rollback_rows > 0; evaluating more than rollback_rows
+ * rows after a mark drops it.  The mark stays valid across truncations.
+ * pos 0 is always allowed (a reset).  Errors name the positions. */
+int df_session_mark(df_session *s, df_error *err);
+int df_session_truncate(df_session *s, int pos, df_error *err);
+/* The mark's position, or -1 when there is none. */
+int df_session_mark_pos(const df_session *s);
 
 /* Offline replay of a route trace (written with trace_path) through the
  * cache policies and Belady's optimal, at several cache sizes (in experts). */

@@ -8,6 +8,11 @@
  * d outer, v inner; conv taps oldest first), so neither T nor the thread
  * count changes a bit.  A_log is read per head (spec D1); the engine keeps
  * exp(A_log) rounded to f32 (L->A_exp), the value a GGUF's -exp(A_log) holds.
+ * Rollback (engine.h df_session_mark / df_session_truncate): the state
+ * cannot be shortened, so after a mark each row's recurrence inputs (the
+ * raw q, k, v and f_b projections and b) are kept; kda_replay runs the
+ * first rows of them again over the state copied at the mark, through the
+ * same per-row code, which gives the state of having evaluated only those.
  */
 #include "model.h"
 #include "mathfn.h"
@@ -65,73 +70,100 @@ static void row_update_dot(float *row, float b, const float *p, float q, float *
     }
 }
 
+/* One position of one head: the short convolutions (their history
+ * shifted), the normalisations, the gate and the delta-rule update of S;
+ * the head's output (before o_proj) into o[0..Dk) when o is not NULL.  The
+ * forward pass and the rollback replay (kda_replay) both run this, so a
+ * replayed state is the evaluated one, bit for bit. */
+static void kda_row(kda_ctx *c, float *wb, float *S, float *hist_layer, size_t hh, int t, float *o)
+{
+    const k3_config *cf = &c->eng->cfg;
+    const k3_layer *L = c->L;
+    int Dk = cf->Dk, P = cf->P, Wc = cf->Wc, Hk = cf->Hk;
+    float *qh = wb, *kh = wb + Dk, *vh = wb + 2 * Dk, *pred = wb + 3 * Dk, *oh = wb + 4 * Dk, *bk = wb + 5 * Dk;
+    const float qscale = (float)(1.0 / sqrt((double)Dk));
+    size_t c0 = hh * (size_t)Dk;
+    double ea = (double)L->A_exp[hh];
+    const float *raw[3] = {c->rq + (size_t)t * P + c0, c->rk + (size_t)t * P + c0, c->rv + (size_t)t * P + c0};
+    float *dst[3] = {qh, kh, vh};
+    for (int which = 0; which < 3; which++) {
+        float *hist = hist_layer + (size_t)which * (Wc - 1) * P;
+        const float *w = L->conv[which];
+        for (int d = 0; d < Dk; d++) {
+            size_t p = c0 + (size_t)d;
+            float acc = 0.0f;
+            for (int j = 0; j < Wc - 1; j++) acc += w[p * Wc + j] * hist[(size_t)j * P + p];
+            acc += w[p * Wc + (Wc - 1)] * raw[which][d];
+            dst[which][d] = df_siluf(acc);
+            for (int j = 0; j + 1 < Wc - 1; j++) hist[(size_t)j * P + p] = hist[(size_t)(j + 1) * P + p];
+            if (Wc > 1) hist[(size_t)(Wc - 2) * P + p] = raw[which][d];
+        }
+    }
+    double sq = 0.0, sk = 0.0;
+    for (int d = 0; d < Dk; d++) {
+        sq += (double)qh[d] * qh[d];
+        sk += (double)kh[d] * kh[d];
+    }
+    float rq = (float)(1.0 / sqrt(sq + 1e-6)), rk = (float)(1.0 / sqrt(sk + 1e-6));
+    for (int d = 0; d < Dk; d++) {
+        qh[d] = (qh[d] * rq) * qscale;
+        kh[d] = kh[d] * rk;
+    }
+    float beta = df_sigmoidf(c->b[(size_t)t * Hk + hh]);
+    /* S = diag(decay) S; pred = k^T S (each row decayed, then added
+     * in row order); S += (beta k) (v - pred)^T; o = q^T S.  Two
+     * passes over S: every element sees the same operations in the
+     * same order as four separate passes would (no fused
+     * multiply-add, sums over d in increasing d), so the 4-wide
+     * vector form is bit-identical to the scalar one. */
+    for (int d = 0; d < Dk; d++) {
+        float z = c->fb[(size_t)t * P + c0 + d] + L->dt_bias[c0 + d];
+        float g = cf->glb * (float)(1.0 / (1.0 + df_exp(-ea * (double)z)));
+        bk[d] = df_expf(g); /* the row's decay, for now */
+    }
+    for (int v = 0; v < Dk; v++) pred[v] = 0.0f;
+    for (int d = 0; d < Dk; d++) row_scale_dot(S + (size_t)d * Dk, bk[d], kh[d], pred, Dk);
+    for (int v = 0; v < Dk; v++) pred[v] = vh[v] - pred[v];
+    for (int d = 0; d < Dk; d++) bk[d] = beta * kh[d];
+    for (int v = 0; v < Dk; v++) oh[v] = 0.0f;
+    for (int d = 0; d < Dk; d++) row_update_dot(S + (size_t)d * Dk, bk[d], pred, qh[d], oh, Dk);
+    if (!o) return;
+    rmsnorm(oh, L->o_norm, Dk, cf->eps, oh);
+    const float *gate = c->rg + (size_t)t * P + c0;
+    for (int d = 0; d < Dk; d++) o[d] = oh[d] * df_sigmoidf(gate[d]);
+}
+
 static void kda_heads(void *vctx, size_t h0, size_t h1, int worker)
 {
     kda_ctx *c = vctx;
-    const model_ctx *eng = c->eng;
     session_bufs *s = c->s;
-    const k3_config *cf = &eng->cfg;
-    const k3_layer *L = c->L;
+    const k3_config *cf = &c->eng->cfg;
     int Dk = cf->Dk, P = cf->P, Wc = cf->Wc, Hk = cf->Hk;
     float *wb = s->worker_buf + (size_t)worker * s->worker_w;
-    float *qh = wb, *kh = wb + Dk, *vh = wb + 2 * Dk, *pred = wb + 3 * Dk, *oh = wb + 4 * Dk, *bk = wb + 5 * Dk;
-    float *S_layer = s->kda_S + (size_t)L->kda_idx * (size_t)Hk * Dk * Dk;
-    float *hist_layer = s->kda_hist + (size_t)L->kda_idx * 3 * (size_t)(Wc - 1) * P;
-    const float qscale = (float)(1.0 / sqrt((double)Dk));
+    float *S_layer = s->kda_S + (size_t)c->L->kda_idx * (size_t)Hk * Dk * Dk;
+    float *hist_layer = s->kda_hist + (size_t)c->L->kda_idx * 3 * (size_t)(Wc - 1) * P;
     for (size_t hh = h0; hh < h1; hh++) {
         float *S = S_layer + hh * (size_t)Dk * Dk;
-        size_t c0 = hh * (size_t)Dk;
-        double ea = (double)L->A_exp[hh];
-        for (int t = 0; t < c->T; t++) {
-            const float *raw[3] = {c->rq + (size_t)t * P + c0, c->rk + (size_t)t * P + c0, c->rv + (size_t)t * P + c0};
-            float *dst[3] = {qh, kh, vh};
-            for (int which = 0; which < 3; which++) {
-                float *hist = hist_layer + (size_t)which * (Wc - 1) * P;
-                const float *w = L->conv[which];
-                for (int d = 0; d < Dk; d++) {
-                    size_t p = c0 + (size_t)d;
-                    float acc = 0.0f;
-                    for (int j = 0; j < Wc - 1; j++) acc += w[p * Wc + j] * hist[(size_t)j * P + p];
-                    acc += w[p * Wc + (Wc - 1)] * raw[which][d];
-                    dst[which][d] = df_siluf(acc);
-                    for (int j = 0; j + 1 < Wc - 1; j++) hist[(size_t)j * P + p] = hist[(size_t)(j + 1) * P + p];
-                    if (Wc > 1) hist[(size_t)(Wc - 2) * P + p] = raw[which][d];
-                }
-            }
-            double sq = 0.0, sk = 0.0;
-            for (int d = 0; d < Dk; d++) {
-                sq += (double)qh[d] * qh[d];
-                sk += (double)kh[d] * kh[d];
-            }
-            float rq = (float)(1.0 / sqrt(sq + 1e-6)), rk = (float)(1.0 / sqrt(sk + 1e-6));
-            for (int d = 0; d < Dk; d++) {
-                qh[d] = (qh[d] * rq) * qscale;
-                kh[d] = kh[d] * rk;
-            }
-            float beta = df_sigmoidf(c->b[(size_t)t * Hk + hh]);
-            /* S = diag(decay) S; pred = k^T S (each row decayed, then added
-             * in row order); S += (beta k) (v - pred)^T; o = q^T S.  Two
-             * passes over S: every element sees the same operations in the
-             * same order as four separate passes would (no fused
-             * multiply-add, sums over d in increasing d), so the 4-wide
-             * vector form is bit-identical to the scalar one. */
-            for (int d = 0; d < Dk; d++) {
-                float z = c->fb[(size_t)t * P + c0 + d] + L->dt_bias[c0 + d];
-                float g = cf->glb * (float)(1.0 / (1.0 + df_exp(-ea * (double)z)));
-                bk[d] = df_expf(g); /* the row's decay, for now */
-            }
-            for (int v = 0; v < Dk; v++) pred[v] = 0.0f;
-            for (int d = 0; d < Dk; d++) row_scale_dot(S + (size_t)d * Dk, bk[d], kh[d], pred, Dk);
-            for (int v = 0; v < Dk; v++) pred[v] = vh[v] - pred[v];
-            for (int d = 0; d < Dk; d++) bk[d] = beta * kh[d];
-            for (int v = 0; v < Dk; v++) oh[v] = 0.0f;
-            for (int d = 0; d < Dk; d++) row_update_dot(S + (size_t)d * Dk, bk[d], pred, qh[d], oh, Dk);
-            rmsnorm(oh, L->o_norm, Dk, cf->eps, oh);
-            float *o = c->out + (size_t)t * P + c0;
-            const float *gate = c->rg + (size_t)t * P + c0;
-            for (int d = 0; d < Dk; d++) o[d] = oh[d] * df_sigmoidf(gate[d]);
-        }
+        for (int t = 0; t < c->T; t++)
+            kda_row(c, wb, S, hist_layer, hh, t, c->out ? c->out + (size_t)t * P + hh * (size_t)Dk : NULL);
     }
+}
+
+/* Where a KDA layer's rows after the rollback mark are kept:
+ * [rb_rows][P] each of q, k, v, f_b, then [rb_rows][Hk] b. */
+static float *rec_layer(const k3_config *c, session_bufs *s, int kda_idx)
+{
+    return s->kda_rec + (size_t)kda_idx * (size_t)s->rb_rows * (4 * (size_t)c->P + (size_t)c->Hk);
+}
+
+void kda_replay(const model_ctx *eng, session_bufs *s, const k3_layer *L, int rows)
+{
+    const k3_config *c = &eng->cfg;
+    size_t R = (size_t)s->rb_rows, P = (size_t)c->P;
+    float *rec = rec_layer(c, s, L->kda_idx);
+    kda_ctx k = {.eng = eng, .s = s, .L = L, .T = rows, .rq = rec, .rk = rec + R * P, .rv = rec + 2 * R * P,
+                 .fb = rec + 3 * R * P, .b = rec + 4 * R * P, .rg = NULL, .out = NULL};
+    parallel_for(eng->pool, (size_t)c->Hk, 1, kda_heads, &k);
 }
 
 void kda_forward(const model_ctx *eng, session_bufs *s, const k3_layer *L, const float *x, int T, float *out)
@@ -150,6 +182,14 @@ void kda_forward(const model_ctx *eng, session_bufs *s, const k3_layer *L, const
     };
     mm_run(eng->pool, eng->kt, jobs, 6);
     mm_one(eng->pool, eng->kt, L->fb, s->small0, T, k.fb);
+    if (s->rb_mark >= 0) {
+        /* rows after a rollback mark: keep the recurrence inputs (kda_replay) */
+        size_t R = (size_t)s->rb_rows, P = (size_t)c->P, r0 = (size_t)(s->pos - s->rb_mark);
+        float *rec = rec_layer(c, s, L->kda_idx);
+        const float *src[4] = {k.rq, k.rk, k.rv, k.fb};
+        for (int i = 0; i < 4; i++) memcpy(rec + i * R * P + r0 * P, src[i], (size_t)T * P * sizeof(float));
+        memcpy(rec + 4 * R * P + r0 * (size_t)c->Hk, k.b, (size_t)T * c->Hk * sizeof(float));
+    }
     parallel_for(eng->pool, (size_t)c->Hk, 1, kda_heads, &k);
     mm_one(eng->pool, eng->kt, L->o, k.out, T, out);
 }

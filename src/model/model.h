@@ -160,6 +160,12 @@ typedef struct session_bufs {
     /* KDA state */
     float *kda_S;             /* [n_kda][Hk][Dk][Dk] */
     float *kda_hist;          /* [n_kda][3][Wc-1][P] raw projections, oldest first */
+    /* rollback: the KDA state at the mark and each later row's recurrence
+     * inputs (kda.c), so the session can return to any position since */
+    int rb_rows;              /* rows kept after a mark (0: no rollback) */
+    int rb_mark;              /* the mark's position, -1 when none */
+    float *kda_S0, *kda_hist0;  /* kda_S and kda_hist at the mark */
+    float *kda_rec;           /* [n_kda][rb_rows][4P + Hk] */
     /* MLA latent cache */
     float *mla_cache;         /* [n_mla][n_ctx][Rkv+dr] */
     /* scratch, all sized for max_batch positions */
@@ -246,6 +252,9 @@ void attnres_mix(const float *anchors, int n_anchors, size_t anchor_stride, cons
 
 /* kda.c / mla.c / moe.c: one layer's block for T positions at s->pos */
 void kda_forward(const model_ctx *eng, session_bufs *s, const k3_layer *L, const float *x, int T, float *out);
+/* Run the first `rows` kept rows after the mark again over layer L's state
+ * (which the caller has set back to the mark's copy). */
+void kda_replay(const model_ctx *eng, session_bufs *s, const k3_layer *L, int rows);
 int mla_forward(const model_ctx *eng, session_bufs *s, const k3_layer *L, const float *x, int T, float *out, df_error *err);
 int moe_forward(const model_ctx *eng, session_bufs *s, int il, const k3_layer *L, const float *y, int T, float *out, df_error *err);
 void dense_mlp_forward(const model_ctx *eng, session_bufs *s, const k3_layer *L, const float *y, int T, float *out);

@@ -72,6 +72,26 @@ static void sort_pairs(sampler_pair *a, size_t n)
     }
 }
 
+/* s->work[0..vocab) holds the weights, `sum` their total: sort them into
+ * s->pairs, keep the top_k, then the smallest prefix whose mass reaches
+ * top_p of theirs; returns its length, *mass its weight. */
+static int nucleus(sampler *s, double sum, double *mass)
+{
+    int V = s->vocab;
+    for (int i = 0; i < V; i++) s->pairs[i] = (sampler_pair){s->work[i], i};
+    sort_pairs(s->pairs, (size_t)V);
+    int n = s->top_k ? s->top_k : V;
+    if (s->top_k) {
+        sum = 0;
+        for (int i = 0; i < n; i++) sum += s->pairs[i].p;
+    }
+    double acc = 0, cut = s->top_p * sum;
+    int k = 0;
+    while (k < n && acc < cut) acc += s->pairs[k++].p;
+    *mass = acc;
+    return k;
+}
+
 int32_t sampler_next(sampler *s, const float *lg)
 {
     int V = s->vocab;
@@ -87,16 +107,8 @@ int32_t sampler_next(sampler *s, const float *lg)
     for (int i = 0; i < V; i++) sum += s->work[i] = exp(((double)lg[i] - m) / s->temperature);
     double u = (double)(splitmix64(&s->rng) >> 11) * 0x1.0p-53;
     if (s->top_p < 1 || s->top_k) {
-        for (int i = 0; i < V; i++) s->pairs[i] = (sampler_pair){s->work[i], i};
-        sort_pairs(s->pairs, (size_t)V);
-        int n = s->top_k ? s->top_k : V;
-        if (s->top_k) {
-            sum = 0;
-            for (int i = 0; i < n; i++) sum += s->pairs[i].p;
-        }
-        double acc = 0, cut = s->top_p * sum;
-        int k = 0;
-        while (k < n && acc < cut) acc += s->pairs[k++].p;
+        double acc;
+        int k = nucleus(s, sum, &acc);
         double t = u * acc, c = 0;
         for (int i = 0; i < k; i++) {
             c += s->pairs[i].p;
@@ -112,6 +124,56 @@ int32_t sampler_next(sampler *s, const float *lg)
         if (t < c) return (int32_t)i;
     }
     return (int32_t)last;
+}
+
+/* Speculative verification with a drafted id (a point-mass proposal):
+ * greedy takes the argmax (accepted when it is the draft); sampling
+ * accepts the draft with its probability p(draft) under the same
+ * distribution sampler_next draws from, and otherwise draws from that
+ * distribution with the draft removed.  Either way the id returned has
+ * exactly the distribution sampler_next's has: p(d) * 1[x = d] + (1 - p(d))
+ * * p(x) / (1 - p(d)) * 1[x != d] = p(x).  Two uniforms from the stream
+ * when rejected, one when accepted. */
+int32_t sampler_verify(sampler *s, const float *lg, int32_t draft, int *accepted)
+{
+    int V = s->vocab;
+    if (s->temperature <= 0) {
+        int32_t best = sampler_next(s, lg);
+        *accepted = best == draft;
+        return best;
+    }
+    double m = -INFINITY, sum = 0;
+    for (int i = 0; i < V; i++)
+        if (lg[i] > m) m = lg[i];
+    for (int i = 0; i < V; i++) sum += s->work[i] = exp(((double)lg[i] - m) / s->temperature);
+    double u = (double)(splitmix64(&s->rng) >> 11) * 0x1.0p-53;
+    int n = V;
+    const sampler_pair *pr = NULL;
+    double total = sum, wd = draft >= 0 && draft < V ? s->work[draft] : 0;
+    if (s->top_p < 1 || s->top_k) {
+        n = nucleus(s, sum, &total);
+        pr = s->pairs;
+        wd = 0;
+        for (int i = 0; i < n; i++)
+            if (pr[i].id == draft) wd = pr[i].p;
+    }
+    if (u * total < wd) {
+        *accepted = 1;
+        return draft;
+    }
+    *accepted = 0;
+    double v = (double)(splitmix64(&s->rng) >> 11) * 0x1.0p-53;
+    double t = v * (total - wd), c = 0;
+    int32_t last = -1;
+    for (int i = 0; i < n; i++) {
+        int id = pr ? pr[i].id : i;
+        double w = pr ? pr[i].p : s->work[i];
+        if (id == draft || w <= 0) continue;
+        last = id;
+        c += w;
+        if (t < c) return id;
+    }
+    return last >= 0 ? last : draft;
 }
 
 double sampler_logsumexp(const float *lg, int V)

@@ -40,6 +40,11 @@ void sampler_free(sampler *s);
 /* Restart the stream (a new request) with new settings. */
 void sampler_reset(sampler *s, double temperature, double top_p, int top_k, uint64_t seed);
 int32_t sampler_next(sampler *s, const float *logits);
+/* The next id given a drafted one (speculative decoding): greedy accepts
+ * the draft when it is the argmax; sampling accepts it with its probability
+ * and otherwise draws from the rest, so the result is distributed exactly
+ * as sampler_next's (the stream's draws differ).  *accepted says which. */
+int32_t sampler_verify(sampler *s, const float *logits, int32_t draft, int *accepted);
 
 /* log(sum exp(logits)) in double. */
 double sampler_logsumexp(const float *logits, int vocab);

@@ -5,8 +5,8 @@
 # one with --api-key), waits for /health, runs curl checks (among them the SDK
 # request fixtures in fixtures/ and a 200 MiB body), the slow-client test
 # (slowloris_test.mjs, on a third server with --timeout 2), the chat page in
-# headless Chromium (page_test.mjs: needs Debian's chromium package) and the SDK
-# tests in server_test.mjs (needs `npm ci --prefix tests/server`; works offline
+# headless Chromium (page_test.mjs: needs Debian's chromium package), the SDK
+# tests in server_test.mjs, drafts on vs off (draft_test.mjs) (needs `npm ci --prefix tests/server`; works offline
 # afterwards), and stops the servers.  Usage: tests/server/run_server_tests.sh [build/deltafin]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -113,6 +113,13 @@ DELTAFIN_URL=$U NODE_PATH=tests/server/node_modules node --test --test-reporter=
 
 DELTAFIN_URL=$U DELTAFIN_URL_KEY=http://127.0.0.1:$P2 DELTAFIN_PID=$RSS_PID DELTAFIN_BIN=$BIN DELTAFIN_MODEL=$MODEL \
     NODE_PATH=tests/server/node_modules node --test --test-reporter=spec tests/server/server_test.mjs || fail=1
+
+# speculative decoding: servers drafting with the model itself (every draft
+# accepted) and with prompt lookup answer exactly as the drafts-off server
+P5=$(free_port); start "$P5" --draft "model:$MODEL" --draft-k 3
+P6=$(free_port); start "$P6" --draft ngram --draft-k 4
+DELTAFIN_URL=$U DELTAFIN_URL_DRAFTS="http://127.0.0.1:$P5 http://127.0.0.1:$P6" \
+    NODE_PATH=tests/server/node_modules node --test --test-reporter=spec tests/server/draft_test.mjs || fail=1
 
 kill -0 "$PID1" 2>/dev/null || { echo "not ok - the server died"; cat "$LOG/server-$P1.log"; fail=1; }
 # stop both (SIGTERM: a clean shutdown) and look for sanitizer reports when built with SANITIZE=

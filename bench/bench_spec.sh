@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# bench_spec.sh - speculative decoding: drafts off against each drafter on the
+# same model and prompts, runs interleaved (off, ngram, suffix, model, off, ...)
+# so machine noise hits every row alike; medians over BENCH_REPS rounds of
+# decode tok/s, tokens per target pass and expert bytes read per emitted token,
+# and the ratio to drafts off measured in the same rounds.  Every run's ids
+# are compared with drafts off: a difference fails the benchmark.
+#
+# Part 1: the trained default model (models/k3-mini) with its trained drafter
+# (models/k3-mini-draft), greedy, on prompts where drafting can pay: code,
+# repeated structure (a list continued), and a chat answer; once with every
+# expert in RAM, once streaming (--expert-cache 120K: 6 of its 224 experts, the
+# rest read on each miss).  Part 2 (BENCH_K3=1, the default): a K3-shaped model
+# (k3gen bench1g, ~1.2 GB of MXFP4 experts) whose experts stream from disk at
+# --mem 600M, drafts off / ngram / suffix on a repeating prompt.
+# Env: BENCH_REPS (5), BENCH_NEW (tokens per run, 96), BENCH_THREADS, BENCH_K3,
+# BENCH_DIR / BENCH_KEEP (part 2's scratch model under /var/tmp).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+make -s build/deltafin build/k3gen
+reps=${BENCH_REPS:-5}
+new=${BENCH_NEW:-96}
+threads=${BENCH_THREADS:-$(nproc)}
+field() { sed -n "s/.*\"$1\":\([0-9.e+-]*\).*/\1/p"; }
+ids_of() { sed -n 's/.*"ids":\[\([0-9,]*\)\].*/\1/p'; }
+fail=0
+
+# run_block MODEL LABEL KIND TEXT "OPTIONS" DRAFTERS...: one block of interleaved
+# runs; KIND is text, chat or ids; OPTIONS are split on spaces
+run_block() {
+    local model=$1 label=$2 kind=$3 text=$4 extra=$5; shift 5
+    local pa=()
+    case $kind in text) pa=(--prompt "$text") ;; chat) pa=(--chat --no-think --prompt "$text") ;; ids) pa=(--prompt-ids "$text") ;; esac
+    local drafters=("$@")
+    local tmp; tmp=$(mktemp -d)
+    for r in $(seq 1 "$reps"); do
+        for d in "${drafters[@]}"; do
+            # shellcheck disable=SC2086
+            out=$(build/deltafin run --model "$model" "${pa[@]}" $extra --max-new "$new" --threads "$threads" --draft "$d" \
+                  --bench-json 2>/dev/null | tail -1)
+            echo "$out" | ids_of >"$tmp/ids.$r.${d//[:\/]/_}"
+            n=$(echo "$out" | field decode_steps); s=$(echo "$out" | field decode_s)
+            p=$(echo "$out" | field decode_passes); b=$(echo "$out" | field decode_expert_bytes)
+            pr=$(echo "$out" | field draft_proposed); ac=$(echo "$out" | field draft_accepted)
+            echo "$d $n $s $p $b $pr $ac" >>"$tmp/rows"
+        done
+    done
+    local ref="$tmp/ids.1.none"
+    for f in "$tmp"/ids.*; do
+        if ! cmp -s "$ref" "$f"; then echo "  !! $label: $(basename "$f") differs from drafts off"; fail=1; fi
+    done
+    echo "== $label"
+    printf '  %-34s %9s %8s %10s %12s %10s\n' drafter "tok/s" "vs off" "tok/pass" "KiB/token" "accepted"
+    awk -v order="${drafters[*]}" '
+        function med(a, n,   i, j, t) { for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
+                                       return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2 }
+        { k = $1; c[k]++; tps[k, c[k]] = ($3 > 0 ? $2 / $3 : 0); tpp[k, c[k]] = ($4 > 0 ? $2 / $4 : 0)
+          kib[k, c[k]] = ($2 > 0 ? $5 / 1024 / $2 : 0); prop[k] += $6; acc[k] += $7 }
+        END { n = split(order, o, " ")
+              for (i = 1; i <= n; i++) { k = o[i]; for (j = 1; j <= c[k]; j++) { a1[j] = tps[k, j]; a2[j] = tpp[k, j]; a3[j] = kib[k, j] }
+                  m1[k] = med(a1, c[k]); m2[k] = med(a2, c[k]); m3[k] = med(a3, c[k]) }
+              for (i = 1; i <= n; i++) { k = o[i]
+                  printf "  %-34s %9.1f %7.2fx %10.2f %12.1f %9.0f%%\n", k, m1[k], (m1["none"] > 0 ? m1[k] / m1["none"] : 0),
+                         m2[k], m3[k], (prop[k] ? 100 * acc[k] / prop[k] : 0) } }' "$tmp/rows"
+    rm -rf "$tmp"
+}
+
+M=models/k3-mini
+D="model:models/k3-mini-draft"
+code='def fibonacci(n):\n    if n < 2:\n        return n\n    return fibonacci(n - 1) + fibonacci(n - 2)\n\ndef factorial(n):\n    if n < 2:\n        return 1\n    return'
+list='Monday, Tuesday, Wednesday, Thursday, Friday, Saturday, Sunday. Monday, Tuesday, Wednesday, Thursday,'
+echo "deltafin speculative decoding, $threads threads, $reps rounds of $new tokens, greedy (medians; ids checked against drafts off)"
+for mode in ram stream; do
+    mem=""
+    [ "$mode" = stream ] && mem="--expert-cache 120K --no-prefetch"
+    run_block "$M" "k3-mini, code prompt, $mode" text "$(printf "$code")" "$mem" none ngram suffix "$D"
+    run_block "$M" "k3-mini, repeated structure, $mode" text "$list" "$mem" none ngram suffix "$D"
+    run_block "$M" "k3-mini, chat answer, $mode" chat "Tell me about the sea." "$mem" none ngram suffix "$D"
+done
+
+if [ "${BENCH_K3:-1}" = 1 ]; then
+    dir=${BENCH_DIR:-$(mktemp -d /var/tmp/deltafin-spec.XXXXXX)}
+    cleanup() { [ "${BENCH_KEEP:-0}" = 1 ] || rm -rf "$dir"; }
+    trap cleanup EXIT
+    [ -f "$dir/m/config.json" ] || build/k3gen --out "$dir/m" --preset bench1g >/dev/null
+    rep=$(awk 'BEGIN { for (i = 0; i < 48; i++) printf "%s%d", (i ? "," : ""), 100 + (i % 6) * 37 }')
+    run_block "$dir/m" "K3-shaped bench1g ($(du -sh "$dir/m" | cut -f1)), experts streamed at --mem 600M, repeating prompt" \
+        ids "$rep" "--mem 600M" none ngram suffix
+fi
+exit "$fail"

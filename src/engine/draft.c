@@ -1,0 +1,289 @@
+/* draft.c - see draft.h.  Each drafter owns its memory from open to free;
+ * proposing allocates nothing. */
+#include "draft.h"
+#include "util.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* ------------------------------------------------------------------ ngram */
+
+#define NGRAM_MAX 4
+
+static int ngram_propose(df_drafter *d, const int32_t *h, size_t n, int32_t *out, int k, df_error *err)
+{
+    (void)d, (void)err;
+    for (int m = NGRAM_MAX; m >= 1; m--) {
+        if ((size_t)m >= n) continue;
+        const int32_t *suf = h + n - m;
+        /* the most recent earlier occurrence of the last m ids */
+        for (size_t at = n - m; at-- > 0;) {
+            if (h[at] != suf[0] || memcmp(h + at, suf, (size_t)m * sizeof *h)) continue;
+            size_t from = at + (size_t)m;
+            int got = 0;
+            while (got < k && from + (size_t)got < n) {
+                out[got] = h[from + (size_t)got];
+                got++;
+            }
+            if (got) return got;
+        }
+    }
+    return 0;
+}
+
+/* ----------------------------------------------------------------- suffix */
+
+/* Open addressing over two kinds of entries: a context (the last m ids,
+ * m = 1..4) with its total count and most frequent follower, and a
+ * (context, follower) pair with its count.  Cleared when it fills. */
+#define SUFFIX_BITS 18
+#define SUFFIX_CAP ((size_t)1 << SUFFIX_BITS)
+
+typedef struct sfx_entry {
+    uint64_t key;             /* 0 = empty */
+    uint32_t count;           /* pair: its count; context: the total */
+    int32_t best;             /* context: most frequent follower */
+    uint32_t best_count;
+    uint32_t pad;
+} sfx_entry;
+
+typedef struct sfx {
+    sfx_entry *tab;
+    size_t used;
+    size_t n_seen;            /* history ids taken in */
+} sfx;
+
+static uint64_t mix(uint64_t z)
+{
+    z += 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static uint64_t ctx_key(const int32_t *c, int m)
+{
+    uint64_t h = mix((uint64_t)m);
+    for (int i = 0; i < m; i++) h = mix(h ^ (uint64_t)(uint32_t)c[i]);
+    return h | 1; /* never 0 */
+}
+
+static uint64_t pair_key(uint64_t ctx, int32_t next) { return mix(ctx ^ ((uint64_t)(uint32_t)next << 1)) | 1; }
+
+static sfx_entry *sfx_slot(sfx *x, uint64_t key, int create)
+{
+    size_t i = (size_t)(key >> 7) & (SUFFIX_CAP - 1);
+    for (;;) {
+        sfx_entry *e = &x->tab[i];
+        if (e->key == key) return e;
+        if (!e->key) {
+            if (!create) return NULL;
+            e->key = key;
+            x->used++;
+            return e;
+        }
+        i = (i + 1) & (SUFFIX_CAP - 1);
+    }
+}
+
+static void sfx_add(sfx *x, const int32_t *h, size_t i)
+{
+    if (x->used * 10 > SUFFIX_CAP * 7) {
+        memset(x->tab, 0, SUFFIX_CAP * sizeof *x->tab);
+        x->used = 0;
+    }
+    for (int m = 1; m <= NGRAM_MAX && (size_t)m <= i; m++) {
+        uint64_t ck = ctx_key(h + i - m, m);
+        sfx_entry *p = sfx_slot(x, pair_key(ck, h[i]), 1);
+        p->count++;
+        sfx_entry *c = sfx_slot(x, ck, 1);
+        c->count++;
+        if (p->count > c->best_count) {
+            c->best_count = p->count;
+            c->best = h[i];
+        }
+    }
+}
+
+static int sfx_propose(df_drafter *d, const int32_t *h, size_t n, int32_t *out, int k, df_error *err)
+{
+    (void)err;
+    sfx *x = d->state;
+    if (x->n_seen > n) x->n_seen = n;
+    for (; x->n_seen < n; x->n_seen++) sfx_add(x, h, x->n_seen);
+    /* the context window: the history's last ids, then the drafts */
+    int32_t win[NGRAM_MAX + GEN_MAX_DRAFT];
+    int w = 0;
+    for (size_t i = n > NGRAM_MAX ? n - NGRAM_MAX : 0; i < n; i++) win[w++] = h[i];
+    int got = 0;
+    while (got < k) {
+        int32_t next = -1;
+        for (int m = w < NGRAM_MAX ? w : NGRAM_MAX; m >= 1 && next < 0; m--) {
+            const sfx_entry *c = sfx_slot(x, ctx_key(win + w - m, m), 0);
+            /* confident: seen twice, and the follower holds half of it */
+            if (c && c->count >= 2 && 2 * c->best_count >= c->count) next = c->best;
+        }
+        if (next < 0) break;
+        out[got++] = next;
+        win[w++] = next;
+    }
+    return got;
+}
+
+static void sfx_reset(df_drafter *d) { ((sfx *)d->state)->n_seen = 0; }
+
+static void sfx_destroy(df_drafter *d)
+{
+    sfx *x = d->state;
+    free(x->tab);
+    free(x);
+}
+
+/* ------------------------------------------------------------------ model */
+
+typedef struct mdraft {
+    df_engine *eng;
+    df_session *s;
+    int V;
+    float *logits;            /* [V] */
+    int32_t *held;            /* ids in the draft session, then drafts */
+    size_t n_held, cap;
+} mdraft;
+
+static int md_propose(df_drafter *d, const int32_t *h, size_t n, int32_t *out, int k, df_error *err)
+{
+    mdraft *m = d->state;
+    if (!n) return 0;
+    if (n + (size_t)k + 1 > m->cap) return 0; /* past the draft context: no drafts */
+    size_t L = 0;
+    while (L < m->n_held && L < n && m->held[L] == h[L]) L++;
+    if (L == n) L = n - 1; /* evaluate the last id again: its logits are needed */
+    if (L < m->n_held) {
+        df_error e2 = {0};
+        if (df_session_truncate(m->s, (int)L, &e2)) {
+            df_session_reset(m->s);
+            L = 0;
+        }
+    }
+    m->n_held = L;
+    if (df_session_eval(m->s, h + L, (int)(n - L), m->logits, 0, err)) {
+        df_err_prefix(err, "draft model");
+        return -1;
+    }
+    memcpy(m->held + L, h + L, (n - L) * sizeof *h);
+    m->n_held = n;
+    if (df_session_mark(m->s, err)) return -1;
+    for (int i = 0; i < k; i++) {
+        out[i] = (int32_t)df_argmax(m->logits, m->V);
+        if (i + 1 == k) break;
+        if (df_session_eval(m->s, &out[i], 1, m->logits, 0, err)) {
+            df_err_prefix(err, "draft model");
+            return -1;
+        }
+        m->held[m->n_held++] = out[i];
+    }
+    return k;
+}
+
+static void md_reset(df_drafter *d)
+{
+    mdraft *m = d->state;
+    df_session_reset(m->s);
+    m->n_held = 0;
+}
+
+static void md_destroy(df_drafter *d)
+{
+    mdraft *m = d->state;
+    df_session_free(m->s);
+    df_engine_close(m->eng);
+    free(m->logits);
+    free(m->held);
+    free(m);
+}
+
+static int model_open(const char *path, size_t mem_budget, int n_ctx, int n_threads, int target_vocab, df_drafter *d,
+                      df_error *err)
+{
+    mdraft *m = xcalloc(1, sizeof *m);
+    df_engine_opts o;
+    df_engine_opts_default(&o);
+    o.quiet = 1;
+    o.mem_budget = mem_budget;
+    o.n_threads = n_threads;
+    o.plan_ctx = n_ctx;
+    o.plan_batch = 64;
+    o.plan_rollback = GEN_MAX_DRAFT + 2;
+    o.no_prefetch = 1;
+    if (df_engine_open(path, &o, &m->eng, err)) {
+        df_err_prefix(err, "--draft model:%s", path);
+        free(m);
+        return -1;
+    }
+    df_model_info info;
+    df_engine_info(m->eng, &info);
+    if (info.vocab != target_vocab) {
+        df_engine_close(m->eng);
+        free(m);
+        return df_err_set(err, DF_ERR_ARG, -1,
+                          "--draft model:%s: its vocabulary has %d ids, the target's %d (a draft model must share "
+                          "the target's tokenizer)",
+                          path, info.vocab, target_vocab);
+    }
+    df_session_opts so = {.n_ctx = n_ctx, .max_batch = 64, .rollback_rows = GEN_MAX_DRAFT + 2};
+    if (df_session_new(m->eng, &so, &m->s, err)) {
+        df_err_prefix(err, "--draft model:%s", path);
+        df_engine_close(m->eng);
+        free(m);
+        return -1;
+    }
+    m->V = info.vocab;
+    m->logits = xmalloc((size_t)m->V * sizeof *m->logits);
+    m->cap = (size_t)n_ctx;
+    m->held = xmalloc(m->cap * sizeof *m->held);
+    d->state = m;
+    d->propose = md_propose;
+    d->reset = md_reset;
+    d->destroy = md_destroy;
+    return 0;
+}
+
+/* ------------------------------------------------------------------- open */
+
+int df_drafter_open(const char *spec, size_t mem_budget, int n_ctx, int n_threads, int target_vocab, df_drafter **out,
+                    df_error *err)
+{
+    *out = NULL;
+    if (!spec || !strcmp(spec, "none")) return 0;
+    df_drafter *d = xcalloc(1, sizeof *d);
+    if (!strcmp(spec, "ngram")) {
+        d->name = "ngram";
+        d->propose = ngram_propose;
+    } else if (!strcmp(spec, "suffix")) {
+        d->name = "suffix";
+        sfx *x = xcalloc(1, sizeof *x);
+        x->tab = xcalloc(SUFFIX_CAP, sizeof *x->tab);
+        d->state = x;
+        d->propose = sfx_propose;
+        d->reset = sfx_reset;
+        d->destroy = sfx_destroy;
+    } else if (!strncmp(spec, "model:", 6) && spec[6]) {
+        d->name = "model";
+        if (model_open(spec + 6, mem_budget, n_ctx, n_threads, target_vocab, d, err)) {
+            free(d);
+            return -1;
+        }
+    } else {
+        free(d);
+        return df_err_set(err, DF_ERR_ARG, -1, "--draft \"%s\": expected none, ngram, suffix or model:PATH", spec);
+    }
+    *out = d;
+    return 0;
+}
+
+void df_drafter_free(df_drafter *d)
+{
+    if (!d) return;
+    if (d->destroy) d->destroy(d);
+    free(d);
+}

@@ -1,0 +1,31 @@
+/* draft.h - the drafters speculative decoding can use (generate.h's
+ * df_drafter interface).  Drafts only propose: the target model decides
+ * every token, so a drafter changes speed, never output.
+ *
+ *   ngram      prompt lookup: the longest suffix of the history (4 ids down
+ *              to 1) found earlier in it, most recent occurrence first;
+ *              proposes what followed it there.
+ *   suffix     a continuation table over every history this drafter has
+ *              seen in the process (all conversations of a server): for the
+ *              last 1-4 ids, the counts of what came next; proposes the most
+ *              frequent continuation while it holds at least half of its
+ *              context's count (the confidence), longer contexts first.
+ *   model:PATH a small model with the target's tokenizer (any checkpoint or
+ *              GGUF the engine opens) as a second engine in its own memory
+ *              share, greedy, its session kept in step with the history by
+ *              rollback (df_session_mark / df_session_truncate).
+ */
+#ifndef DF_DRAFT_H
+#define DF_DRAFT_H
+
+#include "generate.h"
+
+/* "none" gives *out = NULL.  `spec` is none | ngram | suffix | model:PATH;
+ * for model drafters, mem_budget is the draft engine's --mem share and
+ * n_ctx its context; target_vocab must match the draft model's.  Errors
+ * name the spec. */
+int df_drafter_open(const char *spec, size_t mem_budget, int n_ctx, int n_threads, int target_vocab, df_drafter **out,
+                    df_error *err);
+void df_drafter_free(df_drafter *d);
+
+#endif

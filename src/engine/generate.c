@@ -1,0 +1,306 @@
+/* generate.c - see generate.h. */
+#include "generate.h"
+#include "util.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static double mono(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* decay of the measured averages: about the last 20 observations count */
+#define DECAY 0.95
+/* drafting is retried (one draft) this often when the model says it does
+ * not pay: at most one step in EXPLORE_EVERY costs a two-row pass */
+#define EXPLORE_EVERY 64
+/* the acceptance prior (a weight of two observations at 0.5) */
+#define ACC_PRIOR 0.5
+#define ACC_PRIOR_W 2.0
+
+int gen_init(gen_loop *g, df_engine *eng, df_session *s, sampler *smp, df_drafter *dr, const gen_opts *o,
+             df_error *err)
+{
+    memset(g, 0, sizeof *g);
+    df_model_info info;
+    df_engine_info(eng, &info);
+    g->eng = eng;
+    g->s = s;
+    g->smp = smp;
+    g->dr = dr;
+    g->V = info.vocab;
+    int kmax = o && o->draft_max > 0 ? o->draft_max : 8;
+    if (o && o->draft_k > kmax) kmax = o->draft_k;
+    if (kmax > GEN_MAX_DRAFT)
+        return df_err_set(err, DF_ERR_ARG, -1, "at most %d drafts per step (asked for %d)", GEN_MAX_DRAFT, kmax);
+    if (!dr) kmax = 0;
+    if (kmax + 1 > df_session_max_batch(s)) kmax = df_session_max_batch(s) - 1;
+    g->kmax = kmax;
+    g->k_fixed = o && o->draft_k > 0 ? o->draft_k : 0;
+    if (g->k_fixed > kmax) g->k_fixed = kmax;
+    g->logits = xmalloc((size_t)(kmax + 1) * (size_t)g->V * sizeof *g->logits);
+    g->cap = (size_t)df_session_n_ctx(s) + (size_t)kmax + 2;
+    g->hist = xmalloc(g->cap * sizeof *g->hist);
+    g->acc = ACC_PRIOR;
+    g->acc_w = ACC_PRIOR_W;
+    g->st.last_k = 0;
+    return 0;
+}
+
+void gen_free(gen_loop *g)
+{
+    free(g->logits);
+    free(g->hist);
+    memset(g, 0, sizeof *g);
+}
+
+void gen_reset(gen_loop *g)
+{
+    df_session_reset(g->s);
+    g->n_hist = 0;
+    g->q_len = g->q_head = 0;
+    g->has_pending = g->fresh = 0;
+    if (g->dr && g->dr->reset) g->dr->reset(g->dr);
+}
+
+const float *gen_logits(const gen_loop *g) { return g->logits + (size_t)g->row * (size_t)g->V; }
+
+const int32_t *gen_history(const gen_loop *g, size_t *n)
+{
+    *n = g->n_hist;
+    return g->hist;
+}
+
+static int eval(gen_loop *g, const int32_t *ids, size_t n, int all_rows, df_error *err)
+{
+    return df_session_eval(g->s, ids, (int)n, g->logits, all_rows, err);
+}
+
+/* Take back verified drafts the caller did not take: the session then
+ * holds the history, or the history but its last id. */
+static int drop_queue(gen_loop *g, df_error *err)
+{
+    g->q_len = g->q_head = 0;
+    if ((size_t)df_session_pos(g->s) > g->n_hist && df_session_truncate(g->s, (int)g->n_hist, err)) return -1;
+    return 0;
+}
+
+int gen_settle(gen_loop *g, int keep_last, df_error *err)
+{
+    int next_row = g->q_len ? g->qrow[g->q_head] : -1;
+    if (drop_queue(g, err)) return -1;
+    size_t pos = (size_t)df_session_pos(g->s);
+    if (pos >= g->n_hist) {
+        /* the last id is evaluated: the row the next one would come from */
+        g->has_pending = 0;
+        if (next_row >= 0) {
+            g->fresh = 1;
+            g->row = next_row;
+        }
+        return 0;
+    }
+    if (!keep_last) {
+        g->has_pending = 1;
+        g->fresh = 0;
+        return 0;
+    }
+    if (eval(g, g->hist + pos, g->n_hist - pos, 0, err)) return -1;
+    g->fresh = 1;
+    g->row = 0;
+    g->has_pending = 0;
+    return 0;
+}
+
+int gen_rewind(gen_loop *g, size_t n, df_error *err)
+{
+    if (n >= g->n_hist) return 0;
+    if (drop_queue(g, err)) return -1;
+    if (n < (size_t)df_session_pos(g->s) && df_session_truncate(g->s, (int)n, err)) return -1;
+    g->n_hist = n;
+    g->has_pending = 0;
+    g->fresh = 0;
+    return 0;
+}
+
+int gen_feed(gen_loop *g, const int32_t *ids, size_t n, df_error *err)
+{
+    if (!n) return 0;
+    if (drop_queue(g, err)) return -1;
+    if (g->n_hist + n > g->cap)
+        return df_err_set(err, DF_ERR_LIMIT, -1, "context full: %zu tokens held, %zu more, capacity %d", g->n_hist, n,
+                          df_session_n_ctx(g->s));
+    size_t pos = (size_t)df_session_pos(g->s);
+    memcpy(g->hist + g->n_hist, ids, n * sizeof *ids);
+    size_t n_hist = g->n_hist + n;
+    if (eval(g, g->hist + pos, n_hist - pos, 0, err)) return -1;
+    g->n_hist = n_hist;
+    g->fresh = 1;
+    g->row = 0;
+    g->has_pending = 0;
+    return 0;
+}
+
+void gen_prime(gen_loop *g, const int32_t *ids, size_t n, const float *last)
+{
+    if (g->n_hist + n > g->cap) n = g->cap - g->n_hist;
+    memcpy(g->hist + g->n_hist, ids, n * sizeof *ids);
+    g->n_hist += n;
+    memcpy(g->logits, last, (size_t)g->V * sizeof *last);
+    g->q_len = g->q_head = 0;
+    g->fresh = 1;
+    g->row = 0;
+    g->has_pending = 0;
+}
+
+/* Estimated seconds of a pass of T rows: its measured average, else a line
+ * through the measured widths (an optimistic slope until one is known). */
+static double est_pass(const gen_loop *g, int T)
+{
+    if (g->t_pass[T] > 0) return g->t_pass[T];
+    double t1 = g->t_pass[1];
+    int far = 0;
+    for (int j = 2; j <= g->kmax + 1; j++)
+        if (g->t_pass[j] > 0) far = j;
+    double slope = far ? (g->t_pass[far] - t1) / (double)(far - 1) : 0.05 * t1;
+    if (slope < 0) slope = 0;
+    return t1 + slope * (double)(T - 1);
+}
+
+static int choose_k(gen_loop *g)
+{
+    if (!g->dr || !g->kmax) return 0;
+    if (g->k_fixed) return g->k_fixed;
+    if (g->t_pass[1] <= 0) return 0; /* measure a plain step first */
+    double a = g->acc, best_rate = 0;
+    int best = 0;
+    for (int k = 0; k <= g->kmax; k++) {
+        double tokens = 0, p = 1;
+        for (int i = 0; i <= k; i++, p *= a) tokens += p;
+        double rate = tokens / (est_pass(g, k + 1) + (double)k * g->draft_tok_sec);
+        if (rate > best_rate * 1.0000001) {
+            best_rate = rate;
+            best = k;
+        }
+    }
+    /* now and then draft anyway, so the acceptance and the costs stay measured */
+    if (!best && g->step_no % EXPLORE_EVERY == EXPLORE_EVERY - 1) best = 1;
+    return best;
+}
+
+static void push(gen_loop *g, int32_t tok, int row)
+{
+    int at = g->q_head + g->q_len++;
+    g->queue[at] = tok;
+    g->qrow[at] = row;
+}
+
+/* One target pass: [pending, drafts...] in, the decided tokens queued. */
+static int step(gen_loop *g, df_error *err)
+{
+    int k = choose_k(g);
+    g->step_no++;
+    int nd = 0;
+    g->ids[0] = g->hist[g->n_hist - 1];
+    if (k > 0) {
+        double t0 = mono();
+        nd = g->dr->propose(g->dr, g->hist, g->n_hist, g->ids + 1, k, err);
+        double dt = mono() - t0;
+        if (nd < 0) return -1;
+        if (nd > k) nd = k;
+        g->st.draft_sec += dt;
+        if (nd > 0) g->draft_tok_sec = g->draft_tok_sec > 0 ? DECAY * g->draft_tok_sec + (1 - DECAY) * dt / nd : dt / nd;
+    }
+    int pos0 = df_session_pos(g->s);
+    if (pos0 + nd + 1 > df_session_n_ctx(g->s)) nd = df_session_n_ctx(g->s) - pos0 - 1;
+    if (nd < 0) nd = 0;
+    df_stats st0, st1;
+    df_engine_stats(g->eng, &st0);
+    /* the pass's cost: the mark (a copy of the KDA state), the rows, the
+     * truncation (a replay) */
+    double t0 = mono();
+    if (nd > 0 && df_session_mark(g->s, err)) return -1;
+    if (eval(g, g->ids, (size_t)nd + 1, 1, err)) return -1;
+    df_engine_stats(g->eng, &st1);
+    g->q_head = g->q_len = 0;
+    int a = 0;
+    for (int i = 0; i <= nd; i++) {
+        const float *row = g->logits + (size_t)i * (size_t)g->V;
+        if (i == nd) {
+            push(g, sampler_next(g->smp, row), i);
+            break;
+        }
+        int ok = 0;
+        int32_t x = sampler_verify(g->smp, row, g->ids[i + 1], &ok);
+        push(g, x, i);
+        if (!ok) break;
+        a++;
+    }
+    if (nd > 0 && a < nd && df_session_truncate(g->s, pos0 + 1 + a, err)) return -1;
+    double dt = mono() - t0;
+    double *tp = &g->t_pass[nd + 1];
+    *tp = *tp > 0 ? DECAY * *tp + (1 - DECAY) * dt : dt;
+    g->has_pending = 0;
+    g->fresh = 0;
+    g->st.passes++;
+    g->st.expert_bytes += st1.expert_bytes_read - st0.expert_bytes_read;
+    g->st.last_k = nd;
+    if (nd > 0) {
+        g->st.draft_passes++;
+        g->st.proposed += (uint64_t)nd;
+        g->st.accepted += (uint64_t)a;
+        /* acceptance per drafted id: each accepted draft a success, the
+         * first rejected one a failure (later drafts are not observed) */
+        double trials = (double)a + (a < nd);
+        double w = DECAY * g->acc_w;
+        g->acc = (w * g->acc + (double)a) / (w + trials);
+        g->acc_w = w + trials;
+    }
+    if (!g->dr) return 0;
+    char ev[256];
+    snprintf(ev, sizeof ev,
+             "{\"draft\":{\"k\":%d,\"proposed\":%d,\"accepted\":%d,\"tokens\":%d,\"pass_ms\":%.3f,"
+             "\"expert_bytes\":%llu,\"acceptance\":%.4f}}",
+             k, nd, a, a + 1, 1e3 * dt, (unsigned long long)(st1.expert_bytes_read - st0.expert_bytes_read), g->acc);
+    df_engine_event(g->eng, ev);
+    return 0;
+}
+
+int gen_next(gen_loop *g, int32_t *tok, df_error *err)
+{
+    if (!g->q_len) {
+        if (g->fresh) {
+            /* the distribution after a prompt (or a settle): no pass needed */
+            int32_t x = sampler_next(g->smp, gen_logits(g));
+            if (g->n_hist >= g->cap) return df_err_set(err, DF_ERR_LIMIT, -1, "context full");
+            g->hist[g->n_hist++] = x;
+            g->fresh = 0;
+            g->has_pending = 1;
+            g->st.emitted++;
+            *tok = x;
+            return 0;
+        }
+        if (!g->has_pending || !g->n_hist)
+            return df_err_set(err, DF_ERR_ARG, -1, "nothing to generate from: feed a prompt first");
+        if (df_session_pos(g->s) + 1 > df_session_n_ctx(g->s))
+            return df_err_set(err, DF_ERR_LIMIT, -1, "context full: %d tokens held, capacity %d",
+                              df_session_pos(g->s), df_session_n_ctx(g->s));
+        if (step(g, err)) return -1;
+    }
+    int at = g->q_head++;
+    g->q_len--;
+    int32_t x = g->queue[at];
+    if (g->n_hist >= g->cap) return df_err_set(err, DF_ERR_LIMIT, -1, "context full");
+    g->hist[g->n_hist++] = x;
+    g->row = g->qrow[at];
+    /* a queued token is in the session when a later one is queued after it */
+    g->has_pending = g->q_len == 0;
+    g->fresh = 0;
+    g->st.emitted++;
+    *tok = x;
+    return 0;
+}

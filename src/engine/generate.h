@@ -1,0 +1,118 @@
+/* generate.h - the one generation loop (L4), used by `run`, `chat` and
+ * `serve`: sample the next token, hand it to the front end, evaluate it,
+ * and, with a drafter, speculative decoding verified exactly.
+ *
+ * A step with drafts: the drafter proposes d1..dk to follow the history;
+ * the session is marked (df_session_mark) and evaluates [last, d1..dk] as
+ * one pass of k+1 rows with every row's logits; row i decides the token
+ * after d_i (sampler_verify: greedy = its argmax; sampled = the rejection
+ * rule), the longest run of drafts equal to those decisions is kept, plus
+ * the target's own token after it, and the session is truncated back to
+ * what was kept.  Because the engine's logits do not depend on the batch
+ * width and a truncated session is bit for bit the one that never saw the
+ * dropped rows, every token and every logit row is the one drafts-off
+ * decoding gives (greedy).  Sampling keeps the output distribution, not
+ * the draws.
+ *
+ * Choosing k (0..draft_max) each step, from measurement: the seconds of a
+ * pass of T rows (an average per T, decayed; unmeasured widths are
+ * estimated from the measured ones, and one draft is tried every 64 steps
+ * so the estimates follow the disk and the cache; a pass's time includes
+ * its mark and truncation), the drafter's measured
+ * acceptance per draft (decayed) and its seconds per proposed id.  The k
+ * maximising expected tokens per second is taken; k = 0 when drafts do not
+ * pay.  draft_k > 0 fixes k (tests and benchmarks).
+ *
+ * The session and the loop agree on a history: gen_history() is every id
+ * the caller has been given (prompt included).  The session holds them all
+ * but the last returned one (`pending`, evaluated by the next step), and
+ * may hold verified drafts not yet returned; gen_settle puts the session
+ * exactly at the history (with or without the last token).  Nothing is
+ * allocated after gen_init: the history has room for the session's context.
+ */
+#ifndef DF_GENERATE_H
+#define DF_GENERATE_H
+
+#include "engine.h"
+#include "sampler.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define GEN_MAX_DRAFT 16
+
+/* A drafter proposes up to k ids to follow hist[0..n); returns how many
+ * (0..k), or -1 with err set.  Drafters are in draft.h. */
+typedef struct df_drafter {
+    const char *name;
+    int (*propose)(struct df_drafter *d, const int32_t *hist, size_t n, int32_t *out, int k, df_error *err);
+    void (*reset)(struct df_drafter *d);     /* a new conversation (may be NULL) */
+    void (*destroy)(struct df_drafter *d);
+    void *state;
+} df_drafter;
+
+typedef struct gen_opts {
+    int draft_k;      /* > 0: exactly this many drafts per step (when the drafter has them) */
+    int draft_max;    /* the most drafts per step (0 = 8, at most GEN_MAX_DRAFT) */
+} gen_opts;
+
+typedef struct gen_stats {
+    uint64_t passes;          /* target passes that produced tokens (decode steps and verify passes) */
+    uint64_t draft_passes;    /* of those, with drafts */
+    uint64_t proposed, accepted;
+    uint64_t emitted;         /* tokens given to the caller */
+    uint64_t expert_bytes;    /* expert bytes read by those passes */
+    double draft_sec;         /* time in the drafter */
+    int last_k;               /* k of the last step */
+} gen_stats;
+
+typedef struct gen_loop {
+    df_session *s;
+    df_engine *eng;
+    sampler *smp;
+    df_drafter *dr;
+    int V, kmax, k_fixed;
+    float *logits;            /* [kmax + 1][V] */
+    int32_t *hist;            /* [cap]: ids given to the caller, prompt included */
+    size_t n_hist, cap;
+    int32_t ids[GEN_MAX_DRAFT + 1];
+    /* tokens decided but not yet returned, with the logits row each was chosen from */
+    int32_t queue[GEN_MAX_DRAFT + 1];
+    int qrow[GEN_MAX_DRAFT + 1];
+    int q_head, q_len;
+    int has_pending;          /* the last returned id is not in the session yet */
+    int fresh;                /* logits row `row` is the next token's distribution */
+    int row;                  /* the logits row of the last returned token (or of the next, when fresh) */
+    int base_pos;             /* session position where logits row 0 was evaluated */
+    /* the cost model */
+    double t_pass[GEN_MAX_DRAFT + 2]; /* seconds per pass of T rows (decayed mean), 0 = unmeasured */
+    double acc, acc_w;        /* acceptance per drafted id (decayed mean) and its weight */
+    double draft_tok_sec;     /* drafter seconds per proposed id (decayed) */
+    uint64_t step_no;
+    gen_stats st;
+} gen_loop;
+
+int gen_init(gen_loop *g, df_engine *eng, df_session *s, sampler *smp, df_drafter *dr, const gen_opts *o,
+             df_error *err);
+void gen_free(gen_loop *g);
+/* Forget the history and reset the session (and the drafter). */
+void gen_reset(gen_loop *g);
+/* Evaluate ids (appended to the history) after settling the session at the
+ * history; the next token is then sampled from the last row's logits. */
+int gen_feed(gen_loop *g, const int32_t *ids, size_t n, df_error *err);
+/* The session already evaluated ids (appended to the history, which must
+ * be what the session holds) and `last` is its last row's logits. */
+void gen_prime(gen_loop *g, const int32_t *ids, size_t n, const float *last);
+/* The next token into *tok; gen_logits() is the row it was chosen from. */
+int gen_next(gen_loop *g, int32_t *tok, df_error *err);
+const float *gen_logits(const gen_loop *g);
+/* Put the session at the history (verified drafts the caller did not take
+ * are taken back): with keep_last the last returned token is evaluated too
+ * and gen_logits() is the distribution after it; without, it is left for
+ * the next step when it was not evaluated yet. */
+int gen_settle(gen_loop *g, int keep_last, df_error *err);
+const int32_t *gen_history(const gen_loop *g, size_t *n);
+/* Drop history entries past n (n <= the history; the session follows). */
+int gen_rewind(gen_loop *g, size_t n, df_error *err);
+
+#endif

@@ -1,0 +1,435 @@
+/* test_spec.c - exact speculative decoding.
+ *
+ * Rollback: a session that evaluated n rows and was truncated to m gives,
+ * from there on, the logits of a session that only ever saw the first m
+ * (KDA state replayed, MLA cache shortened), across several truncations
+ * and marks; the errors name the positions.
+ * Generation: with a drafter that proposes the true continuation (all
+ * accepted), one that proposes wrong ids (none accepted) and one right for a
+ * random number of ids each step, the ids and every logit row equal
+ * drafts-off decoding, with a one-slot expert cache and with every expert
+ * resident, at 1 and 3 threads; the real drafters (ngram, suffix, the target
+ * as its own draft model) likewise, and the accounting adds up.
+ */
+#define _GNU_SOURCE
+#include "harness.h"
+#include "draft.h"
+#include "engine.h"
+#include "generate.h"
+#include "sampler.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* a cleared error for the next call (the first error set is kept) */
+#define E0 (err = (df_error){0}, &err)
+
+static df_engine *open_model(const char *dir, size_t cache, int threads, int rollback)
+{
+    df_engine_opts o;
+    df_engine_opts_default(&o);
+    o.quiet = 1;
+    o.n_threads = threads;
+    o.expert_cache_bytes = cache;
+    o.no_prefetch = 1;
+    o.plan_ctx = 512;
+    o.plan_batch = 32;
+    o.plan_rollback = rollback;
+    df_engine *eng = NULL;
+    df_error err = {0};
+    if (df_engine_open(dir, &o, &eng, &err)) t_fail(__FILE__, __LINE__, "open %s: %s", dir, err.msg);
+    return eng;
+}
+
+static df_session *new_session(df_engine *eng, int rollback)
+{
+    df_session_opts so = {.n_ctx = 512, .max_batch = 32, .rollback_rows = rollback};
+    df_session *s = NULL;
+    df_error err = {0};
+    if (df_session_new(eng, &so, &s, &err)) t_fail(__FILE__, __LINE__, "session: %s", err.msg);
+    return s;
+}
+
+static const char *model_dir(void)
+{
+    static char dir[512];
+    if (!dir[0]) {
+        /* KDA and MLA layers, MoE with several experts per token */
+        if (gen_model("spec_m", "--preset small --set num_experts=32 --set num_experts_per_token=4 --seed 11", dir,
+                      sizeof dir))
+            dir[0] = 0;
+    }
+    return dir[0] ? dir : NULL;
+}
+
+static int32_t tok_at(int i) { return (int32_t)((i * 7919 + 101) % 2000 + 3); }
+
+/* ------------------------------------------------------------- rollback */
+
+static void test_truncate_equals_shorter(void)
+{
+    const char *dir = model_dir();
+    if (!dir) return;
+    df_engine *eng = open_model(dir, (size_t)1 << 30, 2, 16);
+    if (!eng) return;
+    df_model_info info;
+    df_engine_info(eng, &info);
+    TCHECK(info.n_kda_layers > 0 && info.n_mla_layers > 0);
+    int V = info.vocab;
+    enum { N = 40 };
+    int32_t ids[N];
+    for (int i = 0; i < N; i++) ids[i] = tok_at(i);
+    /* the reference: every position's logits, one at a time */
+    df_session *ref = new_session(eng, 0);
+    float *want = malloc((size_t)N * V * sizeof *want);
+    df_error err = {0};
+    for (int i = 0; i < N; i++) TCHECK(df_session_eval(ref, &ids[i], 1, want + (size_t)i * V, 0, &err) == 0);
+    df_session_free(ref);
+    df_session *s = new_session(eng, 16);
+    float *got = malloc((size_t)16 * V * sizeof *got);
+    /* prompt of 10, mark, 9 rows in one pass, back to 13, continue */
+    TCHECK(df_session_eval(s, ids, 10, got, 0, &err) == 0);
+    TCHECK(!memcmp(got, want + (size_t)9 * V, (size_t)V * sizeof *got));
+    TCHECK(df_session_mark(s, &err) == 0 && df_session_mark_pos(s) == 10);
+    TCHECK(df_session_eval(s, ids + 10, 9, got, 1, &err) == 0);
+    TCHECKF(!memcmp(got, want + (size_t)10 * V, (size_t)9 * V * sizeof *got), "a 9-row pass differs from 9 single rows");
+    TCHECK(df_session_truncate(s, 13, &err) == 0 && df_session_pos(s) == 13);
+    TCHECK(df_session_eval(s, ids + 13, 1, got, 0, &err) == 0);
+    TCHECKF(!memcmp(got, want + (size_t)13 * V, (size_t)V * sizeof *got), "after truncating 19 -> 13");
+    /* rows after the mark span calls: 14 .. 17 one at a time, back to 15,
+     * then to the mark itself, then forward in a pass of 6 */
+    for (int i = 14; i < 18; i++) TCHECK(df_session_eval(s, &ids[i], 1, got, 0, &err) == 0);
+    TCHECK(df_session_truncate(s, 15, &err) == 0);
+    TCHECK(df_session_eval(s, ids + 15, 1, got, 0, &err) == 0);
+    TCHECKF(!memcmp(got, want + (size_t)15 * V, (size_t)V * sizeof *got), "after 18 -> 15");
+    TCHECK(df_session_truncate(s, 10, &err) == 0);
+    TCHECK(df_session_eval(s, ids + 10, 6, got, 1, &err) == 0);
+    TCHECKF(!memcmp(got, want + (size_t)10 * V, (size_t)6 * V * sizeof *got), "after back to the mark");
+    /* errors: before the mark, past the end, after the mark is dropped */
+    TCHECK(df_session_truncate(s, 9, E0) == -1 && strstr(err.msg, "the mark is at 10"));
+    TCHECKF(df_session_truncate(s, 17, E0) == -1 && strstr(err.msg, "holds 16"), "%s", err.msg);
+    TCHECK(df_session_eval(s, ids + 16, 11, got, 0, &err) == 0); /* 17 rows after the mark: dropped */
+    TCHECK(df_session_mark_pos(s) == -1);
+    TCHECK(df_session_truncate(s, 20, E0) == -1 && strstr(err.msg, "no mark"));
+    /* the session went on exactly: position 26's logits */
+    TCHECK(!memcmp(got, want + (size_t)26 * V, (size_t)V * sizeof *got));
+    /* a new mark and a truncation with no rows kept */
+    TCHECK(df_session_mark(s, &err) == 0);
+    TCHECK(df_session_eval(s, ids + 27, 5, got, 0, &err) == 0);
+    TCHECK(df_session_truncate(s, 27, &err) == 0);
+    TCHECK(df_session_eval(s, ids + 27, 1, got, 0, &err) == 0);
+    TCHECK(!memcmp(got, want + (size_t)27 * V, (size_t)V * sizeof *got));
+    /* truncating to 0 is a reset */
+    TCHECK(df_session_truncate(s, 0, &err) == 0 && df_session_pos(s) == 0);
+    TCHECK(df_session_eval(s, ids, 1, got, 0, &err) == 0);
+    TCHECK(!memcmp(got, want, (size_t)V * sizeof *got));
+    df_session_free(s);
+    /* a session without rollback rows says so */
+    s = new_session(eng, 0);
+    TCHECKF(df_session_mark(s, E0) == -1 && strstr(err.msg, "rollback_rows"), "%s", err.msg);
+    df_session_free(s);
+    free(want);
+    free(got);
+    df_engine_close(eng);
+}
+
+/* The rollback rows are planned: the session's state grows by the KDA state
+ * copy and the kept rows, and a budget is checked with them. */
+static void test_rollback_is_planned(void)
+{
+    const char *dir = model_dir();
+    if (!dir) return;
+    df_plan_opts po = {.n_ctx = 512, .max_batch = 32};
+    df_plan p0, p1;
+    df_model_info info;
+    df_error err = {0};
+    TCHECK(df_plan_model(dir, &po, &p0, &info, &err) == 0);
+    po.rollback_rows = 16;
+    TCHECK(df_plan_model(dir, &po, &p1, &info, &err) == 0);
+    TCHECKF(p1.state_bytes > p0.state_bytes + info.fixed_state_bytes, "state %llu -> %llu (KDA state %llu)",
+            (unsigned long long)p0.state_bytes, (unsigned long long)p1.state_bytes,
+            (unsigned long long)info.fixed_state_bytes);
+}
+
+/* ------------------------------------------------------------ generation */
+
+enum { GEN_N = 48 };
+
+typedef struct truth {
+    const int32_t *ids;       /* the drafts-off continuation, after the prompt */
+    size_t prompt_n;
+    int mode;                 /* 0 all right, 1 all wrong, 2 right for a random count */
+    uint64_t rng;
+    int V;
+} truth;
+
+static int truth_propose(df_drafter *d, const int32_t *h, size_t n, int32_t *out, int k, df_error *err)
+{
+    (void)err;
+    truth *t = d->state;
+    size_t at = n - t->prompt_n; /* ids of the continuation already in the history */
+    int right = k;
+    if (t->mode == 1) right = 0;
+    if (t->mode == 2) {
+        t->rng = t->rng * 6364136223846793005ull + 1442695040888963407ull;
+        right = (int)((t->rng >> 33) % (uint64_t)(k + 1));
+    }
+    (void)h;
+    for (int i = 0; i < k; i++) {
+        int32_t x = at + (size_t)i < GEN_N + 8 ? t->ids[at + (size_t)i] : 7;
+        out[i] = i < right ? x : (x + 1 + i) % t->V;
+    }
+    return k;
+}
+
+typedef struct run_out {
+    int32_t ids[GEN_N + 8];
+    float *rows;              /* [n + 1][V]: each token's row, then the row after the last */
+    gen_stats st;
+} run_out;
+
+/* A prompt (`rep`: a repeating one, where lookups find matches), then n
+ * tokens (greedy), then settle with the last token: the row after it. */
+static int generate(df_engine *eng, df_drafter *dr, int k_fixed, int n, int rep, run_out *o)
+{
+    df_model_info info;
+    df_engine_info(eng, &info);
+    int V = info.vocab;
+    df_session *s = new_session(eng, dr ? GEN_MAX_DRAFT + 1 : 0);
+    if (!s) return -1;
+    sampler smp;
+    sampler_init(&smp, V, 0, 1, 0, 0);
+    gen_loop g;
+    gen_opts go = {.draft_k = k_fixed, .draft_max = 6};
+    df_error err = {0};
+    int rc = -1;
+    if (gen_init(&g, eng, s, &smp, dr, &go, &err)) goto out;
+    int32_t prompt[12];
+    for (int i = 0; i < 12; i++) prompt[i] = tok_at(rep ? i % 4 : i + 50);
+    if (gen_feed(&g, prompt, 12, &err)) goto fail;
+    o->rows = malloc((size_t)(n + 1) * V * sizeof *o->rows);
+    for (int i = 0; i < n; i++) {
+        if (gen_next(&g, &o->ids[i], &err)) goto fail;
+        memcpy(o->rows + (size_t)i * V, gen_logits(&g), (size_t)V * sizeof *o->rows);
+    }
+    if (gen_settle(&g, 1, &err)) goto fail;
+    memcpy(o->rows + (size_t)n * V, gen_logits(&g), (size_t)V * sizeof *o->rows);
+    TCHECKF(df_session_pos(s) == 12 + n, "settled at %d", df_session_pos(s));
+    /* the session is exactly the history: one more step matches too */
+    int32_t extra;
+    if (gen_next(&g, &extra, &err)) goto fail;
+    TCHECK(extra == df_argmax(o->rows + (size_t)n * V, V));
+    o->st = g.st;
+    rc = 0;
+fail:
+    if (rc) t_fail(__FILE__, __LINE__, "generate: %s", err.msg);
+    gen_free(&g);
+out:
+    sampler_free(&smp);
+    df_session_free(s);
+    return rc;
+}
+
+static void compare(const run_out *ref, const run_out *got, int V, const char *what)
+{
+    int same_ids = !memcmp(ref->ids, got->ids, GEN_N * sizeof *ref->ids);
+    int same_rows = !memcmp(ref->rows, got->rows, (size_t)(GEN_N + 1) * V * sizeof *ref->rows);
+    TCHECKF(same_ids && same_rows, "%s: ids %s, logit rows %s", what, same_ids ? "same" : "DIFFER",
+            same_rows ? "same" : "DIFFER");
+}
+
+static void test_drafts_bit_identical(void)
+{
+    const char *dir = model_dir();
+    if (!dir) return;
+    size_t caches[2] = {1, (size_t)1 << 30};
+    int threads[2] = {1, 3};
+    run_out ref = {0};
+    int V = 0;
+    for (int c = 0; c < 2; c++)
+        for (int t = 0; t < 2; t++) {
+            df_engine *eng = open_model(dir, caches[c], threads[t], GEN_MAX_DRAFT + 1);
+            if (!eng) return;
+            df_model_info info;
+            df_engine_info(eng, &info);
+            V = info.vocab;
+            if (!ref.rows && generate(eng, NULL, 0, GEN_N + 8, 0, &ref)) return;
+            for (int mode = 0; mode < 3; mode++) {
+                truth tr = {.ids = ref.ids, .prompt_n = 12, .mode = mode, .rng = 99u + (uint64_t)c * 7 + (uint64_t)t,
+                            .V = V};
+                df_drafter d = {.name = "truth", .propose = truth_propose, .state = &tr};
+                run_out got = {0};
+                if (generate(eng, &d, 4, GEN_N, 0, &got)) continue;
+                char what[96];
+                snprintf(what, sizeof what, "cache %zu, %d threads, drafter mode %d", caches[c], threads[t], mode);
+                compare(&ref, &got, V, what);
+                /* accounting: every token from a pass, drafts counted */
+                TCHECKF(got.st.emitted == GEN_N + 1 && got.st.draft_passes > 0 && got.st.proposed >= got.st.accepted,
+                        "%s: emitted %llu, passes %llu", what, (unsigned long long)got.st.emitted,
+                        (unsigned long long)got.st.draft_passes);
+                if (mode == 0) TCHECKF(got.st.accepted == got.st.proposed, "%s: all right, %llu of %llu accepted", what,
+                                       (unsigned long long)got.st.accepted, (unsigned long long)got.st.proposed);
+                if (mode == 0) TCHECKF(got.st.passes * 3 < GEN_N, "%s: %llu passes for %d tokens", what,
+                                       (unsigned long long)got.st.passes, GEN_N);
+                if (mode == 1) TCHECK(got.st.accepted == 0);
+                if (mode == 2 && c == 0 && t == 0)
+                    fprintf(stderr, "    random drafter: %llu of %llu accepted, %llu passes for %d tokens\n",
+                            (unsigned long long)got.st.accepted, (unsigned long long)got.st.proposed,
+                            (unsigned long long)got.st.passes, GEN_N + 1);
+                free(got.rows);
+            }
+            df_engine_close(eng);
+        }
+    free(ref.rows);
+}
+
+/* ngram, suffix and the target drafting for itself (model:PATH): the same
+ * ids and rows as drafts off; the self-draft is accepted in full. */
+static void test_real_drafters(void)
+{
+    const char *dir = model_dir();
+    if (!dir) return;
+    df_engine *eng = open_model(dir, (size_t)1 << 30, 2, GEN_MAX_DRAFT + 1);
+    if (!eng) return;
+    df_model_info info;
+    df_engine_info(eng, &info);
+    run_out ref = {0};
+    if (generate(eng, NULL, 0, GEN_N, 1, &ref)) return;
+    const char *specs[3] = {"ngram", "suffix", NULL};
+    char self[600];
+    snprintf(self, sizeof self, "model:%s", dir);
+    specs[2] = self;
+    for (int i = 0; i < 3; i++)
+        for (int k = 0; k < 2; k++) {
+            df_drafter *d = NULL;
+            df_error err = {0};
+            if (df_drafter_open(specs[i], (size_t)1 << 30, 512, 1, info.vocab, &d, &err)) {
+                t_fail(__FILE__, __LINE__, "%s: %s", specs[i], err.msg);
+                continue;
+            }
+            run_out got = {0};
+            if (!generate(eng, d, k ? 3 : 0, GEN_N, 1, &got)) {
+                compare(&ref, &got, info.vocab, i == 2 ? "model drafter" : specs[i]);
+                if (i == 2 && k) TCHECKF(got.st.accepted == got.st.proposed && got.st.proposed > 0,
+                                         "self-draft: %llu of %llu", (unsigned long long)got.st.accepted,
+                                         (unsigned long long)got.st.proposed);
+                fprintf(stderr, "    %s k=%s: %llu/%llu accepted, %llu passes\n", i == 2 ? "model:self" : specs[i],
+                        k ? "3" : "auto", (unsigned long long)got.st.accepted, (unsigned long long)got.st.proposed,
+                        (unsigned long long)got.st.passes);
+            }
+            free(got.rows);
+            df_drafter_free(d);
+        }
+    df_drafter *d = NULL;
+    df_error err = {0};
+    TCHECK(df_drafter_open("bogus", 0, 512, 1, info.vocab, &d, E0) == -1 && strstr(err.msg, "bogus"));
+    TCHECKF(df_drafter_open(self, 0, 512, 1, info.vocab + 1, &d, E0) == -1 && strstr(err.msg, "vocabulary"), "%s", err.msg);
+    free(ref.rows);
+    df_engine_close(eng);
+}
+
+/* What the model-free drafters propose on crafted histories. */
+static void test_lookup_proposals(void)
+{
+    df_drafter *ng = NULL, *sf = NULL;
+    df_error err = {0};
+    TCHECK(df_drafter_open("ngram", 0, 512, 1, 100, &ng, &err) == 0);
+    TCHECK(df_drafter_open("suffix", 0, 512, 1, 100, &sf, &err) == 0);
+    if (!ng || !sf) return;
+    int32_t out[8];
+    /* the longest suffix (1 2 3) seen before, its most recent occurrence */
+    const int32_t h1[] = {9, 1, 2, 3, 7, 8, 5, 2, 3, 6, 1, 2, 3};
+    int n = ng->propose(ng, h1, 13, out, 3, &err);
+    TCHECKF(n == 3 && out[0] == 7 && out[1] == 8 && out[2] == 5, "ngram: %d: %d %d %d", n, out[0], out[1], out[2]);
+    /* it stops at the end of the history */
+    const int32_t h2[] = {4, 5, 6, 4, 5};
+    n = ng->propose(ng, h2, 5, out, 4, &err);
+    TCHECKF(n == 3 && out[0] == 6 && out[1] == 4 && out[2] == 5, "ngram at the end: %d", n);
+    const int32_t h3[] = {1, 2, 3, 4};
+    TCHECK(ng->propose(ng, h3, 4, out, 4, &err) == 0);
+    /* suffix: "1 2" was followed by 3 twice and by 5 once: 3 is proposed,
+     * then what follows "2 3" (4, twice) */
+    const int32_t h4[] = {1, 2, 3, 4, 0, 1, 2, 3, 4, 0, 1, 2, 5, 0, 1, 2};
+    n = sf->propose(sf, h4, 16, out, 2, &err);
+    TCHECKF(n == 2 && out[0] == 3 && out[1] == 4, "suffix: %d: %d %d", n, out[0], out[1]);
+    /* another conversation of the process: the table remembers */
+    sf->reset(sf);
+    const int32_t h5[] = {8, 8, 1, 2};
+    n = sf->propose(sf, h5, 4, out, 1, &err);
+    TCHECKF(n == 1 && out[0] == 3, "suffix after a reset: %d", n);
+    /* no confident continuation: nothing */
+    const int32_t h6[] = {50, 51};
+    TCHECK(sf->propose(sf, h6, 2, out, 3, &err) == 0);
+    df_drafter_free(ng);
+    df_drafter_free(sf);
+}
+
+static char *slurp(const char *path, size_t *n)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long len = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *b = malloc((size_t)len + 1);
+    *n = fread(b, 1, (size_t)len, f);
+    b[*n] = 0;
+    fclose(f);
+    return b;
+}
+
+/* `deltafin run` with --draft: the same ids and the same --dump-logits file
+ * as without; --bench-json and --events report the drafts; bad --draft
+ * values are refused by name. */
+static void test_cli_drafts(void)
+{
+    const char *dir = model_dir();
+    if (!dir) return;
+    char ids[256] = "", self[600], dump0[600], dump1[600], events[600];
+    for (int i = 0; i < 16; i++)
+        snprintf(ids + strlen(ids), sizeof ids - strlen(ids), "%s%d", i ? "," : "", (int)tok_at(i % 5));
+    snprintf(self, sizeof self, "model:%s", dir);
+    snprintf(dump0, sizeof dump0, "%s/spec0.bin", test_scratch());
+    snprintf(dump1, sizeof dump1, "%s/spec1.bin", test_scratch());
+    snprintf(events, sizeof events, "%s/spec.events", test_scratch());
+    static char out0[1 << 16], out1[1 << 16], err[1 << 14];
+    const char *a0[] = {build_bin("deltafin"), "run", "--model", dir, "--prompt-ids", ids, "--max-new", "40",
+                        "--dump-logits", dump0, "--bench-json", NULL};
+    TCHECKF(t_run(a0, out0, sizeof out0, err, sizeof err) == 0, "%s", err);
+    const char *a1[] = {build_bin("deltafin"), "run", "--model", dir, "--prompt-ids", ids, "--max-new", "40",
+                        "--dump-logits", dump1, "--bench-json", "--draft", self, "--draft-k", "3", "--events", events,
+                        "--stats", NULL};
+    TCHECKF(t_run(a1, out1, sizeof out1, err, sizeof err) == 0, "%s", err);
+    TCHECKF(strstr(err, "drafts: ") && strstr(err, "accepted"), "--stats has no drafts line: %s", err);
+    const char *i0 = strstr(out0, "\"ids\":["), *i1 = strstr(out1, "\"ids\":[");
+    TCHECK(i0 && i1);
+    if (i0 && i1) TCHECKF(!strncmp(i0, i1, (size_t)(strchr(i0, ']') - i0)), "ids differ with drafts");
+    const char *p = strstr(out1, "\"draft_proposed\":"), *q = strstr(out1, "\"draft_accepted\":");
+    TCHECK(p && q && atol(p + 17) > 0 && atol(p + 17) == atol(q + 17));
+    TCHECK(strstr(out0, "\"draft_proposed\":0,"));
+    size_t n0 = 0, n1 = 0, ne = 0;
+    char *d0 = slurp(dump0, &n0), *d1 = slurp(dump1, &n1), *ev = slurp(events, &ne);
+    TCHECKF(d0 && d1 && n0 == n1 && n0 > 0 && !memcmp(d0, d1, n0), "--dump-logits differs with drafts (%zu, %zu bytes)",
+            n0, n1);
+    TCHECKF(ev && strstr(ev, "{\"draft\":{\"k\":3,"), "--events has no draft lines");
+    free(d0);
+    free(d1);
+    free(ev);
+    const char *bad[] = {build_bin("deltafin"), "run", "--model", dir, "--prompt-ids", "1,2", "--draft", "magic", NULL};
+    TCHECK(t_run(bad, NULL, 0, err, sizeof err) != 0 && strstr(err, "magic"));
+    const char *bad2[] = {build_bin("deltafin"), "run", "--model", dir, "--prompt-ids", "1,2", "--draft",
+                          "model:/nonexistent", NULL};
+    TCHECK(t_run(bad2, NULL, 0, err, sizeof err) != 0 && strstr(err, "/nonexistent"));
+}
+
+static const test_case tests[] = {
+    {"cli_drafts", test_cli_drafts},
+    {"lookup_proposals", test_lookup_proposals},
+    {"truncate_equals_shorter", test_truncate_equals_shorter},
+    {"rollback_is_planned", test_rollback_is_planned},
+    {"drafts_bit_identical", test_drafts_bit_identical},
+    {"real_drafters", test_real_drafters},
+};
+
+int main(int argc, char **argv) { return test_main(tests, NTESTS(tests), argc, argv); }
