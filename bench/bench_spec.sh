@@ -30,7 +30,7 @@ fail=0
 run_block() {
     local model=$1 label=$2 kind=$3 text=$4 extra=$5; shift 5
     local pa=()
-    case $kind in text) pa=(--prompt "$text") ;; chat) pa=(--chat --no-think --prompt "$text") ;; ids) pa=(--prompt-ids "$text") ;; esac
+    case $kind in text) pa=(--prompt "$text") ;; chat) pa=(--chat --prompt "$text") ;; ids) pa=(--prompt-ids "$text") ;; esac
     local drafters=("$@")
     local tmp; tmp=$(mktemp -d)
     for r in $(seq 1 "$reps"); do
@@ -75,7 +75,7 @@ for mode in ram stream; do
     [ "$mode" = stream ] && mem="--expert-cache 120K --no-prefetch"
     run_block "$M" "k3-mini, code prompt, $mode" text "$(printf "$code")" "$mem" none ngram suffix "$D"
     run_block "$M" "k3-mini, repeated structure, $mode" text "$list" "$mem" none ngram suffix "$D"
-    run_block "$M" "k3-mini, chat answer, $mode" chat "Tell me about the sea." "$mem" none ngram suffix "$D"
+    run_block "$M" "k3-mini, chat answer (with reasoning), $mode" chat "Tell me about the sea and the ships on it." "$mem" none ngram suffix "$D"
 done
 
 if [ "${BENCH_K3:-1}" = 1 ]; then

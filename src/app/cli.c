@@ -112,6 +112,53 @@ int eval_prompt(df_session *s, const int32_t *ids, int n, int batch, float *last
     return 0;
 }
 
+int session_resume(gen_loop *g, df_session *s, const char *path, const int32_t *prompt, int n_prompt)
+{
+    if (access(path, F_OK) != 0) return 0;
+    int cap = df_session_n_ctx(s), n = 0;
+    int32_t *ids = malloc((size_t)cap * sizeof *ids);
+    df_error err = {0};
+    if (!ids || df_session_load(s, path, ids, cap, &n, &err)) {
+        fprintf(stderr, "deltafin: --session %s: %s\n", path, ids ? err.msg : "out of memory");
+        free(ids);
+        return -1;
+    }
+    int held = n;
+    if (prompt) {
+        int l = 0;
+        while (l < n && l < n_prompt && ids[l] == prompt[l]) l++;
+        /* an extension is resumed; anything else starts over */
+        held = l == n && n < n_prompt ? n : 0;
+        if (!held) {
+            fprintf(stderr, "deltafin: --session %s: the prompt does not extend its %d tokens (they part at %d); "
+                            "evaluating it whole\n", path, n, l);
+            gen_reset(g);
+            free(ids);
+            return 0;
+        }
+    }
+    gen_resume(g, ids, (size_t)n);
+    if (prompt)
+        fprintf(stderr, "deltafin: --session %s: %d tokens resumed; %d of the prompt's %d to evaluate\n", path, n,
+                n_prompt - n, n_prompt);
+    else
+        fprintf(stderr, "deltafin: --session %s: %d tokens resumed\n", path, n);
+    free(ids);
+    return held;
+}
+
+int session_store(gen_loop *g, df_session *s, const char *path)
+{
+    df_error err = {0};
+    size_t n;
+    const int32_t *h = gen_history(g, &n);
+    if (gen_settle(g, 1, &err) || df_session_save(s, h, (int)n, path, &err)) {
+        fprintf(stderr, "deltafin: --session %s: %s\n", path, err.msg);
+        return -1;
+    }
+    return 0;
+}
+
 void print_bench_json(df_engine *eng, int n_prompt, double prefill_s, unsigned long long prefill_bytes, int n_gen,
                       double decode_s, unsigned long long decode_bytes, const int32_t *gen, const gen_stats *gs)
 {
@@ -195,22 +242,25 @@ static int cmd_run(int argc, char **argv)
     logits_sink sink;
     if (sink_open(&sink, a.dump, V)) return 1;
     df_error err = {0};
-    unsigned long long rb0 = proc_read_bytes();
-    double t0 = now();
-    if (eval_prompt(s, prompt, n_prompt, batch, last, rows, V, &sink, &err)) {
-        fprintf(stderr, "deltafin: %s\n", err.msg);
-        sink_abort(&sink);
-        return 1;
-    }
-    double t1 = now();
-    unsigned long long rb1 = proc_read_bytes();
-    int n_gen = 0, full = 0;
     sampler smp;
     sampler_from_args(&smp, &a, info.vocab);
     df_drafter *dr = open_drafter(&a, info.vocab, ctx);
     gen_loop gl;
     gen_from_args(&gl, &a, eng, s, &smp, dr);
-    gen_prime(&gl, prompt, (size_t)n_prompt, last);
+    unsigned long long rb0 = proc_read_bytes();
+    double t0 = now();
+    int held = a.session ? session_resume(&gl, s, a.session, prompt, n_prompt) : 0;
+    if (held < 0) return 1;
+    if (held ? gen_feed(&gl, prompt + held, (size_t)(n_prompt - held), &err)
+             : eval_prompt(s, prompt, n_prompt, batch, last, rows, V, &sink, &err)) {
+        fprintf(stderr, "deltafin: %s\n", err.msg);
+        sink_abort(&sink);
+        return 1;
+    }
+    if (!held) gen_prime(&gl, prompt, (size_t)n_prompt, last);
+    double t1 = now();
+    unsigned long long rb1 = proc_read_bytes();
+    int n_gen = 0, full = 0;
     /* the logits after each generated token are written when the next one
      * is chosen from them, and after the last one once it is evaluated */
     for (; n_gen < a.max_new; n_gen++) {
@@ -252,6 +302,7 @@ static int cmd_run(int argc, char **argv)
         fflush(stdout);
     }
     if (sink_commit(&sink)) return 1;
+    if (a.session && session_store(&gl, s, a.session)) return 1;
     if (a.stats) print_run_stats(eng, n_prompt, t1 - t0, n_gen, t2 - t1);
     if (a.stats && dr) print_draft_stats(&gl.st);
     gen_free(&gl);

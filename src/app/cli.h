@@ -29,6 +29,15 @@ int eval_prompt(df_session *s, const int32_t *ids, int n, int batch, float *last
 void print_bench_json(df_engine *eng, int n_prompt, double prefill_s, unsigned long long prefill_bytes, int n_gen,
                       double decode_s, unsigned long long decode_bytes, const int32_t *gen, const gen_stats *gs);
 void print_run_stats(df_engine *eng, int n_prompt, double prefill_s, int n_gen, double decode_s);
+/* --session FILE: when it exists, load it (an unreadable, foreign or
+ * corrupted file is an error: -1, printed) and keep the part of the prompt
+ * it holds (the loop's history becomes its ids); returns how many prompt
+ * ids are held, 0 when the file is absent or the prompt does not extend
+ * it (the session then starts empty).  prompt NULL: resume whatever it
+ * holds (chat). */
+int session_resume(gen_loop *g, df_session *s, const char *path, const int32_t *prompt, int n_prompt);
+/* Save the loop's history and the session to FILE (the last token evaluated). */
+int session_store(gen_loop *g, df_session *s, const char *path);
 
 
 /* Bytes this process has read from storage so far (/proc/self/io read_bytes:

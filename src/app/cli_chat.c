@@ -354,13 +354,16 @@ int run_text(run_args *a)
         goto done;
     }
     g.prompt_tokens = (int)g.n_ids;
-    if (eval_prompt(g.s, g.ids, (int)g.n_ids, batch, g.logits, rows, V, &g.sink, &err)) {
-        fprintf(stderr, "\ndeltafin: %s\n", err.msg);
+    int held = a->session ? session_resume(&g.gl, g.s, a->session, g.ids, (int)g.n_ids) : 0;
+    if (held < 0 ||
+        (held ? gen_feed(&g.gl, g.ids + held, g.n_ids - (size_t)held, &err)
+              : eval_prompt(g.s, g.ids, (int)g.n_ids, batch, g.logits, rows, V, &g.sink, &err))) {
+        if (held >= 0) fprintf(stderr, "\ndeltafin: %s\n", err.msg);
         free(rows);
         goto done;
     }
     free(rows);
-    gen_prime(&g.gl, g.ids, g.n_ids, g.logits);
+    if (!held) gen_prime(&g.gl, g.ids, g.n_ids, g.logits);
     double t1 = now();
     unsigned long long rb1 = proc_read_bytes();
     rc = generate(&g, a->chat, 0) ? 1 : 0;
@@ -375,6 +378,7 @@ int run_text(run_args *a)
         print_bench_json(g.eng, g.prompt_tokens, t1 - g.t_start, rb1 - rb0, g.gen_tokens, t2 - t1, rb2 - rb1, g.gen_ids,
                          &g.gl.st);
     if (!rc && sink_commit(&g.sink)) rc = 1;
+    if (!rc && a->session && session_store(&g.gl, g.s, a->session)) rc = 1;
     if (!rc && a->stats) print_run_stats(g.eng, g.prompt_tokens, t1 - g.t_start, g.gen_tokens, t2 - t1);
     if (!rc && a->stats && g.dr) print_draft_stats(&g.gl.st);
 done:
@@ -411,6 +415,11 @@ int cmd_chat(int argc, char **argv)
     if (setup_tokenizer(&g, &a) || setup_engine(&g, &a)) goto done;
     struct sigaction sa = {.sa_handler = on_sigint};
     sigaction(SIGINT, &sa, NULL); /* no SA_RESTART: a blocked read returns */
+    if (a.session) {
+        int held = session_resume(&g.gl, g.s, a.session, NULL, 0);
+        if (held < 0) goto done;
+        g.n_turns = held > 0; /* a resumed conversation has had its system message */
+    }
     lineedit le;
     lineedit_init(&le);
     if (g.out_tty)
@@ -451,13 +460,17 @@ int cmd_chat(int argc, char **argv)
                     break;
                 }
                 g.n_turns++;
+                if (a.session && session_store(&g.gl, g.s, a.session)) {
+                    free(line);
+                    break;
+                }
             }
         }
         fflush(stdout);
         free(line);
     }
     lineedit_free(&le);
-    rc = 0;
+    rc = a.session && session_store(&g.gl, g.s, a.session) ? 1 : 0;
 done:
     teardown(&g);
     return rc;

@@ -32,6 +32,8 @@ void usage(FILE *f)
           "  serve   --model DIR [--host 127.0.0.1] [--port 8080] [--queue 16] [--api-key KEY]\n"
           "          [--max-request-bytes 128M] [--max-tokens 32768] [--timeout 600] [--name NAME]\n"
           "          [--ping-ms 2000] (SSE keep-alive comment after this long without output)\n"
+          "          [--checkpoints 2] (conversation points kept, each a copy of the KDA state: a\n"
+          "          request that shares a conversation's prefix evaluates only what follows)\n"
           "          HTTP server: OpenAI /v1/chat/completions, /v1/completions, /v1/models,\n"
           "          Anthropic /v1/messages (SSE streaming), /health, /metrics, a chat page at /;\n"
           "          takes the run options too (--ctx, --mem, --threads, ...)\n"
@@ -82,6 +84,10 @@ void usage(FILE *f)
           "                       from measured pass times and acceptance, 0 when drafts do not pay\n"
           "  --draft-k N          exactly N drafts per step instead\n"
           "  --draft-mem SIZE     a draft model's share of --mem (default an eighth)\n"
+          "  --session FILE       resume from FILE (a prompt extending its tokens evaluates only the\n"
+          "                       rest; chat: the conversation goes on) and save to it at the end\n"
+          "                       (chat: after every reply); a file of another model, truncated or\n"
+          "                       corrupted, is refused\n"
           "  --threads N          worker threads (default: all CPUs); output is identical for every N\n"
           "  --ctx N              context capacity in tokens (default 4096)\n"
           "  --batch N|auto       positions per forward pass of a prompt (default auto: chosen by the\n"
@@ -235,7 +241,7 @@ static const opt_def opts[] = {
     {"--temp", 1, C_RUN | C_CHAT},    {"--top-p", 1, C_RUN | C_CHAT},  {"--top-k", 1, C_RUN | C_CHAT},
     {"--seed", 1, C_RUN | C_CHAT},    {"--draft", 1, C_RUN | C_CHAT | C_SERVE},
     {"--draft-max", 1, C_RUN | C_CHAT | C_SERVE}, {"--draft-k", 1, C_RUN | C_CHAT | C_SERVE},
-    {"--draft-mem", 1, C_RUN | C_CHAT | C_SERVE},    {"--file", 1, C_PERPLEXITY},      {"--window", 1, C_PERPLEXITY},   {"--json", 0, C_PLAN | C_PERPLEXITY},
+    {"--draft-mem", 1, C_RUN | C_CHAT | C_SERVE}, {"--session", 1, C_RUN | C_CHAT},    {"--file", 1, C_PERPLEXITY},      {"--window", 1, C_PERPLEXITY},   {"--json", 0, C_PLAN | C_PERPLEXITY},
 };
 
 static unsigned command_bit(const char *cmd)
@@ -316,6 +322,7 @@ void parse_common(int argc, char **argv, run_args *a)
         else if (!strcmp(f, "--draft-max")) a->draft_max = (int)parse_long(v, f, 1, GEN_MAX_DRAFT);
         else if (!strcmp(f, "--draft-k")) a->draft_k = (int)parse_long(v, f, 1, GEN_MAX_DRAFT);
         else if (!strcmp(f, "--draft-mem")) a->draft_mem = parse_size(v, f);
+        else if (!strcmp(f, "--session")) a->session = v;
         else if (!strcmp(f, "--threads")) a->threads = (int)parse_long(v, f, 1, 256);
         else if (!strcmp(f, "--ctx")) a->ctx = (int)parse_long(v, f, 1, 1 << 24);
         else if (!strcmp(f, "--batch")) a->batch = !strcmp(v, "auto") ? 0 : (int)parse_long(v, f, 1, 4096);
@@ -377,6 +384,8 @@ void parse_common(int argc, char **argv, run_args *a)
         if (!a->prompt && !a->prompt_ids) die("run needs --prompt \"text\" or --prompt-ids LIST");
         if (!a->chat && (a->system || a->effort || a->no_think))
             die("--system, --reasoning-effort and --no-think need --chat");
+        if (a->session && a->dump)
+            die("--session cannot be combined with --dump-logits (a resumed prompt's rows are not evaluated again)");
     }
     if (a->max_new_set == 0 && (a->chat || a->prompt)) a->max_new = 512;
 }
@@ -504,6 +513,7 @@ df_engine *open_engine(const run_args *a)
     eo.no_prefetch = a->no_prefetch;
     eo.prefetch_k = a->prefetch_k;
     eo.quiet = !a->stats;
+    eo.plan_checkpoints = a->checkpoints;
     if (drafting(a)) {
         eo.plan_rollback = draft_rows(a);
         /* a draft model's memory comes out of the same budget */
@@ -539,6 +549,7 @@ df_session *open_session(df_engine *eng, const run_args *a)
     else if (a->ctx) so.n_ctx = a->ctx;
     if (a->batch) so.max_batch = a->batch;
     if (drafting(a)) so.rollback_rows = draft_rows(a);
+    so.checkpoints = a->checkpoints;
     df_session *s;
     df_error err = {0};
     if (df_session_new(eng, &so, &s, &err)) {

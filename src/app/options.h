@@ -37,6 +37,8 @@ typedef struct {
     const char *draft;   /* --draft none|ngram|suffix|model:PATH|auto (NULL = none) */
     int draft_max, draft_k;
     size_t draft_mem;    /* a draft model's share of --mem (0 = an eighth) */
+    int checkpoints;     /* conversation checkpoints per session (serve --checkpoints) */
+    const char *session; /* run, chat: --session FILE */
 } run_args;
 
 _Noreturn void die(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

@@ -2,7 +2,7 @@
  *
  *   deltafin serve --model DIR [--host 127.0.0.1] [--port 8080] [--queue 16]
  *                  [--api-key KEY] [--max-request-bytes 128M] [--max-tokens N]
- *                  [--timeout SEC] [--name NAME] [--ping-ms 2000]
+ *                  [--timeout SEC] [--name NAME] [--ping-ms 2000] [--checkpoints 2]
  *                  + the run options (--ctx, --mem, --threads, --batch, ...)
  *
  * Owns: HTTP (libmicrohttpd, one thread per connection), the job queue, the
@@ -130,12 +130,16 @@ static void run_job(srv *S, job *j)
      * least one prompt id is fed, for the next token's logits) when the
      * session can return there: an extension, the last generated id not
      * yet evaluated, or a point since the last verify pass's mark */
-    size_t from = 0, n_hist;
+    size_t lcp = 0, n_hist;
     const int32_t *hist = gen_history(&S->gl, &n_hist);
     if (reuse) {
-        while (from < n_hist && from < j->n_ids && hist[from] == j->ids[from]) from++;
-        if (from == j->n_ids) from--;
+        while (lcp < n_hist && lcp < j->n_ids && hist[lcp] == j->ids[lcp]) lcp++;
+        if (lcp == j->n_ids) lcp--; /* at least one id is fed: the next token's logits */
     }
+    /* where the session can return to: the common prefix itself when it
+     * extends what is evaluated or lies after the last verify pass's mark,
+     * else the last conversation checkpoint inside it */
+    size_t from = lcp ? (size_t)df_session_reachable(S->s, (int)lcp) : 0;
     df_error rerr = {0};
     if (!from || gen_rewind(&S->gl, from, &rerr)) {
         gen_reset(&S->gl);
@@ -144,7 +148,20 @@ static void run_job(srv *S, job *j)
     j->n_reused = (int)from;
     j->gate_ch = -1;
     emit_begin(j);
-    int rc = feed(S, j, j->ids + from, j->n_ids - from);
+    /* a checkpoint after the prompt's last <|end_of_msg|> (the end of the
+     * last user or tool message): the next turn's prompt renders this
+     * reply differently (without its reasoning) but shares everything
+     * before it */
+    size_t cut = j->n_ids;
+    while (cut > from && j->ids[cut - 1] != S->end_of_msg) cut--;
+    int rc = 0;
+    if (S->end_of_msg >= 0 && cut > from && cut < j->n_ids && S->a.checkpoints > 0) {
+        rc = feed(S, j, j->ids + from, cut - from);
+        if (!rc) df_session_checkpoint(S->s, &rerr);
+        if (!rc) rc = feed(S, j, j->ids + cut, j->n_ids - cut);
+    } else {
+        rc = feed(S, j, j->ids + from, j->n_ids - from);
+    }
     sampler_reset(&S->smp, j->temperature, j->top_p, 0, j->seed);
     tok_decoder dec;
     tok_decoder_init(&dec, S->tok);
@@ -542,6 +559,7 @@ int cmd_serve(int argc, char **argv)
     S->max_tokens_cap = 32768;
     S->timeout = 600;
     S->ping_ms = 2000;
+    int checkpoints = 2;
     /* serve's own options; the rest go to parse_common */
     char **rest = xmalloc(((size_t)argc + 1) * sizeof *rest);
     int n_rest = 0;
@@ -559,11 +577,13 @@ int cmd_serve(int argc, char **argv)
         else if (SERVE_OPT("--timeout")) S->timeout = (double)parse_long(argv[++i], f, 1, 1 << 24);
         else if (SERVE_OPT("--name")) S->name = argv[++i];
         else if (SERVE_OPT("--ping-ms")) S->ping_ms = (int)parse_long(argv[++i], f, 10, 3600000);
+        else if (SERVE_OPT("--checkpoints")) checkpoints = (int)parse_long(argv[++i], f, 0, 64);
         else rest[n_rest++] = argv[i];
 #undef SERVE_OPT
     }
     rest[n_rest] = NULL;
     parse_common(n_rest, rest, &S->a);
+    S->a.checkpoints = checkpoints;
     if (!S->name) {
         /* the model directory's name ("checkpoint" names its parent) */
         char *m = xstrdup(S->a.model), *base;
@@ -620,6 +640,8 @@ int cmd_serve(int argc, char **argv)
     if (S->a.ctx) so.n_ctx = S->a.ctx;
     if (S->a.batch) so.max_batch = S->a.batch;
     if (drafting(&S->a)) so.rollback_rows = draft_rows(&S->a);
+    so.checkpoints = S->a.checkpoints;
+    S->end_of_msg = tokenizer_special_id(S->tok, "<|end_of_msg|>");
     if (df_session_new(S->eng, &so, &S->s, &err) || chat_parser_new(S->tok, 1, &S->parser, &err)) {
         fprintf(stderr, "deltafin: %s\n", err.msg);
         return 1;

@@ -75,7 +75,9 @@ void put_str(json_buf *b, const char *s) { json_write_string(b, s, strlen(s)); }
 static void usage_json(json_buf *b, const job *j)
 {
     if (j->api == API_MESSAGES)
-        bprintf(b, "{\"input_tokens\":%zu,\"output_tokens\":%d}", j->n_ids, j->n_gen);
+        /* Anthropic counts tokens read from a cache apart from input_tokens */
+        bprintf(b, "{\"input_tokens\":%zu,\"cache_read_input_tokens\":%d,\"cache_creation_input_tokens\":0,"
+                "\"output_tokens\":%d}", j->n_ids - (size_t)j->n_reused, j->n_reused, j->n_gen);
     else
         bprintf(b, "{\"prompt_tokens\":%zu,\"completion_tokens\":%d,\"total_tokens\":%zu,"
                 "\"prompt_tokens_details\":{\"cached_tokens\":%d}}", j->n_ids, j->n_gen, j->n_ids + (size_t)j->n_gen,
@@ -354,7 +356,8 @@ void emit_begin(job *j)
         json_buf_puts(&b, ",\"type\":\"message\",\"role\":\"assistant\",\"model\":");
         put_str(&b, j->model);
         bprintf(&b, ",\"content\":[],\"stop_reason\":null,\"stop_sequence\":null,\"usage\":{\"input_tokens\":%zu,"
-                "\"output_tokens\":0}}}", j->n_ids);
+                "\"cache_read_input_tokens\":%d,\"cache_creation_input_tokens\":0,\"output_tokens\":0}}}",
+                j->n_ids - (size_t)j->n_reused, j->n_reused);
         anth_event(j, "message_start", &b);
     }
     json_buf_free(&b);

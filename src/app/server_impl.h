@@ -74,6 +74,7 @@ typedef struct srv {
     gen_loop gl;                /* the generation loop (generate.h): the session's id history, drafts */
     df_drafter *dr;             /* --draft, or NULL */
     int hist_ok;                /* the history is valid once last was delivered */
+    int32_t end_of_msg;         /* <|end_of_msg|>: a checkpoint after the prompt's last one */
     job *last;
     char *dbuf;
     size_t dcap;

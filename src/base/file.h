@@ -8,7 +8,8 @@
  * io_uring (Linux, when the kernel allows it) and a pool of pread threads.
  * Callers submit a batch (sorted by offset, ideally) and collect
  * completions; a completion carries the caller's tag and the byte count or
- * -errno.  Does not own: what is read or where it goes (expert_store).
+ * -errno.  Also the project's CRC-32 and atomically replaced files (heat,
+ * session files).  Does not own: what is read or where it goes (expert_store).
  * Thread: one submitting/collecting thread per queue.
  */
 #ifndef DF_FILE_H
@@ -67,5 +68,22 @@ void io_queue_submit(io_queue *q, const io_req *reqs, int n);
  * Returns 0 when nothing is in flight. */
 int io_queue_wait(io_queue *q, io_done *done, int max);
 int io_queue_in_flight(const io_queue *q);
+
+/* CRC-32 (IEEE 802.3, the zlib one): crc = df_crc32(0, p, n), or continued
+ * over several pieces by passing the previous value.  Table-driven. */
+uint32_t df_crc32(uint32_t crc, const void *p, size_t n);
+
+/* A file replaced atomically: written to PATH.tmp (a stale one from a
+ * crashed writer is replaced), fsynced, renamed over PATH and the
+ * directory fsynced; until the commit PATH is untouched (a crash leaves the
+ * previous file, or none), and an abort removes the temporary file. */
+typedef struct atomic_file {
+    int fd;
+    char *path, *tmp;
+} atomic_file;
+int atomic_file_open(atomic_file *af, const char *path, df_error *err);
+int atomic_file_write(atomic_file *af, const void *p, size_t n, df_error *err);
+int atomic_file_commit(atomic_file *af, df_error *err);
+void atomic_file_abort(atomic_file *af);
 
 #endif

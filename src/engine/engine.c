@@ -109,6 +109,7 @@ static void plan_session_opts(const df_engine_opts *o, df_session_opts *so)
     if (o->plan_ctx > 0) so->n_ctx = o->plan_ctx;
     if (o->plan_batch > 0) so->max_batch = o->plan_batch;
     if (o->plan_rollback > 0) so->rollback_rows = o->plan_rollback;
+    if (o->plan_checkpoints > 0) so->checkpoints = o->plan_checkpoints;
 }
 
 /* The plan for so's session under these options (plan.c decides; the
@@ -523,6 +524,22 @@ static int session_alloc(df_engine *eng, const df_session_opts *opts, int dry, d
         ALLOC(s->b.kda_hist0, (size_t)eng->m.n_kda * 3 * (size_t)(c->Wc > 1 ? c->Wc - 1 : 1) * c->P);
         ALLOC(s->b.kda_rec, (size_t)eng->m.n_kda * (size_t)s->b.rb_rows * (4 * (size_t)c->P + (size_t)c->Hk));
     }
+    if (opts->checkpoints < 0 || opts->checkpoints > 64) {
+        int k = opts->checkpoints;
+        df_session_free(s);
+        return df_err_set(err, DF_ERR_ARG, -1, "checkpoints %d is outside [0, 64]", k);
+    }
+    if (opts->checkpoints > 0) {
+        s->b.n_ck = opts->checkpoints;
+        size_t per = (size_t)eng->m.n_kda * c->Hk * c->Dk * c->Dk +
+                     (size_t)eng->m.n_kda * 3 * (size_t)(c->Wc > 1 ? c->Wc - 1 : 1) * c->P;
+        ALLOC(s->b.ck_state, (size_t)s->b.n_ck * per);
+        if (!dry) {
+            s->b.ck_pos = xmalloc((size_t)s->b.n_ck * sizeof *s->b.ck_pos);
+            s->b.ck_age = xcalloc((size_t)s->b.n_ck, sizeof *s->b.ck_age);
+            for (int i = 0; i < s->b.n_ck; i++) s->b.ck_pos[i] = -1;
+        }
+    }
     size_t state = bytes;
     ALLOC(s->b.H, (size_t)T * h);
     ALLOC(s->b.anchors, (size_t)s->b.n_anchor_max * T * h);
@@ -618,7 +635,9 @@ void df_session_free(df_session *s)
 {
     if (!s) return;
     s->eng->sessions_bytes -= s->bytes;
-    float **fl[] = {&s->b.kda_S, &s->b.kda_hist, &s->b.kda_S0, &s->b.kda_hist0, &s->b.kda_rec, &s->b.mla_cache, &s->b.H, &s->b.anchors, &s->b.ain, &s->b.xn, &s->b.att,
+    free(s->b.ck_pos);
+    free(s->b.ck_age);
+    float **fl[] = {&s->b.kda_S, &s->b.kda_hist, &s->b.kda_S0, &s->b.kda_hist0, &s->b.kda_rec, &s->b.ck_state, &s->b.mla_cache, &s->b.H, &s->b.anchors, &s->b.ain, &s->b.xn, &s->b.att,
                     &s->b.min, &s->b.y, &s->b.ffn, &s->b.big0, &s->b.big1, &s->b.big2, &s->b.big3, &s->b.big4, &s->b.big5,
                     &s->b.small0, &s->b.small1, &s->b.probs, &s->b.logits_tmp, &s->b.worker_buf, &s->b.route_w, &s->b.zp,
                     &s->b.g_x, &s->b.g_h1, &s->b.g_h3, &s->b.g_a, &s->b.g_out};
@@ -642,6 +661,7 @@ void df_session_reset(df_session *s)
     memset(s->b.kda_hist, 0, (size_t)s->eng->m.n_kda * 3 * (size_t)(c->Wc > 1 ? c->Wc - 1 : 1) * c->P * sizeof(float));
     s->b.pos = 0;
     s->b.rb_mark = -1;
+    for (int i = 0; i < s->b.n_ck; i++) s->b.ck_pos[i] = -1;
 }
 
 static size_t kda_state_floats(const df_session *s)
@@ -668,6 +688,52 @@ int df_session_mark(df_session *s, df_error *err)
 
 int df_session_mark_pos(const df_session *s) { return s->b.rb_mark; }
 
+int df_session_checkpoint(df_session *s, df_error *err)
+{
+    if (s->b.n_ck <= 0) return df_err_set(err, DF_ERR_ARG, -1, "this session keeps no checkpoints (opened with 0)");
+    int slot = 0;
+    for (int i = 0; i < s->b.n_ck; i++) {
+        if (s->b.ck_pos[i] == s->b.pos) {
+            slot = i; /* already kept: refresh its age */
+            break;
+        }
+        if (s->b.ck_pos[i] < 0 || s->b.ck_age[i] < s->b.ck_age[slot]) slot = i;
+        if (s->b.ck_pos[slot] < 0) break;
+    }
+    size_t nS = kda_state_floats(s), nH = kda_hist_floats(s);
+    float *dst = s->b.ck_state + (size_t)slot * (nS + nH);
+    memcpy(dst, s->b.kda_S, nS * sizeof(float));
+    memcpy(dst + nS, s->b.kda_hist, nH * sizeof(float));
+    s->b.ck_pos[slot] = s->b.pos;
+    s->b.ck_age[slot] = ++s->b.ck_clock;
+    return 0;
+}
+
+int df_session_reachable(const df_session *s, int pos)
+{
+    if (pos >= s->b.pos) return s->b.pos;
+    if (pos < 0) return 0;
+    if (s->b.rb_mark >= 0 && pos >= s->b.rb_mark) return pos;
+    int best = 0;
+    for (int i = 0; i < s->b.n_ck; i++)
+        if (s->b.ck_pos[i] <= pos && s->b.ck_pos[i] > best) best = s->b.ck_pos[i];
+    return best;
+}
+
+/* Back to checkpoint position pos (the caller found it). */
+static void restore_checkpoint(df_session *s, int pos)
+{
+    size_t nS = kda_state_floats(s), nH = kda_hist_floats(s);
+    for (int i = 0; i < s->b.n_ck; i++)
+        if (s->b.ck_pos[i] == pos) {
+            const float *src = s->b.ck_state + (size_t)i * (nS + nH);
+            memcpy(s->b.kda_S, src, nS * sizeof(float));
+            memcpy(s->b.kda_hist, src + nS, nH * sizeof(float));
+            s->b.ck_age[i] = ++s->b.ck_clock;
+            return;
+        }
+}
+
 int df_session_truncate(df_session *s, int pos, df_error *err)
 {
     if (pos < 0 || pos > s->b.pos)
@@ -677,10 +743,19 @@ int df_session_truncate(df_session *s, int pos, df_error *err)
         df_session_reset(s);
         return 0;
     }
+    if (df_session_reachable(s, pos) == pos && (s->b.rb_mark < 0 || pos < s->b.rb_mark)) {
+        /* a checkpoint: the state as it was there; later ones and the mark are gone */
+        restore_checkpoint(s, pos);
+        for (int i = 0; i < s->b.n_ck; i++)
+            if (s->b.ck_pos[i] > pos) s->b.ck_pos[i] = -1;
+        s->b.rb_mark = -1;
+        s->b.pos = pos;
+        return 0;
+    }
     if (s->b.rb_mark < 0)
         return df_err_set(err, DF_ERR_ARG, -1,
-                          "cannot roll back to position %d: no mark is held (df_session_mark, or more rows than "
-                          "rollback_rows %d evaluated since)",
+                          "cannot roll back to position %d: no mark or checkpoint is held there "
+                          "(df_session_mark, or more rows than rollback_rows %d evaluated since)",
                           pos, s->b.rb_rows);
     if (pos < s->b.rb_mark)
         return df_err_set(err, DF_ERR_ARG, -1, "cannot roll back to position %d: the mark is at %d", pos,
@@ -696,6 +771,8 @@ int df_session_truncate(df_session *s, int pos, df_error *err)
             if (eng->m.layers[il].kind == LAYER_KDA) kda_replay(&eng->mc, &s->b, &eng->m.layers[il], rows);
         alloc_guard_leave();
     }
+    for (int i = 0; i < s->b.n_ck; i++)
+        if (s->b.ck_pos[i] > pos) s->b.ck_pos[i] = -1;
     s->b.pos = pos;
     return 0;
 }

@@ -28,6 +28,7 @@ typedef struct df_engine_opts {
     size_t mem_budget;          /* --mem: bytes for everything (0 = 70% of physical RAM) */
     size_t expert_cache_bytes;  /* override the planner's expert cache size (0 = plan from mem_budget) */
     int plan_rollback;          /* ... with this many rollback rows (df_session_opts.rollback_rows) */
+    int plan_checkpoints;       /* ... and checkpoints (df_session_opts.checkpoints) */
     int plan_ctx, plan_batch;   /* the session the planner reserves for (0 = 4096 tokens; batch
                                    0 = chosen by the planner: 32 when nothing streams, else as
                                    large as the budget pays for, so a prompt reads its experts
@@ -57,6 +58,8 @@ typedef struct df_session_opts {
                                    longer inputs are chunked */
     int rollback_rows;          /* rows df_session_truncate can take back after a mark (0: none);
                                    costs a copy of the KDA state and the rows' recurrence inputs */
+    int checkpoints;            /* positions df_session_checkpoint can keep (0: none); each costs
+                                   a copy of the KDA state */
 } df_session_opts;
 
 typedef struct df_model_info {
@@ -159,6 +162,24 @@ int df_session_mark(df_session *s, df_error *err);
 int df_session_truncate(df_session *s, int pos, df_error *err);
 /* The mark's position, or -1 when there is none. */
 int df_session_mark_pos(const df_session *s);
+/* Checkpoints (conversation prefixes): keep the KDA state at the current
+ * position (in a session opened with checkpoints > 0; the least recently
+ * used one is replaced), after which df_session_truncate can return
+ * exactly to that position.  Checkpoints past a truncation are dropped. */
+int df_session_checkpoint(df_session *s, df_error *err);
+/* The largest position <= pos df_session_truncate can return to: pos
+ * itself at or after the mark, else the largest checkpoint <= pos, else 0. */
+int df_session_reachable(const df_session *s, int pos);
+
+/* Session files: the ids a session holds (n == its position), the KDA
+ * state and conv history and the MLA latent cache, under a versioned
+ * header naming the model (a hash of its config, tensor table and sampled
+ * weight bytes) with a CRC per section; written beside the path and
+ * renamed into place (a crash leaves the previous file).  Loading checks
+ * everything and leaves the session empty on any error (wrong model,
+ * truncated, corrupted, too long for the context).  ids: room for cap. */
+int df_session_save(df_session *s, const int32_t *ids, int n, const char *path, df_error *err);
+int df_session_load(df_session *s, const char *path, int32_t *ids, int cap, int *n, df_error *err);
 
 /* Offline replay of a route trace (written with trace_path) through the
  * cache policies and Belady's optimal, at several cache sizes (in experts). */

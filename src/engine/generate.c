@@ -157,6 +157,16 @@ void gen_prime(gen_loop *g, const int32_t *ids, size_t n, const float *last)
     g->has_pending = 0;
 }
 
+void gen_resume(gen_loop *g, const int32_t *ids, size_t n)
+{
+    if (n > g->cap) n = g->cap;
+    memcpy(g->hist, ids, n * sizeof *ids);
+    g->n_hist = n;
+    g->q_len = g->q_head = 0;
+    g->fresh = 0;
+    g->has_pending = 0;
+}
+
 /* Estimated seconds of a pass of T rows: its measured average, else a line
  * through the measured widths (an optimistic slope until one is known). */
 static double est_pass(const gen_loop *g, int T)
@@ -178,7 +188,13 @@ static int choose_k(gen_loop *g)
     if (g->t_pass[1] <= 0) return 0; /* measure a plain step first */
     double a = g->acc, best_rate = 0;
     int best = 0;
-    for (int k = 0; k <= g->kmax; k++) {
+    /* widths are tried one more at a time: an unmeasured width costs at
+     * most one row more than a measured one */
+    int reach = 1;
+    for (int T = 2; T <= g->kmax + 1; T++)
+        if (g->t_pass[T] > 0) reach = T;
+    int kcap = reach < g->kmax ? reach : g->kmax;
+    for (int k = 0; k <= kcap; k++) {
         double tokens = 0, p = 1;
         for (int i = 0; i <= k; i++, p *= a) tokens += p;
         double rate = tokens / (est_pass(g, k + 1) + (double)k * g->draft_tok_sec);

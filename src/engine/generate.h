@@ -15,8 +15,9 @@
  * the draws.
  *
  * Choosing k (0..draft_max) each step, from measurement: the seconds of a
- * pass of T rows (an average per T, decayed; unmeasured widths are
- * estimated from the measured ones, and one draft is tried every 64 steps
+ * pass of T rows (an average per T, decayed; a width is tried only after
+ * the one below it was measured, and unmeasured widths are estimated from
+ * the measured ones, and one draft is tried every 64 steps
  * so the estimates follow the disk and the cache; a pass's time includes
  * its mark and truncation), the drafter's measured
  * acceptance per draft (decayed) and its seconds per proposed id.  The k
@@ -103,6 +104,9 @@ int gen_feed(gen_loop *g, const int32_t *ids, size_t n, df_error *err);
 /* The session already evaluated ids (appended to the history, which must
  * be what the session holds) and `last` is its last row's logits. */
 void gen_prime(gen_loop *g, const int32_t *ids, size_t n, const float *last);
+/* The session holds exactly ids (loaded from a session file): they become
+ * the history; the next step must feed more ids. */
+void gen_resume(gen_loop *g, const int32_t *ids, size_t n);
 /* The next token into *tok; gen_logits() is the row it was chosen from. */
 int gen_next(gen_loop *g, int32_t *tok, df_error *err);
 const float *gen_logits(const gen_loop *g);

@@ -166,6 +166,13 @@ typedef struct session_bufs {
     int rb_mark;              /* the mark's position, -1 when none */
     float *kda_S0, *kda_hist0;  /* kda_S and kda_hist at the mark */
     float *kda_rec;           /* [n_kda][rb_rows][4P + Hk] */
+    /* checkpoints: the KDA state and conv history at chosen positions, so
+     * the session can return exactly there (conversation prefixes) */
+    int n_ck;                 /* slots */
+    float *ck_state;          /* [n_ck][kda_S + kda_hist floats] */
+    int *ck_pos;              /* [n_ck] position, -1 empty */
+    uint64_t *ck_age;         /* [n_ck] last use, for replacing the oldest */
+    uint64_t ck_clock;
     /* MLA latent cache */
     float *mla_cache;         /* [n_mla][n_ctx][Rkv+dr] */
     /* scratch, all sized for max_batch positions */

@@ -302,6 +302,51 @@ test('conversation reuse: an extended prompt feeds only the new suffix', async (
   assert.equal(fresh.json.choices[0].text, r.json.choices[0].text);
 });
 
+test('three turns (OpenAI and Anthropic, reasoning on): later turns evaluate only their new tokens, replies as a fresh session gives', async () => {
+  assert.ok(URL_KEY, 'DELTAFIN_URL_KEY (the second server) is set');
+  // the second server answers each full history with nothing reused (an
+  // unrelated request first), the first one reuses its conversation
+  const oaFresh = new OpenAI({ baseURL: `${URL_KEY}/v1`, apiKey: 'test-key', maxRetries: 0 });
+  const anFresh = new Anthropic({ baseURL: URL_KEY, apiKey: 'test-key', maxRetries: 0 });
+  const unrelated = () => oaFresh.completions.create({ model: 'x', prompt: [1, 2, 3], max_tokens: 1 });
+  const turns = ['Hello there', 'Tell me more about it', 'And how does it end?'];
+  let hist = [], prev = 0;
+  for (const [i, t] of turns.entries()) {
+    hist.push({ role: 'user', content: t });
+    const r = await oa.chat.completions.create({ model: 'x', messages: hist, max_tokens: 16 });
+    await unrelated();
+    const f = await oaFresh.chat.completions.create({ model: 'x', messages: hist, max_tokens: 16 });
+    const m = r.choices[0].message, fm = f.choices[0].message;
+    assert.equal(f.usage.prompt_tokens_details.cached_tokens, 0);
+    assert.equal(m.content, fm.content, `turn ${i + 1}`);
+    assert.equal(m.reasoning_content, fm.reasoning_content, `turn ${i + 1}`);
+    const cached = r.usage.prompt_tokens_details.cached_tokens;
+    if (i > 0) {
+      // everything up to the end of the previous user message was kept
+      assert.ok(cached > prev - 16 && cached < prev, `turn ${i + 1}: ${cached} cached of ${r.usage.prompt_tokens}, previous prompt ${prev}`);
+    }
+    prev = r.usage.prompt_tokens;
+    hist.push({ role: 'assistant', content: m.content ?? '', reasoning_content: m.reasoning_content });
+  }
+  // the Anthropic API: cache_read_input_tokens, input_tokens the rest
+  let msgs = [];
+  prev = 0;
+  for (const [i, t] of turns.entries()) {
+    msgs.push({ role: 'user', content: t });
+    const r = await an.messages.create({ model: 'x', max_tokens: 16, messages: msgs });
+    await unrelated();
+    const f = await anFresh.messages.create({ model: 'x', max_tokens: 16, messages: msgs });
+    assert.deepEqual(r.content, f.content, `turn ${i + 1}`);
+    assert.equal(f.usage.cache_read_input_tokens, 0);
+    const total = r.usage.input_tokens + r.usage.cache_read_input_tokens;
+    assert.equal(total, f.usage.input_tokens);
+    if (i > 0) assert.ok(r.usage.cache_read_input_tokens > prev - 16, `turn ${i + 1}: ${r.usage.cache_read_input_tokens} read of ${total}`);
+    prev = total;
+    const text = r.content.filter((b) => b.type === 'text').map((b) => b.text).join('');
+    msgs.push({ role: 'assistant', content: text || '.' });
+  }
+});
+
 test('errors: API-shaped 400s naming the field', async () => {
   const malformed = await post('/v1/chat/completions', '{"messages": [');
   openaiError(malformed);

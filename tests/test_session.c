@@ -1,0 +1,308 @@
+/* test_session.c - conversation state: checkpoints a session can return to
+ * exactly, and session files (round trip bit for bit; another model's,
+ * truncated or corrupted files refused with the session left empty; a
+ * writer killed mid-save leaves the previous file valid).
+ */
+#define _GNU_SOURCE
+#include "harness.h"
+#include "engine.h"
+
+#include <signal.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define E0 (err = (df_error){0}, &err)
+
+static df_engine *open_model(const char *dir)
+{
+    df_engine_opts o;
+    df_engine_opts_default(&o);
+    o.quiet = 1;
+    o.n_threads = 2;
+    o.no_prefetch = 1;
+    o.plan_ctx = 256;
+    o.plan_batch = 32;
+    o.plan_checkpoints = 2;
+    df_engine *eng = NULL;
+    df_error err = {0};
+    if (df_engine_open(dir, &o, &eng, &err)) t_fail(__FILE__, __LINE__, "open %s: %s", dir, err.msg);
+    return eng;
+}
+
+static df_session *new_session(df_engine *eng, int ctx, int checkpoints)
+{
+    df_session_opts so = {.n_ctx = ctx, .max_batch = 32, .checkpoints = checkpoints};
+    df_session *s = NULL;
+    df_error err = {0};
+    if (df_session_new(eng, &so, &s, &err)) t_fail(__FILE__, __LINE__, "session: %s", err.msg);
+    return s;
+}
+
+static const char *model(const char *name, int seed)
+{
+    static char dirs[2][512];
+    char *dir = dirs[seed & 1];
+    char args[160];
+    snprintf(args, sizeof args, "--preset small --set num_experts=16 --set num_experts_per_token=4 --seed %d", seed);
+    return gen_model(name, args, dir, 512) ? NULL : dir;
+}
+
+static int32_t tok(int i) { return (int32_t)((i * 7919 + 31) % 1500 + 3); }
+
+enum { N = 40 };
+
+/* logits of every position, one at a time */
+static float *reference(df_engine *eng, int V)
+{
+    df_session *s = new_session(eng, 256, 0);
+    float *want = malloc((size_t)N * V * sizeof *want);
+    df_error err = {0};
+    for (int i = 0; i < N; i++) {
+        int32_t t = tok(i);
+        if (df_session_eval(s, &t, 1, want + (size_t)i * V, 0, &err)) t_fail(__FILE__, __LINE__, "%s", err.msg);
+    }
+    df_session_free(s);
+    return want;
+}
+
+static void test_checkpoints(void)
+{
+    const char *dir = model("sess_a", 21);
+    if (!dir) return;
+    df_engine *eng = open_model(dir);
+    if (!eng) return;
+    df_model_info info;
+    df_engine_info(eng, &info);
+    int V = info.vocab;
+    float *want = reference(eng, V);
+    float *got = malloc((size_t)N * V * sizeof *got);
+    int32_t ids[N];
+    for (int i = 0; i < N; i++) ids[i] = tok(i);
+    df_session *s = new_session(eng, 256, 2);
+    df_error err = {0};
+    TCHECK(df_session_eval(s, ids, 10, got, 0, &err) == 0 && df_session_checkpoint(s, &err) == 0);
+    TCHECK(df_session_eval(s, ids + 10, 8, got, 0, &err) == 0 && df_session_checkpoint(s, &err) == 0);
+    TCHECK(df_session_eval(s, ids + 18, 7, got, 0, &err) == 0);
+    TCHECK(df_session_reachable(s, 24) == 18 && df_session_reachable(s, 17) == 10 && df_session_reachable(s, 9) == 0);
+    /* back to 18, then to 10: the logits of the shorter session */
+    TCHECK(df_session_truncate(s, 18, &err) == 0);
+    TCHECK(df_session_eval(s, ids + 18, 3, got, 1, &err) == 0);
+    TCHECKF(!memcmp(got, want + (size_t)18 * V, (size_t)3 * V * sizeof *got), "after returning to checkpoint 18");
+    TCHECK(df_session_truncate(s, 10, &err) == 0);
+    TCHECK(df_session_reachable(s, 20) == 10); /* 18 is gone with the truncation */
+    TCHECK(df_session_eval(s, ids + 10, 5, got, 1, &err) == 0);
+    TCHECKF(!memcmp(got, want + (size_t)10 * V, (size_t)5 * V * sizeof *got), "after returning to checkpoint 10");
+    /* not a checkpoint: refused, the session unchanged */
+    TCHECK(df_session_truncate(s, 12, E0) == -1 && strstr(err.msg, "no mark or checkpoint"));
+    TCHECK(df_session_pos(s) == 15);
+    /* a third checkpoint replaces the least recently used (10 was used last: 15's slot is the other) */
+    TCHECK(df_session_checkpoint(s, &err) == 0);
+    TCHECK(df_session_eval(s, ids + 15, 5, got, 0, &err) == 0 && df_session_checkpoint(s, &err) == 0);
+    TCHECK(df_session_reachable(s, 19) == 15 && df_session_reachable(s, 14) == 0);
+    df_session_free(s);
+    s = new_session(eng, 256, 0);
+    TCHECK(df_session_checkpoint(s, E0) == -1);
+    df_session_free(s);
+    free(want);
+    free(got);
+    df_engine_close(eng);
+}
+
+static long file_size(const char *p)
+{
+    struct stat st;
+    return stat(p, &st) ? -1 : (long)st.st_size;
+}
+
+static void copy_prefix(const char *from, const char *to, long n, long flip)
+{
+    FILE *a = fopen(from, "rb"), *b = fopen(to, "wb");
+    for (long i = 0; a && b && i < n; i++) {
+        int c = fgetc(a);
+        if (c == EOF) break;
+        if (i == flip) c ^= 0x10;
+        fputc(c, b);
+    }
+    if (a) fclose(a);
+    if (b) fclose(b);
+}
+
+static void test_session_files(void)
+{
+    const char *dir = model("sess_a", 21);
+    if (!dir) return;
+    df_engine *eng = open_model(dir);
+    if (!eng) return;
+    df_model_info info;
+    df_engine_info(eng, &info);
+    int V = info.vocab;
+    float *want = reference(eng, V);
+    float *got = malloc((size_t)N * V * sizeof *got);
+    int32_t ids[N], back[N];
+    for (int i = 0; i < N; i++) ids[i] = tok(i);
+    char path[600], bad[600];
+    snprintf(path, sizeof path, "%s/s.session", test_scratch());
+    snprintf(bad, sizeof bad, "%s/bad.session", test_scratch());
+    df_error err = {0};
+    df_session *s = new_session(eng, 256, 0);
+    TCHECK(df_session_eval(s, ids, 25, got, 0, &err) == 0);
+    TCHECKF(df_session_save(s, ids, 25, path, &err) == 0, "%s", err.msg);
+    TCHECK(df_session_save(s, ids, 24, path, E0) == -1); /* ids must be what the session holds */
+    df_session_free(s);
+    /* a fresh session from the file goes on exactly */
+    s = new_session(eng, 256, 0);
+    int n = 0;
+    TCHECKF(df_session_load(s, path, back, N, &n, &err) == 0, "%s", err.msg);
+    TCHECK(n == 25 && df_session_pos(s) == 25 && !memcmp(back, ids, 25 * sizeof *ids));
+    TCHECK(df_session_eval(s, ids + 25, 10, got, 1, &err) == 0);
+    TCHECKF(!memcmp(got, want + (size_t)25 * V, (size_t)10 * V * sizeof *got), "logits after the round trip differ");
+    /* a context too small for it */
+    df_session *small = new_session(eng, 16, 0);
+    TCHECK(df_session_load(small, path, back, N, &n, E0) == -1 && strstr(err.msg, "context"));
+    df_session_free(small);
+    /* truncated anywhere, or a byte flipped in any part: refused, the session left empty */
+    long size = file_size(path);
+    TCHECK(size > 200);
+    long cuts[] = {0, 10, 63, 64, 90, size / 2, size - 9, size - 1};
+    for (size_t i = 0; i < sizeof cuts / sizeof cuts[0]; i++) {
+        copy_prefix(path, bad, cuts[i], -1);
+        TCHECKF(df_session_load(s, bad, back, N, &n, E0) == -1 && n == 0 && df_session_pos(s) == 0,
+                "a file cut at %ld bytes was loaded", cuts[i]);
+    }
+    long flips[] = {3, 20, 40, 70, 64 + 16 + 50, size / 2, size - 20, size - 3};
+    for (size_t i = 0; i < sizeof flips / sizeof flips[0]; i++) {
+        copy_prefix(path, bad, size, flips[i]);
+        TCHECKF(df_session_load(s, bad, back, N, &n, E0) == -1 && n == 0 && df_session_pos(s) == 0,
+                "a byte flipped at %ld was loaded", flips[i]);
+        TCHECK(err.msg[0]);
+    }
+    copy_prefix(path, bad, size, -1);
+    FILE *f = fopen(bad, "ab");
+    if (f) fputc('x', f), fclose(f);
+    TCHECK(df_session_load(s, bad, back, N, &n, E0) == -1 && strstr(err.msg, "trailing"));
+    TCHECK(df_session_load(s, "/nonexistent/x.session", back, N, &n, E0) == -1 && strstr(err.msg, "/nonexistent"));
+    df_session_free(s);
+    df_engine_close(eng);
+    /* another model of the same shape: refused by its identity */
+    const char *other = model("sess_b", 22);
+    if (other) {
+        df_engine *e2 = open_model(other);
+        df_session *s2 = e2 ? new_session(e2, 256, 0) : NULL;
+        if (s2) {
+            TCHECKF(df_session_load(s2, path, back, N, &n, E0) == -1 && strstr(err.msg, "different model"), "%s",
+                    err.msg);
+            TCHECK(df_session_pos(s2) == 0);
+            df_session_free(s2);
+        }
+        if (e2) df_engine_close(e2);
+    }
+    free(want);
+    free(got);
+}
+
+/* A writer killed in the middle of a save (its file size limit) leaves the
+ * previous file as it was, and the next save replaces the stale temp file. */
+static void test_kill_mid_save(void)
+{
+    const char *dir = model("sess_a", 21);
+    if (!dir) return;
+    df_engine *eng = open_model(dir);
+    if (!eng) return;
+    int32_t ids[N], back[N];
+    for (int i = 0; i < N; i++) ids[i] = tok(i);
+    char path[600], tmp[620];
+    snprintf(path, sizeof path, "%s/k.session", test_scratch());
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    df_error err = {0};
+    df_session *s = new_session(eng, 256, 0);
+    TCHECK(df_session_eval(s, ids, 12, NULL, 0, &err) == 0 && df_session_save(s, ids, 12, path, &err) == 0);
+    TCHECK(df_session_eval(s, ids + 12, 20, NULL, 0, &err) == 0);
+    long size = file_size(path);
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        struct rlimit half = {(rlim_t)size / 2, (rlim_t)size / 2}, no_core = {0, 0};
+        if (setrlimit(RLIMIT_CORE, &no_core) || setrlimit(RLIMIT_FSIZE, &half)) _exit(3);
+        df_error e2 = {0};
+        df_session_save(s, ids, 32, path, &e2);
+        _exit(0);
+    }
+    int status;
+    waitpid(pid, &status, 0);
+    TCHECKF(WIFSIGNALED(status) && WTERMSIG(status) == SIGXFSZ, "the writer was not killed mid-save (status %d)", status);
+    TCHECK(file_size(tmp) > 0 && file_size(tmp) < size + 20 * 100);
+    df_session *r = new_session(eng, 256, 0);
+    int n = 0;
+    TCHECKF(df_session_load(r, path, back, N, &n, &err) == 0 && n == 12, "the previous file is unreadable: %s", err.msg);
+    TCHECK(df_session_save(s, ids, 32, path, &err) == 0 && file_size(tmp) < 0);
+    TCHECK(df_session_load(r, path, back, N, &n, &err) == 0 && n == 32);
+    df_session_free(r);
+    df_session_free(s);
+    df_engine_close(eng);
+}
+
+/* `run --session` and `chat --session`: a resumed run evaluates only the
+ * new part of its prompt and prints what a fresh run prints; a resumed chat
+ * continues the conversation as one process would; a damaged file is
+ * refused by name, and never half-loaded. */
+static void test_cli_sessions(void)
+{
+    char tiny[512], sess[600], cmd[4096];
+    snprintf(tiny, sizeof tiny, "%s/k3-tiny-a/checkpoint", testdata_dir());
+    snprintf(sess, sizeof sess, "%s/cli.session", test_scratch());
+    unlink(sess);
+    static char out[1 << 16], out2[1 << 16], err[1 << 16];
+    const char *df = build_bin("deltafin");
+    const char *r1[] = {df, "run", "--model", tiny, "--prompt-ids", "5,6,7,8,9", "--max-new", "6", "--print-ids",
+                        "--session", sess, NULL};
+    TCHECKF(t_run(r1, out, sizeof out, err, sizeof err) == 0, "%s", err);
+    TCHECK(file_size(sess) > 0);
+    /* the next prompt extends what the file holds (its prompt and reply, whose last id is
+     * evaluated too) */
+    char ids[512];
+    snprintf(ids, sizeof ids, "5,6,7,8,9,%.*s,11,12", (int)strcspn(out, "\n"), out);
+    const char *r2[] = {df, "run", "--model", tiny, "--prompt-ids", ids, "--max-new", "6", "--print-ids", "--session",
+                        sess, "--stats", NULL};
+    TCHECKF(t_run(r2, out, sizeof out, err, sizeof err) == 0, "%s", err);
+    TCHECKF(strstr(err, "11 tokens resumed"), "not resumed: %s", err);
+    TCHECKF(strstr(err, "2 of the prompt's 13 to evaluate"), "%s", err);
+    const char *r3[] = {df, "run", "--model", tiny, "--prompt-ids", ids, "--max-new", "6", "--print-ids", NULL};
+    TCHECK(t_run(r3, out2, sizeof out2, err, sizeof err) == 0);
+    TCHECKF(!strcmp(out, out2), "resumed: %s fresh: %s", out, out2);
+    /* a corrupted file: refused, named */
+    long size = file_size(sess);
+    char bad[620];
+    snprintf(bad, sizeof bad, "%s.bad", sess);
+    copy_prefix(sess, bad, size, size / 2);
+    const char *r4[] = {df, "run", "--model", tiny, "--prompt-ids", ids, "--session", bad, NULL};
+    TCHECK(t_run(r4, out, sizeof out, err, sizeof err) == 1 && strstr(err, bad) && strstr(err, "corrupted"));
+    const char *r5[] = {df, "run", "--model", tiny, "--prompt-ids", ids, "--session", bad, "--dump-logits", "/tmp/x",
+                        NULL};
+    TCHECK(t_run(r5, out, sizeof out, err, sizeof err) == 2 && strstr(err, "--dump-logits"));
+    /* chat: two processes, one turn each, as one process with two turns */
+    unlink(sess);
+    snprintf(cmd, sizeof cmd, "printf 'Hello there\\n' | %s chat --model %s --max-new 10 --session %s >/dev/null && "
+             "printf 'And again\\n' | %s chat --model %s --max-new 10 --session %s", df, tiny, sess, df, tiny, sess);
+    const char *c1[] = {"/bin/sh", "-c", cmd, NULL};
+    TCHECKF(t_run(c1, out, sizeof out, err, sizeof err) == 0, "%s", err);
+    snprintf(cmd, sizeof cmd, "printf 'Hello there\\nAnd again\\n' | %s chat --model %s --max-new 10", df, tiny);
+    const char *c2[] = {"/bin/sh", "-c", cmd, NULL};
+    TCHECK(t_run(c2, out2, sizeof out2, err, sizeof err) == 0);
+    /* the second process printed the second reply, as the one process did last */
+    size_t a = strlen(out), b = strlen(out2);
+    TCHECKF(a > 4 && b > a && !strcmp(out2 + b - a, out), "resumed chat: [%s] one process: [%s]", out, out2);
+}
+
+static const test_case tests[] = {
+    {"cli_sessions", test_cli_sessions},
+    {"checkpoints", test_checkpoints},
+    {"session_files", test_session_files},
+    {"kill_mid_save", test_kill_mid_save},
+};
+
+int main(int argc, char **argv) { return test_main(tests, NTESTS(tests), argc, argv); }
