@@ -34,6 +34,8 @@ void usage(FILE *f)
           "          [--ping-ms 2000] (SSE keep-alive comment after this long without output)\n"
           "          [--checkpoints 2] (conversation points kept, each a copy of the KDA state: a\n"
           "          request that shares a conversation's prefix evaluates only what follows)\n"
+          "          [--parallel N] (conversations kept, each its own session; a request goes to the\n"
+          "          one sharing the longest prefix; default: as many as --mem holds, up to 4)\n"
           "          HTTP server: OpenAI /v1/chat/completions, /v1/completions, /v1/models,\n"
           "          Anthropic /v1/messages (SSE streaming), /health, /metrics, a chat page at /;\n"
           "          takes the run options too (--ctx, --mem, --threads, ...)\n"

@@ -3,6 +3,7 @@
  *   deltafin serve --model DIR [--host 127.0.0.1] [--port 8080] [--queue 16]
  *                  [--api-key KEY] [--max-request-bytes 128M] [--max-tokens N]
  *                  [--timeout SEC] [--name NAME] [--ping-ms 2000] [--checkpoints 2]
+ *                  [--parallel N]
  *                  + the run options (--ctx, --mem, --threads, --batch, ...)
  *
  * Owns: HTTP (libmicrohttpd, one thread per connection), the job queue, the
@@ -23,19 +24,20 @@
  * early (a failed SSE write, or a hang-up polled for while a non-streaming
  * request waits) and the worker stops at the next token.
  * Generation is generate.c's loop (the same as `run` and `chat`), with the
- * drafter of --draft for every request.  Conversation reuse: the loop keeps
- * the ids of the session's history; a prompt sharing a prefix with it is
- * fed only from where they part, when the session can go back there (an
- * extension; the last generated id, not yet evaluated; a point since the
- * last verify pass), else the session is reset.  That history is trusted
- * only once the job that produced it was delivered completely
- * (job->delivered, set when MHD reports the request completed); otherwise
- * the next job resets the session.  The HTTP threads exempt themselves
- * from the process-wide allocation guard (util.h): they allocate while the
- * worker is inside df_session_eval.
- * Stop sequences are matched on the decoded text of each channel (reasoning,
- * content) separately; the last (longest stop - 1) bytes are held back until
- * they cannot begin a stop, so a stop is never emitted.
+ * drafter of --draft for every request.  Conversations: --parallel N slots,
+ * each a session with its loop's id history; a request goes to the slot
+ * whose history it shares the most of (among equals the least recently
+ * used) and is fed only from where they part, when the session can go back
+ * there (an extension; the last generated id, not yet evaluated; a point
+ * since the last verify pass; a checkpoint, kept after each prompt's last
+ * <|end_of_msg|>, where the next turn's prompt parts from this reply's
+ * reasoning), else the slot is reset.  A history is trusted only once the
+ * job that produced it was delivered completely (job->delivered, set when
+ * MHD reports the request completed); otherwise the next job resets it.
+ * One worker runs one forward pass at a time: rows of different slots are
+ * not batched together.  The HTTP threads exempt themselves from the
+ * process-wide allocation guard (util.h): they allocate while the worker
+ * is inside df_session_eval.
  * Determinism: temperature 0 (the default) is greedy; temperature > 0
  * samples (sampler.c) in double from a splitmix64 stream seeded by "seed",
  * the same draws as `deltafin run --temp --seed`.
@@ -76,13 +78,13 @@
 /* ---- the worker ------------------------------------------------------- */
 
 /* Feed a prompt's ids in pieces, so a cancelled job stops soon. */
-static int feed(srv *S, job *j, const int32_t *ids, size_t n)
+static int feed(slot *sl, job *j, const int32_t *ids, size_t n)
 {
     df_error err = {0};
     for (size_t o = 0; o < n;) {
         if (atomic_load(&j->cancelled)) return 1;
         size_t k = n - o < 256 ? n - o : 256;
-        if (gen_feed(&S->gl, ids + o, k, &err)) {
+        if (gen_feed(&sl->gl, ids + o, k, &err)) {
             snprintf(j->errmsg, sizeof j->errmsg, "%s", err.msg);
             return -1;
         }
@@ -105,14 +107,37 @@ static void handle_events(job *j, const chat_event *ev, size_t n)
     }
 }
 
+/* The prompt's longest common prefix with a slot's history that its
+ * session can return to (0 when its history may not be reused). */
+static size_t reusable(const slot *sl, const job *j)
+{
+    size_t lcp = 0, n_hist;
+    const int32_t *hist = gen_history(&sl->gl, &n_hist);
+    if (!sl->hist_ok) return 0;
+    while (lcp < n_hist && lcp < j->n_ids && hist[lcp] == j->ids[lcp]) lcp++;
+    if (lcp == j->n_ids) lcp--; /* at least one id is fed: the next token's logits */
+    /* the common prefix itself when it extends what is evaluated or lies
+     * after the last verify pass's mark, else the last conversation
+     * checkpoint inside it */
+    return lcp ? (size_t)df_session_reachable(sl->s, (int)lcp) : 0;
+}
+
 static void run_job(srv *S, job *j)
 {
     double t0 = now();
+    /* the slot that keeps the most of this prompt; among equals the least
+     * recently used */
+    slot *sl = &S->slots[0];
+    size_t from = reusable(sl, j);
+    for (int i = 1; i < S->n_slots; i++) {
+        size_t f = reusable(&S->slots[i], j);
+        if (f > from || (f == from && S->slots[i].used < sl->used)) sl = &S->slots[i], from = f;
+    }
+    sl->used = atomic_load(&S->job_counter);
     /* the session's history counts only if the job that left it was delivered */
-    int reuse = S->hist_ok;
-    if (reuse && S->last) {
+    if (from && sl->last) {
         /* its connection thread may still be writing the last bytes: wait briefly for the verdict */
-        job *l = S->last;
+        job *l = sl->last;
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
         ts.tv_nsec += 200000000L;
@@ -121,28 +146,14 @@ static void run_job(srv *S, job *j)
         while (!atomic_load(&l->delivered) && !atomic_load(&l->cancelled))
             if (pthread_cond_timedwait(&l->cv, &l->mu, &ts) == ETIMEDOUT) break;
         pthread_mutex_unlock(&l->mu);
-        reuse = atomic_load(&l->delivered);
+        if (!atomic_load(&l->delivered)) from = 0;
     }
-    if (S->last) job_unref(S->last);
-    S->last = NULL;
-    S->hist_ok = 0;
-    /* the longest common prefix of the history and the prompt is kept (at
-     * least one prompt id is fed, for the next token's logits) when the
-     * session can return there: an extension, the last generated id not
-     * yet evaluated, or a point since the last verify pass's mark */
-    size_t lcp = 0, n_hist;
-    const int32_t *hist = gen_history(&S->gl, &n_hist);
-    if (reuse) {
-        while (lcp < n_hist && lcp < j->n_ids && hist[lcp] == j->ids[lcp]) lcp++;
-        if (lcp == j->n_ids) lcp--; /* at least one id is fed: the next token's logits */
-    }
-    /* where the session can return to: the common prefix itself when it
-     * extends what is evaluated or lies after the last verify pass's mark,
-     * else the last conversation checkpoint inside it */
-    size_t from = lcp ? (size_t)df_session_reachable(S->s, (int)lcp) : 0;
+    if (sl->last) job_unref(sl->last);
+    sl->last = NULL;
+    sl->hist_ok = 0;
     df_error rerr = {0};
-    if (!from || gen_rewind(&S->gl, from, &rerr)) {
-        gen_reset(&S->gl);
+    if (!from || gen_rewind(&sl->gl, from, &rerr)) {
+        gen_reset(&sl->gl);
         from = 0;
     }
     j->n_reused = (int)from;
@@ -156,11 +167,11 @@ static void run_job(srv *S, job *j)
     while (cut > from && j->ids[cut - 1] != S->end_of_msg) cut--;
     int rc = 0;
     if (S->end_of_msg >= 0 && cut > from && cut < j->n_ids && S->a.checkpoints > 0) {
-        rc = feed(S, j, j->ids + from, cut - from);
-        if (!rc) df_session_checkpoint(S->s, &rerr);
-        if (!rc) rc = feed(S, j, j->ids + cut, j->n_ids - cut);
+        rc = feed(sl, j, j->ids + from, cut - from);
+        if (!rc) df_session_checkpoint(sl->s, &rerr);
+        if (!rc) rc = feed(sl, j, j->ids + cut, j->n_ids - cut);
     } else {
-        rc = feed(S, j, j->ids + from, j->n_ids - from);
+        rc = feed(sl, j, j->ids + from, j->n_ids - from);
     }
     sampler_reset(&S->smp, j->temperature, j->top_p, 0, j->seed);
     tok_decoder dec;
@@ -173,7 +184,7 @@ static void run_job(srv *S, job *j)
         if (atomic_load(&j->cancelled)) { j->fin = FIN_CANCEL; break; }
         if (now() > j->deadline) { j->fin = FIN_LENGTH; break; }
         int32_t next;
-        if (gen_next(&S->gl, &next, &gerr)) {
+        if (gen_next(&sl->gl, &next, &gerr)) {
             snprintf(j->errmsg, sizeof j->errmsg, "%s", gerr.msg);
             rc = -1;
             break;
@@ -181,7 +192,7 @@ static void run_job(srv *S, job *j)
         if (!j->n_gen++) t_first = now();
         size_t tl = 0;
         if (j->logprobs) tokenizer_token_bytes(S->tok, next, &tl);
-        if (j->logprobs) record_logprobs(S, j, gen_logits(&S->gl), next, tl);
+        if (j->logprobs) record_logprobs(S, j, gen_logits(&sl->gl), next, tl);
         if (j->api == API_COMPLETIONS) {
             if (next == S->info.eos_id) break;
             size_t n = tok_decoder_feed(&dec, next, S->dbuf, S->dcap);
@@ -193,12 +204,13 @@ static void run_job(srv *S, job *j)
         }
         if (j->stopped) { j->fin = FIN_STOPSEQ; break; }
         if (next == S->info.eos_id || (j->api != API_COMPLETIONS && chat_parser_done(S->parser))) break;
-        gen_history(&S->gl, &n_hist);
+        size_t n_hist;
+        gen_history(&sl->gl, &n_hist);
         if (j->n_gen >= j->max_tokens || n_hist >= (size_t)S->n_ctx) { j->fin = FIN_LENGTH; break; }
     }
     /* the session holds the history but its last id (verified drafts past
      * where the reply stopped are taken back) */
-    if (!rc && gen_settle(&S->gl, 0, &gerr)) {
+    if (!rc && gen_settle(&sl->gl, 0, &gerr)) {
         snprintf(j->errmsg, sizeof j->errmsg, "%s", gerr.msg);
         rc = -1;
     }
@@ -232,14 +244,21 @@ static void run_job(srv *S, job *j)
     if (j->n_gen > 1 && t_first > 0 && t1 > t_first) S->last_tps = (j->n_gen - 1) / (t1 - t_first);
     if (j->fin == FIN_ERROR) S->n_errors++;
     df_engine_stats(S->eng, &S->stats);
-    S->gstats = S->gl.st;
+    memset(&S->gstats, 0, sizeof S->gstats);
+    for (int i = 0; i < S->n_slots; i++) {
+        const gen_stats *g = &S->slots[i].gl.st;
+        S->gstats.passes += g->passes;
+        S->gstats.draft_passes += g->draft_passes;
+        S->gstats.proposed += g->proposed;
+        S->gstats.accepted += g->accepted;
+    }
     pthread_mutex_unlock(&S->mu);
     if (j->fin == FIN_ERROR) {
-        gen_reset(&S->gl);
+        gen_reset(&sl->gl);
     } else {
-        S->hist_ok = j->fin != FIN_CANCEL;
+        sl->hist_ok = j->fin != FIN_CANCEL;
     }
-    S->last = j; /* keeps the worker's reference */
+    sl->last = j; /* keeps the worker's reference */
 }
 
 static void *worker_main(void *arg)
@@ -375,6 +394,7 @@ static enum MHD_Result serve_metrics(srv *S, struct MHD_Connection *c)
             prompt_all ? (double)S->tok_reused / (double)prompt_all : 0.0);
     gen_stats gs = S->gstats;
     pthread_mutex_unlock(&S->mu);
+    bprintf(&b, "# TYPE deltafin_conversations_kept gauge\ndeltafin_conversations_kept %d\n", S->n_slots);
     bprintf(&b, "# TYPE deltafin_decode_passes_total counter\ndeltafin_decode_passes_total %llu\n"
             "# TYPE deltafin_verify_passes_total counter\ndeltafin_verify_passes_total %llu\n"
             "# TYPE deltafin_draft_proposed_total counter\ndeltafin_draft_proposed_total %llu\n"
@@ -559,7 +579,7 @@ int cmd_serve(int argc, char **argv)
     S->max_tokens_cap = 32768;
     S->timeout = 600;
     S->ping_ms = 2000;
-    int checkpoints = 2;
+    int checkpoints = 2, parallel = 0;
     /* serve's own options; the rest go to parse_common */
     char **rest = xmalloc(((size_t)argc + 1) * sizeof *rest);
     int n_rest = 0;
@@ -578,6 +598,7 @@ int cmd_serve(int argc, char **argv)
         else if (SERVE_OPT("--name")) S->name = argv[++i];
         else if (SERVE_OPT("--ping-ms")) S->ping_ms = (int)parse_long(argv[++i], f, 10, 3600000);
         else if (SERVE_OPT("--checkpoints")) checkpoints = (int)parse_long(argv[++i], f, 0, 64);
+        else if (SERVE_OPT("--parallel")) parallel = (int)parse_long(argv[++i], f, 1, 64);
         else rest[n_rest++] = argv[i];
 #undef SERVE_OPT
     }
@@ -642,21 +663,38 @@ int cmd_serve(int argc, char **argv)
     if (drafting(&S->a)) so.rollback_rows = draft_rows(&S->a);
     so.checkpoints = S->a.checkpoints;
     S->end_of_msg = tokenizer_special_id(S->tok, "<|end_of_msg|>");
-    if (df_session_new(S->eng, &so, &S->s, &err) || chat_parser_new(S->tok, 1, &S->parser, &err)) {
+    if (chat_parser_new(S->tok, 1, &S->parser, &err)) {
         fprintf(stderr, "deltafin: %s\n", err.msg);
         return 1;
+    }
+    /* --parallel N sessions, each refused with the numbers when the plan
+     * has no room; without it, as many as fit, up to 4 */
+    int want = parallel > 0 ? parallel : 4;
+    S->slots = xcalloc((size_t)want, sizeof *S->slots);
+    for (int i = 0; i < want; i++) {
+        if (df_session_new(S->eng, &so, &S->slots[i].s, &err)) {
+            if (parallel > 0 || i == 0) {
+                fprintf(stderr, "deltafin: session %d of %d: %s\n", i + 1, want, err.msg);
+                return 1;
+            }
+            err = (df_error){0};
+            break;
+        }
+        S->n_slots++;
     }
     S->n_ctx = so.n_ctx;
     df_engine_stats(S->eng, &S->stats);
     sampler_init(&S->smp, S->info.vocab, 0, 1, 0, 0);
     S->dr = open_drafter(&S->a, S->info.vocab, S->n_ctx);
-    gen_from_args(&S->gl, &S->a, S->eng, S->s, &S->smp, S->dr);
+    for (int i = 0; i < S->n_slots; i++)
+        gen_from_args(&S->slots[i].gl, &S->a, S->eng, S->slots[i].s, &S->smp, S->dr);
     S->dcap = tok_decoder_max_out(S->tok) + 16;
     S->dbuf = xmalloc(S->dcap);
     pthread_t worker;
     if (pthread_create(&worker, NULL, worker_main, S)) die("cannot start the worker thread");
     atomic_store(&S->ready, 1);
-    fprintf(stderr, "deltafin: ready: model %s, context %d, queue %d\n", S->name, S->n_ctx, S->queue_max);
+    fprintf(stderr, "deltafin: ready: model %s, context %d, %d conversation%s kept, queue %d\n", S->name, S->n_ctx,
+            S->n_slots, S->n_slots == 1 ? "" : "s", S->queue_max);
 
     int sig = 0;
     sigwait(&sigs, &sig);
@@ -668,16 +706,20 @@ int cmd_serve(int argc, char **argv)
     pthread_cond_broadcast(&S->cv);
     pthread_mutex_unlock(&S->mu);
     pthread_join(worker, NULL);
-    if (S->last) job_unref(S->last);
+    for (int i = 0; i < S->n_slots; i++)
+        if (S->slots[i].last) job_unref(S->slots[i].last);
     while (S->head) {
         job *j = S->head;
         S->head = j->next;
         job_unref(j);
     }
     chat_parser_free(S->parser);
-    gen_free(&S->gl);
+    for (int i = 0; i < S->n_slots; i++) {
+        gen_free(&S->slots[i].gl);
+        df_session_free(S->slots[i].s);
+    }
+    free(S->slots);
     df_drafter_free(S->dr);
-    df_session_free(S->s);
     df_engine_close(S->eng);
     tokenizer_free(S->tok);
     sampler_free(&S->smp);

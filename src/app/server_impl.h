@@ -45,6 +45,16 @@ extern const char server_page_html[];
 
 typedef struct job job;
 
+/* One kept conversation: a session, its generation loop (the id history,
+ * generate.h) and whether that history may be reused. */
+typedef struct slot {
+    df_session *s;
+    gen_loop gl;
+    int hist_ok;                /* the history is valid once last was delivered */
+    job *last;                  /* the job that left it (a reference) */
+    uint64_t used;              /* when it last ran a job (LRU among equals) */
+} slot;
+
 typedef struct srv {
     /* set at start, read-only afterwards */
     const char *host, *api_key, *name;
@@ -68,14 +78,12 @@ typedef struct srv {
     double gen_seconds, last_tps;
     atomic_ulong job_counter;
     /* worker-only */
-    df_session *s;
+    struct slot *slots;         /* --parallel: the conversations kept */
+    int n_slots;
     chat_parser *parser;
     sampler smp;                /* temperature / top_p / seed of the current job (sampler.c) */
-    gen_loop gl;                /* the generation loop (generate.h): the session's id history, drafts */
-    df_drafter *dr;             /* --draft, or NULL */
-    int hist_ok;                /* the history is valid once last was delivered */
+    df_drafter *dr;             /* --draft, or NULL (shared by the slots) */
     int32_t end_of_msg;         /* <|end_of_msg|>: a checkpoint after the prompt's last one */
-    job *last;
     char *dbuf;
     size_t dcap;
 } srv;

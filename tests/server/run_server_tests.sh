@@ -47,9 +47,9 @@ start() { # start PORT ARGS...: starts a server, waits for /health
     echo "server: /health did not come up on port $port"; cat "$LOG/server-$port.log"; exit 1
 }
 
-P1=$(free_port); start "$P1" --queue 4 --max-request-bytes 1M
+P1=$(free_port); start "$P1" --queue 4 --max-request-bytes 1M --parallel 2
 PID1=${pids[-1]}
-P2=$(free_port); start "$P2" --api-key test-key
+P2=$(free_port); start "$P2" --api-key test-key --parallel 1
 U=http://127.0.0.1:$P1
 
 check() { # check NAME EXPECTED ACTUAL

@@ -304,7 +304,7 @@ test('conversation reuse: an extended prompt feeds only the new suffix', async (
 
 test('three turns (OpenAI and Anthropic, reasoning on): later turns evaluate only their new tokens, replies as a fresh session gives', async () => {
   assert.ok(URL_KEY, 'DELTAFIN_URL_KEY (the second server) is set');
-  // the second server answers each full history with nothing reused (an
+  // the second server (--parallel 1) answers each full history with nothing reused (an
   // unrelated request first), the first one reuses its conversation
   const oaFresh = new OpenAI({ baseURL: `${URL_KEY}/v1`, apiKey: 'test-key', maxRetries: 0 });
   const anFresh = new Anthropic({ baseURL: URL_KEY, apiKey: 'test-key', maxRetries: 0 });
@@ -345,6 +345,25 @@ test('three turns (OpenAI and Anthropic, reasoning on): later turns evaluate onl
     const text = r.content.filter((b) => b.type === 'text').map((b) => b.text).join('');
     msgs.push({ role: 'assistant', content: text || '.' });
   }
+});
+
+test('two interleaved conversations (--parallel 2) keep their prefixes', async () => {
+  const system = 'You are a careful assistant. ' + 'Follow the rules of the house. '.repeat(20);
+  const conv = { a: [{ role: 'system', content: system }], b: [{ role: 'system', content: system }] };
+  const last = {};
+  for (const turn of ['first', 'second', 'third']) {
+    for (const k of ['a', 'b']) {
+      conv[k].push({ role: 'user', content: `Conversation ${k}, ${turn} question` });
+      const r = await oa.chat.completions.create({ model: 'x', messages: conv[k], max_tokens: 8 });
+      const cached = r.usage.prompt_tokens_details.cached_tokens;
+      if (last[k]) assert.ok(cached > last[k] - 16, `${k}, ${turn} turn: ${cached} cached, previous prompt ${last[k]}`);
+      last[k] = r.usage.prompt_tokens;
+      const m = r.choices[0].message;
+      conv[k].push({ role: 'assistant', content: m.content ?? '', reasoning_content: m.reasoning_content });
+    }
+  }
+  const t = await (await fetch(`${URL_}/metrics`)).text();
+  assert.match(t, /^deltafin_conversations_kept 2$/m);
 });
 
 test('errors: API-shaped 400s naming the field', async () => {
