@@ -36,6 +36,8 @@ void usage(FILE *f)
           "          request that shares a conversation's prefix evaluates only what follows)\n"
           "          [--parallel N] (conversations kept, each its own session; a request goes to the\n"
           "          one sharing the longest prefix; default: as many as --mem holds, up to 4)\n"
+          "          [--prompt-cache DIR [--prompt-cache-max 8G]] (conversations leaving a slot, and\n"
+          "          those kept at exit, saved as session files; a prompt extending one resumes it)\n"
           "          HTTP server: OpenAI /v1/chat/completions, /v1/completions, /v1/models,\n"
           "          Anthropic /v1/messages (SSE streaming), /health, /metrics, a chat page at /;\n"
           "          takes the run options too (--ctx, --mem, --threads, ...)\n"

@@ -3,7 +3,7 @@
  *   deltafin serve --model DIR [--host 127.0.0.1] [--port 8080] [--queue 16]
  *                  [--api-key KEY] [--max-request-bytes 128M] [--max-tokens N]
  *                  [--timeout SEC] [--name NAME] [--ping-ms 2000] [--checkpoints 2]
- *                  [--parallel N]
+ *                  [--parallel N] [--prompt-cache DIR [--prompt-cache-max 8G]]
  *                  + the run options (--ctx, --mem, --threads, --batch, ...)
  *
  * Owns: HTTP (libmicrohttpd, one thread per connection), the job queue, the
@@ -73,6 +73,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <time.h>
 
 /* ---- the worker ------------------------------------------------------- */
@@ -135,7 +136,8 @@ static void run_job(srv *S, job *j)
     }
     sl->used = atomic_load(&S->job_counter);
     /* the session's history counts only if the job that left it was delivered */
-    if (from && sl->last) {
+    int trusted = sl->hist_ok;
+    if (trusted && sl->last) {
         /* its connection thread may still be writing the last bytes: wait briefly for the verdict */
         job *l = sl->last;
         struct timespec ts;
@@ -146,16 +148,35 @@ static void run_job(srv *S, job *j)
         while (!atomic_load(&l->delivered) && !atomic_load(&l->cancelled))
             if (pthread_cond_timedwait(&l->cv, &l->mu, &ts) == ETIMEDOUT) break;
         pthread_mutex_unlock(&l->mu);
-        if (!atomic_load(&l->delivered)) from = 0;
+        trusted = atomic_load(&l->delivered);
+    }
+    if (!trusted) from = 0;
+    sl->hist_ok = trusted;
+    /* a saved conversation (--prompt-cache) that keeps more of the prompt */
+    char cpath[1024];
+    int cached = pcache_find(S, j, from, cpath, sizeof cpath);
+    df_error rerr = {0};
+    if (cached > 0 || !from) {
+        /* this slot's conversation leaves it: saved first */
+        pcache_save(S, sl);
+        gen_reset(&sl->gl);
+        sl->ck_pos = 0;
+        from = 0;
+        int m = 0;
+        if (cached > 0 && !df_session_load(sl->s, cpath, S->pc_ids, S->n_ctx, &m, &rerr) && m == cached) {
+            gen_resume(&sl->gl, S->pc_ids, (size_t)m);
+            from = (size_t)m;
+        } else if (cached > 0) {
+            fprintf(stderr, "deltafin: --prompt-cache: %s\n", rerr.msg);
+            gen_reset(&sl->gl);
+        }
+    } else if (gen_rewind(&sl->gl, from, &rerr)) {
+        gen_reset(&sl->gl);
+        from = 0;
     }
     if (sl->last) job_unref(sl->last);
     sl->last = NULL;
     sl->hist_ok = 0;
-    df_error rerr = {0};
-    if (!from || gen_rewind(&sl->gl, from, &rerr)) {
-        gen_reset(&sl->gl);
-        from = 0;
-    }
     j->n_reused = (int)from;
     j->gate_ch = -1;
     emit_begin(j);
@@ -168,7 +189,7 @@ static void run_job(srv *S, job *j)
     int rc = 0;
     if (S->end_of_msg >= 0 && cut > from && cut < j->n_ids && S->a.checkpoints > 0) {
         rc = feed(sl, j, j->ids + from, cut - from);
-        if (!rc) df_session_checkpoint(sl->s, &rerr);
+        if (!rc && !df_session_checkpoint(sl->s, &rerr)) sl->ck_pos = (int)cut;
         if (!rc) rc = feed(sl, j, j->ids + cut, j->n_ids - cut);
     } else {
         rc = feed(sl, j, j->ids + from, j->n_ids - from);
@@ -579,6 +600,7 @@ int cmd_serve(int argc, char **argv)
     S->max_tokens_cap = 32768;
     S->timeout = 600;
     S->ping_ms = 2000;
+    S->pcache_max = (uint64_t)8 << 30;
     int checkpoints = 2, parallel = 0;
     /* serve's own options; the rest go to parse_common */
     char **rest = xmalloc(((size_t)argc + 1) * sizeof *rest);
@@ -599,6 +621,8 @@ int cmd_serve(int argc, char **argv)
         else if (SERVE_OPT("--ping-ms")) S->ping_ms = (int)parse_long(argv[++i], f, 10, 3600000);
         else if (SERVE_OPT("--checkpoints")) checkpoints = (int)parse_long(argv[++i], f, 0, 64);
         else if (SERVE_OPT("--parallel")) parallel = (int)parse_long(argv[++i], f, 1, 64);
+        else if (SERVE_OPT("--prompt-cache")) S->pcache_dir = argv[++i];
+        else if (SERVE_OPT("--prompt-cache-max")) S->pcache_max = parse_size(argv[++i], f);
         else rest[n_rest++] = argv[i];
 #undef SERVE_OPT
     }
@@ -683,6 +707,12 @@ int cmd_serve(int argc, char **argv)
         S->n_slots++;
     }
     S->n_ctx = so.n_ctx;
+    S->pc_ids = xmalloc((size_t)S->n_ctx * sizeof *S->pc_ids);
+    if (S->pcache_dir) {
+        struct stat st;
+        if (mkdir(S->pcache_dir, 0755) && errno != EEXIST) die("--prompt-cache %s: %s", S->pcache_dir, strerror(errno));
+        if (stat(S->pcache_dir, &st) || !S_ISDIR(st.st_mode)) die("--prompt-cache %s is not a directory", S->pcache_dir);
+    }
     df_engine_stats(S->eng, &S->stats);
     sampler_init(&S->smp, S->info.vocab, 0, 1, 0, 0);
     S->dr = open_drafter(&S->a, S->info.vocab, S->n_ctx);
@@ -706,8 +736,12 @@ int cmd_serve(int argc, char **argv)
     pthread_cond_broadcast(&S->cv);
     pthread_mutex_unlock(&S->mu);
     pthread_join(worker, NULL);
-    for (int i = 0; i < S->n_slots; i++)
-        if (S->slots[i].last) job_unref(S->slots[i].last);
+    for (int i = 0; i < S->n_slots; i++) {
+        slot *sl = &S->slots[i];
+        /* the conversations kept are saved for the next start */
+        if (sl->hist_ok && (!sl->last || atomic_load(&sl->last->delivered))) pcache_save(S, sl);
+        if (sl->last) job_unref(sl->last);
+    }
     while (S->head) {
         job *j = S->head;
         S->head = j->next;
@@ -719,6 +753,7 @@ int cmd_serve(int argc, char **argv)
         df_session_free(S->slots[i].s);
     }
     free(S->slots);
+    free(S->pc_ids);
     df_drafter_free(S->dr);
     df_engine_close(S->eng);
     tokenizer_free(S->tok);

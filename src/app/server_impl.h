@@ -53,6 +53,7 @@ typedef struct slot {
     int hist_ok;                /* the history is valid once last was delivered */
     job *last;                  /* the job that left it (a reference) */
     uint64_t used;              /* when it last ran a job (LRU among equals) */
+    int ck_pos;                 /* the last conversation checkpoint taken (0 none) */
 } slot;
 
 typedef struct srv {
@@ -83,6 +84,9 @@ typedef struct srv {
     chat_parser *parser;
     sampler smp;                /* temperature / top_p / seed of the current job (sampler.c) */
     df_drafter *dr;             /* --draft, or NULL (shared by the slots) */
+    const char *pcache_dir;     /* --prompt-cache DIR, or NULL (server_cache.c) */
+    uint64_t pcache_max;        /* --prompt-cache-max bytes */
+    int32_t *pc_ids;            /* [n_ctx] scratch: a cached file's ids */
     int32_t end_of_msg;         /* <|end_of_msg|>: a checkpoint after the prompt's last one */
     char *dbuf;
     size_t dcap;
@@ -150,5 +154,12 @@ const char *finish_name(const job *j);
 int rq_fail(rq_err *e, int status, const char *param, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 void error_body(json_buf *b, int api, const rq_err *e);
 job *request_job(srv *S, int api, const char *body, size_t len, rq_err *e);
+
+/* server_cache.c: --prompt-cache DIR */
+/* Save a slot's conversation (up to its last checkpoint) before it is reused. */
+int pcache_save(srv *S, slot *sl);
+/* The longest saved conversation that is a proper prefix of j's prompt and
+ * longer than `longer_than`: its length (path in path), or 0. */
+int pcache_find(srv *S, const job *j, size_t longer_than, char *path, size_t n_path);
 
 #endif

@@ -180,6 +180,9 @@ int df_session_reachable(const df_session *s, int pos);
  * truncated, corrupted, too long for the context).  ids: room for cap. */
 int df_session_save(df_session *s, const int32_t *ids, int n, const char *path, df_error *err);
 int df_session_load(df_session *s, const char *path, int32_t *ids, int cap, int *n, df_error *err);
+/* A session file's ids alone (header, model identity and the ids' CRC
+ * checked), to choose among files without loading their state. */
+int df_session_file_ids(df_engine *eng, const char *path, int32_t *ids, int cap, int *n, df_error *err);
 
 /* Offline replay of a route trace (written with trace_path) through the
  * cache policies and Belady's optimal, at several cache sizes (in experts). */

@@ -56,6 +56,8 @@ struct df_engine {
     df_plan plan;             /* plan.c's decision, acted on at open */
     uint64_t session_room;    /* bytes sessions may take: the planned one + the plan's unused part */
     uint64_t sessions_bytes;  /* taken by the sessions alive now */
+    uint8_t model_id[16];     /* session files' model identity (session_file.c), once computed */
+    int model_id_ok;
 };
 
 struct df_session {

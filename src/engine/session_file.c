@@ -80,6 +80,10 @@ static void fnv_u64(fnv *h, uint64_t v)
 
 static int model_identity(df_engine *eng, uint8_t id[16], df_error *err)
 {
+    if (eng->model_id_ok) {
+        memcpy(id, eng->model_id, 16);
+        return 0;
+    }
     const k3_model *m = &eng->m;
     const k3_config *c = &m->cfg;
     fnv h = {0xcbf29ce484222325ull, 0x84222325cbf29ce4ull};
@@ -105,6 +109,8 @@ static int model_identity(df_engine *eng, uint8_t id[16], df_error *err)
     }
     put64(id, h.a);
     put64(id + 8, h.b);
+    memcpy(eng->model_id, id, 16);
+    eng->model_id_ok = 1;
     return 0;
 }
 
@@ -254,6 +260,41 @@ static int load(df_session *s, int fd, const char *path, int32_t *ids, int cap, 
     s->b.pos = (int)n;
     *n_out = (int)n;
     return 0;
+}
+
+int df_session_file_ids(df_engine *eng, const char *path, int32_t *ids, int cap, int *n, df_error *err)
+{
+    *n = 0;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return df_err_set(err, DF_ERR_IO, -1, "%s: cannot open: %s", path, strerror(errno));
+    uint8_t hdr[SESS_HDR], id[16];
+    int rc = -1;
+    if (read_all(fd, hdr, SESS_HDR) || memcmp(hdr, SESS_MAGIC, 8) || get32(hdr + 8) != SESS_VERSION) {
+        df_err_set(err, DF_ERR_FORMAT, -1, "%s: not a readable session file", path);
+        goto out;
+    }
+    uint32_t want = get32(hdr + 12);
+    put32(hdr + 12, 0);
+    if (df_crc32(0, hdr, SESS_HDR) != want) {
+        df_err_set(err, DF_ERR_FORMAT, -1, "%s: the header is corrupted", path);
+        goto out;
+    }
+    if (model_identity(eng, id, err)) goto out;
+    if (memcmp(id, hdr + 16, 16)) {
+        df_err_set(err, DF_ERR_ARG, -1, "%s: the session was saved with a different model", path);
+        goto out;
+    }
+    uint32_t m = get32(hdr + 32);
+    if ((int)m > cap || m > (1u << 30)) {
+        df_err_set(err, DF_ERR_LIMIT, -1, "%s: %u tokens, more than %d", path, m, cap);
+        goto out;
+    }
+    if (read_section(fd, path, SEC_IDS, (uint64_t)m * 4, (uint8_t *)ids, m ? (uint64_t)m * 4 : 1, 0, err)) goto out;
+    *n = (int)m;
+    rc = 0;
+out:
+    close(fd);
+    return rc;
 }
 
 int df_session_load(df_session *s, const char *path, int32_t *ids, int cap, int *n, df_error *err)

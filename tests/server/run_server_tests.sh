@@ -114,6 +114,18 @@ DELTAFIN_URL=$U NODE_PATH=tests/server/node_modules node --test --test-reporter=
 DELTAFIN_URL=$U DELTAFIN_URL_KEY=http://127.0.0.1:$P2 DELTAFIN_PID=$RSS_PID DELTAFIN_BIN=$BIN DELTAFIN_MODEL=$MODEL \
     NODE_PATH=tests/server/node_modules node --test --test-reporter=spec tests/server/server_test.mjs || fail=1
 
+# --prompt-cache: conversations leaving the only slot, and those kept at exit, resume from files
+PC=$LOG/prompt-cache
+P7=$(free_port); start "$P7" --parallel 1 --prompt-cache "$PC"
+for phase in 1 2; do
+    DELTAFIN_URL=http://127.0.0.1:$P7 DELTAFIN_URL_FRESH=http://127.0.0.1:$P2 DELTAFIN_CACHE_DIR=$PC \
+        DELTAFIN_CACHE_STATE=$LOG/cache-state.json DELTAFIN_CACHE_PHASE=$phase \
+        NODE_PATH=tests/server/node_modules node --test --test-reporter=spec tests/server/cache_test.mjs || fail=1
+    # a clean stop (SIGTERM) saves the kept conversation; the same directory after a restart
+    kill "${pids[-1]}"; wait "${pids[-1]}" 2>/dev/null || true; unset 'pids[-1]'
+    [ "$phase" = 1 ] && start "$P7" --parallel 1 --prompt-cache "$PC"
+done
+
 # speculative decoding: servers drafting with the model itself (every draft
 # accepted) and with prompt lookup answer exactly as the drafts-off server
 P5=$(free_port); start "$P5" --draft "model:$MODEL" --draft-k 3
