@@ -32,7 +32,7 @@ CFLAGS  = $(CFLAGS_BASE) $(OPT) $(INC) $(EXTRA_CFLAGS)
 # util.c defines malloc and friends: every allocation of the process passes
 # the allocation guard (sanitizer builds: a sanitizer allocation hook)
 LDFLAGS := -pthread $(LDSAN)
-LDLIBS  := -lm -lpcre2-8 -lmicrohttpd
+LDLIBS  := -lm -lpcre2-8 -lmicrohttpd -lcurl
 
 # io_uring through liburing when its header is installed (Debian: liburing-dev);
 # without it the expert reads use the pread thread pool.
@@ -49,12 +49,12 @@ ifeq ($(ARCH),x86_64)
   AVX512_FLAGS := -mavx512f -mavx512bw -mavx512vl -mavx2 -mfma
 endif
 
-LIB_SRC := util file json json_write threadpool safetensors quant mathfn kernels_ref kernels_avx2 kernels_avx512 \
+LIB_SRC := util file json json_write threadpool sha safetensors quant mathfn kernels_ref kernels_avx2 kernels_avx512 \
            backend_cpu expert_store expert_cache model roster attnres kda mla moe engine cachesim heat iobench place trunk_stream \
            tokenizer chat_template gguf model_gguf plan prefetch_timing prefetch expert_fetch sampler generate draft session_file
 LIB_OBJ := $(LIB_SRC:%=$(BUILD)/%.o)
 
-TESTS := test_json test_safetensors test_kernels test_model test_loader test_engine test_generated test_io test_tokenizer test_chat_template test_repl test_gguf test_plan test_prefetch test_prefill test_perplexity test_sampler test_mini test_spec test_session
+TESTS := test_json test_safetensors test_kernels test_model test_loader test_engine test_generated test_io test_tokenizer test_chat_template test_repl test_gguf test_plan test_prefetch test_prefill test_perplexity test_sampler test_mini test_spec test_session test_sha
 TEST_BIN := $(TESTS:%=$(BUILD)/tests/%)
 
 # llama.cpp prebuilt from npm (see the llama_peer rule)
@@ -85,7 +85,7 @@ $(BUILD)/libdeltafin.a: $(LIB_OBJ)
 	rm -f $@ && ar rcs $@ $^
 
 $(BUILD)/deltafin: $(BUILD)/cli.o $(BUILD)/options.o $(BUILD)/cli_bench.o $(BUILD)/cli_chat.o $(BUILD)/lineedit.o $(BUILD)/server.o \
-                  $(BUILD)/server_request.o $(BUILD)/server_emit.o $(BUILD)/server_cache.o $(BUILD)/libdeltafin.a
+                  $(BUILD)/server_request.o $(BUILD)/server_emit.o $(BUILD)/server_cache.o $(BUILD)/setup.o $(BUILD)/libdeltafin.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 $(BUILD)/k3gen: $(wildcard tools/k3gen/*.c) tools/k3gen/k3gen.h | $(BUILD)
@@ -135,6 +135,7 @@ check:
 	$(MAKE) --no-print-directory fuzz-run FUZZ_SECONDS=$${FUZZ_SECONDS:-10}
 	$(MAKE) --no-print-directory tokenizer-oracle
 	$(MAKE) --no-print-directory server-test
+	$(MAKE) --no-print-directory setup-test
 	$(MAKE) --no-print-directory llama-oracle
 
 FUZZ_TARGETS := fuzz_safetensors fuzz_config fuzz_json fuzz_tokenizer fuzz_chat_parser fuzz_chat_render fuzz_gguf \
@@ -191,6 +192,11 @@ tokenizer-oracle: $(BUILD)/tests/tok_dump $(BUILD)/k3gen
 server-test: $(BUILD)/deltafin $(BUILD)/libdeltafin.a
 	tests/server/run_server_tests.sh $(BUILD)/deltafin
 
+# deltafin setup --full against Debian's nginx serving a generated model in
+# the Hugging Face layout behind a fault-injecting proxy (needs nginx, git, node)
+setup-test: $(BUILD)/deltafin $(BUILD)/k3gen
+	tests/setup/run_setup_tests.sh $(BUILD)/deltafin
+
 # llama.cpp v0.4.0 (npm) as the oracle of the forward pass on generated GGUF
 # files, and deltafin's GGUF path against its safetensors path (needs
 # `npm ci --prefix tests/llama`)
@@ -210,6 +216,6 @@ lint:
 clean:
 	rm -rf build build-san build-fuzz
 
-.PHONY: llama-oracle server-test tokenizer-oracle all test test-fast test-san check fuzz fuzz-run fuzz-long bench format lint clean
+.PHONY: llama-oracle server-test setup-test tokenizer-oracle all test test-fast test-san check fuzz fuzz-run fuzz-long bench format lint clean
 
 -include $(wildcard $(BUILD)/*.d $(BUILD)/tests/*.d)

@@ -54,6 +54,8 @@ int cmd_bench(int argc, char **argv);
 /* cli_chat.c */
 int run_text(run_args *a);
 int cmd_chat(int argc, char **argv);
+/* setup.c: `deltafin setup --full | --check` */
+int cmd_setup(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_perplexity(int argc, char **argv);
 

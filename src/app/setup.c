@@ -1,0 +1,883 @@
+/* setup.c - `deltafin setup --full`: install a model from a Hugging
+ * Face-compatible mirror, resumable and verified (front end, L5).
+ *
+ *   deltafin setup --full --repo ORG/NAME --out DIR [--revision REV]
+ *                  [--base-url URL] [--workers N] [--chunk SIZE] [--reserve SIZE]
+ *                  [--dry-run]
+ *   deltafin setup --check DIR
+ *
+ * The remote: the base URL (--base-url, else $HF_ENDPOINT, else
+ * https://huggingface.co), $HF_TOKEN as a bearer token.  The revision is
+ * resolved to a commit (GET {base}/api/models/{repo}/revision/{rev}, its
+ * "sha") and every later request names the commit, so the install is
+ * pinned.  The file list: GET {base}/api/models/{repo}/tree/{commit}
+ * ?recursive=true, following `Link: <...>; rel="next"` pages; an entry with
+ * "lfs" is checked by lfs.oid (SHA-256) and lfs.size, one without by its
+ * git blob id (SHA-1 of "blob <size>\0" + content).  Bytes come from GET
+ * {base}/{repo}/resolve/{commit}/{path} with Range, redirects followed.
+ *
+ * Downloading: files are cut into --chunk pieces (64 MiB) that --workers
+ * threads (8), each with its own keep-alive connection, fetch into files of
+ * the staging directory DIR.partial (pre-sized, written with pwrite); a
+ * piece is accepted only when the answer is 206 with the asked
+ * Content-Range (or 200 for a whole file) and exactly its length arrived.
+ * 429, 5xx, dropped connections, stalls and short bodies are retried with
+ * backoff (Retry-After honoured), 8 times; other statuses stop the install
+ * with the file named.  Done pieces are recorded in DIR.partial/
+ * .deltafin-progress (replaced atomically after each), so a restart after
+ * any interruption (kill -9 included) fetches only what is missing.  A
+ * complete file is hashed; a mismatch re-fetches the whole file once, then
+ * stops the install naming the file (a mirror serving other bytes).  When
+ * every file is verified, install.json (remote, commit, files, sizes,
+ * hashes) is written and DIR.partial renamed to DIR: DIR never holds a
+ * partial or unverified model.  Before downloading, the disk is planned:
+ * the bytes still to fetch must fit the free space less --reserve (the
+ * larger of 1 GiB and 1% of the disk), else the install is refused with
+ * the numbers.  Progress: a status line on a terminal, plain lines (every
+ * 10% or 30 s) otherwise.  --check re-verifies an install offline.
+ */
+#define _GNU_SOURCE
+#include "cli.h"
+#include "options.h"
+#include "file.h"
+#include "json.h"
+#include "sha.h"
+#include "util.h"
+
+#include <curl/curl.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <time.h>
+#include <unistd.h>
+
+#define PROGRESS_FILE ".deltafin-progress"
+#define MAX_TRIES 8
+
+typedef struct rfile {
+    char *path;
+    uint64_t size;
+    char hash[65];            /* lfs: SHA-256; else the git blob SHA-1 (40) */
+    int lfs;
+    int verified;
+    int first_chunk, n_chunks;
+} rfile;
+
+typedef struct chunk {
+    int file;
+    uint64_t off, len;
+} chunk;
+
+typedef struct setup {
+    char base[1024], repo[512], rev[256], commit[128];
+    char auth[1100];          /* "Authorization: Bearer ..." or empty */
+    const char *out;
+    char staging[4200], progress[4300];
+    rfile *files;
+    int n_files;
+    chunk *chunks;
+    int n_chunks;
+    uint8_t *done;            /* [n_chunks] */
+    uint64_t chunk_size;
+    int workers;
+    /* shared by the workers */
+    pthread_mutex_t mu;
+    int next;                 /* next chunk to consider */
+    atomic_int failed;
+    char errmsg[1024];
+    atomic_ullong fetched;    /* bytes received this run */
+    atomic_ullong have;       /* bytes of done chunks */
+    uint64_t total;
+    atomic_int busy;
+    atomic_int retries;
+    int *fds;                 /* [n_files] staging files, opened for writing */
+} setup;
+
+static double mono(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* ------------------------------------------------------------ HTTP */
+
+typedef struct membuf {
+    char *p;
+    size_t n, cap, max;
+} membuf;
+
+static size_t mem_write(char *d, size_t sz, size_t nm, void *ud)
+{
+    membuf *m = ud;
+    size_t k = sz * nm;
+    if (m->n + k + 1 > m->max) return 0;
+    if (m->n + k + 1 > m->cap) {
+        m->cap = (m->n + k + 1) * 2;
+        m->p = xrealloc(m->p, m->cap);
+    }
+    memcpy(m->p + m->n, d, k);
+    m->n += k;
+    m->p[m->n] = 0;
+    return k;
+}
+
+typedef struct hdrs {
+    char next[2048];          /* Link rel="next" */
+    char range[128];          /* Content-Range */
+    long retry_after;         /* seconds, -1 none */
+} hdrs;
+
+static size_t hdr_cb(char *d, size_t sz, size_t nm, void *ud)
+{
+    hdrs *h = ud;
+    size_t n = sz * nm;
+    char line[2304];
+    size_t k = n < sizeof line - 1 ? n : sizeof line - 1;
+    memcpy(line, d, k);
+    line[k] = 0;
+    while (k && (line[k - 1] == '\r' || line[k - 1] == '\n')) line[--k] = 0;
+    if (!strncasecmp(line, "HTTP/", 5)) { /* a new response (redirect): forget the last one's headers */
+        h->range[0] = 0;
+        h->next[0] = 0;
+        h->retry_after = -1;
+    } else if (!strncasecmp(line, "content-range:", 14)) {
+        snprintf(h->range, sizeof h->range, "%s", line + 14 + strspn(line + 14, " "));
+    } else if (!strncasecmp(line, "retry-after:", 12)) {
+        h->retry_after = strtol(line + 12, NULL, 10);
+    } else if (!strncasecmp(line, "link:", 5)) {
+        /* <url>; rel="next" (one of several comma-separated links) */
+        for (char *p = strchr(line, '<'); p; p = strchr(p + 1, '<')) {
+            char *e = strchr(p, '>');
+            if (!e) break;
+            if (strstr(e, "rel=\"next\"") && (!strchr(e, ',') || strstr(e, "rel=\"next\"") < strchr(e, ','))) {
+                snprintf(h->next, sizeof h->next, "%.*s", (int)(e - p - 1), p + 1);
+                break;
+            }
+        }
+    }
+    return n;
+}
+
+static CURL *new_handle(const setup *S, struct curl_slist **hl)
+{
+    CURL *c = curl_easy_init();
+    if (!c) return NULL;
+    curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 1L);
+    curl_easy_setopt(c, CURLOPT_MAXREDIRS, 10L);
+    curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT, 30L);
+    /* a stalled body: under 1 KiB/s for 30 s */
+    curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, 1024L);
+    curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME, getenv("DF_SETUP_STALL_S") ? atol(getenv("DF_SETUP_STALL_S")) : 30L);
+    curl_easy_setopt(c, CURLOPT_USERAGENT, "deltafin-setup/1");
+    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+    *hl = NULL;
+    if (S->auth[0]) *hl = curl_slist_append(NULL, S->auth);
+    if (*hl) curl_easy_setopt(c, CURLOPT_HTTPHEADER, *hl);
+    return c;
+}
+
+static void backoff(int attempt, long retry_after)
+{
+    double s = retry_after >= 0 ? (double)retry_after : 0.25 * (double)(1 << (attempt < 7 ? attempt : 7));
+    if (s > 30) s = 30;
+    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+    nanosleep(&ts, NULL);
+}
+
+/* GET url into memory (a JSON document), retried; *next gets a Link next. */
+static int get_json(setup *S, const char *url, membuf *m, char *next, size_t n_next, df_error *err)
+{
+    struct curl_slist *hl;
+    CURL *c = new_handle(S, &hl);
+    if (!c) return df_err_set(err, DF_ERR_IO, -1, "cannot start libcurl");
+    int rc = -1;
+    for (int attempt = 0; attempt < MAX_TRIES; attempt++) {
+        hdrs h = {.retry_after = -1};
+        m->n = 0;
+        curl_easy_setopt(c, CURLOPT_URL, url);
+        curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, mem_write);
+        curl_easy_setopt(c, CURLOPT_WRITEDATA, m);
+        curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, hdr_cb);
+        curl_easy_setopt(c, CURLOPT_HEADERDATA, &h);
+        CURLcode cc = curl_easy_perform(c);
+        long status = 0;
+        curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
+        if (cc == CURLE_OK && status == 200) {
+            if (next) snprintf(next, n_next, "%s", h.next);
+            rc = 0;
+            break;
+        }
+        if (cc == CURLE_OK && status != 429 && status < 500) {
+            df_err_set(err, DF_ERR_IO, -1, "%s: HTTP %ld%s", url, status,
+                       status == 401 || status == 403 ? " (set HF_TOKEN for a gated or private repository)" : "");
+            break;
+        }
+        if (attempt + 1 == MAX_TRIES) {
+            df_err_set(err, DF_ERR_IO, -1, "%s: %s after %d tries", url,
+                       cc != CURLE_OK ? curl_easy_strerror(cc) : "server error", MAX_TRIES);
+            break;
+        }
+        backoff(attempt, h.retry_after);
+    }
+    curl_slist_free_all(hl);
+    curl_easy_cleanup(c);
+    return rc;
+}
+
+/* ------------------------------------------------------ the file list */
+
+static int resolve_commit(setup *S, df_error *err)
+{
+    char url[2400];
+    snprintf(url, sizeof url, "%s/api/models/%s/revision/%s", S->base, S->repo, S->rev);
+    membuf m = {.max = 64u << 20};
+    if (get_json(S, url, &m, NULL, 0, err)) return -1;
+    json_doc *d = json_parse(m.p, m.n, err);
+    free(m.p);
+    if (!d) return df_err_prefix(err, "%s", url), -1;
+    const char *sha = json_get_str(json_root(d), "sha");
+    int rc = 0;
+    if (!sha || strlen(sha) < 7 || strlen(sha) >= sizeof S->commit || strspn(sha, "0123456789abcdef") != strlen(sha))
+        rc = df_err_set(err, DF_ERR_FORMAT, -1, "%s: no commit \"sha\" in the answer", url);
+    else snprintf(S->commit, sizeof S->commit, "%s", sha);
+    json_free(d);
+    return rc;
+}
+
+static int safe_path(const char *p)
+{
+    if (!*p || p[0] == '/' || strstr(p, "//") || strlen(p) > 1000) return 0;
+    for (const char *s = p; s;) {
+        if (!strncmp(s, "..", 2) && (s[2] == '/' || !s[2])) return 0;
+        if (!strncmp(s, ".", 1) && (s[1] == '/' || !s[1])) return 0;
+        s = strchr(s, '/');
+        if (s) s++;
+    }
+    return 1;
+}
+
+static int add_entries(setup *S, const json_value *arr, int *cap, const char *url, df_error *err)
+{
+    if (!arr || arr->type != JSON_ARRAY) return df_err_set(err, DF_ERR_FORMAT, -1, "%s: not a JSON array", url);
+    for (size_t i = 0; i < arr->len; i++) {
+        const json_value *e = json_at(arr, i);
+        const char *type = json_get_str(e, "type"), *path = json_get_str(e, "path");
+        if (!type || !path) return df_err_set(err, DF_ERR_FORMAT, -1, "%s: entry %zu has no type or path", url, i);
+        if (strcmp(type, "file")) continue;
+        if (!safe_path(path)) return df_err_set(err, DF_ERR_FORMAT, -1, "%s: unsafe path \"%s\"", url, path);
+        rfile f = {.path = xstrdup(path)};
+        int64_t size = -1;
+        const json_value *lfs = json_get(e, "lfs");
+        const char *hash = NULL;
+        if (lfs && lfs->type == JSON_OBJECT) {
+            f.lfs = 1;
+            hash = json_get_str(lfs, "oid");
+            if (hash && !strncmp(hash, "sha256:", 7)) hash += 7;
+            json_get_int(lfs, "size", &size);
+        } else {
+            hash = json_get_str(e, "oid");
+            json_get_int(e, "size", &size);
+        }
+        size_t hl = f.lfs ? 64 : 40;
+        if (size < 0 || !hash || strlen(hash) != hl || strspn(hash, "0123456789abcdef") != hl) {
+            free(f.path);
+            return df_err_set(err, DF_ERR_FORMAT, -1, "%s: %s has no valid size and %s", url, path,
+                              f.lfs ? "lfs.oid (SHA-256)" : "oid (git blob id)");
+        }
+        f.size = (uint64_t)size;
+        snprintf(f.hash, sizeof f.hash, "%s", hash);
+        if (S->n_files == *cap) {
+            *cap = *cap ? *cap * 2 : 64;
+            S->files = xrealloc(S->files, (size_t)*cap * sizeof *S->files);
+        }
+        S->files[S->n_files++] = f;
+    }
+    return 0;
+}
+
+static int list_files(setup *S, df_error *err)
+{
+    char url[4096];
+    snprintf(url, sizeof url, "%s/api/models/%s/tree/%s?recursive=true", S->base, S->repo, S->commit);
+    int cap = 0;
+    for (int page = 0; page < 10000 && url[0]; page++) {
+        membuf m = {.max = 256u << 20};
+        char next[2048] = "";
+        if (get_json(S, url, &m, next, sizeof next, err)) return -1;
+        json_doc *d = json_parse(m.p, m.n, err);
+        free(m.p);
+        if (!d) return df_err_prefix(err, "%s", url), -1;
+        int rc = add_entries(S, json_root(d), &cap, url, err);
+        json_free(d);
+        if (rc) return -1;
+        snprintf(url, sizeof url, "%s", next);
+    }
+    if (!S->n_files) return df_err_set(err, DF_ERR_FORMAT, -1, "%s at %s lists no files", S->repo, S->commit);
+    return 0;
+}
+
+/* ------------------------------------------------------ progress file */
+
+/* "DFPROG01", the commit, n_chunks, chunk size, then one byte per chunk
+ * (1 done) and one per file (1 verified). */
+static int save_progress(setup *S, df_error *err)
+{
+    atomic_file af;
+    if (atomic_file_open(&af, S->progress, err)) return -1;
+    char head[256];
+    int n = snprintf(head, sizeof head, "DFPROG01 %s %d %llu %d\n", S->commit, S->n_chunks,
+                     (unsigned long long)S->chunk_size, S->n_files);
+    uint8_t *ver = xmalloc((size_t)S->n_files);
+    for (int i = 0; i < S->n_files; i++) ver[i] = (uint8_t)S->files[i].verified;
+    int rc = atomic_file_write(&af, head, (size_t)n, err) || atomic_file_write(&af, S->done, (size_t)S->n_chunks, err) ||
+             atomic_file_write(&af, ver, (size_t)S->n_files, err);
+    free(ver);
+    if (rc) {
+        atomic_file_abort(&af);
+        return -1;
+    }
+    return atomic_file_commit(&af, err);
+}
+
+/* What an earlier run left: used only when it was for the same commit,
+ * chunking and file list; the files themselves are checked again by hash. */
+static void load_progress(setup *S)
+{
+    char *text = NULL;
+    size_t len = 0;
+    df_error err = {0};
+    if (read_small_file(S->progress, &text, &len, 1u << 30, &err)) return;
+    char head[256];
+    snprintf(head, sizeof head, "DFPROG01 %s %d %llu %d\n", S->commit, S->n_chunks,
+             (unsigned long long)S->chunk_size, S->n_files);
+    size_t hl = strlen(head);
+    if (len == hl + (size_t)S->n_chunks + (size_t)S->n_files && !memcmp(text, head, hl)) {
+        for (int i = 0; i < S->n_chunks; i++) S->done[i] = text[hl + (size_t)i] == 1;
+        for (int i = 0; i < S->n_files; i++) S->files[i].verified = text[hl + (size_t)S->n_chunks + (size_t)i] == 1;
+    }
+    free(text);
+}
+
+/* ------------------------------------------------------------ workers */
+
+typedef struct sink {
+    int fd;
+    uint64_t off, want, got;
+    setup *S;
+} sink;
+
+static size_t file_write(char *d, size_t sz, size_t nm, void *ud)
+{
+    sink *k = ud;
+    size_t n = sz * nm;
+    if (k->got + n > k->want) return 0; /* more than asked: refuse (a mirror ignoring Range) */
+    for (size_t w = 0; w < n;) {
+        ssize_t r = pwrite(k->fd, d + w, n - w, (off_t)(k->off + k->got + w));
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) return 0;
+        w += (size_t)r;
+    }
+    k->got += n;
+    atomic_fetch_add(&k->S->fetched, n);
+    return n;
+}
+
+static void fail(setup *S, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void fail(setup *S, const char *fmt, ...)
+{
+    pthread_mutex_lock(&S->mu);
+    if (!atomic_load(&S->failed)) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(S->errmsg, sizeof S->errmsg, fmt, ap);
+        va_end(ap);
+        atomic_store(&S->failed, 1);
+    }
+    pthread_mutex_unlock(&S->mu);
+}
+
+/* One piece, retried; 0 when it arrived whole. */
+static int fetch_chunk(setup *S, CURL *c, int ci)
+{
+    const chunk *ch = &S->chunks[ci];
+    const rfile *f = &S->files[ch->file];
+    char url[4096], range[64];
+    snprintf(url, sizeof url, "%s/%s/resolve/%s/%s", S->base, S->repo, S->commit, f->path);
+    snprintf(range, sizeof range, "%llu-%llu", (unsigned long long)ch->off, (unsigned long long)(ch->off + ch->len - 1));
+    for (int attempt = 0; attempt < MAX_TRIES && !atomic_load(&S->failed); attempt++) {
+        hdrs h = {.retry_after = -1};
+        sink k = {.fd = S->fds[ch->file], .off = ch->off, .want = ch->len, .S = S};
+        curl_easy_setopt(c, CURLOPT_URL, url);
+        curl_easy_setopt(c, CURLOPT_RANGE, f->size ? range : NULL);
+        curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, file_write);
+        curl_easy_setopt(c, CURLOPT_WRITEDATA, &k);
+        curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, hdr_cb);
+        curl_easy_setopt(c, CURLOPT_HEADERDATA, &h);
+        CURLcode cc = curl_easy_perform(c);
+        long status = 0;
+        curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
+        char want_range[128];
+        snprintf(want_range, sizeof want_range, "bytes %s/%llu", range, (unsigned long long)f->size);
+        int whole = ch->off == 0 && ch->len == f->size;
+        if (cc == CURLE_OK && k.got == ch->len &&
+            ((status == 206 && !strcmp(h.range, want_range)) || (status == 200 && whole) || (!f->size && status == 200)))
+            return 0;
+        if (cc == CURLE_OK && status == 206 && h.range[0] && strcmp(h.range, want_range) &&
+            !strstr(h.range, range)) {
+            /* the mirror's file is not the size the list says */
+            fail(S, "%s: the mirror answers Content-Range \"%s\" for bytes %s of a %llu-byte file: its size "
+                    "differs from the file list",
+                 f->path, h.range, range, (unsigned long long)f->size);
+            return -1;
+        }
+        if (cc == CURLE_OK && status >= 400 && status < 500 && status != 429 && status != 408) {
+            fail(S, "%s: HTTP %ld%s", f->path, status,
+                 status == 401 || status == 403 ? " (set HF_TOKEN for a gated or private repository)" : "");
+            return -1;
+        }
+        if (cc == CURLE_OK && status == 200 && !whole) {
+            fail(S, "%s: the mirror ignores Range requests (HTTP 200 for bytes %s)", f->path, range);
+            return -1;
+        }
+        atomic_fetch_add(&S->retries, 1);
+        if (attempt + 1 < MAX_TRIES) backoff(attempt, h.retry_after);
+        else
+            fail(S, "%s: bytes %s failed %d times (last: %s, HTTP %ld, %llu of %llu bytes)", f->path, range, MAX_TRIES,
+                 cc != CURLE_OK ? curl_easy_strerror(cc) : "bad answer", status, (unsigned long long)k.got,
+                 (unsigned long long)ch->len);
+    }
+    return -1;
+}
+
+static void *worker(void *arg)
+{
+    setup *S = arg;
+    struct curl_slist *hl;
+    CURL *c = new_handle(S, &hl);
+    if (!c) {
+        fail(S, "cannot start libcurl");
+        return NULL;
+    }
+    for (;;) {
+        pthread_mutex_lock(&S->mu);
+        while (S->next < S->n_chunks && S->done[S->next]) S->next++;
+        int ci = atomic_load(&S->failed) || S->next >= S->n_chunks ? -1 : S->next++;
+        pthread_mutex_unlock(&S->mu);
+        if (ci < 0) break;
+        atomic_fetch_add(&S->busy, 1);
+        int rc = fetch_chunk(S, c, ci);
+        atomic_fetch_sub(&S->busy, 1);
+        if (rc) break;
+        df_error err = {0};
+        pthread_mutex_lock(&S->mu);
+        S->done[ci] = 1;
+        atomic_fetch_add(&S->have, S->chunks[ci].len);
+        int bad = save_progress(S, &err);
+        pthread_mutex_unlock(&S->mu);
+        if (bad) {
+            fail(S, "%s", err.msg);
+            break;
+        }
+    }
+    curl_slist_free_all(hl);
+    curl_easy_cleanup(c);
+    return NULL;
+}
+
+/* ------------------------------------------------------- verification */
+
+static int hash_file(const char *path, const rfile *f, char *got, size_t n_got, df_error *err)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return df_err_set(err, DF_ERR_IO, -1, "%s: cannot open: %s", path, strerror(errno));
+    sha256_ctx s2;
+    sha1_ctx s1;
+    sha256_init(&s2);
+    sha1_init(&s1);
+    if (!f->lfs) {
+        char hdr[64];
+        int hl = snprintf(hdr, sizeof hdr, "blob %llu", (unsigned long long)f->size) + 1;
+        sha1_update(&s1, hdr, (size_t)hl);
+    }
+    size_t bs = 4u << 20;
+    uint8_t *buf = xmalloc(bs);
+    uint64_t total = 0;
+    int rc = 0;
+    for (;;) {
+        ssize_t r = read(fd, buf, bs);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) {
+            rc = df_err_set(err, DF_ERR_IO, -1, "%s: read failed: %s", path, strerror(errno));
+            break;
+        }
+        if (!r) break;
+        total += (uint64_t)r;
+        if (f->lfs) sha256_update(&s2, buf, (size_t)r);
+        else sha1_update(&s1, buf, (size_t)r);
+    }
+    free(buf);
+    close(fd);
+    if (rc) return -1;
+    uint8_t d[32];
+    if (f->lfs) {
+        sha256_final(&s2, d);
+        sha_hex(d, 32, got);
+    } else {
+        sha1_final(&s1, d);
+        sha_hex(d, 20, got);
+    }
+    if (total != f->size) snprintf(got, n_got, "(%llu bytes)", (unsigned long long)total);
+    return 0;
+}
+
+/* --------------------------------------------------------------- plan */
+
+static uint64_t dir_free(const char *dir, uint64_t *disk)
+{
+    struct statvfs v;
+    if (statvfs(dir, &v)) return 0;
+    *disk = (uint64_t)v.f_blocks * v.f_frsize;
+    return (uint64_t)v.f_bavail * v.f_frsize;
+}
+
+static void parent_of(const char *path, char *out, size_t n)
+{
+    snprintf(out, n, "%s", path);
+    char *s = strrchr(out, '/');
+    if (!s) snprintf(out, n, ".");
+    else if (s == out) out[1] = 0;
+    else *s = 0;
+}
+
+static double gb(uint64_t b) { return (double)b / 1e9; }
+
+static void progress_line(setup *S, double t0, int tty, int final)
+{
+    double t = mono() - t0;
+    uint64_t have = atomic_load(&S->have), fetched = atomic_load(&S->fetched);
+    double rate = t > 0 ? (double)fetched / t : 0;
+    double eta = rate > 0 ? (double)(S->total - have) / rate : 0;
+    if (tty)
+        fprintf(stderr, "\r\033[Kdeltafin: setup: %.2f of %.2f GB, %.1f MB/s, ETA %.0f s, %d of %d workers busy, %d retries%s",
+                gb(have), gb(S->total), rate / 1e6, eta, atomic_load(&S->busy), S->workers, atomic_load(&S->retries),
+                final ? "\n" : "");
+    else
+        fprintf(stderr, "deltafin: setup: %.2f of %.2f GB, %.1f MB/s, ETA %.0f s, %d retries\n", gb(have), gb(S->total),
+                rate / 1e6, eta, atomic_load(&S->retries));
+    fflush(stderr);
+}
+
+static int mkdirs_for(const char *root, const char *rel, df_error *err)
+{
+    char p[4400];
+    snprintf(p, sizeof p, "%s/%s", root, rel);
+    for (char *s = p + strlen(root) + 1; (s = strchr(s, '/')); s++) {
+        *s = 0;
+        if (mkdir(p, 0755) && errno != EEXIST) return df_err_set(err, DF_ERR_IO, -1, "%s: cannot create: %s", p, strerror(errno));
+        *s = '/';
+    }
+    return 0;
+}
+
+static void write_json_str(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (; *s; s++) {
+        if (*s == '"' || *s == '\\') fputc('\\', f);
+        if ((unsigned char)*s < 0x20) fprintf(f, "\\u%04x", (unsigned char)*s);
+        else fputc(*s, f);
+    }
+    fputc('"', f);
+}
+
+static int write_install(setup *S, df_error *err)
+{
+    char path[4400];
+    snprintf(path, sizeof path, "%s/install.json", S->staging);
+    FILE *f = fopen(path, "w");
+    if (!f) return df_err_set(err, DF_ERR_IO, -1, "%s: cannot create: %s", path, strerror(errno));
+    fprintf(f, "{\"mode\":\"full\",\"base_url\":");
+    write_json_str(f, S->base);
+    fprintf(f, ",\"repo\":");
+    write_json_str(f, S->repo);
+    fprintf(f, ",\"revision\":");
+    write_json_str(f, S->rev);
+    fprintf(f, ",\"commit\":\"%s\",\"files\":[", S->commit);
+    for (int i = 0; i < S->n_files; i++) {
+        fprintf(f, "%s{\"path\":", i ? "," : "");
+        write_json_str(f, S->files[i].path);
+        fprintf(f, ",\"size\":%llu,\"%s\":\"%s\"}", (unsigned long long)S->files[i].size,
+                S->files[i].lfs ? "sha256" : "git_oid", S->files[i].hash);
+    }
+    fprintf(f, "]}\n");
+    int bad = ferror(f) | fflush(f) | fsync(fileno(f));
+    bad |= fclose(f);
+    return bad ? df_err_set(err, DF_ERR_IO, -1, "%s: write failed", path) : 0;
+}
+
+/* ------------------------------------------------------------ command */
+
+static int install_full(setup *S, int dry_run)
+{
+    df_error err = {0};
+    if (resolve_commit(S, &err) || list_files(S, &err)) {
+        fprintf(stderr, "deltafin: setup: %s\n", err.msg);
+        return 1;
+    }
+    /* pieces */
+    for (int i = 0; i < S->n_files; i++) {
+        rfile *f = &S->files[i];
+        f->first_chunk = S->n_chunks;
+        f->n_chunks = f->size ? (int)((f->size + S->chunk_size - 1) / S->chunk_size) : 1;
+        S->n_chunks += f->n_chunks;
+        S->total += f->size;
+    }
+    S->chunks = xcalloc((size_t)S->n_chunks, sizeof *S->chunks);
+    S->done = xcalloc((size_t)S->n_chunks, 1);
+    for (int i = 0; i < S->n_files; i++) {
+        rfile *f = &S->files[i];
+        for (int k = 0; k < f->n_chunks; k++) {
+            uint64_t off = (uint64_t)k * S->chunk_size;
+            S->chunks[f->first_chunk + k] = (chunk){i, off, f->size - off < S->chunk_size ? f->size - off : S->chunk_size};
+        }
+    }
+    snprintf(S->staging, sizeof S->staging, "%s.partial", S->out);
+    snprintf(S->progress, sizeof S->progress, "%s/" PROGRESS_FILE, S->staging);
+    load_progress(S);
+    uint64_t have = 0;
+    for (int i = 0; i < S->n_chunks; i++)
+        if (S->done[i]) have += S->chunks[i].len;
+    atomic_store(&S->have, have);
+    char parent[4200];
+    parent_of(S->out, parent, sizeof parent);
+    uint64_t disk = 0, avail = dir_free(parent, &disk);
+    uint64_t floor = disk / 100 > (1ull << 30) ? disk / 100 : 1ull << 30;
+    const char *rs = getenv("DF_SETUP_RESERVE");
+    if (rs) floor = strtoull(rs, NULL, 10);
+    uint64_t need = S->total - have;
+    fprintf(stderr,
+            "deltafin: setup: %s at %s (%.12s): %d files, %.3f GB; %.3f GB on disk already, %.3f GB to fetch; "
+            "%s has %.3f GB free (keeping %.3f GB)\n",
+            S->repo, S->rev, S->commit, S->n_files, gb(S->total), gb(have), gb(need), parent, gb(avail), gb(floor));
+    if (dry_run) {
+        for (int i = 0; i < S->n_files; i++)
+            printf("%s %llu %s\n", S->files[i].path, (unsigned long long)S->files[i].size, S->files[i].hash);
+        return 0;
+    }
+    if (avail < floor || avail - floor < need) {
+        fprintf(stderr,
+                "deltafin: setup: not enough disk: %.3f GB to fetch, %.3f GB free in %s less %.3f GB kept free "
+                "(--reserve)\n",
+                gb(need), gb(avail), parent, gb(floor));
+        return 1;
+    }
+    struct stat st;
+    if (!stat(S->out, &st)) {
+        fprintf(stderr, "deltafin: setup: %s already exists (check it with 'deltafin setup --check %s')\n", S->out,
+                S->out);
+        return 1;
+    }
+    if (mkdir(S->staging, 0755) && errno != EEXIST) {
+        fprintf(stderr, "deltafin: setup: %s: cannot create: %s\n", S->staging, strerror(errno));
+        return 1;
+    }
+    S->fds = xcalloc((size_t)S->n_files, sizeof *S->fds);
+    for (int i = 0; i < S->n_files; i++) {
+        char p[4400];
+        snprintf(p, sizeof p, "%s/%s", S->staging, S->files[i].path);
+        if (mkdirs_for(S->staging, S->files[i].path, &err)) {
+            fprintf(stderr, "deltafin: setup: %s\n", err.msg);
+            return 1;
+        }
+        S->fds[i] = open(p, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+        if (S->fds[i] < 0 || ftruncate(S->fds[i], (off_t)S->files[i].size)) {
+            fprintf(stderr, "deltafin: setup: %s: %s\n", p, strerror(errno));
+            return 1;
+        }
+    }
+    int tty = isatty(2);
+    double t0 = mono();
+    for (int round = 0; round < 2; round++) {
+        pthread_t *th = xcalloc((size_t)S->workers, sizeof *th);
+        char *joined = xcalloc((size_t)S->workers, 1);
+        S->next = 0;
+        for (int w = 0; w < S->workers; w++) pthread_create(&th[w], NULL, worker, S);
+        double last = mono(), next_pct = 0.1;
+        for (;;) {
+            struct timespec ts = {0, 200000000L};
+            nanosleep(&ts, NULL);
+            int running = 0;
+            for (int w = 0; w < S->workers; w++) {
+                if (!joined[w] && pthread_tryjoin_np(th[w], NULL) == 0) joined[w] = 1;
+                running |= !joined[w];
+            }
+            if (!running) break;
+            double frac = S->total ? (double)atomic_load(&S->have) / (double)S->total : 1;
+            if (tty || frac >= next_pct || mono() - last > 30) {
+                progress_line(S, t0, tty, 0);
+                last = mono();
+                while (next_pct <= frac) next_pct += 0.1;
+            }
+        }
+        free(th);
+        free(joined);
+        if (atomic_load(&S->failed)) {
+            if (tty) fputc('\n', stderr);
+            fprintf(stderr, "deltafin: setup: %s\ndeltafin: setup: stopped; run the same command again to resume\n",
+                    S->errmsg);
+            return 1;
+        }
+        /* every piece is in: hash the files not yet verified */
+        int bad = 0;
+        for (int i = 0; i < S->n_files; i++) {
+            rfile *f = &S->files[i];
+            if (f->verified) continue;
+            char p[4400], got[80];
+            snprintf(p, sizeof p, "%s/%s", S->staging, f->path);
+            if (fsync(S->fds[i]) || hash_file(p, f, got, sizeof got, &err)) {
+                fprintf(stderr, "deltafin: setup: %s\n", err.msg[0] ? err.msg : strerror(errno));
+                return 1;
+            }
+            if (!strcmp(got, f->hash)) {
+                f->verified = 1;
+                continue;
+            }
+            if (round == 1) {
+                fprintf(stderr,
+                        "deltafin: setup: %s: %s %s, the file list says %s, twice: the mirror serves other bytes; "
+                        "nothing was installed\n",
+                        f->path, f->lfs ? "SHA-256" : "git blob id", got, f->hash);
+                return 1;
+            }
+            fprintf(stderr, "deltafin: setup: %s: %s mismatch (%s, expected %s): fetching it again\n", f->path,
+                    f->lfs ? "SHA-256" : "git blob id", got, f->hash);
+            for (int k = 0; k < f->n_chunks; k++) S->done[f->first_chunk + k] = 0;
+            atomic_fetch_sub(&S->have, f->size);
+            bad = 1;
+        }
+        if (save_progress(S, &err)) {
+            fprintf(stderr, "deltafin: setup: %s\n", err.msg);
+            return 1;
+        }
+        if (!bad) break;
+    }
+    progress_line(S, t0, tty, 1);
+    for (int i = 0; i < S->n_files; i++) close(S->fds[i]);
+    if (write_install(S, &err)) {
+        fprintf(stderr, "deltafin: setup: %s\n", err.msg);
+        return 1;
+    }
+    unlink(S->progress);
+    if (rename(S->staging, S->out)) {
+        fprintf(stderr, "deltafin: setup: cannot rename %s to %s: %s\n", S->staging, S->out, strerror(errno));
+        return 1;
+    }
+    fprintf(stderr, "deltafin: setup: installed %s (%d files, %.3f GB, every file verified; %.3f GB fetched this run)\n",
+            S->out, S->n_files, gb(S->total), gb(atomic_load(&S->fetched)));
+    return 0;
+}
+
+/* --check DIR: every file of install.json against its hash, offline */
+static int check_install(const char *dir)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/install.json", dir);
+    char *text = NULL;
+    size_t len = 0;
+    df_error err = {0};
+    if (read_small_file(path, &text, &len, 256u << 20, &err)) {
+        fprintf(stderr, "deltafin: setup --check: %s\n", err.msg);
+        return 1;
+    }
+    json_doc *d = json_parse(text, len, &err);
+    free(text);
+    const json_value *files = d ? json_get(json_root(d), "files") : NULL;
+    if (!files || files->type != JSON_ARRAY) {
+        fprintf(stderr, "deltafin: setup --check: %s: %s\n", path, d ? "no \"files\" array" : err.msg);
+        json_free(d);
+        return 1;
+    }
+    int bad = 0;
+    for (size_t i = 0; i < files->len; i++) {
+        const json_value *e = json_at(files, i);
+        const char *p = json_get_str(e, "path"), *h256 = json_get_str(e, "sha256"), *oid = json_get_str(e, "git_oid");
+        int64_t size = -1;
+        json_get_int(e, "size", &size);
+        if (!p || size < 0 || (!h256 && !oid) || !safe_path(p)) {
+            fprintf(stderr, "deltafin: setup --check: %s: entry %zu is malformed\n", path, i);
+            bad = 1;
+            continue;
+        }
+        rfile f = {.size = (uint64_t)size, .lfs = h256 != NULL};
+        snprintf(f.hash, sizeof f.hash, "%s", h256 ? h256 : oid);
+        char fp[4400], got[80];
+        snprintf(fp, sizeof fp, "%s/%s", dir, p);
+        err = (df_error){0};
+        if (hash_file(fp, &f, got, sizeof got, &err)) {
+            fprintf(stderr, "deltafin: setup --check: %s\n", err.msg);
+            bad = 1;
+        } else if (strcmp(got, f.hash)) {
+            fprintf(stderr, "deltafin: setup --check: %s: %s, expected %s\n", p, got, f.hash);
+            bad = 1;
+        }
+    }
+    if (!bad) fprintf(stderr, "deltafin: setup --check: %s: %zu files verified\n", dir, files->len);
+    json_free(d);
+    return bad;
+}
+
+int cmd_setup(int argc, char **argv)
+{
+    static setup S_;
+    setup *S = &S_;
+    const char *base = getenv("HF_ENDPOINT"), *repo = NULL, *rev = "main", *check = NULL;
+    int full = 0, dry = 0;
+    S->workers = 8;
+    S->chunk_size = 64u << 20;
+    for (int i = 2; i < argc; i++) {
+        const char *f = argv[i];
+        int has = i + 1 < argc;
+#define V() (has ? argv[++i] : (die("%s needs a value", f), ""))
+        if (!strcmp(f, "--full")) full = 1;
+        else if (!strcmp(f, "--stream")) die("setup --stream is not built yet: use --full");
+        else if (!strcmp(f, "--dry-run")) dry = 1;
+        else if (!strcmp(f, "--repo")) repo = V();
+        else if (!strcmp(f, "--revision")) rev = V();
+        else if (!strcmp(f, "--base-url")) base = V();
+        else if (!strcmp(f, "--out")) S->out = V();
+        else if (!strcmp(f, "--check")) check = V();
+        else if (!strcmp(f, "--workers")) S->workers = (int)parse_long(V(), f, 1, 64);
+        else if (!strcmp(f, "--chunk")) S->chunk_size = parse_size(V(), f);
+        else if (!strcmp(f, "--reserve")) setenv("DF_SETUP_RESERVE", V(), 1);
+        else if (!strcmp(f, "--help") || !strcmp(f, "-h")) {
+            usage(stdout);
+            return 0;
+        } else die("setup: unknown option \"%s\"", f);
+#undef V
+    }
+    if (check) return check_install(check);
+    if (!full) die("setup needs --full (or --check DIR)");
+    if (!repo || !strchr(repo, '/') || !safe_path(repo)) die("setup needs --repo ORG/NAME");
+    if (!S->out || !*S->out) die("setup needs --out DIR");
+    if (S->chunk_size < 4096) die("--chunk must be at least 4K");
+    if (!base || !*base) base = "https://huggingface.co";
+    snprintf(S->base, sizeof S->base, "%s", base);
+    for (size_t n = strlen(S->base); n && S->base[n - 1] == '/'; n--) S->base[n - 1] = 0;
+    snprintf(S->repo, sizeof S->repo, "%s", repo);
+    snprintf(S->rev, sizeof S->rev, "%s", rev);
+    const char *tok = getenv("HF_TOKEN");
+    if (tok && *tok) snprintf(S->auth, sizeof S->auth, "Authorization: Bearer %s", tok);
+    pthread_mutex_init(&S->mu, NULL);
+    if (curl_global_init(CURL_GLOBAL_DEFAULT)) die("cannot initialise libcurl");
+    int rc = install_full(S, dry);
+    curl_global_cleanup();
+    return rc;
+}

@@ -1,0 +1,152 @@
+#!/usr/bin/env bash
+# run_setup_tests.sh - `deltafin setup --full` against a real local mirror:
+# Debian's nginx serving a generated model in the Hugging Face URL layout
+# (resolve/<commit>/<path>, api/models/<repo>/revision/<rev>, a tree listing
+# made with sha256sum and git hash-object), behind fault_proxy.mjs (dropped
+# connections, 503/429 with Retry-After, short and slow bodies, a flipped
+# byte, paged listings).  Checks: the install is byte-identical to the source
+# and gives the same logits; --check passes and then catches a changed byte;
+# a kill -9 mid-install resumes re-fetching less than one chunk per worker; a
+# byte the mirror always corrupts is refused naming the file, nothing
+# published; a size that differs from the listing is refused naming the file;
+# the disk plan refuses with the numbers; --dry-run prints the plan.
+# Usage: tests/setup/run_setup_tests.sh [build/deltafin]
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+BIN=${1:-build/deltafin}
+K3GEN=$(dirname "$BIN")/k3gen
+T=$(mktemp -d /tmp/deltafin-setup.XXXXXX)
+chmod 755 "$T" # nginx's workers (another user when started as root) read the mirror
+pids=()
+cleanup() {
+    for p in "${pids[@]}" $(cat "$T/proxy.pids" 2>/dev/null); do kill "$p" 2>/dev/null || true; done
+    rm -rf "$T"
+}
+trap cleanup EXIT
+fail=0
+ok() { echo "ok - setup: $1"; }
+bad() { echo "not ok - setup: $1"; fail=1; }
+command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || { echo "setup tests: nginx is not installed (.ci/setup installs nginx-light)"; exit 1; }
+NGINX=$(command -v nginx || echo /usr/sbin/nginx)
+
+# the source model and its mirror
+"$K3GEN" --out "$T/src" --preset small --set num_experts=16 --seed 5 >/dev/null
+mkdir -p "$T/src/extra" && echo "a small file stored without LFS, in a folder" >"$T/src/extra/notes.txt"
+COMMIT=0123456789abcdef0123456789abcdef01234567
+mk_mirror() { # mk_mirror REPO [size-delta for the first shard]
+    local repo=$1 delta=${2:-0} root=$T/mirror
+    mkdir -p "$root/$repo/resolve/$COMMIT" "$root/api/models/$repo/revision" "$root/api/models/$repo/tree"
+    cp -r "$T/src/." "$root/$repo/resolve/$COMMIT/"
+    echo "{\"id\":\"$repo\",\"sha\":\"$COMMIT\"}" >"$root/api/models/$repo/revision/main"
+    (cd "$T/src" && find . -type f | sed 's|^\./||' | sort) | {
+        echo -n '['; first=1
+        while read -r f; do
+            size=$(stat -c %s "$T/src/$f")
+            [ $first = 1 ] || echo -n ','; first=0
+            if [ "$size" -ge 100000 ]; then
+                d=$delta; delta=0
+                echo -n "{\"type\":\"file\",\"path\":\"$f\",\"size\":$((size + d)),\"oid\":\"$(git hash-object "$T/src/$f")\",\"lfs\":{\"oid\":\"$(sha256sum "$T/src/$f" | cut -c1-64)\",\"size\":$((size + d)),\"pointerSize\":134}}"
+            else
+                echo -n "{\"type\":\"file\",\"path\":\"$f\",\"size\":$size,\"oid\":\"$(git hash-object "$T/src/$f")\"}"
+            fi
+        done
+        echo -n ',{"type":"directory","path":"extra","size":0,"oid":"0000000000000000000000000000000000000000"}]'
+    } >"$root/api/models/$repo/tree/$COMMIT"
+}
+mk_mirror org/model
+mk_mirror org/badsize 1
+free_port() { node -e 'const s=require("net").createServer();s.listen(0,"127.0.0.1",()=>{console.log(s.address().port);s.close()})'; }
+PN=$(free_port)
+mkdir -p "$T/nginx"
+cat >"$T/nginx/nginx.conf" <<CONF
+daemon off;
+worker_processes 1;
+pid $T/nginx/nginx.pid;
+error_log $T/nginx/error.log;
+events { worker_connections 256; }
+http {
+    access_log off;
+    client_body_temp_path $T/nginx/body;
+    proxy_temp_path $T/nginx/proxy;
+    fastcgi_temp_path $T/nginx/fastcgi;
+    uwsgi_temp_path $T/nginx/uwsgi;
+    scgi_temp_path $T/nginx/scgi;
+    default_type application/octet-stream;
+    server {
+        listen 127.0.0.1:$PN;
+        root $T/mirror;
+        location /api/ { default_type application/json; try_files \$uri =404; }
+        location / { try_files \$uri =404; }
+    }
+}
+CONF
+"$NGINX" -c "$T/nginx/nginx.conf" -p "$T/nginx" >"$T/nginx/start.log" 2>&1 &
+pids+=($!)
+proxy() { # proxy ENV...: starts fault_proxy on a new port, prints it
+    local p; p=$(free_port)
+    env "$@" node tests/setup/fault_proxy.mjs "$p" "$PN" >"$T/proxy-$p.log" 2>&1 &
+    echo $! >>"$T/proxy.pids"
+    for _ in $(seq 1 50); do curl -sf "http://127.0.0.1:$p/__stats" >/dev/null 2>&1 && break; sleep 0.1; done
+    echo "$p"
+}
+for _ in $(seq 1 50); do curl -sf "http://127.0.0.1:$PN/api/models/org/model/revision/main" >/dev/null 2>&1 && break; sleep 0.1; done
+TOTAL=$(find "$T/src" -type f -printf '%s\n' | awk '{s += $1} END {print s}')
+stats() { curl -s "http://127.0.0.1:$1/__stats" | sed -n 's/.*"file_bytes":\([0-9]*\).*/\1/p'; }
+
+# 1. a full install through faults of every kind, paged listings
+P=$(proxy FAULTS=2:drop,3:503,5:short,7:flip,9:slow,11:429 PAGE=3)
+if "$BIN" setup --full --base-url "http://127.0.0.1:$P" --repo org/model --out "$T/inst" --workers 4 --chunk 256K \
+       2>"$T/log1"; then ok "install through faults"; else bad "install through faults: $(tail -3 "$T/log1")"; fi
+if diff -r -x install.json "$T/src" "$T/inst" >/dev/null; then ok "installed files byte-identical to the source"
+else bad "installed files differ from the source"; fi
+grep -q "mismatch" "$T/log1" && ok "the flipped byte was caught and the file fetched again" || bad "no hash mismatch reported: $(cat "$T/log1")"
+[ ! -e "$T/inst.partial" ] && ok "staging directory gone after publishing" || bad "staging left behind"
+"$BIN" run --model "$T/src" --prompt-ids 5,6,7,8 --max-new 4 --dump-logits "$T/a.bin" 2>/dev/null || true
+"$BIN" run --model "$T/inst" --prompt-ids 5,6,7,8 --max-new 4 --dump-logits "$T/b.bin" 2>/dev/null || true
+cmp -s "$T/a.bin" "$T/b.bin" && ok "logits of the install equal the source's" || bad "logits differ"
+# 2. --check
+"$BIN" setup --check "$T/inst" 2>"$T/log2" && ok "--check passes" || bad "--check: $(cat "$T/log2")"
+SHARD=$(cd "$T/src" && ls model-*.safetensors | head -1)
+printf '\x42' | dd of="$T/inst/$SHARD" bs=1 seek=5000 conv=notrunc 2>/dev/null || true
+if ! "$BIN" setup --check "$T/inst" 2>"$T/log3" && grep -q "$SHARD" "$T/log3"; then ok "--check names a changed file"
+else bad "--check missed a changed byte: $(cat "$T/log3")"; fi
+# 3. kill -9 mid-install, then resume: less than one chunk per worker fetched twice
+P=$(proxy THROTTLE_MS=150)
+"$BIN" setup --full --base-url "http://127.0.0.1:$P" --repo org/model --out "$T/inst3" --workers 4 --chunk 64K 2>/dev/null &
+SP=$!
+for _ in $(seq 1 100); do
+    n=$(tail -c +1 "$T/inst3.partial/.deltafin-progress" 2>/dev/null | tr -cd '\001' | wc -c || true)
+    [ "${n:-0}" -ge 12 ] && break; sleep 0.1
+done
+kill -9 "$SP"; wait "$SP" 2>/dev/null || true
+FIRST=$(stats "$P")
+P2=$(proxy)
+if "$BIN" setup --full --base-url "http://127.0.0.1:$P2" --repo org/model --out "$T/inst3" --workers 4 --chunk 64K \
+       2>"$T/log4"; then ok "resumed after kill -9"; else bad "resume failed: $(tail -3 "$T/log4")"; fi
+SECOND=$(stats "$P2")
+AGAIN=$((FIRST + SECOND - TOTAL))
+echo "# kill -9 after $FIRST bytes; the resumed run fetched $SECOND of $TOTAL; fetched twice: $AGAIN (limit $((4 * 65536)))"
+[ "$FIRST" -gt 0 ] && [ "$SECOND" -lt "$TOTAL" ] && [ "$AGAIN" -le $((4 * 65536)) ] && ok "resume re-fetches less than a chunk per worker" || bad "resume re-fetched $AGAIN bytes"
+diff -r -x install.json "$T/src" "$T/inst3" >/dev/null && ok "resumed install identical" || bad "resumed install differs"
+# 4. a mirror that always corrupts one file: refused by name, nothing published
+P=$(proxy FLIP_FILE="$SHARD")
+if ! "$BIN" setup --full --base-url "http://127.0.0.1:$P" --repo org/model --out "$T/inst4" --workers 2 --chunk 256K \
+       2>"$T/log5" && grep -q "$SHARD" "$T/log5" && grep -q "twice" "$T/log5" && [ ! -e "$T/inst4" ]; then
+    ok "a persistently corrupted file is refused by name, nothing installed"
+else bad "persistent corruption: $(tail -3 "$T/log5")"; fi
+# 5. a size that differs from the listing
+if ! "$BIN" setup --full --base-url "http://127.0.0.1:$PN" --repo org/badsize --out "$T/inst5" --workers 2 \
+       --chunk 256K 2>"$T/log6" && grep -q "model-" "$T/log6" && [ ! -e "$T/inst5" ]; then
+    ok "a size other than the listing's is refused by name"
+else bad "wrong size: $(tail -3 "$T/log6")"; fi
+# 6. the disk plan and --dry-run
+if ! "$BIN" setup --full --base-url "http://127.0.0.1:$PN" --repo org/model --out "$T/inst6" --reserve 1000000000000000 \
+       2>"$T/log7" && grep -q "not enough disk" "$T/log7"; then ok "the disk plan refuses with the numbers"
+else bad "disk plan: $(cat "$T/log7")"; fi
+"$BIN" setup --full --dry-run --base-url "http://127.0.0.1:$PN" --repo org/model --out "$T/inst7" >"$T/plan" 2>"$T/log8" || true
+[ "$(wc -l <"$T/plan")" = "$(find "$T/src" -type f | wc -l)" ] && [ ! -e "$T/inst7" ] && [ ! -e "$T/inst7.partial" ] \
+    && ok "--dry-run lists the files and writes nothing" || bad "--dry-run: $(cat "$T/log8")"
+"$BIN" setup --full --base-url "http://127.0.0.1:$PN" --repo org/missing --out "$T/inst8" 2>"$T/log9" || true
+grep -q "HTTP 404" "$T/log9" && ok "an unknown repository is a clear error" || bad "unknown repo: $(cat "$T/log9")"
+if [ "$fail" = 0 ]; then echo "setup tests: all passed"; else echo "setup tests: FAILED"; fi
+exit "$fail"
