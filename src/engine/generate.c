@@ -16,9 +16,11 @@ static double mono(void)
 
 /* decay of the measured averages: about the last 20 observations count */
 #define DECAY 0.95
-/* drafting is retried (one draft) this often when the model says it does
- * not pay: at most one step in EXPLORE_EVERY costs a two-row pass */
+/* drafting is retried (one draft) after this many steps when the model
+ * says it does not pay; the wait doubles after each retry that is not
+ * accepted (up to EXPLORE_MAX) and is reset when a draft is accepted */
 #define EXPLORE_EVERY 64
+#define EXPLORE_MAX 4096
 /* the acceptance prior (a weight of two observations at 0.5) */
 #define ACC_PRIOR 0.5
 #define ACC_PRIOR_W 2.0
@@ -48,6 +50,7 @@ int gen_init(gen_loop *g, df_engine *eng, df_session *s, sampler *smp, df_drafte
     g->hist = xmalloc(g->cap * sizeof *g->hist);
     g->acc = ACC_PRIOR;
     g->acc_w = ACC_PRIOR_W;
+    g->explore_at = EXPLORE_EVERY;
     g->st.last_k = 0;
     return 0;
 }
@@ -204,7 +207,12 @@ static int choose_k(gen_loop *g)
         }
     }
     /* now and then draft anyway, so the acceptance and the costs stay measured */
-    if (!best && g->step_no % EXPLORE_EVERY == EXPLORE_EVERY - 1) best = 1;
+    if (!best && g->step_no >= g->explore_at) {
+        best = 1;
+        g->explore_wait = g->explore_wait ? (g->explore_wait * 2 < EXPLORE_MAX ? g->explore_wait * 2 : EXPLORE_MAX)
+                                          : EXPLORE_EVERY;
+        g->explore_at = g->step_no + g->explore_wait;
+    }
     return best;
 }
 
@@ -269,6 +277,7 @@ static int step(gen_loop *g, df_error *err)
         g->st.draft_passes++;
         g->st.proposed += (uint64_t)nd;
         g->st.accepted += (uint64_t)a;
+        if (a) g->explore_wait = 0; /* drafts pay again: retry at the first interval */
         /* acceptance per drafted id: each accepted draft a success, the
          * first rejected one a failure (later drafts are not observed) */
         double trials = (double)a + (a < nd);

@@ -15,14 +15,14 @@
  * the draws.
  *
  * Choosing k (0..draft_max) each step, from measurement: the seconds of a
- * pass of T rows (an average per T, decayed; a width is tried only after
- * the one below it was measured, and unmeasured widths are estimated from
- * the measured ones, and one draft is tried every 64 steps
- * so the estimates follow the disk and the cache; a pass's time includes
- * its mark and truncation), the drafter's measured
- * acceptance per draft (decayed) and its seconds per proposed id.  The k
- * maximising expected tokens per second is taken; k = 0 when drafts do not
- * pay.  draft_k > 0 fixes k (tests and benchmarks).
+ * pass of T rows (an average per T, decayed, including the pass's mark and
+ * truncation; a width is tried only after the one below it was measured,
+ * and unmeasured widths are estimated from the measured ones), the
+ * drafter's acceptance per draft (decayed) and its seconds per proposed
+ * id.  The k maximising expected tokens per second is taken; k = 0 when
+ * drafts do not pay, and then one draft is tried after 64 steps, then after
+ * twice as many each time it is not accepted, so the estimates follow the
+ * disk and the cache.  draft_k > 0 fixes k (tests and benchmarks).
  *
  * The session and the loop agree on a history: gen_history() is every id
  * the caller has been given (prompt included).  The session holds them all
@@ -90,6 +90,7 @@ typedef struct gen_loop {
     double acc, acc_w;        /* acceptance per drafted id (decayed mean) and its weight */
     double draft_tok_sec;     /* drafter seconds per proposed id (decayed) */
     uint64_t step_no;
+    uint64_t explore_at, explore_wait; /* the next retry of drafting when it does not pay */
     gen_stats st;
 } gen_loop;
 
