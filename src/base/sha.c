@@ -61,22 +61,26 @@ void sha256_init(sha256_ctx *c)
     c->n = 0;
 }
 
-void sha256_update(sha256_ctx *c, const void *p, size_t n)
+/* Buffer bytes into 64-byte blocks for `block` (both hashes alike). */
+static void absorb(uint32_t *h, uint8_t *buf, size_t *have, uint64_t *len, const void *p, size_t n,
+                   void (*block)(uint32_t *, const uint8_t *))
 {
     const uint8_t *b = p;
-    c->len += n;
-    if (c->n) {
-        size_t k = 64 - c->n < n ? 64 - c->n : n;
-        memcpy(c->buf + c->n, b, k);
-        c->n += k, b += k, n -= k;
-        if (c->n < 64) return;
-        sha256_block(c->h, c->buf);
-        c->n = 0;
+    *len += n;
+    if (*have) {
+        size_t k = 64 - *have < n ? 64 - *have : n;
+        memcpy(buf + *have, b, k);
+        *have += k, b += k, n -= k;
+        if (*have < 64) return;
+        block(h, buf);
+        *have = 0;
     }
-    for (; n >= 64; n -= 64, b += 64) sha256_block(c->h, b);
-    memcpy(c->buf, b, n);
-    c->n = n;
+    for (; n >= 64; n -= 64, b += 64) block(h, b);
+    memcpy(buf, b, n);
+    *have = n;
 }
+
+void sha256_update(sha256_ctx *c, const void *p, size_t n) { absorb(c->h, c->buf, &c->n, &c->len, p, n, sha256_block); }
 
 /* 0x80, zeros to 56 mod 64, the bit length big-endian */
 static void pad(uint8_t *buf, size_t *n, uint64_t len, void (*block)(uint32_t *, const uint8_t *), uint32_t *h)
@@ -127,22 +131,7 @@ void sha1_init(sha1_ctx *c)
     c->n = 0;
 }
 
-void sha1_update(sha1_ctx *c, const void *p, size_t n)
-{
-    const uint8_t *b = p;
-    c->len += n;
-    if (c->n) {
-        size_t k = 64 - c->n < n ? 64 - c->n : n;
-        memcpy(c->buf + c->n, b, k);
-        c->n += k, b += k, n -= k;
-        if (c->n < 64) return;
-        sha1_block(c->h, c->buf);
-        c->n = 0;
-    }
-    for (; n >= 64; n -= 64, b += 64) sha1_block(c->h, b);
-    memcpy(c->buf, b, n);
-    c->n = n;
-}
+void sha1_update(sha1_ctx *c, const void *p, size_t n) { absorb(c->h, c->buf, &c->n, &c->len, p, n, sha1_block); }
 
 void sha1_final(sha1_ctx *c, uint8_t out[20])
 {
