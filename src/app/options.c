@@ -464,7 +464,10 @@ df_drafter *open_drafter(const run_args *a, int vocab, int n_ctx)
     size_t total = a->mem ? a->mem : df_mem_budget_default();
     df_drafter *d;
     df_error err = {0};
-    if (df_drafter_open(spec, draft_share(a, total), n_ctx, a->threads, vocab, &d, &err)) {
+    /* a draft model runs on one thread: drafting is latency-bound on small
+     * models, and a second worker pool's spinning would compete with the
+     * target's on every pass */
+    if (df_drafter_open(spec, draft_share(a, total), n_ctx, 1, vocab, &d, &err)) {
         fprintf(stderr, "deltafin: %s\n", err.msg);
         exit(1);
     }
