@@ -378,7 +378,30 @@ static void test_io_auto_probe_is_cold(void)
     df_engine_close(eng);
 }
 
+/* doctor: one screen naming the CPU's kernels, memory, io_uring, the plan,
+ * the drive and the speed it allows; K3's config at 24 GiB gets the advice
+ * its plan implies (the trunk read every token, a small expert cache); a
+ * missing model is an error naming it. */
+static void test_cli_doctor(void)
+{
+    char tiny[512], k3[512];
+    snprintf(tiny, sizeof tiny, "%s/k3-tiny-a/checkpoint", testdata_dir());
+    snprintf(k3, sizeof k3, "%s/k3/config.json", testdata_dir());
+    const char *a1[] = {DF, "doctor", "--model", tiny, "--seconds", "1", NULL};
+    TCHECKF(cli(a1) == 0, "%s", err_);
+    const char *want[] = {"kernels: ", "memory ", "io_uring ", "plan ", "disk ", "GB/s", "compute-bound", "nothing to change"};
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) TCHECKF(strstr(out_, want[i]), "no \"%s\" in: %s", want[i], out_);
+    const char *a2[] = {DF, "doctor", "--model", k3, "--mem", "24G", "--seconds", "1", NULL};
+    TCHECKF(cli(a2) == 0, "%s", err_);
+    TCHECKF(strstr(out_, "896 experts") && strstr(out_, "25.830 GB of experts") && strstr(out_, "keeps it in memory") &&
+                strstr(out_, "each further GiB"),
+            "%s", out_);
+    const char *a3[] = {DF, "doctor", "--model", "/nonexistent/m", NULL};
+    TCHECK(cli(a3) == 1 && strstr(err_, "/nonexistent/m"));
+}
+
 static const test_case tests[] = {
+    {"cli_doctor", test_cli_doctor},
     {"io_auto_probe_is_cold", test_io_auto_probe_is_cold},
     {"plan_never_over_budget", test_plan_never_over_budget},
     {"plan_modes", test_plan_modes},

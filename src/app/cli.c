@@ -582,6 +582,7 @@ int main(int argc, char **argv)
     if (!strcmp(argv[1], "perplexity")) return cmd_perplexity(argc, argv);
     if (!strcmp(argv[1], "serve")) return cmd_serve(argc, argv);
     if (!strcmp(argv[1], "setup")) return cmd_setup(argc, argv);
+    if (!strcmp(argv[1], "doctor")) return cmd_doctor(argc, argv);
     if (!strcmp(argv[1], "bench")) return cmd_bench(argc, argv);
     die("unknown command \"%s\"", argv[1]);
 }

@@ -56,6 +56,8 @@ int run_text(run_args *a);
 int cmd_chat(int argc, char **argv);
 /* setup.c: `deltafin setup --full | --check` */
 int cmd_setup(int argc, char **argv);
+/* doctor.c: `deltafin doctor`, what this machine can do with a model */
+int cmd_doctor(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_perplexity(int argc, char **argv);
 

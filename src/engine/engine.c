@@ -777,6 +777,26 @@ int df_session_truncate(df_session *s, int pos, df_error *err)
     return 0;
 }
 
+const char *df_kernels_chosen(void)
+{
+    df_error err = {0};
+    const char *force = getenv("DF_KERNELS");
+    const kernel_table *kt = kernels_select(force, &err);
+    return kt ? kt->name : "none";
+}
+
+int df_io_uring_works(char *why, size_t n)
+{
+    df_error err = {0};
+    io_queue *q = io_queue_new(4, IO_BACKEND_URING, &err);
+    if (!q) {
+        snprintf(why, n, "%s", err.msg);
+        return 0;
+    }
+    io_queue_free(q);
+    return 1;
+}
+
 void df_engine_event(df_engine *eng, const char *json)
 {
     if (!eng->events) return;

@@ -124,6 +124,11 @@ void df_engine_plan(const df_engine *eng, df_plan *p);
 void df_engine_opts_default(df_engine_opts *o);
 /* --mem's default: 70% of physical memory. */
 size_t df_mem_budget_default(void);
+/* What this machine offers the engine (deltafin doctor): the kernel set an
+ * engine would choose (honouring $DF_KERNELS), and whether io_uring works
+ * here (0 with the reason in why otherwise). */
+const char *df_kernels_chosen(void);
+int df_io_uring_works(char *why, size_t n);
 /* One JSON line (without the newline) to the --events file, if any. */
 void df_engine_event(df_engine *eng, const char *json);
 void df_session_opts_default(df_session_opts *o);

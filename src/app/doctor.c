@@ -1,0 +1,176 @@
+/* doctor.c - `deltafin doctor [--model DIR] [--mem SIZE] [--seconds N]`:
+ * what this machine can do with this model, on one screen (front end, L5).
+ *
+ * Reads, in order: the CPU (model name, cores, the ISA flags the kernels
+ * care about, the kernel set an engine would choose), memory (total and
+ * available), io_uring, the model's memory plan at --mem (or the default
+ * budget) from its headers alone, then for the model's directory the free
+ * space and the drive's measured read bandwidth with the engine's own read
+ * size (one expert) and depth (df_iobench, O_DIRECT where the file system
+ * allows it).  From the plan's bytes to read per decoded token and the
+ * measured bandwidth it gives the decode speed the drive allows (an upper
+ * bound: compute is not counted), and then what to change to go faster.
+ * Nothing is written; no weight is read except by the bandwidth probe.
+ */
+#define _GNU_SOURCE
+#include "cli.h"
+#include "options.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+static double gib(uint64_t b) { return (double)b / (double)(1ull << 30); }
+
+static void cpu_line(void)
+{
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    char line[4096], model[256] = "unknown", flags[4096] = "";
+    while (f && fgets(line, sizeof line, f)) {
+        if (!strncmp(line, "model name", 10) && !strcmp(model, "unknown")) {
+            char *c = strchr(line, ':');
+            if (c) snprintf(model, sizeof model, "%s", c + 2 + strspn(c + 2, " "));
+        } else if (!strncmp(line, "flags", 5) && !flags[0]) {
+            char *c = strchr(line, ':');
+            if (c) snprintf(flags, sizeof flags, " %s ", c + 1);
+        }
+    }
+    if (f) fclose(f);
+    model[strcspn(model, "\n")] = 0;
+    for (char *p = flags; *p; p++)
+        if (*p == '\n') *p = ' ';
+    printf("cpu      %s, %ld cores online\n", model, sysconf(_SC_NPROCESSORS_ONLN));
+    static const char *want[] = {"avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512_vnni", "avx512_bf16", "amx_tile"};
+    printf("         ISA:");
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        char key[32];
+        snprintf(key, sizeof key, " %s ", want[i]);
+        printf(" %s%s", strstr(flags, key) ? "" : "no-", want[i]);
+    }
+    printf("\n         kernels: %s%s\n", df_kernels_chosen(), getenv("DF_KERNELS") ? " (forced by DF_KERNELS)" : "");
+}
+
+static uint64_t meminfo(const char *key)
+{
+    FILE *f = fopen("/proc/meminfo", "r");
+    char line[256];
+    unsigned long long v = 0;
+    size_t n = strlen(key);
+    while (f && fgets(line, sizeof line, f))
+        if (!strncmp(line, key, n) && line[n] == ':') {
+            sscanf(line + n + 1, "%llu", &v);
+            break;
+        }
+    if (f) fclose(f);
+    return (uint64_t)v * 1024;
+}
+
+int cmd_doctor(int argc, char **argv)
+{
+    const char *model = NULL;
+    size_t mem = 0;
+    int seconds = 2;
+    for (int i = 2; i < argc; i++) {
+        const char *f = argv[i];
+        if (i + 1 < argc && !strcmp(f, "--model")) model = argv[++i];
+        else if (i + 1 < argc && !strcmp(f, "--mem")) mem = parse_size(argv[++i], f);
+        else if (i + 1 < argc && !strcmp(f, "--seconds")) seconds = (int)parse_long(argv[++i], f, 1, 600);
+        else if (!strcmp(f, "--help") || !strcmp(f, "-h")) {
+            usage(stdout);
+            return 0;
+        } else die("doctor: unknown option or missing value \"%s\"", f);
+    }
+    if (!model) model = default_model();
+    if (!model) die("doctor needs --model DIR (no default model found)");
+    printf("deltafin doctor: %s\n", model);
+    cpu_line();
+    uint64_t total = meminfo("MemTotal"), avail = meminfo("MemAvailable");
+    printf("memory   %.1f GiB, %.1f GiB available; --mem defaults to %.1f GiB (70%%)\n", gib(total), gib(avail),
+           gib(df_mem_budget_default()));
+    char why[256] = "";
+    int uring = df_io_uring_works(why, sizeof why);
+    printf("io_uring %s\n", uring ? "works" : why);
+
+    df_plan_opts po = {.mem_budget = mem};
+    df_plan p;
+    df_model_info info;
+    memset(&info, 0, sizeof info);
+    df_error err = {0};
+    int prc = df_plan_model(model, &po, &p, &info, &err);
+    if (prc && err.code != DF_ERR_NOMEM) {
+        fprintf(stderr, "deltafin: doctor: %s\n", err.msg);
+        return 1;
+    }
+    char line[512];
+    df_plan_summary(&p, line, sizeof line);
+    printf("model    %d layers, %d experts of %.2f MiB, %d per token; trunk %.2f GiB\n", info.n_layers, info.n_experts,
+           (double)info.expert_bytes / (1 << 20), info.n_experts_used, gib(p.trunk_bytes + p.embed_bytes));
+    printf("plan     %s\n", prc ? err.msg : !strncmp(line, "plan: ", 6) ? line + 6 : line);
+
+    /* the drive the model is on */
+    struct stat st;
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", model);
+    if (!stat(model, &st) && S_ISREG(st.st_mode)) {
+        char *s = strrchr(dir, '/');
+        if (s) *s = 0;
+        else snprintf(dir, sizeof dir, ".");
+    }
+    struct statvfs v;
+    if (!statvfs(dir, &v))
+        printf("disk     %s: %.1f GiB free of %.1f GiB\n", dir, gib((uint64_t)v.f_bavail * v.f_frsize),
+               gib((uint64_t)v.f_blocks * v.f_frsize));
+    df_iobench_opts io = {.chunk_bytes = info.expert_bytes ? (size_t)((info.expert_bytes + 4095) / 4096 * 4096) : 0,
+                          .seconds = seconds};
+    df_iobench_result r;
+    err = (df_error){0};
+    double gbps = 0;
+    if (df_iobench(dir, &io, &r, &err))
+        printf("         read bandwidth not measured: %s\n", err.msg);
+    else {
+        gbps = r.gbps;
+        printf("         reads of one expert (%.2f MiB), %d in flight, %s, %s: %.2f GB/s over %.1f s\n",
+               (double)r.chunk_bytes / (1 << 20), r.depth, r.direct ? "O_DIRECT" : "buffered", r.backend, r.gbps,
+               r.seconds);
+        if (r.seconds < 0.5 || r.bytes < (uint64_t)64 << 20)
+            printf("         (the model's files are small: this figure is mostly the page cache)\n");
+    }
+
+    /* what the drive allows */
+    uint64_t per_token = p.expert_read_est + p.trunk_read_per_token;
+    printf("decode   per token: %.3f GB of experts with nothing cached, ~%.3f GB at this cache, %.3f GB of trunk\n",
+           (double)p.expert_read_cold / 1e9, (double)p.expert_read_est / 1e9, (double)p.trunk_read_per_token / 1e9);
+    if (prc) {
+        printf("         no plan at this budget: give more --mem\n");
+    } else if (!per_token) {
+        printf("         everything stays in memory: decode is compute-bound here (measure it with `deltafin run "
+               "--stats`)\n");
+    } else if (gbps > 0) {
+        printf("         at %.2f GB/s the drive allows at most %.2f tok/s (compute not counted)\n", gbps,
+               gbps * 1e9 / (double)per_token);
+    }
+    /* what to change */
+    printf("advice\n");
+    int n = 0;
+    if (!prc && p.trunk_mode == DF_TRUNK_STREAMED)
+        printf("  - the trunk (%.1f GiB) is read every token: --mem above %.1f GiB keeps it in memory\n",
+               gib(p.trunk_bytes), gib(p.trunk_bytes + p.used - p.trunk_used)), n++;
+    if (!prc && p.expert_read_est > 0 && p.n_experts)
+        printf("  - the expert cache holds %llu of %llu experts: each further GiB of --mem holds %.0f more\n",
+               (unsigned long long)(p.n_slots + p.n_transient), (unsigned long long)p.n_experts,
+               info.expert_bytes ? (double)(1ull << 30) / (double)info.expert_bytes : 0.0),
+            n++;
+    if (!uring) printf("  - io_uring is unavailable: reads go through a thread pool (install liburing, allow io_uring)\n"), n++;
+    if (gbps > 0 && per_token && gbps < 3)
+        printf("  - the drive reads %.2f GB/s: a faster NVMe drive, or `deltafin place --to DIR2 --stripe` over "
+               "several drives, multiplies decode speed\n",
+               gbps),
+            n++;
+    if (!strcmp(df_kernels_chosen(), "ref"))
+        printf("  - only the scalar reference kernels run here (no AVX2): expect slow compute\n"), n++;
+    if (!n) printf("  - nothing to change: this machine holds this model\n");
+    return prc ? 1 : 0;
+}
