@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # bench_spec.sh - speculative decoding: drafts off against each drafter on the
-# same model and prompts, runs interleaved (off, ngram, suffix, model, off, ...)
-# so machine noise hits every row alike; medians over BENCH_REPS rounds of
+# same model and prompts, runs interleaved (each round in a rotated order:
+# off, ngram, suffix, model; ngram, suffix, model, off; ...) so machine noise
+# and order effects hit every row alike; medians over BENCH_REPS rounds of
 # decode tok/s, tokens per target pass and expert bytes read per emitted token,
 # and the ratio to drafts off measured in the same rounds.  Every run's ids
 # are compared with drafts off: a difference fails the benchmark.
@@ -33,8 +34,11 @@ run_block() {
     case $kind in text) pa=(--prompt "$text") ;; chat) pa=(--chat --prompt "$text") ;; ids) pa=(--prompt-ids "$text") ;; esac
     local drafters=("$@")
     local tmp; tmp=$(mktemp -d)
+    local nd=${#drafters[@]}
     for r in $(seq 1 "$reps"); do
-        for d in "${drafters[@]}"; do
+        # each round starts at another drafter, so no row always runs first
+        for j in $(seq 0 $((nd - 1))); do
+            d=${drafters[$(( (j + r) % nd ))]}
             # shellcheck disable=SC2086
             out=$(build/deltafin run --model "$model" "${pa[@]}" $extra --max-new "$new" --threads "$threads" --draft "$d" \
                   --bench-json 2>/dev/null | tail -1)

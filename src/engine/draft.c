@@ -148,15 +148,16 @@ typedef struct mdraft {
     float *logits;            /* [V] */
     int32_t *held;            /* ids in the draft session, then drafts */
     size_t n_held, cap;
+    int fresh;                /* logits is the distribution after held[n_held - 1] */
 } mdraft;
 
-static int md_propose(df_drafter *d, const int32_t *h, size_t n, int32_t *out, int k, df_error *err)
+/* Evaluate what the draft session lacks of h[0..n): afterwards it holds
+ * exactly h and m->logits is the distribution after it. */
+static int md_catch_up(mdraft *m, const int32_t *h, size_t n, df_error *err)
 {
-    mdraft *m = d->state;
-    if (!n) return 0;
-    if (n + (size_t)k + 1 > m->cap) return 0; /* past the draft context: no drafts */
     size_t L = 0;
     while (L < m->n_held && L < n && m->held[L] == h[L]) L++;
+    if (L == n && m->n_held == n && m->fresh) return 0;
     if (L == n) L = n - 1; /* evaluate the last id again: its logits are needed */
     if (L < m->n_held) {
         df_error e2 = {0};
@@ -166,12 +167,32 @@ static int md_propose(df_drafter *d, const int32_t *h, size_t n, int32_t *out, i
         }
     }
     m->n_held = L;
+    m->fresh = 0;
     if (df_session_eval(m->s, h + L, (int)(n - L), m->logits, 0, err)) {
         df_err_prefix(err, "draft model");
         return -1;
     }
     memcpy(m->held + L, h + L, (n - L) * sizeof *h);
     m->n_held = n;
+    m->fresh = 1;
+    return 0;
+}
+
+/* A prompt: evaluated by the draft model now, as part of the prompt, so
+ * that drafting later pays only for the ids that follow. */
+static int md_sync(df_drafter *d, const int32_t *h, size_t n, df_error *err)
+{
+    mdraft *m = d->state;
+    if (!n || n + 1 > m->cap) return 0;
+    return md_catch_up(m, h, n, err);
+}
+
+static int md_propose(df_drafter *d, const int32_t *h, size_t n, int32_t *out, int k, df_error *err)
+{
+    mdraft *m = d->state;
+    if (!n) return 0;
+    if (n + (size_t)k + 1 > m->cap) return 0; /* past the draft context: no drafts */
+    if (md_catch_up(m, h, n, err)) return -1;
     if (df_session_mark(m->s, err)) return -1;
     for (int i = 0; i < k; i++) {
         out[i] = (int32_t)df_argmax(m->logits, m->V);
@@ -190,6 +211,7 @@ static void md_reset(df_drafter *d)
     mdraft *m = d->state;
     df_session_reset(m->s);
     m->n_held = 0;
+    m->fresh = 0;
 }
 
 static void md_destroy(df_drafter *d)
@@ -243,6 +265,7 @@ static int model_open(const char *path, size_t mem_budget, int n_ctx, int n_thre
     m->held = xmalloc(m->cap * sizeof *m->held);
     d->state = m;
     d->propose = md_propose;
+    d->sync = md_sync;
     d->reset = md_reset;
     d->destroy = md_destroy;
     return 0;

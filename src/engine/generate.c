@@ -93,6 +93,17 @@ static int drop_queue(gen_loop *g, df_error *err)
     return 0;
 }
 
+/* Let the drafter take in a prompt (its time is drafting time, not a
+ * proposal's). */
+static int sync_drafter(gen_loop *g, df_error *err)
+{
+    if (!g->dr || !g->dr->sync || !g->kmax) return 0;
+    double t0 = mono();
+    int rc = g->dr->sync(g->dr, g->hist, g->n_hist, err);
+    g->st.draft_sec += mono() - t0;
+    return rc;
+}
+
 int gen_settle(gen_loop *g, int keep_last, df_error *err)
 {
     int next_row = g->q_len ? g->qrow[g->q_head] : -1;
@@ -145,7 +156,7 @@ int gen_feed(gen_loop *g, const int32_t *ids, size_t n, df_error *err)
     g->fresh = 1;
     g->row = 0;
     g->has_pending = 0;
-    return 0;
+    return sync_drafter(g, err);
 }
 
 void gen_prime(gen_loop *g, const int32_t *ids, size_t n, const float *last)
@@ -158,6 +169,8 @@ void gen_prime(gen_loop *g, const int32_t *ids, size_t n, const float *last)
     g->fresh = 1;
     g->row = 0;
     g->has_pending = 0;
+    df_error err = {0};
+    sync_drafter(g, &err); /* a failure here shows again at the first proposal */
 }
 
 void gen_resume(gen_loop *g, const int32_t *ids, size_t n)

@@ -47,6 +47,9 @@
 typedef struct df_drafter {
     const char *name;
     int (*propose)(struct df_drafter *d, const int32_t *hist, size_t n, int32_t *out, int k, df_error *err);
+    /* the history after a prompt, before any proposal (may be NULL): a
+     * draft model evaluates the prompt then, as part of prompt processing */
+    int (*sync)(struct df_drafter *d, const int32_t *hist, size_t n, df_error *err);
     void (*reset)(struct df_drafter *d);     /* a new conversation (may be NULL) */
     void (*destroy)(struct df_drafter *d);
     void *state;
