@@ -285,7 +285,9 @@ int df_drafter_open(const char *spec, size_t mem_budget, int n_ctx, int n_thread
     } else if (!strcmp(spec, "suffix")) {
         d->name = "suffix";
         sfx *x = xcalloc(1, sizeof *x);
-        x->tab = xcalloc(SUFFIX_CAP, sizeof *x->tab);
+        x->tab = xmalloc(SUFFIX_CAP * sizeof *x->tab);
+        /* touched now, not by the first proposals (page faults in decode) */
+        memset(x->tab, 0, SUFFIX_CAP * sizeof *x->tab);
         d->state = x;
         d->propose = sfx_propose;
         d->reset = sfx_reset;
