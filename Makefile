@@ -85,7 +85,7 @@ $(BUILD)/libdeltafin.a: $(LIB_OBJ)
 	rm -f $@ && ar rcs $@ $^
 
 $(BUILD)/deltafin: $(BUILD)/cli.o $(BUILD)/options.o $(BUILD)/cli_bench.o $(BUILD)/cli_chat.o $(BUILD)/lineedit.o $(BUILD)/server.o \
-                  $(BUILD)/server_request.o $(BUILD)/server_emit.o $(BUILD)/server_cache.o $(BUILD)/setup.o $(BUILD)/doctor.o $(BUILD)/libdeltafin.a
+                  $(BUILD)/server_request.o $(BUILD)/server_emit.o $(BUILD)/server_cache.o $(BUILD)/setup.o $(BUILD)/setup_parse.o $(BUILD)/doctor.o $(BUILD)/libdeltafin.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 $(BUILD)/k3gen: $(wildcard tools/k3gen/*.c) tools/k3gen/k3gen.h | $(BUILD)
@@ -139,7 +139,7 @@ check:
 	$(MAKE) --no-print-directory llama-oracle
 
 FUZZ_TARGETS := fuzz_safetensors fuzz_config fuzz_json fuzz_tokenizer fuzz_chat_parser fuzz_chat_render fuzz_gguf \
-                fuzz_server_request
+                fuzz_server_request fuzz_setup
 FUZZ_CC ?= clang
 fuzz: $(FUZZ_TARGETS:%=build-fuzz/%)
 FUZZ_SRC := util file json json_write safetensors model model_gguf roster quant mathfn expert_store kernels_ref kernels_avx2 \
@@ -156,6 +156,10 @@ build-fuzz/fuzz_server_request: fuzz/fuzz_server_request.c $(SERVER_SRC) $(FUZZ_
 	mkdir -p build-fuzz
 	$(FUZZ_CC) -std=c11 -g -O1 -ffp-contract=off -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all $(INC) -o $@ $< \
 	    $(SERVER_SRC) $(FUZZ_PATHS) -pthread -lm -lpcre2-8 -lmicrohttpd
+build-fuzz/fuzz_setup: fuzz/fuzz_setup.c src/app/setup_parse.c $(FUZZ_PATHS)
+	mkdir -p build-fuzz
+	$(FUZZ_CC) -std=c11 -g -O1 -ffp-contract=off -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all $(INC) -o $@ $< \
+	    src/app/setup_parse.c $(FUZZ_PATHS) -pthread -lm -lpcre2-8
 # Run each target for FUZZ_SECONDS on a scratch copy of its seed corpus.
 fuzz-run: fuzz
 	for t in $(FUZZ_TARGETS); do rm -rf build-fuzz/corpus-$$t && cp -r fuzz/corpus/$$t build-fuzz/corpus-$$t && \

@@ -41,6 +41,7 @@
 #include "options.h"
 #include "file.h"
 #include "json.h"
+#include "setup_parse.h"
 #include "sha.h"
 #include "util.h"
 
@@ -61,14 +62,6 @@
 #define PROGRESS_FILE ".deltafin-progress"
 #define MAX_TRIES 8
 
-typedef struct rfile {
-    char *path;
-    uint64_t size;
-    char hash[65];            /* lfs: SHA-256; else the git blob SHA-1 (40) */
-    int lfs;
-    int verified;
-    int first_chunk, n_chunks;
-} rfile;
 
 typedef struct chunk {
     int file;
@@ -80,7 +73,7 @@ typedef struct setup {
     char auth[1100];          /* "Authorization: Bearer ..." or empty */
     const char *out;
     char staging[4200], progress[4300];
-    rfile *files;
+    setup_file *files;
     int n_files;
     chunk *chunks;
     int n_chunks;
@@ -129,41 +122,10 @@ static size_t mem_write(char *d, size_t sz, size_t nm, void *ud)
     return k;
 }
 
-typedef struct hdrs {
-    char next[2048];          /* Link rel="next" */
-    char range[128];          /* Content-Range */
-    long retry_after;         /* seconds, -1 none */
-} hdrs;
-
 static size_t hdr_cb(char *d, size_t sz, size_t nm, void *ud)
 {
-    hdrs *h = ud;
-    size_t n = sz * nm;
-    char line[2304];
-    size_t k = n < sizeof line - 1 ? n : sizeof line - 1;
-    memcpy(line, d, k);
-    line[k] = 0;
-    while (k && (line[k - 1] == '\r' || line[k - 1] == '\n')) line[--k] = 0;
-    if (!strncasecmp(line, "HTTP/", 5)) { /* a new response (redirect): forget the last one's headers */
-        h->range[0] = 0;
-        h->next[0] = 0;
-        h->retry_after = -1;
-    } else if (!strncasecmp(line, "content-range:", 14)) {
-        snprintf(h->range, sizeof h->range, "%s", line + 14 + strspn(line + 14, " "));
-    } else if (!strncasecmp(line, "retry-after:", 12)) {
-        h->retry_after = strtol(line + 12, NULL, 10);
-    } else if (!strncasecmp(line, "link:", 5)) {
-        /* <url>; rel="next" (one of several comma-separated links) */
-        for (char *p = strchr(line, '<'); p; p = strchr(p + 1, '<')) {
-            char *e = strchr(p, '>');
-            if (!e) break;
-            if (strstr(e, "rel=\"next\"") && (!strchr(e, ',') || strstr(e, "rel=\"next\"") < strchr(e, ','))) {
-                snprintf(h->next, sizeof h->next, "%.*s", (int)(e - p - 1), p + 1);
-                break;
-            }
-        }
-    }
-    return n;
+    setup_header_line(ud, d, sz * nm);
+    return sz * nm;
 }
 
 static CURL *new_handle(const setup *S, struct curl_slist **hl)
@@ -200,7 +162,7 @@ static int get_json(setup *S, const char *url, membuf *m, char *next, size_t n_n
     if (!c) return df_err_set(err, DF_ERR_IO, -1, "cannot start libcurl");
     int rc = -1;
     for (int attempt = 0; attempt < MAX_TRIES; attempt++) {
-        hdrs h = {.retry_after = -1};
+        setup_hdrs h = {.retry_after = -1};
         m->n = 0;
         curl_easy_setopt(c, CURLOPT_URL, url);
         curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, mem_write);
@@ -252,57 +214,6 @@ static int resolve_commit(setup *S, df_error *err)
     return rc;
 }
 
-static int safe_path(const char *p)
-{
-    if (!*p || p[0] == '/' || strstr(p, "//") || strlen(p) > 1000) return 0;
-    for (const char *s = p; s;) {
-        if (!strncmp(s, "..", 2) && (s[2] == '/' || !s[2])) return 0;
-        if (!strncmp(s, ".", 1) && (s[1] == '/' || !s[1])) return 0;
-        s = strchr(s, '/');
-        if (s) s++;
-    }
-    return 1;
-}
-
-static int add_entries(setup *S, const json_value *arr, int *cap, const char *url, df_error *err)
-{
-    if (!arr || arr->type != JSON_ARRAY) return df_err_set(err, DF_ERR_FORMAT, -1, "%s: not a JSON array", url);
-    for (size_t i = 0; i < arr->len; i++) {
-        const json_value *e = json_at(arr, i);
-        const char *type = json_get_str(e, "type"), *path = json_get_str(e, "path");
-        if (!type || !path) return df_err_set(err, DF_ERR_FORMAT, -1, "%s: entry %zu has no type or path", url, i);
-        if (strcmp(type, "file")) continue;
-        if (!safe_path(path)) return df_err_set(err, DF_ERR_FORMAT, -1, "%s: unsafe path \"%s\"", url, path);
-        rfile f = {.path = xstrdup(path)};
-        int64_t size = -1;
-        const json_value *lfs = json_get(e, "lfs");
-        const char *hash = NULL;
-        if (lfs && lfs->type == JSON_OBJECT) {
-            f.lfs = 1;
-            hash = json_get_str(lfs, "oid");
-            if (hash && !strncmp(hash, "sha256:", 7)) hash += 7;
-            json_get_int(lfs, "size", &size);
-        } else {
-            hash = json_get_str(e, "oid");
-            json_get_int(e, "size", &size);
-        }
-        size_t hl = f.lfs ? 64 : 40;
-        if (size < 0 || !hash || strlen(hash) != hl || strspn(hash, "0123456789abcdef") != hl) {
-            free(f.path);
-            return df_err_set(err, DF_ERR_FORMAT, -1, "%s: %s has no valid size and %s", url, path,
-                              f.lfs ? "lfs.oid (SHA-256)" : "oid (git blob id)");
-        }
-        f.size = (uint64_t)size;
-        snprintf(f.hash, sizeof f.hash, "%s", hash);
-        if (S->n_files == *cap) {
-            *cap = *cap ? *cap * 2 : 64;
-            S->files = xrealloc(S->files, (size_t)*cap * sizeof *S->files);
-        }
-        S->files[S->n_files++] = f;
-    }
-    return 0;
-}
-
 static int list_files(setup *S, df_error *err)
 {
     char url[4096];
@@ -315,7 +226,7 @@ static int list_files(setup *S, df_error *err)
         json_doc *d = json_parse(m.p, m.n, err);
         free(m.p);
         if (!d) return df_err_prefix(err, "%s", url), -1;
-        int rc = add_entries(S, json_root(d), &cap, url, err);
+        int rc = setup_listing_entries(json_root(d), &S->files, &S->n_files, &cap, url, err);
         json_free(d);
         if (rc) return -1;
         snprintf(url, sizeof url, "%s", next);
@@ -408,12 +319,12 @@ static void fail(setup *S, const char *fmt, ...)
 static int fetch_chunk(setup *S, CURL *c, int ci)
 {
     const chunk *ch = &S->chunks[ci];
-    const rfile *f = &S->files[ch->file];
+    const setup_file *f = &S->files[ch->file];
     char url[4096], range[64];
     snprintf(url, sizeof url, "%s/%s/resolve/%s/%s", S->base, S->repo, S->commit, f->path);
     snprintf(range, sizeof range, "%llu-%llu", (unsigned long long)ch->off, (unsigned long long)(ch->off + ch->len - 1));
     for (int attempt = 0; attempt < MAX_TRIES && !atomic_load(&S->failed); attempt++) {
-        hdrs h = {.retry_after = -1};
+        setup_hdrs h = {.retry_after = -1};
         sink k = {.fd = S->fds[ch->file], .off = ch->off, .want = ch->len, .S = S};
         curl_easy_setopt(c, CURLOPT_URL, url);
         curl_easy_setopt(c, CURLOPT_RANGE, f->size ? range : NULL);
@@ -494,7 +405,7 @@ static void *worker(void *arg)
 
 /* ------------------------------------------------------- verification */
 
-static int hash_file(const char *path, const rfile *f, char *got, size_t n_got, df_error *err)
+static int hash_file(const char *path, const setup_file *f, char *got, size_t n_got, df_error *err)
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return df_err_set(err, DF_ERR_IO, -1, "%s: cannot open: %s", path, strerror(errno));
@@ -634,7 +545,7 @@ static int install_full(setup *S, int dry_run)
     }
     /* pieces */
     for (int i = 0; i < S->n_files; i++) {
-        rfile *f = &S->files[i];
+        setup_file *f = &S->files[i];
         f->first_chunk = S->n_chunks;
         f->n_chunks = f->size ? (int)((f->size + S->chunk_size - 1) / S->chunk_size) : 1;
         S->n_chunks += f->n_chunks;
@@ -643,7 +554,7 @@ static int install_full(setup *S, int dry_run)
     S->chunks = xcalloc((size_t)S->n_chunks, sizeof *S->chunks);
     S->done = xcalloc((size_t)S->n_chunks, 1);
     for (int i = 0; i < S->n_files; i++) {
-        rfile *f = &S->files[i];
+        setup_file *f = &S->files[i];
         for (int k = 0; k < f->n_chunks; k++) {
             uint64_t off = (uint64_t)k * S->chunk_size;
             S->chunks[f->first_chunk + k] = (chunk){i, off, f->size - off < S->chunk_size ? f->size - off : S->chunk_size};
@@ -738,7 +649,7 @@ static int install_full(setup *S, int dry_run)
         /* every piece is in: hash the files not yet verified */
         int bad = 0;
         for (int i = 0; i < S->n_files; i++) {
-            rfile *f = &S->files[i];
+            setup_file *f = &S->files[i];
             if (f->verified) continue;
             char p[4400], got[80];
             snprintf(p, sizeof p, "%s/%s", S->staging, f->path);
@@ -811,12 +722,12 @@ static int check_install(const char *dir)
         const char *p = json_get_str(e, "path"), *h256 = json_get_str(e, "sha256"), *oid = json_get_str(e, "git_oid");
         int64_t size = -1;
         json_get_int(e, "size", &size);
-        if (!p || size < 0 || (!h256 && !oid) || !safe_path(p)) {
+        if (!p || size < 0 || (!h256 && !oid) || !setup_safe_path(p)) {
             fprintf(stderr, "deltafin: setup --check: %s: entry %zu is malformed\n", path, i);
             bad = 1;
             continue;
         }
-        rfile f = {.size = (uint64_t)size, .lfs = h256 != NULL};
+        setup_file f = {.size = (uint64_t)size, .lfs = h256 != NULL};
         snprintf(f.hash, sizeof f.hash, "%s", h256 ? h256 : oid);
         char fp[4400], got[80];
         snprintf(fp, sizeof fp, "%s/%s", dir, p);
@@ -865,7 +776,7 @@ int cmd_setup(int argc, char **argv)
     }
     if (check) return check_install(check);
     if (!full) die("setup needs --full (or --check DIR)");
-    if (!repo || !strchr(repo, '/') || !safe_path(repo)) die("setup needs --repo ORG/NAME");
+    if (!repo || !strchr(repo, '/') || !setup_safe_path(repo)) die("setup needs --repo ORG/NAME");
     if (!S->out || !*S->out) die("setup needs --out DIR");
     if (S->chunk_size < 4096) die("--chunk must be at least 4K");
     if (!base || !*base) base = "https://huggingface.co";

@@ -1,0 +1,53 @@
+/* fuzz_setup.c - libFuzzer target for the parsers of `deltafin setup`
+ * (src/app/setup_parse.c): the first byte picks HTTP header lines (the
+ * rest split at newlines, fed to one header state) or a tree listing page
+ * (JSON) and the path rule. */
+#include "setup_parse.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+/* An accepted path never leaves the install: not absolute, and no
+ * component is empty, "." or "..". */
+static int inside(const char *p)
+{
+    if (p[0] == '/') return 0;
+    for (const char *s = p;;) {
+        const char *e = strchr(s, '/');
+        size_t k = e ? (size_t)(e - s) : strlen(s);
+        if (!k || (k == 1 && s[0] == '.') || (k == 2 && s[0] == '.' && s[1] == '.')) return 0;
+        if (!e) return 1;
+        s = e + 1;
+    }
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    if (!size) return 0;
+    const char *p = (const char *)data + 1;
+    size_t n = size - 1;
+    if (data[0] & 1) {
+        setup_hdrs h = {.retry_after = -1};
+        while (n) {
+            const char *nl = memchr(p, '\n', n);
+            size_t k = nl ? (size_t)(nl - p) + 1 : n;
+            setup_header_line(&h, p, k);
+            if (strlen(h.next) >= sizeof h.next || strlen(h.range) >= sizeof h.range) abort();
+            p += k, n -= k;
+        }
+        return 0;
+    }
+    df_error err = {0};
+    json_doc *d = json_parse(p, n, &err);
+    if (!d) return 0;
+    setup_file *files = NULL;
+    int nf = 0, cap = 0;
+    if (setup_listing_entries(json_root(d), &files, &nf, &cap, "fuzz", &err) == 0)
+        for (int i = 0; i < nf; i++)
+            if (!inside(files[i].path)) abort();
+    setup_files_free(files, nf);
+    json_free(d);
+    return 0;
+}

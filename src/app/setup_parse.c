@@ -1,0 +1,98 @@
+/* setup_parse.c - see setup_parse.h. */
+#define _GNU_SOURCE
+#include "setup_parse.h"
+#include "util.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+void setup_header_line(setup_hdrs *h, const char *d, size_t n)
+{
+    char line[2304];
+    size_t k = n < sizeof line - 1 ? n : sizeof line - 1;
+    memcpy(line, d, k);
+    line[k] = 0;
+    k = strlen(line); /* an embedded NUL ends the line */
+    while (k && (line[k - 1] == '\r' || line[k - 1] == '\n')) line[--k] = 0;
+    if (!strncasecmp(line, "HTTP/", 5)) { /* a new response (a redirect): forget the last one's headers */
+        h->range[0] = 0;
+        h->next[0] = 0;
+        h->retry_after = -1;
+    } else if (!strncasecmp(line, "content-range:", 14)) {
+        snprintf(h->range, sizeof h->range, "%s", line + 14 + strspn(line + 14, " "));
+    } else if (!strncasecmp(line, "retry-after:", 12)) {
+        char *end;
+        long v = strtol(line + 12, &end, 10);
+        h->retry_after = end != line + 12 && v >= 0 && v < 86400 ? v : -1;
+    } else if (!strncasecmp(line, "link:", 5)) {
+        /* <url>; rel="next", possibly among several comma-separated links */
+        for (char *p = strchr(line, '<'); p; p = strchr(p + 1, '<')) {
+            char *e = strchr(p, '>');
+            if (!e) break;
+            char *comma = strchr(e, ','), *rel = strstr(e, "rel=\"next\"");
+            if (rel && (!comma || rel < comma)) {
+                snprintf(h->next, sizeof h->next, "%.*s", (int)(e - p - 1), p + 1);
+                break;
+            }
+        }
+    }
+}
+
+int setup_safe_path(const char *p)
+{
+    size_t n = strlen(p);
+    if (!n || p[0] == '/' || p[n - 1] == '/' || strstr(p, "//") || n > 1000) return 0;
+    for (const char *s = p; s;) {
+        if (!strncmp(s, "..", 2) && (s[2] == '/' || !s[2])) return 0;
+        if (s[0] == '.' && (s[1] == '/' || !s[1])) return 0;
+        s = strchr(s, '/');
+        if (s) s++;
+    }
+    return 1;
+}
+
+int setup_listing_entries(const json_value *arr, setup_file **files, int *n, int *cap, const char *url,
+                          df_error *err)
+{
+    if (!arr || arr->type != JSON_ARRAY) return df_err_set(err, DF_ERR_FORMAT, -1, "%s: not a JSON array", url);
+    for (size_t i = 0; i < arr->len; i++) {
+        const json_value *e = json_at(arr, i);
+        const char *type = json_get_str(e, "type"), *path = json_get_str(e, "path");
+        if (!type || !path) return df_err_set(err, DF_ERR_FORMAT, -1, "%s: entry %zu has no type or path", url, i);
+        if (strcmp(type, "file")) continue;
+        if (!setup_safe_path(path)) return df_err_set(err, DF_ERR_FORMAT, -1, "%s: unsafe path \"%s\"", url, path);
+        setup_file f = {0};
+        int64_t size = -1;
+        const json_value *lfs = json_get(e, "lfs");
+        const char *hash = NULL;
+        if (lfs && lfs->type == JSON_OBJECT) {
+            f.lfs = 1;
+            hash = json_get_str(lfs, "oid");
+            if (hash && !strncmp(hash, "sha256:", 7)) hash += 7;
+            json_get_int(lfs, "size", &size);
+        } else {
+            hash = json_get_str(e, "oid");
+            json_get_int(e, "size", &size);
+        }
+        size_t hl = f.lfs ? 64 : 40;
+        if (size < 0 || !hash || strlen(hash) != hl || strspn(hash, "0123456789abcdef") != hl)
+            return df_err_set(err, DF_ERR_FORMAT, -1, "%s: %s has no valid size and %s", url, path,
+                              f.lfs ? "lfs.oid (SHA-256)" : "oid (git blob id)");
+        f.path = xstrdup(path);
+        f.size = (uint64_t)size;
+        snprintf(f.hash, sizeof f.hash, "%s", hash);
+        if (*n == *cap) {
+            *cap = *cap ? *cap * 2 : 64;
+            *files = xrealloc(*files, (size_t)*cap * sizeof **files);
+        }
+        (*files)[(*n)++] = f;
+    }
+    return 0;
+}
+
+void setup_files_free(setup_file *files, int n)
+{
+    for (int i = 0; i < n; i++) free(files[i].path);
+    free(files);
+}
