@@ -485,6 +485,19 @@ static size_t max_sz(size_t a, size_t b) { return a > b ? a : b; }
         bytes += n_ * sizeof *(field);                                                       \
     } while (0)
 
+/* A session's KDA state and conv history, in floats (all KDA layers). */
+static size_t kda_state_floats(const df_engine *eng)
+{
+    const k3_config *c = &eng->m.cfg;
+    return (size_t)eng->m.n_kda * c->Hk * c->Dk * c->Dk;
+}
+
+static size_t kda_hist_floats(const df_engine *eng)
+{
+    const k3_config *c = &eng->m.cfg;
+    return (size_t)eng->m.n_kda * 3 * (size_t)(c->Wc > 1 ? c->Wc - 1 : 1) * c->P;
+}
+
 static int session_alloc(df_engine *eng, const df_session_opts *opts, int dry, df_session **out, size_t *state_bytes,
                          size_t *scratch_bytes, df_error *err)
 {
@@ -509,8 +522,8 @@ static int session_alloc(df_engine *eng, const df_session_opts *opts, int dry, d
                           DBG_MAX_ANCHORS);
     }
     size_t row_w = (size_t)c->Rkv + (size_t)c->dr;
-    ALLOC(s->b.kda_S, (size_t)eng->m.n_kda * c->Hk * c->Dk * c->Dk);
-    ALLOC(s->b.kda_hist, (size_t)eng->m.n_kda * 3 * (size_t)(c->Wc > 1 ? c->Wc - 1 : 1) * c->P);
+    ALLOC(s->b.kda_S, kda_state_floats(eng));
+    ALLOC(s->b.kda_hist, kda_hist_floats(eng));
     ALLOC(s->b.mla_cache, (size_t)eng->m.n_mla * (size_t)n_ctx * row_w);
     s->b.rb_mark = -1;
     if (opts->rollback_rows < 0 || opts->rollback_rows > 4096) {
@@ -520,8 +533,8 @@ static int session_alloc(df_engine *eng, const df_session_opts *opts, int dry, d
     }
     if (opts->rollback_rows > 0) {
         s->b.rb_rows = opts->rollback_rows;
-        ALLOC(s->b.kda_S0, (size_t)eng->m.n_kda * c->Hk * c->Dk * c->Dk);
-        ALLOC(s->b.kda_hist0, (size_t)eng->m.n_kda * 3 * (size_t)(c->Wc > 1 ? c->Wc - 1 : 1) * c->P);
+        ALLOC(s->b.kda_S0, kda_state_floats(eng));
+        ALLOC(s->b.kda_hist0, kda_hist_floats(eng));
         ALLOC(s->b.kda_rec, (size_t)eng->m.n_kda * (size_t)s->b.rb_rows * (4 * (size_t)c->P + (size_t)c->Hk));
     }
     if (opts->checkpoints < 0 || opts->checkpoints > 64) {
@@ -531,9 +544,7 @@ static int session_alloc(df_engine *eng, const df_session_opts *opts, int dry, d
     }
     if (opts->checkpoints > 0) {
         s->b.n_ck = opts->checkpoints;
-        size_t per = (size_t)eng->m.n_kda * c->Hk * c->Dk * c->Dk +
-                     (size_t)eng->m.n_kda * 3 * (size_t)(c->Wc > 1 ? c->Wc - 1 : 1) * c->P;
-        ALLOC(s->b.ck_state, (size_t)s->b.n_ck * per);
+        ALLOC(s->b.ck_state, (size_t)s->b.n_ck * (kda_state_floats(eng) + kda_hist_floats(eng)));
         if (!dry) {
             s->b.ck_pos = xmalloc((size_t)s->b.n_ck * sizeof *s->b.ck_pos);
             s->b.ck_age = xcalloc((size_t)s->b.n_ck, sizeof *s->b.ck_age);
@@ -656,32 +667,19 @@ void df_session_free(df_session *s)
 
 void df_session_reset(df_session *s)
 {
-    const k3_config *c = &s->eng->m.cfg;
-    memset(s->b.kda_S, 0, (size_t)s->eng->m.n_kda * c->Hk * c->Dk * c->Dk * sizeof(float));
-    memset(s->b.kda_hist, 0, (size_t)s->eng->m.n_kda * 3 * (size_t)(c->Wc > 1 ? c->Wc - 1 : 1) * c->P * sizeof(float));
+    memset(s->b.kda_S, 0, kda_state_floats(s->eng) * sizeof(float));
+    memset(s->b.kda_hist, 0, kda_hist_floats(s->eng) * sizeof(float));
     s->b.pos = 0;
     s->b.rb_mark = -1;
     for (int i = 0; i < s->b.n_ck; i++) s->b.ck_pos[i] = -1;
-}
-
-static size_t kda_state_floats(const df_session *s)
-{
-    const k3_config *c = &s->eng->m.cfg;
-    return (size_t)s->eng->m.n_kda * c->Hk * c->Dk * c->Dk;
-}
-
-static size_t kda_hist_floats(const df_session *s)
-{
-    const k3_config *c = &s->eng->m.cfg;
-    return (size_t)s->eng->m.n_kda * 3 * (size_t)(c->Wc > 1 ? c->Wc - 1 : 1) * c->P;
 }
 
 int df_session_mark(df_session *s, df_error *err)
 {
     if (s->b.rb_rows <= 0)
         return df_err_set(err, DF_ERR_ARG, -1, "this session keeps no rollback rows (opened with rollback_rows 0)");
-    memcpy(s->b.kda_S0, s->b.kda_S, kda_state_floats(s) * sizeof(float));
-    memcpy(s->b.kda_hist0, s->b.kda_hist, kda_hist_floats(s) * sizeof(float));
+    memcpy(s->b.kda_S0, s->b.kda_S, kda_state_floats(s->eng) * sizeof(float));
+    memcpy(s->b.kda_hist0, s->b.kda_hist, kda_hist_floats(s->eng) * sizeof(float));
     s->b.rb_mark = s->b.pos;
     return 0;
 }
@@ -700,7 +698,7 @@ int df_session_checkpoint(df_session *s, df_error *err)
         if (s->b.ck_pos[i] < 0 || s->b.ck_age[i] < s->b.ck_age[slot]) slot = i;
         if (s->b.ck_pos[slot] < 0) break;
     }
-    size_t nS = kda_state_floats(s), nH = kda_hist_floats(s);
+    size_t nS = kda_state_floats(s->eng), nH = kda_hist_floats(s->eng);
     float *dst = s->b.ck_state + (size_t)slot * (nS + nH);
     memcpy(dst, s->b.kda_S, nS * sizeof(float));
     memcpy(dst + nS, s->b.kda_hist, nH * sizeof(float));
@@ -723,7 +721,7 @@ int df_session_reachable(const df_session *s, int pos)
 /* Back to checkpoint position pos (the caller found it). */
 static void restore_checkpoint(df_session *s, int pos)
 {
-    size_t nS = kda_state_floats(s), nH = kda_hist_floats(s);
+    size_t nS = kda_state_floats(s->eng), nH = kda_hist_floats(s->eng);
     for (int i = 0; i < s->b.n_ck; i++)
         if (s->b.ck_pos[i] == pos) {
             const float *src = s->b.ck_state + (size_t)i * (nS + nH);
@@ -763,8 +761,8 @@ int df_session_truncate(df_session *s, int pos, df_error *err)
     df_engine *eng = s->eng;
     int rows = pos - s->b.rb_mark;
     const k3_config *c = &eng->m.cfg;
-    memcpy(s->b.kda_S, s->b.kda_S0, kda_state_floats(s) * sizeof(float));
-    memcpy(s->b.kda_hist, s->b.kda_hist0, kda_hist_floats(s) * sizeof(float));
+    memcpy(s->b.kda_S, s->b.kda_S0, kda_state_floats(s->eng) * sizeof(float));
+    memcpy(s->b.kda_hist, s->b.kda_hist0, kda_hist_floats(s->eng) * sizeof(float));
     if (rows > 0) {
         alloc_guard_enter();
         for (int il = 0; il < c->NL; il++)
