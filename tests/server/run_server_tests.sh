@@ -126,10 +126,26 @@ for phase in 1 2; do
     [ "$phase" = 1 ] && start "$P7" --parallel 1 --prompt-cache "$PC"
 done
 
+# --prompt-cache-max: a cap that holds about one saved conversation; after two more
+# conversations leave the slot, the directory is within the cap
+BIG=$(find "$PC" -name '*.session' -printf '%s\n' | sort -n | tail -1)
+CAP=$((BIG * 3 / 2))
+P8=$(free_port); start "$P8" --parallel 1 --prompt-cache "$PC" --prompt-cache-max "$CAP"
+for who in one two three; do
+    curl -s -o /dev/null -d "{\"max_tokens\":4,\"messages\":[{\"role\":\"user\",\"content\":\"conversation $who with enough words to be saved\"}]}" \
+        "http://127.0.0.1:$P8/v1/chat/completions"
+done
+USED=$(find "$PC" -name '*.session' -printf '%s\n' | awk '{s += $1} END {print s + 0}')
+check "--prompt-cache-max keeps the directory within its cap" "within" \
+    "$([ "$USED" -le "$CAP" ] && [ "$USED" -gt 0 ] && echo within || echo "$USED bytes for a cap of $CAP")"
+kill "${pids[-1]}"; wait "${pids[-1]}" 2>/dev/null || true; unset 'pids[-1]'
+
 # speculative decoding: servers drafting with the model itself (every draft
 # accepted) and with prompt lookup answer exactly as the drafts-off server
 P5=$(free_port); start "$P5" --draft "model:$MODEL" --draft-k 3
 P6=$(free_port); start "$P6" --draft ngram --draft-k 4
+# without --parallel: as many conversations as --mem holds, up to 4 (the tiny model: 4)
+check "default --parallel" "deltafin_conversations_kept 4" "$(curl -s "http://127.0.0.1:$P6/metrics" | grep '^deltafin_conversations_kept ')"
 DELTAFIN_URL=$U DELTAFIN_URL_DRAFTS="http://127.0.0.1:$P5 http://127.0.0.1:$P6" \
     NODE_PATH=tests/server/node_modules node --test --test-reporter=spec tests/server/draft_test.mjs || fail=1
 
