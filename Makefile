@@ -49,8 +49,8 @@ ifeq ($(ARCH),x86_64)
   AVX512_FLAGS := -mavx512f -mavx512bw -mavx512vl -mavx2 -mfma
 endif
 
-LIB_SRC := util file json json_write threadpool sha safetensors quant mathfn kernels_ref kernels_avx2 kernels_avx512 \
-           backend_cpu expert_store expert_cache model roster attnres kda mla moe engine cachesim heat iobench place trunk_stream \
+LIB_SRC := util file json json_write threadpool sha http safetensors quant mathfn kernels_ref kernels_avx2 kernels_avx512 \
+           backend_cpu expert_store expert_manifest expert_remote expert_cache model roster attnres kda mla moe engine cachesim heat iobench place trunk_stream \
            tokenizer chat_template gguf model_gguf plan prefetch_timing prefetch expert_fetch sampler generate draft session_file
 LIB_OBJ := $(LIB_SRC:%=$(BUILD)/%.o)
 
@@ -85,7 +85,7 @@ $(BUILD)/libdeltafin.a: $(LIB_OBJ)
 	rm -f $@ && ar rcs $@ $^
 
 $(BUILD)/deltafin: $(BUILD)/cli.o $(BUILD)/options.o $(BUILD)/cli_bench.o $(BUILD)/cli_chat.o $(BUILD)/lineedit.o $(BUILD)/server.o \
-                  $(BUILD)/server_request.o $(BUILD)/server_emit.o $(BUILD)/server_cache.o $(BUILD)/setup.o $(BUILD)/setup_parse.o $(BUILD)/doctor.o $(BUILD)/libdeltafin.a
+                  $(BUILD)/server_request.o $(BUILD)/server_emit.o $(BUILD)/server_cache.o $(BUILD)/setup.o $(BUILD)/setup_stream.o $(BUILD)/setup_parse.o $(BUILD)/doctor.o $(BUILD)/libdeltafin.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 $(BUILD)/k3gen: $(wildcard tools/k3gen/*.c) tools/k3gen/k3gen.h | $(BUILD)
@@ -142,24 +142,26 @@ FUZZ_TARGETS := fuzz_safetensors fuzz_config fuzz_json fuzz_tokenizer fuzz_chat_
                 fuzz_server_request fuzz_setup
 FUZZ_CC ?= clang
 fuzz: $(FUZZ_TARGETS:%=build-fuzz/%)
-FUZZ_SRC := util file json json_write safetensors model model_gguf roster quant mathfn expert_store kernels_ref kernels_avx2 \
+FUZZ_SRC := util file json json_write safetensors model model_gguf roster quant mathfn expert_store expert_manifest \
+            expert_remote http sha kernels_ref kernels_avx2 \
             kernels_avx512 tokenizer chat_template gguf sampler
 FUZZ_PATHS = $(foreach f,$(FUZZ_SRC),$(wildcard $(SRC_DIRS:%=src/%/$(f).c)))
 build-fuzz/%: fuzz/%.c $(FUZZ_PATHS)
 	mkdir -p build-fuzz
 	$(FUZZ_CC) -std=c11 -g -O1 -ffp-contract=off -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all $(INC) -o $@ $< \
-	    $(FUZZ_PATHS) -pthread -lm -lpcre2-8
+	    $(FUZZ_PATHS) -pthread -lm -lpcre2-8 -lcurl
 build-fuzz/fuzz_chat_render: fuzz/fuzz_chat_parser.c
 # only what validation needs: no HTTP, worker, engine or command line to stub
 SERVER_SRC := src/app/server_request.c src/app/server_emit.c
 build-fuzz/fuzz_server_request: fuzz/fuzz_server_request.c $(SERVER_SRC) $(FUZZ_PATHS)
 	mkdir -p build-fuzz
 	$(FUZZ_CC) -std=c11 -g -O1 -ffp-contract=off -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all $(INC) -o $@ $< \
-	    $(SERVER_SRC) $(FUZZ_PATHS) -pthread -lm -lpcre2-8 -lmicrohttpd
-build-fuzz/fuzz_setup: fuzz/fuzz_setup.c src/app/setup_parse.c $(FUZZ_PATHS)
+	    $(SERVER_SRC) $(FUZZ_PATHS) -pthread -lm -lpcre2-8 -lmicrohttpd -lcurl
+SETUP_FUZZ_SRC := src/app/setup_parse.c
+build-fuzz/fuzz_setup: fuzz/fuzz_setup.c $(SETUP_FUZZ_SRC) $(FUZZ_PATHS)
 	mkdir -p build-fuzz
 	$(FUZZ_CC) -std=c11 -g -O1 -ffp-contract=off -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all $(INC) -o $@ $< \
-	    src/app/setup_parse.c $(FUZZ_PATHS) -pthread -lm -lpcre2-8
+	    $(SETUP_FUZZ_SRC) $(FUZZ_PATHS) -pthread -lm -lpcre2-8 -lcurl
 # Run each target for FUZZ_SECONDS on a scratch copy of its seed corpus.
 fuzz-run: fuzz
 	for t in $(FUZZ_TARGETS); do rm -rf build-fuzz/corpus-$$t && cp -r fuzz/corpus/$$t build-fuzz/corpus-$$t && \

@@ -1,7 +1,9 @@
 /* fuzz_setup.c - libFuzzer target for the parsers of `deltafin setup`
- * (src/app/setup_parse.c): the first byte picks HTTP header lines (the
- * rest split at newlines, fed to one header state) or a tree listing page
- * (JSON) and the path rule. */
+ * (src/app/setup_parse.c, src/base/http.c, src/store/expert_manifest.c):
+ * the first byte picks HTTP header lines (the rest split at newlines, fed
+ * to one header state), a streamed install's expert manifest, or a tree
+ * listing page (JSON) and the path rule. */
+#include "expert_manifest.h"
 #include "setup_parse.h"
 
 #include <stdlib.h>
@@ -29,17 +31,30 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     const char *p = (const char *)data + 1;
     size_t n = size - 1;
     if (data[0] & 1) {
-        setup_hdrs h = {.retry_after = -1};
+        http_hdrs h = {.retry_after = -1};
         while (n) {
             const char *nl = memchr(p, '\n', n);
             size_t k = nl ? (size_t)(nl - p) + 1 : n;
-            setup_header_line(&h, p, k);
+            http_header_line(&h, p, k);
             if (strlen(h.next) >= sizeof h.next || strlen(h.range) >= sizeof h.range) abort();
             p += k, n -= k;
         }
         return 0;
     }
     df_error err = {0};
+    if (data[0] & 2) {
+        /* an accepted manifest only names experts inside its shards */
+        expert_manifest m;
+        if (expert_manifest_parse(p, n, &m, &err)) return 0;
+        for (size_t k = 0; k < (size_t)m.n_layers * (size_t)m.n_experts; k++) {
+            if (m.shard[k] < 0) continue;
+            if (m.shard[k] >= m.n_shards || m.off[k] + m.len[k] > m.shards[m.shard[k]].size || !m.len[k]) abort();
+        }
+        for (int i = 0; i < m.n_shards; i++)
+            if (strchr(m.shards[i].name, '/')) abort();
+        expert_manifest_free(&m);
+        return 0;
+    }
     json_doc *d = json_parse(p, n, &err);
     if (!d) return 0;
     setup_file *files = NULL;

@@ -204,6 +204,13 @@ void print_run_stats(df_engine *eng, int n_prompt, double prefill_s, int n_gen, 
                 (unsigned long long)st.prompt_unique_experts, (unsigned long long)st.prompt_expert_reads,
                 st.prompt_unique_experts ? (double)st.prompt_expert_reads / (double)st.prompt_unique_experts : 0.0,
                 (double)st.prompt_expert_bytes / (1 << 20));
+    if (st.streamed)
+        fprintf(stderr,
+                "deltafin: streamed experts: %llu fetched (%.1f MiB in %.2f s, %llu retries); disk cache: %llu reads "
+                "served, %llu evicted\n",
+                (unsigned long long)st.remote_fetches, (double)st.remote_bytes / (1 << 20), st.remote_sec,
+                (unsigned long long)st.remote_retries, (unsigned long long)st.disk_cache_hits,
+                (unsigned long long)st.disk_cache_evictions);
     if (st.trunk_bytes_read)
         fprintf(stderr, "deltafin: trunk streamed: %.1f MiB read, %.2f s waiting\n",
                 (double)st.trunk_bytes_read / (1 << 20), st.trunk_wait_sec);

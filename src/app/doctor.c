@@ -1,4 +1,5 @@
-/* doctor.c - `deltafin doctor [--model DIR] [--mem SIZE] [--seconds N]`:
+/* doctor.c - `deltafin doctor [--model DIR] [--mem SIZE] [--seconds N]
+ * [--expert-path DIR]...`:
  * what this machine can do with this model, on one screen (front end, L5).
  *
  * Reads, in order: the CPU (model name, cores, the ISA flags the kernels
@@ -10,6 +11,11 @@
  * allows it).  From the plan's bytes to read per decoded token and the
  * measured bandwidth it gives the decode speed the drive allows (an upper
  * bound: compute is not counted), and then what to change to go faster.
+ * With --expert-path (the directories `deltafin place` wrote), each drive
+ * is measured on its own and the reads spread over them add up.  A
+ * streamed install (setup --stream) is described (remote, disk cache,
+ * whether its experts are verified) and its disk cache is what is
+ * measured: its shards hold no experts.
  * Nothing is written; no weight is read except by the bandwidth probe.
  */
 #define _GNU_SOURCE
@@ -72,10 +78,15 @@ int cmd_doctor(int argc, char **argv)
 {
     const char *model = NULL;
     size_t mem = 0;
-    int seconds = 2;
+    int seconds = 2, n_xp = 0;
+    const char *xp[8];
     for (int i = 2; i < argc; i++) {
         const char *f = argv[i];
         if (i + 1 < argc && !strcmp(f, "--model")) model = argv[++i];
+        else if (i + 1 < argc && !strcmp(f, "--expert-path")) {
+            if (n_xp == 7) die("doctor: at most 7 --expert-path directories");
+            xp[n_xp++] = argv[++i];
+        }
         else if (i + 1 < argc && !strcmp(f, "--mem")) mem = parse_size(argv[++i], f);
         else if (i + 1 < argc && !strcmp(f, "--seconds")) seconds = (int)parse_long(argv[++i], f, 1, 600);
         else if (!strcmp(f, "--help") || !strcmp(f, "-h")) {
@@ -110,7 +121,23 @@ int cmd_doctor(int argc, char **argv)
            (double)info.expert_bytes / (1 << 20), info.n_experts_used, gib(p.trunk_bytes + p.embed_bytes));
     printf("plan     %s\n", prc ? err.msg : !strncmp(line, "plan: ", 6) ? line + 6 : line);
 
-    /* the drive the model is on */
+    /* a streamed install */
+    df_install_info ii;
+    err = (df_error){0};
+    int streamed = df_install_describe(model, &ii, &err);
+    if (streamed < 0) printf("install  %s\n", err.msg);
+    if (streamed > 0) {
+        printf("install  streamed from %s/%s at %.12s: routed experts are fetched on first use into a disk cache\n"
+               "         of %.2f GiB (%d experts, %.2f GiB, in it now)\n",
+               ii.base, ii.repo, ii.commit, gib(ii.cache_max), ii.cache_filled, gib(ii.cache_used));
+        if (ii.experts_hashed == ii.experts)
+            printf("         every fetched expert is checked against its SHA-256 before use\n");
+        else
+            printf("         UNVERIFIED: %zu of %zu experts have a SHA-256; the others are checked for size and bounds "
+                   "only\n",
+                   ii.experts_hashed, ii.experts);
+    }
+    /* the drives the experts are read from */
     struct stat st;
     char dir[4096];
     snprintf(dir, sizeof dir, "%s", model);
@@ -119,25 +146,36 @@ int cmd_doctor(int argc, char **argv)
         if (s) *s = 0;
         else snprintf(dir, sizeof dir, ".");
     }
-    struct statvfs v;
-    if (!statvfs(dir, &v))
-        printf("disk     %s: %.1f GiB free of %.1f GiB\n", dir, gib((uint64_t)v.f_bavail * v.f_frsize),
-               gib((uint64_t)v.f_blocks * v.f_frsize));
-    df_iobench_opts io = {.chunk_bytes = info.expert_bytes ? (size_t)((info.expert_bytes + 4095) / 4096 * 4096) : 0,
-                          .seconds = seconds};
-    df_iobench_result r;
-    err = (df_error){0};
+    if (streamed > 0) snprintf(dir + strlen(dir), sizeof dir - strlen(dir), "/expert-cache");
+    const char *drives[8];
+    int n_dr = 0;
+    if (n_xp)
+        for (int i = 0; i < n_xp; i++) drives[n_dr++] = xp[i];
+    else drives[n_dr++] = dir;
     double gbps = 0;
-    if (df_iobench(dir, &io, &r, &err))
-        printf("         read bandwidth not measured: %s\n", err.msg);
-    else {
-        gbps = r.gbps;
-        printf("         reads of one expert (%.2f MiB), %d in flight, %s, %s: %.2f GB/s over %.1f s\n",
-               (double)r.chunk_bytes / (1 << 20), r.depth, r.direct ? "O_DIRECT" : "buffered", r.backend, r.gbps,
-               r.seconds);
-        if (r.seconds < 0.5 || r.bytes < (uint64_t)64 << 20)
-            printf("         (the model's files are small: this figure is mostly the page cache)\n");
+    for (int d = 0; d < n_dr; d++) {
+        struct statvfs v;
+        if (!statvfs(drives[d], &v))
+            printf("disk     %s: %.1f GiB free of %.1f GiB\n", drives[d], gib((uint64_t)v.f_bavail * v.f_frsize),
+                   gib((uint64_t)v.f_blocks * v.f_frsize));
+        else printf("disk     %s: cannot stat\n", drives[d]);
+        df_iobench_opts io = {.chunk_bytes = info.expert_bytes ? (size_t)((info.expert_bytes + 4095) / 4096 * 4096) : 0,
+                              .seconds = seconds};
+        df_iobench_result r;
+        err = (df_error){0};
+        if (df_iobench(drives[d], &io, &r, &err))
+            printf("         read bandwidth not measured: %s\n", err.msg);
+        else {
+            gbps += r.gbps;
+            printf("         reads of one expert (%.2f MiB), %d in flight, %s, %s: %.2f GB/s over %.1f s\n",
+                   (double)r.chunk_bytes / (1 << 20), r.depth, r.direct ? "O_DIRECT" : "buffered", r.backend, r.gbps,
+                   r.seconds);
+            if (r.seconds < 0.5 || r.bytes < (uint64_t)64 << 20)
+                printf("         (the files here are small: this figure is mostly the page cache)\n");
+        }
     }
+    if (n_dr > 1 && gbps > 0)
+        printf("         together: %.2f GB/s when reads spread over the %d drives (--expert-path)\n", gbps, n_dr);
 
     /* what the drive allows */
     uint64_t per_token = p.expert_read_est + p.trunk_read_per_token;
@@ -168,6 +206,15 @@ int cmd_doctor(int argc, char **argv)
         printf("  - the drive reads %.2f GB/s: a faster NVMe drive, or `deltafin place --to DIR2 --stripe` over "
                "several drives, multiplies decode speed\n",
                gbps),
+            n++;
+    if (streamed > 0 && ii.cache_max < (uint64_t)ii.experts * info.expert_bytes)
+        printf("  - experts outside the disk cache come over the network each time: a larger --disk-cache-max (up to "
+               "%.1f GiB holds them all) or setup --full keeps them local\n",
+               gib((uint64_t)ii.experts * info.expert_bytes)),
+            n++;
+    if (streamed > 0 && ii.experts_hashed < ii.experts)
+        printf("  - fetched experts are not checked by hash: set up again with --stream --verify (or publish "
+               "experts.manifest beside the model)\n"),
             n++;
     if (!strcmp(df_kernels_chosen(), "ref"))
         printf("  - only the scalar reference kernels run here (no AVX2): expect slow compute\n"), n++;

@@ -41,14 +41,19 @@ void usage(FILE *f)
           "          HTTP server: OpenAI /v1/chat/completions, /v1/completions, /v1/models,\n"
           "          Anthropic /v1/messages (SSE streaming), /health, /metrics, a chat page at /;\n"
           "          takes the run options too (--ctx, --mem, --threads, ...)\n"
-          "  setup   --full --repo ORG/NAME --out DIR [--revision REV] [--base-url URL] [--workers 8]\n"
-          "          [--chunk 64M] [--reserve SIZE] [--dry-run] | --check DIR\n"
+          "  setup   --full|--stream --repo ORG/NAME --out DIR [--revision REV] [--base-url URL]\n"
+          "          [--workers 8] [--chunk 64M] [--reserve SIZE] [--dry-run] | --check DIR\n"
           "          install a model from Hugging Face (or $HF_ENDPOINT, --base-url; $HF_TOKEN):\n"
           "          parallel range requests, resumable after any interruption, every file's\n"
-          "          SHA-256 verified, published atomically; --check re-verifies an install\n"
-          "  doctor  [--model DIR] [--mem SIZE] [--seconds 2]: what this machine can do with the model\n"
-          "          (CPU and kernels, memory, io_uring, the plan, the drive's measured bandwidth, the\n"
-          "          decode speed it allows, what to change)\n"
+          "          SHA-256 verified, published atomically; --check re-verifies an install.\n"
+          "          --stream installs the trunk only: routed experts are fetched on first use into\n"
+          "          a disk cache (--disk-cache-max SIZE), each checked against its SHA-256 when\n"
+          "          known: --verify streams every shard once at setup to hash each expert (or the\n"
+          "          repository publishes experts.manifest)\n"
+          "  doctor  [--model DIR] [--mem SIZE] [--seconds 2] [--expert-path DIR]...: what this machine\n"
+          "          can do with the model (CPU and kernels, memory, io_uring, the plan, each drive's\n"
+          "          measured bandwidth, a streamed install's remote and disk cache, the decode speed it\n"
+          "          allows, what to change)\n"
           "  info    --model DIR: the model's dimensions and its memory plan (reads no weights)\n"
           "  plan    --model DIR|FILE.gguf|config.json [--mem SIZE] [--ctx N] [--json]\n"
           "          where the model goes at --mem (or at 24/64/128/512 GiB) and the bytes read per\n"
@@ -111,6 +116,8 @@ void usage(FILE *f)
           "  --io MODE            expert reads: auto (O_DIRECT where possible), direct, buffered\n"
           "  --io-backend B       auto (io_uring where possible), uring, threads\n"
           "  --io-depth N         expert reads in flight (default 32)\n"
+          "  --disk-cache-max SIZE  a streamed install (setup --stream): the cap of its disk cache of\n"
+          "                       fetched experts (default: what setup recorded)\n"
           "  --expert-path DIR    read experts from a directory written by 'deltafin place' (repeatable)\n"
           "  --cache-policy P     expert cache policy: lfu (default), tlfu (LFU + admission) or lru\n"
           "  --trace FILE         write the route trace (one JSON line per position and MoE layer)\n"
@@ -240,7 +247,7 @@ static const opt_def opts[] = {
     {"--model", 1, C_MODEL},          {"--mem", 1, C_SIZING},          {"--ctx", 1, C_SIZING},
     {"--batch", 1, C_SIZING},         {"--threads", 1, C_SIZING},      {"--expert-cache", 1, C_SIZING},
     {"--trunk-stream", 1, C_SIZING},  {"--cache-policy", 1, C_SIZING}, {"--kernels", 1, C_ENGINE},
-    {"--io", 1, C_ENGINE},            {"--io-backend", 1, C_ENGINE},   {"--io-depth", 1, C_ENGINE},
+    {"--io", 1, C_ENGINE},            {"--io-backend", 1, C_ENGINE},   {"--io-depth", 1, C_ENGINE}, {"--disk-cache-max", 1, C_ENGINE},
     {"--trace", 1, C_ENGINE | C_CACHESIM}, {"--heat", 1, C_ENGINE},    {"--events", 1, C_ENGINE},
     {"--no-prefetch", 0, C_ENGINE},   {"--prefetch-k", 1, C_ENGINE},   {"--expert-path", 1, C_ENGINE},
     {"--prefault", 0, C_ENGINE},      {"--preload", 1, C_ENGINE},      {"--stats", 0, C_ENGINE},
@@ -352,6 +359,7 @@ void parse_common(int argc, char **argv, run_args *a)
         else if (!strcmp(f, "--io")) a->io = v;
         else if (!strcmp(f, "--io-backend")) a->io_backend = v;
         else if (!strcmp(f, "--io-depth")) a->io_depth = (int)parse_long(v, f, 1, 256);
+        else if (!strcmp(f, "--disk-cache-max")) a->disk_cache_max = parse_size(v, f);
         else if (!strcmp(f, "--cache-policy")) a->policy = v;
         else if (!strcmp(f, "--trace")) a->trace = v;
         else if (!strcmp(f, "--heat")) a->heat = v;
@@ -514,6 +522,7 @@ df_engine *open_engine(const run_args *a)
     eo.io_mode = a->io;
     eo.io_backend = a->io_backend;
     eo.io_depth = a->io_depth;
+    eo.disk_cache_max = a->disk_cache_max;
     eo.plan_ctx = a->ctx_plan ? a->ctx_plan : a->ctx;
     eo.plan_batch = a->batch;
     eo.cache_policy = a->policy;

@@ -4,7 +4,14 @@
  *   deltafin setup --full --repo ORG/NAME --out DIR [--revision REV]
  *                  [--base-url URL] [--workers N] [--chunk SIZE] [--reserve SIZE]
  *                  [--dry-run]
+ *   deltafin setup --stream [--verify] [--disk-cache-max SIZE] ... (the same)
  *   deltafin setup --check DIR
+ *
+ * --stream: the trunk only, experts fetched on first use (setup_stream.c
+ * plans it: which byte ranges of each shard to fetch, the manifest;
+ * store/expert_remote.c fetches at run time).  Its pieces are the shards'
+ * trunk ranges, or whole shards with --verify (each hashed and cut down to
+ * its trunk as soon as it is complete, by the worker that completed it).
  *
  * The remote: the base URL (--base-url, else $HF_ENDPOINT, else
  * https://huggingface.co), $HF_TOKEN as a bearer token.  The revision is
@@ -40,8 +47,10 @@
 #include "cli.h"
 #include "options.h"
 #include "file.h"
+#include "http.h"
 #include "json.h"
-#include "setup_parse.h"
+#include "setup_impl.h"
+#include "expert_remote.h"
 #include "sha.h"
 #include "util.h"
 
@@ -62,36 +71,6 @@
 #define PROGRESS_FILE ".deltafin-progress"
 #define MAX_TRIES 8
 
-
-typedef struct chunk {
-    int file;
-    uint64_t off, len;
-} chunk;
-
-typedef struct setup {
-    char base[1024], repo[512], rev[256], commit[128];
-    char auth[1100];          /* "Authorization: Bearer ..." or empty */
-    const char *out;
-    char staging[4200], progress[4300];
-    setup_file *files;
-    int n_files;
-    chunk *chunks;
-    int n_chunks;
-    uint8_t *done;            /* [n_chunks] */
-    uint64_t chunk_size;
-    int workers;
-    /* shared by the workers */
-    pthread_mutex_t mu;
-    int next;                 /* next chunk to consider */
-    atomic_int failed;
-    char errmsg[1024];
-    atomic_ullong fetched;    /* bytes received this run */
-    atomic_ullong have;       /* bytes of done chunks */
-    uint64_t total;
-    atomic_int busy;
-    atomic_int retries;
-    int *fds;                 /* [n_files] staging files, opened for writing */
-} setup;
 
 static double mono(void)
 {
@@ -124,62 +103,48 @@ static size_t mem_write(char *d, size_t sz, size_t nm, void *ud)
 
 static size_t hdr_cb(char *d, size_t sz, size_t nm, void *ud)
 {
-    setup_header_line(ud, d, sz * nm);
+    http_header_line(ud, d, sz * nm);
     return sz * nm;
 }
 
 static CURL *new_handle(const setup *S, struct curl_slist **hl)
 {
-    CURL *c = curl_easy_init();
-    if (!c) return NULL;
-    curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 1L);
-    curl_easy_setopt(c, CURLOPT_MAXREDIRS, 10L);
-    curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT, 30L);
-    /* a stalled body: under 1 KiB/s for 30 s */
-    curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, 1024L);
-    curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME, getenv("DF_SETUP_STALL_S") ? atol(getenv("DF_SETUP_STALL_S")) : 30L);
-    curl_easy_setopt(c, CURLOPT_USERAGENT, "deltafin-setup/1");
-    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-    *hl = NULL;
-    if (S->auth[0]) *hl = curl_slist_append(NULL, S->auth);
-    if (*hl) curl_easy_setopt(c, CURLOPT_HTTPHEADER, *hl);
+    void *l;
+    CURL *c = http_handle_new(S->auth, "deltafin-setup/1", &l);
+    *hl = l;
     return c;
 }
 
-static void backoff(int attempt, long retry_after)
-{
-    double s = retry_after >= 0 ? (double)retry_after : 0.25 * (double)(1 << (attempt < 7 ? attempt : 7));
-    if (s > 30) s = 30;
-    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
-    nanosleep(&ts, NULL);
-}
-
-/* GET url into memory (a JSON document), retried; *next gets a Link next. */
-static int get_json(setup *S, const char *url, membuf *m, char *next, size_t n_next, df_error *err)
+int setup_get(setup *S, const char *url, const char *range, char **out, size_t *n, size_t max, char *next,
+              size_t n_next, df_error *err)
 {
     struct curl_slist *hl;
     CURL *c = new_handle(S, &hl);
     if (!c) return df_err_set(err, DF_ERR_IO, -1, "cannot start libcurl");
+    membuf m = {.max = max + 1};
     int rc = -1;
     for (int attempt = 0; attempt < MAX_TRIES; attempt++) {
-        setup_hdrs h = {.retry_after = -1};
-        m->n = 0;
+        http_hdrs h = {.retry_after = -1};
+        m.n = 0;
         curl_easy_setopt(c, CURLOPT_URL, url);
+        curl_easy_setopt(c, CURLOPT_RANGE, range);
         curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, mem_write);
-        curl_easy_setopt(c, CURLOPT_WRITEDATA, m);
+        curl_easy_setopt(c, CURLOPT_WRITEDATA, &m);
         curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, hdr_cb);
         curl_easy_setopt(c, CURLOPT_HEADERDATA, &h);
         CURLcode cc = curl_easy_perform(c);
         long status = 0;
         curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
-        if (cc == CURLE_OK && status == 200) {
+        if (cc == CURLE_OK && status == (range ? 206 : 200)) {
             if (next) snprintf(next, n_next, "%s", h.next);
             rc = 0;
             break;
         }
-        if (cc == CURLE_OK && status != 429 && status < 500) {
+        if (cc == CURLE_OK && (status == 200 || (status != 429 && status < 500))) {
             df_err_set(err, DF_ERR_IO, -1, "%s: HTTP %ld%s", url, status,
-                       status == 401 || status == 403 ? " (set HF_TOKEN for a gated or private repository)" : "");
+                       status == 401 || status == 403 ? " (set HF_TOKEN for a gated or private repository)"
+                       : status == 200               ? " (the mirror ignores Range requests)"
+                                                     : "");
             break;
         }
         if (attempt + 1 == MAX_TRIES) {
@@ -187,10 +152,15 @@ static int get_json(setup *S, const char *url, membuf *m, char *next, size_t n_n
                        cc != CURLE_OK ? curl_easy_strerror(cc) : "server error", MAX_TRIES);
             break;
         }
-        backoff(attempt, h.retry_after);
+        http_backoff(attempt, h.retry_after);
     }
     curl_slist_free_all(hl);
     curl_easy_cleanup(c);
+    if (rc) free(m.p);
+    else {
+        *out = m.p ? m.p : xcalloc(1, 1);
+        *n = m.n;
+    }
     return rc;
 }
 
@@ -200,8 +170,8 @@ static int resolve_commit(setup *S, df_error *err)
 {
     char url[2400];
     snprintf(url, sizeof url, "%s/api/models/%s/revision/%s", S->base, S->repo, S->rev);
-    membuf m = {.max = 64u << 20};
-    if (get_json(S, url, &m, NULL, 0, err)) return -1;
+    membuf m = {0};
+    if (setup_get(S, url, NULL, &m.p, &m.n, 64u << 20, NULL, 0, err)) return -1;
     json_doc *d = json_parse(m.p, m.n, err);
     free(m.p);
     if (!d) return df_err_prefix(err, "%s", url), -1;
@@ -220,9 +190,9 @@ static int list_files(setup *S, df_error *err)
     snprintf(url, sizeof url, "%s/api/models/%s/tree/%s?recursive=true", S->base, S->repo, S->commit);
     int cap = 0;
     for (int page = 0; page < 10000 && url[0]; page++) {
-        membuf m = {.max = 256u << 20};
+        membuf m = {0};
         char next[2048] = "";
-        if (get_json(S, url, &m, next, sizeof next, err)) return -1;
+        if (setup_get(S, url, NULL, &m.p, &m.n, 256u << 20, next, sizeof next, err)) return -1;
         json_doc *d = json_parse(m.p, m.n, err);
         free(m.p);
         if (!d) return df_err_prefix(err, "%s", url), -1;
@@ -301,8 +271,7 @@ static size_t file_write(char *d, size_t sz, size_t nm, void *ud)
     return n;
 }
 
-static void fail(setup *S, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void fail(setup *S, const char *fmt, ...)
+void setup_fail(setup *S, const char *fmt, ...)
 {
     pthread_mutex_lock(&S->mu);
     if (!atomic_load(&S->failed)) {
@@ -324,7 +293,7 @@ static int fetch_chunk(setup *S, CURL *c, int ci)
     snprintf(url, sizeof url, "%s/%s/resolve/%s/%s", S->base, S->repo, S->commit, f->path);
     snprintf(range, sizeof range, "%llu-%llu", (unsigned long long)ch->off, (unsigned long long)(ch->off + ch->len - 1));
     for (int attempt = 0; attempt < MAX_TRIES && !atomic_load(&S->failed); attempt++) {
-        setup_hdrs h = {.retry_after = -1};
+        http_hdrs h = {.retry_after = -1};
         sink k = {.fd = S->fds[ch->file], .off = ch->off, .want = ch->len, .S = S};
         curl_easy_setopt(c, CURLOPT_URL, url);
         curl_easy_setopt(c, CURLOPT_RANGE, f->size ? range : NULL);
@@ -344,28 +313,57 @@ static int fetch_chunk(setup *S, CURL *c, int ci)
         if (cc == CURLE_OK && status == 206 && h.range[0] && strcmp(h.range, want_range) &&
             !strstr(h.range, range)) {
             /* the mirror's file is not the size the list says */
-            fail(S, "%s: the mirror answers Content-Range \"%s\" for bytes %s of a %llu-byte file: its size "
+            setup_fail(S, "%s: the mirror answers Content-Range \"%s\" for bytes %s of a %llu-byte file: its size "
                     "differs from the file list",
                  f->path, h.range, range, (unsigned long long)f->size);
             return -1;
         }
         if (cc == CURLE_OK && status >= 400 && status < 500 && status != 429 && status != 408) {
-            fail(S, "%s: HTTP %ld%s", f->path, status,
+            setup_fail(S, "%s: HTTP %ld%s", f->path, status,
                  status == 401 || status == 403 ? " (set HF_TOKEN for a gated or private repository)" : "");
             return -1;
         }
         if (cc == CURLE_OK && status == 200 && !whole) {
-            fail(S, "%s: the mirror ignores Range requests (HTTP 200 for bytes %s)", f->path, range);
+            setup_fail(S, "%s: the mirror ignores Range requests (HTTP 200 for bytes %s)", f->path, range);
             return -1;
         }
         atomic_fetch_add(&S->retries, 1);
-        if (attempt + 1 < MAX_TRIES) backoff(attempt, h.retry_after);
+        if (attempt + 1 < MAX_TRIES) http_backoff(attempt, h.retry_after);
         else
-            fail(S, "%s: bytes %s failed %d times (last: %s, HTTP %ld, %llu of %llu bytes)", f->path, range, MAX_TRIES,
+            setup_fail(S, "%s: bytes %s failed %d times (last: %s, HTTP %ld, %llu of %llu bytes)", f->path, range, MAX_TRIES,
                  cc != CURLE_OK ? curl_easy_strerror(cc) : "bad answer", status, (unsigned long long)k.got,
                  (unsigned long long)ch->len);
     }
     return -1;
+}
+
+/* --verify: the complete shard fi hashed and trimmed; a mismatch sends it
+ * back to be fetched again, once.  0 = go on. */
+static int verify_shard(setup *S, int fi)
+{
+    df_error err = {0};
+    int rc = stream_finish_shard(S, fi, &err);
+    if (rc < 0) {
+        setup_fail(S, "%s", err.msg);
+        return -1;
+    }
+    setup_file *f = &S->files[fi];
+    pthread_mutex_lock(&S->mu);
+    if (rc == 1 && ++S->tries[fi] >= 2) {
+        pthread_mutex_unlock(&S->mu);
+        setup_fail(S, "%s: SHA-256 mismatch twice: the mirror serves other bytes; nothing was installed", f->path);
+        return -1;
+    }
+    if (rc == 1) {
+        for (int k = 0; k < f->n_chunks; k++) S->done[f->first_chunk + k] = 0;
+        atomic_store(&S->left[fi], f->n_chunks);
+        atomic_fetch_sub(&S->have, f->size);
+        if (S->next > f->first_chunk) S->next = f->first_chunk;
+    }
+    int bad = save_progress(S, &err);
+    pthread_mutex_unlock(&S->mu);
+    if (bad) setup_fail(S, "%s", err.msg);
+    return bad ? -1 : 0;
 }
 
 static void *worker(void *arg)
@@ -374,7 +372,7 @@ static void *worker(void *arg)
     struct curl_slist *hl;
     CURL *c = new_handle(S, &hl);
     if (!c) {
-        fail(S, "cannot start libcurl");
+        setup_fail(S, "cannot start libcurl");
         return NULL;
     }
     for (;;) {
@@ -388,15 +386,19 @@ static void *worker(void *arg)
         atomic_fetch_sub(&S->busy, 1);
         if (rc) break;
         df_error err = {0};
+        int fi = S->chunks[ci].file;
         pthread_mutex_lock(&S->mu);
         S->done[ci] = 1;
         atomic_fetch_add(&S->have, S->chunks[ci].len);
         int bad = save_progress(S, &err);
+        int complete = S->stream && S->verify && S->shard[fi] && atomic_fetch_sub(&S->left[fi], 1) == 1;
         pthread_mutex_unlock(&S->mu);
         if (bad) {
-            fail(S, "%s", err.msg);
+            setup_fail(S, "%s", err.msg);
             break;
         }
+        /* --verify: a shard is cut down to its trunk as soon as it is whole */
+        if (complete && verify_shard(S, fi)) break;
     }
     curl_slist_free_all(hl);
     curl_easy_cleanup(c);
@@ -405,7 +407,7 @@ static void *worker(void *arg)
 
 /* ------------------------------------------------------- verification */
 
-static int hash_file(const char *path, const setup_file *f, char *got, size_t n_got, df_error *err)
+int setup_hash_file(const char *path, const setup_file *f, char *got, size_t n_got, df_error *err)
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return df_err_set(err, DF_ERR_IO, -1, "%s: cannot open: %s", path, strerror(errno));
@@ -515,18 +517,28 @@ static int write_install(setup *S, df_error *err)
     snprintf(path, sizeof path, "%s/install.json", S->staging);
     FILE *f = fopen(path, "w");
     if (!f) return df_err_set(err, DF_ERR_IO, -1, "%s: cannot create: %s", path, strerror(errno));
-    fprintf(f, "{\"mode\":\"full\",\"base_url\":");
+    fprintf(f, "{\"mode\":\"%s\",\"base_url\":", S->stream ? "stream" : "full");
     write_json_str(f, S->base);
     fprintf(f, ",\"repo\":");
     write_json_str(f, S->repo);
     fprintf(f, ",\"revision\":");
     write_json_str(f, S->rev);
-    fprintf(f, ",\"commit\":\"%s\",\"files\":[", S->commit);
-    for (int i = 0; i < S->n_files; i++) {
-        fprintf(f, "%s{\"path\":", i ? "," : "");
+    fprintf(f, ",\"commit\":\"%s\",", S->commit);
+    if (S->stream) {
+        size_t listed = 0, hashed = expert_manifest_hashed(&S->man, &listed);
+        int trunk = 1;
+        for (int i = 0; i < S->man.n_shards; i++) trunk &= S->man.shards[i].has_trunk_sha;
+        fprintf(f, "\"disk_cache_max\":%llu,\"experts\":%zu,\"experts_hashed\":%zu,\"trunk_hashed\":%s,",
+                (unsigned long long)S->cache_max, listed, hashed, trunk ? "true" : "false");
+    }
+    fprintf(f, "\"files\":[");
+    for (int i = 0, n = 0; i < S->n_files; i++) {
+        if (S->stream && i == S->published) continue; /* replaced by the install's own manifest */
+        fprintf(f, "%s{\"path\":", n++ ? "," : "");
         write_json_str(f, S->files[i].path);
-        fprintf(f, ",\"size\":%llu,\"%s\":\"%s\"}", (unsigned long long)S->files[i].size,
-                S->files[i].lfs ? "sha256" : "git_oid", S->files[i].hash);
+        fprintf(f, ",\"size\":%llu,\"%s\":\"%s\"%s}", (unsigned long long)S->files[i].size,
+                S->files[i].lfs ? "sha256" : "git_oid", S->files[i].hash,
+                S->stream && S->shard[i] ? ",\"part\":\"trunk\"" : "");
     }
     fprintf(f, "]}\n");
     int bad = ferror(f) | fflush(f) | fsync(fileno(f));
@@ -536,33 +548,50 @@ static int write_install(setup *S, df_error *err)
 
 /* ------------------------------------------------------------ command */
 
-static int install_full(setup *S, int dry_run)
+static int install(setup *S, int dry_run)
 {
     df_error err = {0};
     if (resolve_commit(S, &err) || list_files(S, &err)) {
         fprintf(stderr, "deltafin: setup: %s\n", err.msg);
         return 1;
     }
-    /* pieces */
-    for (int i = 0; i < S->n_files; i++) {
-        setup_file *f = &S->files[i];
-        f->first_chunk = S->n_chunks;
-        f->n_chunks = f->size ? (int)((f->size + S->chunk_size - 1) / S->chunk_size) : 1;
-        S->n_chunks += f->n_chunks;
-        S->total += f->size;
-    }
-    S->chunks = xcalloc((size_t)S->n_chunks, sizeof *S->chunks);
-    S->done = xcalloc((size_t)S->n_chunks, 1);
-    for (int i = 0; i < S->n_files; i++) {
-        setup_file *f = &S->files[i];
-        for (int k = 0; k < f->n_chunks; k++) {
-            uint64_t off = (uint64_t)k * S->chunk_size;
-            S->chunks[f->first_chunk + k] = (chunk){i, off, f->size - off < S->chunk_size ? f->size - off : S->chunk_size};
-        }
-    }
     snprintf(S->staging, sizeof S->staging, "%s.partial", S->out);
     snprintf(S->progress, sizeof S->progress, "%s/" PROGRESS_FILE, S->staging);
+    if (S->stream && stream_plan(S, &err)) {
+        fprintf(stderr, "deltafin: setup: %s\n", err.msg);
+        return 1;
+    }
+    /* pieces: whole files, or a streamed shard's trunk ranges (--verify:
+     * the whole shard, cut down once hashed) */
+    int cap = 0;
+    uint64_t keep = 0, peak_extra = 0;
+    for (int i = 0; i < S->n_files; i++) {
+        setup_file *f = &S->files[i];
+        byte_range whole = {0, f->size};
+        int trunk_only = S->stream && S->shard[i] && !S->verify;
+        const byte_range *r = trunk_only ? S->want[i] : &whole;
+        int nr = trunk_only ? S->n_want[i] : 1;
+        f->first_chunk = S->n_chunks;
+        for (int j = 0; j < nr; j++)
+            for (uint64_t off = 0; off < r[j].len || (!r[j].len && !off && !f->size); off += S->chunk_size) {
+                if (S->n_chunks == cap) {
+                    cap = cap ? 2 * cap : 1024;
+                    S->chunks = xrealloc(S->chunks, (size_t)cap * sizeof *S->chunks);
+                }
+                uint64_t len = r[j].len - off < S->chunk_size ? r[j].len - off : S->chunk_size;
+                S->chunks[S->n_chunks++] = (chunk){i, r[j].off + off, len};
+                S->total += len;
+                if (!f->size) break;
+            }
+        f->n_chunks = S->n_chunks - f->first_chunk;
+        keep += S->stream && S->shard[i] ? S->trunk_bytes[i] : f->size;
+        if (S->stream && S->verify && S->shard[i] && f->size - S->trunk_bytes[i] > peak_extra)
+            peak_extra = f->size - S->trunk_bytes[i];
+    }
+    S->done = xcalloc((size_t)S->n_chunks + 1, 1);
     load_progress(S);
+    for (int i = 0; S->stream && i < S->n_chunks; i++)
+        if (!S->done[i]) atomic_fetch_add(&S->left[S->chunks[i].file], 1);
     uint64_t have = 0;
     for (int i = 0; i < S->n_chunks; i++)
         if (S->done[i]) have += S->chunks[i].len;
@@ -574,10 +603,25 @@ static int install_full(setup *S, int dry_run)
     const char *rs = getenv("DF_SETUP_RESERVE");
     if (rs) floor = strtoull(rs, NULL, 10);
     uint64_t need = S->total - have;
-    fprintf(stderr,
-            "deltafin: setup: %s at %s (%.12s): %d files, %.3f GB; %.3f GB on disk already, %.3f GB to fetch; "
-            "%s has %.3f GB free (keeping %.3f GB)\n",
-            S->repo, S->rev, S->commit, S->n_files, gb(S->total), gb(have), gb(need), parent, gb(avail), gb(floor));
+    if (S->stream) {
+        /* on disk at most: the trunk, --verify's shards in flight (each worker's
+         * shard whole until it is cut down), the disk cache's cap */
+        uint64_t in_flight = peak_extra * (uint64_t)(S->workers < 2 ? S->workers : 2);
+        uint64_t room = avail > floor + keep + in_flight ? avail - floor - keep - in_flight : 0;
+        if (!S->cache_max) S->cache_max = S->expert_total < room / 2 ? S->expert_total : room / 2;
+        need = keep + in_flight + S->cache_max;
+        fprintf(stderr,
+                "deltafin: setup: %s at %s (%.12s), streamed: %d files; trunk and small files %.3f GB kept, routed "
+                "experts %.3f GB fetched on first use into a disk cache of at most %.3f GB%s; %.3f GB on disk "
+                "already, %.3f GB to fetch now; %s has %.3f GB free (keeping %.3f GB)\n",
+                S->repo, S->rev, S->commit, S->n_files, gb(keep), gb(S->expert_total), gb(S->cache_max),
+                S->verify ? "; --verify: every shard streamed once and hashed" : "", gb(have), gb(S->total - have),
+                parent, gb(avail), gb(floor));
+    } else
+        fprintf(stderr,
+                "deltafin: setup: %s at %s (%.12s): %d files, %.3f GB; %.3f GB on disk already, %.3f GB to fetch; "
+                "%s has %.3f GB free (keeping %.3f GB)\n",
+                S->repo, S->rev, S->commit, S->n_files, gb(S->total), gb(have), gb(need), parent, gb(avail), gb(floor));
     if (dry_run) {
         for (int i = 0; i < S->n_files; i++)
             printf("%s %llu %s\n", S->files[i].path, (unsigned long long)S->files[i].size, S->files[i].hash);
@@ -585,9 +629,10 @@ static int install_full(setup *S, int dry_run)
     }
     if (avail < floor || avail - floor < need) {
         fprintf(stderr,
-                "deltafin: setup: not enough disk: %.3f GB to fetch, %.3f GB free in %s less %.3f GB kept free "
+                "deltafin: setup: not enough disk: %.3f GB %s, %.3f GB free in %s less %.3f GB kept free "
                 "(--reserve)\n",
-                gb(need), gb(avail), parent, gb(floor));
+                gb(need), S->stream ? "for the trunk, the shards in flight and the disk cache (--disk-cache-max)" : "to fetch",
+                gb(avail), parent, gb(floor));
         return 1;
     }
     struct stat st;
@@ -651,9 +696,27 @@ static int install_full(setup *S, int dry_run)
         for (int i = 0; i < S->n_files; i++) {
             setup_file *f = &S->files[i];
             if (f->verified) continue;
+            if (S->stream && S->shard[i]) {
+                /* --verify: hashed when complete (here: complete already at a restart) */
+                if (S->verify) {
+                    int rc = stream_finish_shard(S, i, &err);
+                    if (rc < 0 || (rc == 1 && round == 1)) {
+                        fprintf(stderr, "deltafin: setup: %s\n",
+                                rc < 0 ? err.msg : "a shard's SHA-256 did not match twice: nothing was installed");
+                        return 1;
+                    }
+                    if (rc == 1) {
+                        for (int k = 0; k < f->n_chunks; k++) S->done[f->first_chunk + k] = 0;
+                        atomic_store(&S->left[i], f->n_chunks);
+                        atomic_fetch_sub(&S->have, f->size);
+                        bad = 1;
+                    }
+                }
+                continue;
+            }
             char p[4400], got[80];
             snprintf(p, sizeof p, "%s/%s", S->staging, f->path);
-            if (fsync(S->fds[i]) || hash_file(p, f, got, sizeof got, &err)) {
+            if (fsync(S->fds[i]) || setup_hash_file(p, f, got, sizeof got, &err)) {
                 fprintf(stderr, "deltafin: setup: %s\n", err.msg[0] ? err.msg : strerror(errno));
                 return 1;
             }
@@ -682,6 +745,10 @@ static int install_full(setup *S, int dry_run)
     }
     progress_line(S, t0, tty, 1);
     for (int i = 0; i < S->n_files; i++) close(S->fds[i]);
+    if (S->stream && stream_finish(S, &err)) {
+        fprintf(stderr, "deltafin: setup: %s\n", err.msg);
+        return 1;
+    }
     if (write_install(S, &err)) {
         fprintf(stderr, "deltafin: setup: %s\n", err.msg);
         return 1;
@@ -691,8 +758,18 @@ static int install_full(setup *S, int dry_run)
         fprintf(stderr, "deltafin: setup: cannot rename %s to %s: %s\n", S->staging, S->out, strerror(errno));
         return 1;
     }
-    fprintf(stderr, "deltafin: setup: installed %s (%d files, %.3f GB, every file verified; %.3f GB fetched this run)\n",
-            S->out, S->n_files, gb(S->total), gb(atomic_load(&S->fetched)));
+    if (S->stream) {
+        size_t listed = 0, hashed = expert_manifest_hashed(&S->man, &listed);
+        fprintf(stderr,
+                "deltafin: setup: installed %s, streamed (%.3f GB fetched this run); %zu routed experts fetched on "
+                "first use, %s\n",
+                S->out, gb(atomic_load(&S->fetched)), listed,
+                hashed == listed ? "each checked against its SHA-256 before use"
+                                 : "UNVERIFIED: no per-expert SHA-256 (use --verify, or publish experts.manifest "
+                                   "beside the model); fetched experts are checked for size and bounds only");
+    } else
+        fprintf(stderr, "deltafin: setup: installed %s (%d files, %.3f GB, every file verified; %.3f GB fetched this run)\n",
+                S->out, S->n_files, gb(S->total), gb(atomic_load(&S->fetched)));
     return 0;
 }
 
@@ -716,7 +793,7 @@ static int check_install(const char *dir)
         json_free(d);
         return 1;
     }
-    int bad = 0;
+    int bad = 0, n_trunk = 0;
     for (size_t i = 0; i < files->len; i++) {
         const json_value *e = json_at(files, i);
         const char *p = json_get_str(e, "path"), *h256 = json_get_str(e, "sha256"), *oid = json_get_str(e, "git_oid");
@@ -727,17 +804,35 @@ static int check_install(const char *dir)
             bad = 1;
             continue;
         }
+        const char *part = json_get_str(e, "part");
+        if (part && !strcmp(part, "trunk")) {
+            bad |= stream_check(dir, p, (uint64_t)size, &n_trunk);
+            continue;
+        }
         setup_file f = {.size = (uint64_t)size, .lfs = h256 != NULL};
         snprintf(f.hash, sizeof f.hash, "%s", h256 ? h256 : oid);
         char fp[4400], got[80];
         snprintf(fp, sizeof fp, "%s/%s", dir, p);
         err = (df_error){0};
-        if (hash_file(fp, &f, got, sizeof got, &err)) {
+        if (setup_hash_file(fp, &f, got, sizeof got, &err)) {
             fprintf(stderr, "deltafin: setup --check: %s\n", err.msg);
             bad = 1;
         } else if (strcmp(got, f.hash)) {
             fprintf(stderr, "deltafin: setup --check: %s: %s, expected %s\n", p, got, f.hash);
             bad = 1;
+        }
+    }
+    const char *mode = json_get_str(json_root(d), "mode");
+    if (mode && !strcmp(mode, "stream")) {
+        /* the experts fetched so far, against the manifest */
+        int checked = 0, wrong = 0, unhashed = 0;
+        if (expert_cache_verify(dir, &checked, &wrong, &unhashed, &err)) {
+            fprintf(stderr, "deltafin: setup --check: %s\n", err.msg);
+            bad = 1;
+        } else {
+            fprintf(stderr, "deltafin: setup --check: %s: disk cache: %d experts checked, %d wrong, %d without a SHA-256\n",
+                    dir, checked, wrong, unhashed);
+            bad |= wrong > 0;
         }
     }
     if (!bad) fprintf(stderr, "deltafin: setup --check: %s: %zu files verified\n", dir, files->len);
@@ -758,7 +853,9 @@ int cmd_setup(int argc, char **argv)
         int has = i + 1 < argc;
 #define V() (has ? argv[++i] : (die("%s needs a value", f), ""))
         if (!strcmp(f, "--full")) full = 1;
-        else if (!strcmp(f, "--stream")) die("setup --stream is not built yet: use --full");
+        else if (!strcmp(f, "--stream")) S->stream = 1;
+        else if (!strcmp(f, "--verify")) S->verify = 1;
+        else if (!strcmp(f, "--disk-cache-max")) S->cache_max = parse_size(V(), f);
         else if (!strcmp(f, "--dry-run")) dry = 1;
         else if (!strcmp(f, "--repo")) repo = V();
         else if (!strcmp(f, "--revision")) rev = V();
@@ -775,7 +872,8 @@ int cmd_setup(int argc, char **argv)
 #undef V
     }
     if (check) return check_install(check);
-    if (!full) die("setup needs --full (or --check DIR)");
+    if (full + S->stream != 1) die("setup needs one of --full and --stream (or --check DIR)");
+    if (S->verify && !S->stream) die("--verify is for --stream (a --full install verifies every file anyway)");
     if (!repo || !strchr(repo, '/') || !setup_safe_path(repo)) die("setup needs --repo ORG/NAME");
     if (!S->out || !*S->out) die("setup needs --out DIR");
     if (S->chunk_size < 4096) die("--chunk must be at least 4K");
@@ -788,7 +886,7 @@ int cmd_setup(int argc, char **argv)
     if (tok && *tok) snprintf(S->auth, sizeof S->auth, "Authorization: Bearer %s", tok);
     pthread_mutex_init(&S->mu, NULL);
     if (curl_global_init(CURL_GLOBAL_DEFAULT)) die("cannot initialise libcurl");
-    int rc = install_full(S, dry);
+    int rc = install(S, dry);
     curl_global_cleanup();
     return rc;
 }

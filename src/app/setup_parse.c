@@ -7,38 +7,6 @@
 #include <string.h>
 #include <strings.h>
 
-void setup_header_line(setup_hdrs *h, const char *d, size_t n)
-{
-    char line[2304];
-    size_t k = n < sizeof line - 1 ? n : sizeof line - 1;
-    memcpy(line, d, k);
-    line[k] = 0;
-    k = strlen(line); /* an embedded NUL ends the line */
-    while (k && (line[k - 1] == '\r' || line[k - 1] == '\n')) line[--k] = 0;
-    if (!strncasecmp(line, "HTTP/", 5)) { /* a new response (a redirect): forget the last one's headers */
-        h->range[0] = 0;
-        h->next[0] = 0;
-        h->retry_after = -1;
-    } else if (!strncasecmp(line, "content-range:", 14)) {
-        snprintf(h->range, sizeof h->range, "%s", line + 14 + strspn(line + 14, " "));
-    } else if (!strncasecmp(line, "retry-after:", 12)) {
-        char *end;
-        long v = strtol(line + 12, &end, 10);
-        h->retry_after = end != line + 12 && v >= 0 && v < 86400 ? v : -1;
-    } else if (!strncasecmp(line, "link:", 5)) {
-        /* <url>; rel="next", possibly among several comma-separated links */
-        for (char *p = strchr(line, '<'); p; p = strchr(p + 1, '<')) {
-            char *e = strchr(p, '>');
-            if (!e) break;
-            char *comma = strchr(e, ','), *rel = strstr(e, "rel=\"next\"");
-            if (rel && (!comma || rel < comma)) {
-                snprintf(h->next, sizeof h->next, "%.*s", (int)(e - p - 1), p + 1);
-                break;
-            }
-        }
-    }
-}
-
 int setup_safe_path(const char *p)
 {
     size_t n = strlen(p);

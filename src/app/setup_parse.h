@@ -1,7 +1,7 @@
 /* setup_parse.h - the parsers of `deltafin setup` (L5), apart from any
- * network so that a fuzz target drives them (fuzz/fuzz_setup.c): HTTP
- * response header lines (Content-Range, Retry-After, Link rel="next") and
- * the Hugging Face tree listing's entries, with the path safety rule.
+ * network so that a fuzz target drives them (fuzz/fuzz_setup.c): the
+ * Hugging Face tree listing's entries, with the path safety rule (the
+ * HTTP header lines are base/http.c's).
  */
 #ifndef DF_SETUP_PARSE_H
 #define DF_SETUP_PARSE_H
@@ -10,6 +10,7 @@
 #include <stdint.h>
 #include "df_error.h"
 #include "json.h"
+#include "http.h"
 
 typedef struct setup_file {
     char *path;
@@ -19,17 +20,6 @@ typedef struct setup_file {
     int verified;
     int first_chunk, n_chunks;
 } setup_file;
-
-/* What setup reads from a response's headers (a redirect's are forgotten
- * at the next status line). */
-typedef struct setup_hdrs {
-    char next[2048];          /* Link rel="next" */
-    char range[128];          /* Content-Range */
-    long retry_after;         /* seconds, -1 none */
-} setup_hdrs;
-
-/* One header line as libcurl hands it (CRLF included, not NUL-terminated). */
-void setup_header_line(setup_hdrs *h, const char *line, size_t n);
 
 /* A relative path to a file that stays inside the install (no ".." or "."
  * component, no "//", no leading or trailing "/", at most 1000 bytes). */

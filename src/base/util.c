@@ -71,6 +71,13 @@ void alloc_guard_leave(void)
 }
 void alloc_guard_join_thread(void) { guard_joined = 1; }
 void alloc_guard_exempt_thread(void) { guard_exempt = 1; }
+int alloc_guard_exempt_begin(void)
+{
+    int was = guard_exempt;
+    guard_exempt = 1;
+    return was;
+}
+void alloc_guard_exempt_end(int was) { guard_exempt = was; }
 
 /* Runs inside the allocator: no stdio (it may allocate), no CHECK. */
 static void guard_check(const char *what, size_t n)

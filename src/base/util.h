@@ -49,6 +49,11 @@ void alloc_guard_join_thread(void);
 /* The calling thread never runs the token loop: its allocations are never
  * checked, even if it joined. */
 void alloc_guard_exempt_thread(void);
+/* Network code inside the token loop (a streamed install's expert fetches:
+ * libcurl allocates per transfer) runs between these two: the calling
+ * thread is not checked meanwhile.  begin returns what end restores. */
+int alloc_guard_exempt_begin(void);
+void alloc_guard_exempt_end(int was);
 
 /* Fill err if it holds no error yet (the first error wins). Returns -1. */
 int df_err_set(df_error *err, int code, int64_t pos, const char *fmt, ...)

@@ -13,6 +13,7 @@
 #include "plan.h"
 #include "prefetch.h"
 #include "engine_impl.h"
+#include "expert_remote.h"
 #include "mathfn.h"
 #include "quant.h"
 #include "util.h"
@@ -51,6 +52,7 @@ static int io_options(df_engine *eng, const df_engine_opts *o, df_error *err)
     else if (!strcmp(b, "threads")) eng->m.io_backend = IO_BACKEND_THREADS;
     else return df_err_set(err, DF_ERR_ARG, -1, "unknown I/O backend \"%s\" (expected auto, uring or threads)", b);
     eng->m.io_depth = o->io_depth > 0 ? o->io_depth : 32;
+    eng->m.disk_cache_max = o->disk_cache_max;
     return 0;
 }
 
@@ -344,7 +346,7 @@ int df_engine_open(const char *model_dir, const df_engine_opts *opts, df_engine 
             return -1;
         }
     }
-    if (opts->preload > 0 || (opts->preload == 0 && !eng->ts.on &&
+    if (opts->preload > 0 || (opts->preload == 0 && !eng->ts.on && !eng->m.store.remote &&
                               (uint64_t)eng->cache.n_slots >= eng->plan.n_experts)) {
         if (preload_all(eng, !opts->quiet, err)) {
             df_engine_close(eng);
@@ -382,6 +384,16 @@ int df_engine_open(const char *model_dir, const df_engine_opts *opts, df_engine 
                model_dir, eng->m.cfg.NL, eng->m.n_kda, eng->m.n_mla, eng->m.cfg.h, eng->m.cfg.E, eng->m.cfg.k, eng->kt->name,
                eng->n_threads, eng->m.store.n_files && eng->m.store.files[0].direct ? "O_DIRECT" : "buffered",
                io_queue_backend(eng->m.store.q), eng->m.io_depth);
+    if (!opts->quiet && eng->m.store.remote) {
+        expert_remote_info ri;
+        expert_remote_get_info(eng->m.store.remote, &ri);
+        df_log("experts streamed from %s/%s at %.12s into a disk cache of %.2f GiB (%d of %d slots filled); %s",
+               ri.base, ri.repo, ri.commit, gib(ri.cache_max), ri.cache_filled, ri.cache_slots,
+               ri.hashed == ri.listed ? "every expert is checked against its SHA-256 before use"
+               : ri.hashed ? "some experts have no SHA-256 in the manifest: those are checked for size and bounds only"
+                           : "UNVERIFIED: the manifest has no SHA-256 per expert (set up with --verify), fetched experts "
+                             "are checked for size and bounds only");
+    }
     if (!opts->quiet && eng->m.store.probe_direct_bps > 0)
         df_log("expert read probe: O_DIRECT %.2f GB/s, buffered %.2f GB/s", eng->m.store.probe_direct_bps / 1e9,
                eng->m.store.probe_buffered_bps / 1e9);
@@ -440,6 +452,24 @@ void df_engine_info(const df_engine *eng, df_model_info *info)
     info->n_cache_slots = eng->cache.n_slots;
 }
 
+int df_install_describe(const char *dir, df_install_info *out, df_error *err)
+{
+    expert_remote_info ri;
+    memset(out, 0, sizeof *out);
+    int rc = expert_remote_describe(dir, &ri, err);
+    if (rc <= 0) return rc;
+    memcpy(out->base, ri.base, sizeof out->base);
+    memcpy(out->repo, ri.repo, sizeof out->repo);
+    memcpy(out->commit, ri.commit, sizeof out->commit);
+    out->cache_max = ri.cache_max;
+    out->cache_used = ri.cache_used;
+    out->cache_filled = ri.cache_filled;
+    out->cache_slots = ri.cache_slots;
+    out->experts = ri.listed;
+    out->experts_hashed = ri.hashed;
+    return 1;
+}
+
 void df_engine_stats(const df_engine *eng, df_stats *st)
 {
     memset(st, 0, sizeof *st);
@@ -450,6 +480,17 @@ void df_engine_stats(const df_engine *eng, df_stats *st)
     st->expert_bytes_io = eng->m.store.st.bytes_io;
     st->expert_reads = eng->m.store.st.n_reads;
     st->io_wait_sec = eng->m.store.st.wait_sec;
+    if (eng->m.store.remote) {
+        const expert_remote_stats *rs = expert_remote_get_stats(eng->m.store.remote);
+        st->streamed = 1;
+        st->remote_fetches = rs->fetches;
+        st->remote_bytes = rs->bytes;
+        st->remote_retries = rs->retries;
+        st->disk_cache_hits = rs->disk_hits;
+        st->disk_cache_evictions = rs->evictions;
+        st->remote_sec = rs->fetch_sec;
+        st->io_wait_sec += rs->fetch_sec;
+    }
     for (int i = 0; i < eng->m.store.n_src && i < 8; i++) st->source_reads[i] = eng->m.store.src[i].reads;
     st->prefetch_issued = eng->pf.issued;
     st->prompt_positions = eng->prompt.positions;

@@ -36,6 +36,7 @@ typedef struct df_engine_opts {
     const char *io_mode;        /* expert reads: "auto" (O_DIRECT where possible), "direct", "buffered" */
     const char *io_backend;     /* "auto" (io_uring where possible), "uring", "threads" */
     int io_depth;               /* expert reads in flight (0 = 32) */
+    uint64_t disk_cache_max;    /* a streamed install's disk cache cap (0: what setup recorded) */
     const char *cache_policy;   /* "lfu" (default), "tlfu" or "lru" */
     const char *trace_path;     /* write the route trace (JSON lines) here, or NULL */
     const char *events_path;    /* JSON line per forward call: hits, bytes, I/O wait, per-layer ms */
@@ -100,6 +101,12 @@ typedef struct df_stats {
     uint64_t prompt_positions, prompt_unique_experts, prompt_expert_reads, prompt_expert_bytes;
     int prompt_chunk;
     double prompt_sec;
+    /* a streamed install (setup --stream): experts fetched over the network
+     * (their time is inside io_wait_sec), reads its disk cache served,
+     * transfers retried, disk cache slots reused */
+    int streamed;
+    uint64_t remote_fetches, remote_bytes, remote_retries, disk_cache_hits, disk_cache_evictions;
+    double remote_sec;
 } df_stats;
 
 typedef struct df_plan_opts {
@@ -200,6 +207,19 @@ typedef struct df_cachesim_row {
                                      ranks experts by frequency alone */
 } df_cachesim_row;
 int df_cachesim(const char *trace_path, const int *slots, int n, df_cachesim_row *rows, df_error *err);
+
+/* A model directory installed by `setup --stream`: where its experts come
+ * from and what its disk cache holds (read from its install.json,
+ * experts.manifest and disk cache index; the model is not opened).
+ * Returns 1 for a streamed install, 0 for anything else, -1 on a damaged
+ * install.json or manifest. */
+typedef struct df_install_info {
+    char base[1024], repo[512], commit[128];
+    uint64_t cache_max, cache_used;   /* the disk cache's cap and the bytes of experts in it */
+    int cache_filled, cache_slots;
+    size_t experts, experts_hashed;   /* routed experts, and those with a SHA-256 in the manifest */
+} df_install_info;
+int df_install_describe(const char *dir, df_install_info *out, df_error *err);
 
 /* Device read bandwidth with the engine's read size and queue depth. */
 typedef struct df_iobench_opts {

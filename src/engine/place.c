@@ -137,6 +137,13 @@ int df_place(const char *model_dir, const char *const *dirs, int n, int stripe, 
     o.no_prefetch = 1;
     df_engine *eng;
     if (df_engine_open(model_dir, &o, &eng, err)) return -1;
+    if (eng->m.store.stream) {
+        df_engine_close(eng);
+        return df_err_set(err, DF_ERR_UNSUPPORTED, -1,
+                          "%s is a streamed install: its shards hold no experts to place (install the model with "
+                          "setup --full)",
+                          model_dir);
+    }
     const expert_store *st = &eng->m.store;
     const k3_config *c = &eng->m.cfg;
     int rc = -1;

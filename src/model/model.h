@@ -127,6 +127,7 @@ typedef struct k3_model {
     expert_store store;
     enum io_mode io_mode;     /* expert reads: O_DIRECT / buffered / auto */
     int io_depth;             /* reads in flight */
+    uint64_t disk_cache_max;  /* a streamed install's disk cache cap (0: the install's) */
     enum io_backend io_backend;
     uint64_t owned_bytes;     /* owned f32 vectors */
     int headers_only;         /* df_plan_model: sizes from headers, no weight read or mapped */

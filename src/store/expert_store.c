@@ -8,6 +8,7 @@
  */
 #define _GNU_SOURCE
 #include "expert_store.h"
+#include "expert_remote.h"
 #include "util.h"
 
 #include <errno.h>
@@ -261,7 +262,7 @@ int expert_store_finish(expert_store *s, const uint8_t *moe_layer, enum io_mode 
     s->n_src = 1;
     s->q = io_queue_new(depth, backend, err);
     if (!s->q) return -1;
-    if (mode == IO_AUTO) choose_mode(s, moe_layer);
+    if (mode == IO_AUTO && !s->stream) choose_mode(s, moe_layer); /* a stream's shards have no experts to time */
     return 0;
 }
 
@@ -278,7 +279,9 @@ static int pread_plain(int fd, uint8_t *dst, uint64_t n, uint64_t off)
     return 0;
 }
 
-/* tag layout: caller tag (32 bits) | source (4) | layer (12) | expert (16) */
+/* tag layout: caller tag (32 bits) | source (4) | layer (12) | expert (16);
+ * source REMOTE_SRC = a streamed install's disk cache or network */
+#define REMOTE_SRC 15
 static int64_t pack_tag(int64_t tag, int src, int il, int e)
 {
     return (int64_t)(((uint64_t)(uint32_t)tag << 32) | ((uint64_t)src << 28) | ((uint64_t)(il & 0xFFF) << 16) |
@@ -294,6 +297,10 @@ int expert_store_set_sources(expert_store *s, const char *const *dirs, int n, co
         return df_err_set(err, DF_ERR_UNSUPPORTED, -1,
                           "--expert-path works with safetensors models; a GGUF model reads its experts from the "
                           "GGUF file");
+    if (s->stream)
+        return df_err_set(err, DF_ERR_UNSUPPORTED, -1,
+                          "--expert-path needs every expert on disk: a streamed install fetches them into its disk "
+                          "cache instead (install it with setup --full)");
     size_t nk = (size_t)s->n_layers * (size_t)s->n_experts;
     s->holders = xcalloc(nk, 1);
     for (int d = 0; d < n; d++) {
@@ -382,6 +389,25 @@ int expert_store_queue(expert_store *s, int il, int e, uint8_t *slot, int64_t ta
         queue_ggml(s, il, e, slot, tag);
         return 0;
     }
+    if (s->remote) {
+        int fd, direct;
+        uint64_t off;
+        int64_t t = pack_tag(tag, REMOTE_SRC, il, e);
+        if (!expert_remote_lookup(s->remote, il, e, &fd, &off, &direct)) {
+            expert_remote_queue_fetch(s->remote, il, e, slot, t);
+            return 0;
+        }
+        io_req r = {.fd = fd, .off = off, .len = (size_t)align_up(l->lead + s->expert_bytes, DF_DIRECT_ALIGN),
+                    .buf = slot, .tag = t};
+        if (!direct) {
+            r.off = off + l->lead;
+            r.len = (size_t)s->expert_bytes;
+            r.buf = slot + l->lead;
+        }
+        CHECK(s->n_batch < EXPERT_BATCH_MAX);
+        s->batch[s->n_batch++] = r;
+        return 0;
+    }
     if (!l->contiguous) {
         for (int k = 0; k < EX_N; k++) {
             int rc = pread_plain(s->plain_fds[l->file], slot + l->rel[k], s->sizes[k], l->src[k]);
@@ -433,12 +459,37 @@ static void sort_reqs(io_req *r, int n)
     }
 }
 
+static void fetched(void *ud, int64_t tag, int il, int e, int ok)
+{
+    (void)il, (void)e;
+    expert_store *s = ud;
+    CHECK(s->n_sync_done < EXPERT_BATCH_MAX);
+    s->sync_ok[s->n_sync_done] = (uint8_t)ok;
+    s->sync_done[s->n_sync_done++] = tag;
+    if (ok) {
+        s->st.n_reads++;
+        s->st.bytes_read += s->expert_bytes;
+        s->st.bytes_io += s->expert_bytes;
+    }
+}
+
 void expert_store_flush(expert_store *s)
 {
     int n = 0;
     for (int i = 0; i < s->n_batch; i++) {
-        if (s->batch[i].fd < 0) s->sync_done[s->n_sync_done++] = s->batch[i].tag;
-        else s->batch[n++] = s->batch[i];
+        if (s->batch[i].fd < 0) {
+            CHECK(s->n_sync_done < EXPERT_BATCH_MAX);
+            s->sync_ok[s->n_sync_done] = 1;
+            s->sync_done[s->n_sync_done++] = s->batch[i].tag;
+        } else s->batch[n++] = s->batch[i];
+    }
+    /* a streamed install's misses: fetched now, while the cached ones read */
+    if (s->remote) {
+        sort_reqs(s->batch, n);
+        io_queue_submit(s->q, s->batch, n);
+        s->n_batch = 0;
+        expert_remote_flush(s->remote, fetched, s);
+        return;
     }
     sort_reqs(s->batch, n);
     io_queue_submit(s->q, s->batch, n);
@@ -451,8 +502,11 @@ int expert_store_wait(expert_store *s, int64_t *tags, int *ok, int max, df_error
 {
     int n = 0;
     while (s->n_sync_done && n < max) {
-        tags[n] = (int64_t)((uint64_t)s->sync_done[--s->n_sync_done] >> 32);
-        ok[n++] = 1;
+        --s->n_sync_done;
+        tags[n] = (int64_t)((uint64_t)s->sync_done[s->n_sync_done] >> 32);
+        ok[n] = s->sync_ok[s->n_sync_done];
+        if (!ok[n]) df_err_set(err, DF_ERR_IO, -1, "%s", s->remote ? expert_remote_error(s->remote) : "read failed");
+        n++;
     }
     if (n || !io_queue_in_flight(s->q)) return n;
     io_done done[64];
@@ -492,8 +546,14 @@ again:;
         int src = (int)((done[i].tag >> 28) & 0xF);
         int il = (int)((done[i].tag >> 16) & 0xFFF), e = (int)(done[i].tag & 0xFFFF);
         const expert_loc *l = &s->loc[(size_t)il * (size_t)s->n_experts + (size_t)e];
-        const df_file *f = src_file(s, src, l->file);
-        s->src[src].in_flight--;
+        const df_file *f;
+        if (src == REMOTE_SRC) {
+            f = expert_remote_file(s->remote);
+            expert_remote_read_done(s->remote, il, e);
+        } else {
+            f = src_file(s, src, l->file);
+            s->src[src].in_flight--;
+        }
         uint64_t need = f->direct ? (uint64_t)l->lead + s->expert_bytes : s->expert_bytes;
         tags[n] = (int64_t)((uint64_t)done[i].tag >> 32);
         if (done[i].result < 0 || (uint64_t)done[i].result < need) {
@@ -505,9 +565,11 @@ again:;
         s->st.n_reads++;
         s->st.bytes_read += s->expert_bytes;
         s->st.bytes_io += (uint64_t)done[i].result;
-        s->src[src].reads++;
-        s->src[src].bytes += (uint64_t)done[i].result;
-        if (!f->direct) df_file_dontneed(f, l->offset, s->expert_bytes);
+        if (src != REMOTE_SRC) {
+            s->src[src].reads++;
+            s->src[src].bytes += (uint64_t)done[i].result;
+            if (!f->direct) df_file_dontneed(f, l->offset, s->expert_bytes);
+        }
         ok[n++] = 1;
     }
     if (!n && io_queue_in_flight(s->q)) goto again; /* only pieces landed */
@@ -517,6 +579,8 @@ again:;
 void expert_store_deinit(expert_store *s)
 {
     if (!s) return;
+    expert_remote_close(s->remote);
+    s->remote = NULL;
     io_queue_free(s->q);
     for (int i = 0; s->files && i < s->n_files; i++) {
         df_file_close(&s->files[i]);

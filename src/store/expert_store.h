@@ -85,8 +85,14 @@ typedef struct expert_store {
     io_queue *q;
     io_req batch[EXPERT_BATCH_MAX];
     int n_batch;
-    int64_t sync_done[EXPERT_BATCH_MAX];   /* tags of reads finished inside queue */
+    int64_t sync_done[EXPERT_BATCH_MAX];   /* tags of reads finished inside queue or flush */
+    uint8_t sync_ok[EXPERT_BATCH_MAX];
     int n_sync_done;
+    /* a streamed install (expert_remote.h): experts come from its disk
+     * cache or the network, never from the shards (their expert ranges
+     * are holes); stream is set before expert_store_finish */
+    int stream;
+    struct expert_remote *remote;
     expert_store_stats st;
     double probe_direct_bps, probe_buffered_bps;   /* IO_AUTO's startup measurement */
     int probe_warm;             /* experts of the buffered probe found in the page cache before it

@@ -148,5 +148,121 @@ else bad "disk plan: $(cat "$T/log7")"; fi
     && ok "--dry-run lists the files and writes nothing" || bad "--dry-run: $(cat "$T/log8")"
 "$BIN" setup --full --base-url "http://127.0.0.1:$PN" --repo org/missing --out "$T/inst8" 2>"$T/log9" || true
 grep -q "HTTP 404" "$T/log9" && ok "an unknown repository is a clear error" || bad "unknown repo: $(cat "$T/log9")"
+
+# ---- setup --stream: trunk only, experts fetched on first use into a bounded, verified disk cache
+logits() { # logits DIR OUT [run options...]: ids and logits of a short generation
+    local d=$1 o=$2; shift 2
+    "$BIN" run --model "$d" --prompt-ids 5,6,7,8,9,10,11,12 --max-new 6 --dump-logits "$o" --stats "$@" 2>"$o.log" >/dev/null
+}
+reqs() { curl -s "http://127.0.0.1:$1/__stats" | sed -n 's/.*"file_requests":\([0-9]*\).*/\1/p'; }
+repoint() { sed -i "s|\"base_url\":\"[^\"]*\"|\"base_url\":\"http://127.0.0.1:$2\"|" "$1/install.json"; }
+logits "$T/src" "$T/ref.bin" || bad "reference run failed: $(tail -3 "$T/ref.bin.log")"
+SRCB=$(du -sb --apparent-size "$T/src" | cut -f1)
+# 7. a streamed install through faults
+P=$(proxy FAULTS=2:drop,4:503,6:short,8:429)
+if "$BIN" setup --stream --base-url "http://127.0.0.1:$P" --repo org/model --out "$T/st" --workers 4 --chunk 64K \
+       --disk-cache-max 300K 2>"$T/log10"; then ok "stream install through faults"; else bad "stream install: $(tail -3 "$T/log10")"; fi
+grep -q '"mode":"stream"' "$T/st/install.json" && grep -q "UNVERIFIED" "$T/log10" && ok "install.json says stream; setup says the experts are unverified" \
+    || bad "stream install.json / unverified notice: $(tail -2 "$T/log10")"
+USED=$(du -sk "$T/st" | cut -f1); FULL=$(du -sk "$T/src" | cut -f1)
+EXPK=$(awk '$1 == "expert" {s += $6} END {print int(s / 1024)}' "$T/st/experts.manifest")
+echo "# streamed install: ${USED} KiB on disk, the full model ${FULL} KiB, its routed experts ${EXPK} KiB"
+[ "$EXPK" -gt 0 ] && [ "$USED" -le $((FULL - EXPK + 256)) ] && ok "the streamed install keeps the trunk only" || bad "streamed install holds ${USED} of ${FULL} KiB"
+for f in $(cd "$T/src" && ls *.safetensors); do
+    cmp -s <(head -c 4096 "$T/src/$f") <(head -c 4096 "$T/st/$f") || bad "$f header differs"
+done
+# 8. logits equal the source's, through a disk cache smaller than the experts (evictions)
+P=$(proxy FAULTS=3:drop,7:503,9:short)
+repoint "$T/st" "$P"
+if logits "$T/st" "$T/st1.bin" && cmp -s "$T/ref.bin" "$T/st1.bin"; then ok "streamed logits equal the full model's (faults at run time retried)"
+else bad "streamed logits: $(tail -3 "$T/st1.bin.log")"; fi
+grep -q "experts streamed from" "$T/st1.bin.log" && grep -q "UNVERIFIED" "$T/st1.bin.log" && ok "the startup line names the remote and says unverified" \
+    || bad "startup line: $(grep -m2 deltafin "$T/st1.bin.log")"
+CAP=$((300 * 1024)); DATA=$(stat -c %s "$T/st/expert-cache/data" 2>/dev/null || echo 0)
+echo "# disk cache data file: $DATA bytes for a cap of $CAP"
+[ "$DATA" -gt 0 ] && [ "$DATA" -le "$CAP" ] && ok "the disk cache stays within --disk-cache-max" || bad "disk cache holds $DATA bytes, cap $CAP"
+grep -q "disk cache: [0-9]* reads served, [1-9][0-9]* evicted" "$T/st1.bin.log" && grep -q "[1-9][0-9]* retries" "$T/st1.bin.log" \
+    && ok "experts were evicted from the disk cache; the faults were retried" || bad "no eviction or retry: $(grep -i stream "$T/st1.bin.log")"
+# 9. a cap that holds every expert: the second run fetches nothing
+P=$(proxy)
+repoint "$T/st" "$P"
+logits "$T/st" "$T/st2.bin" --disk-cache-max 64M >/dev/null || true
+R1=$(reqs "$P")
+logits "$T/st" "$T/st3.bin" --disk-cache-max 64M >/dev/null || true
+R2=$(reqs "$P")
+echo "# with a cache for every expert: first run $R1 requests, second run $((R2 - R1))"
+cmp -s "$T/ref.bin" "$T/st2.bin" && cmp -s "$T/ref.bin" "$T/st3.bin" && [ "$R1" -gt 0 ] && [ "$R2" = "$R1" ] \
+    && ok "a warm disk cache serves every expert (no request), logits equal" || bad "warm disk cache: $R1 then $R2 requests"
+# a damaged disk cache index: an empty cache, the same logits
+printf 'garbage' | dd of="$T/st/expert-cache/index" bs=1 seek=10 conv=notrunc 2>/dev/null
+logits "$T/st" "$T/st5.bin" --disk-cache-max 64M && cmp -s "$T/ref.bin" "$T/st5.bin" && grep -q "damaged: starting an empty cache" "$T/st5.bin.log" \
+    && ok "a damaged disk cache index starts an empty cache, logits equal" || bad "damaged index: $(tail -3 "$T/st5.bin.log")"
+# 10. the network gone mid-run: a clear error, never output
+repoint "$T/st" "$(free_port)"
+rm -rf "$T/st/expert-cache"
+if ! logits "$T/st" "$T/st4.bin" && grep -q "layer .* expert .* failed 6 times" "$T/st4.bin.log"; then
+    ok "an unreachable mirror is a clear error naming the expert"
+else bad "unreachable mirror: $(tail -3 "$T/st4.bin.log")"; fi
+# 11. --verify: every shard streamed once and hashed; per-expert SHA-256 in the manifest
+P=$(proxy)
+if "$BIN" setup --stream --verify --base-url "http://127.0.0.1:$P" --repo org/model --out "$T/sv" --workers 3 --chunk 64K \
+       --disk-cache-max 1M 2>"$T/log11" && ! grep -q UNVERIFIED "$T/log11" && ! grep -q ' -$' "$T/sv/experts.manifest"; then
+    ok "--verify hashes every shard and expert"
+else bad "--verify: $(tail -3 "$T/log11")"; fi
+USED=$(du -sk "$T/sv" | cut -f1)
+[ "$USED" -le $((FULL - EXPK + 256)) ] && ok "--verify keeps the trunk only" || bad "--verify install holds ${USED} KiB"
+P=$(proxy FAULTS=2:flip,5:flip)
+repoint "$T/sv" "$P"
+logits "$T/sv" "$T/sv1.bin" && cmp -s "$T/ref.bin" "$T/sv1.bin" && grep -q "checked against its SHA-256" "$T/sv1.bin.log" \
+    && grep -q "[1-9][0-9]* retries" "$T/sv1.bin.log" && ok "verified streamed logits equal the full model's (flipped bytes fetched again)" \
+    || bad "verified stream run: $(tail -3 "$T/sv1.bin.log")"
+"$BIN" setup --check "$T/sv" 2>"$T/log12" && grep -q "experts checked, 0 wrong" "$T/log12" && ok "--check verifies the trunk and the cached experts" \
+    || bad "--check of a stream install: $(cat "$T/log12")"
+printf '\x42\x42\x42\x42' | dd of="$T/sv/expert-cache/data" bs=1 seek=6000 conv=notrunc 2>/dev/null
+! "$BIN" setup --check "$T/sv" 2>"$T/log13" && grep -q "does not match" "$T/log13" && ok "--check catches a changed cached expert" \
+    || bad "--check missed a changed cached expert: $(cat "$T/log13")"
+# 12. a mirror serving other expert bytes: refused before use, never output
+rm -rf "$T/sv/expert-cache"
+P=$(proxy FLIP_FILE="$SHARD")
+repoint "$T/sv" "$P"
+if ! logits "$T/sv" "$T/sv2.bin" && grep -q "SHA-256 mismatch twice" "$T/sv2.bin.log"; then ok "an expert with other bytes is refused by its SHA-256"
+else bad "flipped expert: $(tail -3 "$T/sv2.bin.log")"; fi
+# 13. a manifest published beside the model gives an unverified setup its hashes
+mk_mirror org/withman
+cp "$T/sv/experts.manifest" "$T/src/experts.manifest"
+mk_mirror org/withman
+rm "$T/src/experts.manifest"
+if "$BIN" setup --stream --base-url "http://127.0.0.1:$PN" --repo org/withman --out "$T/sm" --workers 2 --chunk 64K \
+       --disk-cache-max 1M 2>"$T/log14" && ! grep -q UNVERIFIED "$T/log14"; then ok "a published manifest's hashes are used"
+else bad "published manifest: $(tail -3 "$T/log14")"; fi
+logits "$T/sm" "$T/sm1.bin" && cmp -s "$T/ref.bin" "$T/sm1.bin" && ok "logits with the published manifest equal" || bad "published-manifest run: $(tail -3 "$T/sm1.bin.log")"
+# 14. doctor describes a streamed install; place and --expert-path refuse one
+"$BIN" doctor --model "$T/st" --seconds 1 >"$T/doc1" 2>&1 || true
+grep -q "streamed from http://127.0.0.1:.*/org/model" "$T/doc1" && grep -q "UNVERIFIED" "$T/doc1" && grep -q -- "--verify" "$T/doc1" \
+    && ok "doctor says a streamed install is unverified and how to fix it" || bad "doctor (unverified): $(cat "$T/doc1")"
+"$BIN" doctor --model "$T/sm" --seconds 1 >"$T/doc2" 2>&1 || true
+grep -q "every fetched expert is checked against its SHA-256" "$T/doc2" && grep -q "expert-cache" "$T/doc2" \
+    && ok "doctor says a verified streamed install's experts are checked, and measures its disk cache" || bad "doctor (verified): $(cat "$T/doc2")"
+mkdir -p "$T/xa" "$T/xb"
+"$BIN" doctor --model "$T/src" --seconds 1 --expert-path "$T/xa" --expert-path "$T/xb" >"$T/doc3" 2>&1 || true
+[ "$(grep -c '^disk ' "$T/doc3")" = 2 ] && ok "doctor measures each --expert-path drive" || bad "doctor --expert-path: $(cat "$T/doc3")"
+! "$BIN" place --model "$T/sm" --to "$T/xa" 2>"$T/log15" && grep -q "streamed install" "$T/log15" && ok "place refuses a streamed install" \
+    || bad "place on a stream install: $(cat "$T/log15")"
+# 15. kill -9 in the middle of a --verify setup, then resume: the same install
+P=$(proxy THROTTLE_MS=100)
+"$BIN" setup --stream --verify --base-url "http://127.0.0.1:$P" --repo org/model --out "$T/sk" --workers 2 --chunk 64K \
+    --disk-cache-max 1M 2>/dev/null &
+SP=$!
+for _ in $(seq 1 150); do
+    n=$(tail -c +1 "$T/sk.partial/.deltafin-progress" 2>/dev/null | tr -cd '\001' | wc -c || true)
+    [ "${n:-0}" -ge 90 ] && break; sleep 0.1
+done
+kill -9 "$SP"; wait "$SP" 2>/dev/null || true
+P=$(proxy)
+if "$BIN" setup --stream --verify --base-url "http://127.0.0.1:$P" --repo org/model --out "$T/sk" --workers 2 --chunk 64K \
+       --disk-cache-max 1M 2>"$T/log16" && cmp -s "$T/sk/experts.manifest" "$T/sv/experts.manifest" \
+       && logits "$T/sk" "$T/sk1.bin" && cmp -s "$T/ref.bin" "$T/sk1.bin"; then
+    ok "a --verify setup killed with -9 resumes to the same manifest and logits"
+else bad "--verify resume: $(tail -3 "$T/log16")"; fi
 if [ "$fail" = 0 ]; then echo "setup tests: all passed"; else echo "setup tests: FAILED"; fi
 exit "$fail"

@@ -1,0 +1,722 @@
+/* expert_remote.c - see expert_remote.h. */
+#define _GNU_SOURCE
+#include "expert_remote.h"
+#include "expert_manifest.h"
+#include "expert_store.h"
+#include "file.h"
+#include "http.h"
+#include "json.h"
+#include "sha.h"
+#include "util.h"
+
+#include <curl/curl.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define REMOTE_HANDLES 8
+#define REMOTE_TRIES 6
+#define INDEX_MAGIC "DFXCACH1"
+
+enum { P_WAIT, P_ACTIVE, P_OK, P_FAILED };
+
+typedef struct pending {
+    int il, e;
+    uint8_t *slot;            /* the RAM slot: data at slot + lead */
+    int64_t tag;
+    int state, attempt, handle, mismatches;
+    double not_before;
+    uint64_t want, got;
+    http_hdrs h;
+    expert_remote *r;
+} pending;
+
+struct expert_remote {
+    expert_store *s;
+    expert_manifest man;
+    char base[1024], repo[512], commit[128], auth[1100];
+    char dir[4096];
+    /* the disk cache */
+    char index_path[4200];
+    df_file rd;               /* reads (O_DIRECT where possible) */
+    int wfd;                  /* writes */
+    uint64_t cap;
+    int n_slots;
+    int32_t *slot_key;        /* [n_slots] key or -1 */
+    uint64_t *slot_use;       /* [n_slots] clock of last use */
+    uint16_t *pins;           /* [n_slots] reads in flight */
+    int32_t *key_slot;        /* [layers * experts] slot or -1 */
+    uint64_t clock;
+    int warned_write;
+    /* fetching */
+    CURLM *multi;
+    CURL *h[REMOTE_HANDLES];
+    void *hl[REMOTE_HANDLES];
+    int h_busy[REMOTE_HANDLES];
+    pending pend[EXPERT_BATCH_MAX];
+    int n_pend;
+    int assign[EXPERT_BATCH_MAX];
+    char url[8192];
+    char err[1024];
+    expert_remote_stats st;
+};
+
+static size_t key_of(const expert_remote *r, int il, int e) { return (size_t)il * (size_t)r->s->n_experts + (size_t)e; }
+
+/* ------------------------------------------------------------ install.json */
+
+typedef struct install_info {
+    int stream;
+    char base[1024], repo[512], commit[128];
+    uint64_t cache_max;
+} install_info;
+
+static int read_install(const char *dir, install_info *ii, int need, df_error *err)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/install.json", dir);
+    memset(ii, 0, sizeof *ii);
+    struct stat sb;
+    if (stat(path, &sb)) {
+        if (!need) return 0;
+        return df_err_set(err, DF_ERR_IO, -1, "%s: cannot read: %s", path, strerror(errno));
+    }
+    char *text = NULL;
+    size_t len = 0;
+    if (read_small_file(path, &text, &len, 256u << 20, err)) return -1;
+    json_doc *d = json_parse(text, len, err);
+    free(text);
+    if (!d) return df_err_prefix(err, "%s", path), -1;
+    const json_value *root = json_root(d);
+    const char *mode = json_get_str(root, "mode");
+    int rc = 0;
+    if (!mode || (strcmp(mode, "stream") && strcmp(mode, "full"))) {
+        rc = df_err_set(err, DF_ERR_FORMAT, -1, "%s: \"mode\" must be \"full\" or \"stream\"", path);
+    } else if (!strcmp(mode, "stream")) {
+        const char *b = json_get_str(root, "base_url"), *rp = json_get_str(root, "repo"),
+                   *c = json_get_str(root, "commit");
+        int64_t cm = -1;
+        json_get_int(root, "disk_cache_max", &cm);
+        if (!b || !rp || !c || cm < 0 || strlen(b) >= sizeof ii->base || strlen(rp) >= sizeof ii->repo ||
+            strlen(c) >= sizeof ii->commit || strspn(c, "0123456789abcdef") != strlen(c) || strchr(rp, ' '))
+            rc = df_err_set(err, DF_ERR_FORMAT, -1,
+                            "%s: a streamed install needs \"base_url\", \"repo\", \"commit\" and \"disk_cache_max\"",
+                            path);
+        else {
+            ii->stream = 1;
+            snprintf(ii->base, sizeof ii->base, "%s", b);
+            snprintf(ii->repo, sizeof ii->repo, "%s", rp);
+            snprintf(ii->commit, sizeof ii->commit, "%s", c);
+            ii->cache_max = (uint64_t)cm;
+        }
+    }
+    json_free(d);
+    return rc;
+}
+
+int expert_remote_detect(const char *dir, df_error *err)
+{
+    install_info ii;
+    if (read_install(dir, &ii, 0, err)) return -1;
+    return ii.stream;
+}
+
+/* ------------------------------------------------------------ the index */
+
+/* INDEX_MAGIC, layers, experts, slot bytes, slots (u32 x3 + u64), then per
+ * slot key (i32) and last use (u64), then the CRC-32 of all before it. */
+static int save_index(expert_remote *r, df_error *err)
+{
+    size_t n = 8 + 12 + 8 + (size_t)r->n_slots * 12 + 4;
+    uint8_t *b = xmalloc(n), *p = b;
+    memcpy(p, INDEX_MAGIC, 8), p += 8;
+    uint32_t v[3] = {(uint32_t)r->s->n_layers, (uint32_t)r->s->n_experts, (uint32_t)r->s->slot_bytes};
+    memcpy(p, v, 12), p += 12;
+    uint64_t ns = (uint64_t)r->n_slots;
+    memcpy(p, &ns, 8), p += 8;
+    for (int i = 0; i < r->n_slots; i++) {
+        memcpy(p, &r->slot_key[i], 4), p += 4;
+        memcpy(p, &r->slot_use[i], 8), p += 8;
+    }
+    uint32_t crc = df_crc32(0, b, (size_t)(p - b));
+    memcpy(p, &crc, 4);
+    atomic_file af;
+    int rc = atomic_file_open(&af, r->index_path, err);
+    if (!rc && (rc = atomic_file_write(&af, b, n, err))) atomic_file_abort(&af);
+    if (!rc) rc = atomic_file_commit(&af, err);
+    free(b);
+    return rc;
+}
+
+/* What an earlier run cached, when the index is whole and for this model's
+ * shapes; slots past a smaller cap are dropped.  Anything else: empty. */
+static void load_index(expert_remote *r)
+{
+    char *b = NULL;
+    size_t n = 0;
+    df_error e = {0};
+    if (read_small_file(r->index_path, &b, &n, 1u << 30, &e)) return;
+    uint32_t v[3], crc;
+    uint64_t ns;
+    size_t nk = (size_t)r->s->n_layers * (size_t)r->s->n_experts;
+    if (n < 32 || memcmp(b, INDEX_MAGIC, 8)) goto out;
+    memcpy(v, b + 8, 12);
+    memcpy(&ns, b + 20, 8);
+    memcpy(&crc, b + n - 4, 4);
+    if (ns > (1u << 24) || n != 28 + ns * 12 + 4 || crc != df_crc32(0, b, n - 4) || v[0] != (uint32_t)r->s->n_layers ||
+        v[1] != (uint32_t)r->s->n_experts || v[2] != (uint32_t)r->s->slot_bytes) {
+        df_log("%s: not this model's disk cache index, or damaged: starting an empty cache", r->index_path);
+        goto out;
+    }
+    for (uint64_t i = 0; i < ns && (int)i < r->n_slots; i++) {
+        int32_t k;
+        uint64_t use;
+        memcpy(&k, b + 28 + i * 12, 4);
+        memcpy(&use, b + 28 + i * 12 + 4, 8);
+        if (k < 0 || (size_t)k >= nk || r->key_slot[k] >= 0 || r->man.shard[k] < 0) continue;
+        r->slot_key[i] = k;
+        r->slot_use[i] = use;
+        r->key_slot[k] = (int32_t)i;
+        if (use > r->clock) r->clock = use;
+    }
+out:
+    free(b);
+}
+
+/* ------------------------------------------------------------ opening */
+
+static const char *base_name(const char *p)
+{
+    const char *s = strrchr(p, '/');
+    return s ? s + 1 : p;
+}
+
+int expert_remote_open(expert_store *s, const char *dir, uint64_t cache_max, df_error *err)
+{
+    install_info ii;
+    if (read_install(dir, &ii, 1, err)) return -1;
+    if (!ii.stream) return df_err_set(err, DF_ERR_ARG, -1, "%s is not a streamed install", dir);
+    if (s->ggml) return df_err_set(err, DF_ERR_UNSUPPORTED, -1, "streamed installs hold safetensors models");
+    expert_remote *r = xcalloc(1, sizeof *r);
+    r->s = s;
+    r->wfd = -1;
+    r->rd.fd = -1;
+    snprintf(r->dir, sizeof r->dir, "%s", dir);
+    snprintf(r->base, sizeof r->base, "%s", ii.base);
+    snprintf(r->repo, sizeof r->repo, "%s", ii.repo);
+    snprintf(r->commit, sizeof r->commit, "%s", ii.commit);
+    const char *tok = getenv("HF_TOKEN");
+    if (tok && *tok) snprintf(r->auth, sizeof r->auth, "Authorization: Bearer %s", tok);
+    char path[4300];
+    snprintf(path, sizeof path, "%s/experts.manifest", dir);
+    if (expert_manifest_load(path, &r->man, err)) goto bad;
+    if (r->man.n_layers > s->n_layers || r->man.n_experts != s->n_experts) {
+        df_err_set(err, DF_ERR_FORMAT, -1, "%s: %d layers x %d experts, the model has %d x %d", path, r->man.n_layers,
+                   r->man.n_experts, s->n_layers, s->n_experts);
+        goto bad;
+    }
+    if (r->man.n_layers < s->n_layers) { /* trailing layers without routed experts: unlisted */
+        expert_manifest full;
+        if (expert_manifest_init(&full, s->n_layers, s->n_experts, err)) goto bad;
+        size_t nm = (size_t)r->man.n_layers * (size_t)s->n_experts;
+        memcpy(full.shard, r->man.shard, nm * sizeof *full.shard);
+        memcpy(full.off, r->man.off, nm * sizeof *full.off);
+        memcpy(full.len, r->man.len, nm * sizeof *full.len);
+        memcpy(full.sha, r->man.sha, nm * sizeof *full.sha);
+        memcpy(full.has_sha, r->man.has_sha, nm);
+        full.shards = r->man.shards;
+        full.n_shards = r->man.n_shards;
+        r->man.shards = NULL;
+        r->man.n_shards = 0;
+        expert_manifest_free(&r->man);
+        r->man = full;
+    }
+    /* every routed expert the store knows must be in the manifest at the same place */
+    size_t nk = (size_t)s->n_layers * (size_t)s->n_experts;
+    for (size_t k = 0; k < nk; k++) {
+        const expert_loc *l = &s->loc[k];
+        if (l->file < 0) continue;
+        int il = (int)(k / (size_t)s->n_experts), e = (int)(k % (size_t)s->n_experts);
+        int sh = r->man.shard[k];
+        if (sh < 0 || !l->contiguous || strcmp(r->man.shards[sh].name, base_name(s->paths[l->file])) ||
+            r->man.off[k] != l->offset || r->man.len[k] != s->expert_bytes) {
+            df_err_set(err, DF_ERR_FORMAT, -1,
+                       "%s: layer %d expert %d is not where the model's headers put it (%s at %" PRIu64 ", %" PRIu64
+                       " bytes)",
+                       path, il, e, base_name(s->paths[l->file]), l->offset, s->expert_bytes);
+            goto bad;
+        }
+    }
+    /* the disk cache */
+    r->cap = cache_max ? cache_max : ii.cache_max;
+    r->n_slots = (int)(r->cap / s->slot_bytes > (1u << 24) ? (1u << 24) : r->cap / s->slot_bytes);
+    snprintf(path, sizeof path, "%s/expert-cache", dir);
+    if (mkdir(path, 0755) && errno != EEXIST) {
+        df_err_set(err, DF_ERR_IO, -1, "%s: cannot create: %s", path, strerror(errno));
+        goto bad;
+    }
+    snprintf(r->index_path, sizeof r->index_path, "%s/expert-cache/index", dir);
+    snprintf(path, sizeof path, "%s/expert-cache/data", dir);
+    r->wfd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (r->wfd < 0) {
+        df_err_set(err, DF_ERR_IO, -1, "%s: cannot open: %s", path, strerror(errno));
+        goto bad;
+    }
+    r->slot_key = xmalloc(((size_t)r->n_slots + 1) * sizeof *r->slot_key);
+    r->slot_use = xcalloc((size_t)r->n_slots + 1, sizeof *r->slot_use);
+    r->pins = xcalloc((size_t)r->n_slots + 1, sizeof *r->pins);
+    r->key_slot = xmalloc(nk * sizeof *r->key_slot);
+    for (int i = 0; i < r->n_slots; i++) r->slot_key[i] = -1;
+    for (size_t k = 0; k < nk; k++) r->key_slot[k] = -1;
+    load_index(r);
+    /* a smaller cap than last time: the data file shrinks with it */
+    struct stat sb;
+    uint64_t want = (uint64_t)r->n_slots * s->slot_bytes;
+    if (!fstat(r->wfd, &sb) && (uint64_t)sb.st_size > want && ftruncate(r->wfd, (off_t)want) == 0) {
+        df_error e2 = {0};
+        if (save_index(r, &e2)) df_log("%s", e2.msg);
+    }
+    if (df_file_open(&r->rd, path, s->mode == IO_BUFFERED ? IO_BUFFERED : IO_AUTO, err)) goto bad;
+    /* the transfers */
+    r->multi = curl_multi_init();
+    if (!r->multi) {
+        df_err_set(err, DF_ERR_IO, -1, "cannot start libcurl");
+        goto bad;
+    }
+    curl_multi_setopt(r->multi, CURLMOPT_MAX_HOST_CONNECTIONS, (long)REMOTE_HANDLES);
+    for (int i = 0; i < REMOTE_HANDLES; i++) {
+        r->h[i] = http_handle_new(r->auth, "deltafin-stream/1", &r->hl[i]);
+        if (!r->h[i]) {
+            df_err_set(err, DF_ERR_IO, -1, "cannot start libcurl");
+            goto bad;
+        }
+    }
+    s->remote = r;
+    return 0;
+bad:
+    expert_remote_close(r);
+    return -1;
+}
+
+void expert_remote_close(expert_remote *r)
+{
+    if (!r) return;
+    for (int i = 0; i < REMOTE_HANDLES; i++) {
+        if (r->h[i]) {
+            if (r->h_busy[i] && r->multi) curl_multi_remove_handle(r->multi, r->h[i]);
+            curl_easy_cleanup(r->h[i]);
+        }
+        curl_slist_free_all(r->hl[i]);
+    }
+    if (r->multi) curl_multi_cleanup(r->multi);
+    df_file_close(&r->rd);
+    if (r->wfd >= 0) close(r->wfd);
+    expert_manifest_free(&r->man);
+    free(r->slot_key);
+    free(r->slot_use);
+    free(r->pins);
+    free(r->key_slot);
+    free(r);
+}
+
+/* ------------------------------------------------------------ reads */
+
+int expert_remote_lookup(expert_remote *r, int il, int e, int *fd, uint64_t *off, int *direct)
+{
+    int32_t cs = r->key_slot[key_of(r, il, e)];
+    if (cs < 0) return 0;
+    r->pins[cs]++;
+    r->slot_use[cs] = ++r->clock;
+    r->st.disk_hits++;
+    *fd = r->rd.fd;
+    *direct = r->rd.direct;
+    *off = (uint64_t)cs * r->s->slot_bytes;
+    return 1;
+}
+
+void expert_remote_read_done(expert_remote *r, int il, int e)
+{
+    int32_t cs = r->key_slot[key_of(r, il, e)];
+    if (cs >= 0 && r->pins[cs]) r->pins[cs]--;
+}
+
+void expert_remote_queue_fetch(expert_remote *r, int il, int e, uint8_t *slot, int64_t tag)
+{
+    CHECK(r->n_pend < EXPERT_BATCH_MAX);
+    r->pend[r->n_pend++] = (pending){.il = il, .e = e, .slot = slot, .tag = tag, .handle = -1, .r = r};
+}
+
+const char *expert_remote_error(const expert_remote *r) { return r->err; }
+const df_file *expert_remote_file(const expert_remote *r) { return &r->rd; }
+const expert_remote_stats *expert_remote_get_stats(const expert_remote *r) { return &r->st; }
+
+void expert_remote_get_info(const expert_remote *r, expert_remote_info *o)
+{
+    memset(o, 0, sizeof *o);
+    snprintf(o->base, sizeof o->base, "%s", r->base);
+    snprintf(o->repo, sizeof o->repo, "%s", r->repo);
+    snprintf(o->commit, sizeof o->commit, "%s", r->commit);
+    o->cache_max = r->cap;
+    o->cache_slots = r->n_slots;
+    for (int i = 0; i < r->n_slots; i++) o->cache_filled += r->slot_key[i] >= 0;
+    o->cache_used = (uint64_t)o->cache_filled * r->s->expert_bytes;
+    o->hashed = expert_manifest_hashed(&r->man, &o->listed);
+}
+
+/* ------------------------------------------------------------ fetching */
+
+static void set_err(expert_remote *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void set_err(expert_remote *r, const char *fmt, ...)
+{
+    if (r->err[0]) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(r->err, sizeof r->err, fmt, ap);
+    va_end(ap);
+}
+
+static size_t body_cb(char *d, size_t sz, size_t nm, void *ud)
+{
+    pending *p = ud;
+    size_t n = sz * nm;
+    if (p->got + n > p->want) return 0; /* more than asked: a mirror ignoring Range */
+    const expert_loc *l = &p->r->s->loc[key_of(p->r, p->il, p->e)];
+    memcpy(p->slot + l->lead + p->got, d, n);
+    p->got += n;
+    return n;
+}
+
+static size_t head_cb(char *d, size_t sz, size_t nm, void *ud)
+{
+    http_header_line(&((pending *)ud)->h, d, sz * nm);
+    return sz * nm;
+}
+
+static void start(expert_remote *r, pending *p, int hi)
+{
+    const expert_manifest *m = &r->man;
+    size_t k = key_of(r, p->il, p->e);
+    CURL *c = r->h[hi];
+    char range[64];
+    snprintf(r->url, sizeof r->url, "%s/%s/resolve/%s/%s", r->base, r->repo, r->commit, m->shards[m->shard[k]].name);
+    snprintf(range, sizeof range, "%" PRIu64 "-%" PRIu64, m->off[k], m->off[k] + m->len[k] - 1);
+    p->want = m->len[k];
+    p->got = 0;
+    p->h = (http_hdrs){.retry_after = -1};
+    curl_easy_setopt(c, CURLOPT_URL, r->url);
+    curl_easy_setopt(c, CURLOPT_RANGE, range);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, body_cb);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, p);
+    curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, head_cb);
+    curl_easy_setopt(c, CURLOPT_HEADERDATA, p);
+    curl_easy_setopt(c, CURLOPT_PRIVATE, p);
+    curl_multi_add_handle(r->multi, c);
+    r->h_busy[hi] = 1;
+    p->handle = hi;
+    p->state = P_ACTIVE;
+}
+
+/* A finished transfer: accepted (verified), retried later, or failed. */
+static void finish(expert_remote *r, pending *p, CURLcode cc, double now)
+{
+    CURL *c = r->h[p->handle];
+    long status = 0;
+    curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
+    curl_multi_remove_handle(r->multi, c);
+    r->h_busy[p->handle] = 0;
+    p->handle = -1;
+    const expert_manifest *m = &r->man;
+    size_t k = key_of(r, p->il, p->e);
+    const char *shard = m->shards[m->shard[k]].name;
+    char want_range[128];
+    snprintf(want_range, sizeof want_range, "bytes %" PRIu64 "-%" PRIu64 "/", m->off[k], m->off[k] + m->len[k] - 1);
+    if (cc == CURLE_OK && status == 206 && p->got == p->want && !strncmp(p->h.range, want_range, strlen(want_range))) {
+        r->st.bytes += p->got;
+        if (!m->has_sha[k]) {
+            p->state = P_OK;
+            return;
+        }
+        uint8_t d[32];
+        sha256_ctx sc;
+        sha256_init(&sc);
+        sha256_update(&sc, p->slot + r->s->loc[k].lead, p->want);
+        sha256_final(&sc, d);
+        if (!memcmp(d, m->sha[k], 32)) {
+            p->state = P_OK;
+            return;
+        }
+        if (++p->mismatches >= 2) {
+            set_err(r, "layer %d expert %d from %s/%s/resolve/%.12s/%s: SHA-256 mismatch twice (the mirror serves other "
+                       "bytes than the manifest's)",
+                    p->il, p->e, r->base, r->repo, r->commit, shard);
+            p->state = P_FAILED;
+            return;
+        }
+    } else if (cc == CURLE_OK && (status == 200 || (status >= 400 && status < 500 && status != 408 && status != 429))) {
+        set_err(r, "layer %d expert %d from %s/%s/resolve/%.12s/%s: %s", p->il, p->e, r->base, r->repo, r->commit, shard,
+                status == 200 ? "the mirror ignores Range requests (HTTP 200)"
+                : status == 401 || status == 403 ? "HTTP 401/403 (set HF_TOKEN for a gated or private repository)"
+                                                  : "refused by the server");
+        if (status != 200) snprintf(r->err + strlen(r->err), sizeof r->err - strlen(r->err), " (HTTP %ld)", status);
+        p->state = P_FAILED;
+        return;
+    }
+    r->st.retries++;
+    if (++p->attempt >= REMOTE_TRIES) {
+        set_err(r, "layer %d expert %d from %s/%s/resolve/%.12s/%s: failed %d times (last: %s, HTTP %ld, %" PRIu64
+                   " of %" PRIu64 " bytes)",
+                p->il, p->e, r->base, r->repo, r->commit, shard, REMOTE_TRIES,
+                cc != CURLE_OK ? curl_easy_strerror(cc) : "bad answer", status, p->got, p->want);
+        p->state = P_FAILED;
+        return;
+    }
+    p->not_before = now + http_backoff_s(p->attempt - 1, p->h.retry_after);
+    p->state = P_WAIT;
+}
+
+static int fetch_all(expert_remote *r)
+{
+    int left = r->n_pend;
+    while (left) {
+        double now = now_sec();
+        for (int i = 0; i < r->n_pend; i++) {
+            pending *p = &r->pend[i];
+            if (p->state != P_WAIT || p->not_before > now) continue;
+            int hi = 0;
+            while (hi < REMOTE_HANDLES && r->h_busy[hi]) hi++;
+            if (hi == REMOTE_HANDLES) break;
+            start(r, p, hi);
+        }
+        int running = 0;
+        curl_multi_perform(r->multi, &running);
+        CURLMsg *msg;
+        int q;
+        while ((msg = curl_multi_info_read(r->multi, &q))) {
+            if (msg->msg != CURLMSG_DONE) continue;
+            pending *p = NULL;
+            curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&p);
+            finish(r, p, msg->data.result, now_sec());
+            if (p->state == P_OK || p->state == P_FAILED) left--;
+        }
+        if (left) curl_multi_poll(r->multi, NULL, 0, 20, NULL);
+    }
+    return 0;
+}
+
+/* The least recently used slot no read is using and this flush has not
+ * just filled; -1 when every slot is in use. */
+static int victim(expert_remote *r, const uint8_t *taken)
+{
+    int best = -1;
+    for (int i = 0; i < r->n_slots; i++) {
+        if (r->pins[i] || taken[i]) continue;
+        if (r->slot_key[i] < 0) return i;
+        if (best < 0 || r->slot_use[i] < r->slot_use[best]) best = i;
+    }
+    return best;
+}
+
+/* The fetched experts into the disk cache: victims freed in the saved
+ * index first, bytes written and synced, then the new owners saved. */
+static void store_fetched(expert_remote *r, uint8_t *taken)
+{
+    if (!r->n_slots) {
+        for (int i = 0; i < r->n_pend; i++) r->st.not_cached += r->pend[i].state == P_OK;
+        return;
+    }
+    memset(taken, 0, (size_t)r->n_slots);
+    int freed = 0, n = 0;
+    for (int i = 0; i < r->n_pend; i++) {
+        r->assign[i] = -1;
+        if (r->pend[i].state != P_OK) continue;
+        int v = victim(r, taken);
+        if (v < 0) {
+            r->st.not_cached++;
+            continue;
+        }
+        taken[v] = 1;
+        if (r->slot_key[v] >= 0) {
+            r->key_slot[r->slot_key[v]] = -1;
+            r->slot_key[v] = -1;
+            r->st.evictions++;
+            freed = 1;
+        }
+        r->assign[i] = v;
+        n++;
+    }
+    df_error e = {0};
+    if (freed && save_index(r, &e)) goto fail;
+    for (int i = 0; i < r->n_pend; i++) {
+        if (r->assign[i] < 0) continue;
+        const pending *p = &r->pend[i];
+        const expert_loc *l = &r->s->loc[key_of(r, p->il, p->e)];
+        size_t len = (size_t)align_up(l->lead + r->s->expert_bytes, DF_DIRECT_ALIGN);
+        off_t at = (off_t)((uint64_t)r->assign[i] * r->s->slot_bytes);
+        for (size_t w = 0; w < len;) {
+            ssize_t k = pwrite(r->wfd, p->slot + w, len - w, at + (off_t)w);
+            if (k < 0 && errno == EINTR) continue;
+            if (k <= 0) {
+                df_err_set(&e, DF_ERR_IO, -1, "%s/expert-cache/data: write failed: %s", r->dir,
+                           k < 0 ? strerror(errno) : "no space");
+                goto fail;
+            }
+            w += (size_t)k;
+        }
+    }
+    if (n && fdatasync(r->wfd)) {
+        df_err_set(&e, DF_ERR_IO, -1, "%s/expert-cache/data: sync failed: %s", r->dir, strerror(errno));
+        goto fail;
+    }
+    for (int i = 0; i < r->n_pend; i++) {
+        int v = r->assign[i];
+        if (v < 0) continue;
+        size_t k = key_of(r, r->pend[i].il, r->pend[i].e);
+        r->slot_key[v] = (int32_t)k;
+        r->key_slot[k] = v;
+        r->slot_use[v] = ++r->clock;
+    }
+    if (n && save_index(r, &e)) goto fail;
+    return;
+fail:
+    /* the experts are in RAM and verified: the run goes on, uncached */
+    if (!r->warned_write) df_log("disk cache not updated: %s", e.msg);
+    r->warned_write = 1;
+    for (int i = 0; i < r->n_pend; i++) {
+        int v = r->assign[i];
+        if (v < 0 || r->slot_key[v] >= 0) continue;
+        r->st.not_cached++;
+    }
+}
+
+void expert_remote_flush(expert_remote *r, void (*done)(void *ud, int64_t tag, int il, int e, int ok), void *ud)
+{
+    if (!r->n_pend) return;
+    int was = alloc_guard_exempt_begin();
+    double t0 = now_sec();
+    fetch_all(r);
+    r->st.fetch_sec += now_sec() - t0;
+    for (int i = 0; i < r->n_pend; i++) r->st.fetches += r->pend[i].state == P_OK;
+    uint8_t *taken = xmalloc((size_t)r->n_slots + 1);
+    store_fetched(r, taken);
+    free(taken);
+    alloc_guard_exempt_end(was);
+    for (int i = 0; i < r->n_pend; i++) done(ud, r->pend[i].tag, r->pend[i].il, r->pend[i].e, r->pend[i].state == P_OK);
+    r->n_pend = 0;
+}
+
+/* ------------------------------------------------------------ --check */
+
+int expert_cache_verify(const char *dir, int *checked, int *wrong, int *unhashed, df_error *err)
+{
+    char path[4300];
+    expert_manifest m;
+    *checked = *wrong = *unhashed = 0;
+    snprintf(path, sizeof path, "%s/experts.manifest", dir);
+    if (expert_manifest_load(path, &m, err)) return -1;
+    snprintf(path, sizeof path, "%s/expert-cache/index", dir);
+    char *b = NULL;
+    size_t n = 0;
+    df_error e2 = {0};
+    if (read_small_file(path, &b, &n, 1u << 30, &e2)) { /* nothing cached yet */
+        expert_manifest_free(&m);
+        return 0;
+    }
+    uint32_t v[3], crc;
+    uint64_t ns;
+    int rc = 0;
+    if (n < 32 || memcmp(b, INDEX_MAGIC, 8) || (memcpy(v, b + 8, 12), memcpy(&ns, b + 20, 8), ns > (1u << 24)) ||
+        n != 28 + ns * 12 + 4 || (memcpy(&crc, b + n - 4, 4), crc != df_crc32(0, b, n - 4)) ||
+        v[1] != (uint32_t)m.n_experts) {
+        rc = df_err_set(err, DF_ERR_FORMAT, -1, "%s: damaged or not this model's (the next run starts an empty cache)",
+                        path);
+        goto out;
+    }
+    snprintf(path, sizeof path, "%s/expert-cache/data", dir);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        rc = df_err_set(err, DF_ERR_IO, -1, "%s: cannot open: %s", path, strerror(errno));
+        goto out;
+    }
+    uint8_t *buf = NULL;
+    size_t cap = 0;
+    for (uint64_t i = 0; i < ns; i++) {
+        int32_t k;
+        memcpy(&k, b + 28 + i * 12, 4);
+        if (k < 0) continue;
+        if ((size_t)k >= (size_t)m.n_layers * (size_t)m.n_experts || m.shard[k] < 0) {
+            (*wrong)++;
+            continue;
+        }
+        if (!m.has_sha[k]) {
+            (*unhashed)++;
+            continue;
+        }
+        if (m.len[k] > cap) {
+            cap = (size_t)m.len[k];
+            buf = xrealloc(buf, cap);
+        }
+        uint64_t at = i * v[2] + m.off[k] % DF_DIRECT_ALIGN;
+        uint8_t d[32];
+        ssize_t got = pread(fd, buf, (size_t)m.len[k], (off_t)at);
+        sha256_ctx c;
+        sha256_init(&c);
+        sha256_update(&c, buf, got > 0 ? (size_t)got : 0);
+        sha256_final(&c, d);
+        if (got != (ssize_t)m.len[k] || memcmp(d, m.sha[k], 32)) {
+            df_log("%s: slot %" PRIu64 " (layer %d expert %d) does not match its SHA-256", path, i,
+                   (int)((size_t)k / (size_t)m.n_experts), (int)((size_t)k % (size_t)m.n_experts));
+            (*wrong)++;
+        } else (*checked)++;
+    }
+    free(buf);
+    close(fd);
+out:
+    free(b);
+    expert_manifest_free(&m);
+    return rc;
+}
+
+/* ------------------------------------------------------------ describe */
+
+int expert_remote_describe(const char *dir, expert_remote_info *o, df_error *err)
+{
+    install_info ii;
+    memset(o, 0, sizeof *o);
+    if (read_install(dir, &ii, 0, err)) return -1;
+    if (!ii.stream) return 0;
+    snprintf(o->base, sizeof o->base, "%s", ii.base);
+    snprintf(o->repo, sizeof o->repo, "%s", ii.repo);
+    snprintf(o->commit, sizeof o->commit, "%s", ii.commit);
+    o->cache_max = ii.cache_max;
+    char path[4300];
+    expert_manifest m;
+    snprintf(path, sizeof path, "%s/experts.manifest", dir);
+    if (expert_manifest_load(path, &m, err)) return -1;
+    o->hashed = expert_manifest_hashed(&m, &o->listed);
+    snprintf(path, sizeof path, "%s/expert-cache/index", dir);
+    char *b = NULL;
+    size_t n = 0;
+    df_error e2 = {0};
+    uint64_t ns;
+    if (!read_small_file(path, &b, &n, 1u << 30, &e2) && n >= 32 && !memcmp(b, INDEX_MAGIC, 8) &&
+        (memcpy(&ns, b + 20, 8), ns <= (1u << 24)) && n == 28 + ns * 12 + 4) {
+        o->cache_slots = (int)ns;
+        for (uint64_t i = 0; i < ns; i++) {
+            int32_t k;
+            memcpy(&k, b + 28 + i * 12, 4);
+            if (k >= 0 && (size_t)k < (size_t)m.n_layers * (size_t)m.n_experts && m.shard[k] >= 0) {
+                o->cache_filled++;
+                o->cache_used += m.len[k];
+            }
+        }
+    }
+    free(b);
+    expert_manifest_free(&m);
+    return 1;
+}

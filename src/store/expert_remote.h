@@ -1,0 +1,92 @@
+/* expert_remote.h - the routed experts of a streamed install (L2).
+ *
+ * `deltafin setup --stream` installs the trunk only (shards whose expert
+ * ranges are holes), experts.manifest and install.json ("mode":"stream",
+ * the remote: base URL, repository, pinned commit; the disk cache's cap).
+ * Opening such a model attaches an expert_remote to the store: a routed
+ * expert is then read from the install's disk cache when it is there, and
+ * otherwise fetched from the remote by one HTTP range request (a layer's
+ * misses in parallel over a keep-alive pool), checked against the manifest
+ * (length and Content-Range always; SHA-256 when the manifest has it)
+ * BEFORE it is used, and written into the disk cache.
+ *
+ * The disk cache (DIR/expert-cache/): `data`, slots of the store's slot
+ * size, each expert at the same 4 KiB phase as in its shard (so one aligned
+ * O_DIRECT read lands it where the store expects); `index`, the slot
+ * owners and their last use, replaced atomically with a CRC.  It holds at
+ * most cap / slot bytes experts; the least recently used one that no read
+ * in flight is using is evicted.  Crash safety: a slot is marked free in
+ * the saved index before it is overwritten, and owned again only after its
+ * bytes are synced, so the index never names bytes that are not there.
+ * Network failure: retried with backoff (bounded: 6 tries, Retry-After
+ * honoured); then the read fails with the expert and the URL named, and the
+ * forward pass stops with that error: never a wrong token.
+ * libcurl allocates per transfer: fetches run under alloc_guard_exempt.
+ */
+#ifndef DF_EXPERT_REMOTE_H
+#define DF_EXPERT_REMOTE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "df_error.h"
+#include "file.h"
+
+struct expert_store;
+typedef struct expert_remote expert_remote;
+
+typedef struct expert_remote_stats {
+    uint64_t fetches;         /* experts fetched over the network */
+    uint64_t bytes;           /* bytes received for them */
+    uint64_t retries;         /* transfers retried (errors, bad answers, hash mismatches) */
+    uint64_t disk_hits;       /* reads served by the disk cache */
+    uint64_t evictions;       /* disk cache slots reused */
+    uint64_t not_cached;      /* fetched experts the disk cache could not take */
+    double fetch_sec;         /* time spent fetching */
+} expert_remote_stats;
+
+typedef struct expert_remote_info {
+    char base[1024], repo[512], commit[128];
+    uint64_t cache_max;       /* the cap in force */
+    uint64_t cache_used;      /* bytes of cached experts */
+    int cache_slots, cache_filled;
+    size_t hashed, listed;    /* experts with a SHA-256 in the manifest, of those listed */
+} expert_remote_info;
+
+/* 1 when DIR/install.json says "mode":"stream", 0 when there is no
+ * install.json or it is another mode, -1 on a malformed one. */
+int expert_remote_detect(const char *dir, df_error *err);
+
+/* Attaches the remote to the store (after expert_store_finish): reads
+ * install.json and experts.manifest, checks the manifest against the
+ * store's own table (shard, offset, length of every expert), opens the
+ * disk cache.  cache_max 0 = the install's recorded cap. */
+int expert_remote_open(struct expert_store *s, const char *dir, uint64_t cache_max, df_error *err);
+void expert_remote_close(expert_remote *r);
+
+/* For the store: an expert in the disk cache gives 1 and where to read it
+ * (fd, offset, length, whether the fd is O_DIRECT); it stays pinned until
+ * expert_remote_read_done.  Otherwise 0: the fetch is queued for
+ * expert_remote_flush. */
+int expert_remote_lookup(expert_remote *r, int il, int e, int *fd, uint64_t *off, int *direct);
+void expert_remote_queue_fetch(expert_remote *r, int il, int e, uint8_t *slot, int64_t tag);
+void expert_remote_read_done(expert_remote *r, int il, int e);
+/* Fetches every queued expert; for each, calls done(ud, tag, ok).  The
+ * first failure's message is kept (expert_remote_error). */
+void expert_remote_flush(expert_remote *r, void (*done)(void *ud, int64_t tag, int il, int e, int ok), void *ud);
+const char *expert_remote_error(const expert_remote *r);
+/* The disk cache's data file as the store reads it. */
+const df_file *expert_remote_file(const expert_remote *r);
+
+const expert_remote_stats *expert_remote_get_stats(const expert_remote *r);
+void expert_remote_get_info(const expert_remote *r, expert_remote_info *out);
+
+/* What DIR's install.json, manifest and disk cache index say, without
+ * opening the model: 1 = a streamed install (o filled), 0 = not one. */
+int expert_remote_describe(const char *dir, expert_remote_info *o, df_error *err);
+
+/* setup --check: every expert in DIR's disk cache hashed against the
+ * manifest (checked = matched, wrong = differs or unknown, unhashed = the
+ * manifest has no hash for it). */
+int expert_cache_verify(const char *dir, int *checked, int *wrong, int *unhashed, df_error *err);
+
+#endif
