@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -46,6 +47,7 @@ struct expert_remote {
     char index_path[4200];
     df_file rd;               /* reads (O_DIRECT where possible) */
     int wfd;                  /* writes */
+    int lockfd;               /* flock: this process owns the disk cache */
     uint64_t cap;
     int n_slots;
     int32_t *slot_key;        /* [n_slots] key or -1 */
@@ -205,7 +207,7 @@ int expert_remote_open(expert_store *s, const char *dir, uint64_t cache_max, df_
     if (s->ggml) return df_err_set(err, DF_ERR_UNSUPPORTED, -1, "streamed installs hold safetensors models");
     expert_remote *r = xcalloc(1, sizeof *r);
     r->s = s;
-    r->wfd = -1;
+    r->wfd = r->lockfd = -1;
     r->rd.fd = -1;
     snprintf(r->dir, sizeof r->dir, "%s", dir);
     snprintf(r->base, sizeof r->base, "%s", ii.base);
@@ -261,6 +263,16 @@ int expert_remote_open(expert_store *s, const char *dir, uint64_t cache_max, df_
         df_err_set(err, DF_ERR_IO, -1, "%s: cannot create: %s", path, strerror(errno));
         goto bad;
     }
+    /* one process owns the disk cache; another one fetches without it
+     * (two writers would overwrite each other's slots) */
+    snprintf(path, sizeof path, "%s/expert-cache/lock", dir);
+    r->lockfd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (r->lockfd < 0 || flock(r->lockfd, LOCK_EX | LOCK_NB)) {
+        df_log("%s/expert-cache is in use by another deltafin process: this one fetches the experts it misses "
+               "without a disk cache",
+               dir);
+        r->n_slots = 0;
+    }
     snprintf(r->index_path, sizeof r->index_path, "%s/expert-cache/index", dir);
     snprintf(path, sizeof path, "%s/expert-cache/data", dir);
     r->wfd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
@@ -274,11 +286,11 @@ int expert_remote_open(expert_store *s, const char *dir, uint64_t cache_max, df_
     r->key_slot = xmalloc(nk * sizeof *r->key_slot);
     for (int i = 0; i < r->n_slots; i++) r->slot_key[i] = -1;
     for (size_t k = 0; k < nk; k++) r->key_slot[k] = -1;
-    load_index(r);
+    if (r->n_slots) load_index(r);
     /* a smaller cap than last time: the data file shrinks with it */
     struct stat sb;
     uint64_t want = (uint64_t)r->n_slots * s->slot_bytes;
-    if (!fstat(r->wfd, &sb) && (uint64_t)sb.st_size > want && ftruncate(r->wfd, (off_t)want) == 0) {
+    if (r->n_slots && !fstat(r->wfd, &sb) && (uint64_t)sb.st_size > want && ftruncate(r->wfd, (off_t)want) == 0) {
         df_error e2 = {0};
         if (save_index(r, &e2)) df_log("%s", e2.msg);
     }
@@ -317,6 +329,7 @@ void expert_remote_close(expert_remote *r)
     if (r->multi) curl_multi_cleanup(r->multi);
     df_file_close(&r->rd);
     if (r->wfd >= 0) close(r->wfd);
+    if (r->lockfd >= 0) close(r->lockfd);
     expert_manifest_free(&r->man);
     free(r->slot_key);
     free(r->slot_use);

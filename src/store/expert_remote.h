@@ -18,6 +18,8 @@
  * in flight is using is evicted.  Crash safety: a slot is marked free in
  * the saved index before it is overwritten, and owned again only after its
  * bytes are synced, so the index never names bytes that are not there.
+ * One process owns the disk cache (flock on expert-cache/lock); another
+ * one opening the same install fetches what it misses without one.
  * Network failure: retried with backoff (bounded: 6 tries, Retry-After
  * honoured); then the read fails with the expert and the URL named, and the
  * forward pass stops with that error: never a wrong token.

@@ -193,6 +193,15 @@ R2=$(reqs "$P")
 echo "# with a cache for every expert: first run $R1 requests, second run $((R2 - R1))"
 cmp -s "$T/ref.bin" "$T/st2.bin" && cmp -s "$T/ref.bin" "$T/st3.bin" && [ "$R1" -gt 0 ] && [ "$R2" = "$R1" ] \
     && ok "a warm disk cache serves every expert (no request), logits equal" || bad "warm disk cache: $R1 then $R2 requests"
+# another process owning the disk cache: this one fetches without it, same logits, the cache untouched
+flock -o "$T/st/expert-cache/lock" sleep 60 &
+LP=$!
+sleep 0.3
+BEFORE=$(md5sum <"$T/st/expert-cache/index")
+logits "$T/st" "$T/st6.bin" --disk-cache-max 64M && cmp -s "$T/ref.bin" "$T/st6.bin" && grep -q "in use by another deltafin process" "$T/st6.bin.log" \
+    && [ "$(md5sum <"$T/st/expert-cache/index")" = "$BEFORE" ] && ok "a disk cache owned by another process is left alone, logits equal" \
+    || bad "shared disk cache: $(tail -3 "$T/st6.bin.log")"
+kill "$LP" 2>/dev/null; wait "$LP" 2>/dev/null || true
 # a damaged disk cache index: an empty cache, the same logits
 printf 'garbage' | dd of="$T/st/expert-cache/index" bs=1 seek=10 conv=notrunc 2>/dev/null
 logits "$T/st" "$T/st5.bin" --disk-cache-max 64M && cmp -s "$T/ref.bin" "$T/st5.bin" && grep -q "damaged: starting an empty cache" "$T/st5.bin.log" \
