@@ -42,6 +42,14 @@ ifeq ($(HAVE_URING),1)
   LDLIBS += -luring
 endif
 
+# Open MPI (Debian: libopenmpi-dev): routed experts over several processes
+# (src/engine/ranks.c, `mpirun -np N deltafin ...`); without it, one process.
+HAVE_MPI := $(shell command -v mpicc >/dev/null 2>&1 && echo 1)
+ifeq ($(HAVE_MPI),1)
+  MPI_DEFS := -DDF_HAVE_MPI $(shell mpicc --showme:compile)
+  LDLIBS += $(shell mpicc --showme:link)
+endif
+
 ARCH := $(shell uname -m)
 ifeq ($(ARCH),x86_64)
   ISA_DEFS := -DDF_HAVE_AVX2 -DDF_HAVE_AVX512
@@ -51,7 +59,7 @@ endif
 
 LIB_SRC := util file json json_write threadpool sha http safetensors quant mathfn kernels_ref kernels_avx2 kernels_avx512 \
            backend_cpu expert_store expert_manifest expert_remote expert_cache model roster attnres kda mla moe engine cachesim heat iobench place trunk_stream \
-           tokenizer chat_template gguf model_gguf plan prefetch_timing prefetch expert_fetch sampler generate draft session_file
+           tokenizer chat_template gguf model_gguf plan prefetch_timing prefetch expert_fetch sampler generate draft session_file ranks
 LIB_OBJ := $(LIB_SRC:%=$(BUILD)/%.o)
 
 TESTS := test_json test_safetensors test_kernels test_model test_loader test_engine test_generated test_io test_tokenizer test_chat_template test_repl test_gguf test_plan test_prefetch test_prefill test_perplexity test_sampler test_mini test_spec test_session test_sha
@@ -65,6 +73,8 @@ all: $(BUILD)/deltafin $(BUILD)/k3gen $(if $(HAVE_LLAMA),$(BUILD)/llama_peer)
 
 $(BUILD)/%.o: %.c | $(BUILD)
 	$(CC) $(CFLAGS) $(ISA_DEFS) $(URING_DEFS) -c $< -o $@
+$(BUILD)/ranks.o: src/engine/ranks.c | $(BUILD)
+	$(CC) $(CFLAGS) $(MPI_DEFS) -c $< -o $@
 $(BUILD)/kernels_avx2.o: src/kernels/kernels_avx2.c | $(BUILD)
 	$(CC) $(CFLAGS) $(ISA_DEFS) $(AVX2_FLAGS) -c $< -o $@
 $(BUILD)/kernels_avx512.o: src/kernels/kernels_avx512.c | $(BUILD)
@@ -136,6 +146,7 @@ check:
 	$(MAKE) --no-print-directory tokenizer-oracle
 	$(MAKE) --no-print-directory server-test
 	$(MAKE) --no-print-directory setup-test
+	$(MAKE) --no-print-directory mpi-test
 	$(MAKE) --no-print-directory llama-oracle
 
 FUZZ_TARGETS := fuzz_safetensors fuzz_config fuzz_json fuzz_tokenizer fuzz_chat_parser fuzz_chat_render fuzz_gguf \
@@ -203,6 +214,10 @@ server-test: $(BUILD)/deltafin $(BUILD)/libdeltafin.a
 setup-test: $(BUILD)/deltafin $(BUILD)/k3gen
 	tests/setup/run_setup_tests.sh $(BUILD)/deltafin
 
+# routed experts over MPI ranks (Open MPI from Debian: .ci/setup); says SKIPPED without it
+mpi-test: $(BUILD)/deltafin $(BUILD)/k3gen
+	tests/mpi/run_mpi_tests.sh $(BUILD)/deltafin
+
 # llama.cpp v0.4.0 (npm) as the oracle of the forward pass on generated GGUF
 # files, and deltafin's GGUF path against its safetensors path (needs
 # `npm ci --prefix tests/llama`)
@@ -222,6 +237,6 @@ lint:
 clean:
 	rm -rf build build-san build-fuzz
 
-.PHONY: llama-oracle server-test setup-test tokenizer-oracle all test test-fast test-san check fuzz fuzz-run fuzz-long bench format lint clean
+.PHONY: llama-oracle server-test setup-test mpi-test tokenizer-oracle all test test-fast test-san check fuzz fuzz-run fuzz-long bench format lint clean
 
 -include $(wildcard $(BUILD)/*.d $(BUILD)/tests/*.d)

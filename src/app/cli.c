@@ -174,9 +174,15 @@ void print_bench_json(df_engine *eng, int n_prompt, double prefill_s, unsigned l
            n_gen && decode_s > 0 ? n_gen / decode_s : 0.0, decode_bytes, proc_peak_rss_kb());
     for (int i = 0; i < n_gen; i++) printf("%s%d", i ? "," : "", gen[i]);
     printf("],\"draft_proposed\":%llu,\"draft_accepted\":%llu,\"verify_passes\":%llu,\"decode_passes\":%llu,"
-           "\"decode_expert_bytes\":%llu}\n",
+           "\"decode_expert_bytes\":%llu,\"ranks\":%d,\"rank_expert_calls\":[",
            (unsigned long long)gs->proposed, (unsigned long long)gs->accepted, (unsigned long long)gs->draft_passes,
-           (unsigned long long)gs->passes, (unsigned long long)gs->expert_bytes);
+           (unsigned long long)gs->passes, (unsigned long long)gs->expert_bytes, df_ranks_size());
+    /* experts computed by each rank (one process: the expert computations of its misses and hits) */
+    df_rank_stats rs[256];
+    int nr = df_ranks_stats(eng, rs, 256);
+    if (!nr) printf("%llu", (unsigned long long)(st.expert_hits + st.expert_misses));
+    for (int r = 0; r < nr; r++) printf("%s%llu", r ? "," : "", (unsigned long long)rs[r].expert_calls);
+    printf("]}\n");
     fflush(stdout);
 }
 
@@ -211,6 +217,22 @@ void print_run_stats(df_engine *eng, int n_prompt, double prefill_s, int n_gen, 
                 (unsigned long long)st.remote_fetches, (double)st.remote_bytes / (1 << 20), st.remote_sec,
                 (unsigned long long)st.remote_retries, (unsigned long long)st.disk_cache_hits,
                 (unsigned long long)st.disk_cache_evictions);
+    df_rank_stats rs[256];
+    int nr = df_ranks_stats(eng, rs, 256);
+    double per = n_prompt + n_gen > 0 ? 1024.0 * (n_prompt + n_gen) : 1.0;
+    for (int r = 0; r < nr; r++) {
+        if (!r)
+            fprintf(stderr, "deltafin: rank 0 (front end): %llu experts computed, %.1f MiB of experts read, %.2f s "
+                            "waiting for the other ranks\n",
+                    (unsigned long long)rs[0].expert_calls, (double)rs[0].expert_bytes_read / (1 << 20), rs[0].wait_sec);
+        else
+            fprintf(stderr,
+                    "deltafin: rank %d: %llu experts computed (%.2f s), %.1f MiB of experts read; %.1f KiB sent to it "
+                    "and %.1f KiB back per token\n",
+                    r, (unsigned long long)rs[r].expert_calls, rs[r].expert_sec,
+                    (double)rs[r].expert_bytes_read / (1 << 20), (double)rs[r].bytes_sent / per,
+                    (double)rs[r].bytes_received / per);
+    }
     if (st.trunk_bytes_read)
         fprintf(stderr, "deltafin: trunk streamed: %.1f MiB read, %.2f s waiting\n",
                 (double)st.trunk_bytes_read / (1 << 20), st.trunk_wait_sec);
@@ -470,6 +492,30 @@ static int cmd_plan(int argc, char **argv)
         bad |= rc != 0;
         cold = p.expert_read_cold;
     }
+    if (a.ranks > 1 && !a.json) {
+        /* mpirun -np N: the default round-robin partition, each rank at this --mem */
+        df_plan_opts o;
+        plan_opts_from(&a, &o, a.mem ? a.mem : df_mem_budget_default());
+        df_plan p;
+        df_model_info info;
+        df_error err = {0};
+        if (df_plan_model(a.model, &o, &p, &info, &err) && err.code != DF_ERR_NOMEM) {
+            fprintf(stderr, "deltafin: %s\n", err.msg);
+            return 1;
+        }
+        uint64_t pairs = p.n_experts;
+        printf("over %d ranks (mpirun -np %d; experts round robin by (layer, expert), or by heat with --heat), each "
+               "with --mem %.0f GiB:\n",
+               a.ranks, a.ranks, gib_(p.budget));
+        for (int r = 0; r < a.ranks; r++) {
+            uint64_t mine = pairs / (uint64_t)a.ranks + ((uint64_t)r < pairs % (uint64_t)a.ranks);
+            uint64_t held = p.n_slots < mine ? p.n_slots : mine;
+            printf("  rank %d%s: %llu (layer, expert) pairs, %.2f GiB; its expert cache holds %llu of them (%s)\n", r,
+                   r ? "" : " (front end, trunk)", (unsigned long long)mine,
+                   gib_(mine * (uint64_t)info.expert_bytes), (unsigned long long)held,
+                   held == mine ? "its whole share in RAM" : "the rest streams from its own disk");
+        }
+    }
     if (!a.json && !a.mem)
         printf("context %d tokens; chunk: positions per prompt pass (each pass reads the streamed trunk and "
                "each needed expert once); experts read per token: uniform-routing estimate (cache share of all "
@@ -572,7 +618,17 @@ static int cmd_cachesim(int argc, char **argv)
     return 0;
 }
 
+static int dispatch(int argc, char **argv);
+
 int main(int argc, char **argv)
+{
+    df_ranks_init(&argc, &argv); /* under mpirun: ranks > 0 become expert workers in open_engine */
+    int rc = dispatch(argc, argv);
+    df_ranks_finalize();
+    return rc;
+}
+
+static int dispatch(int argc, char **argv)
 {
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
         usage(argc < 2 ? stderr : stdout);

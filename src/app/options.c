@@ -55,9 +55,11 @@ void usage(FILE *f)
           "          measured bandwidth, a streamed install's remote and disk cache, the decode speed it\n"
           "          allows, what to change)\n"
           "  info    --model DIR: the model's dimensions and its memory plan (reads no weights)\n"
-          "  plan    --model DIR|FILE.gguf|config.json [--mem SIZE] [--ctx N] [--json]\n"
+          "  plan    --model DIR|FILE.gguf|config.json [--mem SIZE] [--ctx N] [--json] [--ranks N]\n"
           "          where the model goes at --mem (or at 24/64/128/512 GiB) and the bytes read per\n"
-          "          token, from the config and headers alone\n"
+          "          token, from the config and headers alone; --ranks: each MPI rank's share\n"
+          "  mpirun -np N deltafin run|chat|serve ...: the routed experts spread over N processes\n"
+          "          (built with Open MPI; --heat balances them; DELTAFIN_RANK_TIMEOUT, default 60 s)\n"
           "  perplexity --model DIR --file TEXT [--window N] [--json]\n"
           "          perplexity and bits per byte of a text file\n"
           "  iobench DIR [--chunk SIZE] [--io-depth N] [--seconds S] [--io buffered]\n"
@@ -260,7 +262,7 @@ static const opt_def opts[] = {
     {"--temp", 1, C_RUN | C_CHAT},    {"--top-p", 1, C_RUN | C_CHAT},  {"--top-k", 1, C_RUN | C_CHAT},
     {"--seed", 1, C_RUN | C_CHAT},    {"--draft", 1, C_RUN | C_CHAT | C_SERVE},
     {"--draft-max", 1, C_RUN | C_CHAT | C_SERVE}, {"--draft-k", 1, C_RUN | C_CHAT | C_SERVE},
-    {"--draft-mem", 1, C_RUN | C_CHAT | C_SERVE}, {"--session", 1, C_RUN | C_CHAT},    {"--file", 1, C_PERPLEXITY},      {"--window", 1, C_PERPLEXITY},   {"--json", 0, C_PLAN | C_PERPLEXITY},
+    {"--draft-mem", 1, C_RUN | C_CHAT | C_SERVE}, {"--session", 1, C_RUN | C_CHAT},    {"--file", 1, C_PERPLEXITY},      {"--window", 1, C_PERPLEXITY},   {"--json", 0, C_PLAN | C_PERPLEXITY}, {"--ranks", 1, C_PLAN},
 };
 
 static unsigned command_bit(const char *cmd)
@@ -391,6 +393,7 @@ void parse_common(int argc, char **argv, run_args *a)
         else if (!strcmp(f, "--file")) a->file = v;
         else if (!strcmp(f, "--window")) a->window = (int)parse_long(v, f, 2, 1 << 20);
         else if (!strcmp(f, "--json")) a->json = 1;
+        else if (!strcmp(f, "--ranks")) a->ranks = (int)parse_long(v, f, 1, 255);
         else die("internal: option %s has no handler", f);
     }
     if (a->greedy && a->temp > 0) die("--greedy and --temp %g contradict each other", a->temp);
@@ -513,6 +516,16 @@ void print_draft_stats(const gen_stats *st)
 
 df_engine *open_engine(const run_args *a)
 {
+    /* under mpirun, ranks 1..N-1 open the same model and compute experts
+     * for rank 0 (engine.h, df_ranks_*); they write no file */
+    run_args worker;
+    int rank = df_ranks_rank();
+    if (rank > 0) {
+        worker = *a;
+        worker.heat = worker.trace = worker.events = NULL;
+        worker.stats = 0;
+        a = &worker;
+    }
     df_engine_opts eo;
     df_engine_opts_default(&eo);
     eo.n_threads = a->threads;
@@ -550,9 +563,25 @@ df_engine *open_engine(const run_args *a)
     }
     df_engine *eng;
     df_error err = {0};
+    if (rank > 0) eo.quiet = 1;
     if (df_engine_open(a->model, &eo, &eng, &err)) {
-        fprintf(stderr, "deltafin: cannot load model: %s\n", err.msg);
+        fprintf(stderr, "deltafin: %scannot load model: %s\n", rank ? "rank: " : "", err.msg);
         exit(1);
+    }
+    if (rank > 0) {
+        int rc = df_ranks_serve(eng, &err);
+        if (rc) fprintf(stderr, "deltafin: %s\n", err.msg);
+        df_engine_close(eng);
+        df_ranks_finalize();
+        exit(rc ? 1 : 0);
+    }
+    if (df_ranks_size() > 1) {
+        df_plan p;
+        df_engine_plan(eng, &p);
+        if (df_ranks_attach(eng, a->heat, a->batch > p.max_batch ? a->batch : p.max_batch, &err)) {
+            fprintf(stderr, "deltafin: %s\n", err.msg);
+            exit(1);
+        }
     }
     if (!a->stats) {
         /* the plan is always shown; --stats shows it in full */

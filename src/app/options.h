@@ -18,7 +18,8 @@ typedef struct {
     int max_new, max_new_set, print_ids, threads, ctx, batch, stop_eos, stats, io_depth, prefault, no_prefetch,
         prefetch_k;
     size_t cache_bytes, mem;
-    uint64_t disk_cache_max; /* --disk-cache-max: a streamed install's disk cache (0: setup's) */
+    uint64_t disk_cache_max;
+    int ranks;      /* plan --ranks N: the experts' partition over N MPI ranks */ /* --disk-cache-max: a streamed install's disk cache (0: setup's) */
     const char *xpaths[8];
     int n_xpaths, stripe;
     /* text and chat */

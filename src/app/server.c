@@ -651,6 +651,9 @@ int cmd_serve(int argc, char **argv)
     sigaddset(&sigs, SIGPIPE);
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
 
+    /* under mpirun, ranks 1..N-1 serve experts to rank 0, not HTTP
+     * (open_engine does not return there) */
+    if (df_ranks_rank() > 0) open_engine(&S->a);
     struct sockaddr_in sa;
     memset(&sa, 0, sizeof sa);
     sa.sin_family = AF_INET;

@@ -404,6 +404,7 @@ int df_engine_open(const char *model_dir, const df_engine_opts *opts, df_engine 
 void df_engine_close(df_engine *eng)
 {
     if (!eng) return;
+    ranks_close(eng->ranks);
     if (eng->heat_path && eng->cache.freq) {
         df_error herr = {0};
         if (heat_save(eng->heat_path, eng->m.cfg.NL, eng->m.cfg.E, eng->cache.freq, &herr))

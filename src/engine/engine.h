@@ -221,6 +221,32 @@ typedef struct df_install_info {
 } df_install_info;
 int df_install_describe(const char *dir, df_install_info *out, df_error *err);
 
+/* Routed experts over several processes with MPI (ranks.c; built where
+ * mpicc is found, else one rank).  Under `mpirun -np N`, df_ranks_init
+ * (first thing in main) returns this process's rank; rank 0 opens the
+ * engine and df_ranks_attach partitions the experts (by the heat file's
+ * counts when given, else round robin) for sessions of up to max_batch
+ * positions; ranks 1..N-1 open the same model and df_ranks_serve computes
+ * their experts until rank 0 closes its engine.  Logits are bit-identical
+ * at any rank count. */
+typedef struct df_rank_stats {
+    int rank;
+    uint64_t expert_calls;        /* experts computed (one expert over its rows = 1) */
+    uint64_t rows;                /* rows sent to the rank */
+    uint64_t bytes_sent, bytes_received; /* by rank 0, to and from the rank */
+    uint64_t expert_bytes_read;   /* the rank's own expert reads */
+    double expert_sec;            /* the rank's time computing experts */
+    double wait_sec;              /* rank 0: time waiting for answers */
+} df_rank_stats;
+int df_ranks_init(int *argc, char ***argv);
+int df_ranks_size(void);
+int df_ranks_rank(void);
+void df_ranks_finalize(void);
+int df_ranks_attach(df_engine *eng, const char *heat_path, int max_batch, df_error *err);
+int df_ranks_serve(df_engine *eng, df_error *err);
+/* rank 0: one row per rank (the others asked for theirs); returns the count */
+int df_ranks_stats(df_engine *eng, df_rank_stats *out, int max);
+
 /* Device read bandwidth with the engine's read size and queue depth. */
 typedef struct df_iobench_opts {
     size_t chunk_bytes;   /* bytes per read (0 = one K3 expert, 17,547,264) */

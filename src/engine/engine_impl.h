@@ -36,8 +36,13 @@ typedef struct prompt_stats {
     double seconds;
 } prompt_stats;
 
+struct df_ranks;
+/* ranks.c: stop the other ranks and free (rank 0) */
+void ranks_close(struct df_ranks *R);
+
 struct df_engine {
     k3_model m;               /* the checkpoint (model.c) */
+    struct df_ranks *ranks;   /* experts across processes (ranks.c), or NULL */
     trunk_stream ts;
     expert_cache cache;
     threadpool *pool;

@@ -211,6 +211,22 @@ typedef struct session_bufs {
  * MoE block the expert cache and store, the prefetcher and whether the
  * streamed trunk has a layer in memory.  Built by the engine at open. */
 struct prefetch;
+/* Experts computed by other processes (engine/ranks.c, MPI).  owner[il * E
+ * + e] is the rank that computes expert e of layer il (0: this process).
+ * For one layer, moe_forward posts each other rank its experts' gathered
+ * rows (non-blocking: ids, rows per expert, the rows), computes its own
+ * meanwhile, then collect waits until every answer (one output row per
+ * input row, written to out) has landed; an error names the rank. */
+typedef struct moe_ranks {
+    int n;
+    const uint8_t *owner;
+    int (*post)(void *ctx, int rank, int il, const int *ids, const int *counts, int n_ids, const float *x, int rows,
+                float *out, df_error *err);
+    int (*collect)(void *ctx, int il, df_error *err);
+    void *ctx;
+    uint64_t *local_calls;    /* experts this process computed */
+} moe_ranks;
+
 typedef struct model_ctx {
     k3_config cfg;            /* a copy (its arrays are the model's) */
     const k3_layer *layers;
@@ -225,6 +241,7 @@ typedef struct model_ctx {
     int trunk_streamed;       /* the trunk streams: layer weights are present only when ready */
     int (*trunk_ready)(void *eng, int il);   /* make layer il's weights present (0), else -1 */
     void *eng;
+    const moe_ranks *ranks;   /* experts across processes, or NULL */
 } model_ctx;
 
 /* model.c */
@@ -265,6 +282,11 @@ void kda_forward(const model_ctx *eng, session_bufs *s, const k3_layer *L, const
 void kda_replay(const model_ctx *eng, session_bufs *s, const k3_layer *L, int rows);
 int mla_forward(const model_ctx *eng, session_bufs *s, const k3_layer *L, const float *x, int T, float *out, df_error *err);
 int moe_forward(const model_ctx *eng, session_bufs *s, int il, const k3_layer *L, const float *y, int T, float *out, df_error *err);
+/* Another rank's side of moe_ranks: the n experts ids[] of layer il over
+ * their gathered rows x (counts[u] rows each, in order), through this
+ * process's cache and store; one output row per input row into out. */
+int moe_experts_for(const model_ctx *eng, session_bufs *s, int il, const int *ids, const int *counts, int n,
+                    const float *x, float *out, df_error *err);
 void dense_mlp_forward(const model_ctx *eng, session_bufs *s, const k3_layer *L, const float *y, int T, float *out);
 
 #endif

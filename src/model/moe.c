@@ -12,6 +12,11 @@
  * cache has slots, they are processed in groups.  Reading them (and
  * everything about slots and pins) is expert_fetch.c's; predicting the next
  * layer's experts is prefetch.c's: this file is the FFN block only.
+ * Across processes (model_ctx.ranks): the distinct experts are ordered this
+ * rank's first, then each other rank's; the other ranks get their gathered
+ * rows first and compute while this one does its own (moe_experts_for is
+ * their side); their output rows land in the same g_out rows, so the
+ * route-order sum, and the logits, are the same at any rank count.
  */
 #include "model.h"
 #include "expert_fetch.h"
@@ -163,6 +168,20 @@ int moe_forward(const model_ctx *eng, session_bufs *s, int il, const k3_layer *L
         }
         s->uniq_count[u]++;
     }
+    /* across ranks: this rank's experts first, then each other rank's
+     * together (which rows an expert's outputs land in does not change them) */
+    const moe_ranks *R = eng->ranks;
+    int n_local = n_u;
+    if (R && R->n > 1) {
+        int *tid = s->uniq_first, *tcnt = s->uniq_state, m = 0;
+        for (int r = 0; r < R->n; r++)
+            for (int u = 0; u < n_u; u++)
+                if (R->owner[(size_t)il * E + (size_t)s->uniq[u]] == r) tid[m] = s->uniq[u], tcnt[m++] = s->uniq_count[u];
+        CHECK(m == n_u);
+        memcpy(s->uniq, tid, (size_t)n_u * sizeof *tid);
+        memcpy(s->uniq_count, tcnt, (size_t)n_u * sizeof *tcnt);
+        for (n_local = 0; n_local < n_u && R->owner[(size_t)il * E + (size_t)s->uniq[n_local]] == 0; n_local++) {}
+    }
     for (int u = 0, acc = 0; u < n_u; u++) {
         s->uniq_first[u] = acc;
         acc += s->uniq_count[u];
@@ -182,14 +201,27 @@ int moe_forward(const model_ctx *eng, session_bufs *s, int il, const k3_layer *L
     }
     prefetch_score(eng, s, il, n_u);
 
+    /* the other ranks' experts go out first and compute while this one works */
+    for (int u0 = n_local; u0 < n_u;) {
+        int r = R->owner[(size_t)il * E + (size_t)s->uniq[u0]], u1 = u0;
+        while (u1 < n_u && R->owner[(size_t)il * E + (size_t)s->uniq[u1]] == r) u1++;
+        int row0 = s->uniq_first[u0], rows = s->uniq_first[u1 - 1] + s->uniq_count[u1 - 1] - row0;
+        if (R->post(R->ctx, r, il, s->uniq + u0, s->uniq_count + u0, u1 - u0, s->g_x + (size_t)row0 * Lt, rows,
+                    s->g_out + (size_t)row0 * Lt, err))
+            return -1;
+        u0 = u1;
+    }
     /* experts in groups that fit the cache; the first group's reads overlap
      * the shared experts' down-projection */
     int group = eng->cache->n_slots < MM_MAX_JOBS / 2 ? eng->cache->n_slots : MM_MAX_JOBS / 2;
     shared_ctx sh = {.L = L, .T = T, .out = out};
-    for (int u0 = 0; u0 < n_u; u0 += group) {
-        int u1 = u0 + group < n_u ? u0 + group : n_u;
+    if (!n_local) shared_down(eng, s, L, T, out);
+    for (int u0 = 0; u0 < n_local; u0 += group) {
+        int u1 = u0 + group < n_local ? u0 + group : n_local;
         if (fetch_group(eng, s, il, u0, u1, run_experts, u0 == 0 ? shared_overlap : NULL, &sh, err)) return -1;
     }
+    if (R && R->n > 1) *R->local_calls += (uint64_t)n_local;
+    if (n_local < n_u && R->collect(R->ctx, il, err)) return -1;
 
     /* weighted sum in route order, latent norm, up-projection, + shared */
     float *acc = s->big4;
@@ -205,5 +237,25 @@ int moe_forward(const model_ctx *eng, session_bufs *s, int il, const k3_layer *L
     }
     mm_one(eng->pool, eng->kt, L->lat_up, acc, T, s->big5);
     for (size_t i = 0; i < (size_t)T * h; i++) out[i] = s->big5[i] + out[i];
+    return 0;
+}
+
+int moe_experts_for(const model_ctx *eng, session_bufs *s, int il, const int *ids, const int *counts, int n,
+                    const float *x, float *out, df_error *err)
+{
+    int Lt = eng->cfg.Lt, rows = 0;
+    for (int u = 0; u < n; u++) {
+        s->uniq[u] = ids[u];
+        s->uniq_first[u] = rows;
+        s->uniq_count[u] = counts[u];
+        rows += counts[u];
+    }
+    memcpy(s->g_x, x, (size_t)rows * Lt * sizeof(float));
+    int group = eng->cache->n_slots < MM_MAX_JOBS / 2 ? eng->cache->n_slots : MM_MAX_JOBS / 2;
+    for (int u0 = 0; u0 < n; u0 += group) {
+        int u1 = u0 + group < n ? u0 + group : n;
+        if (fetch_group(eng, s, il, u0, u1, run_experts, NULL, NULL, err)) return -1;
+    }
+    memcpy(out, s->g_out, (size_t)rows * Lt * sizeof(float));
     return 0;
 }
