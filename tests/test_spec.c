@@ -329,6 +329,63 @@ static void test_real_drafters(void)
     df_engine_close(eng);
 }
 
+
+/* The draft guard on simulated runs: a plain token costs 1.0; a step with
+ * drafts emits `per` tokens at `cost` per token.  Over a long run the total
+ * time stays within 3 % of never drafting when drafts are up to 1.5x slower
+ * per token, and drafts that pay are kept (most tokens drafted). */
+static double guard_run(double cost, int per, uint64_t n_tokens, double *drafted_share, draft_guard *d)
+{
+    draft_guard_init(d);
+    double t = 0;
+    uint64_t n = 0, drafted = 0;
+    while (n < n_tokens) {
+        int on = draft_guard_on(d), k = on ? per : 1;
+        double sec = on ? cost * k : 1.0;
+        t += sec;
+        n += (uint64_t)k;
+        drafted += on ? (uint64_t)k : 0;
+        draft_guard_step(d, k, sec);
+    }
+    *drafted_share = (double)drafted / (double)n;
+    return t / (double)n;
+}
+
+static void test_draft_guard(void)
+{
+    draft_guard d;
+    double share;
+    for (int per = 1; per <= 5; per += 2) {
+        double slow = guard_run(1.5, per, 200000, &share, &d);
+        TCHECKF(slow <= 1.03, "drafts 1.5x slower, %d per step: %.4f per token (more than 3 %% over 1.0)", per, slow);
+        TCHECKF(d.rounds > 5 && d.last == 0, "held off after %d rounds (last %d)", d.rounds, d.last);
+        double fast = guard_run(0.6, per, 200000, &share, &d);
+        TCHECKF(fast <= 0.65 && share > 0.9, "drafts 0.6x: %.4f per token, %.2f drafted", fast, share);
+        TCHECK(d.last == 1);
+    }
+    /* within the margin: drafts stay allowed */
+    guard_run(1.005, 3, 50000, &share, &d);
+    TCHECK(d.last == 1 && share > 0.9);
+    /* a round alternates ABBA and the next round starts with the other arm */
+    draft_guard_init(&d);
+    int arms[2 * DG_WINDOWS];
+    for (int w = 0; w < 2 * DG_WINDOWS; w++) {
+        if (w == DG_WINDOWS) d.hold = 0; /* (a round ended: skip its hold) */
+        arms[w] = draft_guard_on(&d);
+        for (int i = 0; i < DG_WINDOW; i++) draft_guard_step(&d, 1, 1.0);
+        if (w == DG_WINDOWS - 1) d.hold = 0;
+    }
+    static const int want[2 * DG_WINDOWS] = {1, 0, 0, 1, 1, 0, 0, 1, 0, 1, 1, 0, 0, 1, 1, 0};
+    for (int w = 0; w < 2 * DG_WINDOWS; w++) TCHECKF(arms[w] == want[w], "window %d: arm %d", w, arms[w]);
+    /* a step of several tokens is never split across windows */
+    draft_guard_init(&d);
+    int before = draft_guard_on(&d);
+    draft_guard_step(&d, DG_WINDOW - 1, 1.0);
+    TCHECK(draft_guard_on(&d) == before);
+    draft_guard_step(&d, 7, 1.0); /* crosses the window size: the next step is the next window */
+    TCHECK(d.window == 1 && d.in_window == 0);
+}
+
 /* What the model-free drafters propose on crafted histories. */
 static void test_lookup_proposals(void)
 {
@@ -426,6 +483,7 @@ static void test_cli_drafts(void)
 static const test_case tests[] = {
     {"cli_drafts", test_cli_drafts},
     {"lookup_proposals", test_lookup_proposals},
+    {"draft_guard", test_draft_guard},
     {"truncate_equals_shorter", test_truncate_equals_shorter},
     {"rollback_is_planned", test_rollback_is_planned},
     {"drafts_bit_identical", test_drafts_bit_identical},

@@ -512,6 +512,11 @@ void print_draft_stats(const gen_stats *st)
             (unsigned long long)st->emitted, st->passes ? (double)st->emitted / (double)st->passes : 0.0,
             (unsigned long long)st->draft_passes, st->last_k,
             st->emitted ? (double)st->expert_bytes / 1024.0 / (double)st->emitted : 0.0, st->draft_sec);
+    if (st->guard_rounds)
+        fprintf(stderr,
+                "deltafin: drafts timed: %d round%s, last: %s (%.2f ms per token with drafts, %.2f without)\n",
+                st->guard_rounds, st->guard_rounds == 1 ? "" : "s", st->guard_on ? "allowed" : "held off (slower)",
+                st->guard_ms[1], st->guard_ms[0]);
 }
 
 df_engine *open_engine(const run_args *a)

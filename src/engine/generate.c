@@ -25,6 +25,53 @@ static double mono(void)
 #define ACC_PRIOR 0.5
 #define ACC_PRIOR_W 2.0
 
+void draft_guard_init(draft_guard *d)
+{
+    memset(d, 0, sizeof *d);
+    d->first = 1;
+    d->last = -1;
+}
+
+/* ABBA ABBA from the round's first arm */
+static int guard_arm(const draft_guard *d)
+{
+    static const int flip[DG_WINDOWS] = {0, 1, 1, 0, 0, 1, 1, 0};
+    return flip[d->window] ? !d->first : d->first;
+}
+
+int draft_guard_on(const draft_guard *d) { return d->hold ? d->choice : guard_arm(d); }
+
+int draft_guard_step(draft_guard *d, int tokens, double sec)
+{
+    if (tokens <= 0) return 0;
+    if (d->hold) {
+        d->hold = d->hold > (uint64_t)tokens ? d->hold - (uint64_t)tokens : 0;
+        return 0;
+    }
+    int arm = guard_arm(d);
+    d->sec[arm] += sec;
+    d->tok[arm] += (uint64_t)tokens;
+    d->in_window += (uint64_t)tokens;
+    if (d->in_window < DG_WINDOW) return 0;
+    d->in_window = 0;
+    if (++d->window < DG_WINDOWS) return 0;
+    double off = d->tok[0] ? d->sec[0] / (double)d->tok[0] : 0, on = d->tok[1] ? d->sec[1] / (double)d->tok[1] : 0;
+    d->choice = !(on > off * (1.0 + DG_MARGIN));
+    d->ms_per_tok[0] = 1e3 * off;
+    d->ms_per_tok[1] = 1e3 * on;
+    /* the same answer again: measure less often */
+    d->hold_len = d->choice == d->last && d->hold_len ? (d->hold_len * 2 < DG_HOLD_MAX ? d->hold_len * 2 : DG_HOLD_MAX)
+                                                      : DG_HOLD;
+    d->last = d->choice;
+    d->rounds++;
+    d->hold = d->hold_len;
+    d->window = 0;
+    d->first = !d->first;
+    memset(d->sec, 0, sizeof d->sec);
+    memset(d->tok, 0, sizeof d->tok);
+    return 1;
+}
+
 int gen_init(gen_loop *g, df_engine *eng, df_session *s, sampler *smp, df_drafter *dr, const gen_opts *o,
              df_error *err)
 {
@@ -52,6 +99,8 @@ int gen_init(gen_loop *g, df_engine *eng, df_session *s, sampler *smp, df_drafte
     g->acc_w = ACC_PRIOR_W;
     g->explore_at = EXPLORE_EVERY;
     g->st.last_k = 0;
+    draft_guard_init(&g->guard);
+    g->st.guard_on = -1;
     return 0;
 }
 
@@ -201,6 +250,7 @@ static int choose_k(gen_loop *g)
 {
     if (!g->dr || !g->kmax) return 0;
     if (g->k_fixed) return g->k_fixed;
+    if (!draft_guard_on(&g->guard)) return 0; /* drafts measured slower: held off */
     if (g->t_pass[1] <= 0) return 0; /* measure a plain step first */
     double a = g->acc, best_rate = 0;
     int best = 0;
@@ -239,6 +289,8 @@ static void push(gen_loop *g, int32_t tok, int row)
 /* One target pass: [pending, drafts...] in, the decided tokens queued. */
 static int step(gen_loop *g, df_error *err)
 {
+    int guarded = g->dr && g->kmax && !g->k_fixed;
+    double t_step = mono();
     int k = choose_k(g);
     g->step_no++;
     int nd = 0;
@@ -297,6 +349,17 @@ static int step(gen_loop *g, df_error *err)
         double w = DECAY * g->acc_w;
         g->acc = (w * g->acc + (double)a) / (w + trials);
         g->acc_w = w + trials;
+    }
+    if (guarded && draft_guard_step(&g->guard, a + 1, mono() - t_step)) {
+        g->st.guard_rounds = g->guard.rounds;
+        g->st.guard_on = g->guard.last;
+        g->st.guard_ms[0] = g->guard.ms_per_tok[0];
+        g->st.guard_ms[1] = g->guard.ms_per_tok[1];
+        char gev[160];
+        snprintf(gev, sizeof gev, "{\"draft_guard\":{\"round\":%d,\"drafts\":\"%s\",\"ms_per_token_off\":%.3f,"
+                 "\"ms_per_token_on\":%.3f}}",
+                 g->guard.rounds, g->guard.last ? "allowed" : "held off", g->guard.ms_per_tok[0], g->guard.ms_per_tok[1]);
+        df_engine_event(g->eng, gev);
     }
     if (!g->dr) return 0;
     char ev[256];
