@@ -12,6 +12,7 @@
 #include "cli.h"
 #include "engine.h"
 #include "server.h"
+#include "util.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -223,15 +224,16 @@ void print_run_stats(df_engine *eng, int n_prompt, double prefill_s, int n_gen, 
     for (int r = 0; r < nr; r++) {
         if (!r)
             fprintf(stderr, "deltafin: rank 0 (front end): %llu experts computed, %.1f MiB of experts read, %.2f s "
-                            "waiting for the other ranks\n",
-                    (unsigned long long)rs[0].expert_calls, (double)rs[0].expert_bytes_read / (1 << 20), rs[0].wait_sec);
+                            "waiting for the other ranks, peak %.1f MiB resident\n",
+                    (unsigned long long)rs[0].expert_calls, (double)rs[0].expert_bytes_read / (1 << 20), rs[0].wait_sec,
+                    rs[0].peak_rss_kb / 1024.0);
         else
             fprintf(stderr,
-                    "deltafin: rank %d: %llu experts computed (%.2f s), %.1f MiB of experts read; %.1f KiB sent to it "
-                    "and %.1f KiB back per token\n",
+                    "deltafin: rank %d: %llu experts computed (%.2f s), %.1f MiB of experts read, peak %.1f MiB "
+                    "resident; %.1f KiB sent to it and %.1f KiB back per token\n",
                     r, (unsigned long long)rs[r].expert_calls, rs[r].expert_sec,
-                    (double)rs[r].expert_bytes_read / (1 << 20), (double)rs[r].bytes_sent / per,
-                    (double)rs[r].bytes_received / per);
+                    (double)rs[r].expert_bytes_read / (1 << 20), rs[r].peak_rss_kb / 1024.0,
+                    (double)rs[r].bytes_sent / per, (double)rs[r].bytes_received / per);
     }
     if (st.trunk_bytes_read)
         fprintf(stderr, "deltafin: trunk streamed: %.1f MiB read, %.2f s waiting\n",
@@ -346,17 +348,7 @@ static int cmd_run(int argc, char **argv)
     return 0;
 }
 
-long proc_peak_rss_kb(void)
-{
-    FILE *f = fopen("/proc/self/status", "r");
-    long v = -1;
-    char line[128];
-    if (!f) return -1;
-    while (fgets(line, sizeof line, f))
-        if (sscanf(line, "VmHWM: %ld", &v) == 1) break;
-    fclose(f);
-    return v;
-}
+long proc_peak_rss_kb(void) { return peak_rss_kb(); }
 
 unsigned long long proc_read_bytes(void)
 {

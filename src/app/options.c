@@ -568,7 +568,24 @@ df_engine *open_engine(const run_args *a)
     }
     df_engine *eng;
     df_error err = {0};
-    if (rank > 0) eo.quiet = 1;
+    if (rank > 0) {
+        /* an experts-only engine for rank 0's batch: no trunk, a small
+         * session, the budget to the expert cache, nothing preloaded that
+         * another rank computes */
+        int mb = 0;
+        if (df_ranks_hello(&mb, &err)) {
+            fprintf(stderr, "deltafin: %s\n", err.msg);
+            exit(1);
+        }
+        eo.quiet = 1;
+        eo.experts_only = 1;
+        eo.plan_ctx = 16;
+        eo.plan_batch = mb;
+        eo.plan_rollback = eo.plan_checkpoints = 0;
+        eo.preload = -1;
+    } else if (df_ranks_size() > 1 && !eo.preload) {
+        eo.preload = -1; /* rank 0 computes a share only */
+    }
     if (df_engine_open(a->model, &eo, &eng, &err)) {
         fprintf(stderr, "deltafin: %scannot load model: %s\n", rank ? "rank: " : "", err.msg);
         exit(1);

@@ -402,3 +402,15 @@ int read_small_file(const char *path, char **out, size_t *len, size_t max_len, d
     if (len) *len = n;
     return 0;
 }
+
+long peak_rss_kb(void)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    long v = -1;
+    char line[128];
+    if (!f) return -1;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "VmHWM: %ld", &v) == 1) break;
+    fclose(f);
+    return v;
+}

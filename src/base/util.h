@@ -89,6 +89,8 @@ size_t utf8_cut(const char *s, size_t n, size_t max);
 
 double now_sec(void);
 void df_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* This process's peak resident set (VmHWM) in KiB, -1 when unknown. */
+long peak_rss_kb(void);
 extern int df_log_quiet;
 
 /* Read a whole small file (configs, indexes). NUL-terminates. */

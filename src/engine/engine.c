@@ -88,10 +88,11 @@ static int engine_sizes(df_engine *eng, const df_session_opts *so, plan_sizes *s
         sz->scratch_per_row = s2 - s1;
         sz->scratch_base = s1 - sz->scratch_per_row;
     }
-    sz->trunk_bytes = eng->m.trunk_mapped_bytes - eng->m.embed_bytes;
-    sz->embed_bytes = eng->m.embed_bytes;
+    /* an experts-only rank never touches the trunk (mapped, never read) */
+    sz->trunk_bytes = eng->experts_only ? 0 : eng->m.trunk_mapped_bytes - eng->m.embed_bytes;
+    sz->embed_bytes = eng->experts_only ? 0 : eng->m.embed_bytes;
     sz->vec_bytes = eng->m.owned_bytes;
-    sz->stream_buf_bytes = trunk_stream_buffer_bytes(eng);
+    sz->stream_buf_bytes = eng->experts_only ? 0 : trunk_stream_buffer_bytes(eng);
     sz->expert_bytes = eng->m.store.expert_bytes;
     sz->slot_bytes = eng->m.store.slot_bytes;
     for (int il = 0; il < c->NL; il++) sz->n_moe_layers += c->layer_moe[il];
@@ -147,7 +148,9 @@ static int plan_memory(df_engine *eng, const df_engine_opts *o, df_error *err)
                           eng->m.store.slot_bytes, pol))
         return df_err_set(err, DF_ERR_NOMEM, -1, "cannot allocate the expert cache (%llu slots of %zu bytes)",
                           (unsigned long long)p->n_slots, eng->m.store.slot_bytes);
-    if (p->trunk_mode == DF_TRUNK_STREAMED) {
+    if (eng->experts_only) {
+        /* nothing of the trunk is loaded */
+    } else if (p->trunk_mode == DF_TRUNK_STREAMED) {
         if (trunk_stream_init(eng, err)) return -1;
         CHECK(2 * eng->ts.buf_bytes <= p->trunk_used);
     } else if (trunk_load_resident(eng, err)) {
@@ -305,6 +308,7 @@ int df_engine_open(const char *model_dir, const df_engine_opts *opts, df_engine 
         free(eng);
         return -1;
     }
+    eng->experts_only = opts->experts_only;
     const char *force = opts->kernels ? opts->kernels : getenv("DF_KERNELS");
     eng->kt = kernels_select(force, err);
     if (!eng->kt) {

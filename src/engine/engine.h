@@ -51,6 +51,8 @@ typedef struct df_engine_opts {
     int preload;                /* read every routed expert into the cache at open: 1 on, -1 off,
                                    0 auto = when the cache holds them all and the trunk is resident */
     int quiet;                  /* no log lines on stderr */
+    int experts_only;           /* an MPI rank that only computes experts (ranks.c): no trunk is loaded
+                                   or planned, the budget goes to the expert cache */
 } df_engine_opts;
 
 typedef struct df_session_opts {
@@ -237,12 +239,16 @@ typedef struct df_rank_stats {
     uint64_t expert_bytes_read;   /* the rank's own expert reads */
     double expert_sec;            /* the rank's time computing experts */
     double wait_sec;              /* rank 0: time waiting for answers */
+    long peak_rss_kb;             /* the rank's peak resident set */
 } df_rank_stats;
 int df_ranks_init(int *argc, char ***argv);
 int df_ranks_size(void);
 int df_ranks_rank(void);
 void df_ranks_finalize(void);
 int df_ranks_attach(df_engine *eng, const char *heat_path, int max_batch, df_error *err);
+/* ranks > 0, before opening the engine: rank 0's session batch (it sends
+ * it once its engine is open), to plan an experts-only engine for */
+int df_ranks_hello(int *max_batch, df_error *err);
 int df_ranks_serve(df_engine *eng, df_error *err);
 /* rank 0: one row per rank (the others asked for theirs); returns the count */
 int df_ranks_stats(df_engine *eng, df_rank_stats *out, int max);

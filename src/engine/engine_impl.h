@@ -43,6 +43,7 @@ void ranks_close(struct df_ranks *R);
 struct df_engine {
     k3_model m;               /* the checkpoint (model.c) */
     struct df_ranks *ranks;   /* experts across processes (ranks.c), or NULL */
+    int experts_only;         /* df_engine_opts.experts_only */
     trunk_stream ts;
     expert_cache cache;
     threadpool *pool;

@@ -45,6 +45,7 @@ enum { OP_WORK = 1, OP_STATS, OP_STOP };
 #define HELLO_MAGIC 0x4446524b /* "DFRK" */
 
 static int g_rank, g_size = 1, g_inited, g_failed;
+static int g_hello[4], g_have_hello; /* ranks > 0: what rank 0 announced */
 
 struct df_ranks {
     df_engine *eng;
@@ -240,7 +241,7 @@ int df_ranks_attach(df_engine *eng, const char *heat_path, int max_batch, df_err
     const char *t = getenv("DELTAFIN_RANK_TIMEOUT");
     R->timeout = t && atof(t) > 0 ? atof(t) : 60.0;
     partition(R, heat_path);
-    int hello[4] = {HELLO_MAGIC, c->NL, c->E, R->max_rows};
+    int hello[4] = {HELLO_MAGIC, c->NL, c->E, max_batch};
     if (MPI_Bcast(hello, 4, MPI_INT, 0, MPI_COMM_WORLD) != MPI_SUCCESS ||
         MPI_Bcast(R->owner, c->NL * c->E, MPI_BYTE, 0, MPI_COMM_WORLD) != MPI_SUCCESS) {
         ranks_close(R);
@@ -266,23 +267,33 @@ static int send_all(const void *p, int n, MPI_Datatype t, int tag)
     return MPI_Send(p, n, t, 0, tag, MPI_COMM_WORLD);
 }
 
+int df_ranks_hello(int *max_batch, df_error *err)
+{
+    if (!g_have_hello) {
+        if (MPI_Bcast(g_hello, 4, MPI_INT, 0, MPI_COMM_WORLD) != MPI_SUCCESS || g_hello[0] != HELLO_MAGIC)
+            return df_err_set(err, DF_ERR_IO, -1, "rank %d: rank 0 did not announce itself", g_rank);
+        g_have_hello = 1;
+    }
+    *max_batch = g_hello[3];
+    return 0;
+}
+
 int df_ranks_serve(df_engine *eng, df_error *err)
 {
     const k3_config *c = &eng->m.cfg;
-    int hello[4];
-    if (MPI_Bcast(hello, 4, MPI_INT, 0, MPI_COMM_WORLD) != MPI_SUCCESS || hello[0] != HELLO_MAGIC)
-        return df_err_set(err, DF_ERR_IO, -1, "rank %d: no partition from rank 0", g_rank);
+    int *hello = g_hello, mb;
+    if (df_ranks_hello(&mb, err)) return -1;
     if (hello[1] != c->NL || hello[2] != c->E)
         return df_err_set(err, DF_ERR_ARG, -1, "rank %d: rank 0's model has %d layers x %d experts, this one %d x %d",
                           g_rank, hello[1], hello[2], c->NL, c->E);
-    int max_rows = hello[3];
+    int max_rows = hello[3] * c->k;
     uint8_t *owner = xmalloc((size_t)c->NL * (size_t)c->E);
     MPI_Bcast(owner, c->NL * c->E, MPI_BYTE, 0, MPI_COMM_WORLD);
     free(owner);
     df_session_opts so;
     df_session_opts_default(&so);
     so.n_ctx = 16;
-    so.max_batch = (max_rows + c->k - 1) / c->k;
+    so.max_batch = hello[3];
     df_session *s;
     if (df_session_new(eng, &so, &s, err)) return -1;
     int *hdr = xmalloc((size_t)(4 + 2 * max_rows) * sizeof *hdr);
@@ -298,8 +309,8 @@ int df_ranks_serve(df_engine *eng, df_error *err)
         }
         if (hdr[0] == OP_STOP) break;
         if (hdr[0] == OP_STATS) {
-            double v[4] = {calls, rows, (double)eng->m.store.st.bytes_read, sec};
-            send_all(v, 4, MPI_DOUBLE, TAG_STATS);
+            double v[5] = {calls, rows, (double)eng->m.store.st.bytes_read, sec, (double)peak_rss_kb()};
+            send_all(v, 5, MPI_DOUBLE, TAG_STATS);
             continue;
         }
         int il = hdr[1], n = hdr[2], nr = hdr[3];
@@ -336,14 +347,16 @@ int df_ranks_stats(df_engine *eng, df_rank_stats *out, int max)
         out[r].expert_calls = R->calls[r];
         if (r == 0) {
             out[r].expert_bytes_read = eng->m.store.st.bytes_read;
+            out[r].peak_rss_kb = peak_rss_kb();
             continue;
         }
         int h[4] = {OP_STATS, 0, 0, 0};
-        double v[4] = {0};
+        double v[5] = {0};
         if (MPI_Send(h, 4, MPI_INT, r, TAG_REQ, MPI_COMM_WORLD) == MPI_SUCCESS &&
-            MPI_Recv(v, 4, MPI_DOUBLE, r, TAG_STATS, MPI_COMM_WORLD, MPI_STATUS_IGNORE) == MPI_SUCCESS) {
+            MPI_Recv(v, 5, MPI_DOUBLE, r, TAG_STATS, MPI_COMM_WORLD, MPI_STATUS_IGNORE) == MPI_SUCCESS) {
             out[r].expert_bytes_read = (uint64_t)v[2];
             out[r].expert_sec = v[3];
+            out[r].peak_rss_kb = (long)v[4];
         }
     }
     return n;
@@ -394,6 +407,11 @@ int df_ranks_attach(df_engine *eng, const char *heat_path, int max_batch, df_err
 int df_ranks_serve(df_engine *eng, df_error *err)
 {
     (void)eng;
+    return df_err_set(err, DF_ERR_UNSUPPORTED, -1, "built without MPI");
+}
+int df_ranks_hello(int *max_batch, df_error *err)
+{
+    *max_batch = 0;
     return df_err_set(err, DF_ERR_UNSUPPORTED, -1, "built without MPI");
 }
 int df_ranks_stats(df_engine *eng, df_rank_stats *out, int max)

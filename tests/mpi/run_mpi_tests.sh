@@ -55,6 +55,13 @@ echo "# experts computed: one process $ONE; three ranks [$CALLS] = $SUM"
 [ -n "$ONE" ] && [ "$SUM" = "$ONE" ] && [ "$(echo "$CALLS" | tr ',' '\n' | grep -c '^[1-9]')" = 3 ] \
     && ok "--bench-json: ranks 3, every rank computed experts, together what one process computes" || bad "rank_expert_calls [$CALLS] vs $ONE"
 grep -q "rank 2: [0-9]* experts computed" "$T/errN" && ok "--stats shows each rank" || bad "--stats per rank: $(tail -4 "$T/errN")"
+# the expert ranks hold no trunk: their peak is well under rank 0's (the trunk is most of this model)
+P0=$(sed -n 's/.*rank 0 (front end): .*peak \([0-9.]*\) MiB.*/\1/p' "$T/errN")
+P1=$(sed -n 's/.*rank 1: .*peak \([0-9.]*\) MiB.*/\1/p' "$T/errN")
+TRUNK=$(( $(du -sk "$T/m" | cut -f1) / 1024 ))
+echo "# peak resident: rank 0 $P0 MiB, rank 1 $P1 MiB; the model ${TRUNK} MiB, mostly trunk"
+awk -v a="$P0" -v b="$P1" -v t="$TRUNK" 'BEGIN {exit !(a > 0 && b > 0 && b + t / 2 < a)}' \
+    && ok "expert ranks load no trunk (peak resident well under rank 0's)" || bad "rank peaks: rank 0 $P0, rank 1 $P1 MiB"
 # 3. chat and serve under mpirun answer as one process does
 printf 'hello there\nand again\n' | "$BIN" chat --model "$T/m" --max-new 8 --threads 1 2>/dev/null >"$T/chat1" || true
 printf 'hello there\nand again\n' | "${MPI[@]}" 2 "$BIN" chat --model "$T/m" --max-new 8 --threads 1 2>"$T/chat2.err" >"$T/chat2" || true
