@@ -146,6 +146,67 @@ static void test_reads_once_per_needed_expert(void)
             (unsigned long long)st.prompt_unique_experts);
 }
 
+
+typedef struct rows_acc {
+    float *out;
+    size_t V;
+    int n;
+} rows_acc;
+
+static int take_rows(void *ctx, const float *rows, int n)
+{
+    rows_acc *a = ctx;
+    memcpy(a->out + (size_t)a->n * a->V, rows, (size_t)n * a->V * sizeof *rows);
+    a->n += n;
+    return 0;
+}
+
+/* Rows handed over a chunk at a time (--dump-logits): the same bits as all
+ * rows at once, and the prompt's accounting covers every chunk, not the
+ * last one. */
+static void test_eval_each_rows_and_accounting(void)
+{
+    char dir[512];
+    if (gen_model("prefill_m", "--preset small --set num_experts=64 --set num_experts_per_token=8 --seed 4", dir,
+                  sizeof dir))
+        return;
+    df_engine_opts o;
+    df_engine_opts_default(&o);
+    o.quiet = 1;
+    o.n_threads = 2;
+    o.expert_cache_bytes = 1;
+    o.no_prefetch = 1;
+    o.plan_ctx = 256;
+    df_engine *eng;
+    df_error err = {0};
+    TCHECKF(df_engine_open(dir, &o, &eng, &err) == 0, "%s", err.msg);
+    if (!eng) return;
+    enum { N = 40, B = 7 };
+    int32_t ids[N];
+    for (int i = 0; i < N; i++) ids[i] = (int32_t)((i * 7919 + 3) % 3000 + 5);
+    df_stats all;
+    float *ref = eval_all(eng, ids, N, B, 256, &all);
+    df_model_info info;
+    df_engine_info(eng, &info);
+    df_session_opts so = {.n_ctx = 256, .max_batch = B};
+    df_session *s;
+    TCHECK(df_session_new(eng, &so, &s, &err) == 0);
+    rows_acc a = {.out = malloc((size_t)N * info.vocab * sizeof(float)), .V = (size_t)info.vocab};
+    float *chunk = malloc((size_t)B * info.vocab * sizeof(float));
+    TCHECKF(df_session_eval_each(s, ids, N, chunk, take_rows, &a, &err) == 0, "%s", err.msg);
+    df_stats st;
+    df_engine_stats(eng, &st);
+    TCHECK(a.n == N && !memcmp(a.out, ref, (size_t)N * info.vocab * sizeof(float)));
+    TCHECKF(st.prompt_positions == N && st.prompt_unique_experts == all.prompt_unique_experts,
+            "%llu positions, %llu pairs (all rows at once: %llu)", (unsigned long long)st.prompt_positions,
+            (unsigned long long)st.prompt_unique_experts, (unsigned long long)all.prompt_unique_experts);
+    df_session_free(s);
+    free(chunk);
+    free(a.out);
+    free(ref);
+    df_engine_close(eng);
+}
+
 /* 32K positions: one long prefill (the planner's chunks) and position by
  * position agree bit for bit at sampled positions. */
 static void test_long_context_32k(void)
@@ -242,6 +303,7 @@ static const test_case tests[] = {
     {"no_prefetch_in_prompts", test_no_prefetch_in_prompts},
     {"auto_batch_bit_identical", test_auto_batch_bit_identical},
     {"reads_once_per_needed_expert", test_reads_once_per_needed_expert},
+    {"eval_each_rows_and_accounting", test_eval_each_rows_and_accounting},
     {"long_context_32k", test_long_context_32k},
 };
 

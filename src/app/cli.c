@@ -86,6 +86,22 @@ static void show_progress(void *ctx, int done, int total)
     fflush(stderr);
 }
 
+typedef struct dump_rows {
+    logits_sink *k;
+    float *last;
+    size_t V;
+    int failed;
+} dump_rows;
+
+/* a chunk of the prompt's rows: into the dump, the last one kept */
+static int dump_each(void *ctx, const float *rows, int n)
+{
+    dump_rows *d = ctx;
+    if (sink_write(d->k, rows, (size_t)n)) return d->failed = 1;
+    memcpy(d->last, rows + (size_t)(n - 1) * d->V, d->V * sizeof *d->last);
+    return 0;
+}
+
 int eval_prompt(df_session *s, const int32_t *ids, int n, int batch, float *last, float *rows, size_t V,
                 logits_sink *k, df_error *err)
 {
@@ -100,15 +116,14 @@ int eval_prompt(df_session *s, const int32_t *ids, int n, int batch, float *last
         }
         return rc;
     }
-    for (int off = 0; off < n; off += batch) {
-        int T = n - off < batch ? n - off : batch;
-        if (df_session_eval(s, ids + off, T, rows, 1, err)) return -1;
-        if (sink_write(k, rows, (size_t)T)) {
+    (void)batch;
+    dump_rows dr = {.k = k, .last = last, .V = V};
+    if (df_session_eval_each(s, ids, n, rows, dump_each, &dr, err)) {
+        if (dr.failed) {
             err->code = DF_ERR_IO;
             snprintf(err->msg, sizeof err->msg, "writing the --dump-logits file failed");
-            return -1;
         }
-        memcpy(last, rows + (size_t)(T - 1) * V, V * sizeof *last);
+        return -1;
     }
     return 0;
 }

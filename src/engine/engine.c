@@ -1031,7 +1031,22 @@ fail:
     return -1;
 }
 
+static int eval_impl(df_session *s, const int32_t *ids, int n, float *logits, int all_rows, df_rows_fn each,
+                     void *each_ctx, df_error *err);
+
 int df_session_eval(df_session *s, const int32_t *ids, int n, float *logits, int all_rows, df_error *err)
+{
+    return eval_impl(s, ids, n, logits, all_rows, NULL, NULL, err);
+}
+
+int df_session_eval_each(df_session *s, const int32_t *ids, int n, float *rows, df_rows_fn each, void *ctx,
+                         df_error *err)
+{
+    return eval_impl(s, ids, n, rows, 1, each, ctx, err);
+}
+
+static int eval_impl(df_session *s, const int32_t *ids, int n, float *logits, int all_rows, df_rows_fn each,
+                     void *each_ctx, df_error *err)
 {
     const k3_config *c = &s->eng->m.cfg;
     if (n <= 0) return df_err_set(err, DF_ERR_ARG, -1, "no tokens to evaluate");
@@ -1058,9 +1073,15 @@ int df_session_eval(df_session *s, const int32_t *ids, int n, float *logits, int
         int T = n - off < s->b.max_batch ? n - off : s->b.max_batch;
         int last = off + T == n;
         float *dst = NULL;
-        if (logits && all_rows) dst = logits + (size_t)off * c->V;
+        if (logits && each) dst = logits; /* one chunk's rows at a time, handed to each */
+        else if (logits && all_rows) dst = logits + (size_t)off * c->V;
         else if (logits && last) dst = logits;
         rc = forward_chunk(s, ids + off, T, dst, all_rows, err);
+        if (!rc && each) {
+            alloc_guard_leave();
+            if (each(each_ctx, dst, T)) rc = df_err_set(err, DF_ERR_IO, off, "the rows' consumer failed");
+            alloc_guard_enter();
+        }
         if (!rc && s->progress && off + T < n) {
             alloc_guard_leave();
             s->progress(s->progress_ctx, off + T, n);

@@ -162,6 +162,13 @@ int df_session_max_batch(const df_session *s);
  * reusing it after a read error.   logits (may be NULL): when all_rows, [n][vocab] with
  * row t the distribution after ids[t]; otherwise [vocab] after the last id. */
 int df_session_eval(df_session *s, const int32_t *ids, int n, float *logits, int all_rows, df_error *err);
+/* The same with every row's logits, handed over one chunk (at most
+ * max_batch rows, in rows: [max_batch][vocab]) at a time to each, which
+ * returns nonzero to stop with an error; the prompt's accounting (stats)
+ * covers the whole call. */
+typedef int (*df_rows_fn)(void *ctx, const float *rows, int n_rows);
+int df_session_eval_each(df_session *s, const int32_t *ids, int n, float *rows, df_rows_fn each, void *ctx,
+                         df_error *err);
 
 /* Rollback (speculative decoding, edited histories).  df_session_mark
  * remembers the session at its current position; df_session_truncate(s,
