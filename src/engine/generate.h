@@ -85,7 +85,7 @@ typedef struct gen_stats {
  * measuring windows' share of the drafts' own loss: about half a round's
  * tokens in every round plus hold, under 2 % of it once the hold has grown.
  * Pure (time is fed in); drafting never changes tokens, only speed. */
-#define DG_WINDOW 16
+#define DG_WINDOW 8
 #define DG_WINDOWS 8
 #define DG_HOLD 1024
 #define DG_HOLD_MAX 16384
