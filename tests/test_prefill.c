@@ -88,24 +88,33 @@ static void test_auto_batch_bit_identical(void)
 /* A prompt that fits one chunk reads each (layer, expert) it needs once:
  * the store's reads equal the distinct pairs, which equal the pairs in the
  * route trace. */
-static void test_reads_once_per_needed_expert(void)
+/* prefill_m (64 experts, 8 per token) with a one-slot cache and no
+ * prefetch: every needed expert is read */
+static df_engine *open_one_slot(int ctx, const char *trace)
 {
-    char dir[512], trace[600];
+    char dir[512];
     if (gen_model("prefill_m", "--preset small --set num_experts=64 --set num_experts_per_token=8 --seed 4", dir,
                   sizeof dir))
-        return;
-    snprintf(trace, sizeof trace, "%s/prefill.trace", test_scratch());
+        return NULL;
     df_engine_opts o;
     df_engine_opts_default(&o);
     o.quiet = 1;
     o.n_threads = 2;
     o.expert_cache_bytes = 1;
     o.no_prefetch = 1;
-    o.plan_ctx = 512;
+    o.plan_ctx = ctx;
     o.trace_path = trace;
     df_engine *eng;
     df_error err = {0};
     TCHECKF(df_engine_open(dir, &o, &eng, &err) == 0, "%s", err.msg);
+    return err.msg[0] ? NULL : eng;
+}
+
+static void test_reads_once_per_needed_expert(void)
+{
+    char trace[600];
+    snprintf(trace, sizeof trace, "%s/prefill.trace", test_scratch());
+    df_engine *eng = open_one_slot(512, trace);
     if (!eng) return;
     enum { N = 150 };
     int32_t ids[N];
@@ -166,21 +175,9 @@ static int take_rows(void *ctx, const float *rows, int n)
  * last one. */
 static void test_eval_each_rows_and_accounting(void)
 {
-    char dir[512];
-    if (gen_model("prefill_m", "--preset small --set num_experts=64 --set num_experts_per_token=8 --seed 4", dir,
-                  sizeof dir))
-        return;
-    df_engine_opts o;
-    df_engine_opts_default(&o);
-    o.quiet = 1;
-    o.n_threads = 2;
-    o.expert_cache_bytes = 1;
-    o.no_prefetch = 1;
-    o.plan_ctx = 256;
-    df_engine *eng;
-    df_error err = {0};
-    TCHECKF(df_engine_open(dir, &o, &eng, &err) == 0, "%s", err.msg);
+    df_engine *eng = open_one_slot(256, NULL);
     if (!eng) return;
+    df_error err = {0};
     enum { N = 40, B = 7 };
     int32_t ids[N];
     for (int i = 0; i < N; i++) ids[i] = (int32_t)((i * 7919 + 3) % 3000 + 5);
