@@ -209,6 +209,10 @@ tokenizer-oracle: $(BUILD)/tests/tok_dump $(BUILD)/k3gen
 server-test: $(BUILD)/deltafin $(BUILD)/libdeltafin.a
 	tests/server/run_server_tests.sh $(BUILD)/deltafin
 
+# the libraries a program linking libdeltafin.a needs (tests/server links its C test with them)
+print-ldlibs:
+	@echo $(LDLIBS)
+
 # deltafin setup --full against Debian's nginx serving a generated model in
 # the Hugging Face layout behind a fault-injecting proxy (needs nginx, git, node)
 setup-test: $(BUILD)/deltafin $(BUILD)/k3gen
@@ -237,6 +241,6 @@ lint:
 clean:
 	rm -rf build build-san build-fuzz
 
-.PHONY: llama-oracle server-test setup-test mpi-test tokenizer-oracle all test test-fast test-san check fuzz fuzz-run fuzz-long bench format lint clean
+.PHONY: print-ldlibs llama-oracle server-test setup-test mpi-test tokenizer-oracle all test test-fast test-san check fuzz fuzz-run fuzz-long bench format lint clean
 
 -include $(wildcard $(BUILD)/*.d $(BUILD)/tests/*.d)

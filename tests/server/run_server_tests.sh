@@ -25,11 +25,10 @@ trap cleanup EXIT
 BDIR=$(dirname "$BIN")
 SAN=
 if grep -qa __asan_init "$BIN"; then SAN="-fsanitize=address,undefined"; fi
-URING=
-if [ -f /usr/include/liburing.h ]; then URING=-luring; fi
+LIBS=$(make -s --no-print-directory print-ldlibs) # what libdeltafin.a needs (curl, uring, MPI where built in)
 ${CC:-cc} -std=c11 -O1 -g -pthread $SAN -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wpointer-arith \
     -Wcast-qual -Wvla -Wformat=2 -Werror $(for d in src/*/; do printf -- "-I%s " "${d%/}"; done) -Itests tests/server/test_server_emit.c tests/harness.c "$BDIR/libdeltafin.a" \
-    -lmicrohttpd -lm -lpcre2-8 $URING -lutil \
+    $LIBS -lutil \
     -o "$LOG/test_server_emit"
 "$LOG/test_server_emit" || fail=1
 
