@@ -16,11 +16,15 @@
 #include <string.h>
 #include <unistd.h>
 
-static float *run(const char *dir, int threads, int chunk, const int32_t *ids, int n, int *V)
+/* logits of ids[0..n) fed `chunk` at a time; kernels NULL: the best set */
+static float *run_k(const char *dir, int threads, int chunk, const char *kernels, int n_ctx, const int32_t *ids, int n,
+                    int *V)
 {
     df_engine_opts o;
     df_engine_opts_default(&o);
     o.n_threads = threads;
+    o.kernels = kernels;
+    o.plan_ctx = n_ctx;
     o.quiet = 1;
     df_engine *eng;
     df_error err = {0};
@@ -32,7 +36,7 @@ static float *run(const char *dir, int threads, int chunk, const int32_t *ids, i
     df_engine_info(eng, &info);
     *V = info.vocab;
     df_session *s;
-    df_session_opts so = {.n_ctx = 256, .max_batch = 8};
+    df_session_opts so = {.n_ctx = n_ctx, .max_batch = 8};
     TCHECK(df_session_new(eng, &so, &s, &err) == 0);
     float *out = malloc((size_t)n * info.vocab * sizeof(float));
     for (int off = 0; off < n; off += chunk) {
@@ -43,6 +47,11 @@ static float *run(const char *dir, int threads, int chunk, const int32_t *ids, i
     df_session_free(s);
     df_engine_close(eng);
     return out;
+}
+
+static float *run(const char *dir, int threads, int chunk, const int32_t *ids, int n, int *V)
+{
+    return run_k(dir, threads, chunk, NULL, 256, ids, n, V);
 }
 
 static void check_same(const char *what, const float *a, const float *b, size_t n)
@@ -69,6 +78,43 @@ static void test_tails_and_shapes(void)
     for (size_t i = 0; a && i < (size_t)21 * V; i++) finite &= a[i] == a[i] && a[i] < 1e30f && a[i] > -1e30f;
     TCHECKF(finite, "non-finite logits on the generated model");
     free(a), free(b), free(c);
+}
+
+/* MLA through the kernel table's mla_attend: the heads per call vary with
+ * the head count (blocks of 8 and 4, one to three heads with positions in
+ * the lanes, 33 > MLA_NH_MAX), the thread count, and the scratch left when
+ * the context is nearly full (down to one head per call; dr > Rkv + 16
+ * leaves the least room).  Every way gives the bits of the
+ * reference kernels run token by token on one thread; the reference is
+ * mla.c's former loop (and was checked against it when the kernels came). */
+static void test_mla_head_blocks(void)
+{
+    static const struct {
+        const char *name, *args;
+    } models[] = {
+        {"mla13", "--preset tiny --set num_attention_heads=13 --set kv_lora_rank=24 --set qk_rope_head_dim=7 --seed 3"},
+        {"mla33", "--preset tiny --set num_attention_heads=33 --set kv_lora_rank=40 --set qk_rope_head_dim=9 --seed 5"},
+        {"mla1", "--preset tiny --set num_attention_heads=1 --set kv_lora_rank=4 --set qk_rope_head_dim=24 --seed 4"},
+    };
+    enum { N = 200 };
+    int32_t ids[N];
+    for (int i = 0; i < N; i++) ids[i] = (int32_t)((i * 2654435761u) % 300);
+    for (size_t m = 0; m < sizeof models / sizeof models[0]; m++) {
+        char dir[512], what[96];
+        if (gen_model(models[m].name, models[m].args, dir, sizeof dir)) return;
+        int V;
+        float *a = run_k(dir, 1, 1, "ref", N, ids, N, &V);
+        float *b = run_k(dir, 3, N, NULL, N, ids, N, &V);
+        float *c = run_k(dir, 2, 1, NULL, N, ids, N, &V);
+        float *d = run_k(dir, 2, 7, NULL, 4096, ids, N, &V);
+        snprintf(what, sizeof what, "%s: 3 threads, batches, full context", models[m].name);
+        check_same(what, a, b, (size_t)N * V);
+        snprintf(what, sizeof what, "%s: 2 threads, token by token, full context", models[m].name);
+        check_same(what, a, c, (size_t)N * V);
+        snprintf(what, sizeof what, "%s: 2 threads, calls of 7, context 4096", models[m].name);
+        check_same(what, a, d, (size_t)N * V);
+        free(a), free(b), free(c), free(d);
+    }
 }
 
 /* swap two equally sized tensors: header offsets and data bytes */
@@ -144,6 +190,7 @@ static void test_cleanup(void) { test_scratch_remove(); }
 static const test_case tests[] = {
     {"generated_odd_shapes_bit_identical", test_tails_and_shapes},
     {"noncontiguous_experts_same_bits", test_noncontiguous_experts},
+    {"mla_head_blocks_bit_identical", test_mla_head_blocks},
     {"cleanup", test_cleanup},
 };
 

@@ -142,6 +142,128 @@ static void check_mxfp4(const char *isa, const kernel_table *ref, const kernel_t
     }
 }
 
+typedef void (*mla_fn)(const float *, size_t, int, int, int, const float *, size_t, const float *, size_t, int, float,
+                       float *, float *);
+
+/* mla_attend against the reference bit for bit (fn NULL: the reference
+ * against a float64 softmax), over shapes with every kind of tail: head
+ * counts around the vector widths (1 .. 17, 31, MLA_NH_MAX), positions
+ * around the blocks (1 .. 9, 17, 100, 300), odd Rkv / dr (tails of the
+ * column chunks and of the 16 ctx columns, a chunk straddling lat and
+ * rope), padded cache rows and query strides, ctx written over the
+ * queries, and scales that push exp's argument outside its vector range
+ * (the scalar df_exp lanes, subnormal and zero weights).  The cache sits
+ * against an unreadable page. */
+static void check_mla(const char *isa, mla_fn ref, mla_fn fn)
+{
+    static const int shapes[][3] = {{8, 4, 0}, {16, 8, 0}, {64, 32, 0}, {5, 3, 0}, {1, 1, 0}, {17, 9, 3},
+                                    {33, 0, 0}, {40, 24, 1}, {128, 64, 0}, {24, 7, 2}, {70, 61, 0}};
+    static const int nhs[] = {1, 2, 3, 4, 5, 7, 8, 9, 12, 13, 16, 17, 31, MLA_NH_MAX};
+    static const int ns[] = {1, 2, 3, 5, 8, 9, 17, 100, 300};
+    static const float scales[] = {0.25f, 1.0f, 400.0f};
+    int bad = 0, cases = 0;
+    double worst = 0;
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        int Rkv = shapes[si][0], dr = shapes[si][1], pad = shapes[si][2];
+        size_t row_w = (size_t)Rkv + (size_t)dr + (size_t)pad, qrs = (size_t)dr + (size_t)pad;
+        for (size_t hi = 0; hi < sizeof nhs / sizeof nhs[0]; hi++) {
+            int nh = nhs[hi];
+            size_t nl = (size_t)nh * Rkv, nr = (size_t)nh * qrs + 1;
+            float *ql = malloc(nl * sizeof(float)), *qr = malloc(nr * sizeof(float)), *q2 = malloc(nl * sizeof(float));
+            float *c0 = malloc(nl * sizeof(float)), *c1 = malloc(nl * sizeof(float));
+            float *sc = malloc((size_t)300 * nh * sizeof(float));
+            for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
+                int n = ns[ni];
+                if ((hi + ni + si) % 3 && n > 17 && nh > 5) continue; /* a third of the long ones: time */
+                size_t cn = (size_t)n * row_w;
+                if (cn * sizeof(float) > (256u << 10)) continue;
+                float *cb = malloc(cn * sizeof(float));
+                for (size_t i = 0; i < cn; i++) cb[i] = rndf();
+                const float *cache = (const float *)guard_place(cb, cn * sizeof(float));
+                for (size_t k = 0; k < sizeof scales / sizeof scales[0]; k++) {
+                    float scale = scales[k];
+                    for (size_t i = 0; i < nl; i++) ql[i] = rndf();
+                    for (size_t i = 0; i < nr; i++) qr[i] = rndf();
+                    ref(cache, row_w, Rkv, dr, n, ql, (size_t)Rkv, qr, qrs, nh, scale, sc, c0);
+                    cases++;
+                    if (!fn) {
+                        /* float64 softmax-weighted sums; at scale 400 the float
+                         * scores' own rounding (~1e-3 of ~8000) moves the weights */
+                        if (scale > 1.0f) continue;
+                        for (int h = 0; h < nh; h++) {
+                            double *s = malloc((size_t)n * sizeof(double)), mx = -INFINITY, sum = 0;
+                            for (int p = 0; p < n; p++) {
+                                double a = 0;
+                                for (int j = 0; j < Rkv + dr; j++)
+                                    a += (double)(j < Rkv ? ql[(size_t)h * Rkv + j] : qr[(size_t)h * qrs + j - Rkv]) *
+                                         cache[(size_t)p * row_w + j];
+                                s[p] = a * scale;
+                                if (s[p] > mx) mx = s[p];
+                            }
+                            for (int p = 0; p < n; p++) sum += s[p] = exp(s[p] - mx);
+                            for (int j = 0; j < Rkv; j++) {
+                                double want = 0;
+                                for (int p = 0; p < n; p++) want += s[p] / sum * cache[(size_t)p * row_w + j];
+                                double e = fabs(want - c0[(size_t)h * Rkv + j]);
+                                if (e > worst) worst = e;
+                            }
+                            free(s);
+                        }
+                        continue;
+                    }
+                    fn(cache, row_w, Rkv, dr, n, ql, (size_t)Rkv, qr, qrs, nh, scale, sc, c1);
+                    if (memcmp(c0, c1, nl * sizeof(float)) && bad++ < 5)
+                        t_fail(__FILE__, __LINE__, "%s mla Rkv=%d dr=%d row_w=%zu nh=%d n=%d scale=%g: %s", isa,
+                               Rkv, dr, row_w, nh, n, scale, "not bit-identical");
+                    /* ctx written over the queries (mla.c's layout) */
+                    memcpy(q2, ql, nl * sizeof(float));
+                    fn(cache, row_w, Rkv, dr, n, q2, (size_t)Rkv, qr, qrs, nh, scale, sc, q2);
+                    if (memcmp(c0, q2, nl * sizeof(float)) && bad++ < 5)
+                        t_fail(__FILE__, __LINE__, "%s mla Rkv=%d dr=%d nh=%d n=%d: ctx over q differs", isa, Rkv, dr,
+                               nh, n);
+                }
+                free(cb);
+            }
+            free(ql);
+            free(qr);
+            free(q2);
+            free(c0);
+            free(c1);
+            free(sc);
+        }
+    }
+    if (!fn) {
+        fprintf(stderr, "    mla reference vs float64: %d cases, worst abs error %.3g\n", cases, worst);
+        TCHECKF(worst < 1e-5, "mla reference vs float64: abs error %g", worst);
+    } else {
+        fprintf(stderr, "    %s mla: %d cases\n", isa, cases);
+    }
+}
+
+/* exp_n against df_exp bit for bit in double: a million arguments over
+ * [-720, 720] at every scale, the edges of the vector range and of df_exp's
+ * branches, and groups mixing those with ordinary lanes */
+static void check_exp(const char *isa, const kernel_table *kt)
+{
+    enum { N = 1 << 20 };
+    double *x = malloc(N * sizeof(double)), *y0 = malloc(N * sizeof(double)), *y1 = malloc(N * sizeof(double));
+    static const double odd[] = {0.0, -0.0, -708.0, -708.0000001, 708.0, 708.0000001, 709.0, 709.5, -745.0, -745.1,
+                                 -1e300, 1e-310, -1e-300, INFINITY, -INFINITY, NAN, -1021.5 * 0.6931471805599453};
+    for (int i = 0; i < N; i++) {
+        double u = ((double)rnd() / 4294967296.0 + (double)rnd() / 18446744073709551616.0) * 2.0 - 1.0;
+        x[i] = u * ldexp(1.0, (int)(rnd() % 20) - 10) * (i % 3 ? 1.0 : 700.0);
+        if (i % 97 == 0) x[i] = odd[(i / 97) % (sizeof odd / sizeof odd[0])];
+    }
+    for (int i = 0; i < N; i++) y0[i] = df_exp(x[i]);
+    for (int off = 0; off < 3; off++) kt->exp_n(x + off, y1 + off, (size_t)(N - off));
+    int bad = 0;
+    for (int i = 0; i < N; i++) bad += memcmp(&y0[i], &y1[i], sizeof(double)) != 0;
+    TCHECKF(bad == 0, "%s exp_n: %d of %d values differ from df_exp", isa, bad, N);
+    free(x);
+    free(y0);
+    free(y1);
+}
+
 static void test_isa(enum kernel_isa isa, const kernel_table *kt, const char *name)
 {
     if (!kt) TSKIP("%s not compiled in", name);
@@ -150,6 +272,8 @@ static void test_isa(enum kernel_isa isa, const kernel_table *kt, const char *na
     check_dense(name, 2, ref->matmul_bf16, kt->matmul_bf16);
     check_dense(name, 4, ref->matmul_f32, kt->matmul_f32);
     check_mxfp4(name, ref, kt);
+    check_mla(name, ref->mla_attend, kt->mla_attend);
+    check_exp(name, kt);
 }
 
 #ifdef DF_TEST_SIMDE
@@ -161,6 +285,8 @@ static void test_avx512_simde(void)
     check_dense("avx512 (SIMDe)", 2, ref->matmul_bf16, kt->matmul_bf16);
     check_dense("avx512 (SIMDe)", 4, ref->matmul_f32, kt->matmul_f32);
     check_mxfp4("avx512 (SIMDe)", ref, kt);
+    check_mla("avx512 (SIMDe)", ref->mla_attend, kt->mla_attend);
+    check_exp("avx512 (SIMDe)", kt);
 }
 #else
 static void test_avx512_simde(void) { t_skip("built without SIMDe (libsimde-dev)"); }
@@ -175,6 +301,8 @@ static void test_ref_vs_float64(void)
     check_dense("ref", 2, ref->matmul_bf16, NULL);
     check_dense("ref", 4, ref->matmul_f32, NULL);
     check_mxfp4("ref", ref, ref);
+    check_mla("ref", ref->mla_attend, NULL);
+    check_exp("ref", ref);
 }
 static void test_avx2(void) { test_isa(KERNEL_AVX2, kernels_avx2(), "avx2"); }
 static void test_avx512(void) { test_isa(KERNEL_AVX512, kernels_avx512(), "avx512"); }

@@ -110,6 +110,8 @@ void threadpool_free(threadpool *p)
 }
 
 
+int threadpool_size(const threadpool *p) { return p ? p->n_threads : 1; }
+
 void parallel_for(threadpool *p, size_t n, size_t grain, parallel_fn fn, void *ctx)
 {
     if (n == 0) return;

@@ -19,6 +19,8 @@ typedef void (*parallel_fn)(void *ctx, size_t begin, size_t end, int worker);
 
 threadpool *threadpool_new(int n_threads);
 void threadpool_free(threadpool *pool);
+/* The number of workers (the caller included); 1 for a NULL pool. */
+int threadpool_size(const threadpool *pool);
 /* grain: the smallest range worth handing out (>= 1). */
 void parallel_for(threadpool *pool, size_t n, size_t grain, parallel_fn fn, void *ctx);
 

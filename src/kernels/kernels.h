@@ -20,6 +20,21 @@
  * on [r0, r1), on the thread that runs it or on the ISA.  kernels_ref.c is
  * the specification; kernels_avx2.c and kernels_avx512.c must match it bit
  * for bit (tests/test_kernels.c checks).  Kernels never allocate.
+ *
+ * MLA attention (mla_attend, for mla.c): nh heads of one query row over the
+ * first n rows of a latent cache, row p = [lat_p (Rkv) | k_rope_p (dr)].
+ * Per head h, with q_h = [ql + h*qls (Rkv floats) | qr + h*qrs (dr floats)]:
+ *   s_p   = (float)(sum over j = 0 .. Rkv+dr-1 in order of (double)q_h[j] * (double)row_p[j],
+ *                   from +0) * scale                         (float product)
+ *   mx    = the largest s_p as `if (s_p > mx) mx = s_p` over p in order, from -inf (double)
+ *   e_p   = (float)df_exp((double)s_p - mx)
+ *   sum   = sum over p in order of (double)e_p, from +0;   inv = (float)(1.0 / sum)
+ *   pp_p  = e_p * inv                                         (float)
+ *   ctx[h][j] = sum over p in order of pp_p * lat_p[j], from +0: float product, then float add
+ * The score products are exact in double, so a double FMA rounds exactly as
+ * the product-then-add; the context products are float roundings, so there
+ * it is a multiply, then an add, never an FMA.  Heads never mix: a head's
+ * results do not depend on nh, on the other heads or on the ISA.
  */
 #ifndef DF_KERNELS_H
 #define DF_KERNELS_H
@@ -47,7 +62,19 @@ typedef struct kernel_table {
      * bit (the kernels permute each block's nibbles into that order). */
     void (*matmul_mxfp4_gg)(const uint8_t *blocks, const uint8_t *unused, int C, const float *xp,
                             size_t xs, int T, float *y, size_t ys, int r0, int r1);
+    /* MLA attention by the contract above.  cache: [n][row_w] floats (row_w >=
+     * Rkv + dr).  Head h's query: ql + h*qls (Rkv floats), qr + h*qrs (dr).
+     * sc: n * nh floats of scratch.  ctx: [nh][Rkv] out; it may overlap the queries
+     * (they are all read before ctx is written).  1 <= nh <= MLA_NH_MAX, n >= 1. */
+    void (*mla_attend)(const float *cache, size_t row_w, int Rkv, int dr, int n, const float *ql, size_t qls,
+                       const float *qr, size_t qrs, int nh, float scale, float *sc, float *ctx);
+    /* y[i] = df_exp(x[i]) for i < n, bit for bit: the ISA's vector exp, the
+     * one mla_attend uses, exposed so tests can check it in double */
+    void (*exp_n)(const double *x, double *y, size_t n);
 } kernel_table;
+
+/* The most heads one mla_attend call takes (its per-head state is on the stack). */
+#define MLA_NH_MAX 32
 
 enum kernel_isa { KERNEL_REF, KERNEL_AVX2, KERNEL_AVX512 };
 

@@ -7,10 +7,13 @@
  */
 #include "kernels.h"
 #include "kernels_drivers.h"
+#include "mathfn.h"
 #include "quant.h"
+#include "util.h"
 
 #if defined(__x86_64__) && defined(DF_HAVE_AVX2)
 #include <immintrin.h>
+#include <math.h>
 #include <string.h>
 
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
@@ -198,12 +201,360 @@ ALWAYS_INLINE void mxfp4_rows_any(const uint8_t *prow, const uint8_t *srow, int 
 
 KERNEL_MXFP4_DRIVERS(matmul_mxfp4_avx2, matmul_mxfp4_gg_avx2, mxfp4_rows_any)
 
+
+/* ---- MLA attention: mla_attend_ref's contract (kernels.h), bit for bit.
+ *
+ * Scores: lanes are heads.  A block of 32 positions is taken in chunks of
+ * 64 columns: the chunk of each row converted to double once (rt, [column]
+ * [position]), and per sub-block of eight heads their queries for the chunk
+ * as doubles (qt, [column][head]).
+ * Then four positions x two head vectors (or eight positions x one head
+ * vector of four) are eight independent FMA chains: per column, two q
+ * loads, four broadcasts and eight double FMAs, each lane one (head,
+ * position) sum in j order; a last one to three heads take the positions
+ * in the lanes instead (q broadcast, eight vectors of four positions), so
+ * no lane idles.  A product of two floats is exact in double, so the FMA
+ * rounds as the reference's product-then-add.  Sums run on from chunk to
+ * chunk through `acc`; a block's rows serve every head of the call, so the
+ * cache is read once per call, not once per head.
+ * Softmax: the scores, stored [p][head], are one flat array for the exp:
+ * df_exp's operations on four lanes (mul, then add, never fused) where every
+ * lane is in its main branch, the scalar df_exp otherwise; then each head's
+ * sum over p in order.
+ * Context: lanes are j; per tile of positions (kept in L2) and block of four
+ * heads, sixteen columns of ctx stay in registers while p runs in order:
+ * multiply, then add (-ffp-contract=off keeps the intrinsics apart). */
+
+/* df_exp (mathfn.c) on four lanes, the same double operations in the same
+ * order; only for lanes in [-708, 708], where df_exp takes its main branch
+ * and 2^k is normal.  The constants are mathfn.c's. */
+ALWAYS_INLINE __m256d exp4_pd(__m256d x)
+{
+    const __m256d shift = _mm256_set1_pd(6755399441055744.0);
+    const __m256d inv_ln2 = _mm256_set1_pd(1.44269504088896338700e+00);
+    __m256d n = _mm256_sub_pd(_mm256_add_pd(_mm256_mul_pd(x, inv_ln2), shift), shift);
+    __m256d r = _mm256_sub_pd(_mm256_sub_pd(x, _mm256_mul_pd(n, _mm256_set1_pd(6.93147180369123816490e-01))),
+                              _mm256_mul_pd(n, _mm256_set1_pd(1.90821492927058770002e-10)));
+    __m256d p = _mm256_set1_pd(1.0 / 39916800.0);
+#define EXP_STEP(C) p = _mm256_add_pd(_mm256_mul_pd(p, r), _mm256_set1_pd(C))
+    EXP_STEP(1.0 / 3628800.0);
+    EXP_STEP(1.0 / 362880.0);
+    EXP_STEP(1.0 / 40320.0);
+    EXP_STEP(1.0 / 5040.0);
+    EXP_STEP(1.0 / 720.0);
+    EXP_STEP(1.0 / 120.0);
+    EXP_STEP(1.0 / 24.0);
+    EXP_STEP(1.0 / 6.0);
+    EXP_STEP(0.5);
+    EXP_STEP(1.0);
+    EXP_STEP(1.0);
+#undef EXP_STEP
+    __m256i k = _mm256_cvtepi32_epi64(_mm256_cvtpd_epi32(n)); /* n is an integer: exact */
+    __m256i bits = _mm256_slli_epi64(_mm256_add_epi64(k, _mm256_set1_epi64x(1023)), 52);
+    return _mm256_mul_pd(p, _mm256_castsi256_pd(bits));
+}
+
+/* df_exp on four lanes: exp4_pd when every lane is in its range, else the
+ * scalar function lane by lane */
+ALWAYS_INLINE __m256d exp4_any(__m256d x)
+{
+    __m256d ok = _mm256_and_pd(_mm256_cmp_pd(x, _mm256_set1_pd(-708.0), _CMP_GE_OQ),
+                               _mm256_cmp_pd(x, _mm256_set1_pd(708.0), _CMP_LE_OQ));
+    if (__builtin_expect(_mm256_movemask_pd(ok) == 15, 1)) return exp4_pd(x);
+    double xs[4], es[4];
+    _mm256_storeu_pd(xs, x);
+    for (int l = 0; l < 4; l++) es[l] = df_exp(xs[l]);
+    return _mm256_loadu_pd(es);
+}
+
+static void exp_n_avx2(const double *x, double *y, size_t n)
+{
+    size_t i = 0;
+    for (; i + 4 <= n; i += 4) _mm256_storeu_pd(y + i, exp4_any(_mm256_loadu_pd(x + i)));
+    for (; i < n; i++) y[i] = df_exp(x[i]);
+}
+
+enum { MLA_PB = 32, MLA_JC = 64 }; /* positions per block, columns per chunk */
+
+/* Score sums of block positions u0 .. u0+g-1 (g = 8 / nv) for the heads
+ * h0 .. h0 + 4*nv - 1 (lanes = heads) over the chunk's jn columns, from acc
+ * (first: from +0) back to acc, or (last chunk) finished: s = (float)sum *
+ * scale into sc for the np live positions, and into mx.  nv is 1 or 2,
+ * constant.  rt: the chunk, [jj][u] doubles; qt: [jj][8] doubles. */
+ALWAYS_INLINE void mla_scores_heads(const double *rt, const double *qt, int jn, int nv, int u0, double *acc,
+                                    int nhp, int h0, int first, int last, int np, float scale, float *sc, int nh,
+                                    double *mx)
+{
+    const int g = 8 / nv;
+    __m256d a[8][2];
+    _Pragma("GCC unroll 8") for (int u = 0; u < g; u++) _Pragma("GCC unroll 2") for (int v = 0; v < nv; v++)
+        a[u][v] = first ? _mm256_setzero_pd() : _mm256_load_pd(acc + (size_t)(u0 + u) * nhp + h0 + 4 * v);
+    for (int jj = 0; jj < jn; jj++) {
+        __m256d q0 = _mm256_load_pd(qt + jj * 8), q1 = _mm256_load_pd(qt + jj * 8 + 4);
+        _Pragma("GCC unroll 8") for (int u = 0; u < g; u++) {
+            __m256d x = _mm256_broadcast_sd(rt + jj * MLA_PB + u0 + u);
+            a[u][0] = _mm256_fmadd_pd(q0, x, a[u][0]);
+            if (nv == 2) a[u][1] = _mm256_fmadd_pd(q1, x, a[u][1]);
+        }
+    }
+    if (!last) {
+        _Pragma("GCC unroll 8") for (int u = 0; u < g; u++) _Pragma("GCC unroll 2") for (int v = 0; v < nv; v++)
+            _mm256_store_pd(acc + (size_t)(u0 + u) * nhp + h0 + 4 * v, a[u][v]);
+        return;
+    }
+    /* constant trip counts only, so that a[][] stays in registers */
+    const __m128 vs = _mm_set1_ps(scale);
+    _Pragma("GCC unroll 2") for (int v = 0; v < nv; v++) {
+        __m256d mxd = _mm256_loadu_pd(mx + h0 + 4 * v);
+        _Pragma("GCC unroll 8") for (int u = 0; u < g; u++) {
+            if (u0 + u >= np) break;
+            __m128 s = _mm_mul_ps(_mm256_cvtpd_ps(a[u][v]), vs);
+            _mm_storeu_ps(sc + (size_t)(u0 + u) * nh + h0 + 4 * v, s);
+            __m256d sd = _mm256_cvtps_pd(s);
+            mxd = _mm256_blendv_pd(mxd, sd, _mm256_cmp_pd(sd, mxd, _CMP_GT_OQ)); /* if (s > mx) mx = s */
+        }
+        _mm256_storeu_pd(mx + h0 + 4 * v, mxd);
+    }
+}
+
+/* The same for one head h (the last one to three heads, which would leave
+ * head lanes idle): lanes are the block's positions, eight vectors of four;
+ * q: that head's column of qt (stride 8). */
+ALWAYS_INLINE void mla_scores_positions(const double *rt, const double *q, int jn, double *acc, int h, int first,
+                                        int last, int np, float scale, float *sc, int nh, double *mx)
+{
+    __m256d a[8];
+    _Pragma("GCC unroll 8") for (int k = 0; k < 8; k++)
+        a[k] = first ? _mm256_setzero_pd() : _mm256_load_pd(acc + 4 * k);
+    for (int jj = 0; jj < jn; jj++) {
+        __m256d qv = _mm256_broadcast_sd(q + jj * 8);
+        _Pragma("GCC unroll 8") for (int k = 0; k < 8; k++)
+            a[k] = _mm256_fmadd_pd(qv, _mm256_load_pd(rt + jj * MLA_PB + 4 * k), a[k]);
+    }
+    if (!last) {
+        _Pragma("GCC unroll 8") for (int k = 0; k < 8; k++) _mm256_store_pd(acc + 4 * k, a[k]);
+        return;
+    }
+    float s[MLA_PB];
+    const __m128 vs = _mm_set1_ps(scale);
+    _Pragma("GCC unroll 8") for (int k = 0; k < 8; k++) _mm_storeu_ps(s + 4 * k, _mm_mul_ps(_mm256_cvtpd_ps(a[k]), vs));
+    double m = mx[h];
+    for (int u = 0; u < np; u++) {
+        sc[(size_t)u * nh + h] = s[u];
+        if (s[u] > m) m = s[u];
+    }
+    mx[h] = m;
+}
+
+/* columns j0 .. j0+jn-1 of rows p0 .. p0+np-1 as doubles, transposed:
+ * rt[jj][u]; positions past np are zeros */
+static void mla_rows_tile(const float *cache, size_t row_w, int p0, int np, int n, int j0, int jn, double *rt)
+{
+    if (np < MLA_PB) memset(rt, 0, (size_t)jn * MLA_PB * sizeof(double));
+    int u = 0;
+    for (; u + 4 <= np; u += 4) {
+        const float *r0 = cache + (size_t)(p0 + u) * row_w + j0, *r1 = r0 + row_w, *r2 = r1 + row_w, *r3 = r2 + row_w;
+        if (p0 + MLA_PB + u + 3 < n) /* the next block's chunk, into L2 meanwhile */
+            for (int k = 0; k < jn; k += 16)
+                for (int i = 0; i < 4; i++) _mm_prefetch((const char *)(r0 + (MLA_PB + i) * row_w + k), _MM_HINT_T1);
+        int jj = 0;
+        for (; jj + 4 <= jn; jj += 4) {
+            __m256d x0 = _mm256_cvtps_pd(_mm_loadu_ps(r0 + jj)), x1 = _mm256_cvtps_pd(_mm_loadu_ps(r1 + jj));
+            __m256d x2 = _mm256_cvtps_pd(_mm_loadu_ps(r2 + jj)), x3 = _mm256_cvtps_pd(_mm_loadu_ps(r3 + jj));
+            __m256d t0 = _mm256_unpacklo_pd(x0, x1), t1 = _mm256_unpackhi_pd(x0, x1);
+            __m256d t2 = _mm256_unpacklo_pd(x2, x3), t3 = _mm256_unpackhi_pd(x2, x3);
+            double *d = rt + jj * MLA_PB + u;
+            _mm256_store_pd(d, _mm256_permute2f128_pd(t0, t2, 0x20));
+            _mm256_store_pd(d + MLA_PB, _mm256_permute2f128_pd(t1, t3, 0x20));
+            _mm256_store_pd(d + 2 * MLA_PB, _mm256_permute2f128_pd(t0, t2, 0x31));
+            _mm256_store_pd(d + 3 * MLA_PB, _mm256_permute2f128_pd(t1, t3, 0x31));
+        }
+        for (; jj < jn; jj++) {
+            double *d = rt + jj * MLA_PB + u;
+            d[0] = r0[jj], d[1] = r1[jj], d[2] = r2[jj], d[3] = r3[jj];
+        }
+    }
+    for (; u < np; u++) {
+        const float *r = cache + (size_t)(p0 + u) * row_w + j0;
+        for (int jj = 0; jj < jn; jj++) rt[jj * MLA_PB + u] = r[jj];
+    }
+}
+
+/* qt[jj][l] = head h0 + l's query at column j0 + jj as double (l < hl <=
+ * 8); heads in fours are transposed four columns at a time */
+static void mla_q_tile(const float *ql, size_t qls, const float *qr, size_t qrs, int Rkv, int h0, int hl, int j0,
+                       int jn, double *qt)
+{
+    for (int part = 0; part < 2; part++) { /* the chunk's columns of ql, then of qr */
+        int a = part ? (j0 > Rkv ? j0 : Rkv) : j0, b = part ? j0 + jn : (j0 + jn < Rkv ? j0 + jn : Rkv);
+        if (a >= b) continue;
+        const float *base = part ? qr + (a - Rkv) : ql + a;
+        size_t hs = part ? qrs : qls;
+        double *d0 = qt + (a - j0) * 8;
+        int l = 0;
+        for (; l + 4 <= hl; l += 4) {
+            const float *q0 = base + (size_t)(h0 + l) * hs, *q1 = q0 + hs, *q2 = q1 + hs, *q3 = q2 + hs;
+            int k = 0;
+            for (; k + 4 <= b - a; k += 4) {
+                __m256d x0 = _mm256_cvtps_pd(_mm_loadu_ps(q0 + k)), x1 = _mm256_cvtps_pd(_mm_loadu_ps(q1 + k));
+                __m256d x2 = _mm256_cvtps_pd(_mm_loadu_ps(q2 + k)), x3 = _mm256_cvtps_pd(_mm_loadu_ps(q3 + k));
+                __m256d t0 = _mm256_unpacklo_pd(x0, x1), t1 = _mm256_unpackhi_pd(x0, x1);
+                __m256d t2 = _mm256_unpacklo_pd(x2, x3), t3 = _mm256_unpackhi_pd(x2, x3);
+                double *d = d0 + k * 8 + l;
+                _mm256_store_pd(d, _mm256_permute2f128_pd(t0, t2, 0x20));
+                _mm256_store_pd(d + 8, _mm256_permute2f128_pd(t1, t3, 0x20));
+                _mm256_store_pd(d + 16, _mm256_permute2f128_pd(t0, t2, 0x31));
+                _mm256_store_pd(d + 24, _mm256_permute2f128_pd(t1, t3, 0x31));
+            }
+            for (; k < b - a; k++) {
+                double *d = d0 + k * 8 + l;
+                d[0] = q0[k], d[1] = q1[k], d[2] = q2[k], d[3] = q3[k];
+            }
+        }
+        for (; l < hl; l++) {
+            const float *q = base + (size_t)(h0 + l) * hs;
+            for (int k = 0; k < b - a; k++) d0[k * 8 + l] = q[k];
+        }
+    }
+}
+
+/* ctx[h0 + u][j0 .. j0+15] (nu heads, the columns live in m0 / m1 when
+ * `masked`) accumulated over positions p0 .. pe-1; first: start from +0;
+ * pf: prefetch the same columns of the rows pn positions on */
+ALWAYS_INLINE void mla_ctx16(const float *cache, size_t row_w, int Rkv, const float *sc, int nh, int h0, int nu,
+                             int j0, int p0, int pe, int first, int masked, __m256i m0, __m256i m1, size_t pn,
+                             float *ctx)
+{
+    __m256 a[4][2];
+    _Pragma("GCC unroll 4") for (int u = 0; u < nu; u++) {
+        float *c = ctx + (size_t)(h0 + u) * Rkv + j0;
+        a[u][0] = first ? _mm256_setzero_ps() : masked ? _mm256_maskload_ps(c, m0) : _mm256_loadu_ps(c);
+        a[u][1] = first ? _mm256_setzero_ps() : masked ? _mm256_maskload_ps(c + 8, m1) : _mm256_loadu_ps(c + 8);
+    }
+    const float *row = cache + (size_t)p0 * row_w + j0, *pp = sc + (size_t)p0 * nh + h0;
+    for (int p = p0; p < pe; p++, row += row_w, pp += nh) {
+        if (pn) _mm_prefetch((const char *)(row + pn * row_w), _MM_HINT_T1);
+        __m256 r0 = masked ? _mm256_maskload_ps(row, m0) : _mm256_loadu_ps(row);
+        __m256 r1 = masked ? _mm256_maskload_ps(row + 8, m1) : _mm256_loadu_ps(row + 8);
+        _Pragma("GCC unroll 4") for (int u = 0; u < nu; u++) {
+            __m256 b = _mm256_broadcast_ss(pp + u);
+            a[u][0] = _mm256_add_ps(a[u][0], _mm256_mul_ps(b, r0));
+            a[u][1] = _mm256_add_ps(a[u][1], _mm256_mul_ps(b, r1));
+        }
+    }
+    _Pragma("GCC unroll 4") for (int u = 0; u < nu; u++) {
+        float *c = ctx + (size_t)(h0 + u) * Rkv + j0;
+        if (masked) {
+            _mm256_maskstore_ps(c, m0, a[u][0]);
+            _mm256_maskstore_ps(c + 8, m1, a[u][1]);
+        } else {
+            _mm256_storeu_ps(c, a[u][0]);
+            _mm256_storeu_ps(c + 8, a[u][1]);
+        }
+    }
+}
+
+/* lanes < k of a mask (k may be <= 0 or > 8) */
+ALWAYS_INLINE __m256i lanes_below(int k)
+{
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(k), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+static void mla_attend_avx2(const float *cache, size_t row_w, int Rkv, int dr, int n, const float *ql, size_t qls,
+                            const float *qr, size_t qrs, int nh, float scale, float *sc, float *ctx)
+{
+    CHECK(nh >= 1 && nh <= MLA_NH_MAX && n >= 1);
+    double mx[MLA_NH_MAX], sum[MLA_NH_MAX];
+    float inv[MLA_NH_MAX];
+    double rt[MLA_JC * MLA_PB] __attribute__((aligned(32)));
+    double qt[MLA_JC * 8] __attribute__((aligned(32)));
+    double acc[MLA_PB * MLA_NH_MAX] __attribute__((aligned(32))); /* [u][nhp], lanes = heads */
+    double acct[3 * MLA_PB] __attribute__((aligned(32)));         /* [h][u], lanes = positions */
+    int nhp = (nh + 3) & ~3, w = Rkv + dr;
+    for (int h = 0; h < MLA_NH_MAX; h++) mx[h] = -INFINITY;
+
+    /* scores: heads in vectors of eight, then of four; the last one to
+     * three heads with positions in the lanes */
+    for (int p0 = 0; p0 < n; p0 += MLA_PB) {
+        int np = n - p0 < MLA_PB ? n - p0 : MLA_PB;
+        float *scb = sc + (size_t)p0 * nh;
+        for (int j0 = 0; j0 < w; j0 += MLA_JC) {
+            int jn = w - j0 < MLA_JC ? w - j0 : MLA_JC, first = j0 == 0, last = j0 + jn == w;
+            mla_rows_tile(cache, row_w, p0, np, n, j0, jn, rt);
+            int h0 = 0;
+            for (; h0 + 8 <= nh; h0 += 8) {
+                mla_q_tile(ql, qls, qr, qrs, Rkv, h0, 8, j0, jn, qt);
+                for (int u0 = 0; u0 < np; u0 += 4)
+                    mla_scores_heads(rt, qt, jn, 2, u0, acc, nhp, h0, first, last, np, scale, scb, nh, mx);
+            }
+            if (nh - h0 >= 4) {
+                mla_q_tile(ql, qls, qr, qrs, Rkv, h0, 4, j0, jn, qt);
+                for (int u0 = 0; u0 < np; u0 += 8)
+                    mla_scores_heads(rt, qt, jn, 1, u0, acc, nhp, h0, first, last, np, scale, scb, nh, mx);
+                h0 += 4;
+            }
+            if (h0 < nh) {
+                mla_q_tile(ql, qls, qr, qrs, Rkv, h0, nh - h0, j0, jn, qt);
+                for (int h = h0; h < nh; h++)
+                    mla_scores_positions(rt, qt + (h - h0), jn, acct + (size_t)(h - h0) * MLA_PB, h, first, last, np,
+                                         scale, scb, nh, mx);
+            }
+        }
+    }
+
+    /* softmax weights: the exp over sc as one flat array (lane i is head
+     * i mod nh; mxe repeats mx so that four lanes' maxima are one load),
+     * then each head's sum over p in order */
+    double mxe[MLA_NH_MAX + 4];
+    for (int k = 0; k < nh + 4; k++) mxe[k] = mx[k % nh];
+    size_t nall = (size_t)n * nh, i = 0;
+    for (int h = 0; i + 4 <= nall; i += 4) {
+        __m256d x = _mm256_sub_pd(_mm256_cvtps_pd(_mm_loadu_ps(sc + i)), _mm256_loadu_pd(mxe + h));
+        _mm_storeu_ps(sc + i, _mm256_cvtpd_ps(exp4_any(x)));
+        for (h += 4; h >= nh;) h -= nh;
+    }
+    for (; i < nall; i++) sc[i] = (float)df_exp((double)sc[i] - mx[i % nh]);
+    for (int h = 0; h < nh; h++) sum[h] = 0.0;
+    for (int p = 0; p < n; p++)
+        for (int h = 0; h < nh; h++) sum[h] += sc[(size_t)p * nh + h];
+    for (int h = 0; h < nh; h++) inv[h] = (float)(1.0 / sum[h]);
+    for (int p = 0; p < n; p++)
+        for (int h = 0; h < nh; h++) sc[(size_t)p * nh + h] *= inv[h];
+
+    /* context: tiles of positions that stay in L2 while every head block
+     * and column block passes over them; the first head block fetches the
+     * next tile */
+    int pt = (int)((256u << 10) / (row_w * sizeof(float) + 1));
+    if (pt < 16) pt = 16;
+    int jf = Rkv / 16 * 16;
+    __m256i m0 = lanes_below(Rkv - jf), m1 = lanes_below(Rkv - jf - 8);
+    for (int p0 = 0; p0 < n; p0 += pt) {
+        int pe = n - p0 < pt ? n : p0 + pt, first = p0 == 0;
+        for (int h0 = 0; h0 < nh; h0 += 4) {
+            int nu = nh - h0 < 4 ? nh - h0 : 4;
+            size_t pn = h0 == 0 && pe + pt <= n ? (size_t)pt : 0;
+#define CTX_CASES(J0, M)                                                                                       \
+    switch (nu) {                                                                                              \
+    case 4: mla_ctx16(cache, row_w, Rkv, sc, nh, h0, 4, J0, p0, pe, first, M, m0, m1, pn, ctx); break;         \
+    case 3: mla_ctx16(cache, row_w, Rkv, sc, nh, h0, 3, J0, p0, pe, first, M, m0, m1, pn, ctx); break;         \
+    case 2: mla_ctx16(cache, row_w, Rkv, sc, nh, h0, 2, J0, p0, pe, first, M, m0, m1, pn, ctx); break;         \
+    default: mla_ctx16(cache, row_w, Rkv, sc, nh, h0, 1, J0, p0, pe, first, M, m0, m1, pn, ctx); break;        \
+    }
+            for (int j0 = 0; j0 < jf; j0 += 16) CTX_CASES(j0, 0)
+            if (jf < Rkv) CTX_CASES(jf, 1)
+#undef CTX_CASES
+        }
+    }
+}
+
 static const kernel_table avx2_table = {
     .name = "avx2",
     .matmul_f32 = matmul_f32_avx2,
     .matmul_bf16 = matmul_bf16_avx2,
     .matmul_mxfp4 = matmul_mxfp4_avx2,
     .matmul_mxfp4_gg = matmul_mxfp4_gg_avx2,
+    .mla_attend = mla_attend_avx2,
+    .exp_n = exp_n_avx2,
 };
 
 const kernel_table *kernels_avx2(void) { return &avx2_table; }

@@ -158,12 +158,31 @@ ALWAYS_INLINE void mxfp4_rows_any(const uint8_t *prow, const uint8_t *srow, int 
 
 KERNEL_MXFP4_DRIVERS(matmul_mxfp4_avx512, matmul_mxfp4_gg_avx512, mxfp4_rows_any)
 
+/* MLA attention and its exp: the AVX2 code (every AVX-512 CPU has AVX2 and
+ * FMA; heads in eight double lanes would double the score rate, not done
+ * yet).  The SIMDe test build takes the reference where AVX2 is absent. */
+static const kernel_table *mla_table(void)
+{
+    const kernel_table *t = kernels_avx2();
+    return t && kernels_cpu_has(KERNEL_AVX2) ? t : kernels_ref();
+}
+
+static void mla_attend_avx512(const float *cache, size_t row_w, int Rkv, int dr, int n, const float *ql, size_t qls,
+                              const float *qr, size_t qrs, int nh, float scale, float *sc, float *ctx)
+{
+    mla_table()->mla_attend(cache, row_w, Rkv, dr, n, ql, qls, qr, qrs, nh, scale, sc, ctx);
+}
+
+static void exp_n_avx512(const double *x, double *y, size_t n) { mla_table()->exp_n(x, y, n); }
+
 static const kernel_table avx512_table = {
     .name = "avx512",
     .matmul_f32 = matmul_f32_avx512,
     .matmul_bf16 = matmul_bf16_avx512,
     .matmul_mxfp4 = matmul_mxfp4_avx512,
     .matmul_mxfp4_gg = matmul_mxfp4_gg_avx512,
+    .mla_attend = mla_attend_avx512,
+    .exp_n = exp_n_avx512,
 };
 
 const kernel_table *kernels_avx512(void);

@@ -6,6 +6,7 @@
  * instructions.
  */
 #include "kernels.h"
+#include "mathfn.h"
 #include "quant.h"
 #include "util.h"
 
@@ -106,12 +107,86 @@ static void matmul_mxfp4_gg_ref(const uint8_t *blocks, const uint8_t *unused, in
     }
 }
 
+/* The contract's three steps for every head in turn (kernels.h): mla.c's
+ * loop before the vector kernels.  Scores go four positions at a time: four independent sums, each in the
+ * same j order as one position alone (the chains overlap instead of waiting
+ * on one add's latency; this is also the fallback on CPUs without AVX2). */
+static void mla_attend_ref(const float *cache, size_t row_w, int Rkv, int dr, int n, const float *ql, size_t qls,
+                           const float *qr, size_t qrs, int nh, float scale, float *sc, float *ctx)
+{
+    CHECK(nh >= 1 && nh <= MLA_NH_MAX && n >= 1);
+    double mx[MLA_NH_MAX];
+    for (int h = 0; h < nh; h++) { /* scores; sc as [nh][n] here */
+        const float *qa = ql + (size_t)h * qls, *qb = qr + (size_t)h * qrs;
+        float *s = sc + (size_t)h * n;
+        double m = -INFINITY;
+        int p = 0;
+        for (; p + 4 <= n; p += 4) {
+            const float *r0 = cache + (size_t)p * row_w, *r1 = r0 + row_w, *r2 = r1 + row_w, *r3 = r2 + row_w;
+            double a0 = 0.0, a1 = 0.0, a2 = 0.0, a3 = 0.0;
+            for (int j = 0; j < Rkv; j++) {
+                double q = qa[j];
+                a0 += q * r0[j];
+                a1 += q * r1[j];
+                a2 += q * r2[j];
+                a3 += q * r3[j];
+            }
+            for (int j = 0; j < dr; j++) {
+                double q = qb[j];
+                a0 += q * r0[Rkv + j];
+                a1 += q * r1[Rkv + j];
+                a2 += q * r2[Rkv + j];
+                a3 += q * r3[Rkv + j];
+            }
+            s[p] = (float)a0 * scale;
+            s[p + 1] = (float)a1 * scale;
+            s[p + 2] = (float)a2 * scale;
+            s[p + 3] = (float)a3 * scale;
+            for (int u = 0; u < 4; u++)
+                if (s[p + u] > m) m = s[p + u];
+        }
+        for (; p < n; p++) {
+            const float *row = cache + (size_t)p * row_w;
+            double acc = 0.0;
+            for (int j = 0; j < Rkv; j++) acc += (double)qa[j] * row[j];
+            for (int j = 0; j < dr; j++) acc += (double)qb[j] * row[Rkv + j];
+            s[p] = (float)acc * scale;
+            if (s[p] > m) m = s[p];
+        }
+        mx[h] = m;
+    }
+    /* ctx may overlap the queries: written only from here on */
+    for (int h = 0; h < nh; h++) {
+        float *s = sc + (size_t)h * n;
+        double sum = 0.0;
+        for (int p = 0; p < n; p++) {
+            s[p] = (float)df_exp((double)s[p] - mx[h]);
+            sum += s[p];
+        }
+        float inv = (float)(1.0 / sum);
+        float *c = ctx + (size_t)h * Rkv;
+        for (int j = 0; j < Rkv; j++) c[j] = 0.0f;
+        for (int p = 0; p < n; p++) {
+            const float *row = cache + (size_t)p * row_w;
+            float pp = s[p] * inv;
+            for (int j = 0; j < Rkv; j++) c[j] += pp * row[j];
+        }
+    }
+}
+
+static void exp_n_ref(const double *x, double *y, size_t n)
+{
+    for (size_t i = 0; i < n; i++) y[i] = df_exp(x[i]);
+}
+
 static const kernel_table ref_table = {
     .name = "ref",
     .matmul_f32 = matmul_f32_ref,
     .matmul_bf16 = matmul_bf16_ref,
     .matmul_mxfp4 = matmul_mxfp4_ref,
     .matmul_mxfp4_gg = matmul_mxfp4_gg_ref,
+    .mla_attend = mla_attend_ref,
+    .exp_n = exp_n_ref,
 };
 
 const kernel_table *kernels_ref(void) { return &ref_table; }

@@ -6,13 +6,27 @@
  * absorbed: for head h, q_abs = W_kb_h^T q_nope (so score = q_abs . lat_s +
  * q_rope . k_rope_s) and the output is W_vb_h (sum_s p_s lat_s).  This is
  * the same function as expanding keys and values per head; only rounding
- * differs (spec D8).  Heads run in parallel; each head processes the batch's
- * positions in order, attending causally to cache rows 0..pos+t, with every
- * sum in a fixed order.
+ * differs (spec D8).  Heads run in parallel in ranges; each range processes
+ * the batch's positions in order, attending causally to cache rows
+ * 0..pos+t.
+ *
+ * The attention over the cache (scores, softmax, the weighted sum of the
+ * latent rows) is the kernel table's mla_attend: kernels.h fixes every sum's
+ * order (each (head, position) score summed in j order in double, each
+ * context column over positions in order, multiply then add in float), the
+ * scalar reference (kernels_ref.c) is this file's former loop, and the SIMD
+ * versions match it bit for bit whatever the number of heads per call.  So
+ * this file only arranges a call: a block of heads' absorbed queries in the
+ * worker's scratch (their rope parts are read where q_b_proj put them), as
+ * many heads per call as the scratch holds scores for (one pass over the
+ * cache then serves them all).  The scratch is
+ * engine.c's worker_w, sized for ONE head's scores at n_ctx; near a full
+ * context a call takes a single head (see heads_per_call).
  */
 #include "model.h"
 #include "mathfn.h"
 #include "quant.h"
+#include "threadpool.h"
 #include "util.h"
 
 #include <math.h>
@@ -34,6 +48,20 @@ static inline float wload(const wmat *w, size_t i)
     return w->type == W_BF16 ? load_bf16(w->data, i) : load_f32(w->data, i);
 }
 
+/* The most heads one attention call can take for positions up to n_max in
+ * a worker's scratch: [oh (dv) | q_abs, then ctx ([nb][Rkv]) | sc
+ * ([n_max][nb])] (mla_attend writes ctx over the queries it has read).
+ * At least 1 with engine.c's worker_w (2 Rkv + dv + n_ctx: the scalar
+ * loop's); dv + MLA_NH_MAX * (Rkv + n_ctx) would give every call its range. */
+static int heads_per_call(const k3_config *cf, const session_bufs *s, int n_max, size_t heads)
+{
+    size_t nb = (s->worker_w - (size_t)cf->dv) / ((size_t)cf->Rkv + (size_t)n_max);
+    if (nb > heads) nb = heads;
+    if (nb > MLA_NH_MAX) nb = MLA_NH_MAX;
+    CHECK(nb >= 1);
+    return (int)nb;
+}
+
 static void mla_heads(void *vctx, size_t h0, size_t h1, int worker)
 {
     mla_ctx *c = vctx;
@@ -41,88 +69,50 @@ static void mla_heads(void *vctx, size_t h0, size_t h1, int worker)
     session_bufs *s = c->s;
     const k3_config *cf = &eng->cfg;
     const k3_layer *L = c->L;
+    const kernel_table *kt = eng->kt;
     int Rkv = cf->Rkv, dn = cf->dn, dr = cf->dr, dv = cf->dv, Hm = cf->Hm;
-    size_t row_w = (size_t)Rkv + (size_t)dr;
-    float *wb = s->worker_buf + (size_t)worker * s->worker_w;
-    float *q_abs = wb, *ctx = wb + Rkv, *oh = wb + 2 * Rkv, *sc = wb + 2 * Rkv + dv;
+    size_t row_w = (size_t)Rkv + (size_t)dr, qs = (size_t)(dn + dr);
     const float scale = (float)(1.0 / sqrt((double)(dn + dr)));
     /* key element (head hh, row i, column j) = kw[kh + i*ki + j*kj] */
     const wmat *kw = L->kv_split ? &L->k_b : &L->kv_b;
     size_t ki = L->kv_split ? 1 : (size_t)Rkv, kj = L->kv_split ? (size_t)dn : 1;
-    for (size_t hh = h0; hh < h1; hh++) {
-        size_t kb0 = hh * (size_t)(dn + dv);
-        size_t kh = L->kv_split ? hh * (size_t)dn * Rkv : kb0 * (size_t)Rkv;
-        wmat vb = L->kv_split ? L->v_b : L->kv_b;  /* the head's dv value rows */
-        size_t esz = vb.type == W_BF16 ? 2 : 4;
-        size_t vrow0 = L->kv_split ? hh * (size_t)dv : kb0 + (size_t)dn;
-        vb.data = (const uint8_t *)vb.data + vrow0 * (size_t)Rkv * esz;
-        vb.rows = dv;
+    int nb = heads_per_call(cf, s, s->pos + c->T, h1 - h0);
+    float *oh = s->worker_buf + (size_t)worker * s->worker_w;
+    float *q_abs = oh + dv, *ctx = q_abs, *sc = q_abs + (size_t)nb * Rkv;
+    for (size_t hb = h0; hb < h1; hb += (size_t)nb) {
+        int nh = h1 - hb < (size_t)nb ? (int)(h1 - hb) : nb;
         for (int t = 0; t < c->T; t++) {
-            const float *qn = c->q + (size_t)t * Hm * (dn + dr) + hh * (size_t)(dn + dr);
-            const float *qr = qn + dn;
-            for (int j = 0; j < Rkv; j++) q_abs[j] = 0.0f;
-            for (int i = 0; i < dn; i++) {
-                size_t base = kh + (size_t)i * ki;
-                float qi = qn[i];
-                for (int j = 0; j < Rkv; j++) q_abs[j] += wload(kw, base + (size_t)j * kj) * qi;
+            const float *qt = c->q + (size_t)t * Hm * qs + hb * qs; /* the block's first head */
+            for (int b = 0; b < nh; b++) {
+                size_t hh = hb + (size_t)b;
+                size_t kh = L->kv_split ? hh * (size_t)dn * Rkv : hh * (size_t)(dn + dv) * Rkv;
+                const float *qn = qt + (size_t)b * qs;
+                float *qa = q_abs + (size_t)b * Rkv;
+                for (int j = 0; j < Rkv; j++) qa[j] = 0.0f;
+                for (int i = 0; i < dn; i++) {
+                    size_t base = kh + (size_t)i * ki;
+                    float qi = qn[i];
+                    for (int j = 0; j < Rkv; j++) qa[j] += wload(kw, base + (size_t)j * kj) * qi;
+                }
             }
             int n = s->pos + t + 1;
-            double mx = -INFINITY;
-            int p = 0;
-            /* four cached positions at a time: four independent sums, each
-             * in the same j order as one position alone (bit-identical; the
-             * chains overlap instead of waiting on one add's latency) */
-            for (; p + 4 <= n; p += 4) {
-                const float *r0 = c->cache + (size_t)p * row_w, *r1 = r0 + row_w, *r2 = r1 + row_w, *r3 = r2 + row_w;
-                double a0 = 0.0, a1 = 0.0, a2 = 0.0, a3 = 0.0;
-                for (int j = 0; j < Rkv; j++) {
-                    double q = (double)q_abs[j];
-                    a0 += q * r0[j];
-                    a1 += q * r1[j];
-                    a2 += q * r2[j];
-                    a3 += q * r3[j];
-                }
-                for (int j = 0; j < dr; j++) {
-                    double q = (double)qr[j];
-                    a0 += q * r0[Rkv + j];
-                    a1 += q * r1[Rkv + j];
-                    a2 += q * r2[Rkv + j];
-                    a3 += q * r3[Rkv + j];
-                }
-                sc[p] = (float)a0 * scale;
-                sc[p + 1] = (float)a1 * scale;
-                sc[p + 2] = (float)a2 * scale;
-                sc[p + 3] = (float)a3 * scale;
-                for (int i = 0; i < 4; i++)
-                    if (sc[p + i] > mx) mx = sc[p + i];
+            kt->mla_attend(c->cache, row_w, Rkv, dr, n, q_abs, (size_t)Rkv, qt + dn, qs, nh, scale, sc, ctx);
+            for (int b = 0; b < nh; b++) {
+                size_t hh = hb + (size_t)b;
+                size_t kb0 = hh * (size_t)(dn + dv);
+                wmat vb = L->kv_split ? L->v_b : L->kv_b;  /* the head's dv value rows */
+                size_t esz = vb.type == W_BF16 ? 2 : 4;
+                size_t vrow0 = L->kv_split ? hh * (size_t)dv : kb0 + (size_t)dn;
+                vb.data = (const uint8_t *)vb.data + vrow0 * (size_t)Rkv * esz;
+                vb.rows = dv;
+                /* value rows through the kernel table (fixed per-row order) */
+                const float *cx = ctx + (size_t)b * Rkv;
+                if (vb.type == W_BF16) kt->matmul_bf16(vb.data, (size_t)Rkv, Rkv, cx, 0, 1, oh, 0, 0, dv);
+                else kt->matmul_f32(vb.data, (size_t)Rkv, Rkv, cx, 0, 1, oh, 0, 0, dv);
+                float *o = c->out + (size_t)t * Hm * dv + hh * (size_t)dv;
+                const float *g = c->gate + (size_t)t * Hm * dv + hh * (size_t)dv;
+                for (int j = 0; j < dv; j++) o[j] = oh[j] * df_sigmoidf(g[j]);
             }
-            for (; p < n; p++) {
-                const float *row = c->cache + (size_t)p * row_w;
-                double acc = 0.0;
-                for (int j = 0; j < Rkv; j++) acc += (double)q_abs[j] * row[j];
-                for (int j = 0; j < dr; j++) acc += (double)qr[j] * row[Rkv + j];
-                sc[p] = (float)acc * scale;
-                if (sc[p] > mx) mx = sc[p];
-            }
-            double sum = 0.0;
-            for (p = 0; p < n; p++) {
-                sc[p] = (float)df_exp((double)sc[p] - mx);
-                sum += sc[p];
-            }
-            float inv = (float)(1.0 / sum);
-            for (int j = 0; j < Rkv; j++) ctx[j] = 0.0f;
-            for (p = 0; p < n; p++) {
-                const float *row = c->cache + (size_t)p * row_w;
-                float pp = sc[p] * inv;
-                for (int j = 0; j < Rkv; j++) ctx[j] += pp * row[j];
-            }
-            /* value rows through the kernel table (fixed per-row order) */
-            const kernel_table *kt = eng->kt;
-            if (vb.type == W_BF16) kt->matmul_bf16(vb.data, (size_t)Rkv, Rkv, ctx, 0, 1, oh, 0, 0, dv);
-            else kt->matmul_f32(vb.data, (size_t)Rkv, Rkv, ctx, 0, 1, oh, 0, 0, dv);
-            float *o = c->out + (size_t)t * Hm * dv + hh * (size_t)dv;
-            const float *g = c->gate + (size_t)t * Hm * dv + hh * (size_t)dv;
-            for (int j = 0; j < dv; j++) o[j] = oh[j] * df_sigmoidf(g[j]);
         }
     }
 }
@@ -149,7 +139,12 @@ int mla_forward(const model_ctx *eng, session_bufs *s, const k3_layer *L, const 
         memcpy(row + c->Rkv, src + c->Rkv, (size_t)c->dr * sizeof(float));
     }
     mla_ctx m = {.eng = eng, .s = s, .L = L, .T = T, .q = s->big0, .gate = s->big1, .out = s->big2, .cache = cache};
-    parallel_for(eng->pool, (size_t)c->Hm, 1, mla_heads, &m);
+    /* Ranges of heads: each range reads the cache twice (scores, context),
+     * so as few as give every worker an equal share, at most MLA_NH_MAX
+     * heads (one mla_attend call) and at least four (its lanes are heads). */
+    size_t workers = (size_t)threadpool_size(eng->pool), hm = (size_t)c->Hm, grain = 0;
+    for (size_t k = 1; !grain || grain > MLA_NH_MAX; k++) grain = (hm + workers * k - 1) / (workers * k);
+    parallel_for(eng->pool, hm, grain < 4 ? 4 : grain, mla_heads, &m);
     mm_one(eng->pool, eng->kt, L->o, s->big2, T, out);
     return 0;
 }
