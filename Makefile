@@ -198,6 +198,8 @@ fuzz-long: $(FUZZ_LONG_TARGETS:%=build-fuzz/%)
 
 $(BUILD)/bench_core: bench/bench_core.c $(BUILD)/libdeltafin.a | $(BUILD)
 	$(CC) $(CFLAGS) $(INC) $(LDFLAGS) -o $@ $< $(BUILD)/libdeltafin.a $(LDLIBS)
+$(BUILD)/bench_mla: bench/bench_mla.c $(BUILD)/libdeltafin.a | $(BUILD)
+	$(CC) $(CFLAGS) $(INC) $(LDFLAGS) -o $@ $< $(BUILD)/libdeltafin.a $(LDLIBS)
 
 # tiktoken (npm) as the oracle for the tokenizer: needs node and
 # `npm ci --prefix tests/oracle` (.ci/run does both)
