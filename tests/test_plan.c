@@ -236,9 +236,9 @@ static void test_cli_mem_is_a_promise(void)
     size_t k = 0;
     for (int i = 0; i < 4096; i++) k += (size_t)snprintf(ids + k, sizeof ids - k, "%s%d", i ? "," : "", i * 8);
     const char *a8[] = {DF, "run", "--model", bigv, "--prompt-ids", ids, "--max-new", "1", "--ctx", "4200", "--mem",
-                        "58M", "--trunk-stream", "on", "--threads", "2", "--bench-json", NULL};
+                        "60M", "--trunk-stream", "on", "--threads", "2", "--bench-json", NULL};
     TCHECKF(cli(a8) == 0, "%s", err_);
-    check_peak("every embedding row touched, trunk streamed", "58M", 58 * MiB);
+    check_peak("every embedding row touched, trunk streamed", "60M", 60 * MiB);
 }
 
 /* info and plan read no weight: checked with strace (every read of a

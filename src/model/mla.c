@@ -51,8 +51,8 @@ static inline float wload(const wmat *w, size_t i)
 /* The most heads one attention call can take for positions up to n_max in
  * a worker's scratch: [oh (dv) | q_abs, then ctx ([nb][Rkv]) | sc
  * ([n_max][nb])] (mla_attend writes ctx over the queries it has read).
- * At least 1 with engine.c's worker_w (2 Rkv + dv + n_ctx: the scalar
- * loop's); dv + MLA_NH_MAX * (Rkv + n_ctx) would give every call its range. */
+ * engine.c's worker_w holds dv + min(Hm, MLA_NH_MAX) * (Rkv + n_ctx), so
+ * every call gets its whole range of heads at any context. */
 static int heads_per_call(const k3_config *cf, const session_bufs *s, int n_max, size_t heads)
 {
     size_t nb = (s->worker_w - (size_t)cf->dv) / ((size_t)cf->Rkv + (size_t)n_max);

@@ -31,9 +31,11 @@ uint64_t plan_reserve_bytes(int n_threads, int vocab)
 {
     /* the binary, libc, thread stacks as touched, I/O rings and the front
      * end's buffers: measured ~10 MiB (VmHWM of a run on the bundled model
-     * with a 1 MiB cache: 11 MiB); the tokenizer's tables grow with the
+     * with a 1 MiB cache: 11 MiB), and ~1.2 MiB more where Open MPI is
+     * linked in (its libraries' pages at load: `deltafin --help` peaks at
+     * 9.8 MiB against 8.6 without); the tokenizer's tables grow with the
      * vocabulary (~64 bytes per token) */
-    return (16ull << 20) + (uint64_t)(n_threads > 0 ? n_threads : 1) * (1ull << 20) +
+    return (18ull << 20) + (uint64_t)(n_threads > 0 ? n_threads : 1) * (1ull << 20) +
            (uint64_t)(vocab > 0 ? vocab : 0) * 64u;
 }
 

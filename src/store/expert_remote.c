@@ -53,6 +53,7 @@ struct expert_remote {
     int32_t *slot_key;        /* [n_slots] key or -1 */
     uint64_t *slot_use;       /* [n_slots] clock of last use */
     uint16_t *pins;           /* [n_slots] reads in flight */
+    uint8_t *taken;           /* [n_slots] filled by the current flush */
     int32_t *key_slot;        /* [layers * experts] slot or -1 */
     uint64_t clock;
     int warned_write;
@@ -283,6 +284,7 @@ int expert_remote_open(expert_store *s, const char *dir, uint64_t cache_max, df_
     r->slot_key = xmalloc(((size_t)r->n_slots + 1) * sizeof *r->slot_key);
     r->slot_use = xcalloc((size_t)r->n_slots + 1, sizeof *r->slot_use);
     r->pins = xcalloc((size_t)r->n_slots + 1, sizeof *r->pins);
+    r->taken = xcalloc((size_t)r->n_slots + 1, 1);
     r->key_slot = xmalloc(nk * sizeof *r->key_slot);
     for (int i = 0; i < r->n_slots; i++) r->slot_key[i] = -1;
     for (size_t k = 0; k < nk; k++) r->key_slot[k] = -1;
@@ -334,6 +336,7 @@ void expert_remote_close(expert_remote *r)
     free(r->slot_key);
     free(r->slot_use);
     free(r->pins);
+    free(r->taken);
     free(r->key_slot);
     free(r);
 }
@@ -615,9 +618,7 @@ void expert_remote_flush(expert_remote *r, void (*done)(void *ud, int64_t tag, i
     fetch_all(r);
     r->st.fetch_sec += now_sec() - t0;
     for (int i = 0; i < r->n_pend; i++) r->st.fetches += r->pend[i].state == P_OK;
-    uint8_t *taken = xmalloc((size_t)r->n_slots + 1);
-    store_fetched(r, taken);
-    free(taken);
+    store_fetched(r, r->taken);
     alloc_guard_exempt_end(was);
     for (int i = 0; i < r->n_pend; i++) done(ud, r->pend[i].tag, r->pend[i].il, r->pend[i].e, r->pend[i].state == P_OK);
     r->n_pend = 0;
