@@ -1,6 +1,7 @@
 /* expert_fetch.c - see expert_fetch.h. */
 #include "expert_fetch.h"
 #include "prefetch.h"
+#include "backend_cpu.h"
 #include "util.h"
 
 #include <string.h>
@@ -32,86 +33,102 @@ static int landed_in_group(const model_ctx *eng, session_bufs *s, int64_t tag, i
     return waiting;
 }
 
-/* Acquire experts uniq[u0..u1) and queue the misses' reads (submitted
- * together, sorted by offset).  An expert a prefetch is already reading is
- * waited for, not read twice.  Returns how many experts must still arrive;
- * *failed = -1 when a read could not even be queued. */
-static int group_begin(const model_ctx *eng, session_bufs *s, int il, int u0, int u1, int *n_ready, int *failed, df_error *err)
+/* The state of one fetch_group: experts uniq[u0..next) are acquired,
+ * uniq[next..u1) not yet; n_wait of the acquired are still being read;
+ * ready lists the present ones not yet computed. */
+typedef struct rolling {
+    int u0, u1, next, n_wait, n_ready, rc, started;
+} rolling;
+
+/* Acquire further experts, in order, as long as a slot is free (a full
+ * cache stops here until computed experts give theirs back); queue the
+ * misses' reads and submit them together, sorted by offset.  An expert a
+ * prefetch is already reading is waited for, not read twice. */
+static void acquire_more(const model_ctx *eng, session_bufs *s, int il, rolling *g, df_error *err)
 {
-    int n_wait = 0, rc = 0;
-    *n_ready = 0;
-    for (int u = u0; u < u1; u++) {
-        int e = s->uniq[u], r;
-        while ((r = expert_cache_acquire(eng->cache, il, e, &s->uniq_slot[u])) == EC_FULL) {
-            /* every free slot is held by prefetches still reading (from an
-             * earlier call): take their completions, which unpin them */
-            int64_t tags[64];
-            int ok[64], n = expert_store_wait(eng->store, tags, ok, 64, err);
-            CHECK(n > 0); /* a group never exceeds the slot count */
-            for (int i = 0; i < n; i++) {
-                CHECK(tags[i] & FETCH_PF_TAG); /* this group's own reads are not submitted yet */
-                int w = landed_in_group(eng, s, tags[i], ok[i], il, u0, u);
-                if (w < 0) continue;
-                n_wait--;
-                if (ok[i]) {
-                    s->uniq_state[w] = 1;
-                    s->ready_list[(*n_ready)++] = w;
-                } else {
-                    rc = -1;
-                }
-            }
-        }
+    int queued = 0;
+    for (; g->next < g->u1; g->next++) {
+        int u = g->next, e = s->uniq[u];
+        int r = expert_cache_acquire(eng->cache, il, e, &s->uniq_slot[u]);
+        if (r == EC_FULL) break;
         s->uniq_state[u] = r == EC_HIT;
         if (r == EC_HIT) {
-            s->ready_list[(*n_ready)++] = u;
-        } else {
-            n_wait++;
-            if (r == EC_MISS && !rc && expert_store_queue(eng->store, il, e, s->uniq_slot[u], u, err)) rc = -1;
+            s->ready_list[g->n_ready++] = u;
+            continue;
+        }
+        g->n_wait++;
+        if (r == EC_MISS && !g->rc) {
+            if (expert_store_queue(eng->store, il, e, s->uniq_slot[u], u, err)) g->rc = -1;
+            else queued = 1;
         }
     }
-    expert_store_flush(eng->store);
-    *failed = rc;
-    return n_wait;
+    if (queued) expert_store_flush(eng->store);
+}
+
+/* Compute the ready experts (in pieces a job list holds) and give their
+ * slots back at once: the next experts' reads can take them. */
+static void run_ready(const model_ctx *eng, session_bufs *s, int il, fetch_run_fn run, rolling *g)
+{
+    int *ready = s->ready_list;
+    for (int i = 0; !g->rc && i < g->n_ready; i += MM_MAX_JOBS / 2) {
+        int n = g->n_ready - i < MM_MAX_JOBS / 2 ? g->n_ready - i : MM_MAX_JOBS / 2;
+        run(eng, s, il, ready + i, n);
+    }
+    for (int i = 0; i < g->n_ready; i++) {
+        expert_cache_release(eng->cache, il, s->uniq[ready[i]]);
+        s->uniq_state[ready[i]] = 2; /* computed, slot given back */
+    }
+    g->n_ready = 0;
 }
 
 int fetch_group(const model_ctx *eng, session_bufs *s, int il, int u0, int u1, fetch_run_fn run,
                 void (*overlap)(const model_ctx *, session_bufs *, void *), void *overlap_ctx, df_error *err)
 {
     expert_cache *cache = eng->cache;
-    int n_ready, rc;
-    int n_wait = group_begin(eng, s, il, u0, u1, &n_ready, &rc, err);
-    if (overlap) overlap(eng, s, overlap_ctx);
-    int *ready = s->ready_list;
-    if (!rc && n_ready) run(eng, s, il, ready, n_ready);
+    rolling g = {.u0 = u0, .u1 = u1, .next = u0};
     int64_t tags[64];
     int ok[64];
-    while (n_wait > 0) {
+    acquire_more(eng, s, il, &g, err);
+    if (overlap) overlap(eng, s, overlap_ctx);
+    for (;;) {
+        if (g.n_ready) run_ready(eng, s, il, run, &g);
+        if (g.next < g.u1 && !g.rc) acquire_more(eng, s, il, &g, err);
+        if (g.n_ready) continue;
+        if (!g.n_wait && (g.next == g.u1 || g.rc)) break;
+        /* our reads, or (when every slot is held by earlier prefetches
+         * still reading) theirs, which unpin their slots as they land */
         int n = expert_store_wait(eng->store, tags, ok, 64, err);
-        if (!n) break; /* nothing in flight: only after a queue error */
-        n_ready = 0;
+        if (!n) {
+            /* nothing in flight: only after a queue error (a cache whose
+             * every slot is held by others cannot happen: the session
+             * holds every pin) */
+            CHECK(g.rc);
+            break;
+        }
         for (int i = 0; i < n; i++) {
             int u = (int)tags[i];
             if (tags[i] & FETCH_PF_TAG) {
-                u = landed_in_group(eng, s, tags[i], ok[i], il, u0, u1);
+                u = landed_in_group(eng, s, tags[i], ok[i], il, g.u0, g.next);
                 if (u < 0) continue;
             } else if (ok[i]) {
                 expert_cache_filled(cache, il, s->uniq[u]);
             }
-            n_wait--;
+            g.n_wait--;
             if (!ok[i]) {
-                rc = -1;
+                g.rc = -1;
                 continue;
             }
             s->uniq_state[u] = 1;
-            ready[n_ready++] = u;
+            s->ready_list[g.n_ready++] = u;
         }
-        if (!rc && n_ready) run(eng, s, il, ready, n_ready);
     }
-    for (int u = u0; u < u1; u++) {
-        if (s->uniq_state[u]) expert_cache_release(cache, il, s->uniq[u]);
+    /* slots still held: present but not computed (after an error), or never filled */
+    for (int u = g.u0; u < g.next; u++) {
+        if (s->uniq_state[u] == 2) continue;
+        if (s->uniq_state[u] == 1) expert_cache_release(cache, il, s->uniq[u]);
         else expert_cache_abort(cache, il, s->uniq[u]);
     }
-    return rc;
+    return g.rc;
 }
 
 int fetch_drain(const model_ctx *eng, df_error *err)

@@ -2,8 +2,8 @@
  * cache (slots, pins; no I/O) and the expert store (reads; no policy):
  * acquire -> queue -> flush -> wait -> filled / abort -> release.  (L3)
  *
- * Its users: moe.c (a layer's distinct experts, in groups that fit the
- * cache, computed as their reads land), prefetch.c (look-ahead reads,
+ * Its users: moe.c (a layer's distinct experts, streamed through the cache
+ * and computed as their reads land), prefetch.c (look-ahead reads,
  * tagged so that a later wait can tell them apart), and the engine
  * (warming the cache at open, draining reads at close or after an error).
  *
@@ -23,11 +23,15 @@
 /* Compute the experts listed in ready[0..n) (indices into s->uniq). */
 typedef void (*fetch_run_fn)(const model_ctx *m, session_bufs *s, int il, const int *ready, int n);
 
-/* The distinct experts s->uniq[u0..u1) of layer il: acquire them, read the
- * misses (one sorted submission), run the resident ones while the reads are
- * in flight, then each missed one as its read (or the prefetch it waits
- * for) lands, and give every slot back.  -1 when a read failed (after every
- * started read was waited for). */
+/* The distinct experts s->uniq[u0..u1) of layer il: acquire as many as
+ * the cache has free slots for, read the misses (each batch one sorted
+ * submission), run the resident ones while the reads are in flight, then
+ * each missed one as its read (or the prefetch it waits for) lands; a
+ * computed expert gives its slot back at once and the next expert is
+ * acquired into it, so a layer needing more experts than the cache holds
+ * streams through it with reads, compute and slot reuse overlapping, still
+ * one read per expert.  -1 when a read failed (after every started read
+ * was waited for). */
 int fetch_group(const model_ctx *m, session_bufs *s, int il, int u0, int u1, fetch_run_fn run,
                 void (*overlap)(const model_ctx *, session_bufs *, void *), void *overlap_ctx, df_error *err);
 

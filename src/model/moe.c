@@ -9,7 +9,8 @@
  * own row; the weighted sum then runs per position in route order (the
  * descending biased score), so the result does not depend on which other
  * positions share the batch.  When more distinct experts are needed than the
- * cache has slots, they are processed in groups.  Reading them (and
+ * cache has slots, they stream through it: each computed expert's slot takes
+ * the next read (expert_fetch.c), still one read per expert.  Reading them (and
  * everything about slots and pins) is expert_fetch.c's; predicting the next
  * layer's experts is prefetch.c's: this file is the FFN block only.
  * Across processes (model_ctx.ranks): the distinct experts are ordered this
@@ -211,15 +212,12 @@ int moe_forward(const model_ctx *eng, session_bufs *s, int il, const k3_layer *L
             return -1;
         u0 = u1;
     }
-    /* experts in groups that fit the cache; the first group's reads overlap
-     * the shared experts' down-projection */
-    int group = eng->cache->n_slots < MM_MAX_JOBS / 2 ? eng->cache->n_slots : MM_MAX_JOBS / 2;
+    /* this rank's experts streamed through the cache: the first reads
+     * overlap the shared experts' down-projection; computed experts give
+     * their slots to the next reads (expert_fetch.c) */
     shared_ctx sh = {.L = L, .T = T, .out = out};
     if (!n_local) shared_down(eng, s, L, T, out);
-    for (int u0 = 0; u0 < n_local; u0 += group) {
-        int u1 = u0 + group < n_local ? u0 + group : n_local;
-        if (fetch_group(eng, s, il, u0, u1, run_experts, u0 == 0 ? shared_overlap : NULL, &sh, err)) return -1;
-    }
+    else if (fetch_group(eng, s, il, 0, n_local, run_experts, shared_overlap, &sh, err)) return -1;
     if (R && R->n > 1) *R->local_calls += (uint64_t)n_local;
     if (n_local < n_u && R->collect(R->ctx, il, err)) return -1;
 
@@ -251,11 +249,7 @@ int moe_experts_for(const model_ctx *eng, session_bufs *s, int il, const int *id
         rows += counts[u];
     }
     memcpy(s->g_x, x, (size_t)rows * Lt * sizeof(float));
-    int group = eng->cache->n_slots < MM_MAX_JOBS / 2 ? eng->cache->n_slots : MM_MAX_JOBS / 2;
-    for (int u0 = 0; u0 < n; u0 += group) {
-        int u1 = u0 + group < n ? u0 + group : n;
-        if (fetch_group(eng, s, il, u0, u1, run_experts, NULL, NULL, err)) return -1;
-    }
+    if (fetch_group(eng, s, il, 0, n, run_experts, NULL, NULL, err)) return -1;
     memcpy(out, s->g_out, (size_t)rows * Lt * sizeof(float));
     return 0;
 }
