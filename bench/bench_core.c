@@ -22,17 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int cmp_d(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_d);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
+static double median(double *v, int n) { return median_d(v, n); }
 
 typedef struct {
     const uint64_t *buf;

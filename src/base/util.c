@@ -414,3 +414,16 @@ long peak_rss_kb(void)
     fclose(f);
     return v;
 }
+
+static int cmp_d(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+double median_d(double *v, int n)
+{
+    if (n <= 0) return 0;
+    qsort(v, (size_t)n, sizeof *v, cmp_d);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}

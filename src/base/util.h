@@ -89,6 +89,8 @@ size_t utf8_cut(const char *s, size_t n, size_t max);
 
 double now_sec(void);
 void df_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* The median of v[0..n) (sorts v; 0 for n = 0); for benchmarks, not the token loop. */
+double median_d(double *v, int n);
 /* This process's peak resident set (VmHWM) in KiB, -1 when unknown. */
 long peak_rss_kb(void);
 extern int df_log_quiet;
