@@ -101,12 +101,6 @@ static size_t mem_write(char *d, size_t sz, size_t nm, void *ud)
     return k;
 }
 
-static size_t hdr_cb(char *d, size_t sz, size_t nm, void *ud)
-{
-    http_header_line(ud, d, sz * nm);
-    return sz * nm;
-}
-
 static CURL *new_handle(const setup *S, struct curl_slist **hl)
 {
     void *l;
@@ -124,14 +118,9 @@ int setup_get(setup *S, const char *url, const char *range, char **out, size_t *
     membuf m = {.max = max + 1};
     int rc = -1;
     for (int attempt = 0; attempt < MAX_TRIES; attempt++) {
-        http_hdrs h = {.retry_after = -1};
+        http_hdrs h;
         m.n = 0;
-        curl_easy_setopt(c, CURLOPT_URL, url);
-        curl_easy_setopt(c, CURLOPT_RANGE, range);
-        curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, mem_write);
-        curl_easy_setopt(c, CURLOPT_WRITEDATA, &m);
-        curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, hdr_cb);
-        curl_easy_setopt(c, CURLOPT_HEADERDATA, &h);
+        http_prepare(c, url, range, mem_write, &m, &h);
         CURLcode cc = curl_easy_perform(c);
         long status = 0;
         curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
@@ -293,14 +282,9 @@ static int fetch_chunk(setup *S, CURL *c, int ci)
     snprintf(url, sizeof url, "%s/%s/resolve/%s/%s", S->base, S->repo, S->commit, f->path);
     snprintf(range, sizeof range, "%llu-%llu", (unsigned long long)ch->off, (unsigned long long)(ch->off + ch->len - 1));
     for (int attempt = 0; attempt < MAX_TRIES && !atomic_load(&S->failed); attempt++) {
-        http_hdrs h = {.retry_after = -1};
+        http_hdrs h;
         sink k = {.fd = S->fds[ch->file], .off = ch->off, .want = ch->len, .S = S};
-        curl_easy_setopt(c, CURLOPT_URL, url);
-        curl_easy_setopt(c, CURLOPT_RANGE, f->size ? range : NULL);
-        curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, file_write);
-        curl_easy_setopt(c, CURLOPT_WRITEDATA, &k);
-        curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, hdr_cb);
-        curl_easy_setopt(c, CURLOPT_HEADERDATA, &h);
+        http_prepare(c, url, f->size ? range : NULL, file_write, &k, &h);
         CURLcode cc = curl_easy_perform(c);
         long status = 0;
         curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);

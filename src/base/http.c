@@ -60,6 +60,24 @@ void *http_handle_new(const char *auth, const char *agent, void **hl)
     return c;
 }
 
+static size_t header_cb(char *d, size_t sz, size_t nm, void *ud)
+{
+    http_header_line(ud, d, sz * nm);
+    return sz * nm;
+}
+
+void http_prepare(void *c, const char *url, const char *range, size_t (*write)(char *, size_t, size_t, void *),
+                  void *ud, http_hdrs *h)
+{
+    *h = (http_hdrs){.retry_after = -1};
+    curl_easy_setopt(c, CURLOPT_URL, url);
+    curl_easy_setopt(c, CURLOPT_RANGE, range);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, write);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, ud);
+    curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, header_cb);
+    curl_easy_setopt(c, CURLOPT_HEADERDATA, h);
+}
+
 double http_backoff_s(int attempt, long retry_after)
 {
     double s = retry_after >= 0 ? (double)retry_after : 0.25 * (double)(1 << (attempt < 7 ? attempt : 7));

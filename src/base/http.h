@@ -28,6 +28,12 @@ void http_header_line(http_hdrs *h, const char *line, size_t n);
  * cannot start. */
 void *http_handle_new(const char *auth, const char *agent, void **hl);
 
+/* Point handle c (a CURL *) at url, asking for bytes range ("A-B", or
+ * NULL for all), the body to write(data, size, n, ud), the headers parsed
+ * into *h (reset here). */
+void http_prepare(void *c, const char *url, const char *range, size_t (*write)(char *, size_t, size_t, void *),
+                  void *ud, http_hdrs *h);
+
 /* Seconds to wait before retry number attempt (0-based): Retry-After when
  * the server sent one, else 0.25 s doubling, at most 30 s. */
 double http_backoff_s(int attempt, long retry_after);

@@ -157,31 +157,68 @@ static int save_index(expert_remote *r, df_error *err)
     return rc;
 }
 
+/* A saved index, read back whole: 1, with the header's fields; 0 when
+ * there is none; -1 when it is damaged (size, magic or CRC). */
+typedef struct cache_index {
+    char *buf;
+    uint32_t layers, experts, slot_bytes;
+    uint64_t n;               /* slots */
+} cache_index;
+
+static int index_read(const char *path, cache_index *ix)
+{
+    size_t n = 0;
+    df_error e = {0};
+    memset(ix, 0, sizeof *ix);
+    if (read_small_file(path, &ix->buf, &n, 1u << 30, &e)) return 0;
+    const char *b = ix->buf;
+    uint32_t v[3], crc = 0;
+    if (n >= 32) {
+        memcpy(v, b + 8, 12);
+        memcpy(&ix->n, b + 20, 8);
+        memcpy(&crc, b + n - 4, 4);
+    }
+    if (n < 32 || memcmp(b, INDEX_MAGIC, 8) || ix->n > (1u << 24) || n != 28 + ix->n * 12 + 4 ||
+        crc != df_crc32(0, b, n - 4)) {
+        free(ix->buf);
+        ix->buf = NULL;
+        return -1;
+    }
+    ix->layers = v[0], ix->experts = v[1], ix->slot_bytes = v[2];
+    return 1;
+}
+
+/* slot i's key (-1 free) and last use */
+static int32_t index_key(const cache_index *ix, uint64_t i)
+{
+    int32_t k;
+    memcpy(&k, ix->buf + 28 + i * 12, 4);
+    return k;
+}
+
+static uint64_t index_use(const cache_index *ix, uint64_t i)
+{
+    uint64_t u;
+    memcpy(&u, ix->buf + 28 + i * 12 + 4, 8);
+    return u;
+}
+
 /* What an earlier run cached, when the index is whole and for this model's
  * shapes; slots past a smaller cap are dropped.  Anything else: empty. */
 static void load_index(expert_remote *r)
 {
-    char *b = NULL;
-    size_t n = 0;
-    df_error e = {0};
-    if (read_small_file(r->index_path, &b, &n, 1u << 30, &e)) return;
-    uint32_t v[3], crc;
-    uint64_t ns;
+    cache_index ix;
+    int got = index_read(r->index_path, &ix);
     size_t nk = (size_t)r->s->n_layers * (size_t)r->s->n_experts;
-    if (n < 32 || memcmp(b, INDEX_MAGIC, 8)) goto out;
-    memcpy(v, b + 8, 12);
-    memcpy(&ns, b + 20, 8);
-    memcpy(&crc, b + n - 4, 4);
-    if (ns > (1u << 24) || n != 28 + ns * 12 + 4 || crc != df_crc32(0, b, n - 4) || v[0] != (uint32_t)r->s->n_layers ||
-        v[1] != (uint32_t)r->s->n_experts || v[2] != (uint32_t)r->s->slot_bytes) {
+    if (!got) return;
+    if (got < 0 || ix.layers != (uint32_t)r->s->n_layers || ix.experts != (uint32_t)r->s->n_experts ||
+        ix.slot_bytes != (uint32_t)r->s->slot_bytes) {
         df_log("%s: not this model's disk cache index, or damaged: starting an empty cache", r->index_path);
         goto out;
     }
-    for (uint64_t i = 0; i < ns && (int)i < r->n_slots; i++) {
-        int32_t k;
-        uint64_t use;
-        memcpy(&k, b + 28 + i * 12, 4);
-        memcpy(&use, b + 28 + i * 12 + 4, 8);
+    for (uint64_t i = 0; i < ix.n && (int)i < r->n_slots; i++) {
+        int32_t k = index_key(&ix, i);
+        uint64_t use = index_use(&ix, i);
         if (k < 0 || (size_t)k >= nk || r->key_slot[k] >= 0 || r->man.shard[k] < 0) continue;
         r->slot_key[i] = k;
         r->slot_use[i] = use;
@@ -189,7 +226,7 @@ static void load_index(expert_remote *r)
         if (use > r->clock) r->clock = use;
     }
 out:
-    free(b);
+    free(ix.buf);
 }
 
 /* ------------------------------------------------------------ opening */
@@ -408,12 +445,6 @@ static size_t body_cb(char *d, size_t sz, size_t nm, void *ud)
     return n;
 }
 
-static size_t head_cb(char *d, size_t sz, size_t nm, void *ud)
-{
-    http_header_line(&((pending *)ud)->h, d, sz * nm);
-    return sz * nm;
-}
-
 static void start(expert_remote *r, pending *p, int hi)
 {
     const expert_manifest *m = &r->man;
@@ -424,13 +455,7 @@ static void start(expert_remote *r, pending *p, int hi)
     snprintf(range, sizeof range, "%" PRIu64 "-%" PRIu64, m->off[k], m->off[k] + m->len[k] - 1);
     p->want = m->len[k];
     p->got = 0;
-    p->h = (http_hdrs){.retry_after = -1};
-    curl_easy_setopt(c, CURLOPT_URL, r->url);
-    curl_easy_setopt(c, CURLOPT_RANGE, range);
-    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, body_cb);
-    curl_easy_setopt(c, CURLOPT_WRITEDATA, p);
-    curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, head_cb);
-    curl_easy_setopt(c, CURLOPT_HEADERDATA, p);
+    http_prepare(c, r->url, range, body_cb, p, &p->h);
     curl_easy_setopt(c, CURLOPT_PRIVATE, p);
     curl_multi_add_handle(r->multi, c);
     r->h_busy[hi] = 1;
@@ -525,15 +550,13 @@ static int fetch_all(expert_remote *r)
     return 0;
 }
 
-/* The least recently used slot no read is using and this flush has not
- * just filled; -1 when every slot is in use. */
-static int victim(expert_remote *r, const uint8_t *taken)
+int expert_disk_victim(int n, const int32_t *key, const uint64_t *use, const uint16_t *pins, const uint8_t *taken)
 {
     int best = -1;
-    for (int i = 0; i < r->n_slots; i++) {
-        if (r->pins[i] || taken[i]) continue;
-        if (r->slot_key[i] < 0) return i;
-        if (best < 0 || r->slot_use[i] < r->slot_use[best]) best = i;
+    for (int i = 0; i < n; i++) {
+        if (pins[i] || taken[i]) continue;
+        if (key[i] < 0) return i;
+        if (best < 0 || use[i] < use[best]) best = i;
     }
     return best;
 }
@@ -551,7 +574,7 @@ static void store_fetched(expert_remote *r, uint8_t *taken)
     for (int i = 0; i < r->n_pend; i++) {
         r->assign[i] = -1;
         if (r->pend[i].state != P_OK) continue;
-        int v = victim(r, taken);
+        int v = expert_disk_victim(r->n_slots, r->slot_key, r->slot_use, r->pins, taken);
         if (v < 0) {
             r->st.not_cached++;
             continue;
@@ -634,19 +657,13 @@ int expert_cache_verify(const char *dir, int *checked, int *wrong, int *unhashed
     snprintf(path, sizeof path, "%s/experts.manifest", dir);
     if (expert_manifest_load(path, &m, err)) return -1;
     snprintf(path, sizeof path, "%s/expert-cache/index", dir);
-    char *b = NULL;
-    size_t n = 0;
-    df_error e2 = {0};
-    if (read_small_file(path, &b, &n, 1u << 30, &e2)) { /* nothing cached yet */
+    cache_index ix;
+    int have = index_read(path, &ix), rc = 0;
+    if (!have) { /* nothing cached yet */
         expert_manifest_free(&m);
         return 0;
     }
-    uint32_t v[3], crc;
-    uint64_t ns;
-    int rc = 0;
-    if (n < 32 || memcmp(b, INDEX_MAGIC, 8) || (memcpy(v, b + 8, 12), memcpy(&ns, b + 20, 8), ns > (1u << 24)) ||
-        n != 28 + ns * 12 + 4 || (memcpy(&crc, b + n - 4, 4), crc != df_crc32(0, b, n - 4)) ||
-        v[1] != (uint32_t)m.n_experts) {
+    if (have < 0 || ix.experts != (uint32_t)m.n_experts) {
         rc = df_err_set(err, DF_ERR_FORMAT, -1, "%s: damaged or not this model's (the next run starts an empty cache)",
                         path);
         goto out;
@@ -659,9 +676,8 @@ int expert_cache_verify(const char *dir, int *checked, int *wrong, int *unhashed
     }
     uint8_t *buf = NULL;
     size_t cap = 0;
-    for (uint64_t i = 0; i < ns; i++) {
-        int32_t k;
-        memcpy(&k, b + 28 + i * 12, 4);
+    for (uint64_t i = 0; i < ix.n; i++) {
+        int32_t k = index_key(&ix, i);
         if (k < 0) continue;
         if ((size_t)k >= (size_t)m.n_layers * (size_t)m.n_experts || m.shard[k] < 0) {
             (*wrong)++;
@@ -675,7 +691,7 @@ int expert_cache_verify(const char *dir, int *checked, int *wrong, int *unhashed
             cap = (size_t)m.len[k];
             buf = xrealloc(buf, cap);
         }
-        uint64_t at = i * v[2] + m.off[k] % DF_DIRECT_ALIGN;
+        uint64_t at = i * ix.slot_bytes + m.off[k] % DF_DIRECT_ALIGN;
         uint8_t d[32];
         ssize_t got = pread(fd, buf, (size_t)m.len[k], (off_t)at);
         sha256_ctx c;
@@ -691,7 +707,7 @@ int expert_cache_verify(const char *dir, int *checked, int *wrong, int *unhashed
     free(buf);
     close(fd);
 out:
-    free(b);
+    free(ix.buf);
     expert_manifest_free(&m);
     return rc;
 }
@@ -714,23 +730,18 @@ int expert_remote_describe(const char *dir, expert_remote_info *o, df_error *err
     if (expert_manifest_load(path, &m, err)) return -1;
     o->hashed = expert_manifest_hashed(&m, &o->listed);
     snprintf(path, sizeof path, "%s/expert-cache/index", dir);
-    char *b = NULL;
-    size_t n = 0;
-    df_error e2 = {0};
-    uint64_t ns;
-    if (!read_small_file(path, &b, &n, 1u << 30, &e2) && n >= 32 && !memcmp(b, INDEX_MAGIC, 8) &&
-        (memcpy(&ns, b + 20, 8), ns <= (1u << 24)) && n == 28 + ns * 12 + 4) {
-        o->cache_slots = (int)ns;
-        for (uint64_t i = 0; i < ns; i++) {
-            int32_t k;
-            memcpy(&k, b + 28 + i * 12, 4);
+    cache_index ix;
+    if (index_read(path, &ix) > 0) {
+        o->cache_slots = (int)ix.n;
+        for (uint64_t i = 0; i < ix.n; i++) {
+            int32_t k = index_key(&ix, i);
             if (k >= 0 && (size_t)k < (size_t)m.n_layers * (size_t)m.n_experts && m.shard[k] >= 0) {
                 o->cache_filled++;
                 o->cache_used += m.len[k];
             }
         }
     }
-    free(b);
+    free(ix.buf);
     expert_manifest_free(&m);
     return 1;
 }

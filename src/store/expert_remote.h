@@ -82,6 +82,11 @@ const df_file *expert_remote_file(const expert_remote *r);
 const expert_remote_stats *expert_remote_get_stats(const expert_remote *r);
 void expert_remote_get_info(const expert_remote *r, expert_remote_info *out);
 
+/* The disk cache slot a fetched expert goes into: the first free one, else
+ * the least recently used that no read in flight pins and this flush has
+ * not just filled; -1 when there is none (the expert is used uncached). */
+int expert_disk_victim(int n, const int32_t *key, const uint64_t *use, const uint16_t *pins, const uint8_t *taken);
+
 /* What DIR's install.json, manifest and disk cache index say, without
  * opening the model: 1 = a streamed install (o filled), 0 = not one. */
 int expert_remote_describe(const char *dir, expert_remote_info *o, df_error *err);

@@ -483,17 +483,11 @@ void expert_store_flush(expert_store *s)
             s->sync_done[s->n_sync_done++] = s->batch[i].tag;
         } else s->batch[n++] = s->batch[i];
     }
-    /* a streamed install's misses: fetched now, while the cached ones read */
-    if (s->remote) {
-        sort_reqs(s->batch, n);
-        io_queue_submit(s->q, s->batch, n);
-        s->n_batch = 0;
-        expert_remote_flush(s->remote, fetched, s);
-        return;
-    }
     sort_reqs(s->batch, n);
     io_queue_submit(s->q, s->batch, n);
     s->n_batch = 0;
+    /* a streamed install's misses: fetched now, while the cached ones read */
+    if (s->remote) expert_remote_flush(s->remote, fetched, s);
 }
 
 int expert_store_in_flight(const expert_store *s) { return s->n_sync_done + io_queue_in_flight(s->q); }
