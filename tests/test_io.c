@@ -6,6 +6,7 @@
  */
 #define _GNU_SOURCE
 #include "harness.h"
+#include "expert_remote.h"
 #include "engine.h"
 #include "file.h"
 #include "heat.h"
@@ -703,7 +704,26 @@ static void test_gguf_truncated(void)
 
 static void test_cleanup(void) { test_scratch_remove(); }
 
+
+/* A streamed install's disk cache never evicts a slot a read is using:
+ * free slots first, then the least recently used unpinned, unfilled one. */
+static void test_disk_cache_victim(void)
+{
+    int32_t key[4] = {7, 8, 9, 10};
+    uint64_t use[4] = {5, 1, 3, 2};
+    uint16_t pins[4] = {0, 1, 0, 0};
+    uint8_t taken[4] = {0, 0, 0, 0};
+    TCHECK(expert_disk_victim(4, key, use, pins, taken) == 3); /* slot 1 is older but pinned */
+    taken[3] = 1;
+    TCHECK(expert_disk_victim(4, key, use, pins, taken) == 2);
+    pins[0] = pins[2] = 1;
+    TCHECK(expert_disk_victim(4, key, use, pins, taken) == -1); /* everything in use or just filled */
+    key[3] = -1, taken[3] = 0, pins[3] = 0;
+    TCHECK(expert_disk_victim(4, key, use, pins, taken) == 3); /* a free slot */
+}
+
 static const test_case tests[] = {
+    {"disk_cache_victim", test_disk_cache_victim},
     {"io_queue_threads_direct", test_queue_threads_direct},
     {"io_queue_threads_buffered", test_queue_threads_buffered},
     {"io_queue_uring_direct", test_queue_uring_direct},

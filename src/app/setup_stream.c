@@ -14,8 +14,8 @@
  * Hashes: the Hub publishes whole-file SHA-256s only.  With --verify every
  * shard is fetched whole once, hashed against its lfs.oid, each expert and
  * the trunk hashed into the manifest, and the shard cut down to its trunk
- * as soon as it is complete (so the disk holds the trunk plus the shards in
- * flight, never the whole model).  A manifest the repository publishes
+ * (holes punched in place) as soon as it is complete, so the disk holds the
+ * trunk plus the shards in flight.  A manifest the repository publishes
  * (experts.manifest, fetched and checked like any small file) gives its
  * hashes too, once its offsets agree with the headers; a trunk hash in it
  * is checked against what was fetched.  Otherwise the install says that
@@ -304,8 +304,32 @@ static int save_partial(setup *S, df_error *err)
     return rc;
 }
 
-/* The file cut down to the ranges: a sparse copy renamed over it. */
+static int trim_copy(const char *path, uint64_t size, const byte_range *r, int n, df_error *err);
+
+/* The file cut down to the ranges: the bytes between them punched out in
+ * place (no second copy on disk at any time); where the file system cannot
+ * punch holes, a sparse copy renamed over it.  Interrupted, the file no
+ * longer hashes to its lfs.oid and a restart fetches it again. */
 static int trim(const char *path, uint64_t size, const byte_range *r, int n, df_error *err)
+{
+    int fd = open(path, O_RDWR | O_CLOEXEC);
+    if (fd < 0) return df_err_set(err, DF_ERR_IO, -1, "%s: cannot open: %s", path, strerror(errno));
+    uint64_t at = 0;
+    int rc = 0;
+    for (int i = 0; i <= n && !rc; i++) {
+        uint64_t end = i < n ? r[i].off : size;
+        if (end > at && fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)at, (off_t)(end - at)))
+            rc = errno == EOPNOTSUPP ? 1 : -1;
+        if (i < n) at = r[i].off + r[i].len;
+    }
+    if (!rc && fsync(fd)) rc = -1;
+    close(fd);
+    if (rc > 0) return trim_copy(path, size, r, n, err);
+    if (rc) return df_err_set(err, DF_ERR_IO, -1, "%s: cutting it down to its trunk failed: %s", path, strerror(errno));
+    return 0;
+}
+
+static int trim_copy(const char *path, uint64_t size, const byte_range *r, int n, df_error *err)
 {
     char tmp[4500];
     snprintf(tmp, sizeof tmp, "%s.trim", path);

@@ -92,6 +92,14 @@ proxy() { # proxy ENV...: starts fault_proxy on a new port, prints it
 for _ in $(seq 1 50); do curl -sf "http://127.0.0.1:$PN/api/models/org/model/revision/main" >/dev/null 2>&1 && break; sleep 0.1; done
 TOTAL=$(find "$T/src" -type f -printf '%s\n' | awk '{s += $1} END {print s}')
 stats() { curl -s "http://127.0.0.1:$1/__stats" | sed -n 's/.*"file_bytes":\([0-9]*\).*/\1/p'; }
+# kill_after PID PROGRESS N: kill -9 PID once its progress file records N done pieces (or after 15 s)
+kill_after() {
+    for _ in $(seq 1 150); do
+        n=$(tail -c +1 "$2" 2>/dev/null | tr -cd '\001' | wc -c || true)
+        [ "${n:-0}" -ge "$3" ] && break; sleep 0.1
+    done
+    kill -9 "$1"; wait "$1" 2>/dev/null || true
+}
 
 # 1. a full install through faults of every kind, paged listings
 P=$(proxy FAULTS=2:drop,3:503,5:short,7:flip,9:slow,11:429 PAGE=3)
@@ -113,12 +121,7 @@ else bad "--check missed a changed byte: $(cat "$T/log3")"; fi
 # 3. kill -9 mid-install, then resume: less than one chunk per worker fetched twice
 P=$(proxy THROTTLE_MS=150)
 "$BIN" setup --full --base-url "http://127.0.0.1:$P" --repo org/model --out "$T/inst3" --workers 4 --chunk 64K 2>/dev/null &
-SP=$!
-for _ in $(seq 1 100); do
-    n=$(tail -c +1 "$T/inst3.partial/.deltafin-progress" 2>/dev/null | tr -cd '\001' | wc -c || true)
-    [ "${n:-0}" -ge 12 ] && break; sleep 0.1
-done
-kill -9 "$SP"; wait "$SP" 2>/dev/null || true
+kill_after $! "$T/inst3.partial/.deltafin-progress" 12
 FIRST=$(stats "$P")
 P2=$(proxy)
 if "$BIN" setup --full --base-url "http://127.0.0.1:$P2" --repo org/model --out "$T/inst3" --workers 4 --chunk 64K \
@@ -245,6 +248,24 @@ if "$BIN" setup --stream --base-url "http://127.0.0.1:$PN" --repo org/withman --
        --disk-cache-max 1M 2>"$T/log14" && ! grep -q UNVERIFIED "$T/log14"; then ok "a published manifest's hashes are used"
 else bad "published manifest: $(tail -3 "$T/log14")"; fi
 logits "$T/sm" "$T/sm1.bin" && cmp -s "$T/ref.bin" "$T/sm1.bin" && ok "logits with the published manifest equal" || bad "published-manifest run: $(tail -3 "$T/sm1.bin.log")"
+# --verify never holds the whole model: the staging directory sampled while a slowed setup runs
+P=$(proxy THROTTLE_MS=20)
+"$BIN" setup --stream --verify --base-url "http://127.0.0.1:$P" --repo org/model --out "$T/sp" --workers 2 --chunk 64K \
+    --disk-cache-max 1M 2>/dev/null &
+SP=$!
+PEAK=0
+while kill -0 "$SP" 2>/dev/null; do
+    k=$(du -sk "$T/sp.partial" 2>/dev/null | cut -f1 || true)
+    [ "${k:-0}" -gt "$PEAK" ] && PEAK=$k
+    sleep 0.05
+done
+wait "$SP" 2>/dev/null || true
+# the bound: the trunk, plus the experts of two shards in flight (the largest one's, twice), plus 1 MiB
+MAXSH=$(awk '$1 == "shard" {n++} $1 == "expert" {e[$4] += $6} END {m = 0; for (i in e) if (e[i] > m) m = e[i]; print int(m / 1024)}' "$T/sv/experts.manifest")
+BOUND=$((FULL - EXPK + 2 * MAXSH + 1024))
+echo "# --verify setup: staging peaked at ${PEAK} KiB; bound ${BOUND} KiB (model ${FULL}, experts ${EXPK}, largest shard's experts ${MAXSH})"
+[ -f "$T/sp/experts.manifest" ] && [ "$PEAK" -gt 0 ] && [ "$PEAK" -le "$BOUND" ] \
+    && ok "--verify cuts each shard down in place as it completes (the trunk plus the shards in flight)" || bad "--verify peak ${PEAK} KiB over ${BOUND}"
 # 14. doctor describes a streamed install; place and --expert-path refuse one
 "$BIN" doctor --model "$T/st" --seconds 1 >"$T/doc1" 2>&1 || true
 grep -q "streamed from http://127.0.0.1:.*/org/model" "$T/doc1" && grep -q "UNVERIFIED" "$T/doc1" && grep -q -- "--verify" "$T/doc1" \
@@ -261,12 +282,7 @@ mkdir -p "$T/xa" "$T/xb"
 P=$(proxy THROTTLE_MS=100)
 "$BIN" setup --stream --verify --base-url "http://127.0.0.1:$P" --repo org/model --out "$T/sk" --workers 2 --chunk 64K \
     --disk-cache-max 1M 2>/dev/null &
-SP=$!
-for _ in $(seq 1 150); do
-    n=$(tail -c +1 "$T/sk.partial/.deltafin-progress" 2>/dev/null | tr -cd '\001' | wc -c || true)
-    [ "${n:-0}" -ge 90 ] && break; sleep 0.1
-done
-kill -9 "$SP"; wait "$SP" 2>/dev/null || true
+kill_after $! "$T/sk.partial/.deltafin-progress" 90
 P=$(proxy)
 if "$BIN" setup --stream --verify --base-url "http://127.0.0.1:$P" --repo org/model --out "$T/sk" --workers 2 --chunk 64K \
        --disk-cache-max 1M 2>"$T/log16" && cmp -s "$T/sk/experts.manifest" "$T/sv/experts.manifest" \
