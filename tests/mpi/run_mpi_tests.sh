@@ -11,6 +11,11 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 BIN=${1:-build/deltafin}
 K3GEN=$(dirname "$BIN")/k3gen
+# plan --ranks needs no MPI: K3's 82,432 (layer, expert) pairs over 4 ranks, 20,608 each, held in RAM at 512G
+PLAN=$("$BIN" plan --model testdata/k3/config.json --mem 512G --ranks 4 2>&1 || true)
+if [ "$(echo "$PLAN" | grep -c '^  rank [0-3].*: 20608 (layer, expert) pairs.*whole share in RAM')" = 4 ]; then
+    echo "ok - mpi: plan --ranks 4 prints each rank's share"
+else echo "not ok - mpi: plan --ranks: $PLAN"; exit 1; fi
 if ! command -v mpirun >/dev/null || ! ldd "$BIN" | grep -q libmpi; then
     echo "mpi tests: SKIPPED: Open MPI is not installed or $BIN was built without it (.ci/setup installs libopenmpi-dev)"
     exit 0
