@@ -68,10 +68,20 @@ const unsigned char *guard_place(const void *data, size_t n)
 }
 
 static char scratch[256];
+static pid_t scratch_owner;
+
+/* at exit, by the process that made it (not a forked child) */
+static void scratch_at_exit(void)
+{
+    if (scratch[0] && getpid() == scratch_owner) test_scratch_remove();
+}
 
 const char *test_scratch(void)
 {
     if (!scratch[0]) {
+        static int registered;
+        if (!registered++) atexit(scratch_at_exit);
+        scratch_owner = getpid();
         snprintf(scratch, sizeof scratch, "/var/tmp/df_test_XXXXXX");
         if (!mkdtemp(scratch)) {
             snprintf(scratch, sizeof scratch, "/tmp/df_test_XXXXXX");

@@ -189,6 +189,9 @@ typedef struct run_out {
     gen_stats st;
 } run_out;
 
+/* set by a test to change the loop after gen_init (the guard's state) */
+static void (*after_init)(gen_loop *g);
+
 /* A prompt (`rep`: a repeating one, where lookups find matches), then n
  * tokens (greedy), then settle with the last token: the row after it. */
 static int generate(df_engine *eng, df_drafter *dr, int k_fixed, int n, int rep, run_out *o)
@@ -205,6 +208,7 @@ static int generate(df_engine *eng, df_drafter *dr, int k_fixed, int n, int rep,
     df_error err = {0};
     int rc = -1;
     if (gen_init(&g, eng, s, &smp, dr, &go, &err)) goto out;
+    if (after_init) after_init(&g);
     int32_t prompt[12];
     for (int i = 0; i < 12; i++) prompt[i] = tok_at(rep ? i % 4 : i + 50);
     if (gen_feed(&g, prompt, 12, &err)) goto fail;
@@ -282,6 +286,86 @@ static void test_drafts_bit_identical(void)
             df_engine_close(eng);
         }
     free(ref.rows);
+}
+
+static void guard_holds_off(gen_loop *g)
+{
+    g->guard.hold = (uint64_t)1 << 40;
+    g->guard.choice = 0;
+}
+
+/* drafting allowed throughout: no off-windows of the guard's measurement */
+static void guard_holds_on(gen_loop *g)
+{
+    g->guard.hold = (uint64_t)1 << 40;
+    g->guard.choice = 1;
+}
+
+/* Drafts are earned: a cheap drafter is scored by shadow proposals (never
+ * verified) at steps without drafts, so one that is always wrong costs no
+ * verify pass, and one that is always right drafts from its second step;
+ * a guard holding drafts off stops drafts and shadows alike, and --draft-k
+ * goes past it.  The ids and rows stay those of drafts off throughout. */
+static void test_shadow_scoring(void)
+{
+    const char *dir = model_dir();
+    if (!dir) return;
+    df_engine *eng = open_model(dir, (size_t)1 << 30, 1, GEN_MAX_DRAFT + 1);
+    if (!eng) return;
+    df_model_info info;
+    df_engine_info(eng, &info);
+    int V = info.vocab;
+    run_out ref = {0};
+    if (generate(eng, NULL, 0, GEN_N + 8, 0, &ref)) goto out;
+    after_init = guard_holds_on;
+    for (int mode = 0; mode < 2; mode++) {
+        truth tr = {.ids = ref.ids, .prompt_n = 12, .mode = mode, .V = V};
+        df_drafter d = {.name = "truth", .propose = truth_propose, .state = &tr};
+        run_out got = {0};
+        if (generate(eng, &d, 0, GEN_N, 0, &got)) continue;
+        compare(&ref, &got, V, mode ? "always wrong, k auto" : "always right, k auto");
+        const gen_stats *st = &got.st;
+        fprintf(stderr, "    %s: %llu shadow proposals scored (%llu of %llu ids right), %llu draft passes, %llu passes\n",
+                mode ? "always wrong" : "always right", (unsigned long long)st->shadow_scored,
+                (unsigned long long)st->shadow_right, (unsigned long long)st->shadow_proposed,
+                (unsigned long long)st->draft_passes, (unsigned long long)st->passes);
+        if (mode == 1) {
+            /* every step but the first shadows, and is scored at the next */
+            TCHECKF(st->draft_passes == 0 && st->proposed == 0, "wrong drafts verified: %llu passes",
+                    (unsigned long long)st->draft_passes);
+            TCHECKF(st->shadow_scored >= GEN_N - 4 && st->shadow_right == 0, "%llu shadows scored, %llu right",
+                    (unsigned long long)st->shadow_scored, (unsigned long long)st->shadow_right);
+        } else {
+            TCHECKF(st->shadow_scored >= 1 && st->shadow_right == st->shadow_proposed, "%llu shadows, %llu of %llu right",
+                    (unsigned long long)st->shadow_scored, (unsigned long long)st->shadow_right,
+                    (unsigned long long)st->shadow_proposed);
+            /* how many depends on the measured pass times (a loaded machine) */
+            TCHECKF(st->draft_passes >= 1 && st->accepted == st->proposed && st->passes < GEN_N,
+                    "right drafts: %llu draft passes, %llu passes for %d tokens", (unsigned long long)st->draft_passes,
+                    (unsigned long long)st->passes, GEN_N + 1);
+        }
+        free(got.rows);
+    }
+    /* the guard holding drafts off: no draft, no shadow; --draft-k ignores it */
+    after_init = guard_holds_off;
+    for (int k_fixed = 0; k_fixed <= 4; k_fixed += 4) {
+        truth tr = {.ids = ref.ids, .prompt_n = 12, .mode = 0, .V = V};
+        df_drafter d = {.name = "truth", .propose = truth_propose, .state = &tr};
+        run_out got = {0};
+        if (generate(eng, &d, k_fixed, GEN_N, 0, &got)) continue;
+        compare(&ref, &got, V, k_fixed ? "guard holding off, --draft-k 4" : "guard holding off, k auto");
+        if (k_fixed)
+            TCHECKF(got.st.draft_passes > 0 && got.st.accepted == got.st.proposed, "--draft-k under a held guard: %llu draft passes",
+                    (unsigned long long)got.st.draft_passes);
+        else
+            TCHECKF(got.st.draft_passes == 0 && got.st.shadow_scored == 0, "held guard: %llu draft passes, %llu shadows",
+                    (unsigned long long)got.st.draft_passes, (unsigned long long)got.st.shadow_scored);
+        free(got.rows);
+    }
+    after_init = NULL;
+out:
+    free(ref.rows);
+    df_engine_close(eng);
 }
 
 /* ngram, suffix and the target drafting for itself (model:PATH): the same
@@ -481,6 +565,7 @@ static void test_cli_drafts(void)
 }
 
 static const test_case tests[] = {
+    {"shadow_scoring", test_shadow_scoring},
     {"cli_drafts", test_cli_drafts},
     {"lookup_proposals", test_lookup_proposals},
     {"draft_guard", test_draft_guard},

@@ -500,6 +500,12 @@ void gen_from_args(gen_loop *g, const run_args *a, df_engine *eng, df_session *s
 
 void print_draft_stats(const gen_stats *st)
 {
+    if (st->shadow_scored)
+        fprintf(stderr,
+                "deltafin: drafts scored without a pass (shadow): %llu proposals, %llu of %llu ids right (%.1f%%)\n",
+                (unsigned long long)st->shadow_scored, (unsigned long long)st->shadow_right,
+                (unsigned long long)st->shadow_proposed,
+                st->shadow_proposed ? 100.0 * (double)st->shadow_right / (double)st->shadow_proposed : 0.0);
     if (!st->draft_passes && !st->proposed) {
         fprintf(stderr, "deltafin: drafts: none proposed (%llu decode passes)\n", (unsigned long long)st->passes);
         return;

@@ -17,13 +17,19 @@ static double mono(void)
 /* decay of the measured averages: about the last 20 observations count */
 #define DECAY 0.95
 /* drafting is retried (one draft) after this many steps when the model
- * says it does not pay; the wait doubles after each retry that is not
- * accepted (up to EXPLORE_MAX) and is reset when a draft is accepted */
+ * says it does not pay (EXPLORE_SOON when the drafter is right more often
+ * than not: then a wider pass measured slow once, by noise, is measured
+ * again soon); the wait doubles after each retry (up to EXPLORE_MAX) and
+ * is reset when the model finds drafting pays again */
 #define EXPLORE_EVERY 64
+#define EXPLORE_SOON 8
 #define EXPLORE_MAX 4096
-/* the acceptance prior (a weight of two observations at 0.5) */
-#define ACC_PRIOR 0.5
+/* the acceptance prior (a weight of two observations at 0: no draft before
+ * the drafter has been right) */
+#define ACC_PRIOR 0.0
 #define ACC_PRIOR_W 2.0
+/* shadow proposals while they cost at most this share of a one-row pass */
+#define SHADOW_SHARE 0.01
 
 void draft_guard_init(draft_guard *d)
 {
@@ -117,6 +123,7 @@ void gen_reset(gen_loop *g)
     g->n_hist = 0;
     g->q_len = g->q_head = 0;
     g->has_pending = g->fresh = 0;
+    g->sh_n = 0;
     if (g->dr && g->dr->reset) g->dr->reset(g->dr);
 }
 
@@ -138,6 +145,7 @@ static int eval(gen_loop *g, const int32_t *ids, size_t n, int all_rows, df_erro
 static int drop_queue(gen_loop *g, df_error *err)
 {
     g->q_len = g->q_head = 0;
+    g->sh_n = 0; /* the history may change under a shadow proposal */
     if ((size_t)df_session_pos(g->s) > g->n_hist && df_session_truncate(g->s, (int)g->n_hist, err)) return -1;
     return 0;
 }
@@ -149,7 +157,12 @@ static int sync_drafter(gen_loop *g, df_error *err)
     if (!g->dr || !g->dr->sync || !g->kmax) return 0;
     double t0 = mono();
     int rc = g->dr->sync(g->dr, g->hist, g->n_hist, err);
-    g->st.draft_sec += mono() - t0;
+    double dt = mono() - t0;
+    g->st.draft_sec += dt;
+    /* a first estimate of the drafter's cost per id (a draft model's
+     * prompt rows): enough to tell a costly drafter from a cheap one before
+     * its first proposal */
+    if (!rc && g->sh_cost <= 0 && g->n_hist) g->sh_cost = dt / (double)g->n_hist;
     return rc;
 }
 
@@ -215,6 +228,7 @@ void gen_prime(gen_loop *g, const int32_t *ids, size_t n, const float *last)
     g->n_hist += n;
     memcpy(g->logits, last, (size_t)g->V * sizeof *last);
     g->q_len = g->q_head = 0;
+    g->sh_n = 0;
     g->fresh = 1;
     g->row = 0;
     g->has_pending = 0;
@@ -228,12 +242,16 @@ void gen_resume(gen_loop *g, const int32_t *ids, size_t n)
     memcpy(g->hist, ids, n * sizeof *ids);
     g->n_hist = n;
     g->q_len = g->q_head = 0;
+    g->sh_n = 0;
     g->fresh = 0;
     g->has_pending = 0;
 }
 
 /* Estimated seconds of a pass of T rows: its measured average, else a line
- * through the measured widths (an optimistic slope until one is known). */
+ * through the measured widths; with none measured beyond one row, each row
+ * is taken to add half a one-row pass (when experts stream, a row's own
+ * experts are most of a pass), so a drafter must be right more often than
+ * not before the first wider pass is paid for. */
 static double est_pass(const gen_loop *g, int T)
 {
     if (g->t_pass[T] > 0) return g->t_pass[T];
@@ -241,7 +259,7 @@ static double est_pass(const gen_loop *g, int T)
     int far = 0;
     for (int j = 2; j <= g->kmax + 1; j++)
         if (g->t_pass[j] > 0) far = j;
-    double slope = far ? (g->t_pass[far] - t1) / (double)(far - 1) : 0.05 * t1;
+    double slope = far ? (g->t_pass[far] - t1) / (double)(far - 1) : 0.5 * t1;
     if (slope < 0) slope = 0;
     return t1 + slope * (double)(T - 1);
 }
@@ -270,13 +288,82 @@ static int choose_k(gen_loop *g)
         }
     }
     /* now and then draft anyway, so the acceptance and the costs stay measured */
-    if (!best && g->step_no >= g->explore_at) {
+    if (best) {
+        g->explore_wait = 0;
+    } else if (g->step_no >= g->explore_at) {
         best = 1;
+        uint64_t first = a >= 0.5 ? EXPLORE_SOON : EXPLORE_EVERY;
         g->explore_wait = g->explore_wait ? (g->explore_wait * 2 < EXPLORE_MAX ? g->explore_wait * 2 : EXPLORE_MAX)
-                                          : EXPLORE_EVERY;
+                                          : first;
         g->explore_at = g->step_no + g->explore_wait;
+    } else if (!g->explore_wait && a >= 0.5 && g->explore_at > g->step_no + EXPLORE_SOON) {
+        g->explore_at = g->step_no + EXPLORE_SOON; /* no retry since drafting last paid: soon */
     }
     return best;
+}
+
+/* One observation of the drafter: a of nd proposed ids were right (in a run
+ * from the first).  Each right id is a success, the first wrong one a
+ * failure; later ids are not observed. */
+static void observe(gen_loop *g, int a, int nd)
+{
+    double trials = (double)a + (a < nd);
+    double w = DECAY * g->acc_w;
+    g->acc = (w * g->acc + (double)a) / (w + trials);
+    g->acc_w = w + trials;
+}
+
+/* Score the shadow proposal against the tokens that followed it, once they
+ * show how many of its ids were right. */
+static void score_shadow(gen_loop *g)
+{
+    /* the ids known: the history, then the queue of decided ones */
+    size_t known = g->n_hist + (size_t)g->q_len;
+    if (!g->sh_n || known <= g->sh_at) return;
+    size_t seen = known - g->sh_at;
+    int a = 0;
+    for (; a < g->sh_n && (size_t)a < seen; a++) {
+        size_t i = g->sh_at + (size_t)a;
+        int32_t x = i < g->n_hist ? g->hist[i] : g->queue[g->q_head + (int)(i - g->n_hist)];
+        if (x != g->sh_ids[a]) break;
+    }
+    if (a < g->sh_n && (size_t)a == seen) return; /* right so far: wait for the next token */
+    observe(g, a, g->sh_n);
+    g->st.shadow_scored++;
+    g->st.shadow_proposed += (uint64_t)g->sh_n;
+    g->st.shadow_right += (uint64_t)a;
+    g->sh_n = 0;
+}
+
+/* A step without drafts: ask a cheap drafter what it would have proposed. */
+static int shadow_propose(gen_loop *g, df_error *err)
+{
+    if (g->sh_n || g->k_fixed || !g->dr || !g->kmax || !draft_guard_on(&g->guard)) return 0;
+    if (g->sh_cost > 0 && g->sh_cost * g->kmax > SHADOW_SHARE * g->t_pass[1]) return 0;
+    /* the history as the next step will see it: with the token this step decided */
+    size_t at = g->n_hist + (size_t)g->q_len;
+    if (at > g->cap) return 0;
+    for (int i = 0; i < g->q_len; i++) g->hist[g->n_hist + (size_t)i] = g->queue[g->q_head + i];
+    /* while its cost is unknown, one id: a costly drafter then costs one
+     * of its passes to find out */
+    int want = g->sh_cost > 0 ? g->kmax : 1;
+    double t0 = mono();
+    int n = g->dr->propose(g->dr, g->hist, at, g->sh_ids, want, err);
+    double dt = mono() - t0;
+    if (n < 0) return -1;
+    g->st.draft_sec += dt;
+    if (n > want) n = want;
+    if (n > 0) {
+        g->draft_tok_sec = g->draft_tok_sec > 0 ? DECAY * g->draft_tok_sec + (1 - DECAY) * dt / n : dt / n;
+        /* the cheapest recent cost per id, rising at most 10 % a proposal:
+         * a proposal preempted by the OS does not end shadowing, a drafter
+         * whose cost grows (a longer history to search) still shows it */
+        double c = dt / n;
+        g->sh_cost = g->sh_cost > 0 && c > g->sh_cost * 1.1 ? g->sh_cost * 1.1 : c;
+        g->sh_n = n;
+        g->sh_at = at;
+    }
+    return 0;
 }
 
 static void push(gen_loop *g, int32_t tok, int row)
@@ -291,7 +378,9 @@ static int step(gen_loop *g, df_error *err)
 {
     int guarded = g->dr && g->kmax && !g->k_fixed;
     double t_step = mono();
+    score_shadow(g);
     int k = choose_k(g);
+    if (k > 0) g->sh_n = 0; /* real drafts are observed instead */
     g->step_no++;
     int nd = 0;
     g->ids[0] = g->hist[g->n_hist - 1];
@@ -331,8 +420,12 @@ static int step(gen_loop *g, df_error *err)
     }
     if (nd > 0 && a < nd && df_session_truncate(g->s, pos0 + 1 + a, err)) return -1;
     double dt = mono() - t0;
+    /* a mean over the first measurements, then decayed: one slow pass (a
+     * noisy neighbour) weighs no more than any other */
     double *tp = &g->t_pass[nd + 1];
-    *tp = *tp > 0 ? DECAY * *tp + (1 - DECAY) * dt : dt;
+    unsigned *tn = &g->t_count[nd + 1];
+    double w = ++*tn < 1.0 / (1 - DECAY) ? 1.0 / *tn : 1 - DECAY;
+    *tp = *tp > 0 ? (1 - w) * *tp + w * dt : dt;
     g->has_pending = 0;
     g->fresh = 0;
     g->st.passes++;
@@ -342,13 +435,10 @@ static int step(gen_loop *g, df_error *err)
         g->st.draft_passes++;
         g->st.proposed += (uint64_t)nd;
         g->st.accepted += (uint64_t)a;
-        if (a) g->explore_wait = 0; /* drafts pay again: retry at the first interval */
-        /* acceptance per drafted id: each accepted draft a success, the
-         * first rejected one a failure (later drafts are not observed) */
-        double trials = (double)a + (a < nd);
-        double w = DECAY * g->acc_w;
-        g->acc = (w * g->acc + (double)a) / (w + trials);
-        g->acc_w = w + trials;
+        observe(g, a, nd);
+    } else if (k == 0) {
+        score_shadow(g);
+        if (shadow_propose(g, err)) return -1;
     }
     if (guarded && draft_guard_step(&g->guard, a + 1, mono() - t_step)) {
         g->st.guard_rounds = g->guard.rounds;

@@ -20,9 +20,19 @@
  * and unmeasured widths are estimated from the measured ones), the
  * drafter's acceptance per draft (decayed) and its seconds per proposed
  * id.  The k maximising expected tokens per second is taken; k = 0 when
- * drafts do not pay, and then one draft is tried after 64 steps, then after
- * twice as many each time it is not accepted, so the estimates follow the
- * disk and the cache.  draft_k > 0 fixes k (tests and benchmarks).
+ * drafts do not pay, and then one draft is tried after 64 steps (8 when the
+ * drafter is right more often than not), then after twice as many each
+ * time drafting still does not pay, so the estimates follow the disk, the
+ * cache and a noisy machine.  draft_k > 0 fixes k (tests and benchmarks).
+ *
+ * The acceptance starts at 0 (a drafter has to earn its first draft): a
+ * drafter whose proposals cost under 1 % of a one-row pass (the model-free
+ * ones) is asked for a *shadow* proposal at each step that does not draft,
+ * which is never verified but scored against the tokens that follow, with
+ * the same weight as a verified draft.  So a drafter that would be wrong
+ * costs no verify pass to find out, and one that would be right starts
+ * drafting within a step or two.  A costly drafter (a draft model) is
+ * scored only by its real drafts: the first comes at the 64-step retry.
  *
  * The session and the loop agree on a history: gen_history() is every id
  * the caller has been given (prompt included).  The session holds them all
@@ -71,6 +81,8 @@ typedef struct gen_stats {
     int guard_rounds;         /* the guard's rounds (draft_guard) */
     int guard_on;             /* its last choice: 1 drafts allowed, 0 held off, -1 none yet */
     double guard_ms[2];       /* its last round's ms per token, [without drafts, with] */
+    uint64_t shadow_scored;   /* shadow proposals scored against the tokens that followed */
+    uint64_t shadow_proposed, shadow_right; /* their ids, and those that were right (in a run from the first) */
 } gen_stats;
 
 /* Do drafts pay, in time?  The cost model picks k from estimates; this
@@ -131,11 +143,17 @@ typedef struct gen_loop {
     int base_pos;             /* session position where logits row 0 was evaluated */
     /* the cost model */
     double t_pass[GEN_MAX_DRAFT + 2]; /* seconds per pass of T rows (decayed mean), 0 = unmeasured */
+    unsigned t_count[GEN_MAX_DRAFT + 2]; /* passes of T rows measured */
     double acc, acc_w;        /* acceptance per drafted id (decayed mean) and its weight */
     double draft_tok_sec;     /* drafter seconds per proposed id (decayed) */
+    double sh_cost;           /* its recent cheapest seconds per id (shadow proposals' gate) */
     uint64_t step_no;
     uint64_t explore_at, explore_wait; /* the next retry of drafting when it does not pay */
     draft_guard guard;        /* the outcome check (not with --draft-k) */
+    /* a shadow proposal waiting to be scored: sh_n ids proposed to follow hist[0..sh_at) */
+    int32_t sh_ids[GEN_MAX_DRAFT];
+    int sh_n;
+    size_t sh_at;
     gen_stats st;
 } gen_loop;
 
