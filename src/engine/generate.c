@@ -66,8 +66,9 @@ int draft_guard_step(draft_guard *d, int tokens, double sec)
     d->ms_per_tok[0] = 1e3 * off;
     d->ms_per_tok[1] = 1e3 * on;
     /* the same answer again: measure less often */
-    d->hold_len = d->choice == d->last && d->hold_len ? (d->hold_len * 2 < DG_HOLD_MAX ? d->hold_len * 2 : DG_HOLD_MAX)
-                                                      : DG_HOLD;
+    d->hold_len = !d->rounds                              ? DG_HOLD_FIRST
+                  : d->choice == d->last && d->hold_len ? (d->hold_len * 2 < DG_HOLD_MAX ? d->hold_len * 2 : DG_HOLD_MAX)
+                                                        : DG_HOLD;
     d->last = d->choice;
     d->rounds++;
     d->hold = d->hold_len;

@@ -91,14 +91,17 @@ typedef struct gen_stats {
  * (ABBA ABBA, the next round starting with the other arm), window
  * boundaries only between steps; after a round of DG_WINDOWS windows,
  * drafting is held off when its tokens cost more than DG_MARGIN more time
- * than plain steps' tokens, allowed otherwise, for DG_HOLD tokens (doubled
- * after each round that decides the same as the last, up to DG_HOLD_MAX);
+ * than plain steps' tokens, allowed otherwise, for DG_HOLD tokens (DG_HOLD_FIRST
+ * after the first round; doubled after each round that decides the same as
+ * the last, up to DG_HOLD_MAX);
  * then it is measured again.  Over a run where drafts lose, the loss is the
  * measuring windows' share of the drafts' own loss: about half a round's
  * tokens in every round plus hold, under 2 % of it once the hold has grown.
  * Pure (time is fed in); drafting never changes tokens, only speed. */
 #define DG_WINDOW 8
 #define DG_WINDOWS 8
+#define DG_HOLD_FIRST 128 /* the first round's verdict is the least sure: the drafter and the
+                             cost model are still warming up */
 #define DG_HOLD 1024
 #define DG_HOLD_MAX 16384
 #define DG_MARGIN 0.01
