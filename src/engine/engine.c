@@ -77,16 +77,21 @@ static int engine_sizes(df_engine *eng, const df_session_opts *so, plan_sizes *s
     if (so->max_batch > 0) {
         if (session_alloc(eng, so, 1, NULL, &state, &scratch, err)) return -1;
     } else {
-        /* --batch auto: scratch is linear in the batch; the planner picks it */
-        df_session_opts one = *so, two = *so;
-        size_t s1 = 0, s2 = 0;
+        /* --batch auto: scratch is linear in the batch (the planner picks
+         * it) past a few rows: the big buffers hold at least one dense-MLP
+         * row, so a batch of one may take more than the line through 256
+         * and 512 rows gives; the base covers that */
+        df_session_opts one = *so, a = *so, b = *so;
+        size_t s1 = 0, sa = 0, sb = 0;
         one.max_batch = 1;
-        two.max_batch = 2;
-        if (session_alloc(eng, &one, 1, NULL, &state, &s1, err) ||
-            session_alloc(eng, &two, 1, NULL, &state, &s2, err))
+        a.max_batch = 256;
+        b.max_batch = 512;
+        if (session_alloc(eng, &one, 1, NULL, &state, &s1, err) || session_alloc(eng, &a, 1, NULL, &state, &sa, err) ||
+            session_alloc(eng, &b, 1, NULL, &state, &sb, err))
             return -1;
-        sz->scratch_per_row = s2 - s1;
-        sz->scratch_base = s1 - sz->scratch_per_row;
+        sz->scratch_per_row = (sb - sa) / 256;
+        size_t base_a = sa - 256 * sz->scratch_per_row, base_1 = s1 - sz->scratch_per_row;
+        sz->scratch_base = base_1 > base_a ? base_1 : base_a;
     }
     /* an experts-only rank never touches the trunk (mapped, never read) */
     sz->trunk_bytes = eng->experts_only ? 0 : eng->m.trunk_mapped_bytes - eng->m.embed_bytes;
@@ -610,17 +615,20 @@ static int session_alloc(df_engine *eng, const df_session_opts *opts, int dry, d
     bw = max_sz(bw, (size_t)c->P);
     bw = max_sz(bw, (size_t)c->Hm * (c->dn + c->dr));
     bw = max_sz(bw, (size_t)c->Hm * c->dv);
-    bw = max_sz(bw, (size_t)c->Dff);
     bw = max_sz(bw, (size_t)c->Ns * c->I);
     bw = max_sz(bw, (size_t)c->E);
     bw = max_sz(bw, (size_t)c->Lt);
+    /* the dense MLP's Dff-wide rows (the widest at K3's size: 18,432 against
+     * 12,288) go through big0/big1 in blocks of rows (dense_mlp_forward), so
+     * the six buffers need not be Dff wide for every position of a chunk */
     s->b.big_w = bw;
-    ALLOC(s->b.big0, (size_t)T * bw);
-    ALLOC(s->b.big1, (size_t)T * bw);
-    ALLOC(s->b.big2, (size_t)T * bw);
-    ALLOC(s->b.big3, (size_t)T * bw);
-    ALLOC(s->b.big4, (size_t)T * bw);
-    ALLOC(s->b.big5, (size_t)T * bw);
+    s->b.big_cap = max_sz((size_t)T * bw, (size_t)c->Dff);
+    ALLOC(s->b.big0, s->b.big_cap);
+    ALLOC(s->b.big1, s->b.big_cap);
+    ALLOC(s->b.big2, s->b.big_cap);
+    ALLOC(s->b.big3, s->b.big_cap);
+    ALLOC(s->b.big4, s->b.big_cap);
+    ALLOC(s->b.big5, s->b.big_cap);
     size_t sw = max_sz(max_sz((size_t)c->Dk, (size_t)c->Hk), max_sz((size_t)c->Rq, row_w));
     ALLOC(s->b.small0, (size_t)T * sw);
     ALLOC(s->b.small1, (size_t)T * sw);
@@ -644,7 +652,6 @@ static int session_alloc(df_engine *eng, const df_session_opts *opts, int dry, d
     ALLOC(s->b.g_x, Tk * c->Lt);
     ALLOC(s->b.g_h1, Tk * c->I);
     ALLOC(s->b.g_h3, Tk * c->I);
-    ALLOC(s->b.g_a, Tk * c->I);
     ALLOC(s->b.g_out, Tk * c->Lt);
     ALLOC(s->b.uniq, Tk);
     ALLOC(s->b.slot_of, Tk);
@@ -706,7 +713,7 @@ void df_session_free(df_session *s)
     float **fl[] = {&s->b.kda_S, &s->b.kda_hist, &s->b.kda_S0, &s->b.kda_hist0, &s->b.kda_rec, &s->b.ck_state, &s->b.mla_cache, &s->b.H, &s->b.anchors, &s->b.ain, &s->b.xn, &s->b.att,
                     &s->b.min, &s->b.y, &s->b.ffn, &s->b.big0, &s->b.big1, &s->b.big2, &s->b.big3, &s->b.big4, &s->b.big5,
                     &s->b.small0, &s->b.small1, &s->b.probs, &s->b.logits_tmp, &s->b.worker_buf, &s->b.route_w, &s->b.zp,
-                    &s->b.g_x, &s->b.g_h1, &s->b.g_h3, &s->b.g_a, &s->b.g_out};
+                    &s->b.g_x, &s->b.g_h1, &s->b.g_h3, &s->b.g_out};
     for (size_t i = 0; i < sizeof fl / sizeof fl[0]; i++) aligned_free(*fl[i]);
     aligned_free(s->b.route_ids);
     aligned_free(s->b.uniq);

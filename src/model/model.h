@@ -181,9 +181,9 @@ typedef struct session_bufs {
     float *anchors;           /* [n_anchor_max][T][h] */
     int n_anchor_max;
     float *ain, *xn, *att, *min, *y, *ffn;   /* [T][h] */
-    float *big0, *big1, *big2, *big3, *big4, *big5;  /* [T][big_w] */
+    float *big0, *big1, *big2, *big3, *big4, *big5;  /* [T][big_w], at least Dff floats (big_cap) */
     float *small0, *small1;   /* [T][max(Dk, Hk, Rq, Rkv+dr)] */
-    size_t big_w;
+    size_t big_w, big_cap;    /* big_w: every width but the dense MLP's (which runs in row blocks) */
     float *probs;             /* [T][n_anchor_max+1] */
     float *logits_tmp;        /* [V] */
     float *worker_buf;        /* [n_threads][worker_w] */
@@ -193,8 +193,7 @@ typedef struct session_bufs {
     float *route_w;           /* [T][k] */
     float *zp;                /* [T][Lt] reordered latent inputs */
     float *g_x;               /* [T*k][Lt] gathered expert inputs (reordered) */
-    float *g_h1, *g_h3;       /* [T*k][I] */
-    float *g_a;               /* [T*k][I] reordered activations */
+    float *g_h1, *g_h3;       /* [T*k][I]; after SiTU, g_h3 holds the reordered activations */
     float *g_out;             /* [T*k][Lt] */
     int *uniq;                /* [T*k] unique experts of a layer */
     int *slot_of;             /* [T*k] gathered row of (t, j) */

@@ -34,16 +34,25 @@ static void situ_rows(const float *g, const float *u, size_t n, float b1, float 
     df_situ_n(g, u, n, b1, b2, out);
 }
 
+/* In blocks of as many rows as big0/big1 hold at Dff floats each (a row's
+ * products do not depend on the block: the kernels' contract). */
 void dense_mlp_forward(const model_ctx *eng, session_bufs *s, const k3_layer *L, const float *y, int T, float *out)
 {
     const k3_config *c = &eng->cfg;
-    mm_job jobs[2] = {
-        {.w = L->gate, .x = y, .xs = (size_t)c->h, .y = s->big0, .ys = (size_t)c->Dff, .T = T},
-        {.w = L->up, .x = y, .xs = (size_t)c->h, .y = s->big1, .ys = (size_t)c->Dff, .T = T},
-    };
-    mm_run(eng->pool, eng->kt, jobs, 2);
-    situ_rows(s->big0, s->big1, (size_t)T * c->Dff, c->b1, c->b2, s->big0);
-    mm_one(eng->pool, eng->kt, L->down, s->big0, T, out);
+    size_t h = (size_t)c->h, Dff = (size_t)c->Dff;
+    int rows = (int)(s->big_cap / Dff);
+    CHECK(rows >= 1);
+    for (int t0 = 0; t0 < T; t0 += rows) {
+        int nt = T - t0 < rows ? T - t0 : rows;
+        const float *yt = y + (size_t)t0 * h;
+        mm_job jobs[2] = {
+            {.w = L->gate, .x = yt, .xs = h, .y = s->big0, .ys = Dff, .T = nt},
+            {.w = L->up, .x = yt, .xs = h, .y = s->big1, .ys = Dff, .T = nt},
+        };
+        mm_run(eng->pool, eng->kt, jobs, 2);
+        situ_rows(s->big0, s->big1, (size_t)nt * Dff, c->b1, c->b2, s->big0);
+        mm_one(eng->pool, eng->kt, L->down, s->big0, nt, out + (size_t)t0 * h);
+    }
 }
 
 /* Top-k by biased score, descending; ties go to the lower expert id. */
@@ -67,6 +76,31 @@ static wmat expert_mat(const expert_store *st, const expert_loc *loc, const uint
     return m;
 }
 
+typedef struct act_ctx {
+    const model_ctx *eng;
+    session_bufs *s;
+    const int *us, *pre;      /* the experts, and their first rows in a flat count */
+} act_ctx;
+
+/* Gathered rows [f0, f1) of the flat count: h1 = SiTU(h1, h3), then h3 =
+ * h1 reordered for the down-projection (h3 is not needed after SiTU). */
+static void act_rows(void *v, size_t f0, size_t f1, int worker)
+{
+    (void)worker;
+    act_ctx *a = v;
+    session_bufs *s = a->s;
+    const k3_config *c = &a->eng->cfg;
+    size_t I = (size_t)c->I;
+    int i = 0;
+    for (size_t f = f0; f < f1; f++) {
+        while ((size_t)a->pre[i + 1] <= f) i++;
+        size_t r = (size_t)s->uniq_first[a->us[i]] + (f - (size_t)a->pre[i]);
+        float *h1 = s->g_h1 + r * I, *h3 = s->g_h3 + r * I;
+        situ_rows(h1, h3, I, c->b1, c->b2, h1);
+        mxfp4_prep_x(h1, (int)I, h3);
+    }
+}
+
 /* The three MXFP4 products of the listed distinct experts (indices into
  * s->uniq), each over the rows gathered for it. */
 static void run_experts(const model_ctx *eng, session_bufs *s, int il, const int *us, int n)
@@ -88,20 +122,20 @@ static void run_experts(const model_ctx *eng, session_bufs *s, int il, const int
                               .xs = (size_t)Lt, .y = s->g_h3 + r0 * I, .ys = (size_t)I, .T = nt};
     }
     mm_run(eng->pool, eng->kt, jobs, nj);
-    for (int i = 0; i < n; i++) {
-        int u = us[i];
-        for (int r = s->uniq_first[u]; r < s->uniq_first[u] + s->uniq_count[u]; r++) {
-            float *h1 = s->g_h1 + (size_t)r * I, *h3 = s->g_h3 + (size_t)r * I;
-            situ_rows(h1, h3, (size_t)I, c->b1, c->b2, h1);
-            mxfp4_prep_x(h1, I, s->g_a + (size_t)r * I);
-        }
-    }
+    /* SiTU and the reordering, row by row, on every worker */
+    int pre[MM_MAX_JOBS / 2 + 1];
+    pre[0] = 0;
+    for (int i = 0; i < n; i++) pre[i + 1] = pre[i] + s->uniq_count[us[i]];
+    act_ctx a = {.eng = eng, .s = s, .us = us, .pre = pre};
+    /* a few rows (decode) are not worth waking the workers for */
+    if ((size_t)pre[n] * (size_t)I < 32768) act_rows(&a, 0, (size_t)pre[n], 0);
+    else parallel_for(eng->pool, (size_t)pre[n], 4, act_rows, &a);
     nj = 0;
     for (int i = 0; i < n; i++) {
         int u = us[i];
         const expert_loc *loc = &eng->store->loc[(size_t)il * E + (size_t)s->uniq[u]];
         size_t r0 = (size_t)s->uniq_first[u];
-        jobs[nj++] = (mm_job){.w = expert_mat(eng->store, loc, s->uniq_slot[u], 1, Lt, I), .x = s->g_a + r0 * I,
+        jobs[nj++] = (mm_job){.w = expert_mat(eng->store, loc, s->uniq_slot[u], 1, Lt, I), .x = s->g_h3 + r0 * I,
                               .xs = (size_t)I, .y = s->g_out + r0 * Lt, .ys = (size_t)Lt, .T = s->uniq_count[u]};
     }
     mm_run(eng->pool, eng->kt, jobs, nj);
