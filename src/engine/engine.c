@@ -526,6 +526,7 @@ void df_engine_stats(const df_engine *eng, df_stats *st)
 }
 
 static size_t max_sz(size_t a, size_t b) { return a > b ? a : b; }
+static size_t min_sz(size_t a, size_t b) { return a < b ? a : b; }
 
 /* Every session buffer goes through ALLOC, so the memory planner can size a
  * session with the same code (dry = 1 counts bytes and allocates nothing). */
@@ -650,8 +651,12 @@ static int session_alloc(df_engine *eng, const df_session_opts *opts, int dry, d
     ALLOC(s->b.route_w, Tk);
     ALLOC(s->b.zp, (size_t)T * c->Lt);
     ALLOC(s->b.g_x, Tk * c->Lt);
-    ALLOC(s->b.g_h1, Tk * c->I);
-    ALLOC(s->b.g_h3, Tk * c->I);
+    /* a chunk's experts run in batches of rows (moe.c): all T*k rows at
+     * once only for small T (decode, verify passes), 2T + 256 otherwise,
+     * which is at least T (one expert's rows) and linear in T */
+    s->b.g_rows = min_sz(Tk, 2 * (size_t)T + 256);
+    ALLOC(s->b.g_h1, s->b.g_rows * c->I);
+    ALLOC(s->b.g_h3, s->b.g_rows * c->I);
     ALLOC(s->b.g_out, Tk * c->Lt);
     ALLOC(s->b.uniq, Tk);
     ALLOC(s->b.slot_of, Tk);

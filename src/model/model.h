@@ -193,7 +193,9 @@ typedef struct session_bufs {
     float *route_w;           /* [T][k] */
     float *zp;                /* [T][Lt] reordered latent inputs */
     float *g_x;               /* [T*k][Lt] gathered expert inputs (reordered) */
-    float *g_h1, *g_h3;       /* [T*k][I]; after SiTU, g_h3 holds the reordered activations */
+    float *g_h1, *g_h3;       /* [g_rows][I]: a batch of experts' rows (moe.c run_experts); after
+                                 SiTU, g_h3 holds the reordered activations */
+    size_t g_rows;            /* min(T*k, 2T + 256) */
     float *g_out;             /* [T*k][Lt] */
     int *uniq;                /* [T*k] unique experts of a layer */
     int *slot_of;             /* [T*k] gathered row of (t, j) */

@@ -79,11 +79,11 @@ static wmat expert_mat(const expert_store *st, const expert_loc *loc, const uint
 typedef struct act_ctx {
     const model_ctx *eng;
     session_bufs *s;
-    const int *us, *pre;      /* the experts, and their first rows in a flat count */
 } act_ctx;
 
-/* Gathered rows [f0, f1) of the flat count: h1 = SiTU(h1, h3), then h3 =
- * h1 reordered for the down-projection (h3 is not needed after SiTU). */
+/* Rows [f0, f1) of g_h1/g_h3 (a batch's rows, packed): h1 = SiTU(h1, h3),
+ * then h3 = h1 reordered for the down-projection (h3 is not needed after
+ * SiTU). */
 static void act_rows(void *v, size_t f0, size_t f1, int worker)
 {
     (void)worker;
@@ -91,24 +91,21 @@ static void act_rows(void *v, size_t f0, size_t f1, int worker)
     session_bufs *s = a->s;
     const k3_config *c = &a->eng->cfg;
     size_t I = (size_t)c->I;
-    int i = 0;
     for (size_t f = f0; f < f1; f++) {
-        while ((size_t)a->pre[i + 1] <= f) i++;
-        size_t r = (size_t)s->uniq_first[a->us[i]] + (f - (size_t)a->pre[i]);
-        float *h1 = s->g_h1 + r * I, *h3 = s->g_h3 + r * I;
+        float *h1 = s->g_h1 + f * I, *h3 = s->g_h3 + f * I;
         situ_rows(h1, h3, I, c->b1, c->b2, h1);
         mxfp4_prep_x(h1, (int)I, h3);
     }
 }
 
-/* The three MXFP4 products of the listed distinct experts (indices into
- * s->uniq), each over the rows gathered for it. */
-static void run_experts(const model_ctx *eng, session_bufs *s, int il, const int *us, int n)
+/* The three MXFP4 products of a batch of distinct experts whose rows fit
+ * g_h1/g_h3 (packed there in the batch's order). */
+static void run_expert_batch(const model_ctx *eng, session_bufs *s, int il, const int *us, int n)
 {
     const k3_config *c = &eng->cfg;
     int E = c->E, Lt = c->Lt, I = c->I;
     mm_job jobs[MM_MAX_JOBS];
-    int nj = 0;
+    int nj = 0, rows = 0;
     CHECK(n > 0 && 2 * n <= MM_MAX_JOBS);
     for (int i = 0; i < n; i++) {
         int u = us[i];
@@ -117,28 +114,46 @@ static void run_experts(const model_ctx *eng, session_bufs *s, int il, const int
         size_t r0 = (size_t)s->uniq_first[u];
         int nt = s->uniq_count[u];
         jobs[nj++] = (mm_job){.w = expert_mat(eng->store, loc, slot, 0, I, Lt), .x = s->g_x + r0 * Lt,
-                              .xs = (size_t)Lt, .y = s->g_h1 + r0 * I, .ys = (size_t)I, .T = nt};
+                              .xs = (size_t)Lt, .y = s->g_h1 + (size_t)rows * I, .ys = (size_t)I, .T = nt};
         jobs[nj++] = (mm_job){.w = expert_mat(eng->store, loc, slot, 2, I, Lt), .x = s->g_x + r0 * Lt,
-                              .xs = (size_t)Lt, .y = s->g_h3 + r0 * I, .ys = (size_t)I, .T = nt};
+                              .xs = (size_t)Lt, .y = s->g_h3 + (size_t)rows * I, .ys = (size_t)I, .T = nt};
+        rows += nt;
     }
     mm_run(eng->pool, eng->kt, jobs, nj);
-    /* SiTU and the reordering, row by row, on every worker */
-    int pre[MM_MAX_JOBS / 2 + 1];
-    pre[0] = 0;
-    for (int i = 0; i < n; i++) pre[i + 1] = pre[i] + s->uniq_count[us[i]];
-    act_ctx a = {.eng = eng, .s = s, .us = us, .pre = pre};
-    /* a few rows (decode) are not worth waking the workers for */
-    if ((size_t)pre[n] * (size_t)I < 32768) act_rows(&a, 0, (size_t)pre[n], 0);
-    else parallel_for(eng->pool, (size_t)pre[n], 4, act_rows, &a);
+    /* SiTU and the reordering, row by row, on every worker; a few rows
+     * (decode) are not worth waking the workers for */
+    act_ctx a = {.eng = eng, .s = s};
+    if ((size_t)rows * (size_t)I < 32768) act_rows(&a, 0, (size_t)rows, 0);
+    else parallel_for(eng->pool, (size_t)rows, 4, act_rows, &a);
     nj = 0;
+    rows = 0;
     for (int i = 0; i < n; i++) {
         int u = us[i];
         const expert_loc *loc = &eng->store->loc[(size_t)il * E + (size_t)s->uniq[u]];
         size_t r0 = (size_t)s->uniq_first[u];
-        jobs[nj++] = (mm_job){.w = expert_mat(eng->store, loc, s->uniq_slot[u], 1, Lt, I), .x = s->g_h3 + r0 * I,
-                              .xs = (size_t)I, .y = s->g_out + r0 * Lt, .ys = (size_t)Lt, .T = s->uniq_count[u]};
+        int nt = s->uniq_count[u];
+        jobs[nj++] = (mm_job){.w = expert_mat(eng->store, loc, s->uniq_slot[u], 1, Lt, I),
+                              .x = s->g_h3 + (size_t)rows * I, .xs = (size_t)I, .y = s->g_out + r0 * Lt,
+                              .ys = (size_t)Lt, .T = nt};
+        rows += nt;
     }
     mm_run(eng->pool, eng->kt, jobs, nj);
+}
+
+/* The listed distinct experts (indices into s->uniq), each over the rows
+ * gathered for it, in batches whose rows fit g_h1/g_h3 (g_rows: a prompt
+ * chunk's T*k rows need not all be held at once; one expert has at most T
+ * rows, which always fit). */
+static void run_experts(const model_ctx *eng, session_bufs *s, int il, const int *us, int n)
+{
+    CHECK(n > 0 && 2 * n <= MM_MAX_JOBS);
+    for (int i0 = 0; i0 < n;) {
+        int i1 = i0, rows = 0;
+        while (i1 < n && (i1 == i0 || (size_t)(rows + s->uniq_count[us[i1]]) <= s->g_rows)) rows += s->uniq_count[us[i1++]];
+        CHECK((size_t)rows <= s->g_rows);
+        run_expert_batch(eng, s, il, us + i0, i1 - i0);
+        i0 = i1;
+    }
 }
 
 /* shared experts: SiTU of the gate/up products already in big0/big1, then
