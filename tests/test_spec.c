@@ -368,6 +368,50 @@ out:
     df_engine_close(eng);
 }
 
+/* A draft model held off for a long stretch does not evaluate the whole gap
+ * at its next proposal: it restarts on the last 256 ids, and proposes what
+ * a draft model given only those ids proposes. */
+static void test_model_drafter_window(void)
+{
+    const char *dir = model_dir();
+    if (!dir) return;
+    char self[600];
+    snprintf(self, sizeof self, "model:%s", dir);
+    df_engine *eng = open_model(dir, (size_t)1 << 30, 1, 0);
+    if (!eng) return;
+    df_model_info info;
+    df_engine_info(eng, &info);
+    df_engine_close(eng);
+    enum { N = 700, K = 3 };
+    int32_t h[N], a[K], b[K];
+    for (int i = 0; i < N; i++) h[i] = tok_at(i);
+    df_drafter *d = NULL, *fresh = NULL;
+    df_error err = {0};
+    if (df_drafter_open(self, (size_t)1 << 30, 1024, 1, info.vocab, &d, &err) ||
+        df_drafter_open(self, (size_t)1 << 30, 1024, 1, info.vocab, &fresh, &err)) {
+        t_fail(__FILE__, __LINE__, "%s", err.msg);
+        df_drafter_free(d);
+        return;
+    }
+    size_t base = 99, held = 0;
+    TCHECK(d->propose(d, h, 100, a, K, &err) == K);
+    TCHECK(df_drafter_window(d, &base, &held) == 0 && base == 0 && held == 100 + K - 1);
+    TCHECK(d->propose(d, h, 110, a, K, &err) == K); /* a short gap: caught up, not restarted */
+    TCHECK(df_drafter_window(d, &base, &held) == 0 && base == 0 && held == 110 + K - 1);
+    TCHECK(d->propose(d, h, N, a, K, &err) == K); /* 590 ids later: the last 256 */
+    TCHECKF(df_drafter_window(d, &base, &held) == 0 && base == N - 256 && held == 256 + K - 1, "base %zu, held %zu",
+            base, held);
+    TCHECK(fresh->propose(fresh, h + (N - 256), 256, b, K, &err) == K);
+    TCHECKF(!memcmp(a, b, sizeof a), "windowed proposal %d %d %d, from the window alone %d %d %d", a[0], a[1], a[2], b[0],
+            b[1], b[2]);
+    TCHECK(df_drafter_window(fresh, &base, &held) == 0 && base == 0);
+    df_drafter *ng = NULL;
+    TCHECK(df_drafter_open("ngram", 0, 512, 1, info.vocab, &ng, &err) == 0 && df_drafter_window(ng, &base, &held) == -1);
+    df_drafter_free(ng);
+    df_drafter_free(d);
+    df_drafter_free(fresh);
+}
+
 /* ngram, suffix and the target drafting for itself (model:PATH): the same
  * ids and rows as drafts off; the self-draft is accepted in full. */
 static void test_real_drafters(void)
@@ -566,6 +610,7 @@ static void test_cli_drafts(void)
 
 static const test_case tests[] = {
     {"shadow_scoring", test_shadow_scoring},
+    {"model_drafter_window", test_model_drafter_window},
     {"cli_drafts", test_cli_drafts},
     {"lookup_proposals", test_lookup_proposals},
     {"draft_guard", test_draft_guard},

@@ -146,20 +146,38 @@ typedef struct mdraft {
     df_session *s;
     int V;
     float *logits;            /* [V] */
-    int32_t *held;            /* ids in the draft session, then drafts */
+    int32_t *held;            /* ids in the draft session (history from `base`), then drafts */
     size_t n_held, cap;
+    size_t base;              /* the history position of held[0] */
     int fresh;                /* logits is the distribution after held[n_held - 1] */
 } mdraft;
 
-/* Evaluate what the draft session lacks of h[0..n): afterwards it holds
- * exactly h and m->logits is the distribution after it. */
-static int md_catch_up(mdraft *m, const int32_t *h, size_t n, df_error *err)
+/* A proposal after a gap longer than this (the drafter was held off, and
+ * the draft session did not follow the history) restarts the draft
+ * session on the last MD_WINDOW ids instead of evaluating the whole gap:
+ * a held-off draft model then costs a bounded amount at each retry, not
+ * its own pass over every token of the run. */
+#define MD_GAP_MAX 256
+#define MD_WINDOW 256
+
+/* Evaluate what the draft session lacks of h[0..n) (`bounded`: at most
+ * MD_WINDOW ids after a long gap): afterwards it holds h[base..n) and
+ * m->logits is the distribution after it. */
+static int md_catch_up(mdraft *m, const int32_t *h, size_t n, int bounded, df_error *err)
 {
     size_t L = 0;
-    while (L < m->n_held && L < n && m->held[L] == h[L]) L++;
-    if (L == n && m->n_held == n && m->fresh) return 0;
-    if (L == n) L = n - 1; /* evaluate the last id again: its logits are needed */
-    if (L < m->n_held) {
+    if (m->base < n)
+        while (L < m->n_held && m->base + L < n && m->held[L] == h[m->base + L]) L++;
+    if (m->base + L == n && m->n_held == L && m->fresh) return 0;
+    if (L && m->base + L == n) L--; /* evaluate the last id again: its logits are needed */
+    size_t gap = n - (m->base + L);
+    int restart = !L && m->base > 0;
+    if (bounded && (gap > MD_GAP_MAX || n - m->base + 1 > m->cap)) restart = 1;
+    if (restart) {
+        df_session_reset(m->s);
+        m->base = bounded && n > MD_WINDOW ? n - MD_WINDOW : 0;
+        L = 0;
+    } else if (L < m->n_held) {
         df_error e2 = {0};
         if (df_session_truncate(m->s, (int)L, &e2)) {
             df_session_reset(m->s);
@@ -168,12 +186,12 @@ static int md_catch_up(mdraft *m, const int32_t *h, size_t n, df_error *err)
     }
     m->n_held = L;
     m->fresh = 0;
-    if (df_session_eval(m->s, h + L, (int)(n - L), m->logits, 0, err)) {
+    if (df_session_eval(m->s, h + m->base + L, (int)(n - m->base - L), m->logits, 0, err)) {
         df_err_prefix(err, "draft model");
         return -1;
     }
-    memcpy(m->held + L, h + L, (n - L) * sizeof *h);
-    m->n_held = n;
+    memcpy(m->held + L, h + m->base + L, (n - m->base - L) * sizeof *h);
+    m->n_held = n - m->base;
     m->fresh = 1;
     return 0;
 }
@@ -184,15 +202,16 @@ static int md_sync(df_drafter *d, const int32_t *h, size_t n, df_error *err)
 {
     mdraft *m = d->state;
     if (!n || n + 1 > m->cap) return 0;
-    return md_catch_up(m, h, n, err);
+    return md_catch_up(m, h, n, 0, err);
 }
 
 static int md_propose(df_drafter *d, const int32_t *h, size_t n, int32_t *out, int k, df_error *err)
 {
     mdraft *m = d->state;
     if (!n) return 0;
-    if (n + (size_t)k + 1 > m->cap) return 0; /* past the draft context: no drafts */
-    if (md_catch_up(m, h, n, err)) return -1;
+    if (MD_WINDOW + (size_t)k + 1 > m->cap) return 0; /* a draft context too small to draft in */
+    if (md_catch_up(m, h, n, 1, err)) return -1;
+    if (n - m->base + (size_t)k + 1 > m->cap) return 0; /* past the draft context: no drafts */
     if (df_session_mark(m->s, err)) return -1;
     for (int i = 0; i < k; i++) {
         out[i] = (int32_t)df_argmax(m->logits, m->V);
@@ -211,6 +230,7 @@ static void md_reset(df_drafter *d)
     mdraft *m = d->state;
     df_session_reset(m->s);
     m->n_held = 0;
+    m->base = 0;
     m->fresh = 0;
 }
 
@@ -303,6 +323,15 @@ int df_drafter_open(const char *spec, size_t mem_budget, int n_ctx, int n_thread
         return df_err_set(err, DF_ERR_ARG, -1, "--draft \"%s\": expected none, ngram, suffix or model:PATH", spec);
     }
     *out = d;
+    return 0;
+}
+
+int df_drafter_window(const df_drafter *d, size_t *base, size_t *held)
+{
+    if (!d || d->propose != md_propose) return -1;
+    const mdraft *m = d->state;
+    *base = m->base;
+    *held = m->n_held;
     return 0;
 }
 

@@ -13,7 +13,9 @@
  *   model:PATH a small model with the target's tokenizer (any checkpoint or
  *              GGUF the engine opens) as a second engine in its own memory
  *              share, greedy, its session kept in step with the history by
- *              rollback (df_session_mark / df_session_truncate).
+ *              rollback (df_session_mark / df_session_truncate); after a gap
+ *              of over 256 ids (drafting held off), it restarts on the last
+ *              256 instead of evaluating the gap.
  */
 #ifndef DF_DRAFT_H
 #define DF_DRAFT_H
@@ -27,5 +29,9 @@
 int df_drafter_open(const char *spec, size_t mem_budget, int n_ctx, int n_threads, int target_vocab, df_drafter **out,
                     df_error *err);
 void df_drafter_free(df_drafter *d);
+/* A model drafter's draft session: the history position it starts at
+ * (0, or where a proposal after a long gap restarted it) and how many ids it
+ * holds.  -1 for the other drafters. */
+int df_drafter_window(const df_drafter *d, size_t *base, size_t *held);
 
 #endif
