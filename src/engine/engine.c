@@ -619,8 +619,8 @@ static int session_alloc(df_engine *eng, const df_session_opts *opts, int dry, d
     bw = max_sz(bw, (size_t)c->Ns * c->I);
     bw = max_sz(bw, (size_t)c->E);
     bw = max_sz(bw, (size_t)c->Lt);
-    /* the dense MLP's Dff-wide rows (the widest at K3's size: 18,432 against
-     * 12,288) go through big0/big1 in blocks of rows (dense_mlp_forward), so
+    /* the dense MLP's Dff-wide rows (the widest at K3's size: 33,792 against
+     * 18,432) go through big0/big1 in blocks of rows (dense_mlp_forward), so
      * the six buffers need not be Dff wide for every position of a chunk */
     s->b.big_w = bw;
     s->b.big_cap = max_sz((size_t)T * bw, (size_t)c->Dff);
