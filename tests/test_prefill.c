@@ -26,12 +26,13 @@ static df_engine *open_model(const char *dir, size_t cache, int ctx, int batch, 
     return eng;
 }
 
-/* all rows' logits of ids at max_batch `batch` (0: the plan's) */
-static float *eval_all(df_engine *eng, const int32_t *ids, int n, int batch, int ctx, df_stats *st)
+/* all rows' logits of ids at max_batch `batch` (0: the plan's), the
+ * layers' work in blocks of `rb` rows (0: the default) */
+static float *eval_rb(df_engine *eng, const int32_t *ids, int n, int batch, int rb, int ctx, df_stats *st)
 {
     df_model_info info;
     df_engine_info(eng, &info);
-    df_session_opts so = {.n_ctx = ctx, .max_batch = batch};
+    df_session_opts so = {.n_ctx = ctx, .max_batch = batch, .row_block = rb};
     df_session *s;
     df_error err = {0};
     if (df_session_new(eng, &so, &s, &err)) {
@@ -45,8 +46,17 @@ static float *eval_all(df_engine *eng, const int32_t *ids, int n, int batch, int
     return out;
 }
 
+static float *eval_all(df_engine *eng, const int32_t *ids, int n, int batch, int ctx, df_stats *st)
+{
+    return eval_rb(eng, ids, n, batch, 0, ctx, st);
+}
+
 /* One prompt at batch 1, 7, 32, the planner's choice and the whole prompt,
- * with a one-slot cache and with every expert resident: the same bits. */
+ * with a one-slot cache and with every expert resident: the same bits.
+ * The chunks of 32 and of the whole prompt also run their layers in blocks
+ * of 13 and 64 rows (a chunk longer than its row block: attention, dense
+ * and shared-expert work by block around one pass over the routed
+ * experts), and in blocks of 3 rows with a 7-row expert batch. */
 static void test_auto_batch_bit_identical(void)
 {
     char dir[512];
@@ -69,20 +79,54 @@ static void test_auto_batch_bit_identical(void)
         df_engine_plan(eng, &p);
         TCHECK(p.batch_auto);
         if (c == 0) TCHECKF(p.max_batch >= N, "a one-slot cache streams experts: chunk %d", p.max_batch);
-        int batches[] = {1, 7, 32, 0, N};
-        for (int b = 0; b < 5; b++) {
-            float *got = eval_all(eng, ids, N, batches[b], 512, NULL);
+        int batches[] = {1, 7, 32, 0, N, 32, N, N};
+        int blocks[] = {0, 0, 0, 0, 0, 13, 64, 3};
+        for (int b = 0; b < 8; b++) {
+            float *got = eval_rb(eng, ids, N, batches[b], blocks[b], 512, NULL);
             if (!got) continue;
             if (!ref) ref = got;
             else {
-                TCHECKF(!memcmp(ref, got, (size_t)N * V * sizeof *got), "cache %zu batch %d differs", caches[c],
-                        batches[b]);
+                TCHECKF(!memcmp(ref, got, (size_t)N * V * sizeof *got), "cache %zu batch %d row block %d differs",
+                        caches[c], batches[b], blocks[b]);
                 free(got);
             }
         }
         df_engine_close(eng);
     }
     free(ref);
+}
+
+/* An expert with more gathered rows than a batch holds runs in pieces:
+ * 8 experts, 4 per position, 600 positions in blocks of 3 rows give each
+ * expert ~300 rows against a batch of 2*3 + 256 = 262 (moe.c run_experts).
+ * The same bits as one block of 600 (batches of up to 1,456 rows: no
+ * pieces) and as chunks of 7. */
+static void test_expert_pieces(void)
+{
+    char dir[512];
+    if (gen_model("prefill_e8", "--preset small --set num_experts=8 --set num_experts_per_token=4 --seed 6", dir,
+                  sizeof dir))
+        return;
+    enum { N = 600 };
+    int32_t ids[N];
+    for (int i = 0; i < N; i++) ids[i] = (int32_t)((i * 6151 + 29) % 3000 + 5);
+    df_engine *eng = open_model(dir, 1, 1024, 0, 2);
+    if (!eng) return;
+    df_model_info info;
+    df_engine_info(eng, &info);
+    float *ref = eval_rb(eng, ids, N, N, N, 1024, NULL);
+    float *pieces = eval_rb(eng, ids, N, N, 3, 1024, NULL);
+    float *seven = eval_rb(eng, ids, N, 7, 0, 1024, NULL);
+    size_t bytes = (size_t)N * info.vocab * sizeof *ref;
+    TCHECK(ref && pieces && seven);
+    if (ref && pieces && seven) {
+        TCHECKF(!memcmp(ref, pieces, bytes), "blocks of 3 rows (experts in pieces) differ from one block");
+        TCHECKF(!memcmp(ref, seven, bytes), "chunks of 7 differ from one block");
+    }
+    free(ref);
+    free(pieces);
+    free(seven);
+    df_engine_close(eng);
 }
 
 /* A prompt that fits one chunk reads each (layer, expert) it needs once:
@@ -299,6 +343,7 @@ static void test_no_prefetch_in_prompts(void)
 static const test_case tests[] = {
     {"no_prefetch_in_prompts", test_no_prefetch_in_prompts},
     {"auto_batch_bit_identical", test_auto_batch_bit_identical},
+    {"expert_pieces", test_expert_pieces},
     {"reads_once_per_needed_expert", test_reads_once_per_needed_expert},
     {"eval_each_rows_and_accounting", test_eval_each_rows_and_accounting},
     {"long_context_32k", test_long_context_32k},

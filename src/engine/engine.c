@@ -77,21 +77,24 @@ static int engine_sizes(df_engine *eng, const df_session_opts *so, plan_sizes *s
     if (so->max_batch > 0) {
         if (session_alloc(eng, so, 1, NULL, &state, &scratch, err)) return -1;
     } else {
-        /* --batch auto: scratch is linear in the batch (the planner picks
-         * it) past a few rows: the big buffers hold at least one dense-MLP
-         * row, so a batch of one may take more than the line through 256
-         * and 512 rows gives; the base covers that */
-        df_session_opts one = *so, a = *so, b = *so;
-        size_t s1 = 0, sa = 0, sb = 0;
+        /* --batch auto: scratch is linear in the batch from the row block
+         * (256) on, and less below it: the line through 256 and 512 rows,
+         * with a base that also covers a batch of one (the big buffers
+         * hold at least one dense-MLP row), bounds it; the default chunk's
+         * is measured */
+        df_session_opts one = *so, a = *so, b = *so, d = *so;
+        size_t s1 = 0, sa = 0, sb = 0, sd = 0;
         one.max_batch = 1;
         a.max_batch = 256;
         b.max_batch = 512;
+        d.max_batch = PLAN_BATCH_DEFAULT < so->n_ctx ? PLAN_BATCH_DEFAULT : so->n_ctx > 0 ? so->n_ctx : 1;
         if (session_alloc(eng, &one, 1, NULL, &state, &s1, err) || session_alloc(eng, &a, 1, NULL, &state, &sa, err) ||
-            session_alloc(eng, &b, 1, NULL, &state, &sb, err))
+            session_alloc(eng, &d, 1, NULL, &state, &sd, err) || session_alloc(eng, &b, 1, NULL, &state, &sb, err))
             return -1;
         sz->scratch_per_row = (sb - sa) / 256;
         size_t base_a = sa - 256 * sz->scratch_per_row, base_1 = s1 - sz->scratch_per_row;
         sz->scratch_base = base_1 > base_a ? base_1 : base_a;
+        sz->scratch_default = sd;
     }
     /* an experts-only rank never touches the trunk (mapped, never read) */
     sz->trunk_bytes = eng->experts_only ? 0 : eng->m.trunk_mapped_bytes - eng->m.embed_bytes;
@@ -525,6 +528,9 @@ void df_engine_stats(const df_engine *eng, df_stats *st)
     }
 }
 
+/* rows a chunk's layer work takes at a time (df_session_opts.row_block) */
+#define SESSION_ROW_BLOCK 256
+
 static size_t max_sz(size_t a, size_t b) { return a > b ? a : b; }
 static size_t min_sz(size_t a, size_t b) { return a < b ? a : b; }
 
@@ -561,10 +567,17 @@ static int session_alloc(df_engine *eng, const df_session_opts *opts, int dry, d
     int n_ctx = opts->n_ctx > 0 ? opts->n_ctx : def.n_ctx;
     int T = opts->max_batch > 0 ? opts->max_batch : eng->plan.max_batch > 0 ? eng->plan.max_batch : 32;
     if (T > 4096) return df_err_set(err, DF_ERR_ARG, -1, "max_batch %d is too large (at most 4096)", T);
+    if (opts->row_block < 0 || opts->row_block > 4096)
+        return df_err_set(err, DF_ERR_ARG, -1, "row_block %d is outside [0, 4096]", opts->row_block);
+    /* a chunk's layer work runs in blocks of Tb rows; only the residual
+     * stream, the anchors and the routed-expert rows are per position */
+    int Tb = opts->row_block > 0 ? opts->row_block : SESSION_ROW_BLOCK;
+    if (Tb > T) Tb = T;
     df_session *s = xcalloc(1, sizeof *s);
     s->eng = eng;
     s->b.n_ctx = n_ctx;
     s->b.max_batch = T;
+    s->b.row_block = Tb;
     size_t bytes = 0, h = (size_t)c->h;
     s->b.n_anchor_max = (c->NL + c->B - 1) / c->B;
     if (s->b.n_anchor_max > DBG_MAX_ANCHORS) {
@@ -606,12 +619,12 @@ static int session_alloc(df_engine *eng, const df_session_opts *opts, int dry, d
     size_t state = bytes;
     ALLOC(s->b.H, (size_t)T * h);
     ALLOC(s->b.anchors, (size_t)s->b.n_anchor_max * T * h);
-    ALLOC(s->b.ain, (size_t)T * h);
-    ALLOC(s->b.xn, (size_t)T * h);
-    ALLOC(s->b.att, (size_t)T * h);
-    ALLOC(s->b.min, (size_t)T * h);
-    ALLOC(s->b.y, (size_t)T * h);
-    ALLOC(s->b.ffn, (size_t)T * h);
+    ALLOC(s->b.ain, (size_t)Tb * h);
+    ALLOC(s->b.xn, (size_t)Tb * h);
+    ALLOC(s->b.att, (size_t)Tb * h);
+    ALLOC(s->b.min, (size_t)Tb * h);
+    ALLOC(s->b.y, (size_t)Tb * h);
+    ALLOC(s->b.ffn, (size_t)Tb * h);
     size_t bw = h;
     bw = max_sz(bw, (size_t)c->P);
     bw = max_sz(bw, (size_t)c->Hm * (c->dn + c->dr));
@@ -623,7 +636,7 @@ static int session_alloc(df_engine *eng, const df_session_opts *opts, int dry, d
      * 18,432) go through big0/big1 in blocks of rows (dense_mlp_forward), so
      * the six buffers need not be Dff wide for every position of a chunk */
     s->b.big_w = bw;
-    s->b.big_cap = max_sz((size_t)T * bw, (size_t)c->Dff);
+    s->b.big_cap = max_sz((size_t)Tb * bw, (size_t)c->Dff);
     ALLOC(s->b.big0, s->b.big_cap);
     ALLOC(s->b.big1, s->b.big_cap);
     ALLOC(s->b.big2, s->b.big_cap);
@@ -631,9 +644,9 @@ static int session_alloc(df_engine *eng, const df_session_opts *opts, int dry, d
     ALLOC(s->b.big4, s->b.big_cap);
     ALLOC(s->b.big5, s->b.big_cap);
     size_t sw = max_sz(max_sz((size_t)c->Dk, (size_t)c->Hk), max_sz((size_t)c->Rq, row_w));
-    ALLOC(s->b.small0, (size_t)T * sw);
-    ALLOC(s->b.small1, (size_t)T * sw);
-    ALLOC(s->b.probs, (size_t)T * (s->b.n_anchor_max + 1));
+    ALLOC(s->b.small0, (size_t)Tb * sw);
+    ALLOC(s->b.small1, (size_t)Tb * sw);
+    ALLOC(s->b.probs, (size_t)Tb * (s->b.n_anchor_max + 1));
     ALLOC(s->b.logits_tmp, (size_t)c->V);
     /* per worker: KDA's rows, or MLA attention for a block of heads at a
      * full context ([oh | q_abs / ctx per head | scores per head], mla.c
@@ -650,15 +663,19 @@ static int session_alloc(df_engine *eng, const df_session_opts *opts, int dry, d
     ALLOC(s->b.route_ids, Tk);
     ALLOC(s->b.route_w, Tk);
     ALLOC(s->b.zp, (size_t)T * c->Lt);
-    ALLOC(s->b.g_x, Tk * c->Lt);
     /* a chunk's experts run in batches of rows (moe.c): all T*k rows at
-     * once only for small T (decode, verify passes), 2T + 256 otherwise,
-     * which is at least T (one expert's rows) and linear in T */
-    s->b.g_rows = min_sz(Tk, 2 * (size_t)T + 256);
+     * once only for small T (decode, verify passes), else 2 Tb + 256 rows
+     * (an expert with more runs in pieces), gathered from zp per batch;
+     * across ranks the other ranks' rows are posted whole, so all T*k */
+    s->b.g_rows = min_sz(Tk, 2 * (size_t)Tb + 256);
+    s->b.g_x_full = df_ranks_size() > 1;
+    ALLOC(s->b.g_x, (s->b.g_x_full ? Tk : s->b.g_rows) * c->Lt);
+    ALLOC(s->b.row_pos, Tk);
     ALLOC(s->b.g_h1, s->b.g_rows * c->I);
     ALLOC(s->b.g_h3, s->b.g_rows * c->I);
     ALLOC(s->b.g_out, Tk * c->Lt);
     ALLOC(s->b.uniq, Tk);
+    ALLOC(s->b.u_of_e, (size_t)c->E);
     ALLOC(s->b.slot_of, Tk);
     ALLOC(s->b.uniq_first, Tk);
     ALLOC(s->b.uniq_count, Tk);
@@ -666,6 +683,8 @@ static int session_alloc(df_engine *eng, const df_session_opts *opts, int dry, d
     ALLOC(s->b.uniq_state, Tk);
     ALLOC(s->b.ready_list, Tk);
     ALLOC(s->b.seen, (size_t)c->NL * (size_t)c->E);
+    if (!dry)
+        for (int e = 0; e < c->E; e++) s->b.u_of_e[e] = -1;
     if (state_bytes) *state_bytes = state;
     if (scratch_bytes) *scratch_bytes = bytes - state;
     if (dry) {
@@ -722,6 +741,8 @@ void df_session_free(df_session *s)
     for (size_t i = 0; i < sizeof fl / sizeof fl[0]; i++) aligned_free(*fl[i]);
     aligned_free(s->b.route_ids);
     aligned_free(s->b.uniq);
+    aligned_free(s->b.u_of_e);
+    aligned_free(s->b.row_pos);
     aligned_free(s->b.slot_of);
     aligned_free(s->b.uniq_first);
     aligned_free(s->b.uniq_count);
@@ -940,21 +961,84 @@ static void trace_routes(const df_session *s, int il, int T)
     }
 }
 
-/* One chunk of T <= max_batch positions.  logits: NULL, or [T][V] when
- * all_rows, or [V] for the last position. */
+/* Rows [t0, t0 + nt) of layer il up to the MoE block's routed experts:
+ * the residual mix, attention (at positions pos0 + t0...), and then either
+ * the dense MLP (added to H) or the MoE router (moe_route; with the shared
+ * experts' gate and up when the chunk is one block).  dl: the debug record
+ * when this block holds the chunk's last position (row ld). */
+static int layer_rows(df_session *s, int il, int t0, int nt, int n_anc, int pos0, int one_block, dbg_layer *dl,
+                      int ld, df_error *err)
+{
+    df_engine *eng = s->eng;
+    const model_ctx *mc = &eng->mc;
+    const k3_config *c = &eng->m.cfg;
+    const k3_layer *L = &eng->m.layers[il];
+    size_t h = (size_t)c->h, nh = (size_t)nt * h;
+    size_t astride = (size_t)s->b.max_batch * h;
+    float *H = s->b.H + (size_t)t0 * h;
+    const float *anc = s->b.anchors + (size_t)t0 * h;
+    int boundary = il % c->B == 0;
+    const float *ain = H;
+    if (n_anc) {
+        attnres_mix(anc, n_anc, astride, H, nt, (int)h, L->attn_res_nwpw, c->eps, s->b.ain, s->b.probs);
+        ain = s->b.ain;
+    }
+    if (dl) {
+        dl->n_attn_probs = n_anc + 1;
+        for (int j = 0; j <= n_anc; j++) dl->attn_probs[j] = n_anc ? s->b.probs[(size_t)ld * (n_anc + 1) + j] : 1.0;
+        dl->attn_input_norm = l2norm(ain + (size_t)ld * h, (int)h);
+    }
+    if (boundary) memcpy(s->b.anchors + (size_t)n_anc++ * astride + (size_t)t0 * h, H, nh * sizeof(float));
+    norm_rows(ain, L->input_ln, nt, (int)h, c->eps, s->b.xn);
+    s->b.pos = pos0 + t0;
+    int rc = 0;
+    if (L->kind == LAYER_KDA) kda_forward(mc, &s->b, L, s->b.xn, nt, s->b.att);
+    else rc = mla_forward(mc, &s->b, L, s->b.xn, nt, s->b.att, err);
+    s->b.pos = pos0;
+    if (rc) return -1;
+    if (boundary) memcpy(H, s->b.att, nh * sizeof(float));
+    else add_rows(H, s->b.att, nh);
+    attnres_mix(anc, n_anc, astride, H, nt, (int)h, L->mlp_res_nwpw, c->eps, s->b.min, s->b.probs);
+    if (dl) {
+        dl->attn_output_norm = l2norm(s->b.att + (size_t)ld * h, (int)h);
+        dl->n_mlp_probs = n_anc + 1;
+        for (int j = 0; j <= n_anc; j++) dl->mlp_probs[j] = s->b.probs[(size_t)ld * (n_anc + 1) + j];
+        dl->mlp_input_norm = l2norm(s->b.min + (size_t)ld * h, (int)h);
+    }
+    norm_rows(s->b.min, L->post_ln, nt, (int)h, c->eps, s->b.y);
+    if (L->moe) {
+        moe_route(mc, &s->b, L, s->b.y, t0, nt, one_block);
+    } else {
+        dense_mlp_forward(mc, &s->b, L, s->b.y, nt, s->b.ffn);
+        add_rows(H, s->b.ffn, nh);
+        if (dl) dl->mlp_output_norm = l2norm(s->b.ffn + (size_t)ld * h, (int)h);
+    }
+    return 0;
+}
+
+/* One chunk of T <= max_batch positions, layer by layer: each layer's
+ * attention, dense work and routing in blocks of row_block rows, then its
+ * routed experts over all T rows (each distinct expert read once per
+ * chunk), then the blocks' shared experts and routed sums.  Only H, the
+ * anchors and the routed rows are held for every position; every row's
+ * result is the same whatever the chunk and block widths (HACKING.md).
+ * logits: NULL, or [T][V] when all_rows, or [V] for the last position. */
 static int forward_chunk(df_session *s, const int32_t *ids, int T, float *logits, int all_rows, df_error *err)
 {
     df_engine *eng = s->eng;
     const model_ctx *mc = &eng->mc;
     const k3_config *c = &eng->m.cfg;
-    size_t h = (size_t)c->h, Th = (size_t)T * h;
+    size_t h = (size_t)c->h;
     size_t astride = (size_t)s->b.max_batch * h;
     dbg_record *dbg = s->dbg && s->dbg->enabled ? s->dbg : NULL;
     int dt = T - 1;  /* debug position: the chunk's last */
+    int RB = s->b.row_block, one_block = T <= RB, pos0 = s->b.pos;
+    int tl = dt / RB * RB; /* the first row of the last block */
     double t_start = now_sec(), t_layer = t_start;
     uint64_t hits0 = eng->cache.hits, miss0 = eng->cache.misses, bytes0 = eng->m.store.st.bytes_io;
     uint64_t pfi0 = eng->pf.issued, pfu0 = eng->cache.pf_used, late0 = eng->cache.late;
     double wait0 = eng->m.store.st.wait_sec;
+    CHECK(T >= 1 && T <= s->b.max_batch);
     if (embed_rows(eng, ids, T, s->b.H, err)) goto fail;
     if (dbg) dbg->embedding_norm = l2norm(s->b.H + dt * h, (int)h);
     int n_anc = 0;
@@ -962,38 +1046,30 @@ static int forward_chunk(df_session *s, const int32_t *ids, int T, float *logits
         const k3_layer *L = &eng->m.layers[il];
         dbg_layer *dl = dbg ? &dbg->layers[il] : NULL;
         if (eng->ts.on && trunk_stream_layer(eng, il, err)) goto fail;
-        const float *ain = s->b.H;
-        if (n_anc) {
-            attnres_mix(s->b.anchors, n_anc, astride, s->b.H, T, (int)h, L->attn_res_nwpw, c->eps, s->b.ain, s->b.probs);
-            ain = s->b.ain;
+        for (int t0 = 0; t0 < T; t0 += RB) {
+            int nt = T - t0 < RB ? T - t0 : RB;
+            if (layer_rows(s, il, t0, nt, n_anc, pos0, one_block, t0 == tl ? dl : NULL, dt - tl, err)) goto fail;
         }
-        if (dl) {
-            dl->n_attn_probs = n_anc + 1;
-            for (int j = 0; j <= n_anc; j++) dl->attn_probs[j] = n_anc ? s->b.probs[(size_t)dt * (n_anc + 1) + j] : 1.0;
-            dl->attn_input_norm = l2norm(ain + dt * h, (int)h);
-        }
-        int boundary = il % c->B == 0;
-        if (boundary) memcpy(s->b.anchors + (size_t)n_anc++ * astride, s->b.H, Th * sizeof(float));
-        norm_rows(ain, L->input_ln, T, (int)h, c->eps, s->b.xn);
-        if (L->kind == LAYER_KDA) kda_forward(mc, &s->b, L, s->b.xn, T, s->b.att);
-        else if (mla_forward(mc, &s->b, L, s->b.xn, T, s->b.att, err)) goto fail;
-        if (boundary) memcpy(s->b.H, s->b.att, Th * sizeof(float));
-        else add_rows(s->b.H, s->b.att, Th);
-        attnres_mix(s->b.anchors, n_anc, astride, s->b.H, T, (int)h, L->mlp_res_nwpw, c->eps, s->b.min, s->b.probs);
-        if (dl) {
-            dl->attn_output_norm = l2norm(s->b.att + dt * h, (int)h);
-            dl->n_mlp_probs = n_anc + 1;
-            for (int j = 0; j <= n_anc; j++) dl->mlp_probs[j] = s->b.probs[(size_t)dt * (n_anc + 1) + j];
-            dl->mlp_input_norm = l2norm(s->b.min + dt * h, (int)h);
-        }
-        norm_rows(s->b.min, L->post_ln, T, (int)h, c->eps, s->b.y);
+        if (il % c->B == 0) n_anc++;
         if (L->moe) {
-            if (moe_forward(mc, &s->b, il, L, s->b.y, T, s->b.ffn, err)) goto fail;
+            /* one block: the shared experts' down-projection overlaps the
+             * first reads; several: each block's shared experts run after */
+            if (moe_experts(mc, &s->b, il, L, T, one_block ? s->b.ffn : NULL, err)) goto fail;
+            for (int t0 = 0; t0 < T; t0 += RB) {
+                int nt = T - t0 < RB ? T - t0 : RB;
+                float *H = s->b.H + (size_t)t0 * h;
+                if (!one_block) {
+                    /* the block's MoE input again, from the unchanged H and anchors */
+                    attnres_mix(s->b.anchors + (size_t)t0 * h, n_anc, astride, H, nt, (int)h, L->mlp_res_nwpw, c->eps,
+                                s->b.min, s->b.probs);
+                    norm_rows(s->b.min, L->post_ln, nt, (int)h, c->eps, s->b.y);
+                }
+                moe_finish(mc, &s->b, L, s->b.y, t0, nt, s->b.ffn, one_block);
+                add_rows(H, s->b.ffn, (size_t)nt * h);
+                if (dl && t0 == tl) dl->mlp_output_norm = l2norm(s->b.ffn + (size_t)(dt - tl) * h, (int)h);
+            }
             if (eng->trace) trace_routes(s, il, T);
-        } else {
-            dense_mlp_forward(mc, &s->b, L, s->b.y, T, s->b.ffn);
         }
-        add_rows(s->b.H, s->b.ffn, Th);
         prefetch_after_layer(mc, &s->b, il, T, s->b.H);
         if (eng->events) {
             double t = now_sec();
@@ -1001,7 +1077,6 @@ static int forward_chunk(df_session *s, const int32_t *ids, int T, float *logits
             t_layer = t;
         }
         if (dl) {
-            dl->mlp_output_norm = l2norm(s->b.ffn + dt * h, (int)h);
             dl->partial_sum_norm = l2norm(s->b.H + dt * h, (int)h);
             dl->n_experts = L->moe ? c->k : 0;
             for (int j = 0; L->moe && j < c->k && j < DBG_MAX_K; j++) {
@@ -1010,18 +1085,21 @@ static int forward_chunk(df_session *s, const int32_t *ids, int T, float *logits
             }
         }
     }
-    attnres_mix(s->b.anchors, n_anc, astride, s->b.H, T, (int)h, eng->m.out_res_nwpw, c->eps, s->b.ain, NULL);
-    norm_rows(s->b.ain, eng->m.final_norm, T, (int)h, c->eps, s->b.xn);
-    if (dbg) {
-        dbg->final_mix_norm = l2norm(s->b.ain + dt * h, (int)h);
-        dbg->final_normed_norm = l2norm(s->b.xn + dt * h, (int)h);
-    }
     if (eng->ts.on && trunk_stream_layer(eng, c->NL, err)) goto fail;
-    if (logits) {
-        if (all_rows) mm_one(eng->pool, eng->kt, eng->m.lm_head, s->b.xn, T, logits);
-        else mm_one(eng->pool, eng->kt, eng->m.lm_head, s->b.xn + dt * h, 1, logits);
-        if (dbg) dbg->logits_norm = l2norm(all_rows ? logits + (size_t)dt * c->V : logits, c->V);
+    /* the output mix and norm, by block; the last position alone when only
+     * its logits are wanted */
+    for (int t0 = all_rows ? 0 : dt; t0 < T; t0 += RB) {
+        int nt = T - t0 < RB ? T - t0 : RB;
+        attnres_mix(s->b.anchors + (size_t)t0 * h, n_anc, astride, s->b.H + (size_t)t0 * h, nt, (int)h,
+                    eng->m.out_res_nwpw, c->eps, s->b.ain, NULL);
+        norm_rows(s->b.ain, eng->m.final_norm, nt, (int)h, c->eps, s->b.xn);
+        if (dbg && t0 + nt == T) {
+            dbg->final_mix_norm = l2norm(s->b.ain + (size_t)(dt - t0) * h, (int)h);
+            dbg->final_normed_norm = l2norm(s->b.xn + (size_t)(dt - t0) * h, (int)h);
+        }
+        if (logits) mm_one(eng->pool, eng->kt, eng->m.lm_head, s->b.xn, nt, all_rows ? logits + (size_t)t0 * c->V : logits);
     }
+    if (logits && dbg) dbg->logits_norm = l2norm(all_rows ? logits + (size_t)dt * c->V : logits, c->V);
     if (eng->events) {
         /* one JSON line per forward call (per token while decoding) */
         double dt_s = now_sec() - t_start, wait = eng->m.store.st.wait_sec - wait0;

@@ -63,6 +63,10 @@ typedef struct df_session_opts {
                                    costs a copy of the KDA state and the rows' recurrence inputs */
     int checkpoints;            /* positions df_session_checkpoint can keep (0: none); each costs
                                    a copy of the KDA state */
+    int row_block;              /* rows a layer's attention, dense and shared-expert work take at a
+                                   time within a longer chunk (0 = 256): only the residual stream,
+                                   anchors and routed-expert rows are held per position of a chunk.
+                                   Results do not depend on it */
 } df_session_opts;
 
 typedef struct df_model_info {

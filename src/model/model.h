@@ -176,28 +176,38 @@ typedef struct session_bufs {
     uint64_t ck_clock;
     /* MLA latent cache */
     float *mla_cache;         /* [n_mla][n_ctx][Rkv+dr] */
-    /* scratch, all sized for max_batch positions */
-    float *H;                 /* [T][h] running block partial sum */
-    float *anchors;           /* [n_anchor_max][T][h] */
+    /* scratch.  A chunk of T <= max_batch positions runs each layer's
+     * attention, dense MLP, router and shared experts in blocks of at most
+     * row_block rows (engine.c forward_chunk), and its routed experts over
+     * all T rows at once (one read per distinct expert): the block buffers
+     * hold row_block rows, the rest max_batch positions. */
+    int row_block;            /* rows of the block buffers: min(max_batch, the session's row block) */
+    float *H;                 /* [max_batch][h] running block partial sum */
+    float *anchors;           /* [n_anchor_max][max_batch][h] */
     int n_anchor_max;
-    float *ain, *xn, *att, *min, *y, *ffn;   /* [T][h] */
-    float *big0, *big1, *big2, *big3, *big4, *big5;  /* [T][big_w], at least Dff floats (big_cap) */
-    float *small0, *small1;   /* [T][max(Dk, Hk, Rq, Rkv+dr)] */
+    float *ain, *xn, *att, *min, *y, *ffn;   /* [row_block][h] */
+    float *big0, *big1, *big2, *big3, *big4, *big5;  /* [row_block][big_w], at least Dff floats (big_cap) */
+    float *small0, *small1;   /* [row_block][max(Dk, Hk, Rq, Rkv+dr)] */
     size_t big_w, big_cap;    /* big_w: every width but the dense MLP's (which runs in row blocks) */
-    float *probs;             /* [T][n_anchor_max+1] */
+    float *probs;             /* [row_block][n_anchor_max+1] */
     float *logits_tmp;        /* [V] */
     float *worker_buf;        /* [n_threads][worker_w] */
     size_t worker_w;
-    /* MoE scratch */
+    /* MoE scratch, per position of a chunk (T = max_batch) */
     int *route_ids;           /* [T][k] */
     float *route_w;           /* [T][k] */
     float *zp;                /* [T][Lt] reordered latent inputs */
-    float *g_x;               /* [T*k][Lt] gathered expert inputs (reordered) */
+    float *g_x;               /* gathered expert inputs (reordered): [T*k][Lt] when g_x_full (several
+                                 ranks: their rows are posted whole), else [g_rows][Lt], a batch's rows
+                                 gathered from zp by row_pos as the batch runs */
+    int g_x_full;
+    int *row_pos;             /* [T*k] position of each gathered row */
     float *g_h1, *g_h3;       /* [g_rows][I]: a batch of experts' rows (moe.c run_experts); after
                                  SiTU, g_h3 holds the reordered activations */
-    size_t g_rows;            /* min(T*k, 2T + 256) */
+    size_t g_rows;            /* min(T*k, 2 row_block + 256) */
     float *g_out;             /* [T*k][Lt] */
     int *uniq;                /* [T*k] unique experts of a layer */
+    int *u_of_e;              /* [E] index in uniq of each expert while a layer gathers, -1 none */
     int *slot_of;             /* [T*k] gathered row of (t, j) */
     int *uniq_first, *uniq_count; /* [T*k] gathered rows per unique expert */
     uint8_t **uniq_slot;      /* [T*k] slot of each distinct expert */
@@ -214,7 +224,7 @@ typedef struct session_bufs {
 struct prefetch;
 /* Experts computed by other processes (engine/ranks.c, MPI).  owner[il * E
  * + e] is the rank that computes expert e of layer il (0: this process).
- * For one layer, moe_forward posts each other rank its experts' gathered
+ * For one layer, moe_experts posts each other rank its experts' gathered
  * rows (non-blocking: ids, rows per expert, the rows), computes its own
  * meanwhile, then collect waits until every answer (one output row per
  * input row, written to out) has landed; an error names the rank. */
@@ -282,7 +292,22 @@ void kda_forward(const model_ctx *eng, session_bufs *s, const k3_layer *L, const
  * (which the caller has set back to the mark's copy). */
 void kda_replay(const model_ctx *eng, session_bufs *s, const k3_layer *L, int rows);
 int mla_forward(const model_ctx *eng, session_bufs *s, const k3_layer *L, const float *x, int T, float *out, df_error *err);
-int moe_forward(const model_ctx *eng, session_bufs *s, int il, const k3_layer *L, const float *y, int T, float *out, df_error *err);
+/* The MoE block in three steps, so a chunk's attention and shared experts
+ * can run in row blocks around one pass over its routed experts:
+ *   moe_route   rows [t0, t0+nt) (y: their inputs): router, routing and the
+ *               latent inputs; with `shared`, the shared experts' gate and
+ *               up products too (into big0/big1, for moe_experts' overlap);
+ *   moe_experts all T rows routed so far: each distinct expert read once
+ *               and applied to its gathered rows; out (the rows' [T][h]
+ *               shared output) gets the shared down-projection overlapped
+ *               with the first reads, or pass NULL;
+ *   moe_finish  rows [t0, t0+nt): out = shared(y) (unless shared_done, when
+ *               out already holds it) + up(norm(route-order sum)).
+ */
+void moe_route(const model_ctx *eng, session_bufs *s, const k3_layer *L, const float *y, int t0, int nt, int shared);
+int moe_experts(const model_ctx *eng, session_bufs *s, int il, const k3_layer *L, int T, float *out, df_error *err);
+void moe_finish(const model_ctx *eng, session_bufs *s, const k3_layer *L, const float *y, int t0, int nt, float *out,
+                int shared_done);
 /* Another rank's side of moe_ranks: the n experts ids[] of layer il over
  * their gathered rows x (counts[u] rows each, in order), through this
  * process's cache and store; one output row per input row into out. */

@@ -98,9 +98,17 @@ static void act_rows(void *v, size_t f0, size_t f1, int worker)
     }
 }
 
-/* The three MXFP4 products of a batch of distinct experts whose rows fit
- * g_h1/g_h3 (packed there in the batch's order). */
-static void run_expert_batch(const model_ctx *eng, session_bufs *s, int il, const int *us, int n)
+/* A piece of one distinct expert's gathered rows: [off, off + n) of its
+ * uniq_count[u] rows (an expert with more rows than g_rows runs in pieces;
+ * a row's products do not depend on which piece or batch holds it). */
+typedef struct piece {
+    int u, off, n;
+} piece;
+
+/* The three MXFP4 products of a batch of pieces whose rows fit g_h1/g_h3
+ * (packed there in the batch's order).  Without g_x_full the batch's input
+ * rows are gathered from zp here, into g_x's first rows. */
+static void run_expert_batch(const model_ctx *eng, session_bufs *s, int il, const piece *pc, int n)
 {
     const k3_config *c = &eng->cfg;
     int E = c->E, Lt = c->Lt, I = c->I;
@@ -108,15 +116,21 @@ static void run_expert_batch(const model_ctx *eng, session_bufs *s, int il, cons
     int nj = 0, rows = 0;
     CHECK(n > 0 && 2 * n <= MM_MAX_JOBS);
     for (int i = 0; i < n; i++) {
-        int u = us[i];
+        int u = pc[i].u, nt = pc[i].n;
         const expert_loc *loc = &eng->store->loc[(size_t)il * E + (size_t)s->uniq[u]];
         const uint8_t *slot = s->uniq_slot[u];
-        size_t r0 = (size_t)s->uniq_first[u];
-        int nt = s->uniq_count[u];
-        jobs[nj++] = (mm_job){.w = expert_mat(eng->store, loc, slot, 0, I, Lt), .x = s->g_x + r0 * Lt,
-                              .xs = (size_t)Lt, .y = s->g_h1 + (size_t)rows * I, .ys = (size_t)I, .T = nt};
-        jobs[nj++] = (mm_job){.w = expert_mat(eng->store, loc, slot, 2, I, Lt), .x = s->g_x + r0 * Lt,
-                              .xs = (size_t)Lt, .y = s->g_h3 + (size_t)rows * I, .ys = (size_t)I, .T = nt};
+        size_t r0 = (size_t)s->uniq_first[u] + (size_t)pc[i].off;
+        const float *x = s->g_x + r0 * Lt;
+        if (!s->g_x_full) {
+            float *gx = s->g_x + (size_t)rows * Lt;
+            for (int r = 0; r < nt; r++)
+                memcpy(gx + (size_t)r * Lt, s->zp + (size_t)s->row_pos[r0 + (size_t)r] * Lt, (size_t)Lt * sizeof(float));
+            x = gx;
+        }
+        jobs[nj++] = (mm_job){.w = expert_mat(eng->store, loc, slot, 0, I, Lt), .x = x, .xs = (size_t)Lt,
+                              .y = s->g_h1 + (size_t)rows * I, .ys = (size_t)I, .T = nt};
+        jobs[nj++] = (mm_job){.w = expert_mat(eng->store, loc, slot, 2, I, Lt), .x = x, .xs = (size_t)Lt,
+                              .y = s->g_h3 + (size_t)rows * I, .ys = (size_t)I, .T = nt};
         rows += nt;
     }
     mm_run(eng->pool, eng->kt, jobs, nj);
@@ -128,10 +142,9 @@ static void run_expert_batch(const model_ctx *eng, session_bufs *s, int il, cons
     nj = 0;
     rows = 0;
     for (int i = 0; i < n; i++) {
-        int u = us[i];
+        int u = pc[i].u, nt = pc[i].n;
         const expert_loc *loc = &eng->store->loc[(size_t)il * E + (size_t)s->uniq[u]];
-        size_t r0 = (size_t)s->uniq_first[u];
-        int nt = s->uniq_count[u];
+        size_t r0 = (size_t)s->uniq_first[u] + (size_t)pc[i].off;
         jobs[nj++] = (mm_job){.w = expert_mat(eng->store, loc, s->uniq_slot[u], 1, Lt, I),
                               .x = s->g_h3 + (size_t)rows * I, .xs = (size_t)I, .y = s->g_out + r0 * Lt,
                               .ys = (size_t)Lt, .T = nt};
@@ -142,18 +155,29 @@ static void run_expert_batch(const model_ctx *eng, session_bufs *s, int il, cons
 
 /* The listed distinct experts (indices into s->uniq), each over the rows
  * gathered for it, in batches whose rows fit g_h1/g_h3 (g_rows: a prompt
- * chunk's T*k rows need not all be held at once; one expert has at most T
- * rows, which always fit). */
+ * chunk's T*k rows need not all be held at once, nor one expert's T). */
 static void run_experts(const model_ctx *eng, session_bufs *s, int il, const int *us, int n)
 {
-    CHECK(n > 0 && 2 * n <= MM_MAX_JOBS);
-    for (int i0 = 0; i0 < n;) {
-        int i1 = i0, rows = 0;
-        while (i1 < n && (i1 == i0 || (size_t)(rows + s->uniq_count[us[i1]]) <= s->g_rows)) rows += s->uniq_count[us[i1++]];
-        CHECK((size_t)rows <= s->g_rows);
-        run_expert_batch(eng, s, il, us + i0, i1 - i0);
-        i0 = i1;
+    piece pc[MM_MAX_JOBS / 2];
+    int np = 0;
+    size_t rows = 0;
+    CHECK(n > 0 && s->g_rows > 0);
+    for (int i = 0; i < n; i++) {
+        int u = us[i], cnt = s->uniq_count[u];
+        for (int off = 0; off < cnt;) {
+            size_t room = s->g_rows - rows;
+            int take = (size_t)(cnt - off) < room ? cnt - off : (int)room;
+            pc[np++] = (piece){.u = u, .off = off, .n = take};
+            rows += (size_t)take;
+            off += take;
+            if (rows == s->g_rows || np == MM_MAX_JOBS / 2) {
+                run_expert_batch(eng, s, il, pc, np);
+                np = 0;
+                rows = 0;
+            }
+        }
     }
+    if (np) run_expert_batch(eng, s, il, pc, np);
 }
 
 /* shared experts: SiTU of the gate/up products already in big0/big1, then
@@ -182,39 +206,44 @@ static void shared_overlap(const model_ctx *eng, session_bufs *s, void *ctx)
     shared_down(eng, s, sh->L, sh->T, sh->out);
 }
 
-int moe_forward(const model_ctx *eng, session_bufs *s, int il, const k3_layer *L, const float *y, int T, float *out, df_error *err)
+void moe_route(const model_ctx *eng, session_bufs *s, const k3_layer *L, const float *y, int t0, int nt, int shared)
 {
     const k3_config *c = &eng->cfg;
     int E = c->E, k = c->k, Lt = c->Lt, h = c->h, NsI = c->Ns * c->I;
 
-    /* router, latent down-projection and shared experts in one job list */
+    /* router, latent down-projection (and shared experts) in one job list */
     float *rlog = s->big2, *z = s->big3;
     mm_job jobs[MM_MAX_JOBS];
     int nj = 0;
-    jobs[nj++] = (mm_job){.w = L->router, .x = y, .xs = (size_t)h, .y = rlog, .ys = (size_t)E, .T = T};
-    jobs[nj++] = (mm_job){.w = L->lat_down, .x = y, .xs = (size_t)h, .y = z, .ys = (size_t)Lt, .T = T};
-    if (NsI) {
-        jobs[nj++] = (mm_job){.w = L->sh_gate, .x = y, .xs = (size_t)h, .y = s->big0, .ys = (size_t)NsI, .T = T};
-        jobs[nj++] = (mm_job){.w = L->sh_up, .x = y, .xs = (size_t)h, .y = s->big1, .ys = (size_t)NsI, .T = T};
+    jobs[nj++] = (mm_job){.w = L->router, .x = y, .xs = (size_t)h, .y = rlog, .ys = (size_t)E, .T = nt};
+    jobs[nj++] = (mm_job){.w = L->lat_down, .x = y, .xs = (size_t)h, .y = z, .ys = (size_t)Lt, .T = nt};
+    if (shared && NsI) {
+        jobs[nj++] = (mm_job){.w = L->sh_gate, .x = y, .xs = (size_t)h, .y = s->big0, .ys = (size_t)NsI, .T = nt};
+        jobs[nj++] = (mm_job){.w = L->sh_up, .x = y, .xs = (size_t)h, .y = s->big1, .ys = (size_t)NsI, .T = nt};
     }
     mm_run(eng->pool, eng->kt, jobs, nj);
 
     /* routing; sig/choice scratch in big4/big5 */
-    for (int t = 0; t < T; t++)
-        route(c, rlog + (size_t)t * E, L->router_bias, s->route_ids + (size_t)t * k, s->route_w + (size_t)t * k,
-              s->big4, s->big5);
-    for (int t = 0; t < T; t++) mxfp4_prep_x(z + (size_t)t * Lt, Lt, s->zp + (size_t)t * Lt);
+    for (int t = 0; t < nt; t++)
+        route(c, rlog + (size_t)t * E, L->router_bias, s->route_ids + (size_t)(t0 + t) * k,
+              s->route_w + (size_t)(t0 + t) * k, s->big4, s->big5);
+    for (int t = 0; t < nt; t++) mxfp4_prep_x(z + (size_t)t * Lt, Lt, s->zp + (size_t)(t0 + t) * Lt);
+}
+
+int moe_experts(const model_ctx *eng, session_bufs *s, int il, const k3_layer *L, int T, float *out, df_error *err)
+{
+    const k3_config *c = &eng->cfg;
+    int E = c->E, k = c->k, Lt = c->Lt;
 
     /* distinct experts in first-use order, and each one's gathered rows */
     int n_u = 0;
     for (int i = 0; i < T * k; i++) {
-        int e = s->route_ids[i], u;
-        for (u = 0; u < n_u; u++)
-            if (s->uniq[u] == e) break;
-        if (u == n_u) {
-            s->uniq[n_u] = e;
-            s->uniq_count[n_u] = 0;
-            n_u++;
+        int e = s->route_ids[i], u = s->u_of_e[e];
+        if (u < 0) {
+            u = n_u++;
+            s->uniq[u] = e;
+            s->uniq_count[u] = 0;
+            s->u_of_e[e] = u;
         }
         s->uniq_count[u]++;
     }
@@ -230,6 +259,7 @@ int moe_forward(const model_ctx *eng, session_bufs *s, int il, const k3_layer *L
         CHECK(m == n_u);
         memcpy(s->uniq, tid, (size_t)n_u * sizeof *tid);
         memcpy(s->uniq_count, tcnt, (size_t)n_u * sizeof *tcnt);
+        for (int u = 0; u < n_u; u++) s->u_of_e[s->uniq[u]] = u;
         for (n_local = 0; n_local < n_u && R->owner[(size_t)il * E + (size_t)s->uniq[n_local]] == 0; n_local++) {}
     }
     for (int u = 0, acc = 0; u < n_u; u++) {
@@ -238,12 +268,13 @@ int moe_forward(const model_ctx *eng, session_bufs *s, int il, const k3_layer *L
         s->uniq_count[u] = 0;
     }
     for (int i = 0; i < T * k; i++) {
-        int u;
-        for (u = 0; s->uniq[u] != s->route_ids[i]; u++) {}
+        int u = s->u_of_e[s->route_ids[i]];
         int row = s->uniq_first[u] + s->uniq_count[u]++;
         s->slot_of[i] = row;
-        memcpy(s->g_x + (size_t)row * Lt, s->zp + (size_t)(i / k) * Lt, (size_t)Lt * sizeof(float));
+        s->row_pos[row] = i / k;
+        if (s->g_x_full) memcpy(s->g_x + (size_t)row * Lt, s->zp + (size_t)(i / k) * Lt, (size_t)Lt * sizeof(float));
     }
+    for (int u = 0; u < n_u; u++) s->u_of_e[s->uniq[u]] = -1;
 
     for (int u = 0; u < n_u; u++) {
         uint8_t *seen = s->seen + (size_t)il * (size_t)E + (size_t)s->uniq[u];
@@ -256,35 +287,56 @@ int moe_forward(const model_ctx *eng, session_bufs *s, int il, const k3_layer *L
         int r = R->owner[(size_t)il * E + (size_t)s->uniq[u0]], u1 = u0;
         while (u1 < n_u && R->owner[(size_t)il * E + (size_t)s->uniq[u1]] == r) u1++;
         int row0 = s->uniq_first[u0], rows = s->uniq_first[u1 - 1] + s->uniq_count[u1 - 1] - row0;
+        CHECK(s->g_x_full);
         if (R->post(R->ctx, r, il, s->uniq + u0, s->uniq_count + u0, u1 - u0, s->g_x + (size_t)row0 * Lt, rows,
                     s->g_out + (size_t)row0 * Lt, err))
             return -1;
         u0 = u1;
     }
     /* this rank's experts streamed through the cache: the first reads
-     * overlap the shared experts' down-projection; computed experts give
-     * their slots to the next reads (expert_fetch.c) */
+     * overlap the shared experts' down-projection (when out is given);
+     * computed experts give their slots to the next reads (expert_fetch.c) */
     shared_ctx sh = {.L = L, .T = T, .out = out};
-    if (!n_local) shared_down(eng, s, L, T, out);
-    else if (fetch_group(eng, s, il, 0, n_local, run_experts, shared_overlap, &sh, err)) return -1;
+    if (!n_local) {
+        if (out) shared_down(eng, s, L, T, out);
+    } else if (fetch_group(eng, s, il, 0, n_local, run_experts, out ? shared_overlap : NULL, &sh, err)) {
+        return -1;
+    }
     if (R && R->n > 1) *R->local_calls += (uint64_t)n_local;
     if (n_local < n_u && R->collect(R->ctx, il, err)) return -1;
+    return 0;
+}
 
+void moe_finish(const model_ctx *eng, session_bufs *s, const k3_layer *L, const float *y, int t0, int nt, float *out,
+                int shared_done)
+{
+    const k3_config *c = &eng->cfg;
+    int k = c->k, Lt = c->Lt, h = c->h, NsI = c->Ns * c->I;
+    if (!shared_done) {
+        if (NsI) {
+            mm_job jobs[2] = {
+                {.w = L->sh_gate, .x = y, .xs = (size_t)h, .y = s->big0, .ys = (size_t)NsI, .T = nt},
+                {.w = L->sh_up, .x = y, .xs = (size_t)h, .y = s->big1, .ys = (size_t)NsI, .T = nt},
+            };
+            mm_run(eng->pool, eng->kt, jobs, 2);
+        }
+        shared_down(eng, s, L, nt, out);
+    }
     /* weighted sum in route order, latent norm, up-projection, + shared */
     float *acc = s->big4;
-    for (int t = 0; t < T; t++) {
+    for (int t = 0; t < nt; t++) {
         float *a = acc + (size_t)t * Lt;
+        size_t tt = (size_t)(t0 + t);
         for (int i = 0; i < Lt; i++) a[i] = 0.0f;
         for (int j = 0; j < k; j++) {
-            const float *o = s->g_out + (size_t)s->slot_of[t * k + j] * Lt;
-            float w = s->route_w[t * k + j];
+            const float *o = s->g_out + (size_t)s->slot_of[tt * k + j] * Lt;
+            float w = s->route_w[tt * k + j];
             for (int i = 0; i < Lt; i++) a[i] = a[i] + o[i] * w;
         }
         rmsnorm(a, L->lat_norm, Lt, c->eps, a);
     }
-    mm_one(eng->pool, eng->kt, L->lat_up, acc, T, s->big5);
-    for (size_t i = 0; i < (size_t)T * h; i++) out[i] = s->big5[i] + out[i];
-    return 0;
+    mm_one(eng->pool, eng->kt, L->lat_up, acc, nt, s->big5);
+    for (size_t i = 0; i < (size_t)nt * h; i++) out[i] = s->big5[i] + out[i];
 }
 
 int moe_experts_for(const model_ctx *eng, session_bufs *s, int il, const int *ids, const int *counts, int n,
@@ -297,6 +349,7 @@ int moe_experts_for(const model_ctx *eng, session_bufs *s, int il, const int *id
         s->uniq_count[u] = counts[u];
         rows += counts[u];
     }
+    CHECK(s->g_x_full);
     memcpy(s->g_x, x, (size_t)rows * Lt * sizeof(float));
     if (fetch_group(eng, s, il, 0, n, run_experts, NULL, NULL, err)) return -1;
     memcpy(out, s->g_out, (size_t)rows * Lt * sizeof(float));

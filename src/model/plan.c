@@ -84,7 +84,7 @@ int plan_compute(const plan_sizes *sz0, const plan_request *rq, df_plan *p, df_e
     plan_sizes sz = *sz0;
     int T = PLAN_BATCH_DEFAULT < sz.n_ctx ? PLAN_BATCH_DEFAULT : sz.n_ctx;
     sz.max_batch = T;
-    sz.scratch_bytes = sz.scratch_base + (uint64_t)T * sz.scratch_per_row;
+    sz.scratch_bytes = sz.scratch_default ? sz.scratch_default : sz.scratch_base + (uint64_t)T * sz.scratch_per_row;
     if (plan_fixed(&sz, rq, p, err)) return -1;
     int streams = p->trunk_mode == DF_TRUNK_STREAMED || p->n_slots + p->n_transient < sz.n_experts;
     if (!streams || !sz.scratch_per_row) {

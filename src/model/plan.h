@@ -32,8 +32,10 @@ typedef struct plan_sizes {
     int n_moe_layers;
     uint64_t state_bytes;      /* the planned session: KDA state + MLA cache at n_ctx */
     uint64_t scratch_bytes;    /* its scratch at max_batch (a fixed batch), or: */
-    uint64_t scratch_base;     /* scratch = scratch_base + T * scratch_per_row */
+    uint64_t scratch_base;     /* scratch <= scratch_base + T * scratch_per_row (equal from a
+                                  session's row block on; less below it) */
     uint64_t scratch_per_row;
+    uint64_t scratch_default;  /* the scratch at PLAN_BATCH_DEFAULT (or n_ctx, when smaller) */
     uint64_t reserve_bytes;    /* binary, libc, stacks, I/O rings, tokenizer */
     int n_ctx, max_batch;
 } plan_sizes;
