@@ -6,12 +6,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 make -s all build/bench_core
-dir=${BENCH_DIR:-$(mktemp -d /tmp/deltafin-bench.XXXXXX)}
+# a BENCH_DIR given is kept; a directory made here is removed at exit
+# unless BENCH_KEEP=1
+if [ -n "${BENCH_DIR:-}" ]; then dir=$BENCH_DIR; made=0; mkdir -p "$dir"
+else dir=$(mktemp -d /tmp/deltafin-bench.XXXXXX); made=1; fi
 model="$dir/model"
 if [ ! -f "$model/model.safetensors.index.json" ]; then
     rm -rf "$model"
     build/k3gen --out "$model" --preset "${BENCH_PRESET:-bench1g}"
 fi
-cleanup() { [ "${BENCH_KEEP:-0}" = 1 ] || rm -rf "$dir"; }
+cleanup() { [ "$made" = 1 ] && [ "${BENCH_KEEP:-0}" != 1 ] && rm -rf "$dir"; return 0; }
 trap cleanup EXIT
 build/bench_core "$model" --threads-list "${BENCH_THREADS:-1,2}" --reps "${BENCH_REPS:-3}"

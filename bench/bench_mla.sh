@@ -9,9 +9,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 make -s all build/bench_mla
-dir=${BENCH_DIR:-$(mktemp -d /var/tmp/deltafin-bench-mla.XXXXXX)}
+# a BENCH_DIR given is kept; a directory made here is removed at exit
+# unless BENCH_KEEP=1
+if [ -n "${BENCH_DIR:-}" ]; then dir=$BENCH_DIR; made=0; mkdir -p "$dir"
+else dir=$(mktemp -d /var/tmp/deltafin-bench-mla.XXXXXX); made=1; fi
 model="$dir/model"
-cleanup() { [ "${BENCH_KEEP:-0}" = 1 ] || rm -rf "$dir"; }
+cleanup() { [ "$made" = 1 ] && [ "${BENCH_KEEP:-0}" != 1 ] && rm -rf "$dir"; return 0; }
 trap cleanup EXIT
 if [ ! -f "$model/model.safetensors.index.json" ]; then
     rm -rf "$model"

@@ -29,8 +29,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 make -s build/deltafin build/k3gen
-dir=${BENCH_DIR:-$(mktemp -d /var/tmp/deltafin-prefill.XXXXXX)}
-cleanup() { [ "${BENCH_KEEP:-0}" = 1 ] || rm -rf "$dir"; }
+# a BENCH_DIR given is kept (its model is reused by the next run); a
+# directory made here is removed at exit unless BENCH_KEEP=1
+if [ -n "${BENCH_DIR:-}" ]; then dir=$BENCH_DIR; made=0; mkdir -p "$dir"
+else dir=$(mktemp -d /var/tmp/deltafin-prefill.XXXXXX); made=1; fi
+cleanup() { [ "$made" = 1 ] && [ "${BENCH_KEEP:-0}" != 1 ] && rm -rf "$dir"; return 0; }
 trap cleanup EXIT
 threads=${BENCH_THREADS:-$(nproc)}
 mem=${BENCH_MEM:-600M}

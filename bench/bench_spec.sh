@@ -89,8 +89,11 @@ for mode in ram stream; do
 done
 
 if [ "${BENCH_K3:-1}" = 1 ]; then
-    dir=${BENCH_DIR:-$(mktemp -d /var/tmp/deltafin-spec.XXXXXX)}
-    cleanup() { [ "${BENCH_KEEP:-0}" = 1 ] || rm -rf "$dir"; }
+    # a BENCH_DIR given is kept; a directory made here is removed at exit
+    # unless BENCH_KEEP=1
+    if [ -n "${BENCH_DIR:-}" ]; then dir=$BENCH_DIR; made=0; mkdir -p "$dir"
+    else dir=$(mktemp -d /var/tmp/deltafin-spec.XXXXXX); made=1; fi
+    cleanup() { [ "$made" = 1 ] && [ "${BENCH_KEEP:-0}" != 1 ] && rm -rf "$dir"; return 0; }
     trap cleanup EXIT
     [ -f "$dir/m/config.json" ] || build/k3gen --out "$dir/m" --preset bench1g >/dev/null
     rep=$(awk 'BEGIN { for (i = 0; i < 48; i++) printf "%s%d", (i ? "," : ""), 100 + (i % 6) * 37 }')
