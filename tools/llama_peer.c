@@ -232,6 +232,8 @@ static void usage(void)
             "  --mmap | --no-mmap  load mode (default: mmap)\n"
             "  --no-repack         no extra (repacked) weight buffers\n"
             "  --ctx N             context size (default: prompt + decode + 16)\n"
+            "  --ubatch N          positions per llama.cpp graph (n_ubatch; default: the whole prompt\n"
+            "                      in one; llama.cpp's own tools default to 512)\n"
             "  -v                  llama.cpp's own log on stderr\n");
     exit(2);
 }
@@ -239,7 +241,7 @@ static void usage(void)
 int main(int argc, char **argv)
 {
     const char *lib = NULL, *model_path = NULL, *ids_arg = NULL, *dump = NULL;
-    int threads = 1, greedy = 0, bench = -1, kv_f32 = 1, mmap = 1, repack = 1, n_ctx = 0;
+    int threads = 1, greedy = 0, bench = -1, kv_f32 = 1, mmap = 1, repack = 1, n_ctx = 0, ubatch = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -259,6 +261,8 @@ int main(int argc, char **argv)
             bench = atoi(argv[++i]);
         else if (!strcmp(a, "--ctx") && v)
             n_ctx = atoi(argv[++i]);
+        else if (!strcmp(a, "--ubatch") && v)
+            ubatch = atoi(argv[++i]);
         else if (!strcmp(a, "--kv") && v) {
             const char *k = argv[++i];
             if (!strcmp(k, "f32"))
@@ -282,8 +286,8 @@ int main(int argc, char **argv)
     }
     if (!lib || !model_path || !ids_arg)
         usage();
-    if (threads < 1 || greedy < 0)
-        die("%s", "--threads must be >= 1 and --greedy >= 0");
+    if (threads < 1 || greedy < 0 || ubatch < 0)
+        die("%s", "--threads must be >= 1, --greedy and --ubatch >= 0");
     llama_token *ids;
     int n_prompt = parse_ids(ids_arg, &ids);
     if (n_prompt < 1)
@@ -309,7 +313,8 @@ int main(int argc, char **argv)
     int n_vocab = llama_vocab_n_tokens(llama_model_get_vocab(model));
 
     cp.n_ctx = (uint32_t)(n_ctx > 0 ? n_ctx : n_prompt + n_gen + 16);
-    cp.n_batch = cp.n_ubatch = (uint32_t)n_prompt;
+    cp.n_batch = (uint32_t)n_prompt;
+    cp.n_ubatch = (uint32_t)(ubatch > 0 && ubatch < n_prompt ? ubatch : n_prompt);
     cp.n_outputs_max = (uint32_t)n_prompt;
     cp.n_outputs_max_per_seq = (uint32_t)n_prompt;
     cp.n_threads = cp.n_threads_batch = threads;

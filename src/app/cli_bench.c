@@ -43,8 +43,8 @@ typedef struct {
 } bench_result;
 
 typedef struct {
-    const char *model, *peer, *lib, *mem, *prompt_ids;
-    int threads, prompt_len, gen, reps, drop, no_repack, json;
+    const char *model, *peer, *lib, *mem, *prompt_ids, *batch;
+    int threads, prompt_len, gen, reps, drop, no_repack, json, ubatch;
     size_t squeeze_to;
 } bench_args;
 
@@ -52,11 +52,14 @@ static void bench_usage(FILE *f)
 {
     fputs("usage: deltafin bench --vs-llama --model FILE.gguf [options]\n"
           "  --threads N          threads for both engines (default: all CPUs)\n"
-          "  --prompt-len N       prompt tokens, prefilled in one batch (default 32)\n"
+          "  --prompt-len N       prompt tokens (default 32)\n"
           "  --prompt-ids LIST    the prompt instead of generated ids\n"
           "  --gen N              tokens decoded greedily after the prompt (default 16)\n"
           "  --reps N             timed repetitions of each engine, alternating order (default 3)\n"
           "  --mem SIZE           deltafin's memory budget (default: its planner's)\n"
+          "  --batch N|auto       deltafin's prompt chunk (default auto: its planner's)\n"
+          "  --llama-ubatch N     positions per llama.cpp graph (default 512, llama.cpp's own\n"
+          "                       default; the prompt is one llama_decode call either way)\n"
           "  --squeeze-to SIZE    lock memory in a helper process until only SIZE is available\n"
           "                       (both engines run under the same pressure)\n"
           "  --drop-caches        drop the page cache before every timed run (needs root)\n"
@@ -235,6 +238,8 @@ static void parse_bench(int argc, char **argv, bench_args *b)
     b->prompt_len = 32;
     b->gen = 16;
     b->reps = 3;
+    b->ubatch = 512;
+    b->batch = "auto";
     int vs = 0;
     for (int i = 2; i < argc; i++) {
         const char *f = argv[i];
@@ -247,6 +252,10 @@ static void parse_bench(int argc, char **argv, bench_args *b)
         else if (!strcmp(f, "--gen")) b->gen = (int)parse_long(ARG(), f, 2, 65536);
         else if (!strcmp(f, "--reps")) b->reps = (int)parse_long(ARG(), f, 1, MAX_REPS);
         else if (!strcmp(f, "--mem")) b->mem = ARG();
+        else if (!strcmp(f, "--batch")) {
+            b->batch = ARG();
+            if (strcmp(b->batch, "auto")) (void)parse_long(b->batch, f, 1, 4096);
+        } else if (!strcmp(f, "--llama-ubatch")) b->ubatch = (int)parse_long(ARG(), f, 1, 65536);
         else if (!strcmp(f, "--squeeze-to")) b->squeeze_to = parse_size(ARG(), f);
         else if (!strcmp(f, "--drop-caches")) b->drop = 1;
         else if (!strcmp(f, "--llama-no-repack")) b->no_repack = 1;
@@ -303,11 +312,13 @@ int cmd_bench(int argc, char **argv)
         for (int i = 0; i < b.prompt_len && w + 8 < sizeof ids; i++)
             w += (size_t)snprintf(ids + w, sizeof ids - w, "%s%d", i ? "," : "", (i * 7919 + 13) % 1000 + 1);
     }
-    char thr[16], gen[16], model[PATH_MAX], mem[64];
+    char thr[16], gen[16], model[PATH_MAX], mem[64], ub[16], bt[16];
     snprintf(model, sizeof model, "%s", b.model);
     snprintf(mem, sizeof mem, "%s", b.mem ? b.mem : "");
     snprintf(thr, sizeof thr, "%d", b.threads);
     snprintf(gen, sizeof gen, "%d", b.gen);
+    snprintf(ub, sizeof ub, "%d", b.ubatch);
+    snprintf(bt, sizeof bt, "%s", b.batch);
     char *ll_argv[24], *df_argv[24];
     int n = 0;
     ll_argv[n++] = peer;
@@ -317,6 +328,7 @@ int cmd_bench(int argc, char **argv)
     ll_argv[n++] = "--threads", ll_argv[n++] = thr;
     ll_argv[n++] = "--bench", ll_argv[n++] = gen;
     ll_argv[n++] = "--kv", ll_argv[n++] = "f32";
+    ll_argv[n++] = "--ubatch", ll_argv[n++] = ub;
     if (b.no_repack) ll_argv[n++] = "--no-repack";
     ll_argv[n] = NULL;
     n = 0;
@@ -326,7 +338,7 @@ int cmd_bench(int argc, char **argv)
     df_argv[n++] = "--prompt-ids", df_argv[n++] = ids;
     df_argv[n++] = "--max-new", df_argv[n++] = gen;
     df_argv[n++] = "--threads", df_argv[n++] = thr;
-    df_argv[n++] = "--batch", df_argv[n++] = "512";
+    df_argv[n++] = "--batch", df_argv[n++] = bt;
     if (b.mem) df_argv[n++] = "--mem", df_argv[n++] = mem;
     df_argv[n++] = "--bench-json";
     df_argv[n] = NULL;
@@ -337,6 +349,7 @@ int cmd_bench(int argc, char **argv)
     long avail_kb = meminfo_kb("MemAvailable");
     printf("deltafin bench --vs-llama: %s (%.2f GB), %d threads, prompt %d tokens, %d decoded, %d repetitions\n",
            b.model, mbytes / 1e9, b.threads, b.prompt_len, b.gen, b.reps);
+    printf("llama.cpp: %d positions per graph (--llama-ubatch); deltafin: --batch %s\n", b.ubatch, b.batch);
     printf("memory available to the engines: %.1f GiB\n", avail_kb / 1048576.0);
     if (locked) printf("  helper holds %.1f GiB locked; the model is %.1fx the available memory\n",
                        locked / 1073741824.0, mbytes / (avail_kb * 1024.0));

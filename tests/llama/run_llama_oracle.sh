@@ -90,6 +90,20 @@ for m in "${models[@]}"; do
         fi
     done < <(prompts_for "$V")
 done
+# llama_peer --ubatch (what bench --vs-llama runs llama.cpp with): the
+# prompt in graphs of 3 positions gives logits within the same tolerance
+V=$(grep -o '"vocab_size": *[0-9]*' "$tmp/m1/config.json" | head -1 | grep -o '[0-9]*$')
+ids=$(prompts_for "$V" | sed -n 3p)
+P=$(awk -F, '{print NF}' <<<"$ids")
+"$build/llama_peer" --lib "$lib" --model "$tmp/m1-f32.gguf" --prompt-ids "$ids" --threads 2 --ubatch 3 \
+    --dump-logits "$tmp/ub.ll.bin" --greedy 12 >"$tmp/ub.ll.ids"
+if out=$(node "$here/compare_logits.mjs" "$tmp/ub.ll.bin" "$tmp/m1.p3.st.bin" "$V" "$P" "$tmp/ub.ll.ids" \
+         "$tmp/m1.p3.st.ids" 2>&1); then
+    echo "ok   llama.cpp in graphs of 3 positions (--ubatch 3), model 1 prompt 3 ($P tokens): vs deltafin $out"
+else
+    echo "FAIL llama_peer --ubatch 3: vs deltafin: $out" >&2
+    fail=1
+fi
 # model 1 split in 3 files the way llama.cpp's gguf-split does: llama.cpp
 # loads it from the first file with the same logits as the single file, and
 # so does deltafin
@@ -115,8 +129,10 @@ fi
 # judged here: the table must be complete and the command must refuse bad
 # input with a message)
 out=$("$build/deltafin" bench --vs-llama --model "$tmp/m1.gguf" --prompt-ids 3,1,4,1,5,9,2,6 --gen 4 --reps 2 \
-      --threads 2 --llama-peer "$build/llama_peer" --llama-lib "$lib" 2>&1) || { echo "FAIL bench --vs-llama: $out" >&2; fail=1; }
-for want in "llama.cpp " "deltafin " "deltafin/llama" "rep 2 deltafin" "rep 2 llama.cpp" "greedy ids:"; do
+      --threads 2 --llama-ubatch 3 --batch 2 --llama-peer "$build/llama_peer" --llama-lib "$lib" 2>&1) ||
+    { echo "FAIL bench --vs-llama: $out" >&2; fail=1; }
+for want in "llama.cpp " "deltafin " "deltafin/llama" "rep 2 deltafin" "rep 2 llama.cpp" "greedy ids:" \
+    "llama.cpp: 3 positions per graph (--llama-ubatch); deltafin: --batch 2"; do
     grep -qF -- "$want" <<<"$out" || { echo "FAIL bench --vs-llama: no '$want' in: $out" >&2; fail=1; }
 done
 if err=$("$build/deltafin" bench --vs-llama --model "$tmp/m1" 2>&1); then
