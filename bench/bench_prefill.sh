@@ -11,9 +11,12 @@
 # The model is K3-shaped (k3gen, MXFP4 experts hold most of the bytes) and
 # --mem keeps deltafin's expert cache far below the experts it needs, as on
 # a machine where the model is several times the memory.  Env: BENCH_PRESET
-# (default bench1g, ~1.2 GB), BENCH_MEM (default 600M), BENCH_LENS (default
-# "128 512 2048"), BENCH_THREADS, BENCH_DIR / BENCH_KEEP (the scratch model,
-# a temp dir under /var/tmp deleted afterwards unless BENCH_KEEP=1),
+# (default bench1g, ~1.2 GB), BENCH_SET (k3gen --set assignments, space
+# separated, e.g. "num_experts=576" for a ~2.9 GB model), BENCH_MEM (default
+# 600M), BENCH_LENS (default "128 512 2048"), BENCH_BATCHES (default "32
+# auto"), BENCH_THREADS, BENCH_DIR / BENCH_KEEP (the scratch model: a temp
+# dir under /var/tmp deleted afterwards unless BENCH_KEEP=1; a BENCH_DIR
+# given is kept, and its model reused),
 # BENCH_LLAMA=0 to skip llama.cpp, BENCH_SQUEEZE (default 1G: the memory left
 # to llama.cpp and deltafin alike in the comparison, by `bench --squeeze-to`;
 # 0 = no squeeze).
@@ -41,9 +44,12 @@ lens=${BENCH_LENS:-"128 512 2048"}
 preset=${BENCH_PRESET:-bench1g}
 want_llama=${BENCH_LLAMA:-1}
 [ -f tests/llama/node_modules/@node-llama-cpp/linux-x64/bins/linux-x64/libllama.v0.4.0.so ] || want_llama=0
+batches=${BENCH_BATCHES:-"32 auto"}
+sets=()
+for a in ${BENCH_SET:-}; do sets+=(--set "$a"); done
 if [ ! -f "$dir/m/config.json" ]; then
-    if [ "$want_llama" = 1 ]; then build/k3gen --out "$dir/m" --preset "$preset" --gguf "$dir/m.gguf" >/dev/null
-    else build/k3gen --out "$dir/m" --preset "$preset" >/dev/null; fi
+    if [ "$want_llama" = 1 ]; then build/k3gen --out "$dir/m" --preset "$preset" "${sets[@]}" --gguf "$dir/m.gguf" >/dev/null
+    else build/k3gen --out "$dir/m" --preset "$preset" "${sets[@]}" >/dev/null; fi
 fi
 drop() { if [ "$(id -u)" = 0 ]; then sync; echo 3 > /proc/sys/vm/drop_caches 2>/dev/null || true; fi; }
 # throttle BPS: this shell and its children read the model's drive at BPS bytes per second
@@ -91,7 +97,7 @@ printf '%-7s %-7s %7s %10s %12s %14s %12s %12s\n' prompt batch chunk "TTFT s" "e
 for n in $lens; do
     p=$(ids "$n")
     declare -A ttft=()
-    for b in 32 auto; do
+    for b in $batches; do
         drop
         out=$(build/deltafin run --model "$dir/m" --prompt-ids "$p" --max-new 1 --mem "$mem" --batch "$b" \
               --threads "$threads" --no-prefetch --bench-json 2>/dev/null | tail -1)
@@ -102,7 +108,8 @@ for n in $lens; do
         awk -v n="$n" -v b="$b" -v c="$c" -v t="$t" -v by="$by" -v u="$u" -v r="$r" 'BEGIN {
             printf "%-7s %-7s %7s %10.2f %12.1f %14d %12d %12.2f\n", n, b, c, t, by / 1048576, u, r, u ? r / u : 0 }'
     done
-    awk -v a="${ttft[32]}" -v b="${ttft[auto]}" -v n="$n" 'BEGIN { printf "%-7s time to first token, batch 32 / auto: %.2fx\n", n, (b > 0 ? a / b : 0) }'
+    [ -n "${ttft[32]:-}" ] && [ -n "${ttft[auto]:-}" ] &&
+        awk -v a="${ttft[32]}" -v b="${ttft[auto]}" -v n="$n" 'BEGIN { printf "%-7s time to first token, batch 32 / auto: %.2fx\n", n, (b > 0 ? a / b : 0) }'
 done
 if [ "$want_llama" = 1 ]; then
     last=${lens##* }
