@@ -115,7 +115,9 @@ if [ "$want_llama" = 1 ]; then
     last=${lens##* }
     echo "== llama.cpp and deltafin (--batch auto) on the same GGUF, prompt $last, --mem $mem"
     squeeze=${BENCH_SQUEEZE:-1G}
-    sq=(); [ "$squeeze" = 0 ] || sq=(--squeeze-to "$squeeze")
+    # squeezed, llama.cpp runs from its mapping alone: its repacked copies of
+    # the weights would not fit (they got the squeeze helper killed)
+    sq=(); [ "$squeeze" = 0 ] || sq=(--squeeze-to "$squeeze" --llama-no-repack)
     build/deltafin bench --vs-llama --model "$dir/m.gguf" --threads "$threads" --prompt-len "$last" --gen 2 --reps 1 \
         --mem "$mem" --drop-caches "${sq[@]}"
 else

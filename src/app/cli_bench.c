@@ -23,6 +23,7 @@
 #include "json.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdio.h>
@@ -215,6 +216,15 @@ static pid_t squeeze(size_t target, size_t *locked)
     if (pid < 0) die("fork: %s", strerror(errno));
     if (pid == 0) {
         close(fd[0]);
+        /* an engine that allocates past the memory left is the one the
+         * kernel should kill, not the helper (which would leave the runs
+         * after it unsqueezed); root only, harmless otherwise */
+        int oom = open("/proc/self/oom_score_adj", O_WRONLY);
+        if (oom >= 0) {
+            ssize_t w = write(oom, "-1000", 5); /* refused unless root: the check after each run holds */
+            (void)w;
+            close(oom);
+        }
         void *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         char ok = p != MAP_FAILED && mlock(p, n) == 0 ? 'y' : 'n';
         if (write(fd[1], &ok, 1) != 1) _exit(1);
@@ -366,6 +376,11 @@ int cmd_bench(int argc, char **argv)
             int e = (r % 2) ^ k; /* 0 = llama.cpp first on even reps */
             if (b.drop) drop_caches();
             run_child(e ? df_argv : ll_argv, e ? "deltafin" : "llama.cpp", 1, &res[e][r], b.json);
+            if (helper && waitpid(helper, NULL, WNOHANG) != 0)
+                die("the --squeeze-to helper is gone (killed for memory?) during %s's run: it ran with more "
+                    "than %.1f GiB available, so nothing is reported (llama.cpp on a model larger than the "
+                    "memory needs --llama-no-repack)",
+                    e ? "deltafin" : "llama.cpp", b.squeeze_to / 1073741824.0);
             printf("  rep %d %-9s prefill %8.2f tok/s  decode %7.3f tok/s  RSS %7.0f MiB  %8.1f MB read/token\n",
                     r + 1, e ? "deltafin" : "llama.cpp", res[e][r].prefill_tps, res[e][r].decode_tps,
                     res[e][r].rss_kb / 1024.0, res[e][r].read_per_token / 1e6);
