@@ -129,6 +129,46 @@ static void test_expert_pieces(void)
     df_engine_close(eng);
 }
 
+/* A chunk longer than its row block starts each layer's reads between the
+ * blocks (moe_start), for the experts the rows so far were routed to: still
+ * one read per needed (layer, expert), with a one-slot cache (the early
+ * reads stop at the full cache) and a 40-slot one, and the same bits as
+ * one block. */
+static void test_early_reads_once(void)
+{
+    char dir[512];
+    if (gen_model("prefill_m", "--preset small --set num_experts=64 --set num_experts_per_token=8 --seed 4", dir,
+                  sizeof dir))
+        return;
+    enum { N = 150 };
+    int32_t ids[N];
+    for (int i = 0; i < N; i++) ids[i] = (int32_t)((i * 104729 + 7) % 3000 + 5);
+    size_t caches[2] = {1, 40 * 20480};
+    for (int c = 0; c < 2; c++) {
+        float *lg[2] = {NULL, NULL};
+        df_stats st[2];
+        for (int v = 0; v < 2; v++) {
+            df_engine *eng = open_model(dir, caches[c], 512, 0, 2);
+            if (!eng) return;
+            lg[v] = eval_rb(eng, ids, N, N, v ? 16 : 0, 512, &st[v]);
+            df_engine_close(eng);
+        }
+        df_model_info info;
+        df_engine *eng = open_model(dir, caches[c], 512, 0, 2);
+        df_engine_info(eng, &info);
+        df_engine_close(eng);
+        fprintf(stderr, "    cache %zu B, blocks of 16: %llu pairs needed, %llu reads (one block: %llu)\n", caches[c],
+                (unsigned long long)st[1].prompt_unique_experts, (unsigned long long)st[1].prompt_expert_reads,
+                (unsigned long long)st[0].prompt_expert_reads);
+        TCHECK(st[1].prompt_unique_experts > 0 && st[1].prompt_expert_reads == st[1].prompt_unique_experts);
+        TCHECK(st[0].prompt_unique_experts == st[1].prompt_unique_experts);
+        TCHECKF(lg[0] && lg[1] && !memcmp(lg[0], lg[1], (size_t)N * info.vocab * sizeof(float)),
+                "cache %zu: blocks of 16 differ from one block", caches[c]);
+        free(lg[0]);
+        free(lg[1]);
+    }
+}
+
 /* A prompt that fits one chunk reads each (layer, expert) it needs once:
  * the store's reads equal the distinct pairs, which equal the pairs in the
  * route trace. */
@@ -344,6 +384,7 @@ static const test_case tests[] = {
     {"no_prefetch_in_prompts", test_no_prefetch_in_prompts},
     {"auto_batch_bit_identical", test_auto_batch_bit_identical},
     {"expert_pieces", test_expert_pieces},
+    {"early_reads_once", test_early_reads_once},
     {"reads_once_per_needed_expert", test_reads_once_per_needed_expert},
     {"eval_each_rows_and_accounting", test_eval_each_rows_and_accounting},
     {"long_context_32k", test_long_context_32k},

@@ -1049,6 +1049,9 @@ static int forward_chunk(df_session *s, const int32_t *ids, int T, float *logits
         for (int t0 = 0; t0 < T; t0 += RB) {
             int nt = T - t0 < RB ? T - t0 : RB;
             if (layer_rows(s, il, t0, nt, n_anc, pos0, one_block, t0 == tl ? dl : NULL, dt - tl, err)) goto fail;
+            /* the experts these rows need start reading while the next
+             * blocks' attention runs */
+            if (L->moe && t0 + nt < T) moe_start(mc, &s->b, il, err);
         }
         if (il % c->B == 0) n_anc++;
         if (L->moe) {
@@ -1126,6 +1129,7 @@ static int forward_chunk(df_session *s, const int32_t *ids, int T, float *logits
      * (or when a group needs their slots), never waited for here */
     return 0;
 fail:
+    moe_abandon(&eng->mc, &s->b);
     fetch_drain(&eng->mc, NULL);
     return -1;
 }

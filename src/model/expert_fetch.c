@@ -33,12 +33,7 @@ static int landed_in_group(const model_ctx *eng, session_bufs *s, int64_t tag, i
     return waiting;
 }
 
-/* The state of one fetch_group: experts uniq[u0..next) are acquired,
- * uniq[next..u1) not yet; n_wait of the acquired are still being read;
- * ready lists the present ones not yet computed. */
-typedef struct rolling {
-    int u0, u1, next, n_wait, n_ready, rc, started;
-} rolling;
+typedef fetch_state rolling;
 
 /* Acquire further experts, in order, as long as a slot is free (a full
  * cache stops here until computed experts give theirs back); queue the
@@ -66,11 +61,12 @@ static void acquire_more(const model_ctx *eng, session_bufs *s, int il, rolling 
 }
 
 /* Compute the ready experts (in pieces a job list holds) and give their
- * slots back at once: the next experts' reads can take them. */
+ * slots back at once: the next experts' reads can take them.  After an
+ * error nothing more is computed; the slots are given back all the same. */
 static void run_ready(const model_ctx *eng, session_bufs *s, int il, fetch_run_fn run, rolling *g)
 {
     int *ready = s->ready_list;
-    for (int i = 0; !g->rc && i < g->n_ready; i += MM_MAX_JOBS / 2) {
+    for (int i = 0; !g->rc && run && i < g->n_ready; i += MM_MAX_JOBS / 2) {
         int n = g->n_ready - i < MM_MAX_JOBS / 2 ? g->n_ready - i : MM_MAX_JOBS / 2;
         run(eng, s, il, ready + i, n);
     }
@@ -81,20 +77,36 @@ static void run_ready(const model_ctx *eng, session_bufs *s, int il, fetch_run_f
     g->n_ready = 0;
 }
 
-int fetch_group(const model_ctx *eng, session_bufs *s, int il, int u0, int u1, fetch_run_fn run,
-                void (*overlap)(const model_ctx *, session_bufs *, void *), void *overlap_ctx, df_error *err)
+void fetch_begin(session_bufs *s, int il, int u0)
+{
+    CHECK(!s->fg.open);
+    s->fg = (fetch_state){.il = il, .u0 = u0, .u1 = u0, .next = u0, .open = 1};
+}
+
+void fetch_extend(const model_ctx *eng, session_bufs *s, int u1, df_error *err)
+{
+    rolling *g = &s->fg;
+    CHECK(g->open && u1 >= g->u1);
+    g->u1 = u1;
+    if (!g->rc) acquire_more(eng, s, g->il, g, err);
+}
+
+int fetch_finish(const model_ctx *eng, session_bufs *s, fetch_run_fn run,
+                 void (*overlap)(const model_ctx *, session_bufs *, void *), void *overlap_ctx, df_error *err)
 {
     expert_cache *cache = eng->cache;
-    rolling g = {.u0 = u0, .u1 = u1, .next = u0};
+    rolling *g = &s->fg;
+    int il = g->il;
     int64_t tags[64];
     int ok[64];
-    acquire_more(eng, s, il, &g, err);
+    CHECK(g->open);
+    if (g->next < g->u1 && !g->rc) acquire_more(eng, s, il, g, err);
     if (overlap) overlap(eng, s, overlap_ctx);
     for (;;) {
-        if (g.n_ready) run_ready(eng, s, il, run, &g);
-        if (g.next < g.u1 && !g.rc) acquire_more(eng, s, il, &g, err);
-        if (g.n_ready) continue;
-        if (!g.n_wait && (g.next == g.u1 || g.rc)) break;
+        if (g->n_ready) run_ready(eng, s, il, run, g);
+        if (g->next < g->u1 && !g->rc) acquire_more(eng, s, il, g, err);
+        if (g->n_ready) continue;
+        if (!g->n_wait && (g->next == g->u1 || g->rc)) break;
         /* our reads, or (when every slot is held by earlier prefetches
          * still reading) theirs, which unpin their slots as they land */
         int n = expert_store_wait(eng->store, tags, ok, 64, err);
@@ -102,33 +114,50 @@ int fetch_group(const model_ctx *eng, session_bufs *s, int il, int u0, int u1, f
             /* nothing in flight: only after a queue error (a cache whose
              * every slot is held by others cannot happen: the session
              * holds every pin) */
-            CHECK(g.rc);
+            CHECK(g->rc);
             break;
         }
         for (int i = 0; i < n; i++) {
             int u = (int)tags[i];
             if (tags[i] & FETCH_PF_TAG) {
-                u = landed_in_group(eng, s, tags[i], ok[i], il, g.u0, g.next);
+                u = landed_in_group(eng, s, tags[i], ok[i], il, g->u0, g->next);
                 if (u < 0) continue;
             } else if (ok[i]) {
                 expert_cache_filled(cache, il, s->uniq[u]);
             }
-            g.n_wait--;
+            g->n_wait--;
             if (!ok[i]) {
-                g.rc = -1;
+                g->rc = -1;
                 continue;
             }
             s->uniq_state[u] = 1;
-            s->ready_list[g.n_ready++] = u;
+            s->ready_list[g->n_ready++] = u;
         }
     }
     /* slots still held: present but not computed (after an error), or never filled */
-    for (int u = g.u0; u < g.next; u++) {
+    for (int u = g->u0; u < g->next; u++) {
         if (s->uniq_state[u] == 2) continue;
         if (s->uniq_state[u] == 1) expert_cache_release(cache, il, s->uniq[u]);
         else expert_cache_abort(cache, il, s->uniq[u]);
     }
-    return g.rc;
+    g->open = 0;
+    return g->rc;
+}
+
+void fetch_abandon(const model_ctx *eng, session_bufs *s)
+{
+    if (!s->fg.open) return;
+    df_error e = {0};
+    s->fg.rc = -1; /* compute nothing, acquire nothing more; wait for the reads, give every slot back */
+    (void)fetch_finish(eng, s, NULL, NULL, NULL, &e);
+}
+
+int fetch_group(const model_ctx *eng, session_bufs *s, int il, int u0, int u1, fetch_run_fn run,
+                void (*overlap)(const model_ctx *, session_bufs *, void *), void *overlap_ctx, df_error *err)
+{
+    fetch_begin(s, il, u0);
+    s->fg.u1 = u1;
+    return fetch_finish(eng, s, run, overlap, overlap_ctx, err);
 }
 
 int fetch_drain(const model_ctx *eng, df_error *err)

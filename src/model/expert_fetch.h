@@ -35,6 +35,18 @@ typedef void (*fetch_run_fn)(const model_ctx *m, session_bufs *s, int il, const 
 int fetch_group(const model_ctx *m, session_bufs *s, int il, int u0, int u1, fetch_run_fn run,
                 void (*overlap)(const model_ctx *, session_bufs *, void *), void *overlap_ctx, df_error *err);
 
+/* fetch_group in steps, for a group whose experts become known in
+ * pieces (a prompt chunk's row blocks): begin the group at u0, extend it
+ * to u1 (acquiring and reading as far as free slots allow; may be called
+ * again with a larger u1), then finish it as fetch_group does.  A group
+ * begun and not finished holds slots: fetch_abandon waits for its reads
+ * and gives every slot back. */
+void fetch_begin(session_bufs *s, int il, int u0);
+void fetch_extend(const model_ctx *m, session_bufs *s, int u1, df_error *err);
+int fetch_finish(const model_ctx *m, session_bufs *s, fetch_run_fn run,
+                 void (*overlap)(const model_ctx *, session_bufs *, void *), void *overlap_ctx, df_error *err);
+void fetch_abandon(const model_ctx *m, session_bufs *s);
+
 /* Take every completion still in flight (prefetches for later layers). */
 int fetch_drain(const model_ctx *m, df_error *err);
 

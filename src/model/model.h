@@ -156,6 +156,13 @@ typedef struct dbg_record {
 
 /* One sequence's state and scratch (the engine's session owns one): what
  * the layer blocks read and write.  Sized by engine.c's session_alloc. */
+/* One layer's group of distinct experts going through the cache
+ * (expert_fetch.c): uniq[u0..next) acquired, uniq[next..u1) not yet;
+ * n_wait of the acquired still being read; n_ready present, not computed. */
+typedef struct fetch_state {
+    int il, u0, u1, next, n_wait, n_ready, rc, open;
+} fetch_state;
+
 typedef struct session_bufs {
     int n_ctx, max_batch, pos;
     /* KDA state */
@@ -206,8 +213,10 @@ typedef struct session_bufs {
                                  SiTU, g_h3 holds the reordered activations */
     size_t g_rows;            /* min(T*k, 2 row_block + 256) */
     float *g_out;             /* [T*k][Lt] */
-    int *uniq;                /* [T*k] unique experts of a layer */
-    int *u_of_e;              /* [E] index in uniq of each expert while a layer gathers, -1 none */
+    int *uniq;                /* [T*k] unique experts of a layer, in first use (row) order */
+    int n_u;                  /* how many, over the rows routed so far (moe_route) */
+    int *u_of_e;              /* [E] index in uniq of each expert while a layer routes, -1 none */
+    fetch_state fg;           /* the layer's reads, started as its row blocks route */
     int *slot_of;             /* [T*k] gathered row of (t, j) */
     int *uniq_first, *uniq_count; /* [T*k] gathered rows per unique expert */
     uint8_t **uniq_slot;      /* [T*k] slot of each distinct expert */
@@ -305,6 +314,13 @@ int mla_forward(const model_ctx *eng, session_bufs *s, const k3_layer *L, const 
  *               out already holds it) + up(norm(route-order sum)).
  */
 void moe_route(const model_ctx *eng, session_bufs *s, const k3_layer *L, const float *y, int t0, int nt, int shared);
+/* Between row blocks: start reading the distinct experts the rows routed
+ * so far need (as far as free slots allow), so the reads overlap the next
+ * blocks' attention.  Only experts some row was routed to are read (a
+ * prefix of the layer's final distinct list), each once; the reads are
+ * collected by moe_experts, or by moe_abandon after an error. */
+void moe_start(const model_ctx *eng, session_bufs *s, int il, df_error *err);
+void moe_abandon(const model_ctx *eng, session_bufs *s);
 int moe_experts(const model_ctx *eng, session_bufs *s, int il, const k3_layer *L, int T, float *out, df_error *err);
 void moe_finish(const model_ctx *eng, session_bufs *s, const k3_layer *L, const float *y, int t0, int nt, float *out,
                 int shared_done);

@@ -228,6 +228,36 @@ void moe_route(const model_ctx *eng, session_bufs *s, const k3_layer *L, const f
         route(c, rlog + (size_t)t * E, L->router_bias, s->route_ids + (size_t)(t0 + t) * k,
               s->route_w + (size_t)(t0 + t) * k, s->big4, s->big5);
     for (int t = 0; t < nt; t++) mxfp4_prep_x(z + (size_t)t * Lt, Lt, s->zp + (size_t)(t0 + t) * Lt);
+
+    /* distinct experts in first-use order (row order: the blocks come in
+     * order, so each block's list extends the previous one's), with each
+     * one's row count */
+    if (t0 == 0) s->n_u = 0;
+    for (int i = t0 * k; i < (t0 + nt) * k; i++) {
+        int e = s->route_ids[i], u = s->u_of_e[e];
+        if (u < 0) {
+            u = s->n_u++;
+            s->uniq[u] = e;
+            s->uniq_count[u] = 0;
+            s->u_of_e[e] = u;
+        }
+        s->uniq_count[u]++;
+    }
+}
+
+void moe_start(const model_ctx *eng, session_bufs *s, int il, df_error *err)
+{
+    /* across ranks the list is reordered by owner first: no early reads */
+    if (eng->ranks && eng->ranks->n > 1) return;
+    if (!s->fg.open) fetch_begin(s, il, 0);
+    fetch_extend(eng, s, s->n_u, err);
+}
+
+void moe_abandon(const model_ctx *eng, session_bufs *s)
+{
+    fetch_abandon(eng, s);
+    for (int u = 0; u < s->n_u; u++) s->u_of_e[s->uniq[u]] = -1;
+    s->n_u = 0;
 }
 
 int moe_experts(const model_ctx *eng, session_bufs *s, int il, const k3_layer *L, int T, float *out, df_error *err)
@@ -235,18 +265,8 @@ int moe_experts(const model_ctx *eng, session_bufs *s, int il, const k3_layer *L
     const k3_config *c = &eng->cfg;
     int E = c->E, k = c->k, Lt = c->Lt;
 
-    /* distinct experts in first-use order, and each one's gathered rows */
-    int n_u = 0;
-    for (int i = 0; i < T * k; i++) {
-        int e = s->route_ids[i], u = s->u_of_e[e];
-        if (u < 0) {
-            u = n_u++;
-            s->uniq[u] = e;
-            s->uniq_count[u] = 0;
-            s->u_of_e[e] = u;
-        }
-        s->uniq_count[u]++;
-    }
+    /* the distinct experts and their row counts (moe_route) */
+    int n_u = s->n_u;
     /* across ranks: this rank's experts first, then each other rank's
      * together (which rows an expert's outputs land in does not change them) */
     const moe_ranks *R = eng->ranks;
@@ -297,7 +317,11 @@ int moe_experts(const model_ctx *eng, session_bufs *s, int il, const k3_layer *L
      * overlap the shared experts' down-projection (when out is given);
      * computed experts give their slots to the next reads (expert_fetch.c) */
     shared_ctx sh = {.L = L, .T = T, .out = out};
-    if (!n_local) {
+    if (s->fg.open) {
+        /* reads started between row blocks (moe_start): the rest now */
+        fetch_extend(eng, s, n_local, err);
+        if (fetch_finish(eng, s, run_experts, out ? shared_overlap : NULL, &sh, err)) return -1;
+    } else if (!n_local) {
         if (out) shared_down(eng, s, L, T, out);
     } else if (fetch_group(eng, s, il, 0, n_local, run_experts, out ? shared_overlap : NULL, &sh, err)) {
         return -1;
