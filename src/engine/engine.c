@@ -941,9 +941,49 @@ static void add_rows(float *dst, const float *src, size_t n)
     for (size_t i = 0; i < n; i++) dst[i] = dst[i] + src[i];
 }
 
-static void norm_rows(const float *x, const float *w, int T, int n, float eps, float *y)
+/* Row-local work of a chunk (norms, the residual mixes) on every worker
+ * when there are enough rows: a row's result is its own, whatever the split. */
+typedef struct rows_ctx {
+    const float *x, *w, *anc;
+    int n, n_anc;
+    size_t astride;
+    float eps;
+    float *y, *probs;
+} rows_ctx;
+
+static void norm_range(void *v, size_t a, size_t b, int worker)
 {
-    for (int t = 0; t < T; t++) rmsnorm(x + (size_t)t * n, w, n, eps, y + (size_t)t * n);
+    (void)worker;
+    const rows_ctx *r = v;
+    for (size_t t = a; t < b; t++) rmsnorm(r->x + t * r->n, r->w, r->n, r->eps, r->y + t * r->n);
+}
+
+static void mix_range(void *v, size_t a, size_t b, int worker)
+{
+    (void)worker;
+    const rows_ctx *r = v;
+    size_t n = (size_t)r->n;
+    attnres_mix(r->anc + a * n, r->n_anc, r->astride, r->x + a * n, (int)(b - a), r->n, r->w, r->eps, r->y + a * n,
+                r->probs ? r->probs + a * (size_t)(r->n_anc + 1) : NULL);
+}
+
+enum { ROWS_PAR_MIN = 16 };
+
+static void norm_rows(threadpool *pool, const float *x, const float *w, int T, int n, float eps, float *y)
+{
+    rows_ctx r = {.x = x, .w = w, .n = n, .eps = eps, .y = y};
+    if (T < ROWS_PAR_MIN) norm_range(&r, 0, (size_t)T, 0);
+    else parallel_for(pool, (size_t)T, 4, norm_range, &r);
+}
+
+/* attnres_mix over T rows (probs: [T][n_anc+1] or NULL) */
+static void mix_rows(threadpool *pool, const float *anc, int n_anc, size_t astride, const float *p, int T, int n,
+                     const float *nwpw, float eps, float *out, float *probs)
+{
+    rows_ctx r = {.x = p, .w = nwpw, .anc = anc, .n = n, .n_anc = n_anc, .astride = astride, .eps = eps, .y = out,
+                  .probs = probs};
+    if (T < ROWS_PAR_MIN) mix_range(&r, 0, (size_t)T, 0);
+    else parallel_for(pool, (size_t)T, 4, mix_range, &r);
 }
 
 /* Route trace: one JSON line per (position, MoE layer), experts in route
@@ -980,7 +1020,7 @@ static int layer_rows(df_session *s, int il, int t0, int nt, int n_anc, int pos0
     int boundary = il % c->B == 0;
     const float *ain = H;
     if (n_anc) {
-        attnres_mix(anc, n_anc, astride, H, nt, (int)h, L->attn_res_nwpw, c->eps, s->b.ain, s->b.probs);
+        mix_rows(eng->pool, anc, n_anc, astride, H, nt, (int)h, L->attn_res_nwpw, c->eps, s->b.ain, s->b.probs);
         ain = s->b.ain;
     }
     if (dl) {
@@ -989,7 +1029,7 @@ static int layer_rows(df_session *s, int il, int t0, int nt, int n_anc, int pos0
         dl->attn_input_norm = l2norm(ain + (size_t)ld * h, (int)h);
     }
     if (boundary) memcpy(s->b.anchors + (size_t)n_anc++ * astride + (size_t)t0 * h, H, nh * sizeof(float));
-    norm_rows(ain, L->input_ln, nt, (int)h, c->eps, s->b.xn);
+    norm_rows(eng->pool, ain, L->input_ln, nt, (int)h, c->eps, s->b.xn);
     s->b.pos = pos0 + t0;
     int rc = 0;
     if (L->kind == LAYER_KDA) kda_forward(mc, &s->b, L, s->b.xn, nt, s->b.att);
@@ -998,14 +1038,14 @@ static int layer_rows(df_session *s, int il, int t0, int nt, int n_anc, int pos0
     if (rc) return -1;
     if (boundary) memcpy(H, s->b.att, nh * sizeof(float));
     else add_rows(H, s->b.att, nh);
-    attnres_mix(anc, n_anc, astride, H, nt, (int)h, L->mlp_res_nwpw, c->eps, s->b.min, s->b.probs);
+    mix_rows(eng->pool, anc, n_anc, astride, H, nt, (int)h, L->mlp_res_nwpw, c->eps, s->b.min, s->b.probs);
     if (dl) {
         dl->attn_output_norm = l2norm(s->b.att + (size_t)ld * h, (int)h);
         dl->n_mlp_probs = n_anc + 1;
         for (int j = 0; j <= n_anc; j++) dl->mlp_probs[j] = s->b.probs[(size_t)ld * (n_anc + 1) + j];
         dl->mlp_input_norm = l2norm(s->b.min + (size_t)ld * h, (int)h);
     }
-    norm_rows(s->b.min, L->post_ln, nt, (int)h, c->eps, s->b.y);
+    norm_rows(eng->pool, s->b.min, L->post_ln, nt, (int)h, c->eps, s->b.y);
     if (L->moe) {
         moe_route(mc, &s->b, L, s->b.y, t0, nt, one_block);
     } else {
@@ -1063,9 +1103,9 @@ static int forward_chunk(df_session *s, const int32_t *ids, int T, float *logits
                 float *H = s->b.H + (size_t)t0 * h;
                 if (!one_block) {
                     /* the block's MoE input again, from the unchanged H and anchors */
-                    attnres_mix(s->b.anchors + (size_t)t0 * h, n_anc, astride, H, nt, (int)h, L->mlp_res_nwpw, c->eps,
-                                s->b.min, s->b.probs);
-                    norm_rows(s->b.min, L->post_ln, nt, (int)h, c->eps, s->b.y);
+                    mix_rows(eng->pool, s->b.anchors + (size_t)t0 * h, n_anc, astride, H, nt, (int)h, L->mlp_res_nwpw,
+                             c->eps, s->b.min, s->b.probs);
+                    norm_rows(eng->pool, s->b.min, L->post_ln, nt, (int)h, c->eps, s->b.y);
                 }
                 moe_finish(mc, &s->b, L, s->b.y, t0, nt, s->b.ffn, one_block);
                 add_rows(H, s->b.ffn, (size_t)nt * h);
@@ -1093,9 +1133,9 @@ static int forward_chunk(df_session *s, const int32_t *ids, int T, float *logits
      * its logits are wanted */
     for (int t0 = all_rows ? 0 : dt; t0 < T; t0 += RB) {
         int nt = T - t0 < RB ? T - t0 : RB;
-        attnres_mix(s->b.anchors + (size_t)t0 * h, n_anc, astride, s->b.H + (size_t)t0 * h, nt, (int)h,
-                    eng->m.out_res_nwpw, c->eps, s->b.ain, NULL);
-        norm_rows(s->b.ain, eng->m.final_norm, nt, (int)h, c->eps, s->b.xn);
+        mix_rows(eng->pool, s->b.anchors + (size_t)t0 * h, n_anc, astride, s->b.H + (size_t)t0 * h, nt, (int)h,
+                 eng->m.out_res_nwpw, c->eps, s->b.ain, NULL);
+        norm_rows(eng->pool, s->b.ain, eng->m.final_norm, nt, (int)h, c->eps, s->b.xn);
         if (dbg && t0 + nt == T) {
             dbg->final_mix_norm = l2norm(s->b.ain + (size_t)(dt - t0) * h, (int)h);
             dbg->final_normed_norm = l2norm(s->b.xn + (size_t)(dt - t0) * h, (int)h);

@@ -1,18 +1,24 @@
 /* moe.c - the K3 FFN blocks: latent MoE with shared experts (spec section 7)
  * and the dense first-layer MLP (7.4).
  *
- * Data path: moe -> expert_cache -> expert_store.  For a batch, the routed
- * experts of all positions are collected once (each distinct expert is
- * acquired and, on a miss, read once), the inputs routed to one expert are
- * gathered into consecutive rows, and each expert's three MXFP4 products run
- * as jobs of one job list.  Each (position, route slot) output lands in its
- * own row; the weighted sum then runs per position in route order (the
- * descending biased score), so the result does not depend on which other
- * positions share the batch.  When more distinct experts are needed than the
- * cache has slots, they stream through it: each computed expert's slot takes
- * the next read (expert_fetch.c), still one read per expert.  Reading them (and
- * everything about slots and pins) is expert_fetch.c's; predicting the next
- * layer's experts is prefetch.c's: this file is the FFN block only.
+ * Data path: moe -> expert_cache -> expert_store.  For a chunk of T
+ * positions the MoE block runs in three steps (model.h): moe_route, by row
+ * block, routes the rows and extends the layer's list of distinct experts
+ * in first-use order (moe_start may begin reading them between blocks);
+ * moe_experts then acquires each distinct expert once (read once on a
+ * miss), gathers the inputs routed to it into consecutive rows (per batch
+ * of rows, from zp) and runs its three MXFP4 products as jobs of one job
+ * list, an expert with more rows than a batch in pieces; moe_finish, by row
+ * block, adds the shared experts and each position's routed outputs.  Each
+ * (position, route slot) output lands in its own row of g_out and the
+ * weighted sum runs per position in route order (the descending biased
+ * score), so the result does not depend on which other positions share the
+ * chunk, the row blocks or the batches.  When more distinct experts are
+ * needed than the cache has slots, they stream through it: each computed
+ * expert's slot takes the next read (expert_fetch.c), still one read per
+ * expert.  Reading them (and everything about slots and pins) is
+ * expert_fetch.c's; predicting the next layer's experts is prefetch.c's:
+ * this file is the FFN block only.
  * Across processes (model_ctx.ranks): the distinct experts are ordered this
  * rank's first, then each other rank's; the other ranks get their gathered
  * rows first and compute while this one does its own (moe_experts_for is
@@ -34,6 +40,31 @@ static void situ_rows(const float *g, const float *u, size_t n, float b1, float 
     df_situ_n(g, u, n, b1, b2, out);
 }
 
+typedef struct situ_ctx {
+    const float *g, *u;
+    float *out;
+    float b1, b2;
+} situ_ctx;
+
+static void situ_range(void *v, size_t a, size_t b, int worker)
+{
+    (void)worker;
+    situ_ctx *c = v;
+    df_situ_n(c->g + a, c->u + a, b - a, c->b1, c->b2, c->out + a);
+}
+
+/* SiTU over n elements (out may be g), on every worker when there are many:
+ * each element's result is its own, whatever the split */
+static void situ_par(const model_ctx *eng, const float *g, const float *u, size_t n, float b1, float b2, float *out)
+{
+    if (n < 65536) {
+        situ_rows(g, u, n, b1, b2, out);
+        return;
+    }
+    situ_ctx c = {.g = g, .u = u, .out = out, .b1 = b1, .b2 = b2};
+    parallel_for(eng->pool, n, 8192, situ_range, &c);
+}
+
 /* In blocks of as many rows as big0/big1 hold at Dff floats each (a row's
  * products do not depend on the block: the kernels' contract). */
 void dense_mlp_forward(const model_ctx *eng, session_bufs *s, const k3_layer *L, const float *y, int T, float *out)
@@ -50,7 +81,7 @@ void dense_mlp_forward(const model_ctx *eng, session_bufs *s, const k3_layer *L,
             {.w = L->up, .x = yt, .xs = h, .y = s->big1, .ys = Dff, .T = nt},
         };
         mm_run(eng->pool, eng->kt, jobs, 2);
-        situ_rows(s->big0, s->big1, (size_t)nt * Dff, c->b1, c->b2, s->big0);
+        situ_par(eng, s->big0, s->big1, (size_t)nt * Dff, c->b1, c->b2, s->big0);
         mm_one(eng->pool, eng->kt, L->down, s->big0, nt, out + (size_t)t0 * h);
     }
 }
@@ -187,7 +218,7 @@ static void shared_down(const model_ctx *eng, session_bufs *s, const k3_layer *L
     const k3_config *c = &eng->cfg;
     int NsI = c->Ns * c->I;
     if (NsI) {
-        situ_rows(s->big0, s->big1, (size_t)T * NsI, c->b1, c->b2, s->big0);
+        situ_par(eng, s->big0, s->big1, (size_t)T * NsI, c->b1, c->b2, s->big0);
         mm_one(eng->pool, eng->kt, L->sh_down, s->big0, T, out);
     } else {
         memset(out, 0, (size_t)T * c->h * sizeof(float));
