@@ -123,7 +123,20 @@ static void drop_caches(void)
         die("--drop-caches: cannot write /proc/sys/vm/drop_caches (needs root)");
 }
 
-/* Run argv as a child; its stdout's last JSON line goes to r. */
+/* This process's OOM score adjustment (see squeeze): best effort; lowering
+ * it needs privileges a container may lack, raising it never does. */
+static void set_oom_adj(const char *v)
+{
+    int fd = open("/proc/self/oom_score_adj", O_WRONLY);
+    if (fd < 0) return;
+    ssize_t w = write(fd, v, strlen(v));
+    (void)w;
+    close(fd);
+}
+
+/* Run argv as a child; its stdout's last JSON line goes to r.  The child is
+ * the kernel's first choice when memory runs out (an engine past the
+ * squeezed memory is killed, not the helper holding it). */
 static void run_child(char *const *argv, const char *what, int quiet_stderr, bench_result *r, int json)
 {
     int fd[2];
@@ -138,6 +151,7 @@ static void run_child(char *const *argv, const char *what, int quiet_stderr, ben
             FILE *n = freopen("/dev/null", "w", stderr);
             (void)n;
         }
+        set_oom_adj("1000");
         execv(argv[0], argv);
         fprintf(stderr, "deltafin bench: cannot run %s: %s\n", argv[0], strerror(errno));
         _exit(127);
@@ -218,13 +232,10 @@ static pid_t squeeze(size_t target, size_t *locked)
         close(fd[0]);
         /* an engine that allocates past the memory left is the one the
          * kernel should kill, not the helper (which would leave the runs
-         * after it unsqueezed); root only, harmless otherwise */
-        int oom = open("/proc/self/oom_score_adj", O_WRONLY);
-        if (oom >= 0) {
-            ssize_t w = write(oom, "-1000", 5); /* refused unless root: the check after each run holds */
-            (void)w;
-            close(oom);
-        }
+         * after it unsqueezed): the engines raise their score (run_child),
+         * and the helper lowers its own where it may; the check after each
+         * run holds either way */
+        set_oom_adj("-1000");
         void *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         char ok = p != MAP_FAILED && mlock(p, n) == 0 ? 'y' : 'n';
         if (write(fd[1], &ok, 1) != 1) _exit(1);

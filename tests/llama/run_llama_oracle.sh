@@ -135,6 +135,49 @@ for want in "llama.cpp " "deltafin " "deltafin/llama" "rep 2 deltafin" "rep 2 ll
     "llama.cpp: 3 positions per graph (--llama-ubatch); deltafin: --batch 2"; do
     grep -qF -- "$want" <<<"$out" || { echo "FAIL bench --vs-llama: no '$want' in: $out" >&2; fail=1; }
 done
+# --squeeze-to: the engines are the OOM killer's first choice (score +1000)
+# and the helper holding the memory lowers its own where this machine allows
+# it; a helper that is gone stops the bench with an error instead of
+# reporting runs that were not squeezed
+avail=$(awk '/^MemAvailable:/ {printf "%.0f", $2 * 1024}' /proc/meminfo)
+"$build/deltafin" bench --vs-llama --model "$tmp/m1.gguf" --prompt-ids 3,1,4,1,5,9,2,6 --gen 8 --reps 32 \
+    --threads 2 --squeeze-to $((avail - 96 * 1024 * 1024)) --llama-peer "$build/llama_peer" --llama-lib "$lib" \
+    >"$tmp/sq.out" 2>&1 &
+bpid=$!
+helper="" engine_adj=""
+for _ in $(seq 400); do
+    for p in $(pgrep -P "$bpid"); do
+        if grep -q "^VmLck:[[:space:]]*[1-9]" "/proc/$p/status" 2>/dev/null; then helper=$p
+        else a=$(cat "/proc/$p/oom_score_adj" 2>/dev/null) && [ -n "$a" ] && engine_adj=$a; fi
+    done
+    [ -n "$helper" ] && [ -n "$engine_adj" ] && break
+    sleep 0.02
+done
+if [ -z "$helper" ]; then
+    echo "FAIL bench --squeeze-to: no helper holding locked memory appeared" >&2; fail=1
+    kill "$bpid" 2>/dev/null
+    wait "$bpid" 2>/dev/null
+else
+    adj=$(cat "/proc/$helper/oom_score_adj")
+    if [ "$engine_adj" != 1000 ]; then
+        echo "FAIL bench --squeeze-to: an engine run had oom_score_adj '$engine_adj', not 1000" >&2; fail=1
+    fi
+    # may this machine lower a score at all? (a container may refuse it even to root)
+    if (echo -1000 >/proc/self/oom_score_adj) 2>/dev/null; then
+        [ "$adj" = -1000 ] || { echo "FAIL bench --squeeze-to: the helper's oom_score_adj is $adj, not -1000" >&2; fail=1; }
+        helper_note="helper at -1000"
+    else
+        helper_note="lowering the helper's score not checked: this machine refuses oom_score_adj below 0"
+    fi
+    kill -9 "$helper"
+    if wait "$bpid"; then
+        echo "FAIL bench --squeeze-to: the bench went on after its helper was killed: $(tail -3 "$tmp/sq.out")" >&2; fail=1
+    elif ! grep -q "helper is gone" "$tmp/sq.out"; then
+        echo "FAIL bench --squeeze-to: unclear error: $(tail -3 "$tmp/sq.out")" >&2; fail=1
+    else
+        echo "ok   bench --squeeze-to: engines at oom_score_adj 1000 ($helper_note); helper killed, the bench stops: $(grep -o 'the --squeeze-to helper is gone[^:]*' "$tmp/sq.out")"
+    fi
+fi
 if err=$("$build/deltafin" bench --vs-llama --model "$tmp/m1" 2>&1); then
     echo "FAIL bench --vs-llama accepted a directory as a GGUF" >&2; fail=1
 elif ! grep -q "not a GGUF file" <<<"$err"; then
