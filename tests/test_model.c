@@ -278,6 +278,25 @@ static void test_debug_norms(void)
                 }
             }
         }
+        /* the same records when the chunk runs in row blocks of 3 (the
+         * blocks' finish interleaved with the next layer's: engine.c's
+         * wavefront), filled from the last block */
+        df_session *s3 = NULL;
+        so.row_block = 3;
+        if (f.n_prompt > 3 && df_session_new(eng, &so, &s3, &err) == 0) {
+            dbg_record d3 = {.enabled = 1, .t = -1};
+            d3.layers = calloc((size_t)info.n_layers, sizeof *d3.layers);
+            s3->dbg = &d3;
+            TCHECK(df_session_eval(s3, f.prompt, f.n_prompt, logits, 0, &err) == 0);
+            TCHECKF(d3.embedding_norm == dbg.embedding_norm && d3.final_mix_norm == dbg.final_mix_norm &&
+                        d3.final_normed_norm == dbg.final_normed_norm && d3.logits_norm == dbg.logits_norm,
+                    "prompt %d: blocks of 3 rows give other final norms", p);
+            TCHECKF(!memcmp(d3.layers, dbg.layers, (size_t)info.n_layers * sizeof *d3.layers),
+                    "prompt %d: blocks of 3 rows give other per-layer records", p);
+            free(d3.layers);
+            df_session_free(s3);
+        }
+        TCHECKF(f.n_prompt <= 3 || s3, "prompt %d: no session in blocks of 3 rows: %s", p, err.msg);
         free(logits);
         free(dbg.layers);
         df_session_free(s);

@@ -259,7 +259,8 @@ void io_queue_submit(io_queue *q, const io_req *reqs, int n)
     pthread_mutex_unlock(&q->mu);
 }
 
-int io_queue_wait(io_queue *q, io_done *done, int max)
+/* io_queue_wait (block) and io_queue_poll (return at once, maybe with none) */
+static int queue_reap(io_queue *q, io_done *done, int max, int block)
 {
     if (!q->in_flight || max <= 0) return 0;
 #ifdef DF_HAVE_URING
@@ -267,9 +268,13 @@ int io_queue_wait(io_queue *q, io_done *done, int max)
         int got = 0;
         while (!got) {
             struct io_uring_cqe *cqe;
-            int rc = io_uring_wait_cqe(&q->ring, &cqe);
-            if (rc == -EINTR) continue;
-            CHECK(rc == 0);
+            if (!block) {
+                if (io_uring_peek_cqe(&q->ring, &cqe) != 0) break;
+            } else {
+                int rc = io_uring_wait_cqe(&q->ring, &cqe);
+                if (rc == -EINTR) continue;
+                CHECK(rc == 0);
+            }
             while (got < max && io_uring_peek_cqe(&q->ring, &cqe) == 0) {
                 int s = (int)io_uring_cqe_get_data64(cqe);
                 int res = cqe->res;
@@ -298,7 +303,7 @@ int io_queue_wait(io_queue *q, io_done *done, int max)
     }
 #endif
     pthread_mutex_lock(&q->mu);
-    while (!q->done_count) pthread_cond_wait(&q->have_done, &q->mu);
+    while (block && !q->done_count) pthread_cond_wait(&q->have_done, &q->mu);
     int got = 0;
     while (got < max && q->done_count) {
         done[got++] = q->done[q->done_head];
@@ -308,6 +313,21 @@ int io_queue_wait(io_queue *q, io_done *done, int max)
     q->in_flight -= got;
     pthread_mutex_unlock(&q->mu);
     return got;
+}
+
+int io_queue_wait(io_queue *q, io_done *done, int max) { return queue_reap(q, done, max, 1); }
+
+int io_queue_poll(io_queue *q, io_done *done, int max)
+{
+#ifdef DF_HAVE_URING
+    /* reads queued behind a full ring go out as the landed ones free slots */
+    if (q->backend == IO_BACKEND_URING && q->in_flight) {
+        int got = queue_reap(q, done, max, 0);
+        uring_fill(q);
+        return got;
+    }
+#endif
+    return queue_reap(q, done, max, 0);
 }
 
 /* ------------------------------------------------------------- CRC-32 */

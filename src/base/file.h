@@ -67,6 +67,10 @@ void io_queue_submit(io_queue *q, const io_req *reqs, int n);
 /* Block until at least one read completes; fill up to max; returns count.
  * Returns 0 when nothing is in flight. */
 int io_queue_wait(io_queue *q, io_done *done, int max);
+/* The same without blocking: the completions already there (maybe none);
+ * with io_uring, reads queued behind a full ring are submitted into the
+ * slots the landed ones freed. */
+int io_queue_poll(io_queue *q, io_done *done, int max);
 int io_queue_in_flight(const io_queue *q);
 
 /* CRC-32 (IEEE 802.3, the zlib one): crc = df_crc32(0, p, n), or continued

@@ -1056,10 +1056,37 @@ static int layer_rows(df_session *s, int il, int t0, int nt, int n_anc, int pos0
     return 0;
 }
 
+/* Rows [t0, t0 + nt) of MoE layer il after its routed experts ran: the
+ * shared experts (unless one_block: done during the reads) and the routed
+ * sum, added to H.  n_anc: the anchors layer il mixes.  dl: its debug
+ * record, filled when the block holds the chunk's last position dt. */
+static void finish_block(df_session *s, int il, int n_anc, int t0, int nt, int one_block, dbg_layer *dl, int dt,
+                         int tl)
+{
+    df_engine *eng = s->eng;
+    const k3_config *c = &eng->m.cfg;
+    const k3_layer *L = &eng->m.layers[il];
+    size_t h = (size_t)c->h, astride = (size_t)s->b.max_batch * h;
+    float *H = s->b.H + (size_t)t0 * h;
+    if (!one_block) {
+        /* the block's MoE input again, from the unchanged H and anchors */
+        mix_rows(eng->pool, s->b.anchors + (size_t)t0 * h, n_anc, astride, H, nt, (int)h, L->mlp_res_nwpw, c->eps,
+                 s->b.min, s->b.probs);
+        norm_rows(eng->pool, s->b.min, L->post_ln, nt, (int)h, c->eps, s->b.y);
+    }
+    moe_finish(&eng->mc, &s->b, L, s->b.y, t0, nt, s->b.ffn, one_block);
+    add_rows(H, s->b.ffn, (size_t)nt * h);
+    if (dl && t0 == tl) {
+        dl->mlp_output_norm = l2norm(s->b.ffn + (size_t)(dt - tl) * h, (int)h);
+        dl->partial_sum_norm = l2norm(s->b.H + (size_t)dt * h, (int)h);
+    }
+}
+
 /* One chunk of T <= max_batch positions, layer by layer: each layer's
  * attention, dense work and routing in blocks of row_block rows, then its
  * routed experts over all T rows (each distinct expert read once per
- * chunk), then the blocks' shared experts and routed sums.  Only H, the
+ * chunk), then the blocks' shared experts and routed sums (interleaved
+ * with the next layer's blocks: the wavefront below).  Only H, the
  * anchors and the routed rows are held for every position; every row's
  * result is the same whatever the chunk and block widths (HACKING.md).
  * logits: NULL, or [T][V] when all_rows, or [V] for the last position. */
@@ -1082,50 +1109,58 @@ static int forward_chunk(df_session *s, const int32_t *ids, int T, float *logits
     if (embed_rows(eng, ids, T, s->b.H, err)) goto fail;
     if (dbg) dbg->embedding_norm = l2norm(s->b.H + dt * h, (int)h);
     int n_anc = 0;
+    /* Several blocks, trunk in memory: a MoE layer's blocks are finished
+     * one by one inside the next layer's block loop (a wavefront), since
+     * block b of layer L+1 needs only block b of layer L.  So the next
+     * layer's first block routes, and its reads start, right after this
+     * layer's first block is finished, not after all of them.  (A streamed
+     * trunk holds only two layers' weights, so it finishes each layer
+     * before the next starts.) */
+    int wave = !one_block && !eng->ts.on;
+    int pend = -1, pend_anc = 0; /* the MoE layer whose blocks are still to finish, its anchor count */
     for (int il = 0; il < c->NL; il++) {
         const k3_layer *L = &eng->m.layers[il];
         dbg_layer *dl = dbg ? &dbg->layers[il] : NULL;
         if (eng->ts.on && trunk_stream_layer(eng, il, err)) goto fail;
         for (int t0 = 0; t0 < T; t0 += RB) {
             int nt = T - t0 < RB ? T - t0 : RB;
+            if (pend >= 0) finish_block(s, pend, pend_anc, t0, nt, one_block, dbg ? &dbg->layers[pend] : NULL, dt, tl);
             if (layer_rows(s, il, t0, nt, n_anc, pos0, one_block, t0 == tl ? dl : NULL, dt - tl, err)) goto fail;
             /* the experts these rows need start reading while the next
              * blocks' attention runs */
             if (L->moe && t0 + nt < T) moe_start(mc, &s->b, il, err);
         }
+        pend = -1;
         if (il % c->B == 0) n_anc++;
         if (L->moe) {
             /* one block: the shared experts' down-projection overlaps the
-             * first reads; several: each block's shared experts run after */
+             * first reads; several: each block's shared experts run at its finish */
             if (moe_experts(mc, &s->b, il, L, T, one_block ? s->b.ffn : NULL, err)) goto fail;
-            for (int t0 = 0; t0 < T; t0 += RB) {
-                int nt = T - t0 < RB ? T - t0 : RB;
-                float *H = s->b.H + (size_t)t0 * h;
-                if (!one_block) {
-                    /* the block's MoE input again, from the unchanged H and anchors */
-                    mix_rows(eng->pool, s->b.anchors + (size_t)t0 * h, n_anc, astride, H, nt, (int)h, L->mlp_res_nwpw,
-                             c->eps, s->b.min, s->b.probs);
-                    norm_rows(eng->pool, s->b.min, L->post_ln, nt, (int)h, c->eps, s->b.y);
-                }
-                moe_finish(mc, &s->b, L, s->b.y, t0, nt, s->b.ffn, one_block);
-                add_rows(H, s->b.ffn, (size_t)nt * h);
-                if (dl && t0 == tl) dl->mlp_output_norm = l2norm(s->b.ffn + (size_t)(dt - tl) * h, (int)h);
-            }
             if (eng->trace) trace_routes(s, il, T);
+            if (dl) {
+                /* before the next layer's routing takes these rows */
+                dl->n_experts = c->k;
+                for (int j = 0; j < c->k && j < DBG_MAX_K; j++) {
+                    dl->expert_ids[j] = s->b.route_ids[dt * c->k + j];
+                    dl->expert_weights[j] = s->b.route_w[dt * c->k + j];
+                }
+            }
+            if (wave && il + 1 < c->NL) {
+                pend = il;
+                pend_anc = n_anc;
+            } else {
+                for (int t0 = 0; t0 < T; t0 += RB)
+                    finish_block(s, il, n_anc, t0, T - t0 < RB ? T - t0 : RB, one_block, dl, dt, tl);
+            }
+        } else if (dl) {
+            dl->n_experts = 0;
+            dl->partial_sum_norm = l2norm(s->b.H + dt * h, (int)h);
         }
         prefetch_after_layer(mc, &s->b, il, T, s->b.H);
         if (eng->events) {
             double t = now_sec();
             eng->layer_sec[il] = t - t_layer;
             t_layer = t;
-        }
-        if (dl) {
-            dl->partial_sum_norm = l2norm(s->b.H + dt * h, (int)h);
-            dl->n_experts = L->moe ? c->k : 0;
-            for (int j = 0; L->moe && j < c->k && j < DBG_MAX_K; j++) {
-                dl->expert_ids[j] = s->b.route_ids[dt * c->k + j];
-                dl->expert_weights[j] = s->b.route_w[dt * c->k + j];
-            }
         }
     }
     if (eng->ts.on && trunk_stream_layer(eng, c->NL, err)) goto fail;

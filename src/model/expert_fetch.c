@@ -77,6 +77,29 @@ static void run_ready(const model_ctx *eng, session_bufs *s, int il, fetch_run_f
     g->n_ready = 0;
 }
 
+/* n completions: the group's own reads (and prefetches it waited for)
+ * become ready; other prefetches hand their slots to the cache */
+static void take_landed(const model_ctx *eng, session_bufs *s, rolling *g, const int64_t *tags, const int *ok, int n)
+{
+    int il = g->il;
+    for (int i = 0; i < n; i++) {
+        int u = (int)tags[i];
+        if (tags[i] & FETCH_PF_TAG) {
+            u = landed_in_group(eng, s, tags[i], ok[i], il, g->u0, g->next);
+            if (u < 0) continue;
+        } else if (ok[i]) {
+            expert_cache_filled(eng->cache, il, s->uniq[u]);
+        }
+        g->n_wait--;
+        if (!ok[i]) {
+            g->rc = -1;
+            continue;
+        }
+        s->uniq_state[u] = 1;
+        s->ready_list[g->n_ready++] = u;
+    }
+}
+
 void fetch_begin(session_bufs *s, int il, int u0)
 {
     CHECK(!s->fg.open);
@@ -89,6 +112,11 @@ void fetch_extend(const model_ctx *eng, session_bufs *s, int u1, df_error *err)
     CHECK(g->open && u1 >= g->u1);
     g->u1 = u1;
     if (!g->rc) acquire_more(eng, s, g->il, g, err);
+    /* take what has landed since, so that reads queued behind the I/O
+     * queue's depth go out now rather than when the group is finished */
+    int64_t tags[64];
+    int ok[64], n;
+    while (g->n_wait && (n = expert_store_poll(eng->store, tags, ok, 64, err)) > 0) take_landed(eng, s, g, tags, ok, n);
 }
 
 int fetch_finish(const model_ctx *eng, session_bufs *s, fetch_run_fn run,
@@ -117,22 +145,7 @@ int fetch_finish(const model_ctx *eng, session_bufs *s, fetch_run_fn run,
             CHECK(g->rc);
             break;
         }
-        for (int i = 0; i < n; i++) {
-            int u = (int)tags[i];
-            if (tags[i] & FETCH_PF_TAG) {
-                u = landed_in_group(eng, s, tags[i], ok[i], il, g->u0, g->next);
-                if (u < 0) continue;
-            } else if (ok[i]) {
-                expert_cache_filled(cache, il, s->uniq[u]);
-            }
-            g->n_wait--;
-            if (!ok[i]) {
-                g->rc = -1;
-                continue;
-            }
-            s->uniq_state[u] = 1;
-            s->ready_list[g->n_ready++] = u;
-        }
+        take_landed(eng, s, g, tags, ok, n);
     }
     /* slots still held: present but not computed (after an error), or never filled */
     for (int u = g->u0; u < g->next; u++) {

@@ -492,7 +492,19 @@ void expert_store_flush(expert_store *s)
 
 int expert_store_in_flight(const expert_store *s) { return s->n_sync_done + io_queue_in_flight(s->q); }
 
+static int store_reap(expert_store *s, int64_t *tags, int *ok, int max, df_error *err, int block);
+
 int expert_store_wait(expert_store *s, int64_t *tags, int *ok, int max, df_error *err)
+{
+    return store_reap(s, tags, ok, max, err, 1);
+}
+
+int expert_store_poll(expert_store *s, int64_t *tags, int *ok, int max, df_error *err)
+{
+    return store_reap(s, tags, ok, max, err, 0);
+}
+
+static int store_reap(expert_store *s, int64_t *tags, int *ok, int max, df_error *err, int block)
 {
     int n = 0;
     while (s->n_sync_done && n < max) {
@@ -507,8 +519,8 @@ int expert_store_wait(expert_store *s, int64_t *tags, int *ok, int max, df_error
     if (s->ggml && max > 64 / 3) max = 64 / 3; /* each piece may finish an expert */
 again:;
     double t0 = now_sec();
-    int got = io_queue_wait(s->q, done, max < 64 ? max : 64);
-    s->st.wait_sec += now_sec() - t0;
+    int got = block ? io_queue_wait(s->q, done, max < 64 ? max : 64) : io_queue_poll(s->q, done, max < 64 ? max : 64);
+    if (block) s->st.wait_sec += now_sec() - t0;
     for (int i = 0; i < got && s->ggml; i++) {
         int p = (int)((done[i].tag >> 27) & 0x3);
         int il = (int)((done[i].tag >> 16) & 0x7FF), e = (int)(done[i].tag & 0xFFFF);
@@ -566,7 +578,8 @@ again:;
         }
         ok[n++] = 1;
     }
-    if (!n && io_queue_in_flight(s->q)) goto again; /* only pieces landed */
+    if (!n && got && io_queue_in_flight(s->q)) goto again; /* only pieces landed */
+    if (!n && block && io_queue_in_flight(s->q)) goto again;
     return n;
 }
 

@@ -151,6 +151,9 @@ void expert_store_flush(expert_store *s);
  * first failure also fills err, naming the expert and the file).  Returns
  * the count, 0 when nothing is in flight. */
 int expert_store_wait(expert_store *s, int64_t *tags, int *ok, int max, df_error *err);
+/* The same without blocking: the completions already there (0 when none
+ * has landed yet); reads waiting for a free place in the queue go out. */
+int expert_store_poll(expert_store *s, int64_t *tags, int *ok, int max, df_error *err);
 int expert_store_in_flight(const expert_store *s);
 void expert_store_deinit(expert_store *s);
 
