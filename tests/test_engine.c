@@ -4,13 +4,15 @@
  * expert cache size (one slot vs all) must all give bit-identical logits.
  * Also: the allocation guard trips on every allocator entry of the process
  * (ours, libc-internal, pool workers) and spares other threads, and bad ids / a full context are
- * clear errors that leave the session usable.
+ * clear errors that leave the session usable, and a NaN weight is an error
+ * naming the layer and part where non-finite values first appear.
  */
 #define _GNU_SOURCE
 #include "harness.h"
 #include "kernels.h"
 #include "engine_impl.h"
 #include "threadpool.h"
+#include "safetensors.h"
 #include "util.h"
 
 #include <fcntl.h>
@@ -320,6 +322,110 @@ static void test_errors_keep_session(void)
     df_engine_close(eng);
 }
 
+/* A copy of the fixture checkpoint with one tensor poisoned: bytes [0, n)
+ * of tensor `name` (found in whichever shard holds it) set to `byte`
+ * (0xff: BF16 NaN pairs, MXFP4 scales of NaN).  Writes the copy's path. */
+static int poisoned_copy(const char *tag, const char *name, size_t n, int byte, char *out, size_t n_out)
+{
+    char src[512];
+    snprintf(src, sizeof src, "%s/k3-tiny-a/checkpoint", testdata_dir());
+    snprintf(out, n_out, "%s/nan-%s", test_scratch(), tag);
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s' && cp -r '%s' '%s'", out, src, out);
+    if (system(cmd) != 0) {
+        t_fail(__FILE__, __LINE__, "cannot copy %s", src);
+        return -1;
+    }
+    for (int i = 1; i <= 3; i++) {
+        char shard[1200];
+        snprintf(shard, sizeof shard, "%s/model-%05d-of-000003.safetensors", out, i);
+        st_file f;
+        df_error err = {0};
+        if (st_open(shard, &f, &err)) continue;
+        const st_tensor *t = st_find(&f, name);
+        if (t) {
+            if (n > t->nbytes) n = (size_t)t->nbytes;
+            unsigned char buf[64];
+            memset(buf, byte, sizeof buf);
+            int fd = open(shard, O_WRONLY);
+            int ok = fd >= 0 && pwrite(fd, buf, n < sizeof buf ? n : sizeof buf, (off_t)t->offset) > 0;
+            if (fd >= 0) close(fd);
+            st_deinit(&f);
+            if (!ok) t_fail(__FILE__, __LINE__, "cannot poison %s", shard);
+            return ok ? 0 : -1;
+        }
+        st_deinit(&f);
+    }
+    t_fail(__FILE__, __LINE__, "no tensor %s in the fixture", name);
+    return -1;
+}
+
+/* A NaN weight stops evaluation with an error naming the first layer and
+ * part where non-finite values appear (not token 0 forever), through the
+ * API (a prompt without logits too, and a decode step) and `deltafin run`. */
+static void test_nonfinite_named(void)
+{
+    static const struct {
+        const char *tag, *tensor;
+        size_t n;
+        const char *want;
+    } cases[] = {
+        {"attn", "language_model.model.layers.2.self_attn.o_proj.weight", 2, "layer 2's KDA attention"},
+        {"moe", "language_model.model.layers.3.block_sparse_moe.routed_expert_down_proj.weight", 2, "layer 3's MoE"},
+        {"dense", "language_model.model.layers.0.mlp.down_proj.weight", 2, "layer 0's dense MLP"},
+        {"expert", "language_model.model.layers.5.block_sparse_moe.experts.0.w2.weight_scale", 64, "layer 5's MoE"},
+        {"head", "language_model.lm_head.weight", 2, "output norm and lm_head"},
+    };
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        char dir[1024];
+        if (poisoned_copy(cases[ci].tag, cases[ci].tensor, cases[ci].n, 0xff, dir, sizeof dir)) continue;
+        df_engine_opts o;
+        df_engine_opts_default(&o);
+        o.quiet = 1;
+        df_engine *eng;
+        df_error err = {0};
+        if (df_engine_open(dir, &o, &eng, &err)) {
+            t_fail(__FILE__, __LINE__, "%s: open: %s", cases[ci].tag, err.msg);
+            continue;
+        }
+        df_model_info info;
+        df_engine_info(eng, &info);
+        df_session_opts so;
+        df_session_opts_default(&so);
+        df_session *s;
+        TCHECK(df_session_new(eng, &so, &s, &err) == 0);
+        float *lg = malloc((size_t)info.vocab * sizeof(float));
+        /* the whole prompt with its logits; then, for a part every token
+         * meets, the prompt with no logits wanted and one decode step */
+        int rc = df_session_eval(s, ids, N_IDS, lg, 0, &err);
+        int is_expert = !strcmp(cases[ci].tag, "expert");
+        TCHECKF(rc == -1 && err.code == DF_ERR_NUMERIC && strstr(err.msg, cases[ci].want),
+                "%s: rc %d code %d: %s", cases[ci].tag, rc, err.code, err.msg);
+        /* the failing chunk is not taken: the first for a layer's part, the
+         * last (the one whose logits are wanted) for the head */
+        int want_pos = strcmp(cases[ci].tag, "head") ? 0 : (N_IDS - 1) / df_session_max_batch(s) * df_session_max_batch(s);
+        TCHECKF(df_session_pos(s) == want_pos, "%s: pos %d, not %d", cases[ci].tag, df_session_pos(s), want_pos);
+        if (!is_expert && strcmp(cases[ci].tag, "head")) {
+            df_session_reset(s);
+            df_err_clear(&err);
+            rc = df_session_eval(s, ids, 1, NULL, 0, &err);
+            TCHECKF(rc == -1 && strstr(err.msg, cases[ci].want), "%s, no logits: %s", cases[ci].tag, err.msg);
+        }
+        free(lg);
+        df_session_free(s);
+        df_engine_close(eng);
+        if (ci != 0) continue;
+        /* the CLI: a clear error and a failing exit, no tokens */
+        char out[4096], errs[4096];
+        const char *argv[] = {build_bin("deltafin"), "run", "--model", dir, "--prompt-ids", "387,267,263", "--max-new",
+                              "4", NULL};
+        int st = t_run(argv, out, sizeof out, errs, sizeof errs);
+        TCHECKF(st != 0 && strstr(errs, "non-finite") && strstr(errs, "layer 2"), "run: status %d, stderr: %s", st,
+                errs);
+    }
+    test_scratch_remove();
+}
+
 /* deltafin cachesim on a trace whose answers are worked out by hand:
  * one layer, uses 0 1 0 2 0 1 0 3, two slots.
  *   Belady: misses 0, 1; hit 0; 2 is never used again, so it streams through
@@ -367,6 +473,7 @@ static const test_case tests[] = {
     {"cache_sizes_bit_identical", test_cache_sizes},
     {"alloc_guard_trips", test_alloc_guard_trips},
     {"errors_keep_session_usable", test_errors_keep_session},
+    {"nonfinite_weights_named", test_nonfinite_named},
 };
 
 int main(int argc, char **argv) { return test_main(tests, NTESTS(tests), argc, argv); }

@@ -20,6 +20,7 @@ enum df_err_code {
     DF_ERR_ARG = 4,      /* bad argument from the caller */
     DF_ERR_NOMEM = 5,    /* a budgeted buffer could not be allocated */
     DF_ERR_LIMIT = 6,    /* context or batch limit exceeded */
+    DF_ERR_NUMERIC = 7,  /* NaN or infinity in the forward pass (weights or overflow) */
 };
 
 typedef struct df_error {

@@ -19,6 +19,7 @@
 #include "util.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -941,6 +942,34 @@ static void add_rows(float *dst, const float *src, size_t n)
     for (size_t i = 0; i < n; i++) dst[i] = dst[i] + src[i];
 }
 
+/* Non-finite values.  A NaN or infinity in a weight (or an overflow)
+ * spreads through every later layer into the logits, and greedy decoding
+ * of NaN logits is token 0 forever.  So the rows a part of a layer adds to
+ * the residual stream are tested where they are added (an exponent test
+ * per float, integer OR: O(h) per row against the part's O(h^2) work, and
+ * no effect on any value), the earliest layer and part is kept, and the
+ * chunk fails at its end with an error naming it.  The logits are tested
+ * too (the output norm and lm_head). */
+static int any_nonfinite(const float *x, size_t n)
+{
+    uint32_t bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, x + i, sizeof u);
+        bad |= (uint32_t)((u & 0x7f800000u) == 0x7f800000u);
+    }
+    return bad != 0;
+}
+
+static void check_finite(df_session *s, const float *x, size_t n, int layer, const char *part)
+{
+    if (s->nf_layer <= layer) return; /* already seen no later than this */
+    if (any_nonfinite(x, n)) {
+        s->nf_layer = layer;
+        s->nf_part = part;
+    }
+}
+
 /* Row-local work of a chunk (norms, the residual mixes) on every worker
  * when there are enough rows: a row's result is its own, whatever the split. */
 typedef struct rows_ctx {
@@ -1038,6 +1067,7 @@ static int layer_rows(df_session *s, int il, int t0, int nt, int n_anc, int pos0
     if (rc) return -1;
     if (boundary) memcpy(H, s->b.att, nh * sizeof(float));
     else add_rows(H, s->b.att, nh);
+    check_finite(s, H, nh, il, L->kind == LAYER_KDA ? "KDA attention" : "MLA attention");
     mix_rows(eng->pool, anc, n_anc, astride, H, nt, (int)h, L->mlp_res_nwpw, c->eps, s->b.min, s->b.probs);
     if (dl) {
         dl->attn_output_norm = l2norm(s->b.att + (size_t)ld * h, (int)h);
@@ -1051,6 +1081,7 @@ static int layer_rows(df_session *s, int il, int t0, int nt, int n_anc, int pos0
     } else {
         dense_mlp_forward(mc, &s->b, L, s->b.y, nt, s->b.ffn);
         add_rows(H, s->b.ffn, nh);
+        check_finite(s, H, nh, il, "dense MLP");
         if (dl) dl->mlp_output_norm = l2norm(s->b.ffn + (size_t)ld * h, (int)h);
     }
     return 0;
@@ -1076,6 +1107,7 @@ static void finish_block(df_session *s, int il, int n_anc, int t0, int nt, int o
     }
     moe_finish(&eng->mc, &s->b, L, s->b.y, t0, nt, s->b.ffn, one_block);
     add_rows(H, s->b.ffn, (size_t)nt * h);
+    check_finite(s, H, (size_t)nt * h, il, "MoE (router, shared or routed experts)");
     if (dl && t0 == tl) {
         dl->mlp_output_norm = l2norm(s->b.ffn + (size_t)(dt - tl) * h, (int)h);
         dl->partial_sum_norm = l2norm(s->b.H + (size_t)dt * h, (int)h);
@@ -1107,6 +1139,9 @@ static int forward_chunk(df_session *s, const int32_t *ids, int T, float *logits
     double wait0 = eng->m.store.st.wait_sec;
     CHECK(T >= 1 && T <= s->b.max_batch);
     if (embed_rows(eng, ids, T, s->b.H, err)) goto fail;
+    s->nf_layer = INT_MAX;
+    s->nf_part = NULL;
+    check_finite(s, s->b.H, (size_t)T * h, -1, "token embedding");
     if (dbg) dbg->embedding_norm = l2norm(s->b.H + dt * h, (int)h);
     int n_anc = 0;
     /* Several blocks, trunk in memory: a MoE layer's blocks are finished
@@ -1175,7 +1210,26 @@ static int forward_chunk(df_session *s, const int32_t *ids, int T, float *logits
             dbg->final_mix_norm = l2norm(s->b.ain + (size_t)(dt - t0) * h, (int)h);
             dbg->final_normed_norm = l2norm(s->b.xn + (size_t)(dt - t0) * h, (int)h);
         }
-        if (logits) mm_one(eng->pool, eng->kt, eng->m.lm_head, s->b.xn, nt, all_rows ? logits + (size_t)t0 * c->V : logits);
+        if (logits) {
+            float *lr = all_rows ? logits + (size_t)t0 * c->V : logits;
+            mm_one(eng->pool, eng->kt, eng->m.lm_head, s->b.xn, nt, lr);
+            check_finite(s, lr, (size_t)(all_rows ? nt : 1) * c->V, c->NL, "output norm and lm_head");
+        }
+    }
+    if (s->nf_layer != INT_MAX) {
+        /* the session's state past this chunk's start is not usable: its
+         * position stays where it was and the caller resets or truncates */
+        if (s->nf_layer < 0 || s->nf_layer >= c->NL)
+            df_err_set(err, DF_ERR_NUMERIC, -1,
+                       "non-finite values (NaN or infinity) at positions %d-%d, first in the %s: the model's "
+                       "weights hold a NaN or infinity there, or the values overflowed",
+                       pos0, pos0 + T - 1, s->nf_part);
+        else
+            df_err_set(err, DF_ERR_NUMERIC, -1,
+                       "non-finite values (NaN or infinity) at positions %d-%d, first in layer %d's %s "
+                       "(model.layers.%d): the model's weights hold a NaN or infinity there, or the values overflowed",
+                       pos0, pos0 + T - 1, s->nf_layer, s->nf_part, s->nf_layer);
+        goto fail;
     }
     if (logits && dbg) dbg->logits_norm = l2norm(all_rows ? logits + (size_t)dt * c->V : logits, c->V);
     if (eng->events) {

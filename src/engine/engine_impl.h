@@ -73,6 +73,9 @@ struct df_session {
     df_progress_fn progress;  /* between chunks of a long eval, or NULL */
     void *progress_ctx;
     dbg_record *dbg;          /* optional, owned by the caller */
+    int nf_layer;             /* the first layer whose rows held a NaN/infinity in this chunk
+                               * (-1: the embedding, NL: the output head, INT_MAX: none) */
+    const char *nf_part;      /* which part of it */
 };
 
 /* trunk_stream.c: the trunk read layer by layer into two buffers (one
