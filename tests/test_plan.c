@@ -212,6 +212,12 @@ static void test_cli_mem_is_a_promise(void)
                          "--mem", "48M", "--draft", self, "--draft-k", "4", "--draft-mem", "22M", "--bench-json", NULL};
     TCHECKF(cli(a1d) == 0, "%s", err_);
     check_peak("--draft model:(itself), --draft-mem 22M", "48M", 48 * MiB);
+    /* ... and drafts in it (a --ctx under the draft model's 256-id window
+     * used to turn its proposals off): the model drafting for itself is
+     * right every time */
+    const char *dp = strstr(out_, "\"draft_proposed\":"), *da = strstr(out_, "\"draft_accepted\":");
+    long n_prop = dp ? strtol(dp + 17, NULL, 10) : -1, n_acc = da ? strtol(da + 17, NULL, 10) : -1;
+    TCHECKF(n_prop > 0 && n_acc == n_prop, "a draft model at --ctx 200: %ld proposed, %ld accepted", n_prop, n_acc);
     const char *a1e[] = {DF, "run", "--model", tiny, "--prompt-ids", "1,2,3", "--ctx", "200", "--mem", "40M",
                          "--draft", self, "--draft-mem", "1M", NULL};
     TCHECKF(cli(a1e) == 1 && strstr(err_, "--draft model:"), "a draft model in 1M: %s", err_);

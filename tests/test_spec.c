@@ -8,8 +8,10 @@
  * accepted), one that proposes wrong ids (none accepted) and one right for a
  * random number of ids each step, the ids and every logit row equal
  * drafts-off decoding, with a one-slot expert cache and with every expert
- * resident, at 1 and 3 threads; the real drafters (ngram, suffix, the target
- * as its own draft model) likewise, and the accounting adds up.
+ * resident, at 1 and 3 threads; the real drafters likewise (ngram and suffix
+ * on the trained default model with a prompt that repeats, where they must
+ * propose and be right some of the time; the target as its own draft model,
+ * right every time), and the accounting adds up.
  */
 #define _GNU_SOURCE
 #include "harness.h"
@@ -17,6 +19,7 @@
 #include "engine.h"
 #include "generate.h"
 #include "sampler.h"
+#include "tokenizer.h"
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -191,6 +194,9 @@ typedef struct run_out {
 
 /* set by a test to change the loop after gen_init (the guard's state) */
 static void (*after_init)(gen_loop *g);
+/* a prompt for generate() instead of its 12 generated ids (NULL: those) */
+static const int32_t *g_prompt;
+static int g_prompt_n;
 
 /* A prompt (`rep`: a repeating one, where lookups find matches), then n
  * tokens (greedy), then settle with the last token: the row after it. */
@@ -211,7 +217,8 @@ static int generate(df_engine *eng, df_drafter *dr, int k_fixed, int n, int rep,
     if (after_init) after_init(&g);
     int32_t prompt[12];
     for (int i = 0; i < 12; i++) prompt[i] = tok_at(rep ? i % 4 : i + 50);
-    if (gen_feed(&g, prompt, 12, &err)) goto fail;
+    int np = g_prompt ? g_prompt_n : 12;
+    if (gen_feed(&g, g_prompt ? g_prompt : prompt, (size_t)np, &err)) goto fail;
     o->rows = malloc((size_t)(n + 1) * V * sizeof *o->rows);
     for (int i = 0; i < n; i++) {
         if (gen_next(&g, &o->ids[i], &err)) goto fail;
@@ -219,7 +226,7 @@ static int generate(df_engine *eng, df_drafter *dr, int k_fixed, int n, int rep,
     }
     if (gen_settle(&g, 1, &err)) goto fail;
     memcpy(o->rows + (size_t)n * V, gen_logits(&g), (size_t)V * sizeof *o->rows);
-    TCHECKF(df_session_pos(s) == 12 + n, "settled at %d", df_session_pos(s));
+    TCHECKF(df_session_pos(s) == np + n, "settled at %d", df_session_pos(s));
     /* the session is exactly the history: one more step matches too */
     int32_t extra;
     if (gen_next(&g, &extra, &err)) goto fail;
@@ -416,41 +423,93 @@ static void test_model_drafter_window(void)
  * ids and rows as drafts off; the self-draft is accepted in full. */
 static void test_real_drafters(void)
 {
-    const char *dir = model_dir();
-    if (!dir) return;
-    df_engine *eng = open_model(dir, (size_t)1 << 30, 2, GEN_MAX_DRAFT + 1);
+    /* the lookup drafters on the trained default model and a prompt that
+     * repeats itself, as text people give does: they must propose and be
+     * right some of the time (a random model's continuation never repeats,
+     * so there they would compare drafts off with drafts off) */
+    char mini[600];
+    snprintf(mini, sizeof mini, "%s/../models/k3-mini", testdata_dir());
+    df_engine *eng = open_model(mini, (size_t)1 << 30, 2, GEN_MAX_DRAFT + 1);
     if (!eng) return;
     df_model_info info;
     df_engine_info(eng, &info);
+    tokenizer *tok = NULL;
+    df_error err = {0};
+    int32_t *pids = NULL;
+    size_t np = 0, cap = 0;
+    static const char text[] = "the cat sat on the mat. the dog sat on the log. the cat sat on the mat. "
+                               "the dog sat on the log. the cat sat on the";
+    if (tokenizer_load(mini, &tok, &err) || tokenizer_encode(tok, text, sizeof text - 1, 0, &pids, &np, &cap, &err)) {
+        t_fail(__FILE__, __LINE__, "tokenizer: %s", err.msg);
+        tokenizer_free(tok);
+        df_engine_close(eng);
+        return;
+    }
+    g_prompt = pids;
+    g_prompt_n = (int)np;
     run_out ref = {0};
+    if (generate(eng, NULL, 0, GEN_N, 1, &ref) == 0) {
+        const char *specs[2] = {"ngram", "suffix"};
+        for (int i = 0; i < 2; i++)
+            for (int k = 0; k < 2; k++) {
+                df_drafter *d = NULL;
+                if (df_drafter_open(specs[i], (size_t)1 << 30, 512, 1, info.vocab, &d, E0)) {
+                    t_fail(__FILE__, __LINE__, "%s: %s", specs[i], err.msg);
+                    continue;
+                }
+                run_out got = {0};
+                if (!generate(eng, d, k ? 3 : 0, GEN_N, 1, &got)) {
+                    compare(&ref, &got, info.vocab, specs[i]);
+                    fprintf(stderr, "    %s k=%s: %llu/%llu accepted, %llu passes\n", specs[i], k ? "3" : "auto",
+                            (unsigned long long)got.st.accepted, (unsigned long long)got.st.proposed,
+                            (unsigned long long)got.st.passes);
+                    /* at a fixed k the drafter proposes whenever it has a match */
+                    if (k)
+                        TCHECKF(got.st.proposed > 0 && got.st.accepted > 0 && got.st.passes < GEN_N,
+                                "%s k=3 never drafted: %llu/%llu accepted, %llu passes for %d tokens", specs[i],
+                                (unsigned long long)got.st.accepted, (unsigned long long)got.st.proposed,
+                                (unsigned long long)got.st.passes, GEN_N);
+                }
+                free(got.rows);
+                df_drafter_free(d);
+            }
+    }
+    g_prompt = NULL;
+    free(pids);
+    tokenizer_free(tok);
+    free(ref.rows);
+    df_engine_close(eng);
+
+    /* the target as its own draft model, on a generated model */
+    const char *dir = model_dir();
+    if (!dir) return;
+    eng = open_model(dir, (size_t)1 << 30, 2, GEN_MAX_DRAFT + 1);
+    if (!eng) return;
+    df_engine_info(eng, &info);
+    ref = (run_out){0};
     if (generate(eng, NULL, 0, GEN_N, 1, &ref)) return;
-    const char *specs[3] = {"ngram", "suffix", NULL};
     char self[600];
     snprintf(self, sizeof self, "model:%s", dir);
-    specs[2] = self;
-    for (int i = 0; i < 3; i++)
-        for (int k = 0; k < 2; k++) {
-            df_drafter *d = NULL;
-            df_error err = {0};
-            if (df_drafter_open(specs[i], (size_t)1 << 30, 512, 1, info.vocab, &d, &err)) {
-                t_fail(__FILE__, __LINE__, "%s: %s", specs[i], err.msg);
-                continue;
-            }
-            run_out got = {0};
-            if (!generate(eng, d, k ? 3 : 0, GEN_N, 1, &got)) {
-                compare(&ref, &got, info.vocab, i == 2 ? "model drafter" : specs[i]);
-                if (i == 2 && k) TCHECKF(got.st.accepted == got.st.proposed && got.st.proposed > 0,
-                                         "self-draft: %llu of %llu", (unsigned long long)got.st.accepted,
-                                         (unsigned long long)got.st.proposed);
-                fprintf(stderr, "    %s k=%s: %llu/%llu accepted, %llu passes\n", i == 2 ? "model:self" : specs[i],
-                        k ? "3" : "auto", (unsigned long long)got.st.accepted, (unsigned long long)got.st.proposed,
-                        (unsigned long long)got.st.passes);
-            }
-            free(got.rows);
-            df_drafter_free(d);
+    for (int k = 0; k < 2; k++) {
+        df_drafter *d = NULL;
+        if (df_drafter_open(self, (size_t)1 << 30, 512, 1, info.vocab, &d, E0)) {
+            t_fail(__FILE__, __LINE__, "%s: %s", self, err.msg);
+            continue;
         }
+        run_out got = {0};
+        if (!generate(eng, d, k ? 3 : 0, GEN_N, 1, &got)) {
+            compare(&ref, &got, info.vocab, "model drafter");
+            if (k)
+                TCHECKF(got.st.accepted == got.st.proposed && got.st.proposed > 0, "self-draft: %llu of %llu",
+                        (unsigned long long)got.st.accepted, (unsigned long long)got.st.proposed);
+            fprintf(stderr, "    model:self k=%s: %llu/%llu accepted, %llu passes\n", k ? "3" : "auto",
+                    (unsigned long long)got.st.accepted, (unsigned long long)got.st.proposed,
+                    (unsigned long long)got.st.passes);
+        }
+        free(got.rows);
+        df_drafter_free(d);
+    }
     df_drafter *d = NULL;
-    df_error err = {0};
     TCHECK(df_drafter_open("bogus", 0, 512, 1, info.vocab, &d, E0) == -1 && strstr(err.msg, "bogus"));
     TCHECKF(df_drafter_open(self, 0, 512, 1, info.vocab + 1, &d, E0) == -1 && strstr(err.msg, "vocabulary"), "%s", err.msg);
     free(ref.rows);

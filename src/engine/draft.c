@@ -160,10 +160,10 @@ typedef struct mdraft {
 #define MD_GAP_MAX 256
 #define MD_WINDOW 256
 
-/* Evaluate what the draft session lacks of h[0..n) (`bounded`: at most
- * MD_WINDOW ids after a long gap): afterwards it holds h[base..n) and
- * m->logits is the distribution after it. */
-static int md_catch_up(mdraft *m, const int32_t *h, size_t n, int bounded, df_error *err)
+/* Evaluate what the draft session lacks of h[0..n) (`win` > 0: at most
+ * win ids after a long gap or past the draft context): afterwards it holds
+ * h[base..n) and m->logits is the distribution after it. */
+static int md_catch_up(mdraft *m, const int32_t *h, size_t n, size_t win, df_error *err)
 {
     size_t L = 0;
     if (m->base < n)
@@ -172,10 +172,10 @@ static int md_catch_up(mdraft *m, const int32_t *h, size_t n, int bounded, df_er
     if (L && m->base + L == n) L--; /* evaluate the last id again: its logits are needed */
     size_t gap = n - (m->base + L);
     int restart = !L && m->base > 0;
-    if (bounded && (gap > MD_GAP_MAX || n - m->base + 1 > m->cap)) restart = 1;
+    if (win && (gap > MD_GAP_MAX || n - m->base + 1 > m->cap)) restart = 1;
     if (restart) {
         df_session_reset(m->s);
-        m->base = bounded && n > MD_WINDOW ? n - MD_WINDOW : 0;
+        m->base = win && n > win ? n - win : 0;
         L = 0;
     } else if (L < m->n_held) {
         df_error e2 = {0};
@@ -209,8 +209,14 @@ static int md_propose(df_drafter *d, const int32_t *h, size_t n, int32_t *out, i
 {
     mdraft *m = d->state;
     if (!n) return 0;
-    if (MD_WINDOW + (size_t)k + 1 > m->cap) return 0; /* a draft context too small to draft in */
-    if (md_catch_up(m, h, n, 1, err)) return -1;
+    /* the window restarted on: MD_WINDOW ids, fewer when the draft context
+     * (the target's --ctx) is smaller, so that k drafts still fit */
+    size_t win = MD_WINDOW;
+    if (win + (size_t)k + 1 > m->cap) {
+        if (m->cap < (size_t)k + 2) return 0; /* no room for one id and k drafts */
+        win = m->cap - (size_t)k - 1;
+    }
+    if (md_catch_up(m, h, n, win, err)) return -1;
     if (n - m->base + (size_t)k + 1 > m->cap) return 0; /* past the draft context: no drafts */
     if (df_session_mark(m->s, err)) return -1;
     for (int i = 0; i < k; i++) {
