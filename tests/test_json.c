@@ -4,8 +4,10 @@
  * character boundary. */
 #include "harness.h"
 #include "json.h"
+#include "json_write.h"
 #include "util.h"
 
+#include <math.h>
 #include <string.h>
 
 static json_doc *parse(const char *s, df_error *err)
@@ -55,6 +57,10 @@ static void test_errors(void)
         {"\"\x01\"", "control character", 1},
         {"\"\xc3\x28\"", "invalid UTF-8", 1},
         {"nul", "unexpected character", 0},
+        /* past a double's range: infinity has no JSON spelling to write back */
+        {"{\"x\":1e999}", "out of range", -1},
+        {"[-1e400]", "out of range", -1},
+        {"[1234567890123456789012345678901234567890123456789012345678901234567890e300]", "out of range", -1},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         df_error err;
@@ -70,6 +76,21 @@ static void test_errors(void)
     deep[sizeof deep - 1] = 0;
     df_error err;
     TCHECK(!parse(deep, &err) && strstr(err.msg, "too deep"));
+}
+
+/* The writer never spells a NaN or an infinity (not JSON): null. */
+static void test_write_nonfinite(void)
+{
+    const double xs[] = {NAN, INFINITY, -INFINITY, 1.5};
+    const char *want[] = {"null", "null", "null", "1.5"};
+    for (int i = 0; i < 4; i++) {
+        json_buf b;
+        json_buf_init(&b);
+        json_write_double(&b, xs[i]);
+        json_buf_putc(&b, 0);
+        TCHECKF(!strcmp(b.p, want[i]), "%g written as %s", xs[i], b.p);
+        json_buf_free(&b);
+    }
 }
 
 /* json_scalar_type agrees with json_parse on every input (it shares the
@@ -118,6 +139,7 @@ static void test_utf8(void)
 }
 
 static const test_case tests[] = {
+    {"write_nonfinite", test_write_nonfinite},
     {"json_values", test_values},
     {"json_errors_with_position", test_errors},
     {"json_scalar_type_matches_parse", test_scalar_type},

@@ -488,7 +488,15 @@ static int parse_messages(srv *S, job *j, const json_value *o, rq_err *e)
     if (!rc) {
         df_error err = {0};
         json_doc *doc = json_parse(d.p, d.len, &err);
-        CHECK(doc);
+        if (!doc) {
+            /* the converted request nests one level deeper than the one
+             * sent: a request at the reader's depth limit ends here */
+            json_buf_free(&d);
+            return rq_fail(e, 400, "messages",
+                           "the request cannot be converted: %s (JSON nesting is limited to %d levels, and a "
+                           "tool's input_schema or a content block is nested one level deeper in conversion)",
+                           err.msg, JSON_MAX_DEPTH);
+        }
         const json_value *r = json_root(doc);
         co.tools = json_get(r, "tools");
         co.tool_choice = json_get(r, "tool_choice");

@@ -211,11 +211,15 @@ static json_value *parse_number(cursor *p)
         big[len] = 0;
         v->num = strtod(big, NULL);
         free(big);
+        if (isinf(v->num)) { fail(p, "number out of range (it overflows a double)"); return NULL; }
         return v;
     }
     memcpy(tmp, p->s + s, len);
     tmp[len] = 0;
     v->num = strtod(tmp, NULL);
+    /* a literal past a double's range would come back as infinity, which
+     * no JSON writer may spell: refused here, where the input is named */
+    if (isinf(v->num)) { fail(p, "number out of range (it overflows a double)"); return NULL; }
     if (is_int) {
         /* exact int64 when it fits */
         int neg = tmp[0] == '-';

@@ -80,8 +80,10 @@ void json_write_string(json_buf *b, const char *s, size_t n)
 
 void json_write_double(json_buf *b, double x)
 {
-    if (isnan(x)) { json_buf_puts(b, "nan"); return; }
-    if (isinf(x)) { json_buf_puts(b, x < 0 ? "-inf" : "inf"); return; }
+    /* JSON has no spelling for these: null (the reader refuses literals
+     * that overflow, and the server's numbers are checked before they are
+     * written, so this is a last line, never valid-looking garbage) */
+    if (isnan(x) || isinf(x)) { json_buf_puts(b, "null"); return; }
     if (x == 0) { json_buf_puts(b, signbit(x) ? "-0.0" : "0.0"); return; }
     char sci[40];
     for (int prec = 1; prec <= 17; prec++) {

@@ -43,7 +43,8 @@ void json_buf_putc(json_buf *b, char c);
 
 /* A JSON string literal (with quotes) for s[0..n). */
 void json_write_string(json_buf *b, const char *s, size_t n);
-/* Python repr of a double (finite values; inf/nan spelled as Python does). */
+/* Python repr of a double; a NaN or infinity is written as null (JSON has no
+ * spelling for them; json.c refuses literals that overflow). */
 void json_write_double(json_buf *b, double x);
 /* A NUMBER value: exact int64 when is_int, else json_write_double. */
 void json_write_number(json_buf *b, const json_value *v);

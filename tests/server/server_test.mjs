@@ -366,6 +366,27 @@ test('two interleaved conversations (--parallel 2) keep their prefixes', async (
   assert.match(t, /^deltafin_conversations_kept 2$/m);
 });
 
+test('requests that used to end the server (a number past a double, nesting at the limit) get 400; it keeps serving', async () => {
+  const base = { model: 'm', max_tokens: 4, messages: user('hi') };
+  const inf = await post('/v1/messages', `{"model":"m","max_tokens":4,"messages":[{"role":"user","content":"hi"}],`
+    + `"tools":[{"name":"t","input_schema":{"x":1e999}}]}`);
+  assert.equal(inf.status, 400, inf.text);
+  assert.equal(inf.json.type, 'error');
+  assert.match(inf.json.error.message, /out of range/);
+  const oaInf = await post('/v1/chat/completions', `{"messages":[{"role":"user","content":"hi"}],"temperature":1e999}`);
+  openaiError(oaInf);
+  let inner = '1';
+  for (let i = 0; i < 61; i++) inner = `{"a":${inner}}`;
+  const deep = await post('/v1/messages', `{"model":"m","max_tokens":4,"messages":[{"role":"user","content":"hi"}],`
+    + `"tools":[{"name":"t","input_schema":${inner}}]}`);
+  assert.equal(deep.status, 400, deep.text);
+  assert.equal(deep.json.type, 'error');
+  assert.match(deep.json.error.message, /nest/);
+  const ok = await post('/v1/messages', base);
+  assert.equal(ok.status, 200, ok.text);
+  assert.equal((await fetch(`${URL_}/health`)).status, 200);
+});
+
 test('errors: API-shaped 400s naming the field', async () => {
   const malformed = await post('/v1/chat/completions', '{"messages": [');
   openaiError(malformed);
