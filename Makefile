@@ -62,7 +62,7 @@ LIB_SRC := util file json json_write threadpool sha http safetensors quant mathf
            tokenizer chat_template gguf model_gguf plan prefetch_timing prefetch expert_fetch sampler generate draft session_file ranks
 LIB_OBJ := $(LIB_SRC:%=$(BUILD)/%.o)
 
-TESTS := test_json test_safetensors test_kernels test_model test_loader test_engine test_generated test_io test_tokenizer test_chat_template test_repl test_gguf test_plan test_prefetch test_prefill test_perplexity test_sampler test_mini test_spec test_session test_sha
+TESTS := test_json test_safetensors test_kernels test_model test_loader test_engine test_generated test_io test_tokenizer test_chat_template test_repl test_gguf test_plan test_prefetch test_prefill test_perplexity test_sampler test_mini test_spec test_session test_sha test_prompt
 TEST_BIN := $(TESTS:%=$(BUILD)/tests/%)
 
 # llama.cpp prebuilt from npm (see the llama_peer rule)
@@ -148,6 +148,12 @@ check:
 	$(MAKE) --no-print-directory setup-test
 	$(MAKE) --no-print-directory mpi-test
 	$(MAKE) --no-print-directory llama-oracle
+
+# What takes too long for CI (README, HACKING): run before calling an issue
+# resolved.  Prompts past the argument limit evaluated whole (65,000 ids,
+# a 200 KB text) under --mem.
+check-slow: all $(BUILD)/tests/test_prompt
+	DF_SLOW=1 $(BUILD)/tests/test_prompt long_prompts_whole
 
 FUZZ_TARGETS := fuzz_safetensors fuzz_config fuzz_json fuzz_tokenizer fuzz_chat_parser fuzz_chat_render fuzz_gguf \
                 fuzz_server_request fuzz_setup

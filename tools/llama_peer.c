@@ -167,8 +167,30 @@ static long proc_peak_rss_kb(void)
     return v;
 }
 
+/* "1,2,3" (commas and/or white space), or "@FILE" holding such a list
+ * (deltafin bench passes its prompt that way: longer than one argument) */
 static int parse_ids(const char *s, llama_token **out)
 {
+    char *file_text = NULL;
+    if (s[0] == '@') {
+        FILE *f = fopen(s + 1, "rb");
+        if (!f)
+            die("cannot open %s", s + 1);
+        size_t n = 0, cap = 1 << 16;
+        file_text = malloc(cap + 1);
+        for (size_t got; file_text && (got = fread(file_text + n, 1, cap - n, f)) > 0;) {
+            n += got;
+            if (n == cap) {
+                cap *= 2;
+                file_text = realloc(file_text, cap + 1);
+            }
+        }
+        fclose(f);
+        if (!file_text)
+            die("%s", "out of memory");
+        file_text[n] = 0;
+        s = file_text;
+    }
     int n = 0, cap = 16;
     llama_token *v = malloc((size_t)cap * sizeof *v);
     while (v && *s) {
@@ -185,9 +207,10 @@ static int parse_ids(const char *s, llama_token **out)
         }
         v[n++] = (llama_token)x;
         s = end;
-        while (*s == ',' || *s == ' ')
+        while (*s == ',' || *s == ' ' || *s == '\n' || *s == '\t' || *s == '\r')
             s++;
     }
+    free(file_text);
     if (!v)
         die("%s", "out of memory");
     *out = v;

@@ -54,7 +54,7 @@ static void bench_usage(FILE *f)
     fputs("usage: deltafin bench --vs-llama --model FILE.gguf [options]\n"
           "  --threads N          threads for both engines (default: all CPUs)\n"
           "  --prompt-len N       prompt tokens (default 32)\n"
-          "  --prompt-ids LIST    the prompt instead of generated ids\n"
+          "  --prompt-ids LIST    the prompt instead of generated ids (@FILE: ids read from FILE)\n"
           "  --gen N              tokens decoded greedily after the prompt (default 16)\n"
           "  --reps N             timed repetitions of each engine, alternating order (default 3)\n"
           "  --mem SIZE           deltafin's memory budget (default: its planner's)\n"
@@ -305,6 +305,12 @@ static void parse_bench(int argc, char **argv, bench_args *b)
     }
 }
 
+static char *bench_ids_file;
+static void remove_ids_file(void)
+{
+    if (bench_ids_file) unlink(bench_ids_file);
+}
+
 int cmd_bench(int argc, char **argv)
 {
     bench_args b;
@@ -322,17 +328,30 @@ int cmd_bench(int argc, char **argv)
     snprintf(probe, sizeof probe, "%s/libllama.v0.4.0.so", lib);
     if (access(probe, R_OK)) die("llama.cpp's library %s is missing (--llama-lib DIR)", probe);
 
-    /* the prompt: ids 1..1000 spread by a fixed stride unless given */
-    char ids[65536];
+    /* the prompt: ids 1..1000 spread by a fixed stride unless given
+     * (--prompt-ids LIST or @FILE); both engines read it from a file, so a
+     * prompt longer than one argument (128 KiB) works */
+    int32_t *pid = NULL;
     if (b.prompt_ids) {
-        snprintf(ids, sizeof ids, "%s", b.prompt_ids);
-        b.prompt_len = 1;
-        for (const char *p = ids; *p; p++) b.prompt_len += *p == ',';
+        b.prompt_len = parse_ids(b.prompt_ids, "--prompt-ids", &pid);
     } else {
-        size_t w = 0;
-        for (int i = 0; i < b.prompt_len && w + 8 < sizeof ids; i++)
-            w += (size_t)snprintf(ids + w, sizeof ids - w, "%s%d", i ? "," : "", (i * 7919 + 13) % 1000 + 1);
+        pid = malloc((size_t)b.prompt_len * sizeof *pid);
+        if (!pid) die("out of memory");
+        for (int i = 0; i < b.prompt_len; i++) pid[i] = (i * 7919 + 13) % 1000 + 1;
     }
+    static char ids_path[] = "/tmp/deltafin-bench-ids.XXXXXX";
+    int ifd = mkstemp(ids_path);
+    if (ifd >= 0) {
+        bench_ids_file = ids_path;
+        atexit(remove_ids_file);
+    }
+    FILE *idf = ifd >= 0 ? fdopen(ifd, "w") : NULL;
+    if (!idf) die("cannot write the prompt's ids to %s: %s", ids_path, strerror(errno));
+    for (int i = 0; i < b.prompt_len; i++) fprintf(idf, "%s%d", i ? "," : "", pid[i]);
+    if (fclose(idf)) die("cannot write the prompt's ids to %s: %s", ids_path, strerror(errno));
+    free(pid);
+    char ids[sizeof ids_path + 1];
+    snprintf(ids, sizeof ids, "@%s", ids_path);
     char thr[16], gen[16], model[PATH_MAX], mem[64], ub[16], bt[16];
     snprintf(model, sizeof model, "%s", b.model);
     snprintf(mem, sizeof mem, "%s", b.mem ? b.mem : "");

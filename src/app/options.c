@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -86,7 +87,10 @@ void usage(FILE *f)
           "  --system TEXT        a system message (with --chat and in chat)\n"
           "  --reasoning-effort E low, high or max (default max)\n"
           "  --no-think           answer without the thinking channel\n"
-          "  --prompt-ids LIST    comma-separated token ids, e.g. 12,7,99\n"
+          "  --prompt-file FILE   the prompt's text from FILE (- for standard input): for prompts\n"
+          "                       longer than one argument (the kernel's limit is 128 KiB)\n"
+          "  --prompt-ids LIST    comma-separated token ids, e.g. 12,7,99; @FILE reads them from FILE\n"
+          "                       (separated by commas and/or white space; @- standard input)\n"
           "  --max-new N          tokens to generate (default 16 with --prompt-ids, else 512)\n"
           "  --print-ids          print the generated ids comma-separated on one line\n"
           "  --dump-logits FILE   write float32 LE logits [T][vocab], one row per prompt and\n"
@@ -179,28 +183,95 @@ size_t parse_size(const char *s, const char *flag)
     return (size_t)(v * mul);
 }
 
+/* A prompt too large for one argument comes from a file (or standard
+ * input as "-"): read whole, up to PROMPT_FILE_MAX bytes (a million-token
+ * context is a few MB of text; more is a wrong file, not a prompt). */
+#define PROMPT_FILE_MAX ((size_t)256 << 20)
+
+char *read_prompt_file(const char *path, const char *flag, size_t *len)
+{
+    int is_stdin = !strcmp(path, "-");
+    FILE *f = is_stdin ? stdin : fopen(path, "rb");
+    if (!f) die("%s %s: cannot open: %s", flag, path, strerror(errno));
+    struct stat st;
+    if (!is_stdin && fstat(fileno(f), &st) == 0 && !S_ISREG(st.st_mode) && !S_ISFIFO(st.st_mode) && !S_ISCHR(st.st_mode))
+        die("%s %s: not a regular file", flag, path);
+    size_t n = 0, cap = 1 << 16;
+    char *buf = malloc(cap + 1);
+    if (!buf) die("%s %s: out of memory", flag, path);
+    for (;;) {
+        if (n == cap) {
+            if (cap >= PROMPT_FILE_MAX) die("%s %s: larger than %zu MiB", flag, path, PROMPT_FILE_MAX >> 20);
+            cap *= 2;
+            char *nb = realloc(buf, cap + 1);
+            if (!nb) die("%s %s: out of memory", flag, path);
+            buf = nb;
+        }
+        size_t got = fread(buf + n, 1, cap - n, f);
+        n += got;
+        if (got == 0) {
+            if (ferror(f)) die("%s %s: read error: %s", flag, is_stdin ? "(standard input)" : path, strerror(errno));
+            break;
+        }
+    }
+    if (!is_stdin) fclose(f);
+    buf[n] = 0;
+    if (memchr(buf, 0, n)) die("%s %s: holds a NUL byte (not a text file)", flag, path);
+    *len = n;
+    return buf;
+}
+
+/* Token ids separated by commas and/or white space ("12,7,99", one per
+ * line, ...).  s = "@FILE" reads them from FILE ("@-": standard input). */
 int parse_ids(const char *s, const char *flag, int32_t **out)
 {
+    const char *src = NULL;
+    char *owned = NULL;
+    if (s[0] == '@') {
+        size_t n;
+        src = s + 1;
+        if (!*src) die("%s @FILE: no file named", flag);
+        owned = read_prompt_file(src, flag, &n);
+        s = owned;
+    }
     int n = 0, cap = 16;
     int32_t *ids = malloc((size_t)cap * sizeof *ids);
+    if (!ids) die("%s: out of memory", flag);
     const char *p = s;
-    if (!*p) die("%s is empty", flag);
+#define IDS_WS(c) ((c) == ' ' || (c) == '\t' || (c) == '\n' || (c) == '\r')
+    while (IDS_WS(*p)) p++;
+    if (!*p) die("%s%s%s is empty", flag, src ? " @" : "", src ? src : "");
     while (*p) {
         char *end;
         errno = 0;
         long v = strtol(p, &end, 10);
-        if (errno || end == p || v < 0 || v > INT32_MAX) die("%s: bad token id near \"%s\"", flag, p);
-        if (n == cap) ids = realloc(ids, (size_t)(cap *= 2) * sizeof *ids);
+        if (errno || end == p || v < 0 || v > INT32_MAX || (*p < '0' || *p > '9')) {
+            char near[24];
+            snprintf(near, sizeof near, "%.20s", p);
+            for (char *c = near; *c; c++)
+                if (IDS_WS(*c)) *c = ' ';
+            if (src) die("%s @%s: entry %d is not a token id (near \"%s\")", flag, src, n + 1, near);
+            die("%s: bad token id near \"%s\"", flag, near);
+        }
+        if (n == cap) {
+            int32_t *ni = realloc(ids, (size_t)(cap *= 2) * sizeof *ids);
+            if (!ni) die("%s: out of memory", flag);
+            ids = ni;
+        }
         ids[n++] = (int32_t)v;
         p = end;
-        while (*p == ' ') p++;
+        while (IDS_WS(*p)) p++;
         if (*p == ',') {
             p++;
-            if (!*p) die("%s: trailing comma in \"%s\"", flag, s);
-        } else if (*p) {
-            die("%s: expected ',' near \"%s\"", flag, p);
+            while (IDS_WS(*p)) p++;
+            if (!*p && !src) die("%s: trailing comma", flag); /* a file may end with one */
+        } else if (*p && (p == end)) {
+            if (src) die("%s @%s: expected ',' or white space after entry %d", flag, src, n);
+            die("%s: expected ',' near \"%.20s\"", flag, p);
         }
     }
+#undef IDS_WS
+    free(owned);
     *out = ids;
     return n;
 }
@@ -253,7 +324,7 @@ static const opt_def opts[] = {
     {"--trace", 1, C_ENGINE | C_CACHESIM}, {"--heat", 1, C_ENGINE},    {"--events", 1, C_ENGINE},
     {"--no-prefetch", 0, C_ENGINE},   {"--prefetch-k", 1, C_ENGINE},   {"--expert-path", 1, C_ENGINE},
     {"--prefault", 0, C_ENGINE},      {"--preload", 1, C_ENGINE},      {"--stats", 0, C_ENGINE},
-    {"--prompt-ids", 1, C_RUN},       {"--prompt", 1, C_RUN},          {"--max-new", 1, C_RUN | C_CHAT},
+    {"--prompt-ids", 1, C_RUN},       {"--prompt", 1, C_RUN},          {"--prompt-file", 1, C_RUN},          {"--max-new", 1, C_RUN | C_CHAT},
     {"--print-ids", 0, C_RUN},        {"--dump-logits", 1, C_RUN},     {"--greedy", 0, C_RUN},
     {"--stop-eos", 0, C_RUN},         {"--bench-json", 0, C_RUN},      {"--chat", 0, C_RUN},
     {"--system", 1, C_RUN | C_CHAT},  {"--reasoning-effort", 1, C_RUN | C_CHAT},
@@ -380,6 +451,7 @@ void parse_common(int argc, char **argv, run_args *a)
         else if (!strcmp(f, "--prefetch-k")) a->prefetch_k = (int)parse_long(v, f, 1, 4096);
         else if (!strcmp(f, "--slots")) a->slots = v;
         else if (!strcmp(f, "--prompt")) a->prompt = v;
+        else if (!strcmp(f, "--prompt-file")) a->prompt_file = v;
         else if (!strcmp(f, "--system")) a->system = v;
         else if (!strcmp(f, "--chat")) a->chat = 1;
         else if (!strcmp(f, "--no-think")) a->no_think = 1;
@@ -402,9 +474,16 @@ void parse_common(int argc, char **argv, run_args *a)
     if (!a->model && (cmd & C_MODEL)) a->model = default_model();
     if (!a->model && (cmd & C_MODEL)) die("--model DIR is required (no default model found)");
     if (cmd == C_RUN) {
-        if (a->prompt && a->prompt_ids) die("--prompt and --prompt-ids cannot be combined");
+        if ((a->prompt != NULL) + (a->prompt_ids != NULL) + (a->prompt_file != NULL) > 1)
+            die("--prompt, --prompt-file and --prompt-ids cannot be combined (give the prompt once)");
+        if (a->prompt_file) {
+            size_t n;
+            a->prompt = read_prompt_file(a->prompt_file, "--prompt-file", &n);
+            if (!n) die("--prompt-file %s is empty", a->prompt_file);
+        }
         if (a->chat && a->prompt_ids) die("--chat takes --prompt \"text\", not --prompt-ids");
-        if (!a->prompt && !a->prompt_ids) die("run needs --prompt \"text\" or --prompt-ids LIST");
+        if (!a->prompt && !a->prompt_ids)
+            die("run needs --prompt \"text\", --prompt-file FILE or --prompt-ids LIST|@FILE");
         if (!a->chat && (a->system || a->effort || a->no_think))
             die("--system, --reasoning-effort and --no-think need --chat");
         if (a->session && a->dump)

@@ -24,6 +24,7 @@ typedef struct {
     int n_xpaths, stripe;
     /* text and chat */
     const char *prompt, *system, *effort, *decode, *text;
+    const char *prompt_file; /* --prompt-file FILE (- = standard input): read into prompt */
     int chat, no_think, special;
     int trunk_stream;
     int preload;    /* --preload: 1 on, -1 off, 0 auto */
@@ -51,7 +52,12 @@ double parse_double(const char *s, const char *flag, double lo, double hi);
  * --seed a time-based seed, printed so the run can be repeated). */
 void sampler_from_args(sampler *smp, const run_args *a, int vocab);
 size_t parse_size(const char *s, const char *flag);
+/* Token ids separated by commas and/or white space; "@FILE" reads them from
+ * FILE ("@-": standard input).  Dies naming the flag (and file) on error. */
 int parse_ids(const char *s, const char *flag, int32_t **out);
+/* A whole prompt file (path "-": standard input), NUL-terminated; dies
+ * naming the flag and file when it cannot be read or is not text. */
+char *read_prompt_file(const char *path, const char *flag, size_t *len);
 double now(void);
 void parse_common(int argc, char **argv, run_args *a);
 /* The default --model (the bundled model beside the executable), or NULL. */
