@@ -57,7 +57,7 @@ ifeq ($(ARCH),x86_64)
   AVX512_FLAGS := -mavx512f -mavx512bw -mavx512vl -mavx2 -mfma
 endif
 
-LIB_SRC := util file json json_write threadpool sha http safetensors quant mathfn kernels_ref kernels_avx2 kernels_avx512 \
+LIB_SRC := util file filehash json json_write threadpool sha http safetensors quant mathfn kernels_ref kernels_avx2 kernels_avx512 \
            backend_cpu expert_store expert_manifest expert_remote expert_cache model roster attnres kda mla moe engine cachesim heat iobench place trunk_stream \
            tokenizer chat_template gguf model_gguf plan prefetch_timing prefetch expert_fetch sampler generate draft session_file ranks
 LIB_OBJ := $(LIB_SRC:%=$(BUILD)/%.o)

@@ -6,6 +6,9 @@
 #define _GNU_SOURCE
 #include "harness.h"
 #include "engine.h"
+#include "filehash.h"
+#include "safetensors.h"
+#include <fcntl.h>
 
 #include <signal.h>
 #include <stdint.h>
@@ -205,6 +208,108 @@ static void test_session_files(void)
     free(got);
 }
 
+/* Flip (xor 0xff) the byte at offset `at` of tensor `name` in whichever
+ * safetensors shard of dir holds it; returns 0, or -1 when not found. */
+static int flip_tensor_byte(const char *dir, const char *name, uint64_t at)
+{
+    for (int i = 1; i < 100; i++) {
+        char shard[700];
+        int found = 0;
+        for (int n = i; n < 100 && !found; n++) {
+            snprintf(shard, sizeof shard, "%s/model-%05d-of-%05d.safetensors", dir, i, n);
+            found = !access(shard, F_OK);
+            if (!found) {
+                snprintf(shard, sizeof shard, "%s/model-%05d-of-%06d.safetensors", dir, i, n);
+                found = !access(shard, F_OK);
+            }
+        }
+        if (!found) return -1;
+        st_file f;
+        df_error err = {0};
+        if (st_open(shard, &f, &err)) return -1;
+        const st_tensor *t = st_find(&f, name);
+        int rc = 1;
+        if (t && at < t->nbytes) {
+            int fd = open(shard, O_RDWR);
+            uint8_t b;
+            rc = fd >= 0 && pread(fd, &b, 1, (off_t)(t->offset + at)) == 1 && (b ^= 0xff, 1) &&
+                         pwrite(fd, &b, 1, (off_t)(t->offset + at)) == 1
+                     ? 0
+                     : -1;
+            if (fd >= 0) close(fd);
+        }
+        st_deinit(&f);
+        if (rc <= 0) return rc;
+    }
+    return -1;
+}
+
+/* The identity covers every byte that can change a logit: a session file
+ * is refused by a model differing from its own in one routed-expert byte,
+ * or in one trunk byte away from the start, middle and end of its tensor
+ * (the bytes the identity used to sample); the same bytes put back (a new
+ * mtime and ctime, the same content) are accepted again after a re-hash;
+ * and a second open takes each file's hash from the cache. */
+static void test_identity_every_byte(void)
+{
+    const char *src = model("sess_a", 21);
+    if (!src) return;
+    char dir[700], cmd[2200], path[700];
+    snprintf(dir, sizeof dir, "%s/sess_id", test_scratch());
+    snprintf(cmd, sizeof cmd, "rm -rf '%s' && cp -r '%s' '%s'", dir, src, dir);
+    if (system(cmd)) {
+        t_fail(__FILE__, __LINE__, "cannot copy %s", src);
+        return;
+    }
+    snprintf(path, sizeof path, "%s/id.session", test_scratch());
+    int32_t ids[N], back[N];
+    for (int i = 0; i < N; i++) ids[i] = tok(i);
+    df_error err = {0};
+    df_engine *eng = open_model(dir);
+    if (!eng) return;
+    df_session *s = new_session(eng, 256, 0);
+    TCHECK(df_session_eval(s, ids, 20, NULL, 0, &err) == 0);
+    TCHECKF(df_session_save(s, ids, 20, path, &err) == 0, "%s", err.msg);
+    df_session_free(s);
+    df_engine_close(eng);
+    /* the hashes were recorded: a shard's now comes from the cache */
+    char shard[800];
+    snprintf(shard, sizeof shard, "%s/model-00001-of-00001.safetensors", dir);
+    if (access(shard, F_OK)) snprintf(shard, sizeof shard, "%s/config.json", dir);
+    uint8_t h1[16];
+    filehash_stats fs;
+    TCHECK(file_content_hash(shard, h1, 1, &fs, &err) == 0 && fs.cached == 1);
+
+    static const struct {
+        const char *what, *tensor;
+        uint64_t at;
+    } flips[] = {
+        {"one routed-expert byte", "language_model.model.layers.2.block_sparse_moe.experts.5.w2.weight_packed", 37},
+        {"one trunk byte (not sampled before)", "language_model.model.layers.1.self_attn.o_proj.weight", 100},
+    };
+    for (size_t i = 0; i < sizeof flips / sizeof flips[0]; i++) {
+        int n = 0;
+        TCHECKF(flip_tensor_byte(dir, flips[i].tensor, flips[i].at) == 0, "%s: cannot flip %s", flips[i].what,
+                flips[i].tensor);
+        eng = open_model(dir);
+        if (!eng) return;
+        s = new_session(eng, 256, 0);
+        TCHECKF(df_session_load(s, path, back, N, &n, E0) == -1 && strstr(err.msg, "different model") &&
+                    df_session_pos(s) == 0,
+                "%s: loaded (%s)", flips[i].what, err.msg);
+        df_session_free(s);
+        df_engine_close(eng);
+        /* the byte put back: the same content under a new mtime is hashed again and accepted */
+        TCHECK(flip_tensor_byte(dir, flips[i].tensor, flips[i].at) == 0);
+        eng = open_model(dir);
+        if (!eng) return;
+        s = new_session(eng, 256, 0);
+        TCHECKF(df_session_load(s, path, back, N, &n, E0) == 0 && n == 20, "%s restored: %s", flips[i].what, err.msg);
+        df_session_free(s);
+        df_engine_close(eng);
+    }
+}
+
 /* A writer killed in the middle of a save (its file size limit) leaves the
  * previous file as it was, and the next save replaces the stale temp file. */
 static void test_kill_mid_save(void)
@@ -303,6 +408,14 @@ static const test_case tests[] = {
     {"checkpoints", test_checkpoints},
     {"session_files", test_session_files},
     {"kill_mid_save", test_kill_mid_save},
+    {"identity_every_byte", test_identity_every_byte},
 };
 
-int main(int argc, char **argv) { return test_main(tests, NTESTS(tests), argc, argv); }
+int main(int argc, char **argv)
+{
+    /* the file-hash cache of these runs, not the user's */
+    char cache[600];
+    snprintf(cache, sizeof cache, "%s/filehash-cache", test_scratch());
+    setenv("DELTAFIN_CACHE_DIR", cache, 1);
+    return test_main(tests, NTESTS(tests), argc, argv);
+}

@@ -78,6 +78,11 @@ struct df_session {
     const char *nf_part;      /* which part of it */
 };
 
+/* session_file.c: the model's identity (config, trunk table, the content
+ * hash of every weight file), computed once per engine; session files and
+ * MPI ranks compare it. */
+int engine_model_identity(df_engine *eng, uint8_t id[16], df_error *err);
+
 /* trunk_stream.c: the trunk read layer by layer into two buffers (one
  * computing, one loading) when it does not fit the memory budget */
 uint64_t trunk_stream_buffer_bytes(const df_engine *eng);

@@ -221,6 +221,50 @@ static void partition(struct df_ranks *R, const char *heat_path)
     free(heat);
 }
 
+/* Every rank's model, compared at start by all ranks together (a
+ * collective), so that a rank holding another model stops every rank at
+ * once with its number named, instead of answering with other weights (the
+ * same shape) or leaving rank 0 to wait out DELTAFIN_RANK_TIMEOUT (another
+ * shape).  The identity is session files' (engine_model_identity: the
+ * config, the trunk table, every weight file's content hash). */
+typedef struct rank_model {
+    int32_t nl, e, ok;
+    uint8_t id[16];
+} rank_model;
+
+static int compare_models(df_engine *eng, df_error *err)
+{
+    const k3_config *c = &eng->m.cfg;
+    rank_model me = {c->NL, c->E, 1, {0}};
+    df_error ie = {0};
+    if (engine_model_identity(eng, me.id, &ie)) me.ok = 0;
+    rank_model *all = xcalloc((size_t)g_size, sizeof *all);
+    int rc = 0;
+    if (MPI_Allgather(&me, (int)sizeof me, MPI_BYTE, all, (int)sizeof me, MPI_BYTE, MPI_COMM_WORLD) != MPI_SUCCESS) {
+        rc = df_err_set(err, DF_ERR_IO, -1, "MPI: the ranks could not compare their models");
+    } else if (!me.ok) {
+        rc = df_err_set(err, DF_ERR_IO, -1, "rank %d: %s", g_rank, ie.msg);
+    } else {
+        for (int r = 1; r < g_size && !rc; r++) {
+            if (!all[r].ok) {
+                rc = df_err_set(err, DF_ERR_IO, -1, "rank %d could not compute its model's identity (its own error "
+                                "says why)", r);
+            } else if (all[r].nl != all[0].nl || all[r].e != all[0].e) {
+                rc = df_err_set(err, DF_ERR_ARG, -1,
+                                "rank %d holds a different model: %d layers x %d experts, rank 0's has %d x %d", r,
+                                all[r].nl, all[r].e, all[0].nl, all[0].e);
+            } else if (memcmp(all[r].id, all[0].id, sizeof me.id)) {
+                rc = df_err_set(err, DF_ERR_ARG, -1,
+                                "rank %d holds a different model than rank 0 (the same shape, other weights: the "
+                                "model identities differ); every rank must run the same --model",
+                                r);
+            }
+        }
+    }
+    free(all);
+    return rc;
+}
+
 int df_ranks_attach(df_engine *eng, const char *heat_path, int max_batch, df_error *err)
 {
     if (g_size < 2) return 0;
@@ -246,6 +290,10 @@ int df_ranks_attach(df_engine *eng, const char *heat_path, int max_batch, df_err
         MPI_Bcast(R->owner, c->NL * c->E, MPI_BYTE, 0, MPI_COMM_WORLD) != MPI_SUCCESS) {
         ranks_close(R);
         return df_err_set(err, DF_ERR_IO, -1, "MPI: the ranks did not take the partition");
+    }
+    if (compare_models(eng, err)) {
+        ranks_close(R);
+        return -1;
     }
     R->mr = (moe_ranks){.n = g_size, .owner = R->owner, .post = post, .collect = collect, .ctx = R,
                         .local_calls = &R->calls[0]};
@@ -283,13 +331,13 @@ int df_ranks_serve(df_engine *eng, df_error *err)
     const k3_config *c = &eng->m.cfg;
     int *hello = g_hello, mb;
     if (df_ranks_hello(&mb, err)) return -1;
-    if (hello[1] != c->NL || hello[2] != c->E)
-        return df_err_set(err, DF_ERR_ARG, -1, "rank %d: rank 0's model has %d layers x %d experts, this one %d x %d",
-                          g_rank, hello[1], hello[2], c->NL, c->E);
-    int max_rows = hello[3] * c->k;
-    uint8_t *owner = xmalloc((size_t)c->NL * (size_t)c->E);
-    MPI_Bcast(owner, c->NL * c->E, MPI_BYTE, 0, MPI_COMM_WORLD);
+    /* rank 0's partition, in rank 0's shape (this model's may differ:
+     * compare_models says so on every rank) */
+    uint8_t *owner = xmalloc((size_t)hello[1] * (size_t)hello[2]);
+    MPI_Bcast(owner, hello[1] * hello[2], MPI_BYTE, 0, MPI_COMM_WORLD);
     free(owner);
+    if (compare_models(eng, err)) return -1;
+    int max_rows = hello[3] * c->k;
     df_session_opts so;
     df_session_opts_default(&so);
     so.n_ctx = 16;

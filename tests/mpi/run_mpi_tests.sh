@@ -5,7 +5,8 @@
 # one slot to everything resident, round robin and heat partitions; the
 # experts computed by the ranks add up to one process's; chat and serve under
 # mpirun answer as one process does; a killed rank is an error on rank 0
-# within DELTAFIN_RANK_TIMEOUT.  Skipped, saying so, where MPI is not built in.
+# within DELTAFIN_RANK_TIMEOUT; a rank holding another model (same shape or
+# not) stops every rank at start, naming it.  Skipped, saying so, where MPI is not built in.
 # Usage: tests/mpi/run_mpi_tests.sh [build/deltafin]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -16,7 +17,7 @@ PLAN=$("$BIN" plan --model testdata/k3/config.json --mem 512G --ranks 4 2>&1 || 
 if [ "$(echo "$PLAN" | grep -c '^  rank [0-3].*: 20608 (layer, expert) pairs.*whole share in RAM')" = 4 ]; then
     echo "ok - mpi: plan --ranks 4 prints each rank's share"
 else echo "not ok - mpi: plan --ranks: $PLAN"; exit 1; fi
-if ! command -v mpirun >/dev/null || ! ldd "$BIN" | grep -q libmpi; then
+if ! command -v mpirun >/dev/null || ! ldd "$BIN" | grep libmpi >/dev/null; then  # (not grep -q: ldd would die of SIGPIPE under pipefail)
     echo "mpi tests: SKIPPED: Open MPI is not installed or $BIN was built without it (.ci/setup installs libopenmpi-dev)"
     exit 0
 fi
@@ -106,5 +107,37 @@ for _ in $(seq 1 200); do kill -0 "$MP" 2>/dev/null || break; sleep 0.1; done
 kill "$MP" 2>/dev/null || true; wait "$MP" 2>/dev/null || true
 if grep -q "rank 1 did not answer layer [0-9]* within 3 s" "$T/kill.err"; then ok "a killed rank is an error on rank 0 within the timeout"
 else bad "killed rank: $(grep -v '^$' "$T/kill.err" | tail -4)"; fi
+# 5. ranks holding other models fail at once, on every rank, naming the rank:
+# the same shape with other weights (another seed; one expert byte flipped in a
+# copy) and another shape (8 experts)
+"$K3GEN" --out "$T/m_seed" --preset small --set num_experts=16 --seed 12 >/dev/null
+"$K3GEN" --out "$T/m_shape" --preset small --set num_experts=8 --seed 11 >/dev/null
+cp -r "$T/m" "$T/m_flip"
+/usr/bin/python3 - "$T/m_flip" <<'PY'
+import glob, json, struct, sys
+for f in sorted(glob.glob(sys.argv[1] + "/*.safetensors")):
+    with open(f, "r+b") as fh:
+        n = struct.unpack("<Q", fh.read(8))[0]
+        head = json.loads(fh.read(n))
+        names = [k for k in head if ".experts.3.w1.weight_packed" in k]
+        if not names:
+            continue
+        off = 8 + n + head[names[0]]["data_offsets"][0] + 5
+        fh.seek(off); b = fh.read(1); fh.seek(off); fh.write(bytes([b[0] ^ 0xFF]))
+        sys.exit(0)
+sys.exit("no expert tensor found")
+PY
+for other in m_seed m_flip m_shape; do
+    t0=$(date +%s%N)
+    if "${MPI[@]}" 1 "$BIN" run --model "$T/m" --prompt-ids $IDS --max-new 4 --threads 1 : \
+        -np 1 "$BIN" run --model "$T/$other" --prompt-ids $IDS --max-new 4 --threads 1 >/dev/null 2>"$T/other.err"; then
+        bad "$other on rank 1 was accepted"
+    else
+        ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+        if grep -q "rank 1 holds a different model" "$T/other.err" && [ "$ms" -lt 20000 ]; then
+            ok "rank 1 with $other: refused at start in $ms ms ($(grep -o 'rank 1 holds a different model[^;(]*' "$T/other.err" | head -1))"
+        else bad "rank 1 with $other: $ms ms: $(grep -v '^$' "$T/other.err" | tail -3)"; fi
+    fi
+done
 if [ "$fail" = 0 ]; then echo "mpi tests: all passed"; else echo "mpi tests: FAILED"; fi
 exit "$fail"
