@@ -515,7 +515,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         if (post && cl && strtoull(cl, NULL, 10) > S->max_body + ((size_t)16 << 20)) {
             r->too_big = 1;
             rq_err e = {0};
-            rq_fail(&e, 413, NULL, "the request body is larger than %zu bytes", S->max_body);
+            rq_fail(&e, 413, NULL, "the request body is larger than %zu bytes (%s)", (size_t)S->max_body,
+                    S->max_body_set ? "--max-request-bytes" : "derived from --ctx: 1 MiB + 8 x the text it holds; --max-request-bytes overrides");
             return reply_error(c, api, &e);
         }
         return MHD_YES;
@@ -531,7 +532,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     }
     rq_err e = {0};
     if (r->too_big) {
-        rq_fail(&e, 413, NULL, "the request body is larger than %zu bytes", S->max_body);
+        rq_fail(&e, 413, NULL, "the request body is larger than %zu bytes (%s)", (size_t)S->max_body,
+                    S->max_body_set ? "--max-request-bytes" : "derived from --ctx: 1 MiB + 8 x the text it holds; --max-request-bytes overrides");
         return reply_error(c, api, &e);
     }
     const char *path = !strncmp(url, "/v1/", 4) ? url + 3 : url;
@@ -614,7 +616,10 @@ int cmd_serve(int argc, char **argv)
         else if (SERVE_OPT("--port")) S->port = (int)parse_long(argv[++i], f, 0, 65535);
         else if (SERVE_OPT("--queue")) S->queue_max = (int)parse_long(argv[++i], f, 1, 1 << 20);
         else if (SERVE_OPT("--api-key")) S->api_key = argv[++i];
-        else if (SERVE_OPT("--max-request-bytes")) S->max_body = parse_size(argv[++i], f);
+        else if (SERVE_OPT("--max-request-bytes")) {
+            S->max_body = parse_size(argv[++i], f);
+            S->max_body_set = 1;
+        }
         else if (SERVE_OPT("--max-tokens")) S->max_tokens_cap = (int)parse_long(argv[++i], f, 1, 1 << 24);
         else if (SERVE_OPT("--timeout")) S->timeout = (double)parse_long(argv[++i], f, 1, 1 << 24);
         else if (SERVE_OPT("--name")) S->name = argv[++i];
@@ -710,11 +715,13 @@ int cmd_serve(int argc, char **argv)
         S->n_slots++;
     }
     S->n_ctx = so.n_ctx;
+    server_set_caps(S);
     S->pc_ids = xmalloc((size_t)S->n_ctx * sizeof *S->pc_ids);
     if (S->pcache_dir) {
         struct stat st;
         if (mkdir(S->pcache_dir, 0755) && errno != EEXIST) die("--prompt-cache %s: %s", S->pcache_dir, strerror(errno));
         if (stat(S->pcache_dir, &st) || !S_ISDIR(st.st_mode)) die("--prompt-cache %s is not a directory", S->pcache_dir);
+        pcache_init(S);
     }
     df_engine_stats(S->eng, &S->stats);
     sampler_init(&S->smp, S->info.vocab, 0, 1, 0, 0);

@@ -12,7 +12,9 @@
  * the prompt wins.  The directory is kept under --prompt-cache-max bytes
  * by deleting the least recently used files (a file used is touched);
  * files of another model, or damaged, are skipped when choosing and
- * deleted when found.
+ * deleted when found; anything but a regular file is skipped (never
+ * opened: a FIFO would block the worker), and a killed save's temporary
+ * file is deleted at start and at every eviction.
  */
 #define _GNU_SOURCE
 #include "server_impl.h"
@@ -36,6 +38,15 @@ static int is_session(const char *name)
     return n > k && !strcmp(name + n - k, SUFFIX) && name[0] != '.';
 }
 
+/* A save's temporary file ("NAME.session.tmp", atomic_file): left behind
+ * only by a save that was killed, since the one worker saves and evicts in
+ * turn. */
+static int is_stale_tmp(const char *name)
+{
+    size_t n = strlen(name), k = strlen(SUFFIX ".tmp");
+    return n > k && !strcmp(name + n - k, SUFFIX ".tmp");
+}
+
 /* Delete the least recently used files until the directory fits the budget. */
 static void evict(srv *S)
 {
@@ -47,11 +58,15 @@ static void evict(srv *S)
         time_t t_old = 0;
         struct dirent *e;
         while ((e = readdir(d))) {
-            if (!is_session(e->d_name)) continue;
             char p[1024];
             struct stat st;
             snprintf(p, sizeof p, "%s/%s", S->pcache_dir, e->d_name);
-            if (stat(p, &st)) continue;
+            if (is_stale_tmp(e->d_name)) {
+                unlink(p);
+                continue;
+            }
+            if (!is_session(e->d_name)) continue;
+            if (lstat(p, &st) || !S_ISREG(st.st_mode)) continue;
             total += (uint64_t)st.st_size;
             if (!oldest[0] || st.st_mtime < t_old) {
                 t_old = st.st_mtime;
@@ -62,6 +77,13 @@ static void evict(srv *S)
         if (total <= S->pcache_max || !oldest[0]) return;
         unlink(oldest);
     }
+}
+
+/* At start: a killed save's temporary files go, and the directory is
+ * brought under --prompt-cache-max. */
+void pcache_init(srv *S)
+{
+    if (S->pcache_dir) evict(S);
 }
 
 int pcache_save(srv *S, slot *sl)
@@ -101,6 +123,8 @@ int pcache_find(srv *S, const job *j, size_t longer_than, char *path, size_t n_p
         if (!is_session(e->d_name)) continue;
         char p[1024];
         snprintf(p, sizeof p, "%s/%s", S->pcache_dir, e->d_name);
+        struct stat st;
+        if (lstat(p, &st) || !S_ISREG(st.st_mode)) continue; /* a FIFO would block the worker */
         int n = 0;
         df_error err = {0};
         if (df_session_file_ids(S->eng, p, S->pc_ids, S->n_ctx, &n, &err)) {

@@ -60,7 +60,9 @@ typedef struct srv {
     /* set at start, read-only afterwards */
     const char *host, *api_key, *name;
     int port, queue_max, max_tokens_cap, n_ctx, ping_ms;
-    size_t max_body;
+    _Atomic size_t max_body;   /* written once the context is known, read by connection threads */
+    int max_body_set;           /* --max-request-bytes given (else derived from the context) */
+    size_t max_text;            /* prompt text bytes the context can hold: n_ctx x the longest token */
     double timeout;
     run_args a;
     tokenizer *tok;
@@ -157,6 +159,11 @@ job *request_job(srv *S, int api, const char *body, size_t len, rq_err *e);
 
 /* server_cache.c: --prompt-cache DIR */
 /* Save a slot's conversation (up to its last checkpoint) before it is reused. */
+/* The text cap (max_text) from the tokenizer and the context; and, unless
+ * --max-request-bytes was given, the body cap derived from it. */
+void server_set_caps(srv *S);
+/* At start: removes a killed save's temporary files, evicts past the cap. */
+void pcache_init(srv *S);
 int pcache_save(srv *S, slot *sl);
 /* The longest saved conversation that is a proper prefix of j's prompt and
  * longer than `longer_than`: its length (path in path), or 0. */

@@ -90,6 +90,10 @@ static int get_int(const json_value *o, const char *k, int64_t lo, int64_t hi, i
 {
     const json_value *v = field(o, k);
     if (!v) return 0;
+    /* an integer literal past int64 (or written with an exponent, 1e30) is
+     * not exact; it is out of range, not a fraction */
+    if (v->type == JSON_NUMBER && !v->is_int && v->num == floor(v->num))
+        return rq_fail(e, 400, k, "%s: %.17g is out of range [%lld, %lld]", k, v->num, (long long)lo, (long long)hi);
     if (v->type != JSON_NUMBER || !v->is_int)
         return rq_fail(e, 400, k, "%s: expected an integer, got %s", k,
                        v->type == JSON_NUMBER ? "a fraction" : json_type_name(v->type));
@@ -150,6 +154,37 @@ static int get_common(srv *S, job *j, const json_value *o, rq_err *e)
     return 0;
 }
 
+/* Refusing by bytes before tokenizing: a token is at most the vocabulary's
+ * longest token, so text of more than n_ctx x that many bytes cannot fit
+ * the context, whatever it tokenizes to (a 100 MB prompt used to be
+ * tokenized, 30 s of a connection thread, before the context refused it).
+ * The body of a request may be up to 8x its text (JSON escapes, at most 6
+ * bytes per byte, and the structure) plus 1 MiB of tools and options;
+ * --max-request-bytes overrides that cap. */
+void server_set_caps(srv *S)
+{
+    size_t longest = 1;
+    for (int id = 0; S->tok && id < tokenizer_n_vocab(S->tok); id++) {
+        size_t len = 0;
+        if (tokenizer_token_bytes(S->tok, id, &len) && len > longest) longest = len;
+    }
+    S->max_text = (size_t)(S->n_ctx > 0 ? S->n_ctx : 1) * longest;
+    if (!S->max_body_set) {
+        size_t cap = ((size_t)1 << 20) + 8 * S->max_text;
+        S->max_body = cap < ((size_t)128 << 20) ? cap : ((size_t)128 << 20);
+    }
+}
+
+static int text_fits(srv *S, size_t bytes, const char *param, rq_err *e)
+{
+    if (!S->max_text || bytes <= S->max_text) return 0;
+    e->code = "context_length_exceeded";
+    return rq_fail(e, 400, param,
+                   "the prompt's text is %zu bytes; this server's context of %d tokens holds at most %zu bytes "
+                   "(%d x the vocabulary's longest token): start the server with a larger --ctx",
+                   bytes, S->n_ctx, S->max_text, S->n_ctx);
+}
+
 /* max_tokens: absent = the rest of the context up to the server's ceiling. */
 static int set_max_tokens(srv *S, job *j, const char *k, int64_t v, int set, rq_err *e)
 {
@@ -177,11 +212,76 @@ static int render_encode(srv *S, job *j, const json_value *messages, const chat_
                             ? "response_format" : strncmp(err.msg, "thinking", 8) == 0 ? "reasoning_effort" : "messages";
         return rq_fail(e, 400, param, "%s", err.msg);
     }
+    size_t text = 0;
+    for (size_t i = 0; i < seg->n; i++) text += seg->seg[i].len;
+    if (text_fits(S, text, "messages", e)) {
+        chat_segments_free(seg);
+        return -1;
+    }
     size_t cap = 0;
     int rc = chat_encode(S->tok, seg, &j->ids, &j->n_ids, &cap, &err);
     chat_segments_free(seg);
     if (rc) return rq_fail(e, 400, "messages", "%s", err.msg);
     j->think = co->thinking;
+    return 0;
+}
+
+/* OpenAI tools: [{"type": "function", "function": {"name": string,
+ * "description"?: string, "parameters"?: object}}]; anything else is named,
+ * not rendered as whatever it happens to be. */
+static int check_openai_tools(const json_value *tools, rq_err *e)
+{
+    for (size_t i = 0; tools && i < tools->len; i++) {
+        const json_value *t = tools->items[i];
+        if (t->type != JSON_OBJECT)
+            return rq_fail(e, 400, "tools", "tools[%zu]: expected an object, got %s", i, json_type_name(t->type));
+        const json_value *type = json_get(t, "type"), *fn = json_get(t, "function");
+        if (!type || type->type != JSON_STRING || strcmp(type->str, "function"))
+            return rq_fail(e, 400, "tools", "tools[%zu].type: expected \"function\"", i);
+        if (!fn || fn->type != JSON_OBJECT)
+            return rq_fail(e, 400, "tools", "tools[%zu].function: expected an object", i);
+        const json_value *name = json_get(fn, "name"), *desc = json_get(fn, "description"),
+                         *params = json_get(fn, "parameters");
+        if (!name || name->type != JSON_STRING || !name->len)
+            return rq_fail(e, 400, "tools", "tools[%zu].function.name: expected a non-empty string%s%s", i,
+                           name ? ", got " : "", name ? json_type_name(name->type) : "");
+        if (desc && desc->type != JSON_STRING && desc->type != JSON_NULL)
+            return rq_fail(e, 400, "tools", "tools[%zu].function.description: expected a string", i);
+        if (params && params->type != JSON_OBJECT && params->type != JSON_NULL)
+            return rq_fail(e, 400, "tools", "tools[%zu].function.parameters: expected a JSON Schema object, got %s", i,
+                           json_type_name(params->type));
+    }
+    return 0;
+}
+
+/* An assistant message's tool_calls: each function's arguments a string
+ * holding a JSON object (as the API defines it) or an object. */
+static int check_tool_calls(const json_value *msgs, rq_err *e)
+{
+    for (size_t m = 0; msgs && msgs->type == JSON_ARRAY && m < msgs->len; m++) {
+        const json_value *calls = json_get(msgs->items[m], "tool_calls");
+        if (!calls || calls->type == JSON_NULL) continue;
+        if (calls->type != JSON_ARRAY)
+            return rq_fail(e, 400, "messages", "messages[%zu].tool_calls: expected an array", m);
+        for (size_t c = 0; c < calls->len; c++) {
+            const json_value *fn = json_get(calls->items[c], "function");
+            const json_value *name = fn ? json_get(fn, "name") : NULL, *args = fn ? json_get(fn, "arguments") : NULL;
+            if (!fn || fn->type != JSON_OBJECT || !name || name->type != JSON_STRING)
+                return rq_fail(e, 400, "messages", "messages[%zu].tool_calls[%zu].function: expected an object with a "
+                               "string name", m, c);
+            if (!args || args->type == JSON_OBJECT) continue;
+            if (args->type != JSON_STRING)
+                return rq_fail(e, 400, "messages", "messages[%zu].tool_calls[%zu].function.arguments: expected a "
+                               "string of JSON, got %s", m, c, json_type_name(args->type));
+            df_error err = {0};
+            json_doc *d = json_parse(args->str, args->len, &err);
+            int ok = d && json_root(d)->type == JSON_OBJECT;
+            json_free(d);
+            if (!ok)
+                return rq_fail(e, 400, "messages", "messages[%zu].tool_calls[%zu].function.arguments: not a JSON "
+                               "object (%s)", m, c, err.msg[0] ? err.msg : "another JSON value");
+        }
+    }
     return 0;
 }
 
@@ -227,6 +327,7 @@ static int parse_chat(srv *S, job *j, const json_value *o, rq_err *e)
     co.tool_choice = field(o, "tool_choice");
     co.response_format = field(o, "response_format");
     if (co.tools && co.tools->type != JSON_ARRAY) return rq_fail(e, 400, "tools", "tools: expected an array");
+    if (check_openai_tools(co.tools, e) || check_tool_calls(msgs, e)) return -1;
     /* json_schema is rendered as an instruction; a strict (guaranteed) schema would need constrained decoding */
     const json_value *js = co.response_format ? json_get(co.response_format, "json_schema") : NULL;
     const json_value *strict = js ? json_get(js, "strict") : NULL;
@@ -262,6 +363,7 @@ static int parse_completions(srv *S, job *j, const json_value *o, rq_err *e)
     size_t cap = 0;
     df_error err = {0};
     if (p && p->type == JSON_STRING) {
+        if (text_fits(S, p->len, "prompt", e)) return -1;
         if (tokenizer_encode(S->tok, p->str, p->len, 0, &j->ids, &j->n_ids, &cap, &err))
             return rq_fail(e, 400, "prompt", "prompt: %s", err.msg);
     } else if (p && p->type == JSON_ARRAY) {
@@ -425,10 +527,15 @@ static int anth_convert(const json_value *o, json_buf *d, rq_err *e)
         json_buf_puts(d, ",\"tools\":[");
         for (size_t i = 0; i < tools->len; i++) {
             const json_value *t = tools->items[i];
+            if (t->type != JSON_OBJECT)
+                return rq_fail(e, 400, "tools", "tools[%zu]: expected an object, got %s", i, json_type_name(t->type));
             const char *name = json_get_str(t, "name"), *type = json_get_str(t, "type");
             const json_value *schema = json_get(t, "input_schema"), *desc = json_get(t, "description");
-            if (!name || !schema || (type && strcmp(type, "custom")))
+            if (!name || !*name || !schema || (type && strcmp(type, "custom")))
                 return rq_fail(e, 400, "tools", "tools[%zu]: expected a client tool with name and input_schema", i);
+            if (schema->type != JSON_OBJECT)
+                return rq_fail(e, 400, "tools", "tools[%zu].input_schema: expected a JSON Schema object, got %s", i,
+                               json_type_name(schema->type));
             json_buf_puts(d, i ? ",{\"type\":\"function\",\"function\":{\"name\":" : "{\"type\":\"function\",\"function\":{\"name\":");
             put_str(d, name);
             if (desc && desc->type == JSON_STRING) {
@@ -554,6 +661,7 @@ int server_parse_request(const server_limits *lim, int endpoint, const char *bod
     S->tok = lim->tok;
     S->n_ctx = lim->n_ctx;
     S->max_tokens_cap = lim->max_tokens_cap;
+    server_set_caps(S);
     rq_err e = {0};
     job *j = request_job(S, apis[endpoint], body, len, &e);
     int status = 200;

@@ -37,6 +37,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define SESS_MAGIC "DFSESS01"
@@ -302,11 +303,29 @@ static int load(df_session *s, int fd, const char *path, int32_t *ids, int cap, 
     return 0;
 }
 
+/* Open a session file for reading: never blocks (a FIFO or device named
+ * like a session file would hold the caller, e.g. the server's worker,
+ * until a writer came) and refuses anything but a regular file. */
+static int open_session_file(const char *path, df_error *err)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) return df_err_set(err, DF_ERR_IO, -1, "%s: cannot open: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) || !S_ISREG(st.st_mode)) {
+        close(fd);
+        df_err_set(err, DF_ERR_FORMAT, -1, "%s: not a regular file", path);
+        return -1;
+    }
+    int fl = fcntl(fd, F_GETFL);
+    if (fl >= 0) (void)fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+    return fd;
+}
+
 int df_session_file_ids(df_engine *eng, const char *path, int32_t *ids, int cap, int *n, df_error *err)
 {
     *n = 0;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return df_err_set(err, DF_ERR_IO, -1, "%s: cannot open: %s", path, strerror(errno));
+    int fd = open_session_file(path, err);
+    if (fd < 0) return -1;
     uint8_t hdr[SESS_HDR], id[16];
     int rc = -1;
     if (read_all(fd, hdr, SESS_HDR) || memcmp(hdr, SESS_MAGIC, 8) || get32(hdr + 8) != SESS_VERSION) {
@@ -341,8 +360,8 @@ int df_session_load(df_session *s, const char *path, int32_t *ids, int cap, int 
 {
     *n = 0;
     df_session_reset(s);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return df_err_set(err, DF_ERR_IO, -1, "%s: cannot open: %s", path, strerror(errno));
+    int fd = open_session_file(path, err);
+    if (fd < 0) return -1;
     int rc = load(s, fd, path, ids, cap, n, err);
     close(fd);
     if (rc) {

@@ -88,6 +88,11 @@ ms=$(( ($(date +%s%N) - t0) / 1000000 ))
 echo "# 200 MiB body chunked: $code in $ms ms"
 check "200 MiB body (chunked): 413 within 10 s" "413 fast" "$code $([ "$ms" -lt 10000 ] && echo fast || echo "slow (${ms} ms)")"
 rm -f "$LOG/big.json"
+# without --max-request-bytes the body cap is derived from the context (the api-key server:
+# the size is refused before the key is asked for): a 30 MB prompt is refused at once
+B30=$(head -c 30000000 /dev/zero | tr '\0' a | curl -s -w ' %{http_code}' --data-binary @- "http://127.0.0.1:$P2/v1/completions")
+check "30 MB body, no --max-request-bytes: 413 naming --ctx" "413 ctx" \
+    "$(echo "$B30" | grep -o '[0-9]*$') $(echo "$B30" | grep -q 'derived from --ctx' && echo ctx || echo "$B30" | head -c 200)"
 check "alive after the 200 MiB bodies" 200 "$(curl -s -o /dev/null -w '%{http_code}' -d '{"max_tokens":2,"messages":[{"role":"user","content":"hi"}]}' "$U/v1/chat/completions")"
 
 # RSS is meaningless under AddressSanitizer (freed memory sits in its quarantine)
@@ -129,11 +134,19 @@ done
 # conversations leave the slot, the directory is within the cap
 BIG=$(find "$PC" -name '*.session' -printf '%s\n' | sort -n | tail -1)
 CAP=$((BIG * 3 / 2))
+# a killed save's temporary file (larger than the cap) is removed at start, and a
+# FIFO named like a session file never blocks the worker (it used to hang every request)
+head -c $((CAP * 2)) /dev/zero >"$PC/0123456789abcdef.session.tmp"
+mkfifo "$PC/fifo.session"
 P8=$(free_port); start "$P8" --parallel 1 --prompt-cache "$PC" --prompt-cache-max "$CAP"
+check "a killed save's temporary file is removed at start" gone \
+    "$([ -e "$PC/0123456789abcdef.session.tmp" ] && echo present || echo gone)"
 for who in one two three; do
-    curl -s -o /dev/null -d "{\"max_tokens\":4,\"messages\":[{\"role\":\"user\",\"content\":\"conversation $who with enough words to be saved\"}]}" \
-        "http://127.0.0.1:$P8/v1/chat/completions"
+    code=$(curl -s -m 60 -o /dev/null -w '%{http_code}' -d "{\"max_tokens\":4,\"messages\":[{\"role\":\"user\",\"content\":\"conversation $who with enough words to be saved\"}]}" \
+        "http://127.0.0.1:$P8/v1/chat/completions")
+    check "a request beside a FIFO named *.session is answered ($who)" 200 "$code"
 done
+rm -f "$PC/fifo.session"
 USED=$(find "$PC" -name '*.session' -printf '%s\n' | awk '{s += $1} END {print s + 0}')
 check "--prompt-cache-max keeps the directory within its cap" "within" \
     "$([ "$USED" -le "$CAP" ] && [ "$USED" -gt 0 ] && echo within || echo "$USED bytes for a cap of $CAP")"

@@ -387,6 +387,19 @@ test('requests that used to end the server (a number past a double, nesting at t
   assert.equal((await fetch(`${URL_}/health`)).status, 200);
 });
 
+test('a prompt longer than the context can hold is refused by its bytes, before tokenizing', async () => {
+  // this server has --max-request-bytes 1M: 900 KB of text passes the body cap and is
+  // refused by the context's byte cap (n_ctx x the longest token), at once
+  const t0 = Date.now();
+  const r = await post('/v1/chat/completions', { messages: user('word '.repeat(180000)) });
+  openaiError(r, 'messages');
+  assert.equal(r.json.error.code, 'context_length_exceeded');
+  assert.match(r.json.error.message, /--ctx/);
+  const c = await post('/v1/completions', { prompt: 'x'.repeat(900000), max_tokens: 1 });
+  openaiError(c, 'prompt');
+  assert.ok(Date.now() - t0 < 5000, `took ${Date.now() - t0} ms`);
+});
+
 test('errors: API-shaped 400s naming the field', async () => {
   const malformed = await post('/v1/chat/completions', '{"messages": [');
   openaiError(malformed);
@@ -422,6 +435,21 @@ test('errors: API-shaped 400s naming the field', async () => {
   // 413: the server under test was started with --max-request-bytes 1M
   const big = await post('/v1/chat/completions', { messages: user('x'.repeat(2 << 20)) });
   assert.equal(big.status, 413);
+  // wrong types are named, not rendered as whatever they happen to be (they used to answer 200)
+  openaiError(await post('/v1/chat/completions', { messages: user('hi'), max_tokens: 2, tools: [1] }), 'tools');
+  openaiError(await post('/v1/chat/completions', { messages: user('hi'), max_tokens: 2,
+    tools: [{ type: 'function', function: { name: 5 } }] }), 'tools');
+  const badArgs = await post('/v1/chat/completions', { max_tokens: 2, messages: [...user('hi'),
+    { role: 'assistant', tool_calls: [{ id: 'a', type: 'function', function: { name: 'f', arguments: 'not json' } }] },
+    { role: 'tool', tool_call_id: 'a', content: 'x' }] });
+  openaiError(badArgs, 'messages');
+  assert.match(badArgs.json.error.message, /arguments/);
+  const huge = await post('/v1/chat/completions', '{"messages":[{"role":"user","content":"hi"}],"max_tokens":99999999999999999999}');
+  openaiError(huge, 'max_tokens');
+  assert.match(huge.json.error.message, /out of range/);
+  const numSchema = await post('/v1/messages', { max_tokens: 2, messages: user('hi'), tools: [{ name: 't', input_schema: 5 }] });
+  assert.equal(numSchema.status, 400, numSchema.text);
+  assert.match(numSchema.json.error.message, /input_schema/);
   const r404 = await fetch(`${URL_}/v1/nothing`);
   assert.equal(r404.status, 404);
 });
