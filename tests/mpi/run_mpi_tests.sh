@@ -113,20 +113,7 @@ else bad "killed rank: $(grep -v '^$' "$T/kill.err" | tail -4)"; fi
 "$K3GEN" --out "$T/m_seed" --preset small --set num_experts=16 --seed 12 >/dev/null
 "$K3GEN" --out "$T/m_shape" --preset small --set num_experts=8 --seed 11 >/dev/null
 cp -r "$T/m" "$T/m_flip"
-/usr/bin/python3 - "$T/m_flip" <<'PY'
-import glob, json, struct, sys
-for f in sorted(glob.glob(sys.argv[1] + "/*.safetensors")):
-    with open(f, "r+b") as fh:
-        n = struct.unpack("<Q", fh.read(8))[0]
-        head = json.loads(fh.read(n))
-        names = [k for k in head if ".experts.3.w1.weight_packed" in k]
-        if not names:
-            continue
-        off = 8 + n + head[names[0]]["data_offsets"][0] + 5
-        fh.seek(off); b = fh.read(1); fh.seek(off); fh.write(bytes([b[0] ^ 0xFF]))
-        sys.exit(0)
-sys.exit("no expert tensor found")
-PY
+node tests/flip_tensor.mjs "$T/m_flip" ".experts.3.w1.weight_packed" 5 >/dev/null
 for other in m_seed m_flip m_shape; do
     t0=$(date +%s%N)
     if "${MPI[@]}" 1 "$BIN" run --model "$T/m" --prompt-ids $IDS --max-new 4 --threads 1 : \

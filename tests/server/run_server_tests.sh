@@ -118,6 +118,24 @@ DELTAFIN_URL=$U NODE_PATH=tests/server/node_modules node --test --test-reporter=
 DELTAFIN_URL=$U DELTAFIN_URL_KEY=http://127.0.0.1:$P2 DELTAFIN_PID=$RSS_PID DELTAFIN_BIN=$BIN DELTAFIN_MODEL=$MODEL \
     NODE_PATH=tests/server/node_modules node --test --test-reporter=spec tests/server/server_test.mjs || fail=1
 
+# a model holding a NaN weight: a JSON error naming the layer (500, or an error event when
+# streaming), never "logprob":nan; the server keeps answering
+cp -r "$MODEL" "$LOG/nanm"
+node tests/flip_tensor.mjs "$LOG/nanm" "layers.2.self_attn.o_proj.weight" 0 ff >/dev/null
+node tests/flip_tensor.mjs "$LOG/nanm" "layers.2.self_attn.o_proj.weight" 1 ff >/dev/null
+PN=$(free_port); MODEL_SAVE=$MODEL; MODEL=$LOG/nanm; start "$PN"; MODEL=$MODEL_SAVE
+NAN1=$(curl -s -w ' %{http_code}' -d '{"max_tokens":3,"logprobs":true,"messages":[{"role":"user","content":"hi"}]}' "http://127.0.0.1:$PN/v1/chat/completions")
+check "NaN weight: a 500 JSON error naming layer 2" "500 named" \
+    "$(echo "$NAN1" | grep -o '[0-9]*$') $(echo "$NAN1" | grep -q '"error".*non-finite.*layer 2' && echo named || echo "$NAN1" | head -c 200)"
+NAN2=$(curl -s -N -d '{"max_tokens":3,"stream":true,"messages":[{"role":"user","content":"hi"}]}' "http://127.0.0.1:$PN/v1/chat/completions")
+check "NaN weight, streaming: an error event, no nan" "event clean" \
+    "$(echo "$NAN2" | grep -q '^data: {"error".*non-finite' && echo event || echo none) $(echo "$NAN2" | grep -qi 'nan[,}]' && echo nan || echo clean)"
+NAN3=$(curl -s -w ' %{http_code}' -d '{"model":"m","max_tokens":3,"messages":[{"role":"user","content":"hi"}]}' "http://127.0.0.1:$PN/v1/messages")
+check "NaN weight, /v1/messages: an Anthropic error" "500 error" \
+    "$(echo "$NAN3" | grep -o '[0-9]*$') $(echo "$NAN3" | grep -q '"type":"error"' && echo error || echo "$NAN3" | head -c 200)"
+check "NaN weight: the server still answers /health" 200 "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$PN/health")"
+kill "${pids[-1]}"; wait "${pids[-1]}" 2>/dev/null || true; unset 'pids[-1]'
+
 # --prompt-cache: conversations leaving the only slot, and those kept at exit, resume from files
 PC=$LOG/prompt-cache
 P7=$(free_port); start "$P7" --parallel 1 --prompt-cache "$PC"
