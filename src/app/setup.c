@@ -777,7 +777,7 @@ static int check_install(const char *dir)
         json_free(d);
         return 1;
     }
-    int bad = 0, n_trunk = 0;
+    int bad = 0, n_trunk = 0, n_size_only = 0;
     for (size_t i = 0; i < files->len; i++) {
         const json_value *e = json_at(files, i);
         const char *p = json_get_str(e, "path"), *h256 = json_get_str(e, "sha256"), *oid = json_get_str(e, "git_oid");
@@ -790,7 +790,9 @@ static int check_install(const char *dir)
         }
         const char *part = json_get_str(e, "part");
         if (part && !strcmp(part, "trunk")) {
+            int before = n_trunk;
             bad |= stream_check(dir, p, (uint64_t)size, &n_trunk);
+            if (n_trunk == before) n_size_only++;
             continue;
         }
         setup_file f = {.size = (uint64_t)size, .lfs = h256 != NULL};
@@ -819,7 +821,16 @@ static int check_install(const char *dir)
             bad |= wrong > 0;
         }
     }
-    if (!bad) fprintf(stderr, "deltafin: setup --check: %s: %zu files verified\n", dir, files->len);
+    /* "verified" only for what a hash checked: a streamed shard set up
+     * without --verify has no trunk hash, only its size */
+    if (!bad && n_size_only)
+        fprintf(stderr,
+                "deltafin: setup --check: %s: %zu of %zu files verified; UNVERIFIED: %d streamed shard%s checked for "
+                "size only (set up without --verify: its trunk bytes were never compared with anything; `setup "
+                "--stream --verify` hashes every shard against the Hub's SHA-256)\n",
+                dir, files->len - (size_t)n_size_only, files->len, n_size_only, n_size_only == 1 ? "" : "s");
+    else if (!bad)
+        fprintf(stderr, "deltafin: setup --check: %s: %zu files verified\n", dir, files->len);
     json_free(d);
     return bad;
 }

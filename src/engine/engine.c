@@ -397,6 +397,15 @@ int df_engine_open(const char *model_dir, const df_engine_opts *opts, df_engine 
                model_dir, eng->m.cfg.NL, eng->m.n_kda, eng->m.n_mla, eng->m.cfg.h, eng->m.cfg.E, eng->m.cfg.k, eng->kt->name,
                eng->n_threads, eng->m.store.n_files && eng->m.store.files[0].direct ? "O_DIRECT" : "buffered",
                io_queue_backend(eng->m.store.q), eng->m.io_depth);
+    if (eng->m.store.remote) {
+        expert_remote_info ri;
+        expert_remote_get_info(eng->m.store.remote, &ri);
+        /* a warning, not a detail: printed on every start, quiet or not */
+        if (opts->quiet && ri.hashed != ri.listed)
+            fprintf(stderr, "deltafin: UNVERIFIED streamed install: %s; its trunk was never compared with the "
+                            "publisher's hashes either (set up with --verify)\n",
+                    ri.hashed ? "some experts have no SHA-256 in the manifest" : "the manifest has no SHA-256 per expert");
+    }
     if (!opts->quiet && eng->m.store.remote) {
         expert_remote_info ri;
         expert_remote_get_info(eng->m.store.remote, &ri);

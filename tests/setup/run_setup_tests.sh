@@ -181,6 +181,14 @@ if logits "$T/st" "$T/st1.bin" && cmp -s "$T/ref.bin" "$T/st1.bin"; then ok "str
 else bad "streamed logits: $(tail -3 "$T/st1.bin.log")"; fi
 grep -q "experts streamed from" "$T/st1.bin.log" && grep -q "UNVERIFIED" "$T/st1.bin.log" && ok "the startup line names the remote and says unverified" \
     || bad "startup line: $(grep -m2 deltafin "$T/st1.bin.log")"
+# an unverified install says so on every run, not only with --stats, and --check does not
+# call its trunk verified
+"$BIN" run --model "$T/st" --prompt-ids 5,6,7 --max-new 1 2>"$T/quiet.log" >/dev/null || true
+grep -q "UNVERIFIED streamed install" "$T/quiet.log" && ok "a run without --stats says the install is unverified" \
+    || bad "no UNVERIFIED warning without --stats: $(tail -2 "$T/quiet.log")"
+"$BIN" setup --check "$T/st" 2>"$T/check-unv.log" || true
+grep -q "UNVERIFIED: [0-9]* streamed shard" "$T/check-unv.log" && ! grep -q ": [0-9]* files verified$" "$T/check-unv.log" \
+    && ok "--check of an unverified stream install says which files it only sized" || bad "--check: $(cat "$T/check-unv.log")"
 CAP=$((300 * 1024)); DATA=$(stat -c %s "$T/st/expert-cache/data" 2>/dev/null || echo 0)
 echo "# disk cache data file: $DATA bytes for a cap of $CAP"
 [ "$DATA" -gt 0 ] && [ "$DATA" -le "$CAP" ] && ok "the disk cache stays within --disk-cache-max" || bad "disk cache holds $DATA bytes, cap $CAP"
