@@ -13,7 +13,7 @@
  *     layer its first n rows);
  *   trailer "DFSESEND".
  * The model identity is an FNV-1a 128-bit hash of the config's numbers,
- * every trunk tensor's place and shape, the expert size, and the content
+ * the expert size, and the content
  * hash of every weight file (trunk and experts: one byte changed anywhere
  * changes it) and of config.json; a streamed install's manifest stands for
  * its remote experts.  A file's content hash is computed once and cached
@@ -100,15 +100,8 @@ int engine_model_identity(df_engine *eng, uint8_t id[16], df_error *err)
     for (int l = 0; l < c->NL; l++) fnv_u64(&h, (uint64_t)c->layer_kind[l] * 2 + (uint64_t)c->layer_moe[l]);
     fnv_add(&h, &c->eps, sizeof c->eps);
     fnv_u64(&h, m->store.expert_bytes);
-    for (int i = 0; i < m->n_trunk; i++) {
-        const trunk_tensor *t = &m->trunk[i];
-        fnv_u64(&h, (uint64_t)(int64_t)t->layer);
-        fnv_u64(&h, (uint64_t)(int64_t)t->shard);
-        fnv_u64(&h, t->off);
-        fnv_u64(&h, t->nbytes);
-        fnv_u64(&h, (uint64_t)t->w->rows * 65536u + (uint64_t)t->w->cols);
-        fnv_u64(&h, (uint64_t)t->w->type);
-    }
+    /* not the trunk table: it comes from the files' headers (hashed below),
+     * and the engine's views of it change with how the trunk is held */
     /* every byte of every weight file (trunk and experts), hashed once per
      * file and kept in the file-hash cache (filehash.h); a streamed
      * install's experts are remote: its manifest (offsets, lengths and,

@@ -39,6 +39,17 @@ uint64_t plan_reserve_bytes(int n_threads, int vocab)
            (uint64_t)(vocab > 0 ? vocab : 0) * 64u;
 }
 
+uint64_t plan_mpi_bytes(int n_ranks)
+{
+    /* Open MPI's memory in a rank beyond its libraries' pages (counted in
+     * plan_reserve_bytes): the runtime's state after MPI_Init and the
+     * shared-memory transport's segments as the exchanges touch them,
+     * which grow with the peers.  Measured here as rank 0's peak over one
+     * process's on the same plan (a 512-expert model at --mem 64M): +7.0
+     * MiB at 2 ranks, +8.8 MiB at 3; planned as 6 MiB + 2 MiB per peer. */
+    return n_ranks > 1 ? (6ull << 20) + (uint64_t)(n_ranks - 1) * (2ull << 20) : 0;
+}
+
 static void fill_common(const plan_sizes *sz, const plan_request *rq, df_plan *p)
 {
     memset(p, 0, sizeof *p);
@@ -50,6 +61,8 @@ static void fill_common(const plan_sizes *sz, const plan_request *rq, df_plan *p
     p->state_bytes = sz->state_bytes;
     p->scratch_bytes = sz->scratch_bytes;
     p->reserve_bytes = sz->reserve_bytes;
+    p->mpi_bytes = sz->mpi_bytes;
+    p->mpi_ranks = sz->mpi_ranks;
     p->n_ctx = sz->n_ctx;
     p->max_batch = sz->max_batch;
     p->n_experts = sz->n_experts;
@@ -193,6 +206,8 @@ void df_plan_print(const df_plan *p, const char *prefix, FILE *f)
     fprintf(f, "%s  KDA state + MLA cache         %10.3f GiB\n", prefix, gib(p->state_bytes));
     fprintf(f, "%s  scratch                       %10.3f GiB\n", prefix, gib(p->scratch_bytes));
     fprintf(f, "%s  process reserve               %10.3f GiB\n", prefix, gib(p->reserve_bytes));
+    if (p->mpi_bytes)
+        fprintf(f, "%s    of it Open MPI (%d ranks)     %10.3f GiB\n", prefix, p->mpi_ranks, gib(p->mpi_bytes));
     fprintf(f, "%s  expert cache%s %10.3f GiB  (%" PRIu64 " of %" PRIu64 " experts%s, %.2f MiB each)\n",
             prefix, p->cache_forced ? " (--expert-cache)" : "                 ", gib(p->cache_bytes),
             p->n_slots, p->n_experts, p->n_transient ? " + transient" : "", (double)p->expert_bytes / (1 << 20));

@@ -36,7 +36,9 @@ typedef struct plan_sizes {
                                   session's row block on; less below it) */
     uint64_t scratch_per_row;
     uint64_t scratch_default;  /* the scratch at PLAN_BATCH_DEFAULT (or n_ctx, when smaller) */
-    uint64_t reserve_bytes;    /* binary, libc, stacks, I/O rings, tokenizer */
+    uint64_t reserve_bytes;    /* binary, libc, stacks, I/O rings, tokenizer (and mpi_bytes) */
+    uint64_t mpi_bytes;        /* of it: Open MPI's share under mpirun (plan_mpi_bytes) */
+    int mpi_ranks;
     int n_ctx, max_batch;
 } plan_sizes;
 
@@ -54,6 +56,8 @@ typedef struct plan_request {
 
 /* The process reserve for n_threads workers and a tokenizer of `vocab`. */
 uint64_t plan_reserve_bytes(int n_threads, int vocab);
+/* Open MPI's share of a rank's memory under mpirun with n ranks (0 for one). */
+uint64_t plan_mpi_bytes(int n_ranks);
 
 /* Fill *p from sz and rq, or fail with the numbers (p is still filled with
  * what the cheapest configuration would need, for messages and tables). */

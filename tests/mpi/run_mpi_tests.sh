@@ -6,7 +6,8 @@
 # experts computed by the ranks add up to one process's; chat and serve under
 # mpirun answer as one process does; a killed rank is an error on rank 0
 # within DELTAFIN_RANK_TIMEOUT; a rank holding another model (same shape or
-# not) stops every rank at start, naming it.  Skipped, saying so, where MPI is not built in.
+# not) stops every rank at start, naming it; every rank peaks within --mem
+# (Open MPI planned).  Skipped, saying so, where MPI is not built in.
 # Usage: tests/mpi/run_mpi_tests.sh [build/deltafin]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -125,6 +126,23 @@ for other in m_seed m_flip m_shape; do
             ok "rank 1 with $other: refused at start in $ms ms ($(grep -o 'rank 1 holds a different model[^;(]*' "$T/other.err" | head -1))"
         else bad "rank 1 with $other: $ms ms: $(grep -v '^$' "$T/other.err" | tail -3)"; fi
     fi
+done
+# 6. every rank peaks within --mem: a model whose expert cache fills the budget
+# (512 experts), 2 and 3 ranks, at 64M and 48M (rank 0 used to peak 4.4 % over at
+# 64M, every rank over at 48M: Open MPI's memory was outside the plan)
+"$K3GEN" --out "$T/m512" --preset small --set num_experts=512 --seed 9 >/dev/null
+for mem in 64 48; do
+    for np in 2 3; do
+        if "${MPI[@]}" "$np" "$BIN" run --model "$T/m512" --prompt-ids $IDS --max-new 12 --threads 1 --mem "${mem}M" \
+               --stats >/dev/null 2>"$T/mem.err"; then
+            peaks=$(grep -o 'rank [0-9][^:]*:.*peak [0-9.]* MiB' "$T/mem.err" | sed 's/rank \([0-9]*\).*peak \([0-9.]*\) MiB/\1:\2/' | tr '\n' ' ')
+            over=$(echo "$peaks" | tr ' ' '\n' | awk -F: -v m="$mem" 'NF == 2 && $2 > m {print}')
+            n=$(echo "$peaks" | wc -w)
+            if [ "$n" = "$np" ] && [ -z "$over" ] && grep -q "of it Open MPI ($np ranks)" "$T/mem.err"; then
+                ok "-np $np --mem ${mem}M: every rank within it (rank:MiB $peaks); Open MPI planned"
+            else bad "-np $np --mem ${mem}M: peaks $peaks over: $over $(grep -c 'Open MPI' "$T/mem.err") plan lines"; fi
+        else bad "-np $np --mem ${mem}M: $(grep deltafin "$T/mem.err" | tail -3)"; fi
+    done
 done
 if [ "$fail" = 0 ]; then echo "mpi tests: all passed"; else echo "mpi tests: FAILED"; fi
 exit "$fail"
