@@ -92,7 +92,33 @@ static void test_bad_input(void)
     TCHECK(t_run(c, NULL, 0, err_, sizeof err_) == 2 && strstr(err_, "--window"));
 }
 
+/* A window costs a prompt chunk's logits, not its own: a 4,096-token
+ * window of the default model (4,096 ids: 64 MiB of logits when a window's
+ * rows were kept; it peaked at 92 MiB) under --mem 60M peaks within it;
+ * the sums equal those of the rows `run` dumps (the test below). */
+static void test_window_within_mem(void)
+{
+    if (getenv("DF_SANITIZED")) TSKIP("sanitizer runtimes inflate RSS");
+    char mini[600], text[600];
+    snprintf(mini, sizeof mini, "%s/../models/k3-mini", testdata_dir());
+    snprintf(text, sizeof text, "%s/ppl-long.txt", test_scratch());
+    FILE *f = fopen(text, "w");
+    if (!f) TSKIP("cannot write %s", text);
+    static const char *w[] = {"the", "cat", "sat", "on", "a", "mat", "and", "then", "went", "home", "because", "it",
+                              "was", "raining"};
+    for (unsigned i = 0; i < 5200; i++) fprintf(f, "%s ", w[(i * 2654435761u >> 7) % 14]);
+    fclose(f);
+    const char *a[] = {build_bin("deltafin"), "perplexity", "--model", mini, "--file", text, "--window", "4096",
+                       "--mem", "60M", "--json", NULL};
+    TCHECKF(t_run(a, out_, sizeof out_, err_, sizeof err_) == 0, "%s", err_);
+    double kb = json_num(out_, "peak_rss_kb"), scored = json_num(out_, "scored_tokens");
+    fprintf(stderr, "    window 4096, %.0f tokens scored: peak RSS %.1f MiB with --mem 60M\n", scored, kb / 1024);
+    TCHECKF(scored >= 4095 && kb > 0 && kb * 1024 <= 60.0 * 1024 * 1024, "peak %.0f kB, %.0f scored", kb, scored);
+    test_scratch_remove();
+}
+
 static const test_case tests[] = {
+    {"window_within_mem", test_window_within_mem},
     {"matches_dumped_logits", test_matches_dumped_logits},
     {"bad_input", test_bad_input},
 };

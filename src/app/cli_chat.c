@@ -533,6 +533,32 @@ static double row_nll(const float *logits, int V, int32_t next)
     return log(sum) + mx - (double)logits[next];
 }
 
+/* perplexity's running sums, fed one prompt chunk's rows at a time: row
+ * t of a window scores the window's id t + 1 (the last row scores none) */
+typedef struct ppl_acc {
+    const tokenizer *tok;
+    size_t V;
+    const int32_t *ids; /* the window's ids */
+    size_t m, t;        /* its length; the next row's position in it */
+    double nll;
+    uint64_t scored, bytes;
+} ppl_acc;
+
+static int ppl_rows(void *ctx, const float *rows, int n_rows)
+{
+    ppl_acc *a = ctx;
+    for (int r = 0; r < n_rows; r++, a->t++) {
+        if (a->t + 1 >= a->m) continue;
+        int32_t next = a->ids[a->t + 1];
+        a->nll += row_nll(rows + (size_t)r * a->V, (int)a->V, next);
+        size_t bl = 0;
+        tokenizer_token_bytes(a->tok, next, &bl);
+        a->bytes += bl;
+        a->scored++;
+    }
+    return 0;
+}
+
 int cmd_perplexity(int argc, char **argv)
 {
     run_args a;
@@ -571,42 +597,43 @@ int cmd_perplexity(int argc, char **argv)
         die("the tokenizer has %d ids but the model's vocabulary is %d", tokenizer_n_vocab(tok), info.vocab);
     df_session *s = open_session(eng, &a);
     size_t V = (size_t)info.vocab;
-    float *logits = malloc((size_t)W * V * sizeof *logits);
-    if (!logits) die("cannot allocate logits for a window of %d", W);
-    double nll = 0.0, t0 = now();
-    uint64_t scored = 0, bytes = 0;
+    /* one prompt chunk's rows at a time (df_session_eval_each), each row's
+     * loss taken as it arrives: a window costs a chunk's logits, not its
+     * own (16,384 x 4,096 floats used to be 256 MiB outside the plan) */
+    int B = df_session_max_batch(s);
+    float *logits = malloc((size_t)B * V * sizeof *logits);
+    if (!logits) die("cannot allocate the logits of a prompt chunk of %d", B);
+    ppl_acc acc = {.tok = tok, .V = V};
+    double t0 = now();
     size_t n_windows = (n + (size_t)W - 1) / (size_t)W;
     int tty = isatty(2);
     for (size_t w = 0; w < n_windows; w++) {
         size_t start = w * (size_t)W, m = n - start < (size_t)W ? n - start : (size_t)W;
         if (m < 2) break;
         df_session_reset(s);
-        if (df_session_eval(s, ids + start, (int)m, logits, 1, &err)) {
+        acc.ids = ids + start;
+        acc.m = m;
+        acc.t = 0;
+        if (df_session_eval_each(s, ids + start, (int)m, logits, ppl_rows, &acc, &err)) {
             fprintf(stderr, "deltafin: %s\n", err.msg);
             return 1;
-        }
-        for (size_t t = 0; t + 1 < m; t++) {
-            int32_t next = ids[start + t + 1];
-            nll += row_nll(logits + t * V, (int)V, next);
-            size_t bl = 0;
-            tokenizer_token_bytes(tok, next, &bl);
-            bytes += bl;
-            scored++;
         }
         double dt = now() - t0;
         if (tty)
             fprintf(stderr, "\rdeltafin: window %zu/%zu, perplexity so far %.4f, %.0f s left   ", w + 1, n_windows,
-                    exp(nll / (double)scored), dt / (double)(w + 1) * (double)(n_windows - w - 1));
+                    exp(acc.nll / (double)acc.scored), dt / (double)(w + 1) * (double)(n_windows - w - 1));
     }
     if (tty) fprintf(stderr, "\r\033[K");
+    double nll = acc.nll;
+    uint64_t scored = acc.scored, bytes = acc.bytes;
     double mean = nll / (double)scored, ppl = exp(mean);
     double bpb = nll / log(2.0) / (double)bytes, bpfb = nll / log(2.0) / (double)len;
     if (a.json)
         printf("{\"file\":\"%s\",\"window\":%d,\"windows\":%zu,\"scored_tokens\":%llu,\"scored_bytes\":%llu,"
                "\"nll_sum\":%.10g,\"mean_nll\":%.10g,\"perplexity\":%.10g,\"bits_per_byte\":%.10g,"
-               "\"bits_per_file_byte\":%.10g,\"seconds\":%.3f}\n",
+               "\"bits_per_file_byte\":%.10g,\"seconds\":%.3f,\"peak_rss_kb\":%ld}\n",
                a.file, W, n_windows, (unsigned long long)scored, (unsigned long long)bytes, nll, mean, ppl, bpb, bpfb,
-               now() - t0);
+               now() - t0, proc_peak_rss_kb());
     else
         printf("%s: %llu tokens scored in %zu windows of %d: perplexity %.4f, mean NLL %.5f nats, %.4f bits per "
                "byte (%.4f per file byte), %.1f s\n",
