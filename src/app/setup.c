@@ -766,13 +766,12 @@ static int install(setup *S, int dry_run)
                                 f->path, (unsigned long long)r.off, (unsigned long long)(r.off + r.len - 1),
                                 round ? ": the mirror serves unstable bytes; nothing was installed" : ": fetching them again");
                         if (round == 1) return 1;
-                        for (int k = 0; k < f->n_chunks; k++) {
-                            const chunk *ch = &S->chunks[f->first_chunk + k];
-                            if (ch->off < r.off + r.len && r.off < ch->off + ch->len && S->done[f->first_chunk + k]) {
+                        /* the shard's whole trunk again: the check stopped at the first range */
+                        for (int k = 0; k < f->n_chunks; k++)
+                            if (S->done[f->first_chunk + k]) {
                                 S->done[f->first_chunk + k] = 0;
-                                atomic_fetch_sub(&S->have, ch->len);
+                                atomic_fetch_sub(&S->have, S->chunks[f->first_chunk + k].len);
                             }
-                        }
                         bad = 1;
                     }
                 }

@@ -19,7 +19,13 @@
  * (experts.manifest, fetched and checked like any small file) gives its
  * hashes too, once its offsets agree with the headers; a trunk hash in it
  * is checked against what was fetched.  Otherwise the install says that
- * its experts are unverified (checked for size and bounds only).
+ * its experts are unverified (checked for size and bounds only), and each
+ * shard's trunk, once staged, is fetched a second time through a hash (not
+ * stored) and compared range by range with the staged bytes: bytes that
+ * change between fetches, or a staged piece damaged across a restart, are
+ * fetched again, and refused when they differ twice.  The agreeing trunk's
+ * SHA-256 goes into the manifest for --check; a mirror that serves the
+ * same wrong bytes every time is not caught (only --verify catches it).
  */
 #define _GNU_SOURCE
 #include "setup_impl.h"
@@ -579,7 +585,7 @@ int stream_check(const char *dir, const char *path, uint64_t size, int *n_checke
         return 1;
     }
     if (!m.shards[si].has_trunk_sha) {
-        fprintf(stderr, "deltafin: setup --check: %s: size only (its trunk has no SHA-256: set up without --verify)\n",
+        fprintf(stderr, "deltafin: setup --check: %s: size only (its trunk has no SHA-256: set up by an older deltafin without --verify; run setup again)\n",
                 path);
         return 0;
     }
