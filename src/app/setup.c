@@ -153,6 +153,62 @@ int setup_get(setup *S, const char *url, const char *range, char **out, size_t *
     return rc;
 }
 
+typedef struct hash_sink {
+    sha256_ctx c;
+    uint64_t got, want;
+} hash_sink;
+
+static size_t hash_write(char *d, size_t sz, size_t nm, void *ud)
+{
+    hash_sink *k = ud;
+    size_t n = sz * nm;
+    if (k->got + n > k->want) return 0; /* more than asked: a wrong answer */
+    sha256_update(&k->c, (const uint8_t *)d, n);
+    k->got += n;
+    return n;
+}
+
+int setup_hash_get(setup *S, const char *url, uint64_t off, uint64_t len, uint64_t size, uint8_t out[32], df_error *err)
+{
+    struct curl_slist *hl;
+    CURL *c = new_handle(S, &hl);
+    if (!c) return df_err_set(err, DF_ERR_IO, -1, "cannot start libcurl");
+    char range[64], want_range[128];
+    snprintf(range, sizeof range, "%llu-%llu", (unsigned long long)off, (unsigned long long)(off + len - 1));
+    snprintf(want_range, sizeof want_range, "bytes %s/%llu", range, (unsigned long long)size);
+    int rc = -1;
+    for (int attempt = 0; attempt < MAX_TRIES; attempt++) {
+        http_hdrs h;
+        hash_sink k = {.want = len};
+        sha256_init(&k.c);
+        http_prepare(c, url, range, hash_write, &k, &h);
+        CURLcode cc = curl_easy_perform(c);
+        long status = 0;
+        curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
+        atomic_fetch_add(&S->fetched, k.got);
+        if (cc == CURLE_OK && status == 206 && k.got == len && !strcmp(h.range, want_range)) {
+            sha256_final(&k.c, out);
+            rc = 0;
+            break;
+        }
+        if (cc == CURLE_OK && status >= 400 && status < 500 && status != 429 && status != 408) {
+            df_err_set(err, DF_ERR_IO, -1, "%s: HTTP %ld for bytes %s", url, status, range);
+            break;
+        }
+        if (attempt + 1 == MAX_TRIES) {
+            df_err_set(err, DF_ERR_IO, -1, "%s: bytes %s failed %d times (last: %s, HTTP %ld, %llu of %llu bytes)", url,
+                       range, MAX_TRIES, cc != CURLE_OK ? curl_easy_strerror(cc) : "bad answer", status,
+                       (unsigned long long)k.got, (unsigned long long)len);
+            break;
+        }
+        atomic_fetch_add(&S->retries, 1);
+        http_backoff(attempt, h.retry_after);
+    }
+    curl_slist_free_all(hl);
+    curl_easy_cleanup(c);
+    return rc;
+}
+
 /* ------------------------------------------------------ the file list */
 
 static int resolve_commit(setup *S, df_error *err)
@@ -695,6 +751,29 @@ static int install(setup *S, int dry_run)
                         atomic_fetch_sub(&S->have, f->size);
                         bad = 1;
                     }
+                } else {
+                    /* the trunk fetched twice: both fetches must agree */
+                    byte_range r;
+                    int rc = stream_recheck_shard(S, i, &r, &err);
+                    if (rc < 0) {
+                        fprintf(stderr, "deltafin: setup: %s\n", err.msg);
+                        return 1;
+                    }
+                    if (rc == 1) {
+                        fprintf(stderr,
+                                "deltafin: setup: %s: trunk bytes %llu-%llu differ between two fetches (or were "
+                                "damaged on disk)%s\n",
+                                f->path, (unsigned long long)r.off, (unsigned long long)(r.off + r.len - 1),
+                                round ? ": the mirror serves unstable bytes; nothing was installed" : ": fetching them again");
+                        if (round == 1) return 1;
+                        /* the shard's whole trunk again: the check stopped at the first range */
+                        for (int k = 0; k < f->n_chunks; k++)
+                            if (S->done[f->first_chunk + k]) {
+                                S->done[f->first_chunk + k] = 0;
+                                atomic_fetch_sub(&S->have, S->chunks[f->first_chunk + k].len);
+                            }
+                        bad = 1;
+                    }
                 }
                 continue;
             }
@@ -777,7 +856,7 @@ static int check_install(const char *dir)
         json_free(d);
         return 1;
     }
-    int bad = 0, n_trunk = 0, n_size_only = 0;
+    int bad = 0, n_trunk = 0;
     for (size_t i = 0; i < files->len; i++) {
         const json_value *e = json_at(files, i);
         const char *p = json_get_str(e, "path"), *h256 = json_get_str(e, "sha256"), *oid = json_get_str(e, "git_oid");
@@ -790,9 +869,7 @@ static int check_install(const char *dir)
         }
         const char *part = json_get_str(e, "part");
         if (part && !strcmp(part, "trunk")) {
-            int before = n_trunk;
             bad |= stream_check(dir, p, (uint64_t)size, &n_trunk);
-            if (n_trunk == before) n_size_only++;
             continue;
         }
         setup_file f = {.size = (uint64_t)size, .lfs = h256 != NULL};
@@ -809,7 +886,9 @@ static int check_install(const char *dir)
         }
     }
     const char *mode = json_get_str(json_root(d), "mode");
+    int unverified = 0;
     if (mode && !strcmp(mode, "stream")) {
+        unverified = stream_unverified(dir);
         /* the experts fetched so far, against the manifest */
         int checked = 0, wrong = 0, unhashed = 0;
         if (expert_cache_verify(dir, &checked, &wrong, &unhashed, &err)) {
@@ -821,16 +900,13 @@ static int check_install(const char *dir)
             bad |= wrong > 0;
         }
     }
-    /* "verified" only for what a hash checked: a streamed shard set up
-     * without --verify has no trunk hash, only its size */
-    if (!bad && n_size_only)
-        fprintf(stderr,
-                "deltafin: setup --check: %s: %zu of %zu files verified; UNVERIFIED: %d streamed shard%s checked for "
-                "size only (set up without --verify: its trunk bytes were never compared with anything; `setup "
-                "--stream --verify` hashes every shard against the Hub's SHA-256)\n",
-                dir, files->len - (size_t)n_size_only, files->len, n_size_only, n_size_only == 1 ? "" : "s");
+    if (!bad && !unverified) fprintf(stderr, "deltafin: setup --check: %s: %zu files verified\n", dir, files->len);
     else if (!bad)
-        fprintf(stderr, "deltafin: setup --check: %s: %zu files verified\n", dir, files->len);
+        fprintf(stderr,
+                "deltafin: setup --check: %s: %zu files match the hashes kept at setup; UNVERIFIED: the trunks' "
+                "hashes come from two fetches that agreed, not from the publisher, and the experts have no "
+                "SHA-256 (set up with --verify to check both against the shards' SHA-256)\n",
+                dir, files->len);
     json_free(d);
     return bad;
 }

@@ -64,6 +64,11 @@ typedef struct setup {
  * a Link rel="next" when asked for.  Retried like every request. */
 int setup_get(setup *S, const char *url, const char *range, char **out, size_t *n, size_t max, char *next,
               size_t n_next, df_error *err);
+/* SHA-256 of bytes [off, off+len) of a size-byte file at url, fetched
+ * through the hash (nothing stored); retried like every request, and only
+ * a 206 with the exact Content-Range and length counts. */
+int setup_hash_get(setup *S, const char *url, uint64_t off, uint64_t len, uint64_t size, uint8_t out[32],
+                   df_error *err);
 void setup_fail(setup *S, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* The file's SHA-256 (lfs) or git blob id into got (hex), or "(N bytes)"
  * when its size is not f->size. */
@@ -77,10 +82,20 @@ int stream_plan(setup *S, df_error *err);
  * lfs.oid, every expert and the trunk hashed into the manifest, then cut
  * down to its trunk.  1 = the hash did not match (fetch it again). */
 int stream_finish_shard(setup *S, int fi, df_error *err);
+/* Without --verify: shard fi's trunk, complete in staging, fetched a
+ * second time through a hash and compared range by range with the bytes on
+ * disk; when all agree, their SHA-256 goes into the manifest (so that
+ * --check and later reads find damage on disk).  1 = range *bad differs
+ * (its pieces must be fetched again). */
+int stream_recheck_shard(setup *S, int fi, byte_range *bad, df_error *err);
 /* Before publishing: a published manifest merged in (its hashes; a trunk
  * hash checked), the manifest written into staging. */
 int stream_finish(setup *S, df_error *err);
 /* setup --check of a streamed install's shards and disk cache; 0 = good. */
 int stream_check(const char *dir, const char *path, uint64_t size, int *n_checked);
+/* 1 when the streamed install's manifest lacks a SHA-256 for some expert
+ * (set up without --verify or a published manifest: its trunk hashes are
+ * then the two agreeing fetches', not the publisher's). */
+int stream_unverified(const char *dir);
 
 #endif

@@ -19,12 +19,19 @@
  * (experts.manifest, fetched and checked like any small file) gives its
  * hashes too, once its offsets agree with the headers; a trunk hash in it
  * is checked against what was fetched.  Otherwise the install says that
- * its experts are unverified (checked for size and bounds only).
+ * its experts are unverified (checked for size and bounds only), and each
+ * shard's trunk, once staged, is fetched a second time through a hash (not
+ * stored) and compared range by range with the staged bytes: bytes that
+ * change between fetches, or a staged piece damaged across a restart, are
+ * fetched again, and refused when they differ twice.  The agreeing trunk's
+ * SHA-256 goes into the manifest for --check; a mirror that serves the
+ * same wrong bytes every time is not caught (only --verify catches it).
  */
 #define _GNU_SOURCE
 #include "setup_impl.h"
 #include "expert_remote.h"
 #include "file.h"
+#include "http.h"
 #include "safetensors.h"
 #include "sha.h"
 #include "util.h"
@@ -39,6 +46,7 @@
 #include <unistd.h>
 
 #define PARTIAL_MANIFEST ".deltafin-manifest"
+#define HEADER_TRIES 4
 
 static const char *parts[6] = {"w1.weight_packed", "w1.weight_scale", "w2.weight_packed",
                                "w2.weight_scale", "w3.weight_packed", "w3.weight_scale"};
@@ -74,7 +82,7 @@ static const char *base_name(const char *p)
     return s ? s + 1 : p;
 }
 
-static int fetch_header(setup *S, int fi, st_file *out, df_error *err)
+static int fetch_header_once(setup *S, int fi, st_file *out, df_error *err)
 {
     const setup_file *f = &S->files[fi];
     char url[4096], range[64];
@@ -94,6 +102,20 @@ static int fetch_header(setup *S, int fi, st_file *out, df_error *err)
                          : df_err_set(err, DF_ERR_IO, -1, "%s: the header arrived short", f->path);
     free(b);
     return rc;
+}
+
+/* A shard's header; a reply that is not one (short, garbled) is asked for
+ * again with the backoff of every request before it counts as an error. */
+static int fetch_header(setup *S, int fi, st_file *out, df_error *err)
+{
+    for (int attempt = 0;; attempt++) {
+        int rc = fetch_header_once(S, fi, out, err);
+        if (!rc || attempt + 1 == HEADER_TRIES) return rc;
+        fprintf(stderr, "deltafin: setup: %s: %s: asking again\n", S->files[fi].path, err->msg);
+        *err = (df_error){0};
+        atomic_fetch_add(&S->retries, 1);
+        http_backoff(attempt, -1);
+    }
 }
 
 /* hashes of an earlier run's staging manifest, for what has not changed */
@@ -399,6 +421,58 @@ int stream_finish_shard(setup *S, int fi, df_error *err)
     return 0;
 }
 
+int stream_recheck_shard(setup *S, int fi, byte_range *bad, df_error *err)
+{
+    setup_file *f = &S->files[fi];
+    char p[4400], url[4096];
+    snprintf(p, sizeof p, "%s/%s", S->staging, f->path);
+    snprintf(url, sizeof url, "%s/%s/resolve/%s/%s", S->base, S->repo, S->commit, f->path);
+    if (fsync(S->fds[fi])) return df_err_set(err, DF_ERR_IO, -1, "%s: %s", p, strerror(errno));
+    int fd = open(p, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return df_err_set(err, DF_ERR_IO, -1, "%s: cannot open: %s", p, strerror(errno));
+    sha256_ctx all;
+    sha256_init(&all);
+    size_t bs = 4u << 20;
+    uint8_t *b = xmalloc(bs);
+    int rc = 0;
+    for (int i = 0; i < S->n_want[fi] && !rc; i++) {
+        const byte_range *r = &S->want[fi][i];
+        sha256_ctx one;
+        sha256_init(&one);
+        for (uint64_t at = 0; at < r->len && !rc; at += bs) {
+            size_t k = (size_t)(r->len - at < bs ? r->len - at : bs);
+            if (pread_all(fd, b, k, r->off + at))
+                rc = df_err_set(err, DF_ERR_IO, -1, "%s: read failed: %s", p, errno ? strerror(errno) : "short file");
+            else {
+                sha256_update(&one, b, k);
+                sha256_update(&all, b, k);
+            }
+        }
+        if (rc || !r->len) continue;
+        uint8_t disk[32], net[32];
+        sha256_final(&one, disk);
+        if (setup_hash_get(S, url, r->off, r->len, f->size, net, err)) {
+            df_err_prefix(err, "checking the trunk");
+            rc = -1;
+        } else if (memcmp(disk, net, 32)) {
+            *bad = *r;
+            rc = 1;
+        }
+    }
+    free(b);
+    close(fd);
+    if (rc) return rc;
+    uint8_t t[32];
+    sha256_final(&all, t);
+    int si = shard_index(S, fi);
+    pthread_mutex_lock(&S->mu);
+    memcpy(S->man.shards[si].trunk_sha, t, 32);
+    S->man.shards[si].has_trunk_sha = 1;
+    pthread_mutex_unlock(&S->mu);
+    f->verified = 1;
+    return 0;
+}
+
 int stream_finish(setup *S, df_error *err)
 {
     expert_manifest *m = &S->man;
@@ -470,6 +544,18 @@ int stream_finish(setup *S, df_error *err)
     return 0;
 }
 
+int stream_unverified(const char *dir)
+{
+    char p[4400];
+    snprintf(p, sizeof p, "%s/%s", dir, STREAM_MANIFEST);
+    expert_manifest m;
+    df_error err = {0};
+    if (expert_manifest_load(p, &m, &err)) return 1;
+    size_t listed = 0, hashed = expert_manifest_hashed(&m, &listed);
+    expert_manifest_free(&m);
+    return hashed != listed;
+}
+
 int stream_check(const char *dir, const char *path, uint64_t size, int *n_checked)
 {
     static expert_manifest m;
@@ -499,7 +585,7 @@ int stream_check(const char *dir, const char *path, uint64_t size, int *n_checke
         return 1;
     }
     if (!m.shards[si].has_trunk_sha) {
-        fprintf(stderr, "deltafin: setup --check: %s: size only (its trunk has no SHA-256: set up without --verify)\n",
+        fprintf(stderr, "deltafin: setup --check: %s: size only (its trunk has no SHA-256: set up by an older deltafin without --verify; run setup again)\n",
                 path);
         return 0;
     }

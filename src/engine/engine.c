@@ -400,23 +400,17 @@ int df_engine_open(const char *model_dir, const df_engine_opts *opts, df_engine 
                eng->n_threads, eng->m.store.n_files && eng->m.store.files[0].direct ? "O_DIRECT" : "buffered",
                io_queue_backend(eng->m.store.q), eng->m.io_depth);
     if (eng->m.store.remote) {
+        /* unverified experts are said at every start, quiet or not */
         expert_remote_info ri;
         expert_remote_get_info(eng->m.store.remote, &ri);
-        /* a warning, not a detail: printed on every start, quiet or not */
-        if (opts->quiet && ri.hashed != ri.listed)
-            fprintf(stderr, "deltafin: UNVERIFIED streamed install: %s; its trunk was never compared with the "
-                            "publisher's hashes either (set up with --verify)\n",
-                    ri.hashed ? "some experts have no SHA-256 in the manifest" : "the manifest has no SHA-256 per expert");
-    }
-    if (!opts->quiet && eng->m.store.remote) {
-        expert_remote_info ri;
-        expert_remote_get_info(eng->m.store.remote, &ri);
-        df_log("experts streamed from %s/%s at %.12s into a disk cache of %.2f GiB (%d of %d slots filled); %s",
-               ri.base, ri.repo, ri.commit, gib(ri.cache_max), ri.cache_filled, ri.cache_slots,
-               ri.hashed == ri.listed ? "every expert is checked against its SHA-256 before use"
-               : ri.hashed ? "some experts have no SHA-256 in the manifest: those are checked for size and bounds only"
-                           : "UNVERIFIED: the manifest has no SHA-256 per expert (set up with --verify), fetched experts "
-                             "are checked for size and bounds only");
+        if (!opts->quiet || ri.hashed != ri.listed)
+            df_log("experts streamed from %s/%s at %.12s into a disk cache of %.2f GiB (%d of %d slots filled); %s",
+                   ri.base, ri.repo, ri.commit, gib(ri.cache_max), ri.cache_filled, ri.cache_slots,
+                   ri.hashed == ri.listed ? "every expert is checked against its SHA-256 before use"
+                   : ri.hashed ? "UNVERIFIED: some experts have no SHA-256 in the manifest: those are checked for size "
+                                 "and bounds only"
+                               : "UNVERIFIED: the manifest has no SHA-256 per expert (set up with --verify), fetched "
+                                 "experts are checked for size and bounds only");
     }
     if (!opts->quiet && eng->m.store.probe_direct_bps > 0)
         df_log("expert read probe: O_DIRECT %.2f GB/s, buffered %.2f GB/s", eng->m.store.probe_direct_bps / 1e9,

@@ -9,6 +9,8 @@
 //              ends early), flip (one byte of the body changed), slow (the body
 //              in 1 KiB pieces 20 ms apart)
 //   FLIP_FILE  a path suffix whose every response has one byte changed
+//   FLIP_AFTER FLIP_FILE spares that file's first N responses (a shard's two
+//              header requests: only its data is changed)
 //   THROTTLE_MS  a pause before each file response
 //   PAGE       tree listings split into pages of this many entries (Link: rel="next")
 // GET /__stats answers {"file_requests":N,"file_bytes":B} (body bytes sent for files).
@@ -20,6 +22,8 @@ const faults = new Map((process.env.FAULTS ?? '').split(',').filter(Boolean).map
   return [Number(n), kind];
 }));
 const flipFile = process.env.FLIP_FILE ?? '';
+const flipAfter = Number(process.env.FLIP_AFTER ?? 0);
+const perFile = new Map();
 const throttle = Number(process.env.THROTTLE_MS ?? 0);
 const page = Number(process.env.PAGE ?? 0);
 let fileRequests = 0, fileBytes = 0;
@@ -68,7 +72,13 @@ const server = http.createServer((req, res) => {
       res.end(out);
       return;
     }
-    if (isFile && (kind === 'flip' || (flipFile && url.pathname.endsWith(flipFile))) && body.length) {
+    let flipThis = false;
+    if (isFile && flipFile && url.pathname.endsWith(flipFile)) {
+      const seen = (perFile.get(url.pathname) ?? 0) + 1;
+      perFile.set(url.pathname, seen);
+      flipThis = seen > flipAfter;
+    }
+    if (isFile && (kind === 'flip' || flipThis) && body.length) {
       body = Buffer.from(body);
       body[body.length >> 1] ^= 0x5a;
     }

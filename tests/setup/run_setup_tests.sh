@@ -181,14 +181,6 @@ if logits "$T/st" "$T/st1.bin" && cmp -s "$T/ref.bin" "$T/st1.bin"; then ok "str
 else bad "streamed logits: $(tail -3 "$T/st1.bin.log")"; fi
 grep -q "experts streamed from" "$T/st1.bin.log" && grep -q "UNVERIFIED" "$T/st1.bin.log" && ok "the startup line names the remote and says unverified" \
     || bad "startup line: $(grep -m2 deltafin "$T/st1.bin.log")"
-# an unverified install says so on every run, not only with --stats, and --check does not
-# call its trunk verified
-"$BIN" run --model "$T/st" --prompt-ids 5,6,7 --max-new 1 2>"$T/quiet.log" >/dev/null || true
-grep -q "UNVERIFIED streamed install" "$T/quiet.log" && ok "a run without --stats says the install is unverified" \
-    || bad "no UNVERIFIED warning without --stats: $(tail -2 "$T/quiet.log")"
-"$BIN" setup --check "$T/st" 2>"$T/check-unv.log" || true
-grep -q "UNVERIFIED: [0-9]* streamed shard" "$T/check-unv.log" && ! grep -q ": [0-9]* files verified$" "$T/check-unv.log" \
-    && ok "--check of an unverified stream install says which files it only sized" || bad "--check: $(cat "$T/check-unv.log")"
 CAP=$((300 * 1024)); DATA=$(stat -c %s "$T/st/expert-cache/data" 2>/dev/null || echo 0)
 echo "# disk cache data file: $DATA bytes for a cap of $CAP"
 [ "$DATA" -gt 0 ] && [ "$DATA" -le "$CAP" ] && ok "the disk cache stays within --disk-cache-max" || bad "disk cache holds $DATA bytes, cap $CAP"
@@ -223,6 +215,50 @@ rm -rf "$T/st/expert-cache"
 if ! logits "$T/st" "$T/st4.bin" && grep -q "layer .* expert .* failed 6 times" "$T/st4.bin.log"; then
     ok "an unreachable mirror is a clear error naming the expert"
 else bad "unreachable mirror: $(tail -3 "$T/st4.bin.log")"; fi
+# 10b. without --verify, the trunk is fetched a second time through a hash and compared; the
+# hashes kept let --check find damage later, and nothing unverified is called verified
+"$BIN" setup --check "$T/st" 2>"$T/log17"; RC=$?
+[ "$RC" = 0 ] && grep -q "UNVERIFIED" "$T/log17" && ! grep -q "files verified" "$T/log17" \
+    && ok "--check of an unverified streamed install says UNVERIFIED, never \"verified\"" || bad "--check (unverified): $(cat "$T/log17")"
+OLD=$(dd if="$T/st/$SHARD" bs=1 skip=20 count=1 2>/dev/null)
+printf '#' | dd of="$T/st/$SHARD" bs=1 seek=20 conv=notrunc 2>/dev/null
+! "$BIN" setup --check "$T/st" 2>"$T/log18" && grep -q "$SHARD: its trunk's SHA-256 differs" "$T/log18" \
+    && ok "--check finds a trunk byte changed on disk in an unverified streamed install" || bad "--check (trunk byte): $(cat "$T/log18")"
+printf '%s' "$OLD" | dd of="$T/st/$SHARD" bs=1 seek=20 conv=notrunc 2>/dev/null
+"$BIN" run --model "$T/st" --prompt-ids 5,6 --max-new 1 >/dev/null 2>"$T/log19" || true
+grep -q "UNVERIFIED" "$T/log19" && ok "run says UNVERIFIED without --stats" || bad "run without --stats: $(cat "$T/log19")"
+# a mirror that changes the shard's bytes: the two fetches disagree, nothing is installed, run fails
+P=$(proxy FLIP_FILE="$SHARD" FLIP_AFTER=2)
+if ! "$BIN" setup --stream --base-url "http://127.0.0.1:$P" --repo org/model --out "$T/sf" --workers 2 --chunk 64K \
+       --disk-cache-max 1M 2>"$T/log20" && grep -q "$SHARD: trunk bytes [0-9]*-[0-9]* differ between two fetches" "$T/log20" \
+       && grep -q "nothing was installed" "$T/log20" && [ ! -e "$T/sf" ] && ! logits "$T/sf" "$T/sf1.bin"; then
+    ok "a mirror serving changed trunk bytes is refused by setup, naming the shard and range; run fails"
+else bad "flipped trunk: $(tail -3 "$T/log20")"; fi
+# one flipped reply: fetched again, the install holds the mirror's bytes (logits equal)
+P=$(proxy FAULTS=12:flip,13:flip,14:flip)
+if "$BIN" setup --stream --base-url "http://127.0.0.1:$P" --repo org/model --out "$T/sg" --workers 1 --chunk 64K \
+       --disk-cache-max 1M 2>"$T/log21" && grep -q "differ between two fetches (or were damaged on disk): fetching them again" "$T/log21" \
+       && logits "$T/sg" "$T/sg1.bin" && cmp -s "$T/ref.bin" "$T/sg1.bin"; then
+    ok "a flipped trunk reply is fetched again, logits equal"
+else bad "flipped trunk reply: $(tail -3 "$T/log21")"; fi
+# one garbled shard-header reply is asked again (the header request is the first file request)
+P=$(proxy FAULTS=1:flip)
+"$BIN" setup --stream --base-url "http://127.0.0.1:$P" --repo org/model --out "$T/sh" --workers 2 --chunk 64K \
+    --disk-cache-max 1M 2>"$T/log22" && grep -q "asking again" "$T/log22" && ok "a garbled shard-header reply is retried" \
+    || bad "shard header retry: $(tail -3 "$T/log22")"
+# kill -9 in the middle of an unverified setup, a staged trunk byte damaged, then resume: caught, fetched again
+P=$(proxy THROTTLE_MS=100)
+"$BIN" setup --stream --base-url "http://127.0.0.1:$P" --repo org/model --out "$T/sr" --workers 2 --chunk 64K \
+    --disk-cache-max 1M 2>/dev/null &
+kill_after $! "$T/sr.partial/.deltafin-progress" 6
+[ "$(dd if="$T/sr.partial/$SHARD" bs=1 skip=20 count=1 2>/dev/null | od -An -tu1 | tr -d ' ')" != 0 ] || bad "kill -9 test: the staged piece was not written yet"
+printf '#' | dd of="$T/sr.partial/$SHARD" bs=1 seek=20 conv=notrunc 2>/dev/null
+P=$(proxy)
+if "$BIN" setup --stream --base-url "http://127.0.0.1:$P" --repo org/model --out "$T/sr" --workers 2 --chunk 64K \
+       --disk-cache-max 1M 2>"$T/log23" && grep -q "$SHARD: trunk bytes 0-[0-9]* differ.*fetching them again" "$T/log23" \
+       && cmp -s <(head -c 4096 "$T/src/$SHARD") <(head -c 4096 "$T/sr/$SHARD") && logits "$T/sr" "$T/sr1.bin" && cmp -s "$T/ref.bin" "$T/sr1.bin"; then
+    ok "a staged trunk piece damaged after kill -9 is caught at the resume and fetched again"
+else bad "damaged staged piece: $(tail -3 "$T/log23")"; fi
 # 11. --verify: every shard streamed once and hashed; per-expert SHA-256 in the manifest
 P=$(proxy)
 if "$BIN" setup --stream --verify --base-url "http://127.0.0.1:$P" --repo org/model --out "$T/sv" --workers 3 --chunk 64K \
