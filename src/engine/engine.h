@@ -254,6 +254,8 @@ typedef struct df_rank_stats {
 } df_rank_stats;
 int df_ranks_init(int *argc, char ***argv);
 int df_ranks_size(void);
+/* 1 when started by mpirun (Open MPI initialized), even with one rank. */
+int df_ranks_mpi(void);
 int df_ranks_rank(void);
 void df_ranks_finalize(void);
 int df_ranks_attach(df_engine *eng, const char *heat_path, int max_batch, df_error *err);

@@ -91,6 +91,7 @@ int df_ranks_init(int *argc, char ***argv)
 }
 
 int df_ranks_size(void) { return g_size; }
+int df_ranks_mpi(void) { return g_inited; }
 int df_ranks_rank(void) { return g_rank; }
 
 void df_ranks_finalize(void)
@@ -445,6 +446,7 @@ int df_ranks_init(int *argc, char ***argv)
     return 0;
 }
 int df_ranks_size(void) { return 1; }
+int df_ranks_mpi(void) { return 0; }
 int df_ranks_rank(void) { return 0; }
 void df_ranks_finalize(void) {}
 int df_ranks_attach(df_engine *eng, const char *heat_path, int max_batch, df_error *err)

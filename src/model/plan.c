@@ -42,12 +42,14 @@ uint64_t plan_reserve_bytes(int n_threads, int vocab)
 uint64_t plan_mpi_bytes(int n_ranks)
 {
     /* Open MPI's memory in a rank beyond its libraries' pages (counted in
-     * plan_reserve_bytes): the runtime's state after MPI_Init and the
-     * shared-memory transport's segments as the exchanges touch them,
-     * which grow with the peers.  Measured here as rank 0's peak over one
-     * process's on the same plan (a 512-expert model at --mem 64M): +7.0
-     * MiB at 2 ranks, +8.8 MiB at 3; planned as 6 MiB + 2 MiB per peer. */
-    return n_ranks > 1 ? (6ull << 20) + (uint64_t)(n_ranks - 1) * (2ull << 20) : 0;
+     * plan_reserve_bytes): the runtime's heap and free lists after MPI_Init
+     * and the shared-memory transport's segments as the exchanges touch
+     * them, which grow with the peers.  Measured here as rank 0's peak over
+     * one process's on the same plan (a 512-expert model at --mem 64M, 20
+     * prompt ids): +7.8 MiB under mpirun -np 1, +7.0 to +8.8 MiB at 2
+     * ranks, up to +11.4 MiB at 3; planned as 8 MiB + 2 MiB per rank.
+     * n_ranks 0: not under mpirun. */
+    return n_ranks > 0 ? (8ull << 20) + (uint64_t)n_ranks * (2ull << 20) : 0;
 }
 
 static void fill_common(const plan_sizes *sz, const plan_request *rq, df_plan *p)

@@ -56,7 +56,8 @@ typedef struct plan_request {
 
 /* The process reserve for n_threads workers and a tokenizer of `vocab`. */
 uint64_t plan_reserve_bytes(int n_threads, int vocab);
-/* Open MPI's share of a rank's memory under mpirun with n ranks (0 for one). */
+/* Open MPI's share of a rank's memory under mpirun with n ranks (n 0: not
+ * under mpirun, nothing). */
 uint64_t plan_mpi_bytes(int n_ranks);
 
 /* Fill *p from sz and rq, or fail with the numbers (p is still filled with
