@@ -156,6 +156,13 @@ static void test_files_and_stdin(void)
     TCHECKF(cli(d3) == 2 && strstr(err_, "not a regular file"), "a directory: %s", err_);
     const char *d4[] = {DF, "run", "--model", tiny(), "--prompt-file", stext, "--prompt", "x", NULL};
     TCHECKF(cli(d4) == 2 && strstr(err_, "cannot be combined"), "two prompts: %s", err_);
+    /* a --session path that cannot be written is refused before anything runs */
+    const char *e1[] = {DF, "run", "--model", tiny(), "--prompt-ids", "1,2,3", "--max-new", "100000", "--session",
+                        "/nonexistent/dir/x.session", NULL};
+    TCHECKF(cli(e1) == 2 && strstr(err_, "--session") && strstr(err_, "does not exist") && !out_[0], "session: %s",
+            err_);
+    const char *e2[] = {DF, "run", "--model", tiny(), "--prompt-ids", "1,2,3", "--session", test_scratch(), NULL};
+    TCHECKF(cli(e2) == 2 && strstr(err_, "not a regular file"), "session dir: %s", err_);
     snprintf(cmd, sizeof cmd, "'%s' run --model '%s' --prompt-file - < /dev/null", DF, tiny());
     const char *d5[] = {"/bin/sh", "-c", cmd, NULL};
     TCHECKF(cli(d5) == 2 && strstr(err_, "empty"), "empty standard input: %s", err_);

@@ -221,6 +221,29 @@ char *read_prompt_file(const char *path, const char *flag, size_t *len)
     return buf;
 }
 
+/* A --session path is checked before anything runs (a bad one used to be
+ * reported after the whole generation): an existing file must be a regular
+ * one that can be read, and its directory must take the file written
+ * beside it and renamed into place. */
+static void check_session_path(const char *path)
+{
+    struct stat st;
+    if (!stat(path, &st)) {
+        if (!S_ISREG(st.st_mode)) die("--session %s: not a regular file", path);
+        if (access(path, R_OK)) die("--session %s: cannot read: %s", path, strerror(errno));
+    } else if (errno != ENOENT) {
+        die("--session %s: %s", path, strerror(errno));
+    }
+    char dir[PATH_MAX];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (slash == dir) dir[1] = 0;
+    else if (slash) *slash = 0;
+    else snprintf(dir, sizeof dir, ".");
+    if (stat(dir, &st) || !S_ISDIR(st.st_mode)) die("--session %s: the directory %s does not exist", path, dir);
+    if (access(dir, W_OK)) die("--session %s: cannot write in %s: %s", path, dir, strerror(errno));
+}
+
 /* Token ids separated by commas and/or white space ("12,7,99", one per
  * line, ...).  s = "@FILE" reads them from FILE ("@-": standard input). */
 int parse_ids(const char *s, const char *flag, int32_t **out)
@@ -486,9 +509,11 @@ void parse_common(int argc, char **argv, run_args *a)
             die("run needs --prompt \"text\", --prompt-file FILE or --prompt-ids LIST|@FILE");
         if (!a->chat && (a->system || a->effort || a->no_think))
             die("--system, --reasoning-effort and --no-think need --chat");
+        if (a->session) check_session_path(a->session);
         if (a->session && a->dump)
             die("--session cannot be combined with --dump-logits (a resumed prompt's rows are not evaluated again)");
     }
+    if (cmd == C_CHAT && a->session) check_session_path(a->session);
     if (a->max_new_set == 0 && (a->chat || a->prompt)) a->max_new = 512;
 }
 
