@@ -268,6 +268,14 @@ static void test_cli_mem_is_a_promise(void)
  * shard is a pread of its header or nothing). */
 static void test_cli_plan_reads_no_weights(void)
 {
+    /* everything resident: the auto chunk is chosen for speed (256), not 32 */
+    {
+        char t[512];
+        snprintf(t, sizeof t, "%s/k3-tiny-a/checkpoint", testdata_dir());
+        const char *a[] = {DF, "plan", "--model", t, "--mem", "1G", NULL};
+        TCHECKF(cli(a) == 0 && (strstr(out_, "prompt chunk 256") || strstr(err_, "prompt chunk 256")),
+                "resident plan's chunk: %s%s", out_, err_);
+    }
     char tiny[512];
     snprintf(tiny, sizeof tiny, "%s/k3-tiny-a/checkpoint", testdata_dir());
     const char *a[] = {DF, "plan", "--model", tiny, "--mem", "1G", NULL};

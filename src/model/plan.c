@@ -9,8 +9,10 @@
  *             mapped); otherwise the budget is refused with the numbers.
  *   cache   = what is left (capped at every expert), or --expert-cache,
  *             which must fit beside the rest (refused otherwise).
- *   batch   = (--batch auto) the prompt chunk: 32 when every expert and the
- *             trunk stay in memory; otherwise as many positions as half of
+ *   batch   = (--batch auto) the prompt chunk: PLAN_BATCH_FAST (256, or the
+ *             context) when every expert and the trunk still stay in memory
+ *             with its scratch (speed: nothing is read), else 32 when they
+ *             stay in memory; otherwise as many positions as half of
  *             the cache's share pays for (up to PLAN_BATCH_MAX and the
  *             context), because a chunk reads each needed expert and the
  *             streamed trunk once for all its positions: a prompt read in
@@ -102,6 +104,21 @@ int plan_compute(const plan_sizes *sz0, const plan_request *rq, df_plan *p, df_e
     sz.scratch_bytes = sz.scratch_default ? sz.scratch_default : sz.scratch_base + (uint64_t)T * sz.scratch_per_row;
     if (plan_fixed(&sz, rq, p, err)) return -1;
     int streams = p->trunk_mode == DF_TRUNK_STREAMED || p->n_slots + p->n_transient < sz.n_experts;
+    if (!streams && sz.scratch_per_row) {
+        /* nothing streams: the chunk is chosen for speed (a 256-position
+         * chunk prefills ~1.4x faster than 32), when its scratch still
+         * leaves every expert and the trunk in memory */
+        int fast = PLAN_BATCH_FAST < sz.n_ctx ? PLAN_BATCH_FAST : sz.n_ctx;
+        if (fast > T) {
+            plan_sizes f = sz;
+            f.max_batch = fast;
+            f.scratch_bytes = sz.scratch_base + (uint64_t)fast * sz.scratch_per_row;
+            df_plan q;
+            if (plan_fixed(&f, rq, &q, NULL) == 0 && q.trunk_mode != DF_TRUNK_STREAMED &&
+                q.n_slots + q.n_transient >= sz.n_experts)
+                *p = q;
+        }
+    }
     if (!streams || !sz.scratch_per_row) {
         p->batch_auto = 1;
         return 0;

@@ -51,7 +51,8 @@ typedef struct plan_request {
     int auto_batch;            /* choose max_batch (prompt chunk) from the budget: see plan.c */
 } plan_request;
 
-#define PLAN_BATCH_DEFAULT 32  /* the chunk when nothing is read from disk */
+#define PLAN_BATCH_DEFAULT 32  /* the smallest auto chunk (the chunk before the plan is known) */
+#define PLAN_BATCH_FAST 256    /* the auto chunk when nothing streams and its scratch fits */
 #define PLAN_BATCH_MAX 2048    /* the largest automatic chunk */
 
 /* The process reserve for n_threads workers and a tokenizer of `vocab`. */
