@@ -266,6 +266,37 @@ static void test_cli_mem_is_a_promise(void)
 
 /* info and plan read no weight: checked with strace (every read of a
  * shard is a pread of its header or nothing). */
+/* One rule decides when the trunk stays resident, and plan and doctor
+ * print it: the plan's resident_from is exactly the smallest --mem at which
+ * it is resident (one byte less streams it), and doctor's advice names the
+ * same number (it used to add margins of its own: 123.1 GiB where the plan
+ * went resident at 108). */
+static void test_resident_threshold_one_rule(void)
+{
+    char dir[512];
+    if (gen_model("plan_rss", "--preset small --set num_experts=512 --seed 9", dir, sizeof dir)) return;
+    const char *a[] = {DF, "plan", "--model", dir, "--mem", "30M", "--json", NULL};
+    TCHECKF(cli(a) == 0 || strstr(out_, "resident_from"), "%s", err_);
+    const char *r = strstr(out_, "\"resident_from\":");
+    unsigned long long R = r ? strtoull(r + 16, NULL, 10) : 0;
+    TCHECKF(R > 30ull * MiB, "resident_from %llu", R);
+    char at[32], below[32];
+    snprintf(at, sizeof at, "%llu", R);
+    snprintf(below, sizeof below, "%llu", R - 1);
+    const char *b[] = {DF, "plan", "--model", dir, "--mem", at, "--json", NULL};
+    TCHECKF(cli(b) == 0 && strstr(out_, "\"trunk\":\"resident\""), "at %s: %s", at, out_);
+    const char *c[] = {DF, "plan", "--model", dir, "--mem", below, "--json", NULL};
+    TCHECKF(cli(c) == 0 && strstr(out_, "\"trunk\":\"streamed\""), "at %s: %s", below, out_);
+    char gib[32];
+    snprintf(gib, sizeof gib, "%.3f GiB", (double)R / (double)(1ull << 30));
+    const char *d[] = {DF, "plan", "--model", dir, "--mem", "30M", NULL};
+    cli(d);
+    TCHECKF(strstr(out_, gib) || strstr(err_, gib), "plan does not print %s: %s", gib, out_);
+    const char *e[] = {DF, "doctor", "--model", dir, "--mem", "30M", "--seconds", "1", NULL};
+    cli(e);
+    TCHECKF(strstr(out_, gib) && strstr(out_, "keeps it in memory"), "doctor does not say %s: %s", gib, out_);
+}
+
 static void test_cli_plan_reads_no_weights(void)
 {
     /* everything resident: the auto chunk is chosen for speed (256), not 32 */
@@ -432,6 +463,7 @@ static void test_cli_doctor(void)
 }
 
 static const test_case tests[] = {
+    {"resident_threshold_one_rule", test_resident_threshold_one_rule},
     {"cli_doctor", test_cli_doctor},
     {"io_auto_probe_is_cold", test_io_auto_probe_is_cold},
     {"plan_never_over_budget", test_plan_never_over_budget},

@@ -194,8 +194,9 @@ int cmd_doctor(int argc, char **argv)
     printf("advice\n");
     int n = 0;
     if (!prc && p.trunk_mode == DF_TRUNK_STREAMED)
-        printf("  - the trunk (%.1f GiB) is read every token: --mem above %.1f GiB keeps it in memory\n",
-               gib(p.trunk_bytes), gib(p.trunk_bytes + p.used - p.trunk_used)), n++;
+        printf("  - the trunk (%.1f GiB) is read every token: --mem from %.3f GiB keeps it in memory (the plan's "
+               "own threshold)\n",
+               gib(p.trunk_bytes), gib(p.resident_from)), n++;
     if (!prc && p.expert_read_est > 0 && p.n_experts)
         printf("  - the expert cache holds %llu of %llu experts: each further GiB of --mem holds %.0f more\n",
                (unsigned long long)(p.n_slots + p.n_transient), (unsigned long long)p.n_experts,

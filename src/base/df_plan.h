@@ -32,6 +32,8 @@ typedef struct df_plan {
     int k, n_moe_layers;
     int cache_forced;             /* --expert-cache set its size */
     uint64_t used;
+    uint64_t resident_from;       /* the smallest budget that keeps the trunk resident (plan.c's own
+                                   * rule, at this plan's context and first chunk: doctor prints it) */
     /* expected reads per decoded token (one position per forward pass) */
     uint64_t trunk_read_per_token;    /* streamed trunk: all of it, every pass */
     uint64_t expert_read_cold;        /* n_moe_layers * k experts, nothing cached */

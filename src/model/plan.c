@@ -103,6 +103,9 @@ int plan_compute(const plan_sizes *sz0, const plan_request *rq, df_plan *p, df_e
     sz.max_batch = T;
     sz.scratch_bytes = sz.scratch_default ? sz.scratch_default : sz.scratch_base + (uint64_t)T * sz.scratch_per_row;
     if (plan_fixed(&sz, rq, p, err)) return -1;
+    /* the trunk's residency is decided at this first chunk: the threshold
+     * kept whatever chunk is chosen below */
+    const uint64_t resident_from = p->resident_from;
     int streams = p->trunk_mode == DF_TRUNK_STREAMED || p->n_slots + p->n_transient < sz.n_experts;
     if (!streams && sz.scratch_per_row) {
         /* nothing streams: the chunk is chosen for speed (a 256-position
@@ -121,6 +124,7 @@ int plan_compute(const plan_sizes *sz0, const plan_request *rq, df_plan *p, df_e
     }
     if (!streams || !sz.scratch_per_row) {
         p->batch_auto = 1;
+        p->resident_from = resident_from;
         return 0;
     }
     /* grow the chunk into half of what the cache got (and what is unused):
@@ -139,6 +143,7 @@ int plan_compute(const plan_sizes *sz0, const plan_request *rq, df_plan *p, df_e
         if (plan_fixed(&sz, rq, &q, NULL) == 0) *p = q;
     }
     p->batch_auto = 1;
+    p->resident_from = resident_from;
     return 0;
 }
 
@@ -155,6 +160,7 @@ static int plan_fixed(const plan_sizes *sz, const plan_request *rq, df_plan *p, 
     const uint64_t need_cache = rq->expert_cache_bytes ? cache : min_cache;
     const char *what = rq->budget_given ? "--mem" : "the default budget (70% of RAM; set --mem)";
 
+    p->resident_from = fixed + resident + need_cache;
     int fit_res = rq->trunk_stream <= 0 && fixed + resident + need_cache <= budget;
     int fit_str = rq->trunk_stream >= 0 && fixed + streamed + need_cache <= budget;
     if (fit_res) {
@@ -221,6 +227,7 @@ void df_plan_print(const df_plan *p, const char *prefix, FILE *f)
     else
         fprintf(f, "%s  trunk, resident               %10.3f GiB  (matrices %.3f + embedding %.3f)\n", prefix,
                 gib(p->trunk_used), gib(p->trunk_bytes), gib(p->embed_bytes));
+    fprintf(f, "%s  trunk resident from --mem     %10.3f GiB\n", prefix, gib(p->resident_from));
     fprintf(f, "%s  small vectors (f32)           %10.3f GiB\n", prefix, gib(p->vec_bytes));
     fprintf(f, "%s  KDA state + MLA cache         %10.3f GiB\n", prefix, gib(p->state_bytes));
     fprintf(f, "%s  scratch                       %10.3f GiB\n", prefix, gib(p->scratch_bytes));
