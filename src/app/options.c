@@ -666,6 +666,7 @@ df_engine *open_engine(const run_args *a)
     eo.prefetch_k = a->prefetch_k;
     eo.quiet = !a->stats;
     eo.plan_checkpoints = a->checkpoints;
+    eo.plan_sessions = a->plan_sessions;
     if (drafting(a)) {
         eo.plan_rollback = draft_rows(a);
         /* a draft model's memory comes out of the same budget */

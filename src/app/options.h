@@ -41,6 +41,7 @@ typedef struct {
     int draft_max, draft_k;
     size_t draft_mem;    /* a draft model's share of --mem (0 = an eighth) */
     int checkpoints;     /* conversation checkpoints per session (serve --checkpoints) */
+    int plan_sessions;   /* sessions planned before the expert cache (serve --parallel N; 0 = 1) */
     const char *session; /* run, chat: --session FILE */
 } run_args;
 

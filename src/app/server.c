@@ -681,6 +681,7 @@ int cmd_serve(int argc, char **argv)
         MHD_stop_daemon(d);
         return 1;
     }
+    S->a.plan_sessions = parallel; /* --parallel N: planned before the expert cache */
     S->eng = open_engine(&S->a);
     df_engine_info(S->eng, &S->info);
     if (tokenizer_n_vocab(S->tok) != S->info.vocab) {

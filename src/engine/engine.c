@@ -128,7 +128,7 @@ static void plan_session_opts(const df_engine_opts *o, df_session_opts *so)
 
 /* The plan for so's session under these options (plan.c decides; the
  * sizes come from the loaded headers). */
-static int decide_plan(df_engine *eng, const df_session_opts *so, size_t mem_budget, int stream_trunk,
+static int decide_plan(df_engine *eng, const df_session_opts *so, int n_sessions, size_t mem_budget, int stream_trunk,
                        size_t expert_cache_bytes, const char *cache_policy, enum cache_policy *pol, df_plan *p,
                        df_error *err)
 {
@@ -136,6 +136,16 @@ static int decide_plan(df_engine *eng, const df_session_opts *so, size_t mem_bud
     if (expert_cache_policy_parse(cache_policy, pol))
         return df_err_set(err, DF_ERR_ARG, -1, "unknown cache policy \"%s\" (expected lfu, tlfu or lru)", cache_policy);
     if (engine_sizes(eng, so, &sz, err)) return -1;
+    if (n_sessions > 1) {
+        /* serve --parallel N: N sessions come before the expert cache, which
+         * takes what is left (a slightly smaller cache, not a refusal) */
+        uint64_t n = (uint64_t)n_sessions;
+        sz.state_bytes *= n;
+        sz.scratch_bytes *= n;
+        sz.scratch_base *= n;
+        sz.scratch_per_row *= n;
+        sz.scratch_default *= n;
+    }
     plan_request rq = {.budget = mem_budget ? mem_budget : default_budget(),
                        .budget_given = mem_budget > 0,
                        .trunk_stream = stream_trunk,
@@ -153,7 +163,7 @@ static int plan_memory(df_engine *eng, const df_engine_opts *o, df_error *err)
     plan_session_opts(o, &so);
     enum cache_policy pol;
     df_plan *p = &eng->plan;
-    if (decide_plan(eng, &so, o->mem_budget, o->trunk_stream, o->expert_cache_bytes, o->cache_policy, &pol, p, err))
+    if (decide_plan(eng, &so, o->plan_sessions, o->mem_budget, o->trunk_stream, o->expert_cache_bytes, o->cache_policy, &pol, p, err))
         return -1;
     if (expert_cache_init(&eng->cache, eng->m.cfg.NL, eng->m.cfg.E, (int)p->n_slots, (int)p->n_transient,
                           eng->m.store.slot_bytes, pol))
@@ -206,7 +216,7 @@ int df_plan_model(const char *path, const df_plan_opts *o, df_plan *p, df_model_
         if (o->max_batch > 0) so.max_batch = o->max_batch;
         if (o->rollback_rows > 0) so.rollback_rows = o->rollback_rows;
         enum cache_policy pol;
-        rc = decide_plan(eng, &so, o->mem_budget, o->trunk_stream, o->expert_cache_bytes, o->cache_policy, &pol, p, err);
+        rc = decide_plan(eng, &so, 1, o->mem_budget, o->trunk_stream, o->expert_cache_bytes, o->cache_policy, &pol, p, err);
         if (info && (!rc || err->code == DF_ERR_NOMEM)) {
             df_engine_info(eng, info);
             info->n_cache_slots = (int)p->n_slots;

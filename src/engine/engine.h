@@ -29,6 +29,8 @@ typedef struct df_engine_opts {
     size_t expert_cache_bytes;  /* override the planner's expert cache size (0 = plan from mem_budget) */
     int plan_rollback;          /* ... with this many rollback rows (df_session_opts.rollback_rows) */
     int plan_checkpoints;       /* ... and checkpoints (df_session_opts.checkpoints) */
+    int plan_sessions;          /* ... times this many sessions (serve --parallel N), planned
+                                   before the expert cache takes what is left (0 = 1) */
     int plan_ctx, plan_batch;   /* the session the planner reserves for (0 = 4096 tokens; batch
                                    0 = chosen by the planner: 32 when nothing streams, else as
                                    large as the budget pays for, so a prompt reads its experts

@@ -136,6 +136,18 @@ check "NaN weight, /v1/messages: an Anthropic error" "500 error" \
 check "NaN weight: the server still answers /health" 200 "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$PN/health")"
 kill "${pids[-1]}"; wait "${pids[-1]}" 2>/dev/null || true; unset 'pids[-1]'
 
+# --parallel N is planned before the expert cache: on a model whose experts do not all fit,
+# --parallel 3 at --mem 64M takes a little cache instead of being refused (it was: the
+# cache had taken everything and the later sessions found no room)
+"$(dirname "$BIN")/k3gen" --out "$LOG/m512" --preset small --set num_experts=512 --seed 9 >/dev/null
+PP=$(free_port)
+"$BIN" serve --model "$LOG/m512" --port "$PP" --mem 64M --parallel 3 >"$LOG/par.log" 2>&1 &
+pids+=($!)
+for _ in $(seq 1 100); do curl -sf "http://127.0.0.1:$PP/health" >/dev/null 2>&1 && break; kill -0 "${pids[-1]}" 2>/dev/null || break; sleep 0.1; done
+check "--parallel 3 at --mem 64M: three sessions planned before the cache" "deltafin_conversations_kept 3" \
+    "$(curl -s "http://127.0.0.1:$PP/metrics" | grep '^deltafin_conversations_kept ' || tail -2 "$LOG/par.log")"
+kill "${pids[-1]}" 2>/dev/null; wait "${pids[-1]}" 2>/dev/null || true; unset 'pids[-1]'
+
 # --prompt-cache: conversations leaving the only slot, and those kept at exit, resume from files
 PC=$LOG/prompt-cache
 P7=$(free_port); start "$P7" --parallel 1 --prompt-cache "$PC"
