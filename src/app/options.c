@@ -197,7 +197,8 @@ char *read_prompt_file(const char *path, const char *flag, size_t *len)
     if (!is_stdin && fstat(fileno(f), &st) == 0 && !S_ISREG(st.st_mode) && !S_ISFIFO(st.st_mode) && !S_ISCHR(st.st_mode))
         die("%s %s: not a regular file", flag, path);
     size_t n = 0, cap = 1 << 16;
-    char *buf = malloc(cap + 1);
+    static char *volatile reading; /* reachable if a die() below exits mid-read */
+    char *buf = reading = malloc(cap + 1);
     if (!buf) die("%s %s: out of memory", flag, path);
     for (;;) {
         if (n == cap) {
@@ -205,7 +206,7 @@ char *read_prompt_file(const char *path, const char *flag, size_t *len)
             cap *= 2;
             char *nb = realloc(buf, cap + 1);
             if (!nb) die("%s %s: out of memory", flag, path);
-            buf = nb;
+            buf = reading = nb;
         }
         size_t got = fread(buf + n, 1, cap - n, f);
         n += got;
@@ -217,9 +218,16 @@ char *read_prompt_file(const char *path, const char *flag, size_t *len)
     if (!is_stdin) fclose(f);
     buf[n] = 0;
     if (memchr(buf, 0, n)) die("%s %s: holds a NUL byte (not a text file)", flag, path);
+    reading = NULL;
     *len = n;
     return buf;
 }
+
+/* Buffers held in statics while a prompt is read or parsed, so that a
+ * die() midway exits with them reachable (sanitized builds report a
+ * buffer only a dead frame pointed to as a leak). */
+static int32_t *volatile parsing;
+static char *volatile parsing_text;
 
 /* A --session path is checked before anything runs (a bad one used to be
  * reported after the whole generation): an existing file must be a regular
@@ -260,6 +268,8 @@ int parse_ids(const char *s, const char *flag, int32_t **out)
     int n = 0, cap = 16;
     int32_t *ids = malloc((size_t)cap * sizeof *ids);
     if (!ids) die("%s: out of memory", flag);
+    parsing = ids;
+    parsing_text = owned;
     const char *p = s;
 #define IDS_WS(c) ((c) == ' ' || (c) == '\t' || (c) == '\n' || (c) == '\r')
     while (IDS_WS(*p)) p++;
@@ -279,7 +289,7 @@ int parse_ids(const char *s, const char *flag, int32_t **out)
         if (n == cap) {
             int32_t *ni = realloc(ids, (size_t)(cap *= 2) * sizeof *ids);
             if (!ni) die("%s: out of memory", flag);
-            ids = ni;
+            ids = parsing = ni;
         }
         ids[n++] = (int32_t)v;
         p = end;
@@ -295,6 +305,8 @@ int parse_ids(const char *s, const char *flag, int32_t **out)
     }
 #undef IDS_WS
     free(owned);
+    parsing = NULL;
+    parsing_text = NULL;
     *out = ids;
     return n;
 }
@@ -501,7 +513,10 @@ void parse_common(int argc, char **argv, run_args *a)
             die("--prompt, --prompt-file and --prompt-ids cannot be combined (give the prompt once)");
         if (a->prompt_file) {
             size_t n;
-            a->prompt = read_prompt_file(a->prompt_file, "--prompt-file", &n);
+            /* held for the whole run (a static keeps it reachable at exit) */
+            static char *volatile prompt_text;
+            prompt_text = read_prompt_file(a->prompt_file, "--prompt-file", &n);
+            a->prompt = prompt_text;
             if (!n) die("--prompt-file %s is empty", a->prompt_file);
         }
         if (a->chat && a->prompt_ids) die("--chat takes --prompt \"text\", not --prompt-ids");
