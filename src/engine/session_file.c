@@ -146,8 +146,6 @@ int engine_model_identity(df_engine *eng, uint8_t id[16], df_error *err)
     return 0;
 }
 
-static int model_identity(df_engine *eng, uint8_t id[16], df_error *err) { return engine_model_identity(eng, id, err); }
-
 typedef struct sizes {
     uint32_t n_kda, n_mla, row_w, s_per, h_per;
 } sizes;
@@ -178,7 +176,7 @@ int df_session_save(df_session *s, const int32_t *ids, int n, const char *path, 
     uint8_t hdr[SESS_HDR] = {0};
     memcpy(hdr, SESS_MAGIC, 8);
     put32(hdr + 8, SESS_VERSION);
-    if (model_identity(s->eng, hdr + 16, err)) return -1;
+    if (engine_model_identity(s->eng, hdr + 16, err)) return -1;
     sizes z = session_sizes(s);
     put32(hdr + 32, (uint32_t)n);
     put32(hdr + 36, z.n_kda);
@@ -265,7 +263,7 @@ static int load(df_session *s, int fd, const char *path, int32_t *ids, int cap, 
     put32(hdr + 12, 0);
     if (df_crc32(0, hdr, SESS_HDR) != want) return df_err_set(err, DF_ERR_FORMAT, -1, "%s: the header is corrupted", path);
     uint8_t id[16];
-    if (model_identity(s->eng, id, err)) return -1;
+    if (engine_model_identity(s->eng, id, err)) return -1;
     if (memcmp(id, hdr + 16, 16))
         return df_err_set(err, DF_ERR_ARG, -1, "%s: the session was saved with a different model", path);
     sizes z = session_sizes(s);
@@ -331,7 +329,7 @@ int df_session_file_ids(df_engine *eng, const char *path, int32_t *ids, int cap,
         df_err_set(err, DF_ERR_FORMAT, -1, "%s: the header is corrupted", path);
         goto out;
     }
-    if (model_identity(eng, id, err)) goto out;
+    if (engine_model_identity(eng, id, err)) goto out;
     if (memcmp(id, hdr + 16, 16)) {
         df_err_set(err, DF_ERR_ARG, -1, "%s: the session was saved with a different model", path);
         goto out;
