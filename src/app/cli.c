@@ -429,7 +429,7 @@ static void plan_json(const df_plan *p, int ok, const char *msg)
            "\"trunk_used\":%llu,\"state_bytes\":%llu,\"scratch_bytes\":%llu,\"reserve_bytes\":%llu,"
            "\"vec_bytes\":%llu,\"cache_bytes\":%llu,\"cache_slots\":%llu,\"experts\":%llu,\"used\":%llu,"
            "\"ctx\":%d,\"trunk_read_per_token\":%llu,\"expert_read_cold\":%llu,\"expert_read_est\":%llu,"
-           "\"resident_from\":%llu",
+           "\"resident_from\":%llu,\"mpi_bytes\":%llu,\"remote_bytes\":%llu",
            ok ? "true" : "false", (unsigned long long)p->budget,
            p->trunk_mode == DF_TRUNK_STREAMED ? "streamed" : "resident", (unsigned long long)p->trunk_bytes,
            (unsigned long long)p->embed_bytes, (unsigned long long)p->trunk_used, (unsigned long long)p->state_bytes,
@@ -438,7 +438,8 @@ static void plan_json(const df_plan *p, int ok, const char *msg)
            (unsigned long long)(p->n_slots + p->n_transient), (unsigned long long)p->n_experts,
            (unsigned long long)p->used, p->n_ctx, (unsigned long long)p->trunk_read_per_token,
            (unsigned long long)p->expert_read_cold, (unsigned long long)p->expert_read_est,
-           (unsigned long long)p->resident_from);
+           (unsigned long long)p->resident_from, (unsigned long long)p->mpi_bytes,
+           (unsigned long long)p->remote_bytes);
     if (!ok) {
         printf(",\"error\":\"");
         for (const char *c = msg; *c; c++) {

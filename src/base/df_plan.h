@@ -24,6 +24,7 @@ typedef struct df_plan {
     uint64_t state_bytes, scratch_bytes, reserve_bytes;
     uint64_t mpi_bytes;           /* of reserve_bytes: Open MPI's share under mpirun (0 in one process) */
     int mpi_ranks;
+    uint64_t remote_bytes;        /* of reserve_bytes: libcurl's share when experts stream from a mirror */
     int n_ctx, max_batch;         /* the planned session: context, prompt chunk (positions per pass) */
     int batch_auto;               /* max_batch was chosen by the planner (--batch auto) */
     uint64_t cache_bytes;         /* expert cache (slots + transient) */

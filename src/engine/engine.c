@@ -111,7 +111,8 @@ static int engine_sizes(df_engine *eng, const df_session_opts *so, plan_sizes *s
     sz->scratch_bytes = scratch;
     sz->mpi_ranks = df_ranks_size();
     sz->mpi_bytes = plan_mpi_bytes(df_ranks_mpi() ? sz->mpi_ranks : 0);
-    sz->reserve_bytes = plan_reserve_bytes(eng->n_threads, c->V) + sz->mpi_bytes;
+    sz->remote_bytes = plan_remote_bytes(eng->m.from_mirror);
+    sz->reserve_bytes = plan_reserve_bytes(eng->n_threads, c->V) + sz->mpi_bytes + sz->remote_bytes;
     sz->n_ctx = so->n_ctx;
     sz->max_batch = so->max_batch;
     return 0;

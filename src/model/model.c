@@ -640,8 +640,10 @@ int model_load(k3_model *eng, const char *dir, df_error *err)
         if (bind_layer(&ld, il, err)) goto done;
     }
     /* a streamed install (expert_remote.h): its shards hold the trunk only */
-    int stream = eng->headers_only ? 0 : expert_remote_detect(dir, err);
+    int stream = expert_remote_detect(dir, err);
     if (stream < 0) goto done;
+    eng->from_mirror = stream; /* planned even when only the headers are read (deltafin plan) */
+    if (eng->headers_only) stream = 0;
     eng->store.stream = stream;
     if (expert_store_finish(&eng->store, c->layer_moe, eng->io_mode, eng->io_depth, eng->io_backend, err)) goto done;
     if (stream && expert_remote_open(&eng->store, dir, eng->disk_cache_max, err)) goto done;

@@ -130,6 +130,7 @@ typedef struct k3_model {
     uint64_t disk_cache_max;  /* a streamed install's disk cache cap (0: the install's) */
     enum io_backend io_backend;
     uint64_t owned_bytes;     /* owned f32 vectors */
+    int from_mirror;          /* a streamed install: experts fetched over HTTP (libcurl, planned) */
     int headers_only;         /* df_plan_model: sizes from headers, no weight read or mapped */
     float **owned;            /* owned f32 vectors, freed at close */
     int n_owned, cap_owned;

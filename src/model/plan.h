@@ -38,6 +38,7 @@ typedef struct plan_sizes {
     uint64_t scratch_default;  /* the scratch at PLAN_BATCH_DEFAULT (or n_ctx, when smaller) */
     uint64_t reserve_bytes;    /* binary, libc, stacks, I/O rings, tokenizer (and mpi_bytes) */
     uint64_t mpi_bytes;        /* of it: Open MPI's share under mpirun (plan_mpi_bytes) */
+    uint64_t remote_bytes;     /* of it: libcurl's share when experts stream from a mirror */
     int mpi_ranks;
     int n_ctx, max_batch;
 } plan_sizes;
@@ -60,6 +61,9 @@ uint64_t plan_reserve_bytes(int n_threads, int vocab);
 /* Open MPI's share of a rank's memory under mpirun with n ranks (n 0: not
  * under mpirun, nothing). */
 uint64_t plan_mpi_bytes(int n_ranks);
+/* libcurl's share when a streamed install fetches experts from a mirror
+ * (0: the experts are local). */
+uint64_t plan_remote_bytes(int from_mirror);
 
 /* Fill *p from sz and rq, or fail with the numbers (p is still filled with
  * what the cheapest configuration would need, for messages and tables). */

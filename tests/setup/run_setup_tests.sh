@@ -196,6 +196,18 @@ R2=$(reqs "$P")
 echo "# with a cache for every expert: first run $R1 requests, second run $((R2 - R1))"
 cmp -s "$T/ref.bin" "$T/st2.bin" && cmp -s "$T/ref.bin" "$T/st3.bin" && [ "$R1" -gt 0 ] && [ "$R2" = "$R1" ] \
     && ok "a warm disk cache serves every expert (no request), logits equal" || bad "warm disk cache: $R1 then $R2 requests"
+# 9b. libcurl's memory is planned: the plan of a streamed install has its line, and at the same
+# --mem a streamed run peaks within --mem and at most that line above a local install's run
+PLJ=$("$BIN" plan --model "$T/st" --mem 40M --json 2>/dev/null || true)
+RB=$(echo "$PLJ" | sed -n 's/.*"remote_bytes":\([0-9]*\).*/\1/p')
+PKL=$(/usr/bin/time -f "%M" "$BIN" run --model "$T/src" --prompt-ids 5,6,7,8,9,10,11,12 --max-new 16 --mem 40M 2>&1 >/dev/null | tail -1)
+rm -rf "$T/st/expert-cache"
+PKS=$(/usr/bin/time -f "%M" "$BIN" run --model "$T/st" --prompt-ids 5,6,7,8,9,10,11,12 --max-new 16 --mem 40M 2>&1 >/dev/null | tail -1)
+echo "# --mem 40M: peak $PKL KiB local, $PKS KiB streamed from the mirror; libcurl planned at $((${RB:-0} / 1024)) KiB"
+"$BIN" plan --model "$T/st" --mem 40M 2>&1 | grep -q "of it libcurl" && [ "${RB:-0}" -gt 0 ] \
+    && [ "$PKS" -le $((40 * 1024)) ] && [ $((PKS - PKL)) -le $((RB / 1024)) ] \
+    && ok "a streamed run's libcurl memory is planned: peak within --mem, at most its planned share above a local run's" \
+    || bad "libcurl memory: plan '$(echo "$PLJ" | head -c 300)', peaks $PKL / $PKS KiB"
 # another process owning the disk cache: this one fetches without it, same logits, the cache untouched
 flock -o "$T/st/expert-cache/lock" sleep 60 &
 LP=$!
