@@ -95,7 +95,7 @@ $(BUILD)/libdeltafin.a: $(LIB_OBJ)
 	rm -f $@ && ar rcs $@ $^
 
 $(BUILD)/deltafin: $(BUILD)/cli.o $(BUILD)/options.o $(BUILD)/cli_bench.o $(BUILD)/cli_chat.o $(BUILD)/lineedit.o $(BUILD)/server.o \
-                  $(BUILD)/server_request.o $(BUILD)/server_emit.o $(BUILD)/server_cache.o $(BUILD)/setup.o $(BUILD)/setup_stream.o $(BUILD)/setup_parse.o $(BUILD)/doctor.o $(BUILD)/libdeltafin.a
+                  $(BUILD)/server_request.o $(BUILD)/server_anthropic.o $(BUILD)/server_emit.o $(BUILD)/server_cache.o $(BUILD)/setup.o $(BUILD)/setup_stream.o $(BUILD)/setup_parse.o $(BUILD)/doctor.o $(BUILD)/libdeltafin.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 $(BUILD)/k3gen: $(wildcard tools/k3gen/*.c) tools/k3gen/k3gen.h | $(BUILD)
@@ -145,6 +145,7 @@ check:
 	$(MAKE) --no-print-directory fuzz-run FUZZ_SECONDS=$${FUZZ_SECONDS:-10}
 	$(MAKE) --no-print-directory tokenizer-oracle
 	$(MAKE) --no-print-directory server-test
+	$(MAKE) --no-print-directory agent-test
 	$(MAKE) --no-print-directory setup-test
 	$(MAKE) --no-print-directory mpi-test
 	$(MAKE) --no-print-directory llama-oracle
@@ -169,7 +170,7 @@ build-fuzz/%: fuzz/%.c $(FUZZ_PATHS)
 	    $(FUZZ_PATHS) -pthread -lm -lpcre2-8 -lcurl
 build-fuzz/fuzz_chat_render: fuzz/fuzz_chat_parser.c
 # only what validation needs: no HTTP, worker, engine or command line to stub
-SERVER_SRC := src/app/server_request.c src/app/server_emit.c
+SERVER_SRC := src/app/server_request.c src/app/server_anthropic.c src/app/server_emit.c
 build-fuzz/fuzz_server_request: fuzz/fuzz_server_request.c $(SERVER_SRC) $(FUZZ_PATHS)
 	mkdir -p build-fuzz
 	$(FUZZ_CC) -std=c11 -g -O1 -ffp-contract=off -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all $(INC) -o $@ $< \
@@ -217,6 +218,12 @@ tokenizer-oracle: $(BUILD)/tests/tok_dump $(BUILD)/k3gen
 server-test: $(BUILD)/deltafin $(BUILD)/libdeltafin.a
 	tests/server/run_server_tests.sh $(BUILD)/deltafin
 
+# Claude Code, Continue and OpenCode from npm (tests/agents: `npm install
+# --prefix tests/agents`, .ci/setup) driving deltafin serve on the default
+# model, and the rendering of their recorded requests
+agent-test: $(BUILD)/deltafin $(BUILD)/libdeltafin.a
+	tests/agents/run_agent_tests.sh $(BUILD)/deltafin
+
 # the libraries a program linking libdeltafin.a needs (tests/server links its C test with them)
 print-ldlibs:
 	@echo $(LDLIBS)
@@ -249,6 +256,6 @@ lint:
 clean:
 	rm -rf build build-san build-fuzz
 
-.PHONY: print-ldlibs llama-oracle server-test setup-test mpi-test tokenizer-oracle all test test-fast test-san check fuzz fuzz-run fuzz-long bench format lint clean
+.PHONY: print-ldlibs llama-oracle server-test agent-test setup-test mpi-test tokenizer-oracle all test test-fast test-san check fuzz fuzz-run fuzz-long bench format lint clean
 
 -include $(wildcard $(BUILD)/*.d $(BUILD)/tests/*.d)

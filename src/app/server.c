@@ -351,10 +351,13 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
     if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
     while (j->sent == j->out.len && !j->done) {
         if (pthread_cond_timedwait(&j->cv, &j->mu, &ts) == ETIMEDOUT) {
-            /* prefill or a slow token: an SSE comment keeps proxies and clients from timing out */
+            /* prefill or a slow token: an SSE comment keeps proxies and clients from timing out;
+             * on /v1/messages Anthropic's own ping event (clients count events, not comments) */
             pthread_mutex_unlock(&j->mu);
-            static const char ping[] = ": ping\n\n";
-            size_t n = sizeof ping - 1 < max ? sizeof ping - 1 : max;
+            static const char comment[] = ": ping\n\n", anth[] = "event: ping\ndata: {\"type\":\"ping\"}\n\n";
+            const char *ping = j->api == API_MESSAGES ? anth : comment;
+            size_t len = j->api == API_MESSAGES ? sizeof anth - 1 : sizeof comment - 1;
+            size_t n = len < max ? len : max;
             memcpy(buf, ping, n);
             return (ssize_t)n;
         }
@@ -599,7 +602,7 @@ int cmd_serve(int argc, char **argv)
     S->port = 8080;
     S->queue_max = 16;
     S->max_body = (size_t)128 << 20;
-    S->max_tokens_cap = 32768;
+    S->max_tokens_cap = 0; /* none: the context bounds a reply */
     S->timeout = 600;
     S->ping_ms = 2000;
     S->pcache_max = (uint64_t)8 << 30;
@@ -628,6 +631,7 @@ int cmd_serve(int argc, char **argv)
         else if (SERVE_OPT("--parallel")) parallel = (int)parse_long(argv[++i], f, 1, 64);
         else if (SERVE_OPT("--prompt-cache")) S->pcache_dir = argv[++i];
         else if (SERVE_OPT("--prompt-cache-max")) S->pcache_max = parse_size(argv[++i], f);
+        else if (!strcmp(f, "--keep-billing-header")) S->keep_billing = 1;
         else rest[n_rest++] = argv[i];
 #undef SERVE_OPT
     }

@@ -16,6 +16,7 @@ void job_unref(job *j)
     free(j->ids);
     for (int i = 0; i < j->n_stops; i++) free(j->stops[i]);
     free(j->model);
+    free(j->ctx_edits);
     json_buf_free(&j->out);
     for (int i = 0; i < 2; i++) json_buf_free(&j->acc[i]);
     for (int i = 0; i < 4; i++) json_buf_free(&j->lp[i]);
@@ -140,6 +141,15 @@ static void anth_block_close(job *j)
     if (j->blk == BLK_NONE) return;
     json_buf b;
     json_buf_init(&b);
+    if (j->blk == BLK_THINK) {
+        /* the signature carries the thinking (server_anthropic.c), so a later
+         * request renders the tokens the model produced */
+        bprintf(&b, "{\"type\":\"content_block_delta\",\"index\":%d,\"delta\":{\"type\":\"signature_delta\","
+                "\"signature\":", j->blk_idx);
+        anth_signature(&b, j->acc[CH_REASONING].p ? j->acc[CH_REASONING].p : "", j->acc[CH_REASONING].len);
+        json_buf_puts(&b, "}}");
+        anth_event(j, "content_block_delta", &b);
+    }
     bprintf(&b, "{\"type\":\"content_block_stop\",\"index\":%d}", j->blk_idx++);
     anth_event(j, "content_block_stop", &b);
     json_buf_free(&b);
@@ -172,6 +182,13 @@ static void emit_raw(job *j, int ch, const char *s, size_t n)
     json_buf_init(&b);
     if (j->api == API_MESSAGES) {
         anth_block_open(j, ch == CH_REASONING ? BLK_THINK : BLK_TEXT);
+        if (ch == CH_REASONING) {
+            json_buf_put(&j->acc[CH_REASONING], s, n); /* for the signature */
+            if (j->think_omit) {
+                json_buf_free(&b);
+                return;
+            }
+        }
         bprintf(&b, "{\"type\":\"content_block_delta\",\"index\":%d,\"delta\":{\"type\":\"%s\",\"%s\":", j->blk_idx,
                 ch == CH_REASONING ? "thinking_delta" : "text_delta", ch == CH_REASONING ? "thinking" : "text");
         json_write_string(&b, s, n);
@@ -366,7 +383,8 @@ void emit_begin(job *j)
 const char *finish_name(const job *j)
 {
     if (j->api == API_MESSAGES)
-        return j->fin == FIN_LENGTH ? "max_tokens" : j->fin == FIN_STOPSEQ ? "stop_sequence"
+        return j->fin == FIN_LENGTH ? (j->ctx_bound && j->n_gen >= j->max_tokens ? "model_context_window_exceeded" : "max_tokens")
+             : j->fin == FIN_STOPSEQ ? "stop_sequence"
              : j->n_calls ? "tool_use" : "end_turn";
     return j->fin == FIN_LENGTH ? "length" : j->n_calls && j->fin == FIN_STOP ? "tool_calls" : "stop";
 }
@@ -394,7 +412,9 @@ void emit_finish(job *j)
         json_buf_puts(&b, ",\"stop_sequence\":");
         if (j->stop_hit) put_str(&b, j->stop_hit);
         else json_buf_puts(&b, "null");
-        bprintf(&b, "},\"usage\":{\"output_tokens\":%d}}", j->n_gen);
+        bprintf(&b, "},\"usage\":{\"output_tokens\":%d}", j->n_gen);
+        if (j->ctx_edits) bprintf(&b, ",\"context_management\":{\"applied_edits\":%s}", j->ctx_edits);
+        json_buf_puts(&b, "}");
         anth_event(j, "message_delta", &b);
         json_buf_puts(&b, "{\"type\":\"message_stop\"}");
         anth_event(j, "message_stop", &b);
@@ -423,8 +443,10 @@ void emit_finish(job *j)
         int nb = 0;
         if (j->acc[CH_REASONING].len) {
             json_buf_puts(&b, "{\"type\":\"thinking\",\"thinking\":");
-            json_write_string(&b, j->acc[0].p, j->acc[0].len);
-            json_buf_puts(&b, ",\"signature\":\"\"}");
+            json_write_string(&b, j->acc[0].p, j->think_omit ? 0 : j->acc[0].len);
+            json_buf_puts(&b, ",\"signature\":");
+            anth_signature(&b, j->acc[0].p, j->acc[0].len);
+            json_buf_puts(&b, "}");
             nb++;
         }
         if (j->acc[CH_CONTENT].len || (!nb && !j->n_calls)) {
@@ -443,6 +465,7 @@ void emit_finish(job *j)
         else json_buf_puts(&b, "null");
         json_buf_puts(&b, ",\"usage\":");
         usage_json(&b, j);
+        if (j->ctx_edits) bprintf(&b, ",\"context_management\":{\"applied_edits\":%s}", j->ctx_edits);
         json_buf_puts(&b, "}");
     } else {
         json_buf_puts(&b, "{\"id\":");

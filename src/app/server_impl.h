@@ -90,6 +90,7 @@ typedef struct srv {
     uint64_t pcache_max;        /* --prompt-cache-max bytes */
     int32_t *pc_ids;            /* [n_ctx] scratch: a cached file's ids */
     int32_t end_of_msg;         /* <|end_of_msg|>: a checkpoint after the prompt's last one */
+    int keep_billing;           /* --keep-billing-header: Claude Code's billing line stays in the prompt */
     char *dbuf;
     size_t dcap;
 } srv;
@@ -100,7 +101,10 @@ struct job {
     int32_t *ids;
     size_t n_ids;
     int think;                  /* chat: the prompt ends inside the think channel */
+    int think_omit;             /* messages: thinking.display "omitted" (generated, not returned) */
+    char *ctx_edits;            /* messages: the applied_edits JSON array, when context_management was sent */
     int max_tokens;
+    int ctx_bound;              /* max_tokens is what the context has left, less than asked */
     char *stops[MAX_STOPS];
     int n_stops;
     size_t max_stop;
@@ -156,6 +160,28 @@ const char *finish_name(const job *j);
 int rq_fail(rq_err *e, int status, const char *param, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 void error_body(json_buf *b, int api, const rq_err *e);
 job *request_job(srv *S, int api, const char *body, size_t len, rq_err *e);
+/* The request-field helpers every API's parser shares (server_request.c):
+ * each returns 0, or -1 with e filled naming the field. */
+const json_value *field(const json_value *o, const char *k); /* NULL for absent or null */
+int check_fields(const json_value *o, const char *const *allowed, rq_err *e);
+int get_num(const json_value *o, const char *k, double lo, double hi, double *out, rq_err *e);
+int get_int(const json_value *o, const char *k, int64_t lo, int64_t hi, int64_t *out, int *set, rq_err *e);
+int get_bool(const json_value *o, const char *k, int *out, rq_err *e);
+int get_stops(job *j, const json_value *o, const char *k, rq_err *e);
+int get_common(srv *S, job *j, const json_value *o, rq_err *e);
+int text_fits(srv *S, size_t bytes, const char *param, rq_err *e);
+int set_max_tokens(srv *S, job *j, const char *k, int64_t v, int set, rq_err *e);
+int render_encode(srv *S, job *j, const json_value *messages, const chat_options *co, rq_err *e);
+/* An API's effort level (OpenAI's reasoning_effort, Anthropic's
+ * output_config.effort) as K3's template spells it: low, high or max;
+ * *off = 1 for "none"; NULL for a value the APIs do not define. */
+const char *k3_effort(const char *api_effort, int *off);
+
+/* server_anthropic.c: the Messages API */
+int parse_messages(srv *S, job *j, const json_value *o, rq_err *e);
+/* The signature of a thinking block holding `text` (what a later request
+ * sends back, decoded by the same file), into b. */
+void anth_signature(json_buf *b, const char *text, size_t n);
 
 /* server_cache.c: --prompt-cache DIR */
 /* Save a slot's conversation (up to its last checkpoint) before it is reused. */

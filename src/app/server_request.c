@@ -56,13 +56,13 @@ void error_body(json_buf *b, int api, const rq_err *e)
 
 /* ---- request fields ----------------------------------------------------- */
 
-static const json_value *field(const json_value *o, const char *k)
+const json_value *field(const json_value *o, const char *k)
 {
     const json_value *v = json_get(o, k);
     return v && v->type == JSON_NULL ? NULL : v;
 }
 
-static int check_fields(const json_value *o, const char *const *allowed, rq_err *e)
+int check_fields(const json_value *o, const char *const *allowed, rq_err *e)
 {
     for (size_t i = 0; i < o->len; i++) {
         int ok = 0;
@@ -75,7 +75,7 @@ static int check_fields(const json_value *o, const char *const *allowed, rq_err 
     return 0;
 }
 
-static int get_num(const json_value *o, const char *k, double lo, double hi, double *out, rq_err *e)
+int get_num(const json_value *o, const char *k, double lo, double hi, double *out, rq_err *e)
 {
     const json_value *v = field(o, k);
     if (!v) return 0;
@@ -86,7 +86,7 @@ static int get_num(const json_value *o, const char *k, double lo, double hi, dou
     return 0;
 }
 
-static int get_int(const json_value *o, const char *k, int64_t lo, int64_t hi, int64_t *out, int *set, rq_err *e)
+int get_int(const json_value *o, const char *k, int64_t lo, int64_t hi, int64_t *out, int *set, rq_err *e)
 {
     const json_value *v = field(o, k);
     if (!v) return 0;
@@ -104,7 +104,7 @@ static int get_int(const json_value *o, const char *k, int64_t lo, int64_t hi, i
     return 0;
 }
 
-static int get_bool(const json_value *o, const char *k, int *out, rq_err *e)
+int get_bool(const json_value *o, const char *k, int *out, rq_err *e)
 {
     const json_value *v = field(o, k);
     if (!v) return 0;
@@ -113,7 +113,7 @@ static int get_bool(const json_value *o, const char *k, int *out, rq_err *e)
     return 0;
 }
 
-static int get_stops(job *j, const json_value *o, const char *k, rq_err *e)
+int get_stops(job *j, const json_value *o, const char *k, rq_err *e)
 {
     const json_value *v = field(o, k);
     if (!v) return 0;
@@ -137,7 +137,7 @@ static int get_stops(job *j, const json_value *o, const char *k, rq_err *e)
 }
 
 /* Fields every API shares: model, sampling, stream. */
-static int get_common(srv *S, job *j, const json_value *o, rq_err *e)
+int get_common(srv *S, job *j, const json_value *o, rq_err *e)
 {
     const json_value *m = field(o, "model");
     if (m && m->type != JSON_STRING) return rq_fail(e, 400, "model", "model: expected a string");
@@ -175,7 +175,7 @@ void server_set_caps(srv *S)
     }
 }
 
-static int text_fits(srv *S, size_t bytes, const char *param, rq_err *e)
+int text_fits(srv *S, size_t bytes, const char *param, rq_err *e)
 {
     if (!S->max_text || bytes <= S->max_text) return 0;
     e->code = "context_length_exceeded";
@@ -186,9 +186,9 @@ static int text_fits(srv *S, size_t bytes, const char *param, rq_err *e)
 }
 
 /* max_tokens: absent = the rest of the context up to the server's ceiling. */
-static int set_max_tokens(srv *S, job *j, const char *k, int64_t v, int set, rq_err *e)
+int set_max_tokens(srv *S, job *j, const char *k, int64_t v, int set, rq_err *e)
 {
-    if (set && v > S->max_tokens_cap)
+    if (set && S->max_tokens_cap > 0 && v > S->max_tokens_cap)
         return rq_fail(e, 400, k, "%s: %lld is above this server's limit of %d", k, (long long)v, S->max_tokens_cap);
     if (j->n_ids >= (size_t)S->n_ctx) {
         e->code = "context_length_exceeded";
@@ -197,12 +197,16 @@ static int set_max_tokens(srv *S, job *j, const char *k, int64_t v, int set, rq_
                        S->n_ctx);
     }
     int room = S->n_ctx - (int)j->n_ids;
-    int want = set ? (int)v : S->max_tokens_cap;
+    /* no --max-tokens: the context bounds a reply (agents ask for 128,000
+     * and mean "as much as fits"; a reply that fills the context ends as
+     * "length") */
+    int want = set ? (int)(v < INT32_MAX ? v : INT32_MAX) : S->max_tokens_cap > 0 ? S->max_tokens_cap : room;
     j->max_tokens = want < room ? want : room;
+    j->ctx_bound = want > room;
     return 0;
 }
 
-static int render_encode(srv *S, job *j, const json_value *messages, const chat_options *co, rq_err *e)
+int render_encode(srv *S, job *j, const json_value *messages, const chat_options *co, rq_err *e)
 {
     chat_segments *seg;
     df_error err = {0};
@@ -224,6 +228,25 @@ static int render_encode(srv *S, job *j, const json_value *messages, const chat_
     if (rc) return rq_fail(e, 400, "messages", "%s", err.msg);
     j->think = co->thinking;
     return 0;
+}
+
+/* K3's template offers three levels; the APIs' five to seven map onto them
+ * rounding up (a request never thinks less than it asked):
+ *   none -> thinking off; minimal, low -> low; medium, high -> high;
+ *   xhigh, max -> max. */
+const char *k3_effort(const char *api_effort, int *off)
+{
+    static const char *const map[][2] = {{"minimal", "low"}, {"low", "low"},   {"medium", "high"},
+                                         {"high", "high"},   {"xhigh", "max"}, {"max", "max"}};
+    *off = 0;
+    if (!api_effort) return NULL;
+    if (!strcmp(api_effort, "none")) {
+        *off = 1;
+        return NULL;
+    }
+    for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
+        if (!strcmp(api_effort, map[i][0])) return map[i][1];
+    return NULL;
 }
 
 /* OpenAI tools: [{"type": "function", "function": {"name": string,
@@ -319,9 +342,13 @@ static int parse_chat(srv *S, job *j, const json_value *o, rq_err *e)
     chat_options_init(&co);
     const json_value *eff = field(o, "reasoning_effort");
     if (eff) {
-        if (eff->type != JSON_STRING) return rq_fail(e, 400, "reasoning_effort", "reasoning_effort: expected a string");
-        if (!strcmp(eff->str, "none")) co.thinking = 0;
-        else co.thinking_effort = eff->str;
+        int off = 0;
+        const char *k3 = eff->type == JSON_STRING ? k3_effort(eff->str, &off) : NULL;
+        if (!k3 && !off)
+            return rq_fail(e, 400, "reasoning_effort", "reasoning_effort: expected one of none, minimal, low, medium, "
+                           "high, xhigh, max");
+        if (off) co.thinking = 0;
+        else co.thinking_effort = k3;
     }
     co.tools = field(o, "tools");
     co.tool_choice = field(o, "tool_choice");
@@ -380,238 +407,6 @@ static int parse_completions(srv *S, job *j, const json_value *o, rq_err *e)
     }
     if (!j->n_ids) return rq_fail(e, 400, "prompt", "prompt: empty");
     return set_max_tokens(S, j, "max_tokens", mt, mt_set, e);
-}
-
-/* Anthropic text of a string or an array of text blocks; NULL with e set. */
-static int anth_text(const json_value *v, const char *where, json_buf *out, rq_err *e)
-{
-    if (v->type == JSON_STRING) {
-        json_buf_put(out, v->str, v->len);
-        return 0;
-    }
-    if (v->type != JSON_ARRAY) return rq_fail(e, 400, where, "%s: expected a string or an array of blocks", where);
-    for (size_t i = 0; i < v->len; i++) {
-        const json_value *b = v->items[i];
-        const char *t = json_get_str(b, "type");
-        if (!t) return rq_fail(e, 400, where, "%s[%zu]: a block needs a type", where, i);
-        if (!strcmp(t, "text")) {
-            const json_value *x = json_get(b, "text");
-            if (!x || x->type != JSON_STRING) return rq_fail(e, 400, where, "%s[%zu].text: expected a string", where, i);
-            json_buf_put(out, x->str, x->len);
-        } else {
-            return rq_fail(e, 400, where, "%s[%zu]: block type \"%.*s\" is not supported here (text only)", where, i,
-                           (int)utf8_cut(t, strlen(t), 40), t);
-        }
-    }
-    return 0;
-}
-
-/* Map an Anthropic Messages request onto an OpenAI-shaped document
- * {"messages": [...], "tools": [...], "tool_choice": ...} for chat_render. */
-static int anth_convert(const json_value *o, json_buf *d, rq_err *e)
-{
-    json_buf_puts(d, "{\"messages\":[");
-    int first = 1;
-    const json_value *sys = field(o, "system");
-    if (sys) {
-        json_buf t;
-        json_buf_init(&t);
-        int rc = anth_text(sys, "system", &t, e);
-        if (!rc) {
-            json_buf_puts(d, "{\"role\":\"system\",\"content\":");
-            json_write_string(d, t.p ? t.p : "", t.len);
-            json_buf_puts(d, "}");
-            first = 0;
-        }
-        json_buf_free(&t);
-        if (rc) return -1;
-    }
-    const json_value *msgs = json_get(o, "messages");
-    if (!msgs || msgs->type != JSON_ARRAY || !msgs->len)
-        return rq_fail(e, 400, "messages", "messages: expected a non-empty array");
-    for (size_t i = 0; i < msgs->len; i++) {
-        const json_value *m = msgs->items[i];
-        const char *role = json_get_str(m, "role");
-        const json_value *c = json_get(m, "content");
-        char where[48];
-        snprintf(where, sizeof where, "messages[%zu]", i);
-        if (m->type != JSON_OBJECT || !role || (strcmp(role, "user") && strcmp(role, "assistant")))
-            return rq_fail(e, 400, where, "%s.role: expected \"user\" or \"assistant\"", where);
-        if (!c) return rq_fail(e, 400, where, "%s.content: missing", where);
-        int user = !strcmp(role, "user");
-        json_buf text, calls;
-        json_buf_init(&text);
-        json_buf_init(&calls);
-        int n_calls = 0, has_text = 0, rc = 0;
-        if (c->type == JSON_STRING) {
-            json_buf_put(&text, c->str, c->len);
-            has_text = 1;
-        } else if (c->type != JSON_ARRAY) {
-            rc = rq_fail(e, 400, where, "%s.content: expected a string or an array of blocks", where);
-        }
-        for (size_t k = 0; !rc && c->type == JSON_ARRAY && k < c->len; k++) {
-            const json_value *b = c->items[k];
-            const char *t = json_get_str(b, "type");
-            if (!t) { rc = rq_fail(e, 400, where, "%s.content[%zu]: a block needs a type", where, k); break; }
-            if (!strcmp(t, "text")) {
-                const json_value *x = json_get(b, "text");
-                if (!x || x->type != JSON_STRING) {
-                    rc = rq_fail(e, 400, where, "%s.content[%zu].text: expected a string", where, k);
-                    break;
-                }
-                json_buf_put(&text, x->str, x->len);
-                has_text = 1;
-            } else if (!user && (!strcmp(t, "thinking") || !strcmp(t, "redacted_thinking"))) {
-                /* echoed reasoning: accepted, not rendered (K3 drops earlier turns' reasoning) */
-            } else if (!user && !strcmp(t, "tool_use")) {
-                const char *id = json_get_str(b, "id"), *name = json_get_str(b, "name");
-                const json_value *in = json_get(b, "input");
-                if (!id || !name || !in || in->type != JSON_OBJECT) {
-                    rc = rq_fail(e, 400, where, "%s.content[%zu]: tool_use needs id, name and an input object", where, k);
-                    break;
-                }
-                json_buf args;
-                json_buf_init(&args);
-                json_write_value(&args, in, 0);
-                json_buf_puts(&calls, n_calls++ ? ",{\"id\":" : "{\"id\":");
-                put_str(&calls, id);
-                json_buf_puts(&calls, ",\"type\":\"function\",\"function\":{\"name\":");
-                put_str(&calls, name);
-                json_buf_puts(&calls, ",\"arguments\":");
-                json_write_string(&calls, args.p, args.len);
-                json_buf_puts(&calls, "}}");
-                json_buf_free(&args);
-            } else if (user && !strcmp(t, "tool_result")) {
-                const char *id = json_get_str(b, "tool_use_id");
-                const json_value *rc_v = json_get(b, "content");
-                json_buf r;
-                json_buf_init(&r);
-                if (!id) rc = rq_fail(e, 400, where, "%s.content[%zu].tool_use_id: missing", where, k);
-                else if (rc_v && rc_v->type != JSON_NULL) rc = anth_text(rc_v, where, &r, e);
-                if (!rc) {
-                    json_buf_puts(d, first ? "" : ",");
-                    json_buf_puts(d, "{\"role\":\"tool\",\"tool_call_id\":");
-                    put_str(d, id);
-                    json_buf_puts(d, ",\"content\":");
-                    json_write_string(d, r.p ? r.p : "", r.len);
-                    json_buf_puts(d, "}");
-                    first = 0;
-                }
-                json_buf_free(&r);
-            } else {
-                rc = rq_fail(e, 400, where, "%s.content[%zu]: block type \"%.*s\" is not supported (K3 here is "
-                             "text-only)", where, k, (int)utf8_cut(t, strlen(t), 40), t);
-            }
-        }
-        if (!rc && (has_text || n_calls || !user)) {
-            json_buf_puts(d, first ? "{\"role\":" : ",{\"role\":");
-            put_str(d, role);
-            json_buf_puts(d, ",\"content\":");
-            json_write_string(d, text.p ? text.p : "", text.len);
-            if (n_calls) {
-                json_buf_puts(d, ",\"tool_calls\":[");
-                json_buf_put(d, calls.p, calls.len);
-                json_buf_puts(d, "]");
-            }
-            json_buf_puts(d, "}");
-            first = 0;
-        }
-        json_buf_free(&text);
-        json_buf_free(&calls);
-        if (rc) return -1;
-    }
-    json_buf_puts(d, "]");
-    const json_value *tools = field(o, "tools");
-    if (tools) {
-        if (tools->type != JSON_ARRAY) return rq_fail(e, 400, "tools", "tools: expected an array");
-        json_buf_puts(d, ",\"tools\":[");
-        for (size_t i = 0; i < tools->len; i++) {
-            const json_value *t = tools->items[i];
-            if (t->type != JSON_OBJECT)
-                return rq_fail(e, 400, "tools", "tools[%zu]: expected an object, got %s", i, json_type_name(t->type));
-            const char *name = json_get_str(t, "name"), *type = json_get_str(t, "type");
-            const json_value *schema = json_get(t, "input_schema"), *desc = json_get(t, "description");
-            if (!name || !*name || !schema || (type && strcmp(type, "custom")))
-                return rq_fail(e, 400, "tools", "tools[%zu]: expected a client tool with name and input_schema", i);
-            if (schema->type != JSON_OBJECT)
-                return rq_fail(e, 400, "tools", "tools[%zu].input_schema: expected a JSON Schema object, got %s", i,
-                               json_type_name(schema->type));
-            json_buf_puts(d, i ? ",{\"type\":\"function\",\"function\":{\"name\":" : "{\"type\":\"function\",\"function\":{\"name\":");
-            put_str(d, name);
-            if (desc && desc->type == JSON_STRING) {
-                json_buf_puts(d, ",\"description\":");
-                json_write_string(d, desc->str, desc->len);
-            }
-            json_buf_puts(d, ",\"parameters\":");
-            json_write_value(d, schema, 0);
-            json_buf_puts(d, "}}");
-        }
-        json_buf_puts(d, "]");
-    }
-    const json_value *tc = field(o, "tool_choice");
-    if (tc) {
-        const char *t = json_get_str(tc, "type");
-        const char *m = !t ? NULL : !strcmp(t, "auto") ? "auto" : !strcmp(t, "any") ? "required"
-                      : !strcmp(t, "none") ? "none" : NULL;
-        if (!m) return rq_fail(e, 400, "tool_choice", "tool_choice: expected {\"type\": \"auto\" | \"any\" | \"none\"} "
-                               "(naming a tool is not supported by K3's template)");
-        json_buf_puts(d, ",\"tool_choice\":");
-        put_str(d, m);
-    }
-    json_buf_puts(d, "}");
-    return 0;
-}
-
-static int parse_messages(srv *S, job *j, const json_value *o, rq_err *e)
-{
-    static const char *const allowed[] = {"model", "messages", "system", "max_tokens", "stop_sequences",
-                                          "temperature", "top_p", "stream", "tools", "tool_choice", "thinking",
-                                          "metadata", "service_tier", NULL};
-    if (check_fields(o, allowed, e) || get_common(S, j, o, e) || get_stops(j, o, "stop_sequences", e)) return -1;
-    int64_t mt = 0;
-    int mt_set = 0;
-    if (get_int(o, "max_tokens", 1, INT32_MAX, &mt, &mt_set, e)) return -1;
-    if (!mt_set) return rq_fail(e, 400, "max_tokens", "max_tokens: Field required");
-    chat_options co;
-    chat_options_init(&co);
-    co.thinking = 0;
-    co.thinking_effort = NULL;
-    const json_value *th = field(o, "thinking");
-    if (th) {
-        const char *t = json_get_str(th, "type");
-        int64_t budget = 0;
-        if (!t || (strcmp(t, "enabled") && strcmp(t, "disabled")))
-            return rq_fail(e, 400, "thinking", "thinking.type: expected \"enabled\" or \"disabled\"");
-        if (!strcmp(t, "enabled")) {
-            co.thinking = 1;
-            if (get_int(th, "budget_tokens", 1, INT32_MAX, &budget, NULL, e)) return -1;
-            /* K3 takes an effort level, not a budget */
-            co.thinking_effort = !budget ? "max" : budget < 4096 ? "low" : budget < 16384 ? "high" : "max";
-        }
-    }
-    json_buf d;
-    json_buf_init(&d);
-    int rc = anth_convert(o, &d, e);
-    if (!rc) {
-        df_error err = {0};
-        json_doc *doc = json_parse(d.p, d.len, &err);
-        if (!doc) {
-            /* the converted request nests one level deeper than the one
-             * sent: a request at the reader's depth limit ends here */
-            json_buf_free(&d);
-            return rq_fail(e, 400, "messages",
-                           "the request cannot be converted: %s (JSON nesting is limited to %d levels, and a "
-                           "tool's input_schema or a content block is nested one level deeper in conversion)",
-                           err.msg, JSON_MAX_DEPTH);
-        }
-        const json_value *r = json_root(doc);
-        co.tools = json_get(r, "tools");
-        co.tool_choice = json_get(r, "tool_choice");
-        rc = render_encode(S, j, json_get(r, "messages"), &co, e);
-        json_free(doc);
-    }
-    json_buf_free(&d);
-    return rc ? -1 : set_max_tokens(S, j, "max_tokens", mt, 1, e);
 }
 
 /* Parses and validates BODY for API into a new job (one reference), or

@@ -427,3 +427,63 @@ double median_d(double *v, int n)
     qsort(v, (size_t)n, sizeof *v, cmp_d);
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
+
+/* ---- base64 ----------------------------------------------------------- */
+
+/* base64 alphabet value of each byte, -1 for others */
+static const signed char b64_tab[256] = {
+    ['A'] = 0,  ['B'] = 1,  ['C'] = 2,  ['D'] = 3,  ['E'] = 4,  ['F'] = 5,  ['G'] = 6,  ['H'] = 7,
+    ['I'] = 8,  ['J'] = 9,  ['K'] = 10, ['L'] = 11, ['M'] = 12, ['N'] = 13, ['O'] = 14, ['P'] = 15,
+    ['Q'] = 16, ['R'] = 17, ['S'] = 18, ['T'] = 19, ['U'] = 20, ['V'] = 21, ['W'] = 22, ['X'] = 23,
+    ['Y'] = 24, ['Z'] = 25, ['a'] = 26, ['b'] = 27, ['c'] = 28, ['d'] = 29, ['e'] = 30, ['f'] = 31,
+    ['g'] = 32, ['h'] = 33, ['i'] = 34, ['j'] = 35, ['k'] = 36, ['l'] = 37, ['m'] = 38, ['n'] = 39,
+    ['o'] = 40, ['p'] = 41, ['q'] = 42, ['r'] = 43, ['s'] = 44, ['t'] = 45, ['u'] = 46, ['v'] = 47,
+    ['w'] = 48, ['x'] = 49, ['y'] = 50, ['z'] = 51, ['0'] = 52, ['1'] = 53, ['2'] = 54, ['3'] = 55,
+    ['4'] = 56, ['5'] = 57, ['6'] = 58, ['7'] = 59, ['8'] = 60, ['9'] = 61, ['+'] = 62, ['/'] = 63,
+};
+/* b64_tab holds 0 for non-alphabet bytes too; this tells them apart */
+static int b64_val(unsigned char c) { return (b64_tab[c] || c == 'A') ? b64_tab[c] : -1; }
+
+long b64_decode(const unsigned char *s, size_t n, unsigned char *out)
+{
+    if (n == 0 || n % 4) return -1;
+    size_t pad = s[n - 1] == '=' ? (s[n - 2] == '=' ? 2 : 1) : 0;
+    long o = 0;
+    for (size_t i = 0; i < n; i += 4) {
+        int v[4];
+        for (int j = 0; j < 4; j++) {
+            v[j] = b64_val(s[i + (size_t)j]);
+            if (v[j] < 0 && !(i + 4 == n && (size_t)j >= 4 - pad)) return -1;
+        }
+        uint32_t x = (uint32_t)v[0] << 18 | (uint32_t)v[1] << 12;
+        if (i + 4 == n && pad == 2) {
+            if (x & 0xffff) return -1;
+            out[o++] = (unsigned char)(x >> 16);
+        } else if (i + 4 == n && pad == 1) {
+            x |= (uint32_t)v[2] << 6;
+            if (x & 0xff) return -1;
+            out[o++] = (unsigned char)(x >> 16);
+            out[o++] = (unsigned char)(x >> 8);
+        } else {
+            x |= (uint32_t)v[2] << 6 | (uint32_t)v[3];
+            out[o++] = (unsigned char)(x >> 16);
+            out[o++] = (unsigned char)(x >> 8);
+            out[o++] = (unsigned char)x;
+        }
+    }
+    return o;
+}
+
+void b64_encode(const unsigned char *s, size_t n, char *out)
+{
+    static const char abc[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    size_t o = 0;
+    for (size_t i = 0; i < n; i += 3) {
+        uint32_t x = (uint32_t)s[i] << 16 | (i + 1 < n ? (uint32_t)s[i + 1] << 8 : 0) | (i + 2 < n ? s[i + 2] : 0);
+        out[o++] = abc[x >> 18];
+        out[o++] = abc[(x >> 12) & 63];
+        out[o++] = i + 1 < n ? abc[(x >> 6) & 63] : '=';
+        out[o++] = i + 2 < n ? abc[x & 63] : '=';
+    }
+    out[o] = 0;
+}

@@ -12,7 +12,8 @@
  * Other threads (the server's HTTP threads) are not checked.  In sanitizer
  * builds the sanitizer owns malloc; the guard is then a sanitizer allocation
  * hook, which sees the same allocations.
- * Also the one definition of a UTF-8 character (utf8_char_len, utf8_valid,
+ * Also base64 (the tokenizer's vocabulary, the server's thinking signatures) and
+ * the one definition of a UTF-8 character (utf8_char_len, utf8_valid,
  * utf8_cut) that the JSON reader and the server share.
  * Does not own: files, threads, anything model-specific.
  */
@@ -100,5 +101,12 @@ extern int df_log_quiet;
  * naming the file. */
 int open_sized(const char *path, uint64_t *size, df_error *err);
 int read_small_file(const char *path, char **out, size_t *len, size_t max_len, df_error *err);
+
+/* Base64 (RFC 4648, standard alphabet, padded).  Decoding is strict
+ * (padding and zero unused bits, so one byte string has one spelling):
+ * writes at most 3 * n / 4 bytes, returns the count or -1 (also for n 0).
+ * Encoding writes 4 * ceil(n / 3) characters and a NUL. */
+long b64_decode(const unsigned char *s, size_t n, unsigned char *out);
+void b64_encode(const unsigned char *s, size_t n, char *out);
 
 #endif

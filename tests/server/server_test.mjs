@@ -412,7 +412,11 @@ test('errors: API-shaped 400s naming the field', async () => {
   openaiError(await post('/v1/completions', { prompt: 'x', suffix: 'y' }), 'suffix');
   openaiError(await post('/v1/chat/completions', { messages: user('hi'), temperature: 5 }), 'temperature');
   openaiError(await post('/v1/chat/completions', { messages: user('hi'), tools: {} }), 'tools');
-  openaiError(await post('/v1/chat/completions', { messages: user('hi'), reasoning_effort: 'medium' }), 'reasoning_effort');
+  openaiError(await post('/v1/chat/completions', { messages: user('hi'), reasoning_effort: 'extreme' }), 'reasoning_effort');
+  // every effort the SDKs allow maps onto K3's low/high/max (medium -> high)
+  for (const eff of ['none', 'minimal', 'low', 'medium', 'high', 'xhigh', 'max'])
+    assert.equal((await post('/v1/chat/completions', { messages: user('hi'), reasoning_effort: eff, max_tokens: 1 })).status,
+      200, `reasoning_effort ${eff}`);
   openaiError(await post('/v1/chat/completions', { messages: user('hi'), tool_choice: { type: 'function',
     function: { name: 'f' } }, tools }), 'tool_choice');
   openaiError(await post('/v1/chat/completions', { messages: user('hi'), response_format: { type: 'json_schema',
