@@ -160,7 +160,7 @@ FUZZ_TARGETS := fuzz_safetensors fuzz_config fuzz_json fuzz_tokenizer fuzz_chat_
                 fuzz_server_request fuzz_setup
 FUZZ_CC ?= clang
 fuzz: $(FUZZ_TARGETS:%=build-fuzz/%)
-FUZZ_SRC := util file json json_write safetensors model model_gguf roster quant mathfn expert_store expert_manifest \
+FUZZ_SRC := util file filehash json json_write safetensors model model_gguf roster quant mathfn expert_store expert_manifest \
             expert_remote http sha kernels_ref kernels_avx2 \
             kernels_avx512 tokenizer chat_template gguf sampler
 FUZZ_PATHS = $(foreach f,$(FUZZ_SRC),$(wildcard $(SRC_DIRS:%=src/%/$(f).c)))

@@ -228,11 +228,13 @@ void print_run_stats(df_engine *eng, int n_prompt, double prefill_s, int n_gen, 
                 (double)st.prompt_expert_bytes / (1 << 20));
     if (st.streamed)
         fprintf(stderr,
-                "deltafin: streamed experts: %llu fetched (%.1f MiB in %.2f s, %llu retries); disk cache: %llu reads "
-                "served, %llu evicted\n",
+                "deltafin: streamed experts: %llu fetched (%.1f MiB in %.2f s, %llu retries); of those bytes %.1f MiB "
+                "in %llu second copies fetched to compare (no SHA-256), %llu experts whose copies differed; disk "
+                "cache: %llu reads served, %llu evicted\n",
                 (unsigned long long)st.remote_fetches, (double)st.remote_bytes / (1 << 20), st.remote_sec,
-                (unsigned long long)st.remote_retries, (unsigned long long)st.disk_cache_hits,
-                (unsigned long long)st.disk_cache_evictions);
+                (unsigned long long)st.remote_retries, (double)st.remote_compare_bytes / (1 << 20),
+                (unsigned long long)st.remote_compare_fetches, (unsigned long long)st.remote_copy_mismatches,
+                (unsigned long long)st.disk_cache_hits, (unsigned long long)st.disk_cache_evictions);
     df_rank_stats rs[256];
     int nr = df_ranks_stats(eng, rs, 256);
     double per = n_prompt + n_gen > 0 ? 1024.0 * (n_prompt + n_gen) : 1.0;

@@ -133,8 +133,9 @@ int cmd_doctor(int argc, char **argv)
         if (ii.experts_hashed == ii.experts)
             printf("         every fetched expert is checked against its SHA-256 before use\n");
         else
-            printf("         UNVERIFIED: %zu of %zu experts have a SHA-256; the others are checked for size and bounds "
-                   "only\n",
+            printf("         UNVERIFIED: %zu of %zu experts have a SHA-256; the others are checked for size and bounds\n"
+                   "         and fetched twice to compare the copies (twice the network bytes; a mirror serving the same\n"
+                   "         wrong bytes every time is not caught: set up with --verify for a SHA-256 per expert)\n",
                    ii.experts_hashed, ii.experts);
     }
     /* the drives the experts are read from */

@@ -829,7 +829,9 @@ static int install(setup *S, int dry_run)
                 S->out, gb(atomic_load(&S->fetched)), listed,
                 hashed == listed ? "each checked against its SHA-256 before use"
                                  : "UNVERIFIED: no per-expert SHA-256 (use --verify, or publish experts.manifest "
-                                   "beside the model); fetched experts are checked for size and bounds only");
+                                   "beside the model); fetched experts are checked for size and bounds and fetched "
+                                   "twice to compare the copies (twice the network bytes; a mirror serving the same "
+                                   "wrong bytes every time is not caught)");
     } else
         fprintf(stderr, "deltafin: setup: installed %s (%d files, %.3f GB, every file verified; %.3f GB fetched this run)\n",
                 S->out, S->n_files, gb(S->total), gb(atomic_load(&S->fetched)));
@@ -889,15 +891,25 @@ static int check_install(const char *dir)
     int unverified = 0;
     if (mode && !strcmp(mode, "stream")) {
         unverified = stream_unverified(dir);
-        /* the experts fetched so far, against the manifest */
-        int checked = 0, wrong = 0, unhashed = 0;
-        if (expert_cache_verify(dir, &checked, &wrong, &unhashed, &err)) {
+        /* the experts fetched so far: against the manifest's SHA-256, or
+         * the digest recorded when two fetches agreed */
+        expert_cache_check cc;
+        if (expert_cache_verify(dir, &cc, &err)) {
             fprintf(stderr, "deltafin: setup --check: %s\n", err.msg);
             bad = 1;
+        } else if (cc.old_index) {
+            fprintf(stderr, "deltafin: setup --check: %s: disk cache: an index from an older deltafin, without digests: "
+                            "not checked (the next run starts an empty cache)\n", dir);
         } else {
-            fprintf(stderr, "deltafin: setup --check: %s: disk cache: %d experts checked, %d wrong, %d without a SHA-256\n",
-                    dir, checked, wrong, unhashed);
-            bad |= wrong > 0;
+            fprintf(stderr,
+                    "deltafin: setup --check: %s: disk cache: %d experts checked against their SHA-256, %d without one "
+                    "checked against the copy fetched twice (the digest recorded when two fetches agreed), %d wrong",
+                    dir, cc.sha_ok, cc.digest_ok, cc.wrong);
+            if (cc.wrong)
+                fprintf(stderr, cc.dropped == cc.wrong ? " (dropped from the cache: the next run fetches them again)\n"
+                                                       : " (left in the cache)\n");
+            else fputc('\n', stderr);
+            bad |= cc.wrong > 0;
         }
     }
     if (!bad && !unverified) fprintf(stderr, "deltafin: setup --check: %s: %zu files verified\n", dir, files->len);
@@ -905,7 +917,8 @@ static int check_install(const char *dir)
         fprintf(stderr,
                 "deltafin: setup --check: %s: %zu files match the hashes kept at setup; UNVERIFIED: the trunks' "
                 "hashes come from two fetches that agreed, not from the publisher, and the experts have no "
-                "SHA-256 (set up with --verify to check both against the shards' SHA-256)\n",
+                "SHA-256: each was fetched twice and the copies compared, which a mirror serving the same wrong "
+                "bytes every time passes (set up with --verify to check both against the shards' SHA-256)\n",
                 dir, files->len);
     json_free(d);
     return bad;

@@ -19,7 +19,8 @@
  * (experts.manifest, fetched and checked like any small file) gives its
  * hashes too, once its offsets agree with the headers; a trunk hash in it
  * is checked against what was fetched.  Otherwise the install says that
- * its experts are unverified (checked for size and bounds only), and each
+ * its experts are unverified (checked for size and bounds, and fetched twice
+ * at run time to compare the copies: expert_remote.h), and each
  * shard's trunk, once staged, is fetched a second time through a hash (not
  * stored) and compared range by range with the staged bytes: bytes that
  * change between fetches, or a staged piece damaged across a restart, are

@@ -419,9 +419,11 @@ int df_engine_open(const char *model_dir, const df_engine_opts *opts, df_engine 
                    ri.base, ri.repo, ri.commit, gib(ri.cache_max), ri.cache_filled, ri.cache_slots,
                    ri.hashed == ri.listed ? "every expert is checked against its SHA-256 before use"
                    : ri.hashed ? "UNVERIFIED: some experts have no SHA-256 in the manifest: those are checked for size "
-                                 "and bounds only"
+                                 "and bounds and fetched twice to compare (a mirror serving the same wrong bytes every "
+                                 "time is not caught)"
                                : "UNVERIFIED: the manifest has no SHA-256 per expert (set up with --verify), fetched "
-                                 "experts are checked for size and bounds only");
+                                 "experts are checked for size and bounds and fetched twice to compare (a mirror "
+                                 "serving the same wrong bytes every time is not caught)");
     }
     if (!opts->quiet && eng->m.store.probe_direct_bps > 0)
         df_log("expert read probe: O_DIRECT %.2f GB/s, buffered %.2f GB/s", eng->m.store.probe_direct_bps / 1e9,
@@ -516,6 +518,9 @@ void df_engine_stats(const df_engine *eng, df_stats *st)
         st->remote_fetches = rs->fetches;
         st->remote_bytes = rs->bytes;
         st->remote_retries = rs->retries;
+        st->remote_compare_fetches = rs->compare_fetches;
+        st->remote_compare_bytes = rs->compare_bytes;
+        st->remote_copy_mismatches = rs->copy_mismatches;
         st->disk_cache_hits = rs->disk_hits;
         st->disk_cache_evictions = rs->evictions;
         st->remote_sec = rs->fetch_sec;

@@ -111,9 +111,12 @@ typedef struct df_stats {
     double prompt_sec;
     /* a streamed install (setup --stream): experts fetched over the network
      * (their time is inside io_wait_sec), reads its disk cache served,
-     * transfers retried, disk cache slots reused */
+     * transfers retried, disk cache slots reused; of the bytes, the second
+     * copies of experts without a SHA-256 fetched only to compare (and how
+     * many), and how many experts' first two copies differed */
     int streamed;
     uint64_t remote_fetches, remote_bytes, remote_retries, disk_cache_hits, disk_cache_evictions;
+    uint64_t remote_compare_fetches, remote_compare_bytes, remote_copy_mismatches;
     double remote_sec;
 } df_stats;
 

@@ -4,6 +4,7 @@
 #include "expert_manifest.h"
 #include "expert_store.h"
 #include "file.h"
+#include "filehash.h"
 #include "http.h"
 #include "json.h"
 #include "sha.h"
@@ -23,18 +24,48 @@
 
 #define REMOTE_HANDLES 8
 #define REMOTE_TRIES 6
-#define INDEX_MAGIC "DFXCACH1"
+/* complete copies of an expert without a SHA-256 fetched before giving up
+ * when no two of them agree */
+#define REMOTE_COPIES REMOTE_TRIES
+/* v2: a 128-bit digest per slot (v1, "DFXCACH1", had none) */
+#define INDEX_MAGIC "DFXCACH2"
+#define INDEX_MAGIC_V1 "DFXCACH1"
+#define INDEX_HEAD 28 /* magic, layers, experts, slot bytes (u32 x3), slots (u64) */
+#define INDEX_SLOT 28 /* key (i32), last use (u64), digest (16 bytes) */
 
-enum { P_WAIT, P_ACTIVE, P_OK, P_FAILED };
+enum { X_IDLE, X_WAIT, X_ACTIVE };      /* a transfer: not wanted, due, on a handle */
+enum { P_FETCHING, P_OK, P_FAILED };    /* an expert */
 
+struct pending;
+
+/* One range request for an expert's bytes: into the RAM slot (the copy
+ * that is used), or, for an expert without a SHA-256, a second copy that
+ * is only hashed, to compare with.  Either way the bytes are hashed as
+ * they arrive (df_hash128), in order. */
+typedef struct transfer {
+    struct pending *p;
+    int to_slot;
+    int state, attempt, handle;
+    double not_before;
+    uint64_t got;
+    df_hash128 hash;
+} transfer;
+
+/* An expert to fetch.  With a SHA-256 in the manifest: one copy, checked
+ * against it.  Without one: copies until two agree, the first two in
+ * parallel (x[0] into the slot, x[1] hashed only), any later one into the
+ * slot alone; the slot's copy is accepted when its digest equals another
+ * complete copy's. */
 typedef struct pending {
     int il, e;
     uint8_t *slot;            /* the RAM slot: data at slot + lead */
     int64_t tag;
-    int state, attempt, handle, mismatches;
-    double not_before;
-    uint64_t want, got;
-    http_hdrs h;
+    int state, mismatches;    /* mismatches: against the SHA-256 */
+    uint64_t want;
+    transfer x[2];
+    int n_seen, slot_seen;    /* complete copies; the one in the slot (-1: none whole) */
+    uint8_t seen[REMOTE_COPIES][16];
+    uint8_t digest[16];       /* the accepted copy's */
     expert_remote *r;
 } pending;
 
@@ -54,6 +85,7 @@ struct expert_remote {
     uint64_t *slot_use;       /* [n_slots] clock of last use */
     uint16_t *pins;           /* [n_slots] reads in flight */
     uint8_t *taken;           /* [n_slots] filled by the current flush */
+    uint8_t (*slot_dig)[16];  /* [n_slots] digest of the bytes accepted at fetch time */
     int32_t *key_slot;        /* [layers * experts] slot or -1 */
     uint64_t clock;
     int warned_write;
@@ -62,6 +94,7 @@ struct expert_remote {
     CURL *h[REMOTE_HANDLES];
     void *hl[REMOTE_HANDLES];
     int h_busy[REMOTE_HANDLES];
+    http_hdrs hh[REMOTE_HANDLES]; /* the headers of the transfer on each handle */
     pending pend[EXPERT_BATCH_MAX];
     int n_pend;
     int assign[EXPERT_BATCH_MAX];
@@ -133,10 +166,27 @@ int expert_remote_detect(const char *dir, df_error *err)
 /* ------------------------------------------------------------ the index */
 
 /* INDEX_MAGIC, layers, experts, slot bytes, slots (u32 x3 + u64), then per
- * slot key (i32) and last use (u64), then the CRC-32 of all before it. */
+ * slot key (i32), last use (u64) and the df_hash128 digest of the bytes
+ * accepted when the expert was fetched (16 bytes), then the CRC-32 of all
+ * before it. */
+static void index_seal(uint8_t *b, size_t n) /* the CRC of a whole index buffer of n bytes */
+{
+    uint32_t crc = df_crc32(0, b, n - 4);
+    memcpy(b + n - 4, &crc, 4);
+}
+
+static int index_write(const char *path, const uint8_t *b, size_t n, df_error *err)
+{
+    atomic_file af;
+    int rc = atomic_file_open(&af, path, err);
+    if (!rc && (rc = atomic_file_write(&af, b, n, err))) atomic_file_abort(&af);
+    if (!rc) rc = atomic_file_commit(&af, err);
+    return rc;
+}
+
 static int save_index(expert_remote *r, df_error *err)
 {
-    size_t n = 8 + 12 + 8 + (size_t)r->n_slots * 12 + 4;
+    size_t n = INDEX_HEAD + (size_t)r->n_slots * INDEX_SLOT + 4;
     uint8_t *b = xmalloc(n), *p = b;
     memcpy(p, INDEX_MAGIC, 8), p += 8;
     uint32_t v[3] = {(uint32_t)r->s->n_layers, (uint32_t)r->s->n_experts, (uint32_t)r->s->slot_bytes};
@@ -146,21 +196,20 @@ static int save_index(expert_remote *r, df_error *err)
     for (int i = 0; i < r->n_slots; i++) {
         memcpy(p, &r->slot_key[i], 4), p += 4;
         memcpy(p, &r->slot_use[i], 8), p += 8;
+        memcpy(p, r->slot_dig[i], 16), p += 16;
     }
-    uint32_t crc = df_crc32(0, b, (size_t)(p - b));
-    memcpy(p, &crc, 4);
-    atomic_file af;
-    int rc = atomic_file_open(&af, r->index_path, err);
-    if (!rc && (rc = atomic_file_write(&af, b, n, err))) atomic_file_abort(&af);
-    if (!rc) rc = atomic_file_commit(&af, err);
+    index_seal(b, n);
+    int rc = index_write(r->index_path, b, n, err);
     free(b);
     return rc;
 }
 
 /* A saved index, read back whole: 1, with the header's fields; 0 when
- * there is none; -1 when it is damaged (size, magic or CRC). */
+ * there is none; -1 when it is damaged (size, magic or CRC); -2 when it is
+ * whole but in the older format without digests (read no further). */
 typedef struct cache_index {
     char *buf;
+    size_t len;
     uint32_t layers, experts, slot_bytes;
     uint64_t n;               /* slots */
 } cache_index;
@@ -173,34 +222,42 @@ static int index_read(const char *path, cache_index *ix)
     if (read_small_file(path, &ix->buf, &n, 1u << 30, &e)) return 0;
     const char *b = ix->buf;
     uint32_t v[3], crc = 0;
-    if (n >= 32) {
+    if (n >= INDEX_HEAD + 4) {
         memcpy(v, b + 8, 12);
         memcpy(&ix->n, b + 20, 8);
         memcpy(&crc, b + n - 4, 4);
     }
-    if (n < 32 || memcmp(b, INDEX_MAGIC, 8) || ix->n > (1u << 24) || n != 28 + ix->n * 12 + 4 ||
-        crc != df_crc32(0, b, n - 4)) {
+    int old = n >= INDEX_HEAD + 4 && !memcmp(b, INDEX_MAGIC_V1, 8) && crc == df_crc32(0, b, n - 4);
+    if (n < INDEX_HEAD + 4 || memcmp(b, INDEX_MAGIC, 8) || ix->n > (1u << 24) ||
+        n != INDEX_HEAD + ix->n * INDEX_SLOT + 4 || crc != df_crc32(0, b, n - 4)) {
         free(ix->buf);
         ix->buf = NULL;
-        return -1;
+        ix->n = 0;
+        return old ? -2 : -1;
     }
+    ix->len = n;
     ix->layers = v[0], ix->experts = v[1], ix->slot_bytes = v[2];
     return 1;
 }
 
-/* slot i's key (-1 free) and last use */
+/* slot i's key (-1 free), last use and digest */
 static int32_t index_key(const cache_index *ix, uint64_t i)
 {
     int32_t k;
-    memcpy(&k, ix->buf + 28 + i * 12, 4);
+    memcpy(&k, ix->buf + INDEX_HEAD + i * INDEX_SLOT, 4);
     return k;
 }
 
 static uint64_t index_use(const cache_index *ix, uint64_t i)
 {
     uint64_t u;
-    memcpy(&u, ix->buf + 28 + i * 12 + 4, 8);
+    memcpy(&u, ix->buf + INDEX_HEAD + i * INDEX_SLOT + 4, 8);
     return u;
+}
+
+static const uint8_t *index_digest(const cache_index *ix, uint64_t i)
+{
+    return (const uint8_t *)ix->buf + INDEX_HEAD + i * INDEX_SLOT + 12;
 }
 
 /* What an earlier run cached, when the index is whole and for this model's
@@ -211,6 +268,10 @@ static void load_index(expert_remote *r)
     int got = index_read(r->index_path, &ix);
     size_t nk = (size_t)r->s->n_layers * (size_t)r->s->n_experts;
     if (!got) return;
+    if (got == -2) {
+        df_log("%s: written by an older deltafin (no digest per slot): starting an empty cache", r->index_path);
+        goto out;
+    }
     if (got < 0 || ix.layers != (uint32_t)r->s->n_layers || ix.experts != (uint32_t)r->s->n_experts ||
         ix.slot_bytes != (uint32_t)r->s->slot_bytes) {
         df_log("%s: not this model's disk cache index, or damaged: starting an empty cache", r->index_path);
@@ -222,6 +283,7 @@ static void load_index(expert_remote *r)
         if (k < 0 || (size_t)k >= nk || r->key_slot[k] >= 0 || r->man.shard[k] < 0) continue;
         r->slot_key[i] = k;
         r->slot_use[i] = use;
+        memcpy(r->slot_dig[i], index_digest(&ix, i), 16);
         r->key_slot[k] = (int32_t)i;
         if (use > r->clock) r->clock = use;
     }
@@ -322,6 +384,7 @@ int expert_remote_open(expert_store *s, const char *dir, uint64_t cache_max, df_
     r->slot_use = xcalloc((size_t)r->n_slots + 1, sizeof *r->slot_use);
     r->pins = xcalloc((size_t)r->n_slots + 1, sizeof *r->pins);
     r->taken = xcalloc((size_t)r->n_slots + 1, 1);
+    r->slot_dig = xcalloc((size_t)r->n_slots + 1, sizeof *r->slot_dig);
     r->key_slot = xmalloc(nk * sizeof *r->key_slot);
     for (int i = 0; i < r->n_slots; i++) r->slot_key[i] = -1;
     for (size_t k = 0; k < nk; k++) r->key_slot[k] = -1;
@@ -374,6 +437,7 @@ void expert_remote_close(expert_remote *r)
     free(r->slot_use);
     free(r->pins);
     free(r->taken);
+    free(r->slot_dig);
     free(r->key_slot);
     free(r);
 }
@@ -402,7 +466,11 @@ void expert_remote_read_done(expert_remote *r, int il, int e)
 void expert_remote_queue_fetch(expert_remote *r, int il, int e, uint8_t *slot, int64_t tag)
 {
     CHECK(r->n_pend < EXPERT_BATCH_MAX);
-    r->pend[r->n_pend++] = (pending){.il = il, .e = e, .slot = slot, .tag = tag, .handle = -1, .r = r};
+    pending *p = &r->pend[r->n_pend++];
+    size_t k = key_of(r, il, e);
+    *p = (pending){.il = il, .e = e, .slot = slot, .tag = tag, .want = r->man.len[k], .slot_seen = -1, .r = r};
+    for (int j = 0; j < 2; j++) p->x[j] = (transfer){.p = p, .to_slot = !j, .state = X_WAIT, .handle = -1};
+    if (r->man.has_sha[k]) p->x[1].state = X_IDLE; /* its SHA-256 checks the one copy */
 }
 
 const char *expert_remote_error(const expert_remote *r) { return r->err; }
@@ -436,51 +504,125 @@ static void set_err(expert_remote *r, const char *fmt, ...)
 
 static size_t body_cb(char *d, size_t sz, size_t nm, void *ud)
 {
-    pending *p = ud;
+    transfer *t = ud;
+    pending *p = t->p;
     size_t n = sz * nm;
-    if (p->got + n > p->want) return 0; /* more than asked: a mirror ignoring Range */
-    const expert_loc *l = &p->r->s->loc[key_of(p->r, p->il, p->e)];
-    memcpy(p->slot + l->lead + p->got, d, n);
-    p->got += n;
+    if (t->got + n > p->want) return 0; /* more than asked: a mirror ignoring Range */
+    if (t->to_slot) {
+        const expert_loc *l = &p->r->s->loc[key_of(p->r, p->il, p->e)];
+        memcpy(p->slot + l->lead + t->got, d, n);
+    }
+    df_hash128_add(&t->hash, d, n);
+    t->got += n;
     return n;
 }
 
-static void start(expert_remote *r, pending *p, int hi)
+static void start(expert_remote *r, transfer *t, int hi)
 {
     const expert_manifest *m = &r->man;
+    pending *p = t->p;
     size_t k = key_of(r, p->il, p->e);
     CURL *c = r->h[hi];
     char range[64];
     snprintf(r->url, sizeof r->url, "%s/%s/resolve/%s/%s", r->base, r->repo, r->commit, m->shards[m->shard[k]].name);
     snprintf(range, sizeof range, "%" PRIu64 "-%" PRIu64, m->off[k], m->off[k] + m->len[k] - 1);
-    p->want = m->len[k];
-    p->got = 0;
-    http_prepare(c, r->url, range, body_cb, p, &p->h);
-    curl_easy_setopt(c, CURLOPT_PRIVATE, p);
+    t->got = 0;
+    df_hash128_init(&t->hash);
+    http_prepare(c, r->url, range, body_cb, t, &r->hh[hi]);
+    curl_easy_setopt(c, CURLOPT_PRIVATE, t);
     curl_multi_add_handle(r->multi, c);
     r->h_busy[hi] = 1;
-    p->handle = hi;
-    p->state = P_ACTIVE;
+    t->handle = hi;
+    t->state = X_ACTIVE;
 }
 
-/* A finished transfer: accepted (verified), retried later, or failed. */
-static void finish(expert_remote *r, pending *p, CURLcode cc, double now)
+static void release(expert_remote *r, transfer *t)
 {
-    CURL *c = r->h[p->handle];
+    if (t->handle < 0) return;
+    curl_multi_remove_handle(r->multi, r->h[t->handle]);
+    r->h_busy[t->handle] = 0;
+    t->handle = -1;
+}
+
+/* An expert done with (P_OK or P_FAILED): a transfer of it still on a
+ * handle (its other copy, when it failed) is dropped. */
+static void settle(expert_remote *r, pending *p, int state)
+{
+    for (int j = 0; j < 2; j++) {
+        release(r, &p->x[j]);
+        p->x[j].state = X_IDLE;
+    }
+    p->state = state;
+}
+
+/* A complete copy of an expert without a SHA-256 (length and Content-Range
+ * checked), its digest d: accepted when the slot's copy equals another
+ * one; else, once both transfers are done, another copy into the slot. */
+static void copy_done(expert_remote *r, transfer *t, const uint8_t d[16], double now)
+{
+    pending *p = t->p;
+    if (p->n_seen) { /* the first complete copy is the one needed; the others are the price of comparing */
+        r->st.compare_fetches++;
+        r->st.compare_bytes += t->got;
+    }
+    int agree = 0;
+    if (t->to_slot) {
+        for (int i = 0; i < p->n_seen; i++) agree |= !memcmp(p->seen[i], d, 16);
+        p->slot_seen = p->n_seen < REMOTE_COPIES ? p->n_seen : -1;
+    } else
+        agree = p->slot_seen >= 0 && !memcmp(p->seen[p->slot_seen], d, 16);
+    if (p->n_seen < REMOTE_COPIES) memcpy(p->seen[p->n_seen++], d, 16);
+    t->state = X_IDLE;
+    if (agree) {
+        memcpy(p->digest, d, 16);
+        settle(r, p, P_OK);
+        return;
+    }
+    const transfer *o = t == &p->x[0] ? &p->x[1] : &p->x[0];
+    if (o->state != X_IDLE) return; /* the other copy is still coming */
+    const expert_manifest *m = &r->man;
+    size_t k = key_of(r, p->il, p->e);
+    const char *shard = m->shards[m->shard[k]].name;
+    if (p->n_seen >= REMOTE_COPIES) {
+        set_err(r, "layer %d expert %d from %s/%s/resolve/%.12s/%s: %d copies differ between fetches, no two agree "
+                   "(the mirror or the network changes the bytes; without a SHA-256 the right copy cannot be told)",
+                p->il, p->e, r->base, r->repo, r->commit, shard, p->n_seen);
+        settle(r, p, P_FAILED);
+        return;
+    }
+    if (p->n_seen == 2) {
+        r->st.copy_mismatches++;
+        df_log("layer %d expert %d from %s/%s/resolve/%.12s/%s: two fetches differ (no SHA-256 to tell the right "
+               "one): fetching it again until two copies agree",
+               p->il, p->e, r->base, r->repo, r->commit, shard);
+    }
+    r->st.retries++;
+    p->slot_seen = -1; /* the slot is written over */
+    p->x[0].state = X_WAIT;
+    p->x[0].not_before = now;
+}
+
+/* A finished transfer: a copy accepted, compared, retried later, or the
+ * expert failed. */
+static void finish(expert_remote *r, transfer *t, CURLcode cc, double now)
+{
+    pending *p = t->p;
+    CURL *c = r->h[t->handle];
+    const http_hdrs *hh = &r->hh[t->handle];
     long status = 0;
     curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
-    curl_multi_remove_handle(r->multi, c);
-    r->h_busy[p->handle] = 0;
-    p->handle = -1;
+    release(r, t);
     const expert_manifest *m = &r->man;
     size_t k = key_of(r, p->il, p->e);
     const char *shard = m->shards[m->shard[k]].name;
     char want_range[128];
     snprintf(want_range, sizeof want_range, "bytes %" PRIu64 "-%" PRIu64 "/", m->off[k], m->off[k] + m->len[k] - 1);
-    if (cc == CURLE_OK && status == 206 && p->got == p->want && !strncmp(p->h.range, want_range, strlen(want_range))) {
-        r->st.bytes += p->got;
+    if (cc == CURLE_OK && status == 206 && t->got == p->want && !strncmp(hh->range, want_range, strlen(want_range))) {
+        r->st.bytes += t->got;
+        uint8_t hd[16];
+        df_hash128_final(&t->hash, hd);
         if (!m->has_sha[k]) {
-            p->state = P_OK;
+            copy_done(r, t, hd, now);
             return;
         }
         uint8_t d[32];
@@ -489,14 +631,15 @@ static void finish(expert_remote *r, pending *p, CURLcode cc, double now)
         sha256_update(&sc, p->slot + r->s->loc[k].lead, p->want);
         sha256_final(&sc, d);
         if (!memcmp(d, m->sha[k], 32)) {
-            p->state = P_OK;
+            memcpy(p->digest, hd, 16);
+            settle(r, p, P_OK);
             return;
         }
         if (++p->mismatches >= 2) {
             set_err(r, "layer %d expert %d from %s/%s/resolve/%.12s/%s: SHA-256 mismatch twice (the mirror serves other "
                        "bytes than the manifest's)",
                     p->il, p->e, r->base, r->repo, r->commit, shard);
-            p->state = P_FAILED;
+            settle(r, p, P_FAILED);
             return;
         }
     } else if (cc == CURLE_OK && (status == 200 || (status >= 400 && status < 500 && status != 408 && status != 429))) {
@@ -505,20 +648,21 @@ static void finish(expert_remote *r, pending *p, CURLcode cc, double now)
                 : status == 401 || status == 403 ? "HTTP 401/403 (set HF_TOKEN for a gated or private repository)"
                                                   : "refused by the server");
         if (status != 200) snprintf(r->err + strlen(r->err), sizeof r->err - strlen(r->err), " (HTTP %ld)", status);
-        p->state = P_FAILED;
+        settle(r, p, P_FAILED);
         return;
     }
     r->st.retries++;
-    if (++p->attempt >= REMOTE_TRIES) {
+    if (++t->attempt >= REMOTE_TRIES) {
         set_err(r, "layer %d expert %d from %s/%s/resolve/%.12s/%s: failed %d times (last: %s, HTTP %ld, %" PRIu64
                    " of %" PRIu64 " bytes)",
                 p->il, p->e, r->base, r->repo, r->commit, shard, REMOTE_TRIES,
-                cc != CURLE_OK ? curl_easy_strerror(cc) : "bad answer", status, p->got, p->want);
-        p->state = P_FAILED;
+                cc != CURLE_OK ? curl_easy_strerror(cc) : "bad answer", status, t->got, p->want);
+        settle(r, p, P_FAILED);
         return;
     }
-    p->not_before = now + http_backoff_s(p->attempt - 1, p->h.retry_after);
-    p->state = P_WAIT;
+    if (t->to_slot) p->slot_seen = -1; /* written over, whatever it held */
+    t->not_before = now + http_backoff_s(t->attempt - 1, hh->retry_after);
+    t->state = X_WAIT;
 }
 
 static int fetch_all(expert_remote *r)
@@ -526,13 +670,18 @@ static int fetch_all(expert_remote *r)
     int left = r->n_pend;
     while (left) {
         double now = now_sec();
-        for (int i = 0; i < r->n_pend; i++) {
+        int free_h = 0;
+        for (int hi = 0; hi < REMOTE_HANDLES; hi++) free_h += !r->h_busy[hi];
+        for (int i = 0; i < r->n_pend && free_h; i++) {
             pending *p = &r->pend[i];
-            if (p->state != P_WAIT || p->not_before > now) continue;
-            int hi = 0;
-            while (hi < REMOTE_HANDLES && r->h_busy[hi]) hi++;
-            if (hi == REMOTE_HANDLES) break;
-            start(r, p, hi);
+            for (int j = 0; j < 2 && free_h && p->state == P_FETCHING; j++) {
+                transfer *t = &p->x[j];
+                if (t->state != X_WAIT || t->not_before > now) continue;
+                int hi = 0;
+                while (r->h_busy[hi]) hi++;
+                start(r, t, hi);
+                free_h--;
+            }
         }
         int running = 0;
         curl_multi_perform(r->multi, &running);
@@ -540,10 +689,11 @@ static int fetch_all(expert_remote *r)
         int q;
         while ((msg = curl_multi_info_read(r->multi, &q))) {
             if (msg->msg != CURLMSG_DONE) continue;
-            pending *p = NULL;
-            curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&p);
-            finish(r, p, msg->data.result, now_sec());
-            if (p->state == P_OK || p->state == P_FAILED) left--;
+            transfer *t = NULL;
+            curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&t);
+            if (!t || t->handle < 0 || t->p->state != P_FETCHING) continue; /* dropped with its expert */
+            finish(r, t, msg->data.result, now_sec());
+            if (t->p->state != P_FETCHING) left--;
         }
         if (left) curl_multi_poll(r->multi, NULL, 0, 20, NULL);
     }
@@ -619,6 +769,7 @@ static void store_fetched(expert_remote *r, uint8_t *taken)
         r->slot_key[v] = (int32_t)k;
         r->key_slot[k] = v;
         r->slot_use[v] = ++r->clock;
+        memcpy(r->slot_dig[v], r->pend[i].digest, 16);
     }
     if (n && save_index(r, &e)) goto fail;
     return;
@@ -649,19 +800,49 @@ void expert_remote_flush(expert_remote *r, void (*done)(void *ud, int64_t tag, i
 
 /* ------------------------------------------------------------ --check */
 
-int expert_cache_verify(const char *dir, int *checked, int *wrong, int *unhashed, df_error *err)
+/* The slots marked wrong freed in the saved index, under the disk cache's
+ * lock (not taken: another process owns the cache, and it is left alone). */
+static int drop_slots(const char *dir, cache_index *ix, const uint8_t *wrong, df_error *err)
+{
+    char path[4300];
+    snprintf(path, sizeof path, "%s/expert-cache/lock", dir);
+    int fd = open(path, O_RDWR | O_CLOEXEC);
+    if (fd < 0) return df_err_set(err, DF_ERR_IO, -1, "%s: cannot open: %s", path, strerror(errno));
+    if (flock(fd, LOCK_EX | LOCK_NB)) {
+        close(fd);
+        return df_err_set(err, DF_ERR_IO, -1, "%s/expert-cache is in use by another deltafin process", dir);
+    }
+    for (uint64_t i = 0; i < ix->n; i++) {
+        if (!wrong[i]) continue;
+        int32_t none = -1;
+        memcpy(ix->buf + INDEX_HEAD + i * INDEX_SLOT, &none, 4);
+        memset(ix->buf + INDEX_HEAD + i * INDEX_SLOT + 4, 0, INDEX_SLOT - 4);
+    }
+    index_seal((uint8_t *)ix->buf, ix->len);
+    snprintf(path, sizeof path, "%s/expert-cache/index", dir);
+    int rc = index_write(path, (const uint8_t *)ix->buf, ix->len, err);
+    close(fd);
+    return rc;
+}
+
+int expert_cache_verify(const char *dir, expert_cache_check *out, df_error *err)
 {
     char path[4300];
     expert_manifest m;
-    *checked = *wrong = *unhashed = 0;
+    memset(out, 0, sizeof *out);
     snprintf(path, sizeof path, "%s/experts.manifest", dir);
     if (expert_manifest_load(path, &m, err)) return -1;
     snprintf(path, sizeof path, "%s/expert-cache/index", dir);
     cache_index ix;
     int have = index_read(path, &ix), rc = 0;
+    uint8_t *wrong = NULL, *buf = NULL;
     if (!have) { /* nothing cached yet */
         expert_manifest_free(&m);
         return 0;
+    }
+    if (have == -2) { /* never read by a run again: nothing in it is used */
+        out->old_index = 1;
+        goto out;
     }
     if (have < 0 || ix.experts != (uint32_t)m.n_experts) {
         rc = df_err_set(err, DF_ERR_FORMAT, -1, "%s: damaged or not this model's (the next run starts an empty cache)",
@@ -674,17 +855,15 @@ int expert_cache_verify(const char *dir, int *checked, int *wrong, int *unhashed
         rc = df_err_set(err, DF_ERR_IO, -1, "%s: cannot open: %s", path, strerror(errno));
         goto out;
     }
-    uint8_t *buf = NULL;
     size_t cap = 0;
+    wrong = xcalloc(ix.n + 1, 1);
     for (uint64_t i = 0; i < ix.n; i++) {
         int32_t k = index_key(&ix, i);
         if (k < 0) continue;
         if ((size_t)k >= (size_t)m.n_layers * (size_t)m.n_experts || m.shard[k] < 0) {
-            (*wrong)++;
-            continue;
-        }
-        if (!m.has_sha[k]) {
-            (*unhashed)++;
+            df_log("%s: slot %" PRIu64 " names no expert of the manifest", path, i);
+            wrong[i] = 1;
+            out->wrong++;
             continue;
         }
         if (m.len[k] > cap) {
@@ -692,21 +871,47 @@ int expert_cache_verify(const char *dir, int *checked, int *wrong, int *unhashed
             buf = xrealloc(buf, cap);
         }
         uint64_t at = i * ix.slot_bytes + m.off[k] % DF_DIRECT_ALIGN;
-        uint8_t d[32];
         ssize_t got = pread(fd, buf, (size_t)m.len[k], (off_t)at);
-        sha256_ctx c;
-        sha256_init(&c);
-        sha256_update(&c, buf, got > 0 ? (size_t)got : 0);
-        sha256_final(&c, d);
-        if (got != (ssize_t)m.len[k] || memcmp(d, m.sha[k], 32)) {
-            df_log("%s: slot %" PRIu64 " (layer %d expert %d) does not match its SHA-256", path, i,
-                   (int)((size_t)k / (size_t)m.n_experts), (int)((size_t)k % (size_t)m.n_experts));
-            (*wrong)++;
-        } else (*checked)++;
+        size_t n = got > 0 ? (size_t)got : 0;
+        int ok = got == (ssize_t)m.len[k];
+        if (m.has_sha[k]) {
+            uint8_t d[32];
+            sha256_ctx c;
+            sha256_init(&c);
+            sha256_update(&c, buf, n);
+            sha256_final(&c, d);
+            ok = ok && !memcmp(d, m.sha[k], 32);
+        } else {
+            uint8_t d[16];
+            df_hash128 h;
+            df_hash128_init(&h);
+            df_hash128_add(&h, buf, n);
+            df_hash128_final(&h, d);
+            ok = ok && !memcmp(d, index_digest(&ix, i), 16);
+        }
+        if (ok) {
+            out->sha_ok += m.has_sha[k];
+            out->digest_ok += !m.has_sha[k];
+            continue;
+        }
+        df_log("%s: slot %" PRIu64 " (layer %d expert %d) does not match %s", path, i,
+               (int)((size_t)k / (size_t)m.n_experts), (int)((size_t)k % (size_t)m.n_experts),
+               m.has_sha[k] ? "its SHA-256" : "the digest recorded when it was fetched");
+        wrong[i] = 1;
+        out->wrong++;
     }
-    free(buf);
     close(fd);
+    if (out->wrong) {
+        df_error e = {0};
+        if (drop_slots(dir, &ix, wrong, &e))
+            df_log("%s/expert-cache: the damaged slots are left in place (%s): remove %s/expert-cache before the next "
+                   "run",
+                   dir, e.msg, dir);
+        else out->dropped = out->wrong;
+    }
 out:
+    free(buf);
+    free(wrong);
     free(ix.buf);
     expert_manifest_free(&m);
     return rc;

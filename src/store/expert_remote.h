@@ -5,15 +5,26 @@
  * the remote: base URL, repository, pinned commit; the disk cache's cap).
  * Opening such a model attaches an expert_remote to the store: a routed
  * expert is then read from the install's disk cache when it is there, and
- * otherwise fetched from the remote by one HTTP range request (a layer's
- * misses in parallel over a keep-alive pool), checked against the manifest
- * (length and Content-Range always; SHA-256 when the manifest has it)
- * BEFORE it is used, and written into the disk cache.
+ * otherwise fetched from the remote by HTTP range requests (a layer's
+ * misses in parallel over a keep-alive pool of 8 connections), checked
+ * BEFORE it is used, and written into the disk cache.  Checked: length and
+ * Content-Range always; then the SHA-256 when the manifest has it (one
+ * copy).  Without one (an unverified install) the expert is fetched twice,
+ * the two copies in parallel, and used only when two copies agree (their
+ * df_hash128 digests; a copy that disagrees brings another, at most 6
+ * copies, then the expert fails naming layer, expert and URL).  This
+ * catches a copy damaged once, on the way or by a flaky mirror; it cannot
+ * catch a mirror that serves the same wrong bytes every time: only a
+ * SHA-256 (setup --verify, a published manifest) can.  Its price: twice
+ * the network bytes for every expert fetched (counted apart in the stats).
  *
  * The disk cache (DIR/expert-cache/): `data`, slots of the store's slot
  * size, each expert at the same 4 KiB phase as in its shard (so one aligned
  * O_DIRECT read lands it where the store expects); `index`, the slot
- * owners and their last use, replaced atomically with a CRC.  It holds at
+ * owners, their last use and the digest of the bytes accepted when each
+ * was fetched (what setup --check compares an expert without a SHA-256
+ * with), replaced atomically with a CRC; an index in the older format
+ * without digests starts an empty cache.  It holds at
  * most cap / slot bytes experts; the least recently used one that no read
  * in flight is using is evicted.  Crash safety: a slot is marked free in
  * the saved index before it is overwritten, and owned again only after its
@@ -38,8 +49,12 @@ typedef struct expert_remote expert_remote;
 
 typedef struct expert_remote_stats {
     uint64_t fetches;         /* experts fetched over the network */
-    uint64_t bytes;           /* bytes received for them */
-    uint64_t retries;         /* transfers retried (errors, bad answers, hash mismatches) */
+    uint64_t bytes;           /* bytes received in complete transfers (every copy) */
+    uint64_t compare_fetches; /* of those transfers, the copies past an expert's first, fetched only to
+                                 compare (experts without a SHA-256) */
+    uint64_t compare_bytes;   /* their bytes (part of bytes) */
+    uint64_t copy_mismatches; /* experts without a SHA-256 whose first two copies differed */
+    uint64_t retries;         /* transfers retried (errors, bad answers, hash mismatches, copies that differed) */
     uint64_t disk_hits;       /* reads served by the disk cache */
     uint64_t evictions;       /* disk cache slots reused */
     uint64_t not_cached;      /* fetched experts the disk cache could not take */
@@ -91,9 +106,22 @@ int expert_disk_victim(int n, const int32_t *key, const uint64_t *use, const uin
  * opening the model: 1 = a streamed install (o filled), 0 = not one. */
 int expert_remote_describe(const char *dir, expert_remote_info *o, df_error *err);
 
-/* setup --check: every expert in DIR's disk cache hashed against the
- * manifest (checked = matched, wrong = differs or unknown, unhashed = the
- * manifest has no hash for it). */
-int expert_cache_verify(const char *dir, int *checked, int *wrong, int *unhashed, df_error *err);
+/* setup --check: every expert in DIR's disk cache read back and checked:
+ * against the manifest's SHA-256 when it has one, else against the digest
+ * recorded in the index when the expert was fetched (the copy that two
+ * fetches agreed on: this finds damage on disk since, not a mirror that
+ * served the same wrong bytes twice).  Slots found wrong are freed in the
+ * index, under the cache's lock, so the next run fetches them again
+ * (dropped; when another process holds the cache they are left, and a log
+ * line says so).  An index in the older format without digests is not
+ * checked (old_index): the next run starts an empty cache over it. */
+typedef struct expert_cache_check {
+    int sha_ok;               /* match the manifest's SHA-256 */
+    int digest_ok;            /* without a SHA-256: match the digest recorded when fetched */
+    int wrong;                /* differ, or name no expert of the manifest */
+    int dropped;              /* of the wrong ones, freed in the index */
+    int old_index;
+} expert_cache_check;
+int expert_cache_verify(const char *dir, expert_cache_check *out, df_error *err);
 
 #endif

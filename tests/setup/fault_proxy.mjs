@@ -11,6 +11,9 @@
 //   FLIP_FILE  a path suffix whose every response has one byte changed
 //   FLIP_AFTER FLIP_FILE spares that file's first N responses (a shard's two
 //              header requests: only its data is changed)
+//   FLIP_VARY  1: FLIP_FILE's responses are changed each at another byte (no two
+//              of them alike); otherwise the same byte of each (alike when the
+//              same range is asked twice)
 //   THROTTLE_MS  a pause before each file response
 //   PAGE       tree listings split into pages of this many entries (Link: rel="next")
 // GET /__stats answers {"file_requests":N,"file_bytes":B} (body bytes sent for files).
@@ -23,6 +26,7 @@ const faults = new Map((process.env.FAULTS ?? '').split(',').filter(Boolean).map
 }));
 const flipFile = process.env.FLIP_FILE ?? '';
 const flipAfter = Number(process.env.FLIP_AFTER ?? 0);
+const flipVary = process.env.FLIP_VARY === '1';
 const perFile = new Map();
 const throttle = Number(process.env.THROTTLE_MS ?? 0);
 const page = Number(process.env.PAGE ?? 0);
@@ -72,15 +76,16 @@ const server = http.createServer((req, res) => {
       res.end(out);
       return;
     }
-    let flipThis = false;
+    let flipThis = false, at = body ? body.length >> 1 : 0;
     if (isFile && flipFile && url.pathname.endsWith(flipFile)) {
       const seen = (perFile.get(url.pathname) ?? 0) + 1;
       perFile.set(url.pathname, seen);
       flipThis = seen > flipAfter;
+      if (flipVary && body.length) at = (at + seen) % body.length;
     }
     if (isFile && (kind === 'flip' || flipThis) && body.length) {
       body = Buffer.from(body);
-      body[body.length >> 1] ^= 0x5a;
+      body[at] ^= 0x5a;
     }
     const send = () => {
       res.writeHead(r.statusCode, headers);

@@ -193,9 +193,13 @@ logits "$T/st" "$T/st2.bin" --disk-cache-max 64M >/dev/null || true
 R1=$(reqs "$P")
 logits "$T/st" "$T/st3.bin" --disk-cache-max 64M >/dev/null || true
 R2=$(reqs "$P")
-echo "# with a cache for every expert: first run $R1 requests, second run $((R2 - R1))"
+NF=$(sed -n 's/.*streamed experts: \([0-9]*\) fetched.*/\1/p' "$T/st2.bin.log")
+echo "# with a cache for every expert: first run $R1 requests for ${NF:-?} experts (each fetched twice: no SHA-256), second run $((R2 - R1))"
 cmp -s "$T/ref.bin" "$T/st2.bin" && cmp -s "$T/ref.bin" "$T/st3.bin" && [ "$R1" -gt 0 ] && [ "$R2" = "$R1" ] \
     && ok "a warm disk cache serves every expert (no request), logits equal" || bad "warm disk cache: $R1 then $R2 requests"
+[ -n "$NF" ] && [ "$NF" -gt 0 ] && [ "$R1" = $((2 * NF)) ] && grep -q "in $NF second copies fetched to compare" "$T/st2.bin.log" \
+    && ok "an unverified install fetches each missing expert twice, and --stats counts the second copies" \
+    || bad "double fetch: $R1 requests for ${NF:-?} experts: $(grep 'streamed experts' "$T/st2.bin.log")"
 # 9b. libcurl's memory is planned: the plan of a streamed install has its line, and at the same
 # --mem a streamed run peaks within --mem and at most that line above a local install's run
 PLJ=$("$BIN" plan --model "$T/st" --mem 40M --json 2>/dev/null || true)
@@ -221,6 +225,45 @@ kill "$LP" 2>/dev/null; wait "$LP" 2>/dev/null || true
 printf 'garbage' | dd of="$T/st/expert-cache/index" bs=1 seek=10 conv=notrunc 2>/dev/null
 logits "$T/st" "$T/st5.bin" --disk-cache-max 64M && cmp -s "$T/ref.bin" "$T/st5.bin" && grep -q "damaged: starting an empty cache" "$T/st5.bin.log" \
     && ok "a damaged disk cache index starts an empty cache, logits equal" || bad "damaged index: $(tail -3 "$T/st5.bin.log")"
+# 9b. an unverified install compares two copies of each expert: a reply changed once is caught and
+# fetched again (logits equal, the log names the expert), and the disk cache keeps the copy two
+# fetches agreed on (the next run, against a clean mirror, fetches nothing and its logits are equal)
+rm -rf "$T/st/expert-cache"
+P=$(proxy FAULTS=3:flip)
+repoint "$T/st" "$P"
+logits "$T/st" "$T/su1.bin" --disk-cache-max 64M && cmp -s "$T/ref.bin" "$T/su1.bin" \
+    && grep -q "layer [0-9]* expert [0-9]* from http://127.0.0.1:$P/org/model/resolve/.*: two fetches differ" "$T/su1.bin.log" \
+    && grep -q " 1 experts whose copies differed" "$T/su1.bin.log" \
+    && ok "an unverified expert reply changed once is caught by the second copy and fetched again, logits equal" \
+    || bad "flipped unverified expert: $(grep -m3 -e differ -e 'streamed experts' -e error "$T/su1.bin.log")"
+P=$(proxy)
+repoint "$T/st" "$P"
+logits "$T/st" "$T/su2.bin" --disk-cache-max 64M && cmp -s "$T/ref.bin" "$T/su2.bin" && [ "$(reqs "$P")" = 0 ] \
+    && ok "the disk cache kept the agreed copy, not the changed one (warm run: no request, logits equal)" \
+    || bad "disk cache after a flipped reply: $(reqs "$P") requests, $(tail -2 "$T/su2.bin.log")"
+# --check reads every cached expert back against the digest recorded when two fetches agreed, and
+# never calls that "verified"; a byte changed on disk is named and the slot dropped, so the next
+# run fetches that expert again
+RC=0; "$BIN" setup --check "$T/st" 2>"$T/log24" || RC=$?
+NC=$(sed -n 's/.*SHA-256, \([0-9]*\) without one checked against the copy fetched twice.*/\1/p' "$T/log24")
+[ "$RC" = 0 ] && [ "${NC:-0}" -gt 0 ] && grep -q ", 0 wrong" "$T/log24" && ! grep -q "verified" "$T/log24" \
+    && ok "--check checks $NC cached unverified experts against their recorded digests, never says verified" \
+    || bad "--check (cached digests): $(cat "$T/log24")"
+printf '\x42\x42\x42\x42' | dd of="$T/st/expert-cache/data" bs=1 seek=6000 conv=notrunc 2>/dev/null
+! "$BIN" setup --check "$T/st" 2>"$T/log25" \
+    && grep -q "slot 0 (layer [0-9]* expert [0-9]*) does not match the digest recorded when it was fetched" "$T/log25" \
+    && grep -q ", 1 wrong (dropped from the cache" "$T/log25" \
+    && ok "--check names a cached unverified expert changed on disk and drops it" || bad "--check (changed cached expert): $(cat "$T/log25")"
+logits "$T/st" "$T/su3.bin" --disk-cache-max 64M && cmp -s "$T/ref.bin" "$T/su3.bin" && [ "$(reqs "$P")" = 2 ] \
+    && "$BIN" setup --check "$T/st" 2>"$T/log26" && ok "the dropped expert is fetched again (two copies), logits equal, --check passes" \
+    || bad "after dropping a slot: $(reqs "$P") requests, $(tail -2 "$T/su3.bin.log") $(cat "$T/log26" 2>/dev/null)"
+# a mirror whose copies of an expert never agree: the run fails naming the expert, never output
+rm -rf "$T/st/expert-cache"
+P=$(proxy FLIP_FILE="$SHARD" FLIP_VARY=1)
+repoint "$T/st" "$P"
+if ! logits "$T/st" "$T/su4.bin" && grep -q "layer [0-9]* expert [0-9]* from .*/$SHARD: 6 copies differ between fetches" "$T/su4.bin.log"; then
+    ok "an unverified expert whose copies never agree fails the run, naming layer, expert and URL"
+else bad "copies that never agree: $(tail -3 "$T/su4.bin.log")"; fi
 # 10. the network gone mid-run: a clear error, never output
 repoint "$T/st" "$(free_port)"
 rm -rf "$T/st/expert-cache"
@@ -284,7 +327,7 @@ repoint "$T/sv" "$P"
 logits "$T/sv" "$T/sv1.bin" && cmp -s "$T/ref.bin" "$T/sv1.bin" && grep -q "checked against its SHA-256" "$T/sv1.bin.log" \
     && grep -q "[1-9][0-9]* retries" "$T/sv1.bin.log" && ok "verified streamed logits equal the full model's (flipped bytes fetched again)" \
     || bad "verified stream run: $(tail -3 "$T/sv1.bin.log")"
-"$BIN" setup --check "$T/sv" 2>"$T/log12" && grep -q "experts checked, 0 wrong" "$T/log12" && ok "--check verifies the trunk and the cached experts" \
+"$BIN" setup --check "$T/sv" 2>"$T/log12" && grep -q "[1-9][0-9]* experts checked against their SHA-256, 0 without one.*, 0 wrong" "$T/log12" && ok "--check verifies the trunk and the cached experts" \
     || bad "--check of a stream install: $(cat "$T/log12")"
 printf '\x42\x42\x42\x42' | dd of="$T/sv/expert-cache/data" bs=1 seek=6000 conv=notrunc 2>/dev/null
 ! "$BIN" setup --check "$T/sv" 2>"$T/log13" && grep -q "does not match" "$T/log13" && ok "--check catches a changed cached expert" \
