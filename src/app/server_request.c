@@ -636,15 +636,17 @@ job *request_job(srv *S, int api, const char *body, size_t len, rq_err *e)
     j->status = 200;
     j->created = (long)time(NULL);
     unsigned long seq = atomic_fetch_add(&S->job_counter, 1) + 1;
-    snprintf(j->id, sizeof j->id, "%s%08lx%08lx", api == API_CHAT ? "chatcmpl-" : api == API_MESSAGES ? "msg_" : "cmpl-",
-             (unsigned long)(j->created & 0xffffffff), seq);
+    snprintf(j->id, sizeof j->id, "%s%08lx%08lx", api == API_CHAT ? "chatcmpl-" : api == API_MESSAGES ? "msg_"
+             : api == API_RESPONSES ? "resp_" : "cmpl-", (unsigned long)(j->created & 0xffffffff), seq);
     int rc;
     if (o->type != JSON_OBJECT) rc = rq_fail(e, 400, NULL, "the request body must be a JSON object");
     else if (api == API_CHAT) rc = parse_chat(S, j, o, e);
     else if (api == API_COMPLETIONS) rc = parse_completions(S, j, o, e);
+    else if (api == API_RESPONSES) rc = parse_responses(S, j, o, e);
     else rc = parse_messages(S, j, o, e);
     json_free(doc);
     if (rc) {
+        e->stream = j->stream;
         job_unref(j);
         return NULL;
     }
@@ -654,8 +656,8 @@ job *request_job(srv *S, int api, const char *body, size_t len, rq_err *e)
 int server_parse_request(const server_limits *lim, int endpoint, const char *body, size_t len, char **err_body,
                          size_t *n_ids)
 {
-    static const int apis[] = {API_CHAT, API_COMPLETIONS, API_MESSAGES};
-    CHECK(endpoint >= 0 && endpoint < 3);
+    static const int apis[] = {API_CHAT, API_COMPLETIONS, API_MESSAGES, API_RESPONSES};
+    CHECK(endpoint >= 0 && endpoint < 4);
     srv *S = xcalloc(1, sizeof *S);
     S->name = lim->name ? lim->name : "deltafin";
     S->tok = lim->tok;
@@ -679,4 +681,26 @@ int server_parse_request(const server_limits *lim, int endpoint, const char *bod
     }
     free(S);
     return status;
+}
+
+/* ---- the field readers, for server_responses.c -------------------------- */
+
+const json_value *rq_field(const json_value *o, const char *k) { return field(o, k); }
+int rq_check_fields(const json_value *o, const char *const *allowed, rq_err *e) { return check_fields(o, allowed, e); }
+int rq_get_bool(const json_value *o, const char *k, int *out, rq_err *e) { return get_bool(o, k, out, e); }
+int rq_get_common(srv *S, job *j, const json_value *o, rq_err *e) { return get_common(S, j, o, e); }
+
+int rq_get_int(const json_value *o, const char *k, int64_t lo, int64_t hi, int64_t *out, int *set, rq_err *e)
+{
+    return get_int(o, k, lo, hi, out, set, e);
+}
+
+int rq_render_encode(srv *S, job *j, const json_value *messages, const chat_options *co, rq_err *e)
+{
+    return render_encode(S, j, messages, co, e);
+}
+
+int rq_set_max_tokens(srv *S, job *j, const char *k, int64_t v, int set, rq_err *e)
+{
+    return set_max_tokens(S, j, k, v, set, e);
 }
