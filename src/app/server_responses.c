@@ -743,7 +743,7 @@ size_t resp_keepalive(job *j, char *buf, size_t max)
     return (size_t)n;
 }
 
-static void usage_json(json_buf *b, const job *j)
+static void resp_usage_json(json_buf *b, const job *j)
 {
     bprintf(b, "{\"input_tokens\":%zu,\"input_tokens_details\":{\"cached_tokens\":%d},\"output_tokens\":%d,"
             "\"output_tokens_details\":{\"reasoning_tokens\":%d},\"total_tokens\":%zu}", j->n_ids, j->n_reused,
@@ -777,7 +777,7 @@ static void response_object(json_buf *b, const job *j, const char *status, const
     json_buf_puts(b, "]");
     json_buf_put(b, r->echo.p, r->echo.len);
     json_buf_puts(b, ",\"usage\":");
-    if (final) usage_json(b, j);
+    if (final) resp_usage_json(b, j);
     else json_buf_puts(b, "null");
     json_buf_puts(b, "}");
 }
