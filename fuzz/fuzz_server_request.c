@@ -1,10 +1,12 @@
 /* fuzz_server_request.c - libFuzzer target for `deltafin serve`'s request
  * validation (server_parse_request): the first byte picks the endpoint
- * (chat completions, completions, messages; mod 3), the rest is the body.
+ * (chat completions, completions, messages, responses; mod 4: the seeds
+ * written for three endpoints start with 0, 1 or 2 and keep theirs), the
+ * rest is the body.
  * Validation must either accept the request (a non-empty prompt that fits
  * the context) or return a 4xx whose body is valid UTF-8 (checked byte by
  * byte, before and apart from the JSON parse) and API-shaped JSON: OpenAI's
- * {"error":{"message","type","param","code"}}, Anthropic's
+ * {"error":{"message","type","param","code"}} (responses too), Anthropic's
  * {"type":"error","error":{"type","message"}}.  The tokenizer of the tiny
  * test model (testdata/k3-tiny-a/checkpoint, or $DELTAFIN_FUZZ_MODEL) is
  * loaded once.
@@ -73,7 +75,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size < 1) return 0;
     server_limits lim = {.tok = fuzz_tok(), .n_ctx = N_CTX, .max_tokens_cap = MAX_TOKENS_CAP, .name = "fuzz"};
-    int endpoint = data[0] % 3;
+    int endpoint = data[0] % 4;
     char *err_body = NULL;
     size_t n_ids = 0;
     int status = server_parse_request(&lim, endpoint, (const char *)data + 1, size - 1, &err_body, &n_ids);

@@ -8,9 +8,11 @@
  *
  * Owns: HTTP (libmicrohttpd, one thread per connection), the job queue, the
  * inference worker, /health, /metrics and the chat page at /.  Request
- * validation and the mapping of the three APIs onto chat_render's
+ * validation and the mapping of the APIs onto chat_render's
  * OpenAI-shaped messages are server_request.c's; the API-shaped responses,
- * SSE streams and logprobs are server_emit.c's; sampling is sampler.c's.
+ * SSE streams and logprobs are server_emit.c's; the Responses API
+ * (/v1/responses: items, events, previous_response_id's store) is
+ * server_responses.c's; sampling is sampler.c's.
  * Does not own: the template, tokenizer or model (engine.h, tokenizer.h,
  * chat_template.h).
  *
@@ -19,7 +21,9 @@
  * worker thread owns the session, the logits and the id history; it writes
  * each job's output bytes into job->out under job->mu and signals job->cv;
  * connection threads copy them out (SSE, with comment pings while nothing
- * comes) or wait for the whole body.  A job is reference counted (request,
+ * comes; /v1/responses streams get keepalive events instead, numbered in
+ * turn under job->mu, since Codex counts only JSON events) or wait for the
+ * whole body.  A job is reference counted (request,
  * worker, stream response); job->cancelled is set when the connection ends
  * early (a failed SSE write, or a hang-up polled for while a non-streaming
  * request waits) and the worker stops at the next token.
@@ -351,9 +355,11 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
     if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
     while (j->sent == j->out.len && !j->done) {
         if (pthread_cond_timedwait(&j->cv, &j->mu, &ts) == ETIMEDOUT) {
-            /* prefill or a slow token: an SSE comment keeps proxies and clients from timing out;
-             * on /v1/messages Anthropic's own ping event (clients count events, not comments) */
+            /* prefill or a slow token: a keep-alive clients count: an SSE comment, Anthropic's
+             * own ping event on /v1/messages, a keepalive event on /v1/responses */
+            size_t k = j->api == API_RESPONSES ? resp_keepalive(j, buf, max) : 0;
             pthread_mutex_unlock(&j->mu);
+            if (k) return (ssize_t)k;
             static const char comment[] = ": ping\n\n", anth[] = "event: ping\ndata: {\"type\":\"ping\"}\n\n";
             const char *ping = j->api == API_MESSAGES ? anth : comment;
             size_t len = j->api == API_MESSAGES ? sizeof anth - 1 : sizeof comment - 1;
@@ -382,6 +388,7 @@ static int route(const char *url)
     if (!strcmp(url, "/chat/completions")) return API_CHAT;
     if (!strcmp(url, "/completions")) return API_COMPLETIONS;
     if (!strcmp(url, "/messages")) return API_MESSAGES;
+    if (!strcmp(url, "/responses")) return API_RESPONSES;
     return -1;
 }
 
@@ -445,7 +452,17 @@ static enum MHD_Result serve_generate(srv *S, struct MHD_Connection *c, int api,
         return reply_error(c, api, &e);
     }
     job *j = request_job(S, api, r->body.p, r->body.len, &e);
+    if (!j && api == API_RESPONSES && e.stream && e.code && !strcmp(e.code, "context_length_exceeded")) {
+        /* Codex reads a too-long prompt from a response.failed event, not a 400 */
+        json_buf b;
+        json_buf_init(&b);
+        resp_failed_stream(S, &e, &b);
+        enum MHD_Result res = reply(c, 200, "text/event-stream", b.p, b.len);
+        json_buf_free(&b);
+        return res;
+    }
     if (!j) return reply_error(c, api, &e);
+    const char *omitted = api == API_RESPONSES ? resp_omitted_tools(j) : NULL;
     j->deadline = now() + S->timeout;
     pthread_mutex_lock(&S->mu);
     S->n_requests++;
@@ -471,6 +488,7 @@ static enum MHD_Result serve_generate(srv *S, struct MHD_Connection *c, int api,
         MHD_add_response_header(resp, "Content-Type", "text/event-stream");
         MHD_add_response_header(resp, "Cache-Control", "no-cache");
         MHD_add_response_header(resp, "X-Accel-Buffering", "no");
+        if (omitted) MHD_add_response_header(resp, "x-deltafin-omitted-tools", omitted);
         enum MHD_Result res = MHD_queue_response(c, 200, resp);
         MHD_destroy_response(resp);
         job_unref(j); /* the creation reference; r->j keeps one */
@@ -495,8 +513,15 @@ static enum MHD_Result serve_generate(srv *S, struct MHD_Connection *c, int api,
     json_buf body = j->out;
     json_buf_init(&j->out);
     pthread_mutex_unlock(&j->mu);
+    struct MHD_Response *resp = MHD_create_response_from_buffer(body.len, body.p ? body.p : (void *)(uintptr_t)"",
+                                                                MHD_RESPMEM_MUST_COPY);
+    MHD_add_response_header(resp, "Content-Type", "application/json");
+    if (omitted) MHD_add_response_header(resp, "x-deltafin-omitted-tools", omitted);
     job_unref(j);
-    return reply_json(c, status, &body);
+    enum MHD_Result res = MHD_queue_response(c, (unsigned)status, resp);
+    MHD_destroy_response(resp);
+    json_buf_free(&body);
+    return res;
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
@@ -652,6 +677,7 @@ int cmd_serve(int argc, char **argv)
     }
     pthread_mutex_init(&S->mu, NULL);
     pthread_cond_init(&S->cv, NULL);
+    S->rstore = resp_store_new();
 
     sigset_t sigs;
     sigemptyset(&sigs);
@@ -769,6 +795,7 @@ int cmd_serve(int argc, char **argv)
     }
     free(S->slots);
     free(S->pc_ids);
+    resp_store_free(S->rstore);
     df_drafter_free(S->dr);
     df_engine_close(S->eng);
     tokenizer_free(S->tok);

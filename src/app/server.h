@@ -1,6 +1,6 @@
 /* server.h - `deltafin serve`: the HTTP front end (L5, like cli.c).
  *
- * OpenAI (chat completions, completions) and Anthropic (messages) APIs over
+ * OpenAI (chat completions, completions, responses) and Anthropic (messages) APIs over
  * libmicrohttpd, streaming as SSE, one inference worker that owns the
  * session.  server.c documents the threading and the request rules.
  */
@@ -23,7 +23,7 @@ typedef struct server_limits {
     const char *name;
 } server_limits;
 
-enum { SERVER_EP_CHAT, SERVER_EP_COMPLETIONS, SERVER_EP_MESSAGES };
+enum { SERVER_EP_CHAT, SERVER_EP_COMPLETIONS, SERVER_EP_MESSAGES, SERVER_EP_RESPONSES };
 
 /* Validates BODY (LEN bytes, need not end in NUL) as a POST to ENDPOINT
  * (SERVER_EP_*) would be, without HTTP, queue or model: parse, field checks,

@@ -233,7 +233,7 @@ static const clear_ent *cleared(const anth_conv *cv, const char *id)
     return NULL;
 }
 
-static void put_sep(json_buf *d, int *first)
+static void anth_sep(json_buf *d, int *first)
 {
     if (!*first) json_buf_puts(d, ",");
     *first = 0;
@@ -284,7 +284,7 @@ static int anth_convert(const json_value *o, anth_conv *cv, json_buf *d, rq_err 
         json_buf_init(&t);
         int rc = anth_text(sys, "system", !cv->S->keep_billing, &t, e);
         if (!rc) {
-            put_sep(d, &first);
+            anth_sep(d, &first);
             json_buf_puts(d, "{\"role\":\"system\",\"content\":");
             json_write_string(d, t.p ? t.p : "", t.len);
             json_buf_puts(d, "}");
@@ -310,7 +310,7 @@ static int anth_convert(const json_value *o, anth_conv *cv, json_buf *d, rq_err 
             json_buf_init(&t);
             rc = anth_text(c, where, !cv->S->keep_billing, &t, e);
             if (!rc) {
-                put_sep(d, &first);
+                anth_sep(d, &first);
                 json_buf_puts(d, "{\"role\":\"system\",\"content\":");
                 json_write_string(d, t.p ? t.p : "", t.len);
                 json_buf_puts(d, "}");
@@ -363,7 +363,7 @@ static int anth_convert(const json_value *o, anth_conv *cv, json_buf *d, rq_err 
                 json_buf_init(&r);
                 if (rv) rc = tool_result_text(cv, rv, where, &r, load, &n_load, e);
                 if (!rc) {
-                    put_sep(d, &first);
+                    anth_sep(d, &first);
                     json_buf_puts(d, "{\"role\":\"tool\",\"tool_call_id\":");
                     put_str(d, id);
                     json_buf_puts(d, ",\"content\":");
@@ -376,7 +376,7 @@ static int anth_convert(const json_value *o, anth_conv *cv, json_buf *d, rq_err 
         }
         if (!rc && n_load) {
             /* K3's lazy-loading form: a system turn declaring the tools just loaded */
-            put_sep(d, &first);
+            anth_sep(d, &first);
             json_buf_puts(d, "{\"role\":\"system\",\"content\":\"\",\"tools\":[");
             for (int l = 0; l < n_load; l++) {
                 if (l) json_buf_puts(d, ",");
@@ -385,7 +385,7 @@ static int anth_convert(const json_value *o, anth_conv *cv, json_buf *d, rq_err 
             json_buf_puts(d, "]}");
         }
         if (!rc && (has_text || n_calls || !user)) {
-            put_sep(d, &first);
+            anth_sep(d, &first);
             json_buf_puts(d, "{\"role\":");
             put_str(d, role);
             json_buf_puts(d, ",\"content\":");

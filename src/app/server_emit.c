@@ -1,5 +1,6 @@
 /* server_emit.c - the server's output (L5): jobs' byte streams, the three
- * APIs' response shapes and SSE events, tool calls, stop-sequence holding,
+ * APIs' response shapes and SSE events (the Responses API's are
+ * server_responses.c's, reached from emit_*), tool calls, stop-sequence holding,
  * finish reasons, usage and logprobs.  Written by the worker only (see
  * server.c); connection threads read job->out under job->mu. */
 #define _GNU_SOURCE
@@ -17,6 +18,7 @@ void job_unref(job *j)
     for (int i = 0; i < j->n_stops; i++) free(j->stops[i]);
     free(j->model);
     free(j->ctx_edits);
+    resp_job_free(j->rj);
     json_buf_free(&j->out);
     for (int i = 0; i < 2; i++) json_buf_free(&j->acc[i]);
     for (int i = 0; i < 4; i++) json_buf_free(&j->lp[i]);
@@ -174,6 +176,10 @@ static void anth_block_open(job *j, int blk)
 static void emit_raw(job *j, int ch, const char *s, size_t n)
 {
     if (!n) return;
+    if (j->api == API_RESPONSES) {
+        resp_text(j, ch, s, n);
+        return;
+    }
     if (!j->stream) {
         json_buf_put(&j->acc[ch], s, n);
         return;
@@ -272,6 +278,12 @@ void emit_call_begin(job *j, int idx, const char *name)
 {
     if (j->stopped) return;
     gate_flush(j);
+    if (j->api == API_RESPONSES) {
+        j->call_open = 1;
+        j->n_calls++;
+        resp_call_begin(j, idx, name);
+        return;
+    }
     char id[96];
     call_id(id, sizeof id, j, idx);
     j->call_open = 1;
@@ -320,6 +332,10 @@ void emit_call_end(job *j, int idx, const char *args, size_t n)
 {
     if (!j->call_open) return;
     j->call_open = 0;
+    if (j->api == API_RESPONSES) {
+        resp_call_end(j, args, n);
+        return;
+    }
     if (!j->stream) {
         if (j->api == API_MESSAGES) {
             df_error err = {0};
@@ -392,6 +408,10 @@ const char *finish_name(const job *j)
 /* The end of the response: the final stream events, or the whole body. */
 void emit_finish(job *j)
 {
+    if (j->api == API_RESPONSES) {
+        resp_finish(j);
+        return;
+    }
     json_buf b;
     json_buf_init(&b);
     if (j->fin == FIN_ERROR) {

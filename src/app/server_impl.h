@@ -1,8 +1,9 @@
 /* server_impl.h - the server's private types and the functions its files
  * share (L5): server.c (HTTP, the worker, the command), server_request.c
  * (request fields, validation, the three APIs mapped onto chat_render's
- * messages), server_emit.c (API-shaped output, SSE, logprobs).  server.c's
- * opening comment documents the threads and the rules.
+ * messages), server_emit.c (API-shaped output, SSE, logprobs),
+ * server_responses.c (the Responses API: its request, events and store).
+ * server.c's opening comment documents the threads and the rules.
  */
 #ifndef DF_SERVER_IMPL_H
 #define DF_SERVER_IMPL_H
@@ -34,7 +35,7 @@
 #include <sys/socket.h>
 #include <time.h>
 
-enum { API_CHAT, API_COMPLETIONS, API_MESSAGES };
+enum { API_CHAT, API_COMPLETIONS, API_MESSAGES, API_RESPONSES };
 enum { CH_REASONING, CH_CONTENT };
 enum { FIN_STOP, FIN_LENGTH, FIN_STOPSEQ, FIN_CANCEL, FIN_ERROR };
 enum { BLK_NONE, BLK_THINK, BLK_TEXT, BLK_TOOL };
@@ -44,6 +45,8 @@ enum { BLK_NONE, BLK_THINK, BLK_TEXT, BLK_TOOL };
 extern const char server_page_html[];
 
 typedef struct job job;
+typedef struct resp_job resp_job;     /* server_responses.c: a Responses job's state */
+typedef struct resp_store resp_store; /* server_responses.c: stored conversations */
 
 /* One kept conversation: a session, its generation loop (the id history,
  * generate.h) and whether that history may be reused. */
@@ -89,6 +92,7 @@ typedef struct srv {
     const char *pcache_dir;     /* --prompt-cache DIR, or NULL (server_cache.c) */
     uint64_t pcache_max;        /* --prompt-cache-max bytes */
     int32_t *pc_ids;            /* [n_ctx] scratch: a cached file's ids */
+    resp_store *rstore;         /* /v1/responses: the last responses' conversations (own lock) */
     int32_t end_of_msg;         /* <|end_of_msg|>: a checkpoint after the prompt's last one */
     int keep_billing;           /* --keep-billing-header: Claude Code's billing line stays in the prompt */
     char *dbuf;
@@ -130,6 +134,7 @@ struct job {
     json_buf gate;
     size_t text_off;
     char errmsg[800];
+    resp_job *rj;               /* API_RESPONSES: request echo, item state (server_responses.c) */
 };
 
 typedef struct rq_err {
@@ -138,6 +143,7 @@ typedef struct rq_err {
     const char *code;   /* OpenAI code or NULL */
     char param[96];
     char msg[600];
+    int stream;         /* the refused request asked for a stream */
 } rq_err;
 
 /* server_emit.c */
@@ -182,6 +188,23 @@ int parse_messages(srv *S, job *j, const json_value *o, rq_err *e);
 /* The signature of a thinking block holding `text` (what a later request
  * sends back, decoded by the same file), into b. */
 void anth_signature(json_buf *b, const char *text, size_t n);
+
+/* server_responses.c: POST /v1/responses */
+int parse_responses(srv *S, job *j, const json_value *o, rq_err *e);
+void resp_job_free(resp_job *r);
+/* the worker's output, called from server_emit.c's emit_* for API_RESPONSES */
+void resp_text(job *j, int ch, const char *s, size_t n);
+void resp_call_begin(job *j, int idx, const char *name);
+void resp_call_end(job *j, const char *args, size_t n);
+void resp_finish(job *j);
+/* A keepalive event into buf; stream_reader calls it with j->mu held. */
+size_t resp_keepalive(job *j, char *buf, size_t max);
+/* The hosted tools the request named and the prompt left out, or NULL. */
+const char *resp_omitted_tools(const job *j);
+/* A stream refused at validation as events: response.created, response.failed. */
+void resp_failed_stream(srv *S, const rq_err *e, json_buf *out);
+resp_store *resp_store_new(void);
+void resp_store_free(resp_store *s);
 
 /* server_cache.c: --prompt-cache DIR */
 /* Save a slot's conversation (up to its last checkpoint) before it is reused. */

@@ -431,15 +431,17 @@ job *request_job(srv *S, int api, const char *body, size_t len, rq_err *e)
     j->status = 200;
     j->created = (long)time(NULL);
     unsigned long seq = atomic_fetch_add(&S->job_counter, 1) + 1;
-    snprintf(j->id, sizeof j->id, "%s%08lx%08lx", api == API_CHAT ? "chatcmpl-" : api == API_MESSAGES ? "msg_" : "cmpl-",
-             (unsigned long)(j->created & 0xffffffff), seq);
+    snprintf(j->id, sizeof j->id, "%s%08lx%08lx", api == API_CHAT ? "chatcmpl-" : api == API_MESSAGES ? "msg_"
+             : api == API_RESPONSES ? "resp_" : "cmpl-", (unsigned long)(j->created & 0xffffffff), seq);
     int rc;
     if (o->type != JSON_OBJECT) rc = rq_fail(e, 400, NULL, "the request body must be a JSON object");
     else if (api == API_CHAT) rc = parse_chat(S, j, o, e);
     else if (api == API_COMPLETIONS) rc = parse_completions(S, j, o, e);
+    else if (api == API_RESPONSES) rc = parse_responses(S, j, o, e);
     else rc = parse_messages(S, j, o, e);
     json_free(doc);
     if (rc) {
+        e->stream = j->stream;
         job_unref(j);
         return NULL;
     }
@@ -449,8 +451,8 @@ job *request_job(srv *S, int api, const char *body, size_t len, rq_err *e)
 int server_parse_request(const server_limits *lim, int endpoint, const char *body, size_t len, char **err_body,
                          size_t *n_ids)
 {
-    static const int apis[] = {API_CHAT, API_COMPLETIONS, API_MESSAGES};
-    CHECK(endpoint >= 0 && endpoint < 3);
+    static const int apis[] = {API_CHAT, API_COMPLETIONS, API_MESSAGES, API_RESPONSES};
+    CHECK(endpoint >= 0 && endpoint < 4);
     srv *S = xcalloc(1, sizeof *S);
     S->name = lim->name ? lim->name : "deltafin";
     S->tok = lim->tok;

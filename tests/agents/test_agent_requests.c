@@ -20,6 +20,7 @@
 #include "../../src/app/server_emit.c"
 #include "../../src/app/server_request.c"
 #include "../../src/app/server_anthropic.c"
+#include "../../src/app/server_responses.c"
 #include "harness.h"
 
 /* cli.c's helpers, which server.c's command uses (not reached here) */

@@ -6,7 +6,8 @@
 # request fixtures in fixtures/ and a 200 MiB body), the slow-client test
 # (slowloris_test.mjs, on a third server with --timeout 2), the chat page in
 # headless Chromium (page_test.mjs: needs Debian's chromium package), the SDK
-# tests in server_test.mjs, drafts on vs off (draft_test.mjs) (needs `npm ci --prefix tests/server`; works offline
+# tests in server_test.mjs, the Responses API in responses_test.mjs (on a server of
+# its own), drafts on vs off (draft_test.mjs) (needs `npm ci --prefix tests/server`; works offline
 # afterwards), and stops the servers.  Usage: tests/server/run_server_tests.sh [build/deltafin]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -60,6 +61,8 @@ check "metrics has tokens" 1 "$(curl -s "$U/metrics" | grep -c '^deltafin_genera
 check "malformed JSON 400" 400 "$(curl -s -o /dev/null -w '%{http_code}' -d '{"messages":' "$U/v1/chat/completions")"
 check "413 over --max-request-bytes" 413 "$(head -c 2000000 /dev/zero | tr '\0' a | curl -s -o /dev/null -w '%{http_code}' --data-binary @- "$U/v1/chat/completions")"
 check "401 without key" 401 "$(curl -s -o /dev/null -w '%{http_code}' -d '{}' "http://127.0.0.1:$P2/v1/chat/completions")"
+check "/v1/responses: 401 without key" 401 "$(curl -s -o /dev/null -w '%{http_code}' -d '{"input":"hi"}' "http://127.0.0.1:$P2/v1/responses")"
+check "/v1/responses: Bearer key accepted" 200 "$(curl -s -o /dev/null -w '%{http_code}' -H 'Authorization: Bearer test-key' -d '{"input":"hi","max_output_tokens":2}' "http://127.0.0.1:$P2/v1/responses")"
 check "x-api-key accepted" 200 "$(curl -s -o /dev/null -w '%{http_code}' -H 'x-api-key: test-key' -d '{"max_tokens":2,"messages":[{"role":"user","content":"hi"}]}' "http://127.0.0.1:$P2/v1/messages")"
 check "SSE content type" "text/event-stream" "$(curl -s -o /dev/null -w '%{content_type}' -d '{"stream":true,"max_tokens":2,"messages":[{"role":"user","content":"hi"}]}' "$U/v1/chat/completions")"
 check "stream ends with [DONE]" "data: [DONE]" "$(curl -sN -d '{"stream":true,"max_tokens":3,"messages":[{"role":"user","content":"hi"}]}' "$U/v1/chat/completions" | grep -v '^$' | tail -1)"
@@ -67,6 +70,7 @@ check "stream ends with [DONE]" "data: [DONE]" "$(curl -sN -d '{"stream":true,"m
 # the exact bodies the SDKs send (captured by capture_fixtures.mjs), replayed as they are
 for f in tests/server/fixtures/*.json; do
     name=$(basename "$f" .json)
+    # responses.* (the Codex-shaped body) needs a larger context: responses_test.mjs replays it
     case $name in chat.*) ep=chat/completions ;; completions.*) ep=completions ;; messages.*) ep=messages ;; *) continue ;; esac
     code=$(curl -s -o "$LOG/fixture.out" -w '%{http_code}' -H 'Content-Type: application/json' --data-binary @"$f" "$U/v1/$ep")
     shape=$(node tests/server/check_fixture_reply.mjs "$name" "$LOG/fixture.out" || true)
@@ -117,6 +121,15 @@ DELTAFIN_URL=$U NODE_PATH=tests/server/node_modules node --test --test-reporter=
 
 DELTAFIN_URL=$U DELTAFIN_URL_KEY=http://127.0.0.1:$P2 DELTAFIN_PID=$RSS_PID DELTAFIN_BIN=$BIN DELTAFIN_MODEL=$MODEL \
     NODE_PATH=tests/server/node_modules node --test --test-reporter=spec tests/server/server_test.mjs || fail=1
+
+# the Responses API: a context that holds the Codex-shaped fixture (5.2K tokens on this
+# tokenizer), a --max-tokens cap (Codex sends no max_output_tokens; the random model never
+# stops) and a 10 ms ping interval (keepalive events during any prompt of a few thousand tokens)
+PR=$(free_port); start "$PR" --ctx 16384 --max-tokens 64 --parallel 2 --ping-ms 10
+DELTAFIN_URL_RESP=http://127.0.0.1:$PR NODE_PATH=tests/server/node_modules node --test --test-reporter=spec \
+    tests/server/responses_test.mjs || fail=1
+kill -0 "${pids[-1]}" 2>/dev/null || { echo "not ok - the responses server died"; cat "$LOG/server-$PR.log"; fail=1; }
+kill "${pids[-1]}"; wait "${pids[-1]}" 2>/dev/null || true; unset 'pids[-1]'
 
 # a model holding a NaN weight: a JSON error naming the layer (500, or an error event when
 # streaming), never "logprob":nan; the server keeps answering

@@ -5,7 +5,7 @@
  * response writers.  This test includes server.c, renders a real assistant
  * message (reasoning, content, one tool call) with the chat template, encodes
  * it, and drives exactly the worker's path (chat_parser -> handle_events ->
- * emit_finish) for the OpenAI and Anthropic shapes, streaming and not; every
+ * emit_finish) for the OpenAI, Anthropic and Responses shapes, streaming and not; every
  * SSE event and body must be valid JSON with the expected fields.
  * Built and run by run_server_tests.sh (needs build/libdeltafin.a).
  */
@@ -13,6 +13,7 @@
 #include "../../src/app/server_emit.c"
 #include "../../src/app/server_request.c"
 #include "../../src/app/server_anthropic.c"
+#include "../../src/app/server_responses.c"
 #include "harness.h"
 
 /* cli.c's helpers, which server.c's command uses (not reached here) */
@@ -267,6 +268,151 @@ static void test_error_cut_on_utf8_boundary(void)
     }
 }
 
+/* The Responses API on the scripted reply, with the tool offered inside a
+ * namespace: reasoning, message and function_call items (the call named
+ * back as {name, namespace}), the event sequence when streaming, and the
+ * stored conversation a previous_response_id continues. */
+static job *resp_job_run(const char *body, int stream)
+{
+    rq_err e = {0};
+    char *b = xmalloc(strlen(body) + 32);
+    snprintf(b, strlen(body) + 32, "{\"stream\":%s,%s", stream ? "true" : "false", body + 1);
+    job *j = request_job(&S, API_RESPONSES, b, strlen(b), &e);
+    free(b);
+    TCHECKF(j, "request refused: %s", e.msg);
+    if (!j) return NULL;
+    j->gate_ch = -1;
+    emit_begin(j);
+    static const char text[] =
+        "hmm<|close|>think<|sep|><|open|>response<|sep|>ok<|close|>response<|sep|><|open|>tools<|sep|>"
+        "<|open|>call tool=\"weather__get\" index=\"1\"<|sep|><|open|>argument key=\"city\" type=\"string\"<|sep|>"
+        "Paris<|close|>argument<|sep|><|open|>argument key=\"n\" type=\"number\"<|sep|>3<|close|>argument<|sep|>"
+        "<|close|>call<|sep|><|close|>tools<|sep|><|close|>message<|sep|><|end_of_msg|>";
+    int32_t *ids = NULL;
+    size_t n = 0, cap = 0;
+    df_error err = {0};
+    if (tokenizer_encode(S.tok, text, sizeof text - 1, 1, &ids, &n, &cap, &err)) t_fail(__FILE__, __LINE__, "%s", err.msg);
+    chat_parser_reset(S.parser, 1);
+    for (size_t i = 0; i < n; i++) {
+        const chat_event *ev;
+        size_t k = chat_parser_feed(S.parser, ids[i], &ev);
+        j->n_gen++;
+        handle_events(j, ev, k);
+    }
+    free(ids);
+    TCHECK(chat_parser_done(S.parser));
+    gate_flush(j);
+    j->fin = FIN_STOP;
+    emit_finish(j);
+    return j;
+}
+
+static void test_responses(void)
+{
+    static const char body[] =
+        "{\"model\":\"m\",\"input\":[{\"type\":\"message\",\"id\":\"msg_1\",\"role\":\"user\",\"content\":[{\"type\":"
+        "\"input_text\",\"text\":\"Weather?\"}]}],\"include\":[\"reasoning.encrypted_content\"],\"tools\":[{\"type\":"
+        "\"namespace\",\"name\":\"weather\",\"description\":\"d\",\"tools\":[{\"type\":\"function\",\"name\":\"get\","
+        "\"strict\":false,\"parameters\":{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\"},\"n\":"
+        "{\"type\":\"number\"}}}}]},{\"type\":\"web_search\"}]}";
+    S.n_ctx = 4096;
+    S.max_tokens_cap = 64;
+    S.name = "t";
+    S.rstore = resp_store_new();
+    job *j = resp_job_run(body, 0);
+    if (!j) return;
+    TCHECK(!strcmp(resp_omitted_tools(j), "web_search"));
+    df_error err = {0};
+    json_doc *d = json_parse(j->out.p, j->out.len, &err);
+    TCHECKF(d, "%s: %.*s", err.msg, (int)j->out.len, j->out.p);
+    if (d) {
+        const json_value *r = json_root(d);
+        TCHECK(str_eq(path(r, "object"), "response") && str_eq(path(r, "status"), "completed"));
+        TCHECK(str_eq(path(r, "output.0.type"), "reasoning") && str_eq(path(r, "output.0.content.0.text"), "hmm"));
+        TCHECK(str_eq(path(r, "output.0.encrypted_content"), "dfr1:aG1t"));
+        TCHECK(path(r, "output.0.summary") && path(r, "output.0.summary")->len == 0);
+        TCHECK(str_eq(path(r, "output.1.type"), "message") && str_eq(path(r, "output.1.content.0.text"), "ok"));
+        TCHECK(str_eq(path(r, "output.2.type"), "function_call"));
+        TCHECKF(str_eq(path(r, "output.2.name"), "get") && str_eq(path(r, "output.2.namespace"), "weather"), "%s", j->out.p);
+        TCHECK(str_eq(path(r, "output.2.arguments"), "{\"city\":\"Paris\",\"n\":3}"));
+        TCHECK(str_eq(path(r, "tools.0.type"), "namespace") && !path(r, "tools.1"));
+        json_free(d);
+    }
+    /* the stored conversation, continued, renders as the items sent back explicitly */
+    char body2[1024], body3[2048];
+    snprintf(body2, sizeof body2, "{\"model\":\"m\",\"previous_response_id\":\"%s\",\"input\":\"next\",\"tools\":"
+             "[{\"type\":\"namespace\",\"name\":\"weather\",\"tools\":[{\"type\":\"function\",\"name\":\"get\"}]}]}", j->id);
+    snprintf(body3, sizeof body3, "{\"model\":\"m\",\"input\":[{\"role\":\"user\",\"content\":\"Weather?\"},{\"type\":"
+             "\"reasoning\",\"summary\":[],\"encrypted_content\":\"dfr1:aG1t\"},{\"type\":\"message\",\"role\":"
+             "\"assistant\",\"content\":[{\"type\":\"output_text\",\"text\":\"ok\"}]},{\"type\":\"function_call\","
+             "\"call_id\":\"call_%s_0\",\"namespace\":\"weather\",\"name\":\"get\",\"arguments\":"
+             "\"{\\\"city\\\":\\\"Paris\\\",\\\"n\\\":3}\"},{\"role\":\"user\",\"content\":\"next\"}],\"tools\":"
+             "[{\"type\":\"namespace\",\"name\":\"weather\",\"tools\":[{\"type\":\"function\",\"name\":\"get\"}]}]}",
+             j->id + 5);
+    rq_err e = {0};
+    job *a = request_job(&S, API_RESPONSES, body2, strlen(body2), &e);
+    TCHECKF(a, "%s", e.msg);
+    job *b = request_job(&S, API_RESPONSES, body3, strlen(body3), &e);
+    TCHECKF(b, "%s", e.msg);
+    if (a && b) TCHECKF(a->n_ids == b->n_ids && !memcmp(a->ids, b->ids, a->n_ids * sizeof *a->ids),
+                        "stored %zu ids, explicit %zu", a->n_ids, b->n_ids);
+    if (a) job_unref(a);
+    if (b) job_unref(b);
+    job_unref(j);
+
+    /* streaming: the events in order, each with its event line and number */
+    j = resp_job_run(body, 1);
+    if (!j) return;
+    char *out = xstrdup(j->out.p);
+    int seq = -1, n_added = 0, ok = 1;
+    char text[64] = "", reasoning[64] = "", last[64] = "";
+    for (char *p = out; (p = strstr(p, "event: "));) {
+        char *nl = strchr(p, '\n'), *end = strstr(p, "\n\n");
+        if (!nl || !end || strncmp(nl + 1, "data: ", 6)) { ok = 0; break; }
+        json_doc *ev = json_parse(nl + 7, (size_t)(end - nl - 7), &err);
+        TCHECKF(ev, "bad event JSON: %.*s", (int)(end - p), p);
+        if (!ev) break;
+        const json_value *r = json_root(ev);
+        const char *type = json_get_str(r, "type");
+        int64_t sn = -1;
+        json_get_int(r, "sequence_number", &sn);
+        ok &= type && (size_t)(nl - p - 7) == strlen(type) && !strncmp(p + 7, type, strlen(type)) && sn == seq + 1;
+        seq = (int)sn;
+        if (type && !strcmp(type, "response.output_item.added")) {
+            int64_t oi = -1;
+            json_get_int(r, "output_index", &oi);
+            ok &= oi == n_added++;
+        }
+        if (type && !strcmp(type, "response.output_text.delta"))
+            snprintf(text + strlen(text), sizeof text - strlen(text), "%s", json_get_str(r, "delta"));
+        if (type && !strcmp(type, "response.reasoning_text.delta"))
+            snprintf(reasoning + strlen(reasoning), sizeof reasoning - strlen(reasoning), "%s", json_get_str(r, "delta"));
+        if (type && !strcmp(type, "response.function_call_arguments.done"))
+            TCHECK(str_eq(json_get(r, "name"), "get") && str_eq(json_get(r, "arguments"), "{\"city\":\"Paris\",\"n\":3}"));
+        if (type && !strcmp(type, "response.completed"))
+            TCHECK(str_eq(path(r, "response.output.2.namespace"), "weather") && path(r, "response.usage.total_tokens"));
+        snprintf(last, sizeof last, "%s", type ? type : "");
+        json_free(ev);
+        p = end;
+    }
+    TCHECKF(ok && n_added == 3, "event order (%d items)\n%s", n_added, out);
+    TCHECKF(!strcmp(text, "ok") && !strcmp(reasoning, "hmm"), "text %s reasoning %s", text, reasoning);
+    TCHECK(!strcmp(last, "response.completed"));
+    TCHECK(!strncmp(out, "event: response.created\n", 24));
+    /* a keepalive between events takes the next number */
+    pthread_mutex_lock(&j->mu);
+    char ka[128];
+    size_t k = resp_keepalive(j, ka, sizeof ka);
+    pthread_mutex_unlock(&j->mu);
+    char want[96];
+    snprintf(want, sizeof want, "\"sequence_number\":%d}\n\n", seq + 1);
+    TCHECKF(k > 0 && strstr(ka, "event: keepalive\ndata: {\"type\":\"keepalive\"") && strstr(ka, want), "%.*s", (int)k, ka);
+    free(out);
+    job_unref(j);
+    resp_store_free(S.rstore);
+    S.rstore = NULL;
+}
+
 int main(int argc, char **argv)
 {
     char dir[512];
@@ -281,6 +427,7 @@ int main(int argc, char **argv)
         {"anthropic_tool_use", test_anthropic},
         {"stop_gate", test_stop_gate},
         {"error_cut_on_utf8_boundary", test_error_cut_on_utf8_boundary},
+        {"responses_items_events_store", test_responses},
     };
     int rc = test_main(tests, NTESTS(tests), argc, argv);
     chat_parser_free(S.parser);
