@@ -218,7 +218,7 @@ tokenizer-oracle: $(BUILD)/tests/tok_dump $(BUILD)/k3gen
 server-test: $(BUILD)/deltafin $(BUILD)/libdeltafin.a
 	tests/server/run_server_tests.sh $(BUILD)/deltafin
 
-# Claude Code, Continue and OpenCode from npm (tests/agents: `npm install
+# Claude Code, Codex, Continue and OpenCode from npm (tests/agents: `npm install
 # --prefix tests/agents`, .ci/setup) driving deltafin serve on the default
 # model, and the rendering of their recorded requests
 agent-test: $(BUILD)/deltafin $(BUILD)/libdeltafin.a

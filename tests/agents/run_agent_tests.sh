@@ -2,11 +2,12 @@
 # run_agent_tests.sh - coding agents, as released on npm (tests/agents/package.json,
 # pinned by package-lock.json), driving `deltafin serve` on the default model
 # unchanged: Claude Code (`claude -p`, JSON output; a second turn of the same
-# session and a second session), Continue (`cn -p`) and OpenCode (`opencode run`),
+# session and a second session), Codex (`codex exec`, then `exec resume`),
+# Continue (`cn -p`) and OpenCode (`opencode run`),
 # each through record_proxy.mjs so the requests they sent are kept in the log
 # directory.  Each must complete a turn and print a reply; the second turn
-# of a Claude Code session must reuse the first turn's prefix (cached tokens
-# reported).  Before that, test_agent_requests renders the recorded requests in
+# of a Claude Code or Codex session must reuse the first turn's prefix (cached
+# tokens reported; /metrics).  Before that, test_agent_requests renders the recorded requests in
 # tests/agents/recorded by the documented rules.  The agents' telemetry,
 # update checks and nonessential traffic are off through their own
 # environment variables; their HOME is a scratch directory.
@@ -25,7 +26,7 @@ fail=0
 ok() { echo "ok - agents: $1"; }
 bad() { echo "not ok - agents: $1"; fail=1; }
 [ -x "$BIN" ] || { echo "agents: $BIN not built"; exit 1; }
-for b in claude cn opencode; do
+for b in claude codex cn opencode; do
     [ -x "$A/$b" ] || { echo "agents: $A/$b missing: run 'npm install --prefix tests/agents' (.ci/setup does)"; exit 1; }
 done
 
@@ -76,6 +77,33 @@ C3=$(field "$T/cc3.json" usage.cache_read_input_tokens 2>/dev/null || echo 0)
 if [ "$(field "$T/cc3.json" is_error 2>/dev/null)" = false ]; then
     ok "a second claude session completes a turn: \"$(field "$T/cc3.json" result)\" ($C3 tokens reused)"
 else bad "second session: $(head -c 400 "$T/cc3.json")"; fi
+
+# ---- Codex: the Responses API (a provider in its config; no key, no telemetry, no update check)
+mkdir -p "$HOME/.codex"
+cat >"$HOME/.codex/config.toml" <<TOML
+model = "k3-mini"
+model_provider = "deltafin"
+check_for_update_on_startup = false
+
+[model_providers.deltafin]
+name = "deltafin"
+base_url = "http://127.0.0.1:$PP/v1"
+wire_api = "responses"
+stream_idle_timeout_ms = 3600000
+
+[analytics]
+enabled = false
+TOML
+codex() { env "${agent_env[@]}" CODEX_HOME="$HOME/.codex" timeout 600 "$R/$A/codex" exec --skip-git-repo-check "$@" </dev/null; }
+reused() { curl -s "http://127.0.0.1:$PS/metrics" | sed -n 's/^deltafin_prompt_tokens_reused_total //p'; }
+if codex "What is 23 + 45?" >"$T/cx1.out" 2>"$T/cx1.err" && [ -s "$T/cx1.out" ]; then
+    ok "codex exec completes a turn: \"$(tail -1 "$T/cx1.out")\""
+else bad "codex exec: $(tail -5 "$T/cx1.err")"; fi
+U0=$(reused)
+if codex resume --last "And what is 10 + 5?" >"$T/cx2.out" 2>"$T/cx2.err" && [ -s "$T/cx2.out" ] \
+       && [ $(($(reused) - U0)) -gt 1000 ]; then
+    ok "codex exec resume: a second turn reusing $(($(reused) - U0)) prompt tokens: \"$(tail -1 "$T/cx2.out")\""
+else bad "codex second turn (reused $(($(reused) - U0))): $(tail -5 "$T/cx2.err")"; fi
 
 # ---- Continue: chat completions, streaming, tools
 cat >"$T/cn.yaml" <<YAML

@@ -4,7 +4,9 @@
  * The recorded requests (tests/agents/recorded/AGENT/NAME.json: bodies as
  * the agents sent them to `deltafin serve`, captured by record_proxy.mjs)
  * are validated and rendered exactly as the server does (request_job, on
- * the default model's tokenizer, at a 64K context), and the rendered prompt
+ * the default model's tokenizer, at a 64K context; Claude Code on
+ * /v1/messages, Codex on /v1/responses, Continue and OpenCode on chat
+ * completions), and the rendered prompt
  * is checked: every request accepted; Claude Code's billing line left out
  * (kept with --keep-billing-header); its trailing system message rendered
  * as a system turn after the user's; a deferred tool absent; two sessions
@@ -138,15 +140,17 @@ static void test_recorded_accepted(void)
     }
 }
 
-/* Continue and OpenCode speak chat completions: accepted as recorded */
+/* Continue and OpenCode speak chat completions, Codex the Responses API:
+ * accepted as recorded */
 static void test_recorded_chat_accepted(void)
 {
-    static const char *const names[] = {"continue/turn1", "opencode/title", "opencode/turn1"};
+    static const char *const names[] = {"continue/turn1", "opencode/title", "opencode/turn1", "codex/turn1",
+                                        "codex/turn2"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         char *body = recorded_body(names[i]);
         if (!body) continue;
         rq_err e = {0};
-        job *j = request_job(&S, API_CHAT, body, strlen(body), &e);
+        job *j = request_job(&S, strncmp(names[i], "codex/", 6) ? API_CHAT : API_RESPONSES, body, strlen(body), &e);
         TCHECKF(j, "%s refused: %d %s (param %s)", names[i], e.status, e.msg, e.param);
         if (j) {
             printf("# %s: %zu prompt tokens\n", names[i], j->n_ids);
@@ -154,6 +158,27 @@ static void test_recorded_chat_accepted(void)
         }
         free(body);
     }
+}
+
+/* Codex's second turn sends the first turn's items back: its prompt
+ * starts with the first turn's whole prompt (the prefix a slot reuses) */
+static void test_codex_turns_share_prefix(void)
+{
+    char *a = recorded_body("codex/turn1"), *b = recorded_body("codex/turn2");
+    rq_err e = {0};
+    job *ja = a ? request_job(&S, API_RESPONSES, a, strlen(a), &e) : NULL;
+    job *jb = b ? request_job(&S, API_RESPONSES, b, strlen(b), &e) : NULL;
+    TCHECKF(ja && jb, "%s", e.msg);
+    if (ja && jb) {
+        size_t lcp = 0;
+        while (lcp < ja->n_ids && lcp < jb->n_ids && ja->ids[lcp] == jb->ids[lcp]) lcp++;
+        printf("# codex turns: %zu and %zu tokens, %zu in common\n", ja->n_ids, jb->n_ids, lcp);
+        TCHECK(lcp + 1 >= ja->n_ids && jb->n_ids > ja->n_ids);
+    }
+    if (ja) job_unref(ja);
+    if (jb) job_unref(jb);
+    free(a);
+    free(b);
 }
 
 static void test_billing_line(void)
@@ -446,6 +471,7 @@ int main(int argc, char **argv)
     static const test_case tests[] = {
         {"recorded_accepted", test_recorded_accepted},
         {"recorded_chat_accepted", test_recorded_chat_accepted},
+        {"codex_turns_share_prefix", test_codex_turns_share_prefix},
         {"billing_line", test_billing_line},
         {"trailing_system_turn", test_trailing_system_turn},
         {"sessions_share_prefix", test_sessions_share_prefix},
