@@ -103,10 +103,27 @@ static void test_checkpoints(void)
     /* not a checkpoint: refused, the session unchanged */
     TCHECK(df_session_truncate(s, 12, E0) == -1 && strstr(err.msg, "no mark or checkpoint"));
     TCHECK(df_session_pos(s) == 15);
-    /* a third checkpoint replaces the least recently used (10 was used last: 15's slot is the other) */
+    /* a third checkpoint replaces the least recently used one but never the
+     * lowest (the prefix most requests share): 15's slot, 10 stays */
     TCHECK(df_session_checkpoint(s, &err) == 0);
     TCHECK(df_session_eval(s, ids + 15, 5, got, 0, &err) == 0 && df_session_checkpoint(s, &err) == 0);
-    TCHECK(df_session_reachable(s, 19) == 15 && df_session_reachable(s, 14) == 0);
+    TCHECK(df_session_reachable(s, 19) == 10 && df_session_reachable(s, 14) == 10 && df_session_reachable(s, 20) == 20);
+    TCHECK(df_session_eval(s, ids + 20, 2, got, 0, &err) == 0 && df_session_checkpoint(s, &err) == 0);
+    TCHECK(df_session_reachable(s, 21) == 10 && df_session_reachable(s, 22) == 22);
+    TCHECK(df_session_truncate(s, 10, &err) == 0);
+    TCHECK(df_session_eval(s, ids + 10, 5, got, 1, &err) == 0);
+    TCHECKF(!memcmp(got, want + (size_t)10 * V, (size_t)5 * V * sizeof *got), "after returning to the kept checkpoint 10");
+    /* another session takes this one's prefix (a checkpoint, or its end) without evaluating it */
+    df_session *s2 = new_session(eng, 256, 2);
+    TCHECK(df_session_eval(s2, ids + 3, 4, got, 0, &err) == 0); /* something of its own, dropped */
+    TCHECK(df_session_copy_prefix(s2, s, 10, &err) == 0 && df_session_pos(s2) == 10 && df_session_reachable(s2, 12) == 10);
+    TCHECK(df_session_eval(s2, ids + 10, 6, got, 1, &err) == 0);
+    TCHECKF(!memcmp(got, want + (size_t)10 * V, (size_t)6 * V * sizeof *got), "after copying checkpoint 10");
+    TCHECK(df_session_copy_prefix(s2, s, 15, &err) == 0 && df_session_eval(s2, ids + 15, 3, got, 1, &err) == 0);
+    TCHECKF(!memcmp(got, want + (size_t)15 * V, (size_t)3 * V * sizeof *got), "after copying the end, 15");
+    TCHECK(df_session_copy_prefix(s2, s, 12, E0) == -1 && strstr(err.msg, "checkpoint"));
+    TCHECK(df_session_copy_prefix(s, s, 10, E0) == -1);
+    df_session_free(s2);
     df_session_free(s);
     s = new_session(eng, 256, 0);
     TCHECK(df_session_checkpoint(s, E0) == -1);

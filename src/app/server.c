@@ -127,6 +127,40 @@ static size_t reusable(const slot *sl, const job *j)
     return lcp ? (size_t)df_session_reachable(sl->s, (int)lcp) : 0;
 }
 
+/* Where the prompt's first non-system turn opens (after the system prompt
+ * and tools, which conversations of one agent share), or 0.  K3's template
+ * encodes each segment alone (chat_template.h), so the opening of a user,
+ * assistant or tool message is always the same ids (S->turn_open). */
+static size_t first_turn(const srv *S, const job *j)
+{
+    for (size_t i = 1; i < j->n_ids; i++) {
+        if (j->ids[i - 1] != S->end_of_msg) continue;
+        for (int r = 0; r < 3; r++) {
+            size_t n = S->turn_len[r];
+            if (n && i + n <= j->n_ids && !memcmp(j->ids + i, S->turn_open[r], n * sizeof *j->ids)) return i;
+        }
+    }
+    return 0;
+}
+
+/* Has the job that left this slot's history been delivered (or was it a
+ * prompt cut short, whose evaluated ids are all the request's own)? */
+static int slot_trusted(slot *sl)
+{
+    if (!sl->hist_ok || !sl->last) return sl->hist_ok;
+    /* its connection thread may still be writing the last bytes: wait briefly for the verdict */
+    job *l = sl->last;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += 200000000L;
+    if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+    pthread_mutex_lock(&l->mu);
+    while (!atomic_load(&l->delivered) && !atomic_load(&l->cancelled))
+        if (pthread_cond_timedwait(&l->cv, &l->mu, &ts) == ETIMEDOUT) break;
+    pthread_mutex_unlock(&l->mu);
+    return atomic_load(&l->delivered);
+}
+
 static void run_job(srv *S, job *j)
 {
     double t0 = now();
@@ -140,22 +174,36 @@ static void run_job(srv *S, job *j)
     }
     sl->used = atomic_load(&S->job_counter);
     /* the session's history counts only if the job that left it was delivered */
-    int trusted = sl->hist_ok;
-    if (trusted && sl->last) {
-        /* its connection thread may still be writing the last bytes: wait briefly for the verdict */
-        job *l = sl->last;
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 200000000L;
-        if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
-        pthread_mutex_lock(&l->mu);
-        while (!atomic_load(&l->delivered) && !atomic_load(&l->cancelled))
-            if (pthread_cond_timedwait(&l->cv, &l->mu, &ts) == ETIMEDOUT) break;
-        pthread_mutex_unlock(&l->mu);
-        trusted = atomic_load(&l->delivered);
-    }
+    int trusted = slot_trusted(sl);
     if (!trusted) from = 0;
     sl->hist_ok = trusted;
+    /* the reuse ends where this prompt's first turn opens, inside a longer
+     * history: another conversation with the same system prompt and tools.
+     * Copied into the least recently used other slot, so that conversation
+     * keeps its own history (a conversation going back within itself, to
+     * a later checkpoint, is rewound in place) */
+    size_t n_src = 0;
+    gen_history(&sl->gl, &n_src);
+    if (from > 0 && from < n_src && S->n_slots > 1 && from == first_turn(S, j)) {
+        slot *dst = NULL;
+        for (int i = 0; i < S->n_slots; i++)
+            if (&S->slots[i] != sl && (!dst || S->slots[i].used < dst->used)) dst = &S->slots[i];
+        df_error cerr = {0};
+        pcache_save(S, dst); /* its conversation leaves it */
+        if (!df_session_copy_prefix(dst->s, sl->s, (int)from, &cerr)) {
+            const int32_t *hist = gen_history(&sl->gl, &n_src);
+            gen_resume(&dst->gl, hist, from);
+            if (dst->last) job_unref(dst->last);
+            dst->last = NULL;
+            dst->hist_ok = 1;
+            dst->ck_pos = (int)from;
+            dst->used = sl->used;
+            sl = dst;
+            j->n_copied = (int)from;
+        } else {
+            fprintf(stderr, "deltafin: copying a prefix between conversations: %s\n", cerr.msg);
+        }
+    }
     /* a saved conversation (--prompt-cache) that keeps more of the prompt */
     char cpath[1024];
     int cached = pcache_find(S, j, from, cpath, sizeof cpath);
@@ -190,13 +238,32 @@ static void run_job(srv *S, job *j)
      * before it */
     size_t cut = j->n_ids;
     while (cut > from && j->ids[cut - 1] != S->end_of_msg) cut--;
+    /* and one where the system prompt and tools end: another conversation
+     * of the same agent (a new session, a subagent) shares them */
+    size_t sys = S->a.checkpoints > 1 ? first_turn(S, j) : 0;
     int rc = 0;
-    if (S->end_of_msg >= 0 && cut > from && cut < j->n_ids && S->a.checkpoints > 0) {
-        rc = feed(sl, j, j->ids + from, cut - from);
+    if (sys > from && sys < cut) {
+        rc = feed(sl, j, j->ids + from, sys - from);
+        if (!rc && !df_session_checkpoint(sl->s, &rerr)) sl->ck_pos = (int)sys;
+    }
+    size_t at = sys > from && sys < cut ? sys : from;
+    if (!rc && S->end_of_msg >= 0 && cut > at && cut < j->n_ids && S->a.checkpoints > 0) {
+        rc = feed(sl, j, j->ids + at, cut - at);
         if (!rc && !df_session_checkpoint(sl->s, &rerr)) sl->ck_pos = (int)cut;
         if (!rc) rc = feed(sl, j, j->ids + cut, j->n_ids - cut);
-    } else {
-        rc = feed(sl, j, j->ids + from, j->n_ids - from);
+    } else if (!rc) {
+        rc = feed(sl, j, j->ids + at, j->n_ids - at);
+    }
+    if (rc > 0) {
+        /* the client went away while its prompt was evaluated: what was
+         * evaluated stays (a checkpoint there), so the same request sent
+         * again continues from it */
+        size_t n_done = 0;
+        gen_history(&sl->gl, &n_done);
+        if (n_done > 0 && S->a.checkpoints > 0 && !df_session_checkpoint(sl->s, &rerr)) sl->ck_pos = (int)n_done;
+        j->prompt_cut = (int)n_done;
+        fprintf(stderr, "deltafin: %s: the client left during its prompt: stopped after %zu of %zu ids (%zu evaluated "
+                "here), kept for the same request sent again\n", j->id, n_done, j->n_ids, n_done - from);
     }
     sampler_reset(&S->smp, j->temperature, j->top_p, 0, j->seed);
     tok_decoder dec;
@@ -280,6 +347,11 @@ static void run_job(srv *S, job *j)
     pthread_mutex_unlock(&S->mu);
     if (j->fin == FIN_ERROR) {
         gen_reset(&sl->gl);
+    } else if (j->prompt_cut) {
+        /* only the request's own prompt ids: trusted whatever was delivered */
+        sl->hist_ok = 1;
+        job_unref(j);
+        return;
     } else {
         sl->hist_ok = j->fin != FIN_CANCEL;
     }
@@ -726,6 +798,24 @@ int cmd_serve(int argc, char **argv)
     if (drafting(&S->a)) so.rollback_rows = draft_rows(&S->a);
     so.checkpoints = S->a.checkpoints;
     S->end_of_msg = tokenizer_special_id(S->tok, "<|end_of_msg|>");
+    /* how a user, assistant or tool message opens, segment by segment as
+     * the template encodes it: <|open|> "message" " role" "=\"" ROLE */
+    static const char *const turn_roles[3] = {"user", "assistant", "tool"};
+    int32_t open_id = tokenizer_special_id(S->tok, "<|open|>");
+    for (int r = 0; r < 3 && open_id >= 0 && S->end_of_msg >= 0; r++) {
+        const char *const segs[4] = {"message", " role", "=\"", turn_roles[r]};
+        int32_t *t = NULL;
+        size_t n = 0, cap = 0;
+        int ok = 1;
+        for (int k = 0; k < 4 && ok; k++) ok = !tokenizer_encode(S->tok, segs[k], strlen(segs[k]), 0, &t, &n, &cap, &err);
+        if (ok && n + 1 <= sizeof S->turn_open[r] / sizeof S->turn_open[r][0]) {
+            S->turn_open[r][0] = open_id;
+            memcpy(S->turn_open[r] + 1, t, n * sizeof *t);
+            S->turn_len[r] = n + 1;
+        }
+        err = (df_error){0};
+        free(t);
+    }
     if (chat_parser_new(S->tok, 1, &S->parser, &err)) {
         fprintf(stderr, "deltafin: %s\n", err.msg);
         return 1;

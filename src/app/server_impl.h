@@ -94,6 +94,8 @@ typedef struct srv {
     int32_t *pc_ids;            /* [n_ctx] scratch: a cached file's ids */
     resp_store *rstore;         /* /v1/responses: the last responses' conversations (own lock) */
     int32_t end_of_msg;         /* <|end_of_msg|>: a checkpoint after the prompt's last one */
+    int32_t turn_open[3][8];    /* the ids opening a user, assistant, tool message (first_turn) */
+    size_t turn_len[3];
     int keep_billing;           /* --keep-billing-header: Claude Code's billing line stays in the prompt */
     char *dbuf;
     size_t dcap;
@@ -109,6 +111,8 @@ struct job {
     char *ctx_edits;            /* messages: the applied_edits JSON array, when context_management was sent */
     int max_tokens;
     int ctx_bound;              /* max_tokens is what the context has left, less than asked */
+    int n_copied;               /* prompt ids copied from another conversation's checkpoint */
+    int prompt_cut;             /* the client left during the prompt: ids evaluated by then */
     char *stops[MAX_STOPS];
     int n_stops;
     size_t max_stop;

@@ -799,14 +799,25 @@ int df_session_mark_pos(const df_session *s) { return s->b.rb_mark; }
 int df_session_checkpoint(df_session *s, df_error *err)
 {
     if (s->b.n_ck <= 0) return df_err_set(err, DF_ERR_ARG, -1, "this session keeps no checkpoints (opened with 0)");
-    int slot = 0;
+    /* an empty slot, else the least recently used one, except that with two
+     * or more the lowest position is kept: it is the prefix most requests
+     * share (a system prompt and tools), while later ones move on each turn */
+    int slot = -1, lowest = -1;
     for (int i = 0; i < s->b.n_ck; i++) {
         if (s->b.ck_pos[i] == s->b.pos) {
             slot = i; /* already kept: refresh its age */
             break;
         }
-        if (s->b.ck_pos[i] < 0 || s->b.ck_age[i] < s->b.ck_age[slot]) slot = i;
-        if (s->b.ck_pos[slot] < 0) break;
+        if (s->b.ck_pos[i] >= 0 && (lowest < 0 || s->b.ck_pos[i] < s->b.ck_pos[lowest])) lowest = i;
+    }
+    for (int i = 0; slot < 0 && i < s->b.n_ck; i++)
+        if (s->b.ck_pos[i] < 0) slot = i;
+    for (int k = 0; slot < 0 && k < s->b.n_ck; k++) {
+        if (k == lowest && s->b.n_ck > 1) continue;
+        int older = 0;
+        for (int i = 0; i < s->b.n_ck; i++)
+            older |= (i != lowest || s->b.n_ck == 1) && s->b.ck_age[i] < s->b.ck_age[k];
+        if (!older) slot = k;
     }
     size_t nS = kda_state_floats(s->eng), nH = kda_hist_floats(s->eng);
     float *dst = s->b.ck_state + (size_t)slot * (nS + nH);
@@ -826,6 +837,40 @@ int df_session_reachable(const df_session *s, int pos)
     for (int i = 0; i < s->b.n_ck; i++)
         if (s->b.ck_pos[i] <= pos && s->b.ck_pos[i] > best) best = s->b.ck_pos[i];
     return best;
+}
+
+int df_session_copy_prefix(df_session *dst, const df_session *src, int pos, df_error *err)
+{
+    if (dst == src || dst->eng != src->eng || dst->b.n_ctx != src->b.n_ctx)
+        return df_err_set(err, DF_ERR_ARG, -1, "copying a session prefix needs two sessions of one engine and context");
+    if (pos <= 0 || pos > src->b.pos)
+        return df_err_set(err, DF_ERR_ARG, -1, "cannot copy position %d: the session holds %d", pos, src->b.pos);
+    size_t nS = kda_state_floats(src->eng), nH = kda_hist_floats(src->eng);
+    const float *kS = NULL, *kH = NULL;
+    if (pos == src->b.pos) {
+        kS = src->b.kda_S;
+        kH = src->b.kda_hist;
+    }
+    for (int i = 0; !kS && i < src->b.n_ck; i++)
+        if (src->b.ck_pos[i] == pos) {
+            kS = src->b.ck_state + (size_t)i * (nS + nH);
+            kH = kS + nS;
+        }
+    if (!kS)
+        return df_err_set(err, DF_ERR_ARG, -1, "cannot copy position %d: neither the session's end (%d) nor a "
+                          "checkpoint", pos, src->b.pos);
+    memcpy(dst->b.kda_S, kS, nS * sizeof(float));
+    memcpy(dst->b.kda_hist, kH, nH * sizeof(float));
+    const k3_config *c = &src->eng->m.cfg;
+    size_t row_w = (size_t)(c->Rkv + c->dr), ctx_row = (size_t)src->b.n_ctx * row_w;
+    for (int l = 0; l < src->eng->m.n_mla; l++)
+        memcpy(dst->b.mla_cache + (size_t)l * ctx_row, src->b.mla_cache + (size_t)l * ctx_row,
+               (size_t)pos * row_w * sizeof(float));
+    dst->b.pos = pos;
+    dst->b.rb_mark = -1;
+    for (int i = 0; i < dst->b.n_ck; i++) dst->b.ck_pos[i] = -1;
+    /* the copied prefix stays reachable in dst too */
+    return dst->b.n_ck > 0 ? df_session_checkpoint(dst, err) : 0;
 }
 
 /* Back to checkpoint position pos (the caller found it). */

@@ -200,6 +200,13 @@ int df_session_checkpoint(df_session *s, df_error *err);
 /* The largest position <= pos df_session_truncate can return to: pos
  * itself at or after the mark, else the largest checkpoint <= pos, else 0. */
 int df_session_reachable(const df_session *s, int pos);
+/* Make dst hold src's conversation up to pos, where src can return without
+ * evaluating (its end or one of its checkpoints): the KDA state there and
+ * the MLA cache before it are copied (memory bandwidth, no forward pass);
+ * dst's own history, mark and checkpoints are dropped, and pos becomes one
+ * of its checkpoints.  Two sessions of one engine and context.  A server
+ * gives a new conversation the system prompt another one evaluated. */
+int df_session_copy_prefix(df_session *dst, const df_session *src, int pos, df_error *err);
 
 /* Session files: the ids a session holds (n == its position), the KDA
  * state and conv history and the MLA latent cache, under a versioned

@@ -133,6 +133,15 @@ if env "${agent_env[@]}" timeout 600 "$R/$A/opencode" run "What is 23 + 45?" >"$
        && grep -q '[0-9]' "$T/oc.out"; then ok "opencode run completes a turn: \"$(grep -m1 '[0-9]' "$T/oc.out")\""
 else bad "opencode run: $(tail -5 "$T/oc.err")"; fi
 
+# ---- a client leaving during a long prompt: keep-alives, the prefix kept, the retry continues
+PC=$(free_port)
+cd "$R"
+"$BIN" serve --model "$MODEL" --port "$PC" --ctx 65536 --threads 1 >"$T/server-cut.log" 2>&1 &
+pids+=($!)
+for _ in $(seq 1 100); do curl -sf "http://127.0.0.1:$PC/health" >/dev/null 2>&1 && break; sleep 0.1; done
+node tests/agents/prompt_cut_test.mjs "$PC" "$T/server-cut.log" tests/agents/recorded/claude-code/session-a-turn1.json || fail=1
+cd "$T/work"
+
 # every request the agents sent was answered (none refused)
 cd "$R"
 N=$(ls "$T/requests" | wc -l)
