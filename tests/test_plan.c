@@ -168,6 +168,155 @@ static void test_plan_k3_config(void)
     TCHECK(df_plan_model(cfg, &tiny, &p, NULL, &err) != 0 && err.code == DF_ERR_NOMEM);
 }
 
+/* serve's default context (plan_serve_ctx) on k3ish sizes whose session
+ * grows with the context like K3's MLA cache: 64K where it fits, else the
+ * largest power of two above 4K that leaves the expert cache its streaming
+ * minimum (k x MoE layers = 160 slots here), else 4K; never a context that
+ * takes the cache below the minimum or streams a trunk 4K keeps resident. */
+typedef struct { plan_sizes base; uint64_t per_token; } ctx_model;
+
+static int ctx_sizes(void *arg, int n_ctx, plan_sizes *sz, df_error *err)
+{
+    (void)err;
+    const ctx_model *m = arg;
+    *sz = m->base;
+    sz->n_ctx = n_ctx;
+    sz->state_bytes = m->base.state_bytes + (uint64_t)n_ctx * m->per_token;
+    return 0;
+}
+
+static void test_plan_serve_ctx_rule(void)
+{
+    ctx_model m = {k3ish(), 16 * 1024}; /* 16 KiB a token: 1 GiB at 64K */
+    m.base.state_bytes = 30 * MiB;
+    plan_sizes z = m.base;
+    const uint64_t min = plan_stream_min_slots(&z);
+    TCHECK(min == 160);
+    df_plan p;
+    df_error err = {0};
+    char why[320];
+    /* plenty: 64K beside the whole cache */
+    plan_request big = {.budget = 64 * GiB, .budget_given = 1};
+    TCHECK(plan_serve_ctx(ctx_sizes, &m, 0, &big, &p, &err) == 0);
+    df_plan_ctx_reason(&p, why, sizeof why);
+    TCHECKF(p.n_ctx == 65536 && p.ctx_rule == DF_CTX_SERVE_FITS, "ctx %d rule %d", p.n_ctx, p.ctx_rule);
+    TCHECKF(strstr(why, "default for serve: 64K fits"), "%s", why);
+    /* the model's maximum caps it */
+    TCHECK(plan_serve_ctx(ctx_sizes, &m, 20000, &big, &p, &err) == 0);
+    df_plan_ctx_reason(&p, why, sizeof why);
+    TCHECKF(p.n_ctx == 20000 && strstr(why, "20000 (the model's maximum) fits"), "%d: %s", p.n_ctx, why);
+    /* a budget sweep: each answer is the largest candidate that passes */
+    int seen[4] = {0};
+    for (uint64_t b = 300 * MiB; b < 4 * GiB; b += 16 * MiB) {
+        plan_request rq = {.budget = b, .budget_given = 1};
+        memset(&err, 0, sizeof err);
+        if (plan_serve_ctx(ctx_sizes, &m, 0, &rq, &p, &err)) {
+            TCHECK(err.code == DF_ERR_NOMEM);
+            continue;
+        }
+        TCHECK(p.used <= b && p.stream_min_slots == min && p.ctx_want == 65536);
+        TCHECKF(p.n_ctx >= 4096 && p.n_ctx <= 65536 && (p.n_ctx & (p.n_ctx - 1)) == 0, "ctx %d", p.n_ctx);
+        df_plan_ctx_reason(&p, why, sizeof why);
+        seen[p.ctx_rule]++;
+        if (p.ctx_rule != DF_CTX_SERVE_FLOOR) TCHECKF(p.n_slots + p.n_transient >= min, "%d: %s", p.n_ctx, why);
+        if (p.ctx_rule == DF_CTX_SERVE_FITS) TCHECK(p.n_ctx == 65536);
+        else TCHECKF(strstr(why, "default for serve: 64K ") && strstr(why, "--mem"), "%s", why);
+        /* the same plan as plan_compute at that context, and the next power
+         * of two up takes the cache below the minimum or streams the trunk */
+        plan_sizes at;
+        df_plan q;
+        ctx_sizes(&m, p.n_ctx, &at, NULL);
+        TCHECK(plan_compute(&at, &rq, &q, NULL) == 0 && q.n_slots == p.n_slots && q.trunk_mode == p.trunk_mode);
+        if (p.n_ctx < 65536) {
+            ctx_sizes(&m, p.n_ctx * 2, &at, NULL);
+            int fits = plan_compute(&at, &rq, &q, NULL) == 0;
+            TCHECKF(!fits || q.n_slots + q.n_transient < min || q.trunk_mode != p.trunk_mode ||
+                        p.ctx_rule == DF_CTX_SERVE_FLOOR,
+                    "budget %llu: %d chosen but %d passes", (unsigned long long)b, p.n_ctx, p.n_ctx * 2);
+        }
+    }
+    TCHECKF(seen[DF_CTX_SERVE_FITS] && seen[DF_CTX_SERVE_SMALLER] && seen[DF_CTX_SERVE_FLOOR], "fits %d smaller %d floor %d",
+            seen[DF_CTX_SERVE_FITS], seen[DF_CTX_SERVE_SMALLER], seen[DF_CTX_SERVE_FLOOR]);
+    /* with the trunk streamed, a budget that leaves the cache 100 slots at
+     * 64K (below 160) takes 16K or 32K and says why */
+    plan_request mid = {.budget = (uint64_t)(z.state_bytes + z.scratch_bytes + z.reserve_bytes + z.vec_bytes +
+                                             2 * z.stream_buf_bytes) + 65536ull * m.per_token + 100 * z.slot_bytes,
+                        .budget_given = 1, .trunk_stream = 1};
+    TCHECK(plan_serve_ctx(ctx_sizes, &m, 0, &mid, &p, &err) == 0);
+    df_plan_ctx_reason(&p, why, sizeof why);
+    TCHECKF(p.ctx_rule == DF_CTX_SERVE_SMALLER && p.n_ctx < 65536 && p.n_slots >= min, "ctx %d: %s", p.n_ctx, why);
+    TCHECKF(strstr(why, "below its streaming minimum (160 experts"), "%s", why);
+    /* --expert-cache fixes the cache: the context has only to fit */
+    plan_request forced = mid;
+    forced.expert_cache_bytes = 20 * z.slot_bytes;
+    TCHECK(plan_serve_ctx(ctx_sizes, &m, 0, &forced, &p, &err) == 0 && p.n_ctx == 65536);
+}
+
+/* The rule on real configs, from the config alone (df_plan_model with
+ * .serve): K3 at a few machine sizes, and the bundled model. */
+static void test_plan_serve_ctx_models(void)
+{
+    char cfg[512], mini[512];
+    snprintf(cfg, sizeof cfg, "%s/k3/config.json", testdata_dir());
+    snprintf(mini, sizeof mini, "%s/k3-tiny-a/checkpoint", testdata_dir());
+    const struct { const char *path; uint64_t mem; int ctx; const char *why; } c[] = {
+        /* K3: the streaming minimum is 16 x 92 = 1472 experts (24.06 GiB) */
+        {cfg, 24 * GiB, 4096, "64K would leave the expert cache below its streaming minimum (1472 experts"},
+        {cfg, 64 * GiB, 65536, "64K fits beside the expert cache"},
+        {cfg, 512 * GiB, 65536, "64K fits"},
+        /* the small model: 64K where the budget holds it, halved below */
+        {mini, 1 * GiB, 65536, "64K fits"},
+        {mini, 50 * MiB, 16384, "64K does not fit --mem 50 MiB"},
+    };
+    for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
+        df_plan_opts o = {.mem_budget = c[i].mem, .n_threads = 16, .serve = 1};
+        df_plan p;
+        df_error err = {0};
+        TCHECKF(df_plan_model(c[i].path, &o, &p, NULL, &err) == 0, "%s: %s", c[i].path, err.msg);
+        char why[320];
+        df_plan_ctx_reason(&p, why, sizeof why);
+        fprintf(stderr, "    serve at --mem %.2f GiB: context %d (%s)\n", (double)c[i].mem / GiB, p.n_ctx, why);
+        TCHECKF(p.n_ctx == c[i].ctx && strstr(why, c[i].why), "%s at %llu: %d, %s", c[i].path,
+                (unsigned long long)c[i].mem, p.n_ctx, why);
+        if (p.ctx_rule != DF_CTX_SERVE_FLOOR) TCHECK(p.n_slots + p.n_transient >= p.stream_min_slots);
+        /* --ctx wins, and without .serve the default stays 4096 */
+        o.n_ctx = 8192;
+        TCHECK(df_plan_model(c[i].path, &o, &p, NULL, &err) == 0 && p.n_ctx == 8192 && p.ctx_rule == DF_CTX_GIVEN);
+        o.n_ctx = 0;
+        o.serve = 0;
+        TCHECK(df_plan_model(c[i].path, &o, &p, NULL, &err) == 0 && p.n_ctx == 4096);
+    }
+    /* --parallel N counts N sessions: K3 at 64 GiB keeps 64K for 4 (15 GiB
+     * of MLA cache), not for 12 */
+    df_plan_opts par = {.mem_budget = 64 * GiB, .n_threads = 16, .serve = 1, .n_sessions = 4};
+    df_plan p;
+    df_error err = {0};
+    TCHECK(df_plan_model(cfg, &par, &p, NULL, &err) == 0 && p.n_ctx == 65536);
+    par.n_sessions = 12;
+    TCHECK(df_plan_model(cfg, &par, &p, NULL, &err) == 0);
+    TCHECKF(p.n_ctx < 65536 && p.n_slots >= p.stream_min_slots, "12 sessions: %d", p.n_ctx);
+    /* the model's maximum context from its config (max_position_embeddings) */
+    FILE *f = fopen(cfg, "rb");
+    static char text[1 << 16];
+    size_t n = f ? fread(text, 1, sizeof text - 1, f) : 0;
+    if (f) fclose(f);
+    text[n] = 0;
+    char *at = strstr(text, "\"max_position_embeddings\": 1048576");
+    TCHECK(at != NULL);
+    if (!at) return;
+    memcpy(at + 27, "  32768", 7);
+    char small[600];
+    snprintf(small, sizeof small, "%s/k3-ctx32k.json", test_scratch());
+    f = fopen(small, "wb");
+    TCHECK(f && fwrite(text, 1, n, f) == n);
+    if (f) fclose(f);
+    df_plan_opts o = {.mem_budget = 512 * GiB, .n_threads = 16, .serve = 1};
+    char why[320];
+    TCHECKF(df_plan_model(small, &o, &p, NULL, &err) == 0, "%s", err.msg);
+    df_plan_ctx_reason(&p, why, sizeof why);
+    TCHECKF(p.n_ctx == 32768 && strstr(why, "32K (the model's maximum) fits"), "%d: %s", p.n_ctx, why);
+}
+
 /* ---------------------------------------------------------------- CLI */
 
 static char out_[1 << 16], err_[1 << 16];
@@ -470,6 +619,8 @@ static const test_case tests[] = {
     {"plan_modes", test_plan_modes},
     {"plan_config_equals_headers", test_plan_config_equals_headers},
     {"plan_k3_config", test_plan_k3_config},
+    {"plan_serve_ctx_rule", test_plan_serve_ctx_rule},
+    {"plan_serve_ctx_models", test_plan_serve_ctx_models},
     {"cli_mem_is_a_promise", test_cli_mem_is_a_promise},
     {"cli_plan_reads_no_weights", test_cli_plan_reads_no_weights},
     {"cli_options_per_command", test_cli_options_per_command},

@@ -389,6 +389,8 @@ static void plan_opts_from(const run_args *a, df_plan_opts *o, size_t mem)
     o->n_threads = a->threads;
     o->trunk_stream = a->trunk_stream;
     o->cache_policy = a->policy;
+    o->serve = a->serve;
+    o->n_sessions = a->plan_sessions;
 }
 
 static double gib_(uint64_t b) { return (double)b / (double)(1ull << 30); }
@@ -425,6 +427,16 @@ static int cmd_info(int argc, char **argv)
     return 0;
 }
 
+static void json_str_field(const char *name, const char *msg)
+{
+    printf(",\"%s\":\"", name);
+    for (const char *c = msg; *c; c++) {
+        if (*c == '"' || *c == '\\') putchar('\\');
+        if ((unsigned char)*c >= 0x20) putchar(*c);
+    }
+    putchar('"');
+}
+
 static void plan_json(const df_plan *p, int ok, const char *msg)
 {
     printf("{\"ok\":%s,\"budget\":%llu,\"trunk\":\"%s\",\"trunk_bytes\":%llu,\"embed_bytes\":%llu,"
@@ -442,14 +454,10 @@ static void plan_json(const df_plan *p, int ok, const char *msg)
            (unsigned long long)p->expert_read_cold, (unsigned long long)p->expert_read_est,
            (unsigned long long)p->resident_from, (unsigned long long)p->mpi_bytes,
            (unsigned long long)p->remote_bytes);
-    if (!ok) {
-        printf(",\"error\":\"");
-        for (const char *c = msg; *c; c++) {
-            if (*c == '"' || *c == '\\') putchar('\\');
-            if ((unsigned char)*c >= 0x20) putchar(*c);
-        }
-        putchar('"');
-    }
+    char why[320];
+    df_plan_ctx_reason(p, why, sizeof why);
+    if (*why) json_str_field("ctx_reason", why);
+    if (!ok) json_str_field("error", msg);
     printf("}\n");
 }
 
@@ -470,8 +478,9 @@ static int cmd_plan(int argc, char **argv)
     int bad = 0;
     uint64_t cold = 0;
     if (!a.json && !a.mem)
-        printf("%-10s %-9s %11s %11s %13s %13s %7s %16s %16s\n", "--mem", "trunk", "trunk GiB", "cache GiB",
-               "experts held", "context GiB", "chunk", "trunk read/tok", "experts read/tok");
+        printf("%-10s %-9s %11s %11s %13s %13s %7s %16s %16s%s\n", "--mem", "trunk", "trunk GiB", "cache GiB",
+               "experts held", "context GiB", "chunk", "trunk read/tok", "experts read/tok",
+               a.serve && !a.ctx ? "  context" : "");
     for (int i = 0; i < n; i++) {
         df_plan_opts o;
         plan_opts_from(&a, &o, sizes[i]);
@@ -496,10 +505,12 @@ static int cmd_plan(int argc, char **argv)
             char mem[32], held[40];
             snprintf(mem, sizeof mem, "%.0f GiB", gib_(p.budget));
             snprintf(held, sizeof held, "%llu/%llu", (unsigned long long)p.n_slots, (unsigned long long)p.n_experts);
-            printf("%-10s %-9s %11.2f %11.2f %13s %13.3f %7d %12.2f GiB %12.2f GiB\n", mem,
+            printf("%-10s %-9s %11.2f %11.2f %13s %13.3f %7d %12.2f GiB %12.2f GiB", mem,
                    p.trunk_mode == DF_TRUNK_STREAMED ? "streamed" : "resident", gib_(p.trunk_used),
                    gib_(p.cache_bytes), held, gib_(p.state_bytes), p.max_batch, gib_(p.trunk_read_per_token),
                    gib_(p.expert_read_est));
+            if (a.serve && !a.ctx) printf("  %7d", p.n_ctx);
+            printf("\n");
         }
         bad |= rc != 0;
         cold = p.expert_read_cold;
@@ -528,7 +539,10 @@ static int cmd_plan(int argc, char **argv)
                    held == mine ? "its whole share in RAM" : "the rest streams from its own disk");
         }
     }
-    if (!a.json && !a.mem)
+    if (!a.json && !a.mem && a.serve && !a.ctx)
+        printf("context: serve's default at each --mem (64K where the expert cache keeps one token's experts "
+               "in every MoE layer, else halved down to 4096; --serve --mem SIZE says why)\n");
+    else if (!a.json && !a.mem)
         printf("context %d tokens; chunk: positions per prompt pass (each pass reads the streamed trunk and "
                "each needed expert once); experts read per token: uniform-routing estimate (cache share of all "
                "experts), %.2f GiB with nothing cached\n",

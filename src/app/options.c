@@ -39,12 +39,15 @@ void usage(FILE *f)
           "          [--checkpoints 2] (conversation points kept, each a copy of the KDA state: a\n"
           "          request that shares a conversation's prefix evaluates only what follows)\n"
           "          [--parallel N] (conversations kept, each its own session; a request goes to the\n"
-          "          one sharing the longest prefix; default: as many as --mem holds, up to 4)\n"
+          "          one sharing the longest prefix; default: as many as --mem holds, up to 4; the\n"
+          "          memory plan counts N, else one: the others take only what the plan leaves)\n"
           "          [--prompt-cache DIR [--prompt-cache-max 8G]] (conversations leaving a slot, and\n"
           "          those kept at exit, saved as session files; a prompt extending one resumes it)\n"
           "          HTTP server: OpenAI /v1/chat/completions, /v1/completions, /v1/models,\n"
           "          Anthropic /v1/messages (SSE streaming), /health, /metrics, a chat page at /;\n"
-          "          takes the run options too (--ctx, --mem, --threads, ...)\n"
+          "          takes the run options too (--ctx, --mem, --threads, ...); without --ctx the\n"
+          "          context is 64K where the expert cache keeps its streaming minimum at --mem (one\n"
+          "          token's experts in every layer), else halved down to 4096 (`plan --serve`)\n"
           "  setup   --full|--stream --repo ORG/NAME --out DIR [--revision REV] [--base-url URL]\n"
           "          [--workers 8] [--chunk 64M] [--reserve SIZE] [--dry-run] | --check DIR\n"
           "          install a model from Hugging Face (or $HF_ENDPOINT, --base-url; $HF_TOKEN):\n"
@@ -60,8 +63,10 @@ void usage(FILE *f)
           "          allows, what to change)\n"
           "  info    --model DIR: the model's dimensions and its memory plan (reads no weights)\n"
           "  plan    --model DIR|FILE.gguf|config.json [--mem SIZE] [--ctx N] [--json] [--ranks N]\n"
+          "          [--serve [--parallel N]]\n"
           "          where the model goes at --mem (or at 24/64/128/512 GiB) and the bytes read per\n"
-          "          token, from the config and headers alone; --ranks: each MPI rank's share\n"
+          "          token, from the config and headers alone; --ranks: each MPI rank's share;\n"
+          "          --serve: the context serve picks without --ctx, and why\n"
           "  mpirun -np N deltafin run|chat|serve ...: the routed experts spread over N processes\n"
           "          (built with Open MPI; --heat balances them; DELTAFIN_RANK_TIMEOUT, default 60 s)\n"
           "  perplexity --model DIR --file TEXT [--window N] [--json]\n"
@@ -115,7 +120,8 @@ void usage(FILE *f)
           "                       (chat: after every reply); a file of another model, truncated or\n"
           "                       corrupted, is refused\n"
           "  --threads N          worker threads (default: all CPUs); output is identical for every N\n"
-          "  --ctx N              context capacity in tokens (default 4096)\n"
+          "  --ctx N              context capacity in tokens (default 4096, or what the prompt needs;\n"
+          "                       serve: 64K where it fits, see serve)\n"
           "  --batch N|auto       positions per forward pass of a prompt (default auto: chosen by the\n"
           "                       planner from --mem; each pass reads its experts and the streamed trunk once)\n"
           "  --kernels ISA        force ref, avx2 or avx512 kernels (also $DF_KERNELS)\n"
@@ -372,6 +378,7 @@ static const opt_def opts[] = {
     {"--seed", 1, C_RUN | C_CHAT},    {"--draft", 1, C_RUN | C_CHAT | C_SERVE},
     {"--draft-max", 1, C_RUN | C_CHAT | C_SERVE}, {"--draft-k", 1, C_RUN | C_CHAT | C_SERVE},
     {"--draft-mem", 1, C_RUN | C_CHAT | C_SERVE}, {"--session", 1, C_RUN | C_CHAT},    {"--file", 1, C_PERPLEXITY},      {"--window", 1, C_PERPLEXITY},   {"--json", 0, C_PLAN | C_PERPLEXITY}, {"--ranks", 1, C_PLAN},
+    {"--serve", 0, C_PLAN},           {"--parallel", 1, C_PLAN},
 };
 
 static unsigned command_bit(const char *cmd)
@@ -504,6 +511,8 @@ void parse_common(int argc, char **argv, run_args *a)
         else if (!strcmp(f, "--window")) a->window = (int)parse_long(v, f, 2, 1 << 20);
         else if (!strcmp(f, "--json")) a->json = 1;
         else if (!strcmp(f, "--ranks")) a->ranks = (int)parse_long(v, f, 1, 255);
+        else if (!strcmp(f, "--serve")) a->serve = 1;
+        else if (!strcmp(f, "--parallel")) a->plan_sessions = (int)parse_long(v, f, 1, 64);
         else die("internal: option %s has no handler", f);
     }
     if (a->greedy && a->temp > 0) die("--greedy and --temp %g contradict each other", a->temp);
@@ -670,6 +679,7 @@ df_engine *open_engine(const run_args *a)
     eo.io_depth = a->io_depth;
     eo.disk_cache_max = a->disk_cache_max;
     eo.plan_ctx = a->ctx_plan ? a->ctx_plan : a->ctx;
+    eo.plan_ctx_serve = a->serve && !eo.plan_ctx;
     eo.plan_batch = a->batch;
     eo.cache_policy = a->policy;
     eo.trace_path = a->trace;
@@ -709,6 +719,7 @@ df_engine *open_engine(const run_args *a)
         eo.quiet = 1;
         eo.experts_only = 1;
         eo.plan_ctx = 16;
+        eo.plan_ctx_serve = 0;
         eo.plan_batch = mb;
         eo.plan_rollback = eo.plan_checkpoints = 0;
         eo.preload = -1;
@@ -737,7 +748,7 @@ df_engine *open_engine(const run_args *a)
     if (!a->stats) {
         /* the plan is always shown; --stats shows it in full */
         df_plan p;
-        char line[512];
+        char line[1024];
         df_engine_plan(eng, &p);
         df_plan_summary(&p, line, sizeof line);
         fprintf(stderr, "deltafin: %s\n", line);

@@ -41,7 +41,9 @@ typedef struct {
     int draft_max, draft_k;
     size_t draft_mem;    /* a draft model's share of --mem (0 = an eighth) */
     int checkpoints;     /* conversation checkpoints per session (serve --checkpoints) */
-    int plan_sessions;   /* sessions planned before the expert cache (serve --parallel N; 0 = 1) */
+    int plan_sessions;   /* sessions planned before the expert cache (serve, plan --parallel N; 0 = 1) */
+    int serve;           /* without --ctx, serve's default context (plan.c plan_serve_ctx): serve,
+                            plan --serve */
     const char *session; /* run, chat: --session FILE */
 } run_args;
 

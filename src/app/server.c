@@ -784,6 +784,7 @@ int cmd_serve(int argc, char **argv)
         return 1;
     }
     S->a.plan_sessions = parallel; /* --parallel N: planned before the expert cache */
+    S->a.serve = 1;                /* without --ctx: serve's default context, chosen by the plan */
     S->eng = open_engine(&S->a);
     df_engine_info(S->eng, &S->info);
     if (tokenizer_n_vocab(S->tok) != S->info.vocab) {
@@ -794,6 +795,11 @@ int cmd_serve(int argc, char **argv)
     df_session_opts so;
     df_session_opts_default(&so);
     if (S->a.ctx) so.n_ctx = S->a.ctx;
+    else {
+        df_plan plan;
+        df_engine_plan(S->eng, &plan);
+        so.n_ctx = plan.n_ctx;
+    }
     if (S->a.batch) so.max_batch = S->a.batch;
     if (drafting(&S->a)) so.rollback_rows = draft_rows(&S->a);
     so.checkpoints = S->a.checkpoints;

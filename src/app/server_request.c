@@ -193,8 +193,9 @@ int set_max_tokens(srv *S, job *j, const char *k, int64_t v, int set, rq_err *e)
     if (j->n_ids >= (size_t)S->n_ctx) {
         e->code = "context_length_exceeded";
         return rq_fail(e, 400, j->api == API_COMPLETIONS ? "prompt" : "messages",
-                       "the prompt has %zu tokens; this server's context holds %d", j->n_ids,
-                       S->n_ctx);
+                       "the prompt has %zu tokens; this server's context holds %d: start the server with a "
+                       "larger --ctx (now %d)",
+                       j->n_ids, S->n_ctx, S->n_ctx);
     }
     int room = S->n_ctx - (int)j->n_ids;
     /* no --max-tokens: the context bounds a reply (agents ask for 128,000

@@ -12,6 +12,8 @@
  * df_engine_plan).  Every byte the engine allocates for a model and its
  * planned session is in `used`, and used <= budget. */
 enum { DF_TRUNK_RESIDENT = 0, DF_TRUNK_STREAMED = 1 };
+enum { DF_CTX_GIVEN = 0, DF_CTX_SERVE_FITS, DF_CTX_SERVE_SMALLER, DF_CTX_SERVE_FLOOR };
+enum { DF_CTX_WHY_NONE = 0, DF_CTX_WHY_CACHE, DF_CTX_WHY_TRUNK, DF_CTX_WHY_BUDGET };
 typedef struct df_plan {
     uint64_t budget;
     int budget_given;             /* the user's --mem (else the default share of RAM) */
@@ -26,6 +28,12 @@ typedef struct df_plan {
     int mpi_ranks;
     uint64_t remote_bytes;        /* of reserve_bytes: libcurl's share when experts stream from a mirror */
     int n_ctx, max_batch;         /* the planned session: context, prompt chunk (positions per pass) */
+    /* how n_ctx was chosen: DF_CTX_GIVEN (--ctx or the caller's), or serve's
+     * default rule (plan.c plan_serve_ctx): ctx_want fits (DF_CTX_SERVE_FITS),
+     * or a smaller power of two does (DF_CTX_SERVE_SMALLER), or none above the
+     * floor does (DF_CTX_SERVE_FLOOR); ctx_why says what ctx_want broke */
+    int ctx_rule, ctx_want, ctx_why;
+    uint64_t stream_min_slots;    /* the expert cache's streaming minimum (plan_stream_min_slots) */
     int batch_auto;               /* max_batch was chosen by the planner (--batch auto) */
     uint64_t cache_bytes;         /* expert cache (slots + transient) */
     uint64_t n_slots, n_transient, n_experts;
@@ -44,6 +52,9 @@ typedef struct df_plan {
 
 /* One line: "--mem 4.00 GiB: trunk 1.20 GiB resident, ... unused 0.10 GiB". */
 void df_plan_summary(const df_plan *p, char *buf, size_t n);
+/* Why the plan has its context, e.g. "default for serve: 64K fits beside the
+ * expert cache"; "" for DF_CTX_GIVEN. */
+void df_plan_ctx_reason(const df_plan *p, char *buf, size_t n);
 /* The full table, one line per item, each prefixed by `prefix`. */
 void df_plan_print(const df_plan *p, const char *prefix, FILE *f);
 

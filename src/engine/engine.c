@@ -127,32 +127,51 @@ static void plan_session_opts(const df_engine_opts *o, df_session_opts *so)
     if (o->plan_checkpoints > 0) so->checkpoints = o->plan_checkpoints;
 }
 
-/* The plan for so's session under these options (plan.c decides; the
- * sizes come from the loaded headers). */
-static int decide_plan(df_engine *eng, const df_session_opts *so, int n_sessions, size_t mem_budget, int stream_trunk,
-                       size_t expert_cache_bytes, const char *cache_policy, enum cache_policy *pol, df_plan *p,
-                       df_error *err)
+/* The planned sessions: so's, n_sessions times (plan_sizes_at). */
+typedef struct planned_sessions {
+    df_engine *eng;
+    const df_session_opts *so;
+    int n_sessions;
+} planned_sessions;
+
+static int sessions_sizes(void *arg, int n_ctx, plan_sizes *sz, df_error *err)
 {
-    plan_sizes sz;
-    if (expert_cache_policy_parse(cache_policy, pol))
-        return df_err_set(err, DF_ERR_ARG, -1, "unknown cache policy \"%s\" (expected lfu, tlfu or lru)", cache_policy);
-    if (engine_sizes(eng, so, &sz, err)) return -1;
-    if (n_sessions > 1) {
+    const planned_sessions *ps = arg;
+    df_session_opts so = *ps->so;
+    so.n_ctx = n_ctx;
+    if (engine_sizes(ps->eng, &so, sz, err)) return -1;
+    if (ps->n_sessions > 1) {
         /* serve --parallel N: N sessions come before the expert cache, which
          * takes what is left (a slightly smaller cache, not a refusal) */
-        uint64_t n = (uint64_t)n_sessions;
-        sz.state_bytes *= n;
-        sz.scratch_bytes *= n;
-        sz.scratch_base *= n;
-        sz.scratch_per_row *= n;
-        sz.scratch_default *= n;
+        uint64_t n = (uint64_t)ps->n_sessions;
+        sz->state_bytes *= n;
+        sz->scratch_bytes *= n;
+        sz->scratch_base *= n;
+        sz->scratch_per_row *= n;
+        sz->scratch_default *= n;
     }
+    return 0;
+}
+
+/* The plan for so's session under these options (plan.c decides; the
+ * sizes come from the loaded headers).  serve_ctx: so's context is
+ * serve's default, chosen by plan_serve_ctx. */
+static int decide_plan(df_engine *eng, const df_session_opts *so, int n_sessions, int serve_ctx, size_t mem_budget,
+                       int stream_trunk, size_t expert_cache_bytes, const char *cache_policy, enum cache_policy *pol,
+                       df_plan *p, df_error *err)
+{
+    if (expert_cache_policy_parse(cache_policy, pol))
+        return df_err_set(err, DF_ERR_ARG, -1, "unknown cache policy \"%s\" (expected lfu, tlfu or lru)", cache_policy);
     plan_request rq = {.budget = mem_budget ? mem_budget : default_budget(),
                        .budget_given = mem_budget > 0,
                        .trunk_stream = stream_trunk,
                        .expert_cache_bytes = expert_cache_bytes,
                        .tlfu = *pol == CACHE_TLFU,
                        .auto_batch = so->max_batch <= 0};
+    planned_sessions ps = {eng, so, n_sessions};
+    if (serve_ctx) return plan_serve_ctx(sessions_sizes, &ps, eng->m.cfg.n_ctx_max, &rq, p, err);
+    plan_sizes sz;
+    if (sessions_sizes(&ps, so->n_ctx, &sz, err)) return -1;
     return plan_compute(&sz, &rq, p, err);
 }
 
@@ -164,7 +183,8 @@ static int plan_memory(df_engine *eng, const df_engine_opts *o, df_error *err)
     plan_session_opts(o, &so);
     enum cache_policy pol;
     df_plan *p = &eng->plan;
-    if (decide_plan(eng, &so, o->plan_sessions, o->mem_budget, o->trunk_stream, o->expert_cache_bytes, o->cache_policy, &pol, p, err))
+    if (decide_plan(eng, &so, o->plan_sessions, o->plan_ctx <= 0 && o->plan_ctx_serve, o->mem_budget, o->trunk_stream,
+                    o->expert_cache_bytes, o->cache_policy, &pol, p, err))
         return -1;
     if (expert_cache_init(&eng->cache, eng->m.cfg.NL, eng->m.cfg.E, (int)p->n_slots, (int)p->n_transient,
                           eng->m.store.slot_bytes, pol))
@@ -217,7 +237,8 @@ int df_plan_model(const char *path, const df_plan_opts *o, df_plan *p, df_model_
         if (o->max_batch > 0) so.max_batch = o->max_batch;
         if (o->rollback_rows > 0) so.rollback_rows = o->rollback_rows;
         enum cache_policy pol;
-        rc = decide_plan(eng, &so, 1, o->mem_budget, o->trunk_stream, o->expert_cache_bytes, o->cache_policy, &pol, p, err);
+        rc = decide_plan(eng, &so, o->n_sessions > 1 ? o->n_sessions : 1, o->serve && o->n_ctx <= 0, o->mem_budget,
+                         o->trunk_stream, o->expert_cache_bytes, o->cache_policy, &pol, p, err);
         if (info && (!rc || err->code == DF_ERR_NOMEM)) {
             df_engine_info(eng, info);
             info->n_cache_slots = (int)p->n_slots;

@@ -31,6 +31,9 @@ typedef struct df_engine_opts {
     int plan_checkpoints;       /* ... and checkpoints (df_session_opts.checkpoints) */
     int plan_sessions;          /* ... times this many sessions (serve --parallel N), planned
                                    before the expert cache takes what is left (0 = 1) */
+    int plan_ctx_serve;         /* plan_ctx 0: choose the context by serve's default rule (64K where
+                                   the expert cache keeps its streaming minimum: plan.c; the plan's
+                                   n_ctx is the answer) instead of 4096 */
     int plan_ctx, plan_batch;   /* the session the planner reserves for (0 = 4096 tokens; batch
                                    0 = chosen by the planner: 32 when nothing streams, else as
                                    large as the budget pays for, so a prompt reads its experts
@@ -128,6 +131,8 @@ typedef struct df_plan_opts {
     int n_threads;                /* 0 = online CPUs */
     int trunk_stream;             /* as df_engine_opts */
     const char *cache_policy;
+    int serve;                    /* n_ctx 0: serve's default context (df_engine_opts.plan_ctx_serve) */
+    int n_sessions;               /* sessions planned (serve --parallel N; 0 = 1) */
 } df_plan_opts;
 
 /* The plan for a model without reading its weights: `path` is a model

@@ -184,6 +184,9 @@ int k3_config_parse(const char *text, size_t len, k3_config *c, df_error *err)
         cfg_float(tc, "activation_situ_linear_beta", 1e-6, 1e6, &c->b2, err) ||
         cfg_float(tc, "routed_scaling_factor", 0.0, 1e6, &c->rsf, err))
         goto done;
+    if (json_get(tc, "max_position_embeddings") &&
+        cfg_int(tc, "max_position_embeddings", 1, 1 << 30, &c->n_ctx_max, err))
+        goto done;
     if (cfg_expect_str(tc, "hidden_act", "situ", 0, err) ||
         cfg_expect_str(tc, "moe_router_activation_func", "sigmoid", 0, err) ||
         cfg_expect_str(tc, "topk_method", "noaux_tc", 0, err) || cfg_expect_bool(tc, "mla_use_nope", 1, err) ||

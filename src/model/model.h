@@ -36,6 +36,8 @@ typedef struct k3_config {
     float eps, b1, b2, rsf;
     int first_dense, moe_freq;
     int bos, eos, pad;
+    int n_ctx_max;            /* the longest context the model was made for: max_position_embeddings
+                               * (GGUF: context_length); 0 when the file does not say */
     uint8_t *layer_kind;      /* [NL] LAYER_KDA / LAYER_MLA */
     uint8_t *layer_moe;       /* [NL] 1 = MoE block, 0 = dense MLP */
 } k3_config;

@@ -249,6 +249,7 @@ int k3_config_from_gguf(const gguf_file *g, k3_config *c, df_error *err)
         get_int(g, "tokenizer.ggml.bos_token_id", 0, BIG, 1, 0, &c->bos, err) ||
         get_int(g, "tokenizer.ggml.eos_token_id", 0, BIG, 1, 0, &c->eos, err) ||
         get_int(g, "tokenizer.ggml.padding_token_id", 0, BIG, 1, 0, &c->pad, err) ||
+        get_int(g, A "context_length", 1, 1 << 30, 1, 0, &c->n_ctx_max, err) ||
         get_float(g, A "attention.layer_norm_rms_epsilon", 0.0, 1.0, 0, 0, &c->eps, err) ||
         get_float(g, A "activation.situ_beta", 1e-6, 1e6, 0, 0, &c->b1, err) ||
         get_float(g, A "activation.situ_linear_beta", 1e-6, 1e6, 0, 0, &c->b2, err) ||

@@ -17,6 +17,17 @@
  *             context), because a chunk reads each needed expert and the
  *             streamed trunk once for all its positions: a prompt read in
  *             32-position chunks reads its experts again for every chunk.
+ * serve's default context (no --ctx; plan_serve_ctx) is one rule on top:
+ *   want    = 64K, or the model's maximum context when smaller;
+ *   take the first of want, want/2, ... (above 4K) whose plan fits, keeps
+ *             the trunk resident if it is resident at 4K, and leaves the
+ *             expert cache at least its streaming minimum: k x n_moe_layers
+ *             slots (one token's experts in every MoE layer; fewer and
+ *             decode re-reads nearly every expert each token).  With
+ *             --expert-cache the cache is fixed: the context must only fit;
+ *   else    4K (the session default), planned or refused as any context.
+ *   The sessions counted are the planned ones (--parallel N, else one):
+ *   serve keeps further conversations only in what the plan leaves unused.
  * The expected reads per token assume uniform routing for the hit rate:
  * an estimate for sizing a machine, labelled as such where printed.
  */
@@ -219,13 +230,100 @@ static int plan_fixed(const plan_sizes *sz, const plan_request *rq, df_plan *p, 
     return 0;
 }
 
+uint64_t plan_stream_min_slots(const plan_sizes *sz)
+{
+    uint64_t m = (uint64_t)sz->k * (uint64_t)sz->n_moe_layers;
+    return sz->n_experts && m > sz->n_experts ? sz->n_experts : m;
+}
+
+/* what stops ctx_want, or 0 when q (planned at it) passes the rule */
+static int serve_ctx_fails(int rc, const df_plan *q, const df_plan *floor, uint64_t min_slots)
+{
+    if (rc) return DF_CTX_WHY_BUDGET;
+    if (q->trunk_mode != floor->trunk_mode) return DF_CTX_WHY_TRUNK;
+    if (!q->cache_forced && q->n_slots + q->n_transient < min_slots) return DF_CTX_WHY_CACHE;
+    return 0;
+}
+
+int plan_serve_ctx(plan_sizes_at sizes, void *arg, int n_ctx_max, const plan_request *rq, df_plan *p,
+                   df_error *err)
+{
+    int want = PLAN_SERVE_CTX, lo = PLAN_SERVE_CTX_MIN;
+    if (n_ctx_max > 0 && want > n_ctx_max) want = n_ctx_max;
+    if (lo > want) lo = want;
+    plan_sizes sz;
+    df_plan floor;
+    df_error ferr = {0};
+    if (sizes(arg, lo, &sz, err)) return -1;
+    const uint64_t min_slots = plan_stream_min_slots(&sz);
+    int frc = plan_compute(&sz, rq, &floor, &ferr);
+    int why = 0, found = 0;
+    for (int n = want; n > lo && !frc && !found; n /= 2) {
+        df_plan q;
+        if (sizes(arg, n, &sz, err)) return -1;
+        int fail = serve_ctx_fails(plan_compute(&sz, rq, &q, NULL), &q, &floor, min_slots);
+        if (n == want) why = fail;
+        if (!fail) {
+            *p = q;
+            p->ctx_rule = n == want ? DF_CTX_SERVE_FITS : DF_CTX_SERVE_SMALLER;
+            found = 1;
+        }
+    }
+    if (!found) {
+        *p = floor;
+        p->ctx_rule = want == lo ? DF_CTX_SERVE_FITS : DF_CTX_SERVE_FLOOR;
+        if (frc && err) *err = ferr;
+    }
+    p->ctx_want = want;
+    p->ctx_why = why;
+    p->stream_min_slots = min_slots;
+    return frc ? -1 : 0;
+}
+
+static void ctx_tokens(int n, char *buf, size_t len)
+{
+    if (n >= 1024 && n % 1024 == 0) snprintf(buf, len, "%dK", n / 1024);
+    else snprintf(buf, len, "%d", n);
+}
+
+void df_plan_ctx_reason(const df_plan *p, char *buf, size_t n)
+{
+    char want[32];
+    ctx_tokens(p->ctx_want, want, sizeof want);
+    const char *model_max = p->ctx_want < PLAN_SERVE_CTX ? " (the model's maximum)" : "";
+    char mem[64];
+    if (p->budget < (1ull << 30))
+        snprintf(mem, sizeof mem, "%s %.0f MiB", p->budget_given ? "--mem" : "the default --mem",
+                 (double)p->budget / (1 << 20));
+    else
+        snprintf(mem, sizeof mem, "%s %.2f GiB", p->budget_given ? "--mem" : "the default --mem", gib(p->budget));
+    if (p->ctx_rule == DF_CTX_GIVEN) {
+        snprintf(buf, n, "%s", "");
+    } else if (p->ctx_rule == DF_CTX_SERVE_FITS) {
+        snprintf(buf, n, "default for serve: %s%s fits beside the expert cache", want, model_max);
+    } else if (p->ctx_why == DF_CTX_WHY_CACHE) {
+        snprintf(buf, n,
+                 "default for serve: %s would leave the expert cache below its streaming minimum (%" PRIu64
+                 " experts, %.2f GiB: one token's in every MoE layer) at %s",
+                 want, p->stream_min_slots, gib(p->stream_min_slots * p->slot_bytes), mem);
+    } else if (p->ctx_why == DF_CTX_WHY_TRUNK) {
+        snprintf(buf, n, "default for serve: %s would stream the trunk, resident at %d tokens, at %s", want,
+                 PLAN_SERVE_CTX_MIN, mem);
+    } else {
+        snprintf(buf, n, "default for serve: %s does not fit %s", want, mem);
+    }
+}
+
 void df_plan_summary(const df_plan *p, char *buf, size_t n)
 {
+    char why[320] = "", ctx[340] = "";
+    df_plan_ctx_reason(p, why, sizeof why);
+    if (*why) snprintf(ctx, sizeof ctx, " (%s)", why);
     snprintf(buf, n,
-             "plan: --mem %.2f GiB%s: trunk %.2f GiB %s, context %d tokens %.3f GiB, prompt chunk %d%s "
+             "plan: --mem %.2f GiB%s: trunk %.2f GiB %s, context %d tokens%s %.3f GiB, prompt chunk %d%s "
              "(scratch %.3f GiB), expert cache %.2f GiB (%" PRIu64 " of %" PRIu64 " experts), unused %.2f GiB",
              gib(p->budget), p->budget_given ? "" : " (default)", gib(p->trunk_used),
-             p->trunk_mode == DF_TRUNK_STREAMED ? "streamed" : "resident", p->n_ctx, gib(p->state_bytes),
+             p->trunk_mode == DF_TRUNK_STREAMED ? "streamed" : "resident", p->n_ctx, ctx, gib(p->state_bytes),
              p->max_batch, p->batch_auto ? " (auto)" : "", gib(p->scratch_bytes), gib(p->cache_bytes), p->n_slots + p->n_transient, p->n_experts,
              gib(p->budget - p->used));
 }
@@ -235,6 +333,9 @@ void df_plan_print(const df_plan *p, const char *prefix, FILE *f)
     fprintf(f, "%smemory plan for --mem %.2f GiB%s (context %d tokens, prompt chunk %d%s):\n", prefix,
             gib(p->budget), p->budget_given ? "" : " (default: 70% of RAM)", p->n_ctx, p->max_batch,
             p->batch_auto ? ", chosen from the budget" : "");
+    char why[320];
+    df_plan_ctx_reason(p, why, sizeof why);
+    if (*why) fprintf(f, "%s  context %d tokens: %s\n", prefix, p->n_ctx, why);
     if (p->trunk_mode == DF_TRUNK_STREAMED)
         fprintf(f, "%s  trunk, streamed (2 buffers)   %10.3f GiB  (%.3f GiB re-read per forward pass)\n", prefix,
                 gib(p->trunk_used), gib(p->trunk_bytes));

@@ -56,6 +56,11 @@ typedef struct plan_request {
 #define PLAN_BATCH_FAST 256    /* the auto chunk when nothing streams and its scratch fits */
 #define PLAN_BATCH_MAX 2048    /* the largest automatic chunk */
 
+/* serve's default context (plan_serve_ctx): 64K where it fits, halved down
+ * to the session default */
+#define PLAN_SERVE_CTX 65536
+#define PLAN_SERVE_CTX_MIN 4096
+
 /* The process reserve for n_threads workers and a tokenizer of `vocab`. */
 uint64_t plan_reserve_bytes(int n_threads, int vocab);
 /* Open MPI's share of a rank's memory under mpirun with n ranks (n 0: not
@@ -68,5 +73,25 @@ uint64_t plan_remote_bytes(int from_mirror);
 /* Fill *p from sz and rq, or fail with the numbers (p is still filled with
  * what the cheapest configuration would need, for messages and tables). */
 int plan_compute(const plan_sizes *sz, const plan_request *rq, df_plan *p, df_error *err);
+
+/* The expert cache's streaming minimum: one token's experts in every MoE
+ * layer (k x n_moe_layers slots, at most every expert).  A smaller cache
+ * evicts, within one token, experts the next token needs in the same
+ * layers: decode then reads nearly all of them again every token. */
+uint64_t plan_stream_min_slots(const plan_sizes *sz);
+
+/* The sizes of the planned session(s) at a context of n_ctx tokens (the
+ * engine's dry run; tests give their own). */
+typedef int (*plan_sizes_at)(void *arg, int n_ctx, plan_sizes *sz, df_error *err);
+
+/* serve's default context, the one rule (plan.c's comment): the largest of
+ * min(PLAN_SERVE_CTX, n_ctx_max), then halvings down to PLAN_SERVE_CTX_MIN,
+ * whose plan fits, keeps the trunk as the floor's plan has it and leaves the
+ * expert cache at least plan_stream_min_slots (or --expert-cache's size);
+ * else the floor, planned (and refused) as plan_compute does.  n_ctx_max 0:
+ * the model gives no maximum.  *p is the chosen plan, with ctx_rule,
+ * ctx_want, ctx_why and stream_min_slots set. */
+int plan_serve_ctx(plan_sizes_at sizes, void *arg, int n_ctx_max, const plan_request *rq, df_plan *p,
+                   df_error *err);
 
 #endif

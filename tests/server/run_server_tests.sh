@@ -149,6 +149,25 @@ check "NaN weight, /v1/messages: an Anthropic error" "500 error" \
 check "NaN weight: the server still answers /health" 200 "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$PN/health")"
 kill "${pids[-1]}"; wait "${pids[-1]}" 2>/dev/null || true; unset 'pids[-1]'
 
+# no --ctx: serve's default context (plan.c plan_serve_ctx) on the default model holds a
+# coding agent's first request (10-17K tokens): 64K, and the plan line says why; a prompt
+# past it is refused naming --ctx on every API
+PD=$(free_port); MODEL_SAVE=$MODEL; MODEL=models/k3-mini; start "$PD"; MODEL=$MODEL_SAVE
+CL=$(curl -s "http://127.0.0.1:$PD/v1/models" | grep -o '"context_length":[0-9]*' | grep -o '[0-9]*$' || echo 0)
+check "no --ctx on $(basename models/k3-mini): context_length >= 65536" yes "$([ "${CL:-0}" -ge 65536 ] && echo yes || echo "no (${CL:-none})")"
+check "no --ctx: the plan line gives the reason" 1 \
+    "$(grep -c '^deltafin: plan: .*context 65536 tokens (default for serve: 64K fits beside the expert cache)' "$LOG/server-$PD.log" || true)"
+node -e 'const t="x ".repeat(80000); for (const [f, b] of [["chat", {messages: [{role: "user", content: t}]}],
+    ["completions", {prompt: t, max_tokens: 1}], ["messages", {model: "m", max_tokens: 1, messages: [{role: "user", content: t}]}],
+    ["responses", {input: t}]]) require("fs").writeFileSync(process.argv[1] + "/over-" + f + ".json", JSON.stringify(b))' "$LOG"
+for ep in chat/completions completions messages responses; do
+    f=$LOG/over-${ep%%/*}.json
+    R=$(curl -s -w ' %{http_code}' -H 'Content-Type: application/json' --data-binary @"$f" "http://127.0.0.1:$PD/v1/$ep")
+    check "/v1/$ep: a prompt past the default context names --ctx" "400 named" \
+        "$(echo "$R" | grep -o '[0-9]*$') $(echo "$R" | grep -q 'larger --ctx (now 65536)' && echo named || echo "$R" | head -c 300)"
+done
+kill "${pids[-1]}"; wait "${pids[-1]}" 2>/dev/null || true; unset 'pids[-1]'
+
 # --parallel N is planned before the expert cache: on a model whose experts do not all fit,
 # --parallel 3 at --mem 64M takes a little cache instead of being refused (it was: the
 # cache had taken everything and the later sessions found no room)
