@@ -23,7 +23,9 @@
  *             the trunk resident if it is resident at 4K, and leaves the
  *             expert cache at least its streaming minimum: k x n_moe_layers
  *             slots (one token's experts in every MoE layer; fewer and
- *             decode re-reads nearly every expert each token).  With
+ *             decode re-reads nearly every expert each token), or, where
+ *             the cache is below that already at 4K (a resident trunk
+ *             leaves little: K3 at 128 GiB), at least 7/8 of its 4K size.  With
  *             --expert-cache the cache is fixed: the context must only fit;
  *   else    4K (the session default), planned or refused as any context.
  *   The sessions counted are the planned ones (--parallel N, else one):
@@ -241,7 +243,12 @@ static int serve_ctx_fails(int rc, const df_plan *q, const df_plan *floor, uint6
 {
     if (rc) return DF_CTX_WHY_BUDGET;
     if (q->trunk_mode != floor->trunk_mode) return DF_CTX_WHY_TRUNK;
-    if (!q->cache_forced && q->n_slots + q->n_transient < min_slots) return DF_CTX_WHY_CACHE;
+    /* the cache keeps the streaming minimum; where it is below that already
+     * at 4,096 (a resident trunk leaves little), a larger context may take
+     * at most an eighth of it (K3 at 128 GiB: 32K, enough for an agent) */
+    uint64_t have0 = floor->n_slots + floor->n_transient;
+    uint64_t need = have0 >= min_slots ? min_slots : have0 - have0 / 8;
+    if (!q->cache_forced && q->n_slots + q->n_transient < need) return DF_CTX_WHY_CACHE;
     return 0;
 }
 
@@ -301,6 +308,11 @@ void df_plan_ctx_reason(const df_plan *p, char *buf, size_t n)
         snprintf(buf, n, "%s", "");
     } else if (p->ctx_rule == DF_CTX_SERVE_FITS) {
         snprintf(buf, n, "default for serve: %s%s fits beside the expert cache", want, model_max);
+    } else if (p->ctx_why == DF_CTX_WHY_CACHE && p->n_slots + p->n_transient < p->stream_min_slots) {
+        snprintf(buf, n,
+                 "default for serve: the expert cache is below its streaming minimum (%" PRIu64 " experts, %.2f GiB: "
+                 "one token's in every MoE layer) at %s, and %s would take more than an eighth of it",
+                 p->stream_min_slots, gib(p->stream_min_slots * p->slot_bytes), mem, want);
     } else if (p->ctx_why == DF_CTX_WHY_CACHE) {
         snprintf(buf, n,
                  "default for serve: %s would leave the expert cache below its streaming minimum (%" PRIu64

@@ -41,10 +41,13 @@ ${CC:-cc} -std=c11 -O1 -g -pthread $SAN -Wall -Wextra -Wshadow -Wstrict-prototyp
 
 free_port() { node -e 'const s=require("net").createServer();s.listen(0,"127.0.0.1",()=>{console.log(s.address().port);s.close()})'; }
 PS=$(free_port)
-"$BIN" serve --model "$MODEL" --port "$PS" --ctx 65536 >"$T/server.log" 2>&1 &
+"$BIN" serve --model "$MODEL" --port "$PS" >"$T/server.log" 2>&1 &
 pids+=($!)
 for _ in $(seq 1 100); do curl -sf "http://127.0.0.1:$PS/health" >/dev/null 2>&1 && break; sleep 0.1; done
 curl -sf "http://127.0.0.1:$PS/health" >/dev/null || { cat "$T/server.log"; echo "agents: the server did not start"; exit 1; }
+# no --ctx: serve's default context holds an agent's first request (10-17K tokens)
+CTX=$(curl -s "http://127.0.0.1:$PS/v1/models" | sed -n 's/.*"context_length":\([0-9]*\).*/\1/p')
+[ "${CTX:-0}" -ge 65536 ] && ok "serve's default context on the default model: $CTX tokens" || bad "default context ${CTX:-?}"
 PP=$(free_port)
 node tests/agents/record_proxy.mjs "$PP" "$PS" "$T/requests" >"$T/proxy.log" 2>&1 &
 pids+=($!)
@@ -136,7 +139,7 @@ else bad "opencode run: $(tail -5 "$T/oc.err")"; fi
 # ---- a client leaving during a long prompt: keep-alives, the prefix kept, the retry continues
 PC=$(free_port)
 cd "$R"
-"$BIN" serve --model "$MODEL" --port "$PC" --ctx 65536 --threads 1 >"$T/server-cut.log" 2>&1 &
+"$BIN" serve --model "$MODEL" --port "$PC" --threads 1 >"$T/server-cut.log" 2>&1 &
 pids+=($!)
 for _ in $(seq 1 100); do curl -sf "http://127.0.0.1:$PC/health" >/dev/null 2>&1 && break; sleep 0.1; done
 node tests/agents/prompt_cut_test.mjs "$PC" "$T/server-cut.log" tests/agents/recorded/claude-code/session-a-turn1.json || fail=1
