@@ -2,7 +2,7 @@
  *
  *   deltafin serve --model DIR [--host 127.0.0.1] [--port 8080] [--queue 16]
  *                  [--api-key KEY] [--max-request-bytes 128M] [--max-tokens N]
- *                  [--timeout SEC] [--name NAME] [--ping-ms 2000] [--checkpoints 2]
+ *                  [--timeout SEC] [--conn-timeout 600] [--name NAME] [--ping-ms 2000] [--checkpoints 2]
  *                  [--parallel N] [--prompt-cache DIR [--prompt-cache-max 8G]]
  *                  + the run options (--ctx, --mem, --threads, --batch, ...)
  *
@@ -82,12 +82,14 @@
 
 /* ---- the worker ------------------------------------------------------- */
 
-/* Feed a prompt's ids in pieces, so a cancelled job stops soon. */
+/* Feed a prompt's ids in pieces, so a cancelled job (1) or one past its
+ * --timeout (2) stops soon. */
 static int feed(slot *sl, job *j, const int32_t *ids, size_t n)
 {
     df_error err = {0};
     for (size_t o = 0; o < n;) {
         if (atomic_load(&j->cancelled)) return 1;
+        if (j->deadline > 0 && now() > j->deadline) return 2;
         size_t k = n - o < 256 ? n - o : 256;
         if (gen_feed(&sl->gl, ids + o, k, &err)) {
             snprintf(j->errmsg, sizeof j->errmsg, "%s", err.msg);
@@ -255,15 +257,16 @@ static void run_job(srv *S, job *j)
         rc = feed(sl, j, j->ids + at, j->n_ids - at);
     }
     if (rc > 0) {
-        /* the client went away while its prompt was evaluated: what was
-         * evaluated stays (a checkpoint there), so the same request sent
-         * again continues from it */
+        /* the client went away (or --timeout passed) while its prompt was
+         * evaluated: what was evaluated stays (a checkpoint there), so the
+         * same request sent again continues from it */
         size_t n_done = 0;
         gen_history(&sl->gl, &n_done);
         if (n_done > 0 && S->a.checkpoints > 0 && !df_session_checkpoint(sl->s, &rerr)) sl->ck_pos = (int)n_done;
         j->prompt_cut = (int)n_done;
-        fprintf(stderr, "deltafin: %s: the client left during its prompt: stopped after %zu of %zu ids (%zu evaluated "
-                "here), kept for the same request sent again\n", j->id, n_done, j->n_ids, n_done - from);
+        fprintf(stderr, "deltafin: %s: %s during its prompt: stopped after %zu of %zu ids (%zu evaluated here), kept "
+                "for the same request sent again\n", j->id, rc == 2 ? "--timeout passed" : "the client left", n_done,
+                j->n_ids, n_done - from);
     }
     sampler_reset(&S->smp, j->temperature, j->top_p, 0, j->seed);
     tok_decoder dec;
@@ -274,7 +277,7 @@ static void run_job(srv *S, job *j)
     df_error gerr = {0};
     while (!rc) {
         if (atomic_load(&j->cancelled)) { j->fin = FIN_CANCEL; break; }
-        if (now() > j->deadline) { j->fin = FIN_LENGTH; break; }
+        if (j->deadline > 0 && now() > j->deadline) { j->fin = FIN_TIMEOUT; break; }
         int32_t next;
         if (gen_next(&sl->gl, &next, &gerr)) {
             snprintf(j->errmsg, sizeof j->errmsg, "%s", gerr.msg);
@@ -306,9 +309,14 @@ static void run_job(srv *S, job *j)
         snprintf(j->errmsg, sizeof j->errmsg, "%s", gerr.msg);
         rc = -1;
     }
-    if (rc > 0) j->fin = FIN_CANCEL;
+    if (rc == 2) {
+        j->fin = FIN_TIMEOUT;
+        rc = 0;
+    } else if (rc > 0) {
+        j->fin = FIN_CANCEL;
+    }
     if (rc < 0) j->fin = FIN_ERROR;
-    if (j->fin == FIN_LENGTH || j->fin == FIN_STOPSEQ) {
+    if (j->fin == FIN_LENGTH || j->fin == FIN_STOPSEQ || j->fin == FIN_TIMEOUT) {
         if (j->api == API_COMPLETIONS) {
             size_t n = tok_decoder_flush(&dec, S->dbuf, S->dcap);
             emit_text(j, CH_CONTENT, S->dbuf, n);
@@ -535,7 +543,7 @@ static enum MHD_Result serve_generate(srv *S, struct MHD_Connection *c, int api,
     }
     if (!j) return reply_error(c, api, &e);
     const char *omitted = api == API_RESPONSES ? resp_omitted_tools(j) : NULL;
-    j->deadline = now() + S->timeout;
+    j->deadline = S->timeout > 0 ? now() + S->timeout : 0;
     pthread_mutex_lock(&S->mu);
     S->n_requests++;
     if (S->n_waiting >= S->queue_max) {
@@ -700,7 +708,8 @@ int cmd_serve(int argc, char **argv)
     S->queue_max = 16;
     S->max_body = (size_t)128 << 20;
     S->max_tokens_cap = 0; /* none: the context bounds a reply */
-    S->timeout = 600;
+    S->timeout = 0; /* none: a job ends at its max_tokens, the context, or when its client leaves */
+    S->conn_timeout = 600;
     S->ping_ms = 2000;
     S->pcache_max = (uint64_t)8 << 30;
     int checkpoints = 2, parallel = 0;
@@ -721,7 +730,8 @@ int cmd_serve(int argc, char **argv)
             S->max_body_set = 1;
         }
         else if (SERVE_OPT("--max-tokens")) S->max_tokens_cap = (int)parse_long(argv[++i], f, 1, 1 << 24);
-        else if (SERVE_OPT("--timeout")) S->timeout = (double)parse_long(argv[++i], f, 1, 1 << 24);
+        else if (SERVE_OPT("--timeout")) S->timeout = (double)parse_long(argv[++i], f, 0, 1 << 24);
+        else if (SERVE_OPT("--conn-timeout")) S->conn_timeout = (int)parse_long(argv[++i], f, 1, 1 << 24);
         else if (SERVE_OPT("--name")) S->name = argv[++i];
         else if (SERVE_OPT("--ping-ms")) S->ping_ms = (int)parse_long(argv[++i], f, 10, 3600000);
         else if (SERVE_OPT("--checkpoints")) checkpoints = (int)parse_long(argv[++i], f, 0, 64);
@@ -770,7 +780,7 @@ int cmd_serve(int argc, char **argv)
     struct MHD_Daemon *d = MHD_start_daemon(
         MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG, (uint16_t)S->port, NULL,
         NULL, on_request, S, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa, MHD_OPTION_NOTIFY_COMPLETED, on_completed,
-        S, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)S->timeout, MHD_OPTION_CONNECTION_LIMIT, 512u, MHD_OPTION_END);
+        S, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)S->conn_timeout, MHD_OPTION_CONNECTION_LIMIT, 512u, MHD_OPTION_END);
     if (!d) {
         fprintf(stderr, "deltafin: cannot listen on %s:%d: %s\n", S->host, S->port, strerror(errno));
         return 1;

@@ -398,6 +398,7 @@ void emit_begin(job *j)
 
 const char *finish_name(const job *j)
 {
+    if (j->fin == FIN_TIMEOUT) return "timeout"; /* serve --timeout: its own reason on every API */
     if (j->api == API_MESSAGES)
         return j->fin == FIN_LENGTH ? (j->ctx_bound && j->n_gen >= j->max_tokens ? "model_context_window_exceeded" : "max_tokens")
              : j->fin == FIN_STOPSEQ ? "stop_sequence"

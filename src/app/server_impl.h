@@ -37,7 +37,7 @@
 
 enum { API_CHAT, API_COMPLETIONS, API_MESSAGES, API_RESPONSES };
 enum { CH_REASONING, CH_CONTENT };
-enum { FIN_STOP, FIN_LENGTH, FIN_STOPSEQ, FIN_CANCEL, FIN_ERROR };
+enum { FIN_STOP, FIN_LENGTH, FIN_STOPSEQ, FIN_CANCEL, FIN_ERROR, FIN_TIMEOUT };
 enum { BLK_NONE, BLK_THINK, BLK_TEXT, BLK_TOOL };
 #define MAX_STOPS 16
 #define MAX_TOP_LOGPROBS 20
@@ -66,7 +66,8 @@ typedef struct srv {
     _Atomic size_t max_body;   /* written once the context is known, read by connection threads */
     int max_body_set;           /* --max-request-bytes given (else derived from the context) */
     size_t max_text;            /* prompt text bytes the context can hold: n_ctx x the longest token */
-    double timeout;
+    double timeout;             /* --timeout: a job's limit, prompt and reply (0: none) */
+    int conn_timeout;           /* --conn-timeout: libmicrohttpd's idle connection limit */
     run_args a;
     tokenizer *tok;
     df_engine *eng;
@@ -122,7 +123,7 @@ struct job {
     char id[48];
     char *model;
     long created;
-    double deadline;
+    double deadline;            /* now + --timeout, or 0: none */
     /* shared with the connection thread, guarded by mu */
     pthread_mutex_t mu;
     pthread_cond_t cv;

@@ -758,7 +758,8 @@ static void response_object(json_buf *b, const job *j, const char *status, const
         json_buf_puts(b, "null");
     }
     json_buf_puts(b, ",\"incomplete_details\":");
-    json_buf_puts(b, !strcmp(status, "incomplete") ? "{\"reason\":\"max_output_tokens\"}" : "null");
+    json_buf_puts(b, strcmp(status, "incomplete") ? "null" : j->fin == FIN_TIMEOUT ? "{\"reason\":\"timeout\"}"
+                                                       : "{\"reason\":\"max_output_tokens\"}");
     json_buf_puts(b, ",\"model\":");
     put_str(b, j->model);
     json_buf_puts(b, ",\"output\":[");
@@ -988,7 +989,7 @@ void resp_finish(job *j)
     resp_job *r = j->rj;
     json_buf b;
     json_buf_init(&b);
-    int incomplete = j->fin == FIN_LENGTH;
+    int incomplete = j->fin == FIN_LENGTH || j->fin == FIN_TIMEOUT;
     if (j->fin != FIN_ERROR) item_close(j, incomplete ? "incomplete" : "completed");
     if (r->open == RI_CALL) resp_call_end(j, "{}", 2);
     const char *status = j->fin == FIN_ERROR ? "failed" : incomplete ? "incomplete" : "completed";

@@ -4,7 +4,7 @@
 # Starts two servers on free loopback ports (one with --queue 4 --max-request-bytes 1M,
 # one with --api-key), waits for /health, runs curl checks (among them the SDK
 # request fixtures in fixtures/ and a 200 MiB body), the slow-client test
-# (slowloris_test.mjs, on a third server with --timeout 2), the chat page in
+# (slowloris_test.mjs, on a third server with --conn-timeout 2), the chat page in
 # headless Chromium (page_test.mjs: needs Debian's chromium package), the SDK
 # tests in server_test.mjs, the Responses API in responses_test.mjs (on a server of
 # its own), drafts on vs off (draft_test.mjs) (needs `npm ci --prefix tests/server`; works offline
@@ -109,8 +109,17 @@ pings=$(curl -sN -d @"$LOG/long.json" "http://127.0.0.1:$P3/v1/completions" | gr
 check "SSE pings during a long prefill" yes "$([ "$pings" -ge 1 ] && echo yes || echo "no ($pings)")"
 kill "${pids[-1]}"; wait "${pids[-1]}" 2>/dev/null || true; unset 'pids[-1]'
 
+# --timeout covers the prompt: a prefill longer than it ends as "timeout" (its own finish reason),
+# what was evaluated kept for the same request sent again
+P5=$(free_port); start "$P5" --batch 1 --threads 1 --timeout 1
+node -e 'console.log(JSON.stringify({prompt: "hello world ".repeat(300), max_tokens: 2}))' >"$LOG/long2.json"
+fr=$(curl -s -d @"$LOG/long2.json" "http://127.0.0.1:$P5/v1/completions" | sed -n 's/.*"finish_reason":"\([a-z_]*\)".*/\1/p')
+check "--timeout during a long prefill: finish_reason timeout" timeout "$fr"
+check "--timeout during a prefill is logged with what was kept" 1 "$(grep -c -- '--timeout passed during its prompt: stopped after' "$LOG/server-$P5.log")"
+kill "${pids[-1]}"; wait "${pids[-1]}" 2>/dev/null || true; unset 'pids[-1]'
+
 # slow clients, on a server whose connections time out after 2 s
-P4=$(free_port); start "$P4" --timeout 2
+P4=$(free_port); start "$P4" --conn-timeout 2
 DELTAFIN_URL_SLOW=http://127.0.0.1:$P4 NODE_PATH=tests/server/node_modules node --test --test-reporter=spec \
     tests/server/slowloris_test.mjs || fail=1
 kill -0 "${pids[-1]}" 2>/dev/null || { echo "not ok - the --timeout 2 server died"; cat "$LOG/server-$P4.log"; fail=1; }

@@ -1,9 +1,9 @@
-// slowloris_test.mjs - slow clients against `deltafin serve --timeout 2` (run by run_server_tests.sh).
+// slowloris_test.mjs - slow clients against `deltafin serve --conn-timeout 2` (run by run_server_tests.sh).
 //
 // A client that sends its request headers a byte at a time, slower than the
 // server's connection timeout, must be cut off; while many clients trickle
 // headers, the server must keep answering others.
-// Environment: DELTAFIN_URL_SLOW  base URL of a server started with --timeout 2.
+// Environment: DELTAFIN_URL_SLOW  base URL of a server started with --conn-timeout 2.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import net from 'node:net';
