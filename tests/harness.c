@@ -128,6 +128,20 @@ static void drain(int fd, char *buf, size_t n)
     close(fd);
 }
 
+char *t_slurp(const char *path, size_t *n)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long len = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *b = malloc((size_t)(len > 0 ? len : 0) + 1);
+    *n = len > 0 ? fread(b, 1, (size_t)len, f) : 0;
+    b[*n] = 0;
+    fclose(f);
+    return b;
+}
+
 int t_run(const char *const *argv, char *out, size_t n_out, char *err, size_t n_err)
 {
     char tmpl[] = "/tmp/df_t_run_XXXXXX";

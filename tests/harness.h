@@ -36,6 +36,8 @@ void test_scratch_remove(void);
 /* Generate a model with k3gen into <scratch>/name (reused if present);
  * writes its path to out.  Returns 0, or records a failure and returns -1. */
 int gen_model(const char *name, const char *args, char *out, size_t n);
+/* A whole file, NUL-terminated (malloc'd; *n its length), or NULL. */
+char *t_slurp(const char *path, size_t *n);
 /* Run argv (argv[0] a path) to completion; its stdout and stderr go to
  * out and err (NUL-terminated, truncated to the sizes; either may be NULL).
  * Returns the exit status, or -1 when it did not exit normally. */

@@ -609,20 +609,6 @@ static void test_lookup_proposals(void)
     df_drafter_free(sf);
 }
 
-static char *slurp(const char *path, size_t *n)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *b = malloc((size_t)len + 1);
-    *n = fread(b, 1, (size_t)len, f);
-    b[*n] = 0;
-    fclose(f);
-    return b;
-}
-
 /* `deltafin run` with --draft: the same ids and the same --dump-logits file
  * as without; --bench-json and --events report the drafts; bad --draft
  * values are refused by name. */
@@ -653,7 +639,7 @@ static void test_cli_drafts(void)
     TCHECK(p && q && atol(p + 17) > 0 && atol(p + 17) == atol(q + 17));
     TCHECK(strstr(out0, "\"draft_proposed\":0,"));
     size_t n0 = 0, n1 = 0, ne = 0;
-    char *d0 = slurp(dump0, &n0), *d1 = slurp(dump1, &n1), *ev = slurp(events, &ne);
+    char *d0 = t_slurp(dump0, &n0), *d1 = t_slurp(dump1, &n1), *ev = t_slurp(events, &ne);
     TCHECKF(d0 && d1 && n0 == n1 && n0 > 0 && !memcmp(d0, d1, n0), "--dump-logits differs with drafts (%zu, %zu bytes)",
             n0, n1);
     TCHECKF(ev && strstr(ev, "{\"draft\":{\"k\":3,"), "--events has no draft lines");

@@ -272,6 +272,22 @@ static int tool_result_text(anth_conv *cv, const json_value *v, const char *wher
     return 0;
 }
 
+/* A system turn from `system` or a system message (the billing line left out). */
+static int system_turn(const anth_conv *cv, const json_value *v, const char *where, json_buf *d, int *first, rq_err *e)
+{
+    json_buf t;
+    json_buf_init(&t);
+    int rc = anth_text(v, where, !cv->S->keep_billing, &t, e);
+    if (!rc) {
+        anth_sep(d, first);
+        json_buf_puts(d, "{\"role\":\"system\",\"content\":");
+        json_write_string(d, t.p ? t.p : "", t.len);
+        json_buf_puts(d, "}");
+    }
+    json_buf_free(&t);
+    return rc;
+}
+
 /* Map the request onto {"messages": [...], "tools": [...], "tool_choice": ...}. */
 static int anth_convert(const json_value *o, anth_conv *cv, json_buf *d, rq_err *e)
 {
@@ -279,19 +295,7 @@ static int anth_convert(const json_value *o, anth_conv *cv, json_buf *d, rq_err 
     json_buf_puts(d, "{\"messages\":[");
     int first = 1;
     const json_value *sys = field(o, "system");
-    if (sys) {
-        json_buf t;
-        json_buf_init(&t);
-        int rc = anth_text(sys, "system", !cv->S->keep_billing, &t, e);
-        if (!rc) {
-            anth_sep(d, &first);
-            json_buf_puts(d, "{\"role\":\"system\",\"content\":");
-            json_write_string(d, t.p ? t.p : "", t.len);
-            json_buf_puts(d, "}");
-        }
-        json_buf_free(&t);
-        if (rc) return -1;
-    }
+    if (sys && system_turn(cv, sys, "system", d, &first, e)) return -1;
     const json_value *msgs = json_get(o, "messages");
     int think_idx = 0;
     int *load = xmalloc((size_t)(cv->n_tools ? cv->n_tools : 1) * sizeof *load);
@@ -306,16 +310,7 @@ static int anth_convert(const json_value *o, anth_conv *cv, json_buf *d, rq_err 
             const char *clear_at = json_get_str(m, "clear_at");
             if (clear_at && !strcmp(clear_at, "next_user_message") && cv->last_user != SIZE_MAX && cv->last_user > i)
                 continue;
-            json_buf t;
-            json_buf_init(&t);
-            rc = anth_text(c, where, !cv->S->keep_billing, &t, e);
-            if (!rc) {
-                anth_sep(d, &first);
-                json_buf_puts(d, "{\"role\":\"system\",\"content\":");
-                json_write_string(d, t.p ? t.p : "", t.len);
-                json_buf_puts(d, "}");
-            }
-            json_buf_free(&t);
+            rc = system_turn(cv, c, where, d, &first, e);
             continue;
         }
         int user = !strcmp(role, "user");

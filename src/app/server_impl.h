@@ -163,6 +163,7 @@ void emit_text(job *j, int ch, const char *s, size_t n);
 void emit_call_begin(job *j, int idx, const char *name);
 void emit_call_end(job *j, int idx, const char *args, size_t n);
 void emit_finish(job *j);
+void emit_last(job *j, json_buf *b);
 void gate_flush(job *j);
 void record_logprobs(srv *S, job *j, const float *logits, int32_t id, size_t text_len);
 const char *finish_name(const job *j);

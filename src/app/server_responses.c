@@ -1015,13 +1015,7 @@ void resp_finish(job *j)
     } else {
         response_object(&b, j, status, NULL, NULL);
     }
-    pthread_mutex_lock(&j->mu);
-    if (!j->stream && j->fin == FIN_ERROR) j->status = 500;
-    json_buf_put(&j->out, b.p, b.len);
-    j->done = 1;
-    pthread_cond_broadcast(&j->cv);
-    pthread_mutex_unlock(&j->mu);
-    json_buf_free(&b);
+    emit_last(j, &b);
 }
 
 /* A stream refused at validation whose client wants events, not a 4xx

@@ -25,30 +25,10 @@
 #include "../../src/app/server_responses.c"
 #include "harness.h"
 
-/* cli.c's helpers, which server.c's command uses (not reached here) */
-_Noreturn void die(const char *fmt, ...) { (void)fmt; abort(); }
-long parse_long(const char *s, const char *flag, long lo, long hi) { (void)flag; (void)lo; (void)hi; return atol(s); }
-size_t parse_size(const char *s, const char *flag) { (void)flag; return (size_t)atol(s); }
-void parse_common(int argc, char **argv, run_args *a) { (void)argc; (void)argv; memset(a, 0, sizeof *a); }
-df_engine *open_engine(const run_args *a) { (void)a; abort(); }
-double now(void) { return now_sec(); }
+#include "../server/server_stubs.h"
 
 static srv S;
 static const char *REC = "tests/agents/recorded/claude-code";
-
-static char *slurp(const char *path, size_t *n)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *p = xmalloc((size_t)len + 1);
-    *n = fread(p, 1, (size_t)len, f);
-    p[*n] = 0;
-    fclose(f);
-    return p;
-}
 
 /* The "body" of a recording, as JSON text (name: under REC, or AGENT/NAME
  * under tests/agents/recorded). */
@@ -58,7 +38,7 @@ static char *recorded_body(const char *name)
     size_t n = 0;
     if (strchr(name, '/')) snprintf(path, sizeof path, "tests/agents/recorded/%s.json", name);
     else snprintf(path, sizeof path, "%s/%s.json", REC, name);
-    char *text = slurp(path, &n);
+    char *text = t_slurp(path, &n);
     if (!text) {
         t_fail(__FILE__, __LINE__, "%s: cannot read", path);
         return NULL;

@@ -112,7 +112,7 @@ kill "${pids[-1]}"; wait "${pids[-1]}" 2>/dev/null || true; unset 'pids[-1]'
 # --timeout covers the prompt: a prefill longer than it ends as "timeout" (its own finish reason),
 # what was evaluated kept for the same request sent again
 P5=$(free_port); start "$P5" --batch 1 --threads 1 --timeout 1
-node -e 'console.log(JSON.stringify({prompt: "hello world ".repeat(300), max_tokens: 2}))' >"$LOG/long2.json"
+node -e 'console.log(JSON.stringify({prompt: "hello world ".repeat(1500), max_tokens: 2}))' >"$LOG/long2.json"
 fr=$(curl -s -d @"$LOG/long2.json" "http://127.0.0.1:$P5/v1/completions" | sed -n 's/.*"finish_reason":"\([a-z_]*\)".*/\1/p')
 check "--timeout during a long prefill: finish_reason timeout" timeout "$fr"
 check "--timeout during a prefill is logged with what was kept" 1 "$(grep -c -- '--timeout passed during its prompt: stopped after' "$LOG/server-$P5.log")"

@@ -16,13 +16,7 @@
 #include "../../src/app/server_responses.c"
 #include "harness.h"
 
-/* cli.c's helpers, which server.c's command uses (not reached here) */
-_Noreturn void die(const char *fmt, ...) { (void)fmt; abort(); }
-long parse_long(const char *s, const char *flag, long lo, long hi) { (void)flag; (void)lo; (void)hi; return atol(s); }
-size_t parse_size(const char *s, const char *flag) { (void)flag; return (size_t)atol(s); }
-void parse_common(int argc, char **argv, run_args *a) { (void)argc; (void)argv; memset(a, 0, sizeof *a); }
-df_engine *open_engine(const run_args *a) { (void)a; abort(); }
-double now(void) { return now_sec(); }
+#include "server_stubs.h"
 
 static srv S;
 
