@@ -668,6 +668,18 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         bprintf(&b, ",\"context_length\":%d}]}", S->n_ctx);
         return reply_json(c, 200, &b);
     }
+    if (!strcmp(path, "/messages/count_tokens") && post) {
+        /* Anthropic's token count: the prompt rendered exactly as /v1/messages would */
+        job *j = request_job_ex(S, API_MESSAGES, 1, r->body.p, r->body.len, &e);
+        if (!j) return reply_error(c, API_MESSAGES, &e);
+        json_buf b;
+        json_buf_init(&b);
+        bprintf(&b, "{\"input_tokens\":%zu", j->n_ids);
+        if (j->ctx_edits) bprintf(&b, ",\"context_management\":{\"original_input_tokens\":%zu}", j->n_ids + j->n_cleared);
+        json_buf_puts(&b, "}");
+        job_unref(j);
+        return reply_json(c, 200, &b);
+    }
     if (api >= 0 && post) return serve_generate(S, c, api, r);
     if (api >= 0) {
         rq_fail(&e, 405, NULL, "%s needs POST", url);

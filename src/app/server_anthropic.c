@@ -712,7 +712,7 @@ int parse_messages(srv *S, job *j, const json_value *o, rq_err *e)
     int64_t mt = 0;
     int mt_set = 0;
     if (get_int(o, "max_tokens", 1, INT32_MAX, &mt, &mt_set, e)) return -1;
-    if (!mt_set) return rq_fail(e, 400, "max_tokens", "max_tokens: Field required");
+    if (!mt_set && !j->count_only) return rq_fail(e, 400, "max_tokens", "max_tokens: Field required");
     chat_options co;
     chat_options_init(&co);
     co.thinking = 0;
@@ -792,6 +792,7 @@ int parse_messages(srv *S, job *j, const json_value *o, rq_err *e)
     if (!rc && co.thinking && cv.turn_effort) co.thinking_effort = cv.turn_effort;
         }
         if (!rc) rc = anth_build(S, j, o, &cv, &co, e);
+        if (!rc && cleared_turns) j->n_cleared += n_all - j->n_ids;
         if (!rc && cleared_turns)
             bprintf(&think_rep, "{\"type\":\"clear_thinking_20251015\",\"cleared_thinking_turns\":%d,"
                     "\"cleared_input_tokens\":%zu}", cleared_turns, n_all - j->n_ids);
@@ -808,6 +809,7 @@ int parse_messages(srv *S, job *j, const json_value *o, rq_err *e)
                 cv.n_clear = 0;
                 rc = anth_build(S, j, o, &cv, &co, e);
             } else if (!rc) {
+                j->n_cleared += before - j->n_ids;
                 bprintf(&tools_rep, "{\"type\":\"clear_tool_uses_20250919\",\"cleared_tool_uses\":%d,"
                         "\"cleared_input_tokens\":%zu}", cv.n_clear, before - j->n_ids);
             }
@@ -831,5 +833,6 @@ int parse_messages(srv *S, job *j, const json_value *o, rq_err *e)
     json_buf_free(&cv.defs);
     free(cv.tools);
     free(cv.clear);
-    return rc ? -1 : set_max_tokens(S, j, "max_tokens", mt, 1, e);
+    if (rc) return -1;
+    return j->count_only ? 0 : set_max_tokens(S, j, "max_tokens", mt, 1, e);
 }

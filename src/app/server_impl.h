@@ -112,6 +112,8 @@ struct job {
     char *ctx_edits;            /* messages: the applied_edits JSON array, when context_management was sent */
     int max_tokens;
     int ctx_bound;              /* max_tokens is what the context has left, less than asked */
+    int count_only;             /* /v1/messages/count_tokens: rendered and counted, never run */
+    size_t n_cleared;           /* prompt tokens context_management's edits removed */
     int n_copied;               /* prompt ids copied from another conversation's checkpoint */
     int prompt_cut;             /* the client left during the prompt: ids evaluated by then */
     char *stops[MAX_STOPS];
@@ -172,6 +174,9 @@ const char *finish_name(const job *j);
 int rq_fail(rq_err *e, int status, const char *param, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 void error_body(json_buf *b, int api, const rq_err *e);
 job *request_job(srv *S, int api, const char *body, size_t len, rq_err *e);
+/* count_only: the prompt alone (Anthropic's count_tokens: no max_tokens,
+ * no context check; the job is never run). */
+job *request_job_ex(srv *S, int api, int count_only, const char *body, size_t len, rq_err *e);
 /* The request-field helpers every API's parser shares (server_request.c):
  * each returns 0, or -1 with e filled naming the field. */
 const json_value *field(const json_value *o, const char *k); /* NULL for absent or null */

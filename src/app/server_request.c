@@ -415,6 +415,11 @@ static int parse_completions(srv *S, job *j, const json_value *o, rq_err *e)
  * fuzz target call it too. */
 job *request_job(srv *S, int api, const char *body, size_t len, rq_err *e)
 {
+    return request_job_ex(S, api, 0, body, len, e);
+}
+
+job *request_job_ex(srv *S, int api, int count_only, const char *body, size_t len, rq_err *e)
+{
     df_error err = {0};
     json_doc *doc = json_parse(body ? body : "", len, &err);
     if (!doc) {
@@ -429,6 +434,7 @@ job *request_job(srv *S, int api, const char *body, size_t len, rq_err *e)
     j->refs = 1;
     j->S = S;
     j->api = api;
+    j->count_only = count_only;
     j->status = 200;
     j->created = (long)time(NULL);
     unsigned long seq = atomic_fetch_add(&S->job_counter, 1) + 1;

@@ -109,6 +109,13 @@ pings=$(curl -sN -d @"$LOG/long.json" "http://127.0.0.1:$P3/v1/completions" | gr
 check "SSE pings during a long prefill" yes "$([ "$pings" -ge 1 ] && echo yes || echo "no ($pings)")"
 kill "${pids[-1]}"; wait "${pids[-1]}" 2>/dev/null || true; unset 'pids[-1]'
 
+# /v1/messages/count_tokens: the prompt /v1/messages renders, counted (no max_tokens needed)
+CT=$(curl -s "$U/v1/messages/count_tokens" -d '{"model":"m","system":"be brief","messages":[{"role":"user","content":"count me"}]}' \
+     | sed -n 's/.*"input_tokens":\([0-9]*\).*/\1/p')
+MT=$(curl -s "$U/v1/messages" -d '{"model":"m","max_tokens":1,"system":"be brief","messages":[{"role":"user","content":"count me"}]}' \
+     | sed -n 's/.*"input_tokens":\([0-9]*\),"cache_read_input_tokens":\([0-9]*\).*/\1 \2/p' | awk '{print $1 + $2}')
+check "count_tokens equals the prompt /v1/messages evaluates" "$MT" "${CT:-none}"
+
 # --timeout covers the prompt: a prefill longer than it ends as "timeout" (its own finish reason),
 # what was evaluated kept for the same request sent again
 P5=$(free_port); start "$P5" --batch 1 --threads 1 --timeout 1
