@@ -6,11 +6,15 @@
 # Continue (`cn -p`) and OpenCode (`opencode run`),
 # each through record_proxy.mjs so the requests they sent are kept in the log
 # directory.  Each must complete a turn and print a reply; the second turn
-# of a Claude Code or Codex session must reuse the first turn's prefix (cached
-# tokens reported; /metrics).  Before that, test_agent_requests renders the recorded requests in
-# tests/agents/recorded by the documented rules.  The agents' telemetry,
-# update checks and nonessential traffic are off through their own
-# environment variables; their HOME is a scratch directory.
+# of a Claude Code or Codex session must reuse the first turn's prefix, and a
+# second Claude Code session the first's system prompt and tools (cached
+# tokens reported; /metrics); then a client leaving a long prompt
+# (prompt_cut_test.mjs).  Before that, test_agent_requests renders the
+# recorded requests in tests/agents/recorded by the documented rules.  The
+# agents' telemetry, update checks and nonessential traffic are off through
+# their own environment variables, every proxy and package registry they
+# could use points at a closed port (no network), and their HOME is a
+# scratch directory.
 # Usage: tests/agents/run_agent_tests.sh [build/deltafin]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -55,8 +59,14 @@ for _ in $(seq 1 50); do curl -sf "http://127.0.0.1:$PP/health" >/dev/null 2>&1 
 mkdir -p "$T/home" "$T/work"
 export HOME="$T/home"
 cd "$T/work"
+# no network: besides their own switches, every proxy and package registry points at a closed
+# port, so a request that leaves this machine fails (loopback goes direct)
+dead=http://127.0.0.1:9
 agent_env=(DISABLE_TELEMETRY=1 DISABLE_AUTOUPDATER=1 DISABLE_ERROR_REPORTING=1 CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1
-           CONTINUE_CLI_ENABLE_TELEMETRY=0 CONTINUE_METRICS_ENABLED=0 OPENCODE_DISABLE_AUTOUPDATE=1 OPENCODE_DISABLE_SHARE=1)
+           CONTINUE_CLI_ENABLE_TELEMETRY=0 CONTINUE_METRICS_ENABLED=0 OPENCODE_DISABLE_AUTOUPDATE=1 OPENCODE_DISABLE_SHARE=1
+           HTTP_PROXY=$dead HTTPS_PROXY=$dead http_proxy=$dead https_proxy=$dead ALL_PROXY=$dead all_proxy=$dead
+           NO_PROXY=127.0.0.1,localhost no_proxy=127.0.0.1,localhost npm_config_registry=$dead/
+           NPM_CONFIG_REGISTRY=$dead/ BUN_CONFIG_REGISTRY=$dead/)
 R=$OLDPWD
 
 # ---- Claude Code: Anthropic Messages
