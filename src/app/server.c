@@ -35,7 +35,13 @@
  * there (an extension; the last generated id, not yet evaluated; a point
  * since the last verify pass; a checkpoint, kept after each prompt's last
  * <|end_of_msg|>, where the next turn's prompt parts from this reply's
- * reasoning), else the slot is reset.  A history is trusted only once the
+ * reasoning, and one where the system prompt and tools end, first_turn),
+ * else the slot is reset.  A new conversation that shares only that
+ * system-prompt checkpoint with a slot gets the prefix copied into another
+ * slot (df_session_copy_prefix), so both conversations keep their
+ * histories.  A client that leaves during its prompt (or a job past
+ * --timeout) stops within one piece; the ids evaluated stay, trusted, so
+ * the same request sent again continues from them.  A history is trusted only once the
  * job that produced it was delivered completely (job->delivered, set when
  * MHD reports the request completed); otherwise the next job resets it.
  * One worker runs one forward pass at a time: rows of different slots are
