@@ -280,9 +280,7 @@ static int system_turn(const anth_conv *cv, const json_value *v, const char *whe
     int rc = anth_text(v, where, !cv->S->keep_billing, &t, e);
     if (!rc) {
         anth_sep(d, first);
-        json_buf_puts(d, "{\"role\":\"system\",\"content\":");
-        json_write_string(d, t.p ? t.p : "", t.len);
-        json_buf_puts(d, "}");
+        put_message(d, "system", NULL, t.p, t.len);
     }
     json_buf_free(&t);
     return rc;
@@ -359,12 +357,8 @@ static int anth_convert(const json_value *o, anth_conv *cv, json_buf *d, rq_err 
                 if (rv) rc = tool_result_text(cv, rv, where, &r, load, &n_load, e);
                 if (!rc) {
                     anth_sep(d, &first);
-                    json_buf_puts(d, "{\"role\":\"tool\",\"tool_call_id\":");
-                    put_str(d, id);
-                    json_buf_puts(d, ",\"content\":");
-                    if (cleared(cv, id)) put_str(d, CLEARED_RESULT);
-                    else json_write_string(d, r.p ? r.p : "", r.len);
-                    json_buf_puts(d, "}");
+                    if (cleared(cv, id)) put_message(d, "tool", id, CLEARED_RESULT, strlen(CLEARED_RESULT));
+                    else put_message(d, "tool", id, r.p, r.len);
                 }
                 json_buf_free(&r);
             }

@@ -193,6 +193,8 @@ int render_encode(srv *S, job *j, const json_value *messages, const chat_options
  * output_config.effort) as K3's template spells it: low, high or max;
  * *off = 1 for "none"; NULL for a value the APIs do not define. */
 const char *k3_effort(const char *api_effort, int *off);
+/* {"role": R[, "tool_call_id": ID], "content": TEXT} into d (no separator). */
+void put_message(json_buf *d, const char *role, const char *tool_call_id, const char *text, size_t n);
 
 /* server_anthropic.c: the Messages API */
 int parse_messages(srv *S, job *j, const json_value *o, rq_err *e);

@@ -231,6 +231,21 @@ int render_encode(srv *S, job *j, const json_value *messages, const chat_options
     return 0;
 }
 
+/* One chat_render message, {"role": R[, "tool_call_id": ID], "content": TEXT},
+ * as the API converters (Anthropic, Responses) write them. */
+void put_message(json_buf *d, const char *role, const char *tool_call_id, const char *text, size_t n)
+{
+    json_buf_puts(d, "{\"role\":");
+    put_str(d, role);
+    if (tool_call_id) {
+        json_buf_puts(d, ",\"tool_call_id\":");
+        put_str(d, tool_call_id);
+    }
+    json_buf_puts(d, ",\"content\":");
+    json_write_string(d, text ? text : "", n);
+    json_buf_puts(d, "}");
+}
+
 /* K3's template offers three levels; the APIs' five to seven map onto them
  * rounding up (a request never thinks less than it asked):
  *   none -> thinking off; minimal, low -> low; medium, high -> high;

@@ -251,11 +251,7 @@ static int convert_item(const json_value *it, size_t i, asst *a, json_buf *conv,
         } else if (!rc) {
             asst_flush(a, conv);
             put_sep(conv);
-            json_buf_puts(conv, "{\"role\":");
-            put_str(conv, role);
-            json_buf_puts(conv, ",\"content\":");
-            json_write_string(conv, text.p ? text.p : "", text.len);
-            json_buf_puts(conv, "}");
+            put_message(conv, role, NULL, text.p, text.len);
         }
         json_buf_free(&text);
         return rc;
@@ -321,11 +317,7 @@ static int convert_item(const json_value *it, size_t i, asst *a, json_buf *conv,
         if (!rc) {
             asst_flush(a, conv);
             put_sep(conv);
-            json_buf_puts(conv, "{\"role\":\"tool\",\"tool_call_id\":");
-            put_str(conv, call_id);
-            json_buf_puts(conv, ",\"content\":");
-            json_write_string(conv, text.p ? text.p : "", text.len);
-            json_buf_puts(conv, "}");
+            put_message(conv, "tool", call_id, text.p, text.len);
         }
         json_buf_free(&text);
         return rc;
@@ -596,9 +588,7 @@ int parse_responses(srv *S, job *j, const json_value *o, rq_err *e)
     if (!in || in->type == JSON_NULL) rc = rq_fail(e, 400, "input", "input: missing");
     else if (in->type == JSON_STRING) {
         put_sep(&r->conv);
-        json_buf_puts(&r->conv, "{\"role\":\"user\",\"content\":");
-        json_write_string(&r->conv, in->str, in->len);
-        json_buf_puts(&r->conv, "}");
+        put_message(&r->conv, "user", NULL, in->str, in->len);
     } else if (in->type != JSON_ARRAY) {
         rc = rq_fail(e, 400, "input", "input: expected a string or an array of items");
     } else {
@@ -624,9 +614,8 @@ int parse_responses(srv *S, job *j, const json_value *o, rq_err *e)
     if (!rc) {
         json_buf_puts(&d, "{\"messages\":[");
         if (ins) {
-            json_buf_puts(&d, "{\"role\":\"system\",\"content\":");
-            json_write_string(&d, ins->str, ins->len);
-            json_buf_puts(&d, "},");
+            put_message(&d, "system", NULL, ins->str, ins->len);
+            json_buf_puts(&d, ",");
         }
         json_buf_put(&d, r->conv.p, r->conv.len);
         json_buf_puts(&d, "],\"tools\":[");

@@ -393,6 +393,57 @@ static void test_clear_tool_uses(void)
     if (idle) job_unref(idle);
 }
 
+static job *body_job(const char *body)
+{
+    char msg[700] = "";
+    job *j = messages_job(body, msg, sizeof msg);
+    TCHECKF(j, "%s: %s", body, msg);
+    return j;
+}
+
+static int same_ids(const job *a, const job *b)
+{
+    return a && b && a->n_ids == b->n_ids && !memcmp(a->ids, b->ids, a->n_ids * sizeof *a->ids);
+}
+
+/* The README's smaller rules: input_examples rendered, cache_control and
+ * eager_input_streaming change no token, clear_at drops a system message a
+ * later user message follows, a system message's per-turn effort wins. */
+static void test_tool_and_system_fields(void)
+{
+    job *plain = body_job("{\"model\":\"k\",\"max_tokens\":4,\"messages\":[{\"role\":\"user\",\"content\":"
+                          "[{\"type\":\"text\",\"text\":\"x\"}]}],\"tools\":[{\"name\":\"a\",\"input_schema\":"
+                          "{\"type\":\"object\"}}]}");
+    job *cached = body_job("{\"model\":\"k\",\"max_tokens\":4,\"cache_control\":{\"type\":\"ephemeral\"},"
+                           "\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"x\","
+                           "\"cache_control\":{\"type\":\"ephemeral\"}}]}],\"tools\":[{\"name\":\"a\","
+                           "\"cache_control\":{\"type\":\"ephemeral\"},\"eager_input_streaming\":true,"
+                           "\"input_schema\":{\"type\":\"object\"}}]}");
+    job *ex = body_job("{\"model\":\"k\",\"max_tokens\":4,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
+                       "\"tools\":[{\"name\":\"a\",\"input_examples\":[{\"q\":\"EXAMPLE-INPUT\"}],"
+                       "\"input_schema\":{\"type\":\"object\"}}]}");
+    TCHECKF(same_ids(plain, cached), "cache_control / eager_input_streaming changed the prompt");
+    char *t = ex ? prompt_text(ex) : NULL;
+    TCHECK(t && strstr(t, "\"input_examples\":[{\"q\":\"EXAMPLE-INPUT\"}]"));
+    free(t);
+    job *ca = body_job("{\"model\":\"k\",\"max_tokens\":4,\"messages\":[{\"role\":\"user\",\"content\":\"a\"},"
+                       "{\"role\":\"system\",\"content\":\"GONE-NOTE\",\"clear_at\":\"next_user_message\"},"
+                       "{\"role\":\"system\",\"content\":\"KEPT-NOTE\"},{\"role\":\"user\",\"content\":\"b\"},"
+                       "{\"role\":\"system\",\"content\":\"LAST-NOTE\",\"clear_at\":\"next_user_message\"}]}");
+    t = ca ? prompt_text(ca) : NULL;
+    TCHECK(t && !strstr(t, "GONE-NOTE") && strstr(t, "KEPT-NOTE") && strstr(t, "LAST-NOTE"));
+    free(t);
+    job *eff = body_job("{\"model\":\"k\",\"max_tokens\":4,\"thinking\":{\"type\":\"adaptive\"},\"output_config\":"
+                        "{\"effort\":\"low\"},\"messages\":[{\"role\":\"user\",\"content\":\"a\"},{\"role\":"
+                        "\"system\",\"content\":\"n\",\"output_config\":{\"effort\":\"max\"}}]}");
+    t = eff ? prompt_text(eff) : NULL;
+    TCHECK(t && strstr(t, "thinking_effort=max`") && !strstr(t, "thinking_effort=low`"));
+    free(t);
+    job *jobs[] = {plain, cached, ex, ca, eff};
+    for (size_t i = 0; i < sizeof jobs / sizeof jobs[0]; i++)
+        if (jobs[i]) job_unref(jobs[i]);
+}
+
 static void test_refused_by_name(void)
 {
     static const struct {
@@ -457,6 +508,7 @@ int main(int argc, char **argv)
         {"sessions_share_prefix", test_sessions_share_prefix},
         {"thinking_kept_and_cleared", test_thinking_kept_and_cleared},
         {"clear_tool_uses", test_clear_tool_uses},
+        {"tool_and_system_fields", test_tool_and_system_fields},
         {"refused_by_name", test_refused_by_name},
     };
     int rc = test_main(tests, NTESTS(tests), argc, argv);
