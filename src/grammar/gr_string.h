@@ -1,0 +1,82 @@
+/* gr_string.h - strings for the grammar builder (L1): characters as code
+ * point sets, encoded as JSON string text or raw UTF-8; a regular subset of
+ * ECMAScript patterns (JSON Schema's `pattern`); the regular `format`s.
+ *
+ * Two encodings of one character:
+ *  - GR_STR_JSON: inside a JSON string literal (the quotes are the
+ *    caller's): printable ASCII other than '"' and '\\' as itself; '"',
+ *    '\\', '\n', '\r', '\t', '\b', '\f' as their two-byte escapes; other
+ *    control characters (< 0x20) as \u00XX (lower-case hex); code points
+ *    >= 0x80 as their UTF-8 bytes (never \u escapes, never surrogates,
+ *    never overlong forms).  Every output decodes to exactly the code
+ *    points of the set.
+ *  - GR_STR_RAW: the character's UTF-8 bytes (a tool argument's value in
+ *    K3's markup is raw text ended by <|close|>), every code point
+ *    0..0x10FFFF except surrogates.
+ * The first byte of each character's encoding carries `first_flags`
+ * (GR_INC when the machine counts characters: maxLength / minLength count
+ * code points, as JSON Schema and ajv do); other bytes carry no flag.
+ *
+ * Patterns: literals and escapes (\\ \/ \. \- \t \n \r \f \v \0 \xHH \uHHHH,
+ * escaped punctuation), `.` (any character but line terminators), classes
+ * [...] and [^...] with ranges and \d \w \s \D \W \S inside and outside,
+ * groups ( ) and (?: ), alternation |, quantifiers * + ? {n} {n,} {n,m}
+ * (a lazy `?` after them changes nothing here), `^` at the very start and
+ * `$` at the very end (an unanchored side matches any text there, as
+ * ECMAScript's search does).  Anything else (backreferences, lookaround,
+ * named groups, \b, flags, `^`/`$` elsewhere, a bound above
+ * GR_PATTERN_MAX_REPEAT) fails with DF_ERR_UNSUPPORTED naming it and its
+ * offset.  A pattern that is one class repeated ({n,m}, *, +, ?) between
+ * both anchors does not unroll: it narrows the caller's character counter
+ * instead (*cmin, *cmax), so `^[\s\S]{0,300}$` costs one state.
+ */
+#ifndef DF_GR_STRING_H
+#define DF_GR_STRING_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "df_error.h"
+#include "grammar.h"
+
+enum gr_str_mode { GR_STR_JSON, GR_STR_RAW };
+
+#define GR_PATTERN_MAX_REPEAT 1000
+
+/* A set of code points as sorted, disjoint, non-adjacent ranges. */
+typedef struct gr_cpset {
+    uint32_t (*r)[2]; /* [n][2]: lo, hi inclusive */
+    size_t n, cap;
+} gr_cpset;
+
+void gr_cpset_init(gr_cpset *s);
+void gr_cpset_free(gr_cpset *s);
+void gr_cpset_add(gr_cpset *s, uint32_t lo, uint32_t hi);
+void gr_cpset_invert(gr_cpset *s); /* within 0..0x10FFFF, surrogates excluded */
+void gr_cpset_all(gr_cpset *s);    /* every code point but surrogates */
+
+/* One character of set s, encoded per mode, on edges of machine m from ->
+ * to (new intermediate states as needed); the first byte's edges carry
+ * first_flags.  An empty set adds nothing. */
+void gr_chars(gr_builder *b, int m, int from, int to, const gr_cpset *s, enum gr_str_mode mode,
+              unsigned first_flags);
+
+/* The string body (between the quotes, or the raw argument text) for a
+ * JSON Schema string with this pattern (NULL: any), from -> to in machine
+ * m, characters flagged with first_flags.  *cmin / *cmax are the
+ * character counter's bounds (from minLength / maxLength, GR_COUNT_INF for
+ * none); a pattern of one repeated class narrows them (see above), and then
+ * the body is that class looping; otherwise the counter is left for the
+ * caller to apply (it still counts characters).  Errors name the construct
+ * and its offset in the pattern. */
+int gr_pattern(gr_builder *b, int m, int from, int to, const char *pat, size_t len, enum gr_str_mode mode,
+               unsigned first_flags, uint32_t *cmin, uint32_t *cmax, df_error *err);
+
+/* A `format` that is regular: date, time, date-time, uuid, uri, email,
+ * ipv4, hostname (what the generated text must satisfy is the subset
+ * described in gr_string.c, each a subset of what ajv-formats accepts).
+ * Unknown formats fail with DF_ERR_UNSUPPORTED naming them. */
+int gr_format(gr_builder *b, int m, int from, int to, const char *format, enum gr_str_mode mode,
+              unsigned first_flags, df_error *err);
+
+#endif
