@@ -155,6 +155,7 @@ check:
 # a 200 KB text) under --mem.
 check-slow: all $(BUILD)/tests/test_prompt
 	DF_SLOW=1 $(BUILD)/tests/test_prompt long_prompts_whole
+	SCHEMAS=300 tests/server/run_schema_tests.sh $(BUILD)/deltafin property
 
 FUZZ_TARGETS := fuzz_safetensors fuzz_config fuzz_json fuzz_tokenizer fuzz_chat_parser fuzz_chat_render fuzz_gguf \
                 fuzz_server_request fuzz_setup

@@ -8,10 +8,12 @@
 # directory.  Each must complete a turn and print a reply; the second turn
 # of a Claude Code or Codex session must reuse the first turn's prefix, and a
 # second Claude Code session the first's system prompt and tools (cached
-# tokens reported; /metrics); then a client leaving a long prompt
-# (prompt_cut_test.mjs).  Before that, test_agent_requests renders the
-# recorded requests in tests/agents/recorded by the documented rules.  The
-# agents' telemetry, update checks and nonessential traffic are off through
+# tokens reported; /metrics); then each of Claude Code's tools forced by name
+# on its recorded request, the arguments validated against the tool's schema
+# with ajv (forced_tools_test.mjs; ajv from tests/server's packages); then a
+# client leaving a long prompt (prompt_cut_test.mjs).  Before that,
+# test_agent_requests renders the recorded requests in tests/agents/recorded
+# by the documented rules.  The agents' telemetry, update checks and nonessential traffic are off through
 # their own environment variables, every proxy and package registry they
 # could use points at a closed port (no network), and their HOME is a
 # scratch directory.
@@ -30,6 +32,7 @@ fail=0
 ok() { echo "ok - agents: $1"; }
 bad() { echo "not ok - agents: $1"; fail=1; }
 [ -x "$BIN" ] || { echo "agents: $BIN not built"; exit 1; }
+[ -d tests/server/node_modules/ajv ] || { echo "agents: run 'npm ci --prefix tests/server' (ajv for forced_tools_test.mjs)"; exit 1; }
 for b in claude codex cn opencode; do
     [ -x "$A/$b" ] || { echo "agents: $A/$b missing: run 'npm install --prefix tests/agents' (.ci/setup does)"; exit 1; }
 done
@@ -146,6 +149,10 @@ JSON
 if env "${agent_env[@]}" timeout 600 "$R/$A/opencode" run "What is 23 + 45?" >"$T/oc.out" 2>"$T/oc.err" \
        && grep -q '[0-9]' "$T/oc.out"; then ok "opencode run completes a turn: \"$(grep -m1 '[0-9]' "$T/oc.out")\""
 else bad "opencode run: $(tail -5 "$T/oc.err")"; fi
+
+# ---- forcing each of Claude Code's tools (its recorded request, tool_choice {type: tool, name}):
+# the tool_use input validates against the tool's own input_schema (ajv, from tests/server)
+node "$R/tests/agents/forced_tools_test.mjs" "$PS" || fail=1
 
 # ---- a client leaving during a long prompt: keep-alives, the prefix kept, the retry continues
 PC=$(free_port)

@@ -7,7 +7,8 @@
 # (slowloris_test.mjs, on a third server with --conn-timeout 2), the chat page in
 # headless Chromium (page_test.mjs: needs Debian's chromium package), the SDK
 # tests in server_test.mjs, the Responses API in responses_test.mjs (on a server of
-# its own), drafts on vs off (draft_test.mjs) (needs `npm ci --prefix tests/server`; works offline
+# its own), drafts on vs off (draft_test.mjs), structured output on the default model
+# (run_schema_tests.sh: structured_test.mjs and schema_property_test.mjs) (needs `npm ci --prefix tests/server`; works offline
 # afterwards), and stops the servers.  Usage: tests/server/run_server_tests.sh [build/deltafin]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -238,6 +239,10 @@ P6=$(free_port); start "$P6" --draft ngram --draft-k 4
 check "default --parallel" "deltafin_conversations_kept 4" "$(curl -s "http://127.0.0.1:$P6/metrics" | grep '^deltafin_conversations_kept ')"
 DELTAFIN_URL=$U DELTAFIN_URL_DRAFTS="http://127.0.0.1:$P5 http://127.0.0.1:$P6" \
     NODE_PATH=tests/server/node_modules node --test --test-reporter=spec tests/server/draft_test.mjs || fail=1
+
+# structured output (issue 36) on the default model, a server of its own: the SDK helpers,
+# forced tool calls, round trips, and 50 random schemas sampled at temperature 1
+tests/server/run_schema_tests.sh "$BIN" || fail=1
 
 kill -0 "$PID1" 2>/dev/null || { echo "not ok - the server died"; cat "$LOG/server-$P1.log"; fail=1; }
 # stop both (SIGTERM: a clean shutdown) and look for sanitizer reports when built with SANITIZE=
