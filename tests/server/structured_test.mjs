@@ -201,6 +201,7 @@ test('response_format json_schema strict, temperature 1, several seeds: content 
 
 test('response_format json_object: the content parses as a JSON object (streaming and not)', async () => {
   const obj = { type: 'object' };
+  let judged = 0;
   for (const seed of SEEDS) {
     const p = { model: 'x', messages: [{ role: 'user', content: 'Describe Paris in JSON.' }], max_tokens: MAX, temperature: 1,
       seed, response_format: { type: 'json_object' } };
@@ -214,7 +215,9 @@ test('response_format json_object: the content parses as a JSON object (streamin
     const s = await streamChat(p);
     assert.equal(s.content, c, `seed ${seed}: streaming equals non-streaming`);
     assertJsonValid(obj, s.content, `json_object streaming seed ${seed}`);
+    judged++;
   }
+  assert.ok(judged >= 1, `every json_object reply was cut at ${MAX} tokens`);
 });
 
 for (const [label, choice, names] of [
@@ -246,11 +249,18 @@ test('chat.completions.parse + zodFunction, named: parsed_arguments validate; th
   assert.equal(r.choices[0].finish_reason, 'tool_calls');
   const calls = r.choices[0].message.tool_calls;
   assert.ok(calls?.length >= 1, 'a tool call');
-  for (const c of calls) assertValid(tool.function.parameters, c.function.parsed_arguments, 'parse parsed_arguments');
+  // parsed_arguments went through zod, which drops unknown keys: the raw arguments are checked too
+  for (const c of calls) {
+    assertValid(tool.function.parameters, c.function.parsed_arguments, 'parse parsed_arguments');
+    assertJsonValid(tool.function.parameters, c.function.arguments, 'parse arguments');
+  }
   const stream = oa.chat.completions.stream(p);
   const f = await stream.finalChatCompletion();
   assert.equal(f.choices[0].finish_reason, 'tool_calls');
-  for (const c of f.choices[0].message.tool_calls ?? []) assertValid(tool.function.parameters, c.function.parsed_arguments, 'stream parsed_arguments');
+  for (const c of f.choices[0].message.tool_calls ?? []) {
+    assertValid(tool.function.parameters, c.function.parsed_arguments, 'stream parsed_arguments');
+    assertJsonValid(tool.function.parameters, c.function.arguments, 'stream arguments');
+  }
   assert.ok(f.choices[0].message.tool_calls?.length >= 1, 'stream: a tool call');
 });
 
@@ -352,6 +362,7 @@ test('messages.parse + zodOutputFormat: parsed_output validates', async () => {
   const r = await an.messages.parse({ model: 'x', max_tokens: MAX, messages: [{ role: 'user', content: askSum }], output_config: { format: fmt } });
   assert.equal(r.stop_reason, 'end_turn');
   assertValid(fmt.schema, r.parsed_output, 'messages.parse parsed_output');
+  assertJsonValid(fmt.schema, textOf(r.content), 'messages.parse text');  // parsed_output went through zod
 });
 
 test('messages: round trip: forced tool_use, tool_result sent back, the final answer', async () => {
@@ -391,6 +402,7 @@ test('responses.parse + zodTextFormat: output_parsed validates', async () => {
   const r = await oa.responses.parse({ model: 'x', input: askSum, max_output_tokens: MAX, text: { format: fmt } });
   assert.equal(r.status, 'completed');
   assertValid(fmt.schema, r.output_parsed, 'responses.parse output_parsed');
+  assertJsonValid(fmt.schema, r.output_text, 'responses.parse output_text');  // output_parsed went through zod
 });
 
 // The function_call items of a Response, checked.
