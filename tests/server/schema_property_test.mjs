@@ -97,7 +97,8 @@ class Gen {
     }
     if (v < 12) return { type: 'string', pattern: this.pick(PATTERNS) };
     if (v < 17) return { type: 'string', format: this.pick(FORMATS) };
-    if (v < 18) return { type: 'string', pattern: this.pick(PATTERNS), minLength: 2, maxLength: 6 };
+    // a pattern and a length together (every pattern but the 8-character ^\d{3}-\d{4}$ has a match of 2-6)
+    if (v < 18) return { type: 'string', pattern: this.pick(PATTERNS.filter((p) => p !== '^\\d{3}-\\d{4}$')), minLength: 2, maxLength: 6 };
     if (v < 19) return { type: 'string', minLength: this.int(1, 4) };
     return { type: 'string' };
   }
@@ -138,10 +139,10 @@ class Gen {
     return this.chance(0.25) ? { oneOf: branches } : { anyOf: branches };
   }
   ref(depth) {
-    const names = Object.keys(this.defs);
-    if (names.length && this.chance(0.3)) return { $ref: `#/$defs/${this.pick(names)}` };
+    const done = Object.keys(this.defs).filter((k) => this.defs[k] !== null);  // never one being defined: no cycle
+    if (done.length && this.chance(0.3)) return { $ref: `#/$defs/${this.pick(done)}` };
     const name = `def${this.nDefs++}`;
-    this.defs[name] = {};  // reserved, so that a nested ref takes another name
+    this.defs[name] = null;
     this.defs[name] = this.node(depth + 1);
     return { $ref: `#/$defs/${name}` };
   }
