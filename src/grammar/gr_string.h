@@ -17,18 +17,23 @@
  * (GR_INC when the machine counts characters: maxLength / minLength count
  * code points, as JSON Schema and ajv do); other bytes carry no flag.
  *
- * Patterns: literals and escapes (\\ \/ \. \- \t \n \r \f \v \0 \xHH \uHHHH,
- * escaped punctuation), `.` (any character but line terminators), classes
- * [...] and [^...] with ranges and \d \w \s \D \W \S inside and outside,
- * groups ( ) and (?: ), alternation |, quantifiers * + ? {n} {n,} {n,m}
- * (a lazy `?` after them changes nothing here), `^` at the very start and
- * `$` at the very end (an unanchored side matches any text there, as
- * ECMAScript's search does).  Anything else (backreferences, lookaround,
- * named groups, \b, flags, `^`/`$` elsewhere, a bound above
- * GR_PATTERN_MAX_REPEAT) fails with DF_ERR_UNSUPPORTED naming it and its
- * offset.  A pattern that is one class repeated ({n,m}, *, +, ?) between
- * both anchors does not unroll: it narrows the caller's character counter
- * instead (*cmin, *cmax), so `^[\s\S]{0,300}$` costs one state.
+ * Patterns: literals and escapes (\\ \/ \. \- \t \n \r \f \v \0 \xHH \uHHHH
+ * (a surrogate pair of them is one character), \u{H...}, \cX, escaped ASCII
+ * punctuation), `.` (any character but \n \r U+2028 U+2029), classes [...]
+ * and [^...] with ranges and \d \w \s \D \W \S inside and outside (\b inside
+ * is backspace), groups ( ), (?: ) and (?<name> ), alternation |,
+ * quantifiers * + ? {n} {n,} {n,m} (a lazy `?` after them changes nothing
+ * here), `^` starting and `$` ending the pattern or one of its top-level
+ * alternatives (an unanchored side matches any text there, as ECMAScript's
+ * search does).  Anything else (backreferences, lookaround, \b \B, \p,
+ * modifiers, `^`/`$` elsewhere, a bound above GR_PATTERN_MAX_REPEAT, more
+ * than 20,000 character positions once unrolled) fails with
+ * DF_ERR_UNSUPPORTED naming it and its offset; what ECMAScript's `u` mode
+ * calls a syntax error fails with DF_ERR_ARG.  A pattern that is one class
+ * (or character) repeated ({n,m}, *, +, ?, or once) between both anchors
+ * does not unroll when first_flags has GR_INC: it narrows the caller's
+ * character counter instead (*cmin, *cmax), so `^[\s\S]{0,300}$` is one
+ * loop state and `^.{0,524288}$` costs no more.
  */
 #ifndef DF_GR_STRING_H
 #define DF_GR_STRING_H
@@ -66,9 +71,10 @@ void gr_chars(gr_builder *b, int m, int from, int to, const gr_cpset *s, enum gr
  * m, characters flagged with first_flags.  *cmin / *cmax are the
  * character counter's bounds (from minLength / maxLength, GR_COUNT_INF for
  * none); a pattern of one repeated class narrows them (see above), and then
- * the body is that class looping; otherwise the counter is left for the
- * caller to apply (it still counts characters).  Errors name the construct
- * and its offset in the pattern. */
+ * the body is that class looping (DF_ERR_ARG when no length is left);
+ * otherwise they are left as they are for the caller to apply (the body's
+ * characters still carry first_flags).  Errors name the construct and its
+ * offset in the pattern (err->pos). */
 int gr_pattern(gr_builder *b, int m, int from, int to, const char *pat, size_t len, enum gr_str_mode mode,
                unsigned first_flags, uint32_t *cmin, uint32_t *cmax, df_error *err);
 

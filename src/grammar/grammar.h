@@ -110,14 +110,18 @@ int gr_matcher_accept(gr_matcher *m, int32_t id);
 /* Advance by raw symbols (bytes / GR_SYM_*): 0 or -1 (state unchanged). */
 int gr_matcher_feed(gr_matcher *m, const int *syms, size_t n);
 /* 1 when the output so far is a complete sentence of the grammar. */
-int gr_matcher_done(const gr_matcher *m);
+int gr_matcher_done(gr_matcher *m);
 /* 1 when no symbol can follow (done and nothing may be added). */
-int gr_matcher_ended(const gr_matcher *m);
+int gr_matcher_ended(gr_matcher *m);
 /* The allowed tokens as a bitset of (n_vocab + 63) / 64 words; returns the
  * number allowed.  Exact: id is set iff gr_matcher_accept(id) would succeed. */
 size_t gr_matcher_mask(gr_matcher *m, uint64_t *bits);
 /* Set the logits of disallowed tokens to -infinity (using the mask). */
 size_t gr_matcher_apply(gr_matcher *m, float *logits);
+/* 1 once stacks were dropped (more than GR_MAX_STACKS alternatives or
+ * nesting past GR_MAX_DEPTH): the mask may then refuse tokens the grammar
+ * allows (never the reverse); callers report it. */
+int gr_matcher_overflow(const gr_matcher *m);
 /* Copy the state of src into dst (same grammar and vocabulary). */
 void gr_matcher_copy(gr_matcher *dst, const gr_matcher *src);
 
