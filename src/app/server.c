@@ -278,6 +278,7 @@ static void run_job(srv *S, job *j)
     tok_decoder dec;
     tok_decoder_init(&dec, S->tok);
     chat_parser_reset(S->parser, j->think);
+    job_constraint_begin(S, j, &sl->gl);
     j->fin = FIN_STOP;
     double t_first = 0;
     df_error gerr = {0};
@@ -309,6 +310,7 @@ static void run_job(srv *S, job *j)
         gen_history(&sl->gl, &n_hist);
         if (j->n_gen >= j->max_tokens || n_hist >= (size_t)S->n_ctx) { j->fin = FIN_LENGTH; break; }
     }
+    job_constraint_end(j, &sl->gl);
     /* the session holds the history but its last id (verified drafts past
      * where the reply stopped are taken back) */
     if (!rc && gen_settle(&sl->gl, 0, &gerr)) {
