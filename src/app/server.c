@@ -169,6 +169,43 @@ static int slot_trusted(slot *sl)
     return atomic_load(&l->delivered);
 }
 
+/* constrained decoding (server_grammar.c compiled the job's grammar): a
+ * matcher over the model's vocabulary masks each row the loop decides from */
+
+static int mask_cb(void *ctx, float *logits, df_error *err)
+{
+    gr_matcher *m = ctx;
+    size_t n = gr_matcher_apply(m, logits);
+    if (gr_matcher_overflow(m))
+        return df_err_set(err, DF_ERR_LIMIT, -1, "the output grammar is too ambiguous (more than %d alternatives or "
+                          "nesting past %d)", GR_MAX_STACKS, GR_MAX_DEPTH);
+    if (!n) return df_err_set(err, DF_ERR_ARG, -1, "the output grammar allows no further token");
+    return 0;
+}
+
+static int accept_cb(void *ctx, int32_t id, df_error *err)
+{
+    if (gr_matcher_accept(ctx, id))
+        return df_err_set(err, DF_ERR_ARG, -1, "token %d does not fit the output grammar", (int)id);
+    return 0;
+}
+
+static void job_constraint_begin(srv *S, job *j, gen_loop *gl)
+{
+    if (!j->grammar) return;
+    if (!S->gvocab) S->gvocab = gr_vocab_from_tokenizer(S->tok);
+    j->matcher = gr_matcher_new(j->grammar, S->gvocab);
+    gen_constraint c = {mask_cb, accept_cb, j->matcher};
+    gen_constrain(gl, &c);
+}
+
+static void job_constraint_end(job *j, gen_loop *gl)
+{
+    gen_constrain(gl, NULL);
+    gr_matcher_free(j->matcher);
+    j->matcher = NULL;
+}
+
 static void run_job(srv *S, job *j)
 {
     double t0 = now();

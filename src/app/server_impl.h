@@ -179,8 +179,6 @@ const char *finish_name(const job *j);
 
 /* server_grammar.c */
 int job_constraint(srv *S, job *j, const chat_options *co, rq_err *e);
-void job_constraint_begin(srv *S, job *j, gen_loop *gl);
-void job_constraint_end(job *j, gen_loop *gl);
 
 /* server_request.c */
 int rq_fail(rq_err *e, int status, const char *param, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
