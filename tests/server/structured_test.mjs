@@ -478,3 +478,21 @@ test('responses: round trip: forced function_call, function_call_output sent bac
     assert.equal(f.output.filter((i) => i.type === 'function_call').length, 0, `stream ${stream}: no further call under tool_choice none`);
   }
 });
+
+// ---- a forced call cut by max_tokens ---------------------------------------------------
+
+test('a forced call cut by max_tokens: finish length, and no K3 call markup in the text (all three APIs)', async () => {
+  const N = 12;  // far fewer tokens than K3's call markup takes
+  const markup = /<\|[a-z_]+\|>/;
+  const c = await oa.chat.completions.create({ model: 'x', messages: [{ role: 'user', content: ask }], max_tokens: N, tools: oaTools,
+    tool_choice: { type: 'function', function: { name: 'get_weather' } } });
+  assert.equal(c.choices[0].finish_reason, 'length');
+  assert.doesNotMatch(c.choices[0].message.content ?? '', markup, `chat content: ${JSON.stringify(c.choices[0].message)}`);
+  const m = await an.messages.create({ model: 'x', max_tokens: N, messages: [{ role: 'user', content: ask }], tools: anTools,
+    tool_choice: { type: 'tool', name: 'get_weather' } });
+  assert.equal(m.stop_reason, 'max_tokens');
+  assert.doesNotMatch(textOf(m.content), markup, `messages text: ${JSON.stringify(m.content)}`);
+  const r = await oa.responses.create({ model: 'x', input: ask, max_output_tokens: N, tools: rsTools, tool_choice: 'required' });
+  assert.equal(r.status, 'incomplete');
+  assert.doesNotMatch(r.output_text, markup, `responses output: ${JSON.stringify(r.output)}`);
+});
