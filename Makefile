@@ -157,7 +157,7 @@ check-slow: all $(BUILD)/tests/test_prompt
 	DF_SLOW=1 $(BUILD)/tests/test_prompt long_prompts_whole
 
 FUZZ_TARGETS := fuzz_safetensors fuzz_config fuzz_json fuzz_tokenizer fuzz_chat_parser fuzz_chat_render fuzz_gguf \
-                fuzz_server_request fuzz_setup
+                fuzz_server_request fuzz_setup fuzz_grammar
 FUZZ_CC ?= clang
 fuzz: $(FUZZ_TARGETS:%=build-fuzz/%)
 FUZZ_SRC := util file filehash json json_write safetensors model model_gguf roster quant mathfn expert_store expert_manifest \
