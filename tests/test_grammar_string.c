@@ -723,12 +723,12 @@ static void test_formats(void)
 {
     static const struct {
         const char *fmt;
-        const char *yes[8], *no[10];
+        const char *yes[8], *no[14];
     } f[] = {
         {"date",
          {"2024-01-31", "1999-12-28", "0000-02-28", "2023-04-30", "2023-02-01", "9999-11-29"},
          {"2024-13-01", "2024-00-10", "2024-01-32", "2024-02-30", "2024-04-31", "2024-1-01", "24-01-01",
-          "2024-01-00", "2024/01/01", "2024-01-01T"}},
+          "2024-01-00", "2024/01/01", "2024-01-01T", "2024-11-31", "2024-06-31", "2024-09-31"}},
         {"time",
          {"00:00:00Z", "23:59:59+05:30", "12:30:00.123456-01:00", "09:05:07.0Z"},
          {"24:00:00Z", "12:60:00Z", "12:00:60Z", "12:00:00", "12:00:00+24:00", "12:00:00+05:60", "12:00Z",
@@ -765,11 +765,48 @@ static void test_formats(void)
             if (!g) continue;
             for (int j = 0; j < 8 && f[i].yes[j]; j++)
                 TCHECKF(accepts_str(g, f[i].yes[j]) == 1, "%s refused %s", f[i].fmt, f[i].yes[j]);
-            for (int j = 0; j < 10 && f[i].no[j]; j++)
+            for (int j = 0; j < 14 && f[i].no[j]; j++)
                 TCHECKF(accepts_str(g, f[i].no[j]) == 0, "%s accepted %s", f[i].fmt, f[i].no[j]);
             gr_grammar_free(g);
         }
     }
+    /* every month and day, every octet, every hour and minute */
+    static const int days[13] = {0, 31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+    gr_grammar *gd = NULL, *gi = NULL, *gt = NULL;
+    const char *names[3] = {"date", "ipv4", "time"};
+    gr_grammar **gs[3] = {&gd, &gi, &gt};
+    for (int i = 0; i < 3; i++) {
+        mk k = mk_new();
+        df_error err = {0};
+        TCHECK(gr_format(k.b, k.m, 0, k.to, names[i], GR_STR_JSON, GR_INC, &err) == 0);
+        *gs[i] = mk_build(&k, &err);
+    }
+    if (gd && gi && gt) {
+        char s[64];
+        for (int mo = 0; mo <= 13; mo++)
+            for (int d = 0; d <= 32; d++) {
+                snprintf(s, sizeof s, "2023-%02d-%02d", mo, d);
+                int want = mo >= 1 && mo <= 12 && d >= 1 && d <= days[mo];
+                TCHECKF(accepts_str(gd, s) == want, "date %s", s);
+            }
+        for (int o = 0; o <= 300; o++) {
+            snprintf(s, sizeof s, "1.2.3.%d", o);
+            TCHECKF(accepts_str(gi, s) == (o <= 255), "ipv4 %s", s);
+            snprintf(s, sizeof s, "%d.0.0.1", o);
+            TCHECKF(accepts_str(gi, s) == (o <= 255), "ipv4 %s", s);
+            snprintf(s, sizeof s, "0%d.0.0.1", o);
+            TCHECKF(accepts_str(gi, s) == 0, "ipv4 %s", s);
+        }
+        for (int h = 0; h <= 25; h++)
+            for (int mi = 0; mi <= 61; mi++) {
+                snprintf(s, sizeof s, "%02d:%02d:%02d-%02d:%02d", h, mi, mi, h, mi);
+                TCHECKF(accepts_str(gt, s) == (h <= 23 && mi <= 59), "time %s", s);
+            }
+    }
+    gr_grammar_free(gd);
+    gr_grammar_free(gi);
+    gr_grammar_free(gt);
+
     /* a hostname at its longest: four labels of 61 */
     char h[300];
     size_t n = 0;
