@@ -832,6 +832,95 @@ static void test_formats(void)
     gr_builder_free(k.b);
 }
 
+/* ---- the matcher on string grammars ------------------------------------------------------- */
+
+/* Tokens cut from JSON string text: single bytes, escapes whole and cut,
+ * UTF-8 whole and cut (a token may end or start inside a character), and
+ * pieces of text.  The mask must equal the reference on every token. */
+static void test_matcher(void)
+{
+    static const char *const frag[] = {"a", "b", "z", "0", "9", "x", " ", "\\", "\"", "\\n", "\\\"", "\\\\", "\\u00",
+                                       "\\u001", "\\u0001", "1f", "\xC3", "\xA9", "\xC3\xA9", "\xE2\x82", "\xAC",
+                                       "\xE2\x82\xAC", "\xF0\x9F", "\x98\x80", "\xF0\x9F\x98\x80", "\n", "\xE2\x80\xA8"};
+    enum { N_TOK = 256 + 300 };
+    char *bytes[N_TOK];
+    size_t len[N_TOK];
+    int special[N_TOK];
+    for (int i = 0; i < N_TOK; i++) {
+        special[i] = -1;
+        bytes[i] = xmalloc(32);
+        if (i < 256) {
+            bytes[i][0] = (char)i;
+            len[i] = 1;
+            continue;
+        }
+        size_t n = 0;
+        for (int k = 1 + (int)rnd(3); k > 0; k--) {
+            const char *f = frag[rnd(sizeof frag / sizeof frag[0])];
+            memcpy(bytes[i] + n, f, strlen(f));
+            n += strlen(f);
+        }
+        len[i] = n;
+    }
+    gr_vocab *v = gr_vocab_new(N_TOK, (const char *const *)bytes, len, special);
+    static const struct {
+        const char *pat;
+        enum gr_str_mode mode;
+        uint32_t lo, hi;
+    } g_of[] = {
+        {"^(?:[a-z\xC3\xA9\xE2\x82\xAC\\n\"\\\\]|\\d{2})*x?$", GR_STR_JSON, 0, 12},
+        {"^[\\s\\S]{0,6}$", GR_STR_JSON, 2, GR_COUNT_INF},
+        {"^.{1,4}$", GR_STR_RAW, 0, GR_COUNT_INF},
+        {"ab|\\u{1F600}", GR_STR_JSON, 0, 5},
+    };
+    uint64_t bits[(N_TOK + 63) / 64];
+    int steps = 0;
+    for (size_t gi = 0; gi < sizeof g_of / sizeof g_of[0]; gi++) {
+        df_error err = {0};
+        uint32_t lo = g_of[gi].lo, hi = g_of[gi].hi;
+        gr_grammar *g = pattern_grammar(g_of[gi].pat, g_of[gi].mode, &lo, &hi, &err, NULL);
+        TCHECKF(g, "/%s/: %s", g_of[gi].pat, err.msg);
+        if (!g) continue;
+        gr_matcher *m = gr_matcher_new(g, v);
+        int hist[256];
+        for (int w = 0; w < 12; w++) {
+            gr_matcher_reset(m);
+            size_t nh = 0;
+            for (int st = 0; st < 24; st++) {
+                size_t allowed = gr_matcher_mask(m, bits), count = 0;
+                int pick = -1, seen = 0, bad = 0;
+                for (int id = 0; id < N_TOK && !bad; id++) {
+                    int ref = 0;
+                    if (nh + len[id] <= 256) {
+                        for (size_t k = 0; k < len[id]; k++) hist[nh + k] = (unsigned char)bytes[id][k];
+                        ref = gr_reference_accepts(g, hist, nh + len[id], 0);
+                    }
+                    int got = (int)(bits[id >> 6] >> (id & 63) & 1);
+                    if (got != ref) {
+                        bad = 1;
+                        t_fail(__FILE__, __LINE__, "/%s/ walk %d step %d token %d: mask %d, reference %d",
+                               g_of[gi].pat, w, st, id, got, ref);
+                    }
+                    if (got && rnd((uint32_t)++seen) == 0) pick = id;
+                    count += (size_t)got;
+                }
+                TCHECK(count == allowed);
+                steps++;
+                if (bad || pick < 0) break;
+                TCHECK(gr_matcher_accept(m, pick) == 0);
+                for (size_t k = 0; k < len[pick]; k++) hist[nh + k] = (unsigned char)bytes[pick][k];
+                nh += len[pick];
+                TCHECK(gr_matcher_done(m) == gr_reference_accepts(g, hist, nh, 1));
+            }
+        }
+        gr_matcher_free(m);
+        gr_grammar_free(g);
+    }
+    printf("  %d steps checked\n", steps);
+    gr_vocab_free(v);
+    for (int i = 0; i < N_TOK; i++) free(bytes[i]);
+}
+
 static const test_case tests[] = {
     {"cpset", test_cpset},
     {"chars", test_chars},
@@ -841,6 +930,7 @@ static const test_case tests[] = {
     {"pattern_errors", test_pattern_errors},
     {"narrowing", test_narrowing},
     {"formats", test_formats},
+    {"matcher", test_matcher},
 };
 
 int main(int argc, char **argv) { return test_main(tests, NTESTS(tests), argc, argv); }
