@@ -654,6 +654,39 @@ static void test_pattern_errors(void)
     gr_grammar_free(g);
 }
 
+/* Random text over the pattern alphabet: no crash (under the sanitizers),
+ * and every refusal is DF_ERR_ARG / DF_ERR_UNSUPPORTED with a message and
+ * an offset inside the pattern (or -1). */
+static void test_pattern_garbage(void)
+{
+    static const char alpha[] = "ab0-^$.|*+?{}[]()\\,:=!<>dDwWsSbBuxck1{2,3}\xC3\xA9";
+    int n_ok = 0, n_arg = 0, n_unsup = 0;
+    for (int t = 0; t < 20000; t++) {
+        char pat[40];
+        size_t n = 1 + rnd(sizeof pat - 1);
+        for (size_t i = 0; i < n; i++) pat[i] = alpha[rnd(sizeof alpha - 1)];
+        mk k = mk_new();
+        df_error err = {0};
+        uint32_t lo = 0, hi = 40;
+        int rc = gr_pattern(k.b, k.m, 0, k.to, pat, n, t & 1 ? GR_STR_RAW : GR_STR_JSON, GR_INC, &lo, &hi, &err);
+        if (rc == 0) {
+            n_ok++;
+            gr_counter(k.b, k.m, lo, hi);
+            gr_grammar *g = mk_build(&k, &err);
+            gr_grammar_free(g);
+        } else {
+            n_arg += err.code == DF_ERR_ARG;
+            n_unsup += err.code == DF_ERR_UNSUPPORTED;
+            TCHECKF((err.code == DF_ERR_ARG || err.code == DF_ERR_UNSUPPORTED) && err.msg[0] &&
+                        err.pos >= -1 && err.pos <= (int64_t)n,
+                    "/%.*s/: code %d pos %lld %s", (int)n, pat, err.code, (long long)err.pos, err.msg);
+            gr_builder_free(k.b);
+        }
+    }
+    printf("  garbage: %d compiled, %d syntax errors, %d unsupported\n", n_ok, n_arg, n_unsup);
+    TCHECK(n_ok > 100 && n_arg > 100 && n_unsup > 100);
+}
+
 /* ---- the counter narrowed ---------------------------------------------------------------- */
 
 static void test_narrowing(void)
@@ -928,6 +961,7 @@ static const test_case tests[] = {
     {"pattern_table", test_pattern_table},
     {"pattern_pcre2", test_pattern_pcre2},
     {"pattern_errors", test_pattern_errors},
+    {"pattern_garbage", test_pattern_garbage},
     {"narrowing", test_narrowing},
     {"formats", test_formats},
     {"matcher", test_matcher},
