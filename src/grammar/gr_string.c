@@ -5,7 +5,7 @@
  * byte ranges (the usual UTF-8 construction: split at the 1/2/3/4-byte
  * boundaries, then where a continuation byte would not span 80..BF), and
  * the pieces share their suffixes: one state per distinct tail of byte
- * ranges, so "any character" is 7 states and 9 edges whatever the mode.
+ * ranges, so "any character" adds 7 states in raw mode (13 in JSON mode).
  * Surrogates and code points above 0x10FFFF are never encoded.  In JSON
  * mode each code point below 0x80 has exactly one spelling (gr_string.h),
  * so a string's text is a function of its value and the grammar stays
@@ -26,7 +26,8 @@
  * ASCII punctuation is accepted outside classes as well (non-`u` engines
  * read it the same way), and named groups are plain groups.
  *
- * Formats (each text below also satisfies ajv-formats' full definition):
+ * Formats are anchored patterns (the table at the end) compiled the same
+ * way; each text below also satisfies ajv-formats' full definition:
  *  - date: YYYY-MM-DD; month 01-12; day 01-28 in every month, 29-30 in all
  *    but 02, 31 in 01 03 05 07 08 10 12 (29 February is left out: whether
  *    it is valid depends on the year).
