@@ -35,11 +35,13 @@
  *    HH 00-23, MM and SS 00-59 (no leap second).
  *  - date-time: date `T` time.
  *  - uuid: 8-4-4-4-12 hexadecimal digits (either case).
- *  - uri: http or https, `://`, a host of [a-z0-9]+ labels joined by dots,
- *    an optional :port of 1-5 digits, path segments /[A-Za-z0-9._~-]*, an
- *    optional query ?[A-Za-z0-9._~=&-]*.
- *  - email: [A-Za-z0-9]+ labels joined by dots, `@`, two or more [a-z0-9]+
- *    labels joined by dots.
+ *  - uri: http or https, `://`, a host of lower-case labels joined by dots
+ *    (each [a-z0-9]+ pieces joined by single hyphens), an optional :port of
+ *    1-5 digits, path segments `/` pchar*, an optional query `?` and an
+ *    optional fragment `#` of (pchar | / | ?)*, where pchar is an unreserved
+ *    character, one of !$&'()*+,;=:@ or a %XX escape (upper-case hex).
+ *  - email: a local part of [A-Za-z0-9_+-]+ pieces joined by dots, `@`, two
+ *    or more domain labels as in uri's host.
  *  - ipv4: four decimal octets 0-255 without leading zeros.
  *  - hostname: one to four labels joined by dots, each 1-61 characters of
  *    [A-Za-z0-9-] neither starting nor ending with `-` (at most 247
@@ -911,6 +913,9 @@ int gr_pattern(gr_builder *b, int m, int from, int to, const char *pat, size_t l
 #define FMT_DATE "[0-9]{4}-(?:(?:0[1-9]|1[0-2])-(?:0[1-9]|1[0-9]|2[0-8])|(?:0[13-9]|1[0-2])-(?:29|30)|(?:0[13578]|1[02])-31)"
 #define FMT_TIME "(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\\.[0-9]+)?(?:Z|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])"
 #define FMT_LABEL "[A-Za-z0-9](?:[A-Za-z0-9-]{0,59}[A-Za-z0-9])?"
+#define FMT_DLABEL "[a-z0-9]+(?:-[a-z0-9]+)*"
+#define FMT_HOST FMT_DLABEL "(?:\\." FMT_DLABEL ")*"
+#define FMT_PCHAR "(?:[A-Za-z0-9._~!$&'()*+,;=:@-]|%[0-9A-F]{2})"
 
 static const struct {
     const char *name, *pattern;
@@ -919,8 +924,9 @@ static const struct {
     {"time", "^" FMT_TIME "$"},
     {"date-time", "^" FMT_DATE "T" FMT_TIME "$"},
     {"uuid", "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"},
-    {"uri", "^https?://[a-z0-9]+(?:\\.[a-z0-9]+)*(?::[0-9]{1,5})?(?:/[A-Za-z0-9._~-]*)*(?:\\?[A-Za-z0-9._~=&-]*)?$"},
-    {"email", "^[A-Za-z0-9]+(?:\\.[A-Za-z0-9]+)*@[a-z0-9]+(?:\\.[a-z0-9]+)+$"},
+    {"uri", "^https?://" FMT_HOST "(?::[0-9]{1,5})?(?:/" FMT_PCHAR "*)*(?:\\?(?:" FMT_PCHAR "|[/?])*)?"
+            "(?:#(?:" FMT_PCHAR "|[/?])*)?$"},
+    {"email", "^[A-Za-z0-9_+-]+(?:\\.[A-Za-z0-9_+-]+)*@" FMT_DLABEL "(?:\\." FMT_DLABEL ")+$"},
     {"ipv4", "^(?:(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\\.){3}(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])$"},
     {"hostname", "^" FMT_LABEL "(?:\\." FMT_LABEL "){0,3}$"},
 };
