@@ -59,7 +59,7 @@ endif
 
 LIB_SRC := util file filehash json json_write threadpool sha http safetensors quant mathfn kernels_ref kernels_avx2 kernels_avx512 \
            backend_cpu expert_store expert_manifest expert_remote expert_cache model roster attnres kda mla moe engine cachesim heat iobench place trunk_stream \
-           grammar grammar_match gr_string tokenizer chat_template gguf model_gguf plan prefetch_timing prefetch expert_fetch sampler generate draft session_file ranks
+           grammar grammar_match gr_string json_schema constraint tokenizer chat_template gguf model_gguf plan prefetch_timing prefetch expert_fetch sampler generate draft session_file ranks
 LIB_OBJ := $(LIB_SRC:%=$(BUILD)/%.o)
 
 TESTS := test_grammar test_grammar_string test_json test_safetensors test_kernels test_model test_loader test_engine test_generated test_io test_tokenizer test_chat_template test_repl test_gguf test_plan test_prefetch test_prefill test_perplexity test_sampler test_mini test_spec test_session test_sha test_prompt
@@ -95,7 +95,7 @@ $(BUILD)/libdeltafin.a: $(LIB_OBJ)
 	rm -f $@ && ar rcs $@ $^
 
 $(BUILD)/deltafin: $(BUILD)/cli.o $(BUILD)/options.o $(BUILD)/cli_bench.o $(BUILD)/cli_chat.o $(BUILD)/lineedit.o $(BUILD)/server.o \
-                  $(BUILD)/server_request.o $(BUILD)/server_anthropic.o $(BUILD)/server_emit.o $(BUILD)/server_responses.o $(BUILD)/server_cache.o $(BUILD)/setup.o $(BUILD)/setup_stream.o $(BUILD)/setup_parse.o $(BUILD)/doctor.o $(BUILD)/libdeltafin.a
+                  $(BUILD)/server_request.o $(BUILD)/server_anthropic.o $(BUILD)/server_emit.o $(BUILD)/server_responses.o $(BUILD)/server_grammar.o $(BUILD)/server_cache.o $(BUILD)/setup.o $(BUILD)/setup_stream.o $(BUILD)/setup_parse.o $(BUILD)/doctor.o $(BUILD)/libdeltafin.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 $(BUILD)/k3gen: $(wildcard tools/k3gen/*.c) tools/k3gen/k3gen.h | $(BUILD)
@@ -162,7 +162,7 @@ FUZZ_CC ?= clang
 fuzz: $(FUZZ_TARGETS:%=build-fuzz/%)
 FUZZ_SRC := util file filehash json json_write safetensors model model_gguf roster quant mathfn expert_store expert_manifest \
             expert_remote http sha kernels_ref kernels_avx2 \
-            kernels_avx512 tokenizer chat_template gguf sampler
+            kernels_avx512 tokenizer chat_template gguf sampler grammar grammar_match gr_string json_schema constraint
 FUZZ_PATHS = $(foreach f,$(FUZZ_SRC),$(wildcard $(SRC_DIRS:%=src/%/$(f).c)))
 build-fuzz/%: fuzz/%.c $(FUZZ_PATHS)
 	mkdir -p build-fuzz
@@ -170,7 +170,7 @@ build-fuzz/%: fuzz/%.c $(FUZZ_PATHS)
 	    $(FUZZ_PATHS) -pthread -lm -lpcre2-8 -lcurl
 build-fuzz/fuzz_chat_render: fuzz/fuzz_chat_parser.c
 # only what validation needs: no HTTP, worker, engine or command line to stub
-SERVER_SRC := src/app/server_request.c src/app/server_anthropic.c src/app/server_emit.c src/app/server_responses.c
+SERVER_SRC := src/app/server_request.c src/app/server_anthropic.c src/app/server_emit.c src/app/server_responses.c src/app/server_grammar.c
 build-fuzz/fuzz_server_request: fuzz/fuzz_server_request.c $(SERVER_SRC) $(FUZZ_PATHS)
 	mkdir -p build-fuzz
 	$(FUZZ_CC) -std=c11 -g -O1 -ffp-contract=off -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all $(INC) -o $@ $< \

@@ -169,6 +169,43 @@ static int slot_trusted(slot *sl)
     return atomic_load(&l->delivered);
 }
 
+/* constrained decoding (server_grammar.c compiled the job's grammar): a
+ * matcher over the model's vocabulary masks each row the loop decides from */
+
+static int mask_cb(void *ctx, float *logits, df_error *err)
+{
+    gr_matcher *m = ctx;
+    size_t n = gr_matcher_apply(m, logits);
+    if (gr_matcher_overflow(m))
+        return df_err_set(err, DF_ERR_LIMIT, -1, "the output grammar is too ambiguous (more than %d alternatives or "
+                          "nesting past %d)", GR_MAX_STACKS, GR_MAX_DEPTH);
+    if (!n) return df_err_set(err, DF_ERR_ARG, -1, "the output grammar allows no further token");
+    return 0;
+}
+
+static int accept_cb(void *ctx, int32_t id, df_error *err)
+{
+    if (gr_matcher_accept(ctx, id))
+        return df_err_set(err, DF_ERR_ARG, -1, "token %d does not fit the output grammar", (int)id);
+    return 0;
+}
+
+static void job_constraint_begin(srv *S, job *j, gen_loop *gl)
+{
+    if (!j->grammar) return;
+    if (!S->gvocab) S->gvocab = gr_vocab_from_tokenizer(S->tok);
+    j->matcher = gr_matcher_new(j->grammar, S->gvocab);
+    gen_constraint c = {mask_cb, accept_cb, j->matcher};
+    gen_constrain(gl, &c);
+}
+
+static void job_constraint_end(job *j, gen_loop *gl)
+{
+    gen_constrain(gl, NULL);
+    gr_matcher_free(j->matcher);
+    j->matcher = NULL;
+}
+
 static void run_job(srv *S, job *j)
 {
     double t0 = now();
@@ -278,6 +315,7 @@ static void run_job(srv *S, job *j)
     tok_decoder dec;
     tok_decoder_init(&dec, S->tok);
     chat_parser_reset(S->parser, j->think);
+    job_constraint_begin(S, j, &sl->gl);
     j->fin = FIN_STOP;
     double t_first = 0;
     df_error gerr = {0};
@@ -309,6 +347,7 @@ static void run_job(srv *S, job *j)
         gen_history(&sl->gl, &n_hist);
         if (j->n_gen >= j->max_tokens || n_hist >= (size_t)S->n_ctx) { j->fin = FIN_LENGTH; break; }
     }
+    job_constraint_end(j, &sl->gl);
     /* the session holds the history but its last id (verified drafts past
      * where the reply stopped are taken back) */
     if (!rc && gen_settle(&sl->gl, 0, &gerr)) {

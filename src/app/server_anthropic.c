@@ -29,7 +29,8 @@
  *                 input_examples are rendered inside the declaration;
  *                 cache_control and eager_input_streaming change no token
  *                 (the prompt cache is automatic; tool input is sent when
- *                 the call ends either way); strict: true is refused.
+ *                 the call ends either way); strict: true enforces the
+ *                 tool's input_schema on its calls (server_grammar.c).
  *   the billing line   a system block starting "x-anthropic-billing-header:"
  *                 (Claude Code's, different in every session) is left out
  *                 of the prompt unless serve --keep-billing-header: it is
@@ -196,9 +197,6 @@ static int anth_tools(const json_value *o, anth_conv *cv, rq_err *e)
         if (get_bool(t, "strict", &strict, e) || get_bool(t, "defer_loading", &deferred, e) ||
             get_bool(t, "eager_input_streaming", &eager, e))
             return -1;
-        if (strict)
-            return rq_fail(e, 400, "tools", "tools[%zu].strict: true is not supported yet (the schema is shown to the "
-                           "model, not enforced by constrained decoding)", i);
         if (find_tool(cv, name) >= 0)
             return rq_fail(e, 400, "tools", "tools[%zu].name: \"%.*s\" is declared twice", i,
                            (int)utf8_cut(name, strlen(name), 60), name);
@@ -214,6 +212,7 @@ static int anth_tools(const json_value *o, anth_conv *cv, rq_err *e)
         }
         json_buf_puts(&cv->defs, ",\"parameters\":");
         json_write_value(&cv->defs, schema, 0);
+        if (strict) json_buf_puts(&cv->defs, ",\"strict\":true"); /* its calls' arguments are enforced */
         if (ex) {
             json_buf_puts(&cv->defs, ",\"input_examples\":");
             json_write_value(&cv->defs, ex, 0);
@@ -410,13 +409,24 @@ static int anth_convert(const json_value *o, anth_conv *cv, json_buf *d, rq_err 
     }
     const json_value *tc = field(o, "tool_choice");
     if (tc) {
+        static const char *const tc_allowed[] = {"type", "name", "disable_parallel_tool_use", NULL};
         const char *t = json_get_str(tc, "type");
         const char *m = !t ? NULL : !strcmp(t, "auto") ? "auto" : !strcmp(t, "any") ? "required"
-                      : !strcmp(t, "none") ? "none" : NULL;
-        if (!m) return rq_fail(e, 400, "tool_choice", "tool_choice: expected {\"type\": \"auto\" | \"any\" | \"none\"} "
-                               "(naming a tool is not supported by K3's template)");
+                      : !strcmp(t, "none") ? "none" : !strcmp(t, "tool") ? "tool" : NULL;
+        if (!m) return rq_fail(e, 400, "tool_choice", "tool_choice.type: expected \"auto\", \"any\", \"tool\" or "
+                               "\"none\"");
+        if (check_fields(tc, tc_allowed, e)) return -1;
         json_buf_puts(d, ",\"tool_choice\":");
-        put_str(d, m);
+        if (!strcmp(m, "tool")) {
+            const char *name = json_get_str(tc, "name");
+            if (!name) return rq_fail(e, 400, "tool_choice", "tool_choice.name: a tool's name is required with type "
+                                      "\"tool\"");
+            json_buf_puts(d, "{\"type\":\"function\",\"function\":{\"name\":");
+            put_str(d, name);
+            json_buf_puts(d, "}}");
+        } else {
+            put_str(d, m);
+        }
     }
     json_buf_puts(d, "}");
     return 0;
@@ -701,7 +711,7 @@ int parse_messages(srv *S, job *j, const json_value *o, rq_err *e)
     static const char *const allowed[] = {"model", "messages", "system", "max_tokens", "stop_sequences",
                                           "temperature", "top_p", "stream", "tools", "tool_choice", "thinking",
                                           "metadata", "service_tier", "output_config", "context_management",
-                                          "cache_control", NULL};
+                                          "cache_control", "output_format", NULL};
     if (check_fields(o, allowed, e) || get_common(S, j, o, e) || get_stops(j, o, "stop_sequences", e)) return -1;
     int64_t mt = 0;
     int mt_set = 0;
@@ -743,9 +753,6 @@ int parse_messages(srv *S, job *j, const json_value *o, rq_err *e)
         static const char *const oc_allowed[] = {"effort", "format", "task_budget", NULL};
         if (oc->type != JSON_OBJECT) return rq_fail(e, 400, "output_config", "output_config: expected an object");
         if (check_fields(oc, oc_allowed, e)) return -1;
-        if (field(oc, "format"))
-            return rq_fail(e, 400, "output_config", "output_config.format: not supported yet (structured output needs "
-                           "constrained decoding)");
         if (field(oc, "task_budget"))
             return rq_fail(e, 400, "output_config", "output_config.task_budget: not supported (K3 takes an effort "
                            "level, not a token budget)");
@@ -760,8 +767,47 @@ int parse_messages(srv *S, job *j, const json_value *o, rq_err *e)
         }
     }
     if (co.thinking) co.thinking_effort = effort;
+    /* structured output: output_config.format (the earlier beta's
+     * output_format) as chat's response_format, enforced by a grammar */
+    const json_value *fmt = oc ? field(oc, "format") : NULL;
+    const char *fmt_name = "output_config.format";
+    if (!fmt && field(o, "output_format")) fmt = field(o, "output_format"), fmt_name = "output_format";
+    json_doc *rf_doc = NULL;
+    if (fmt) {
+        static const char *const f_allowed[] = {"type", "schema", NULL};
+        const char *ft = fmt->type == JSON_OBJECT ? json_get_str(fmt, "type") : NULL;
+        const json_value *schema = fmt->type == JSON_OBJECT ? json_get(fmt, "schema") : NULL;
+        if (!ft || strcmp(ft, "json_schema"))
+            return rq_fail(e, 400, "output_config", "%s.type: expected \"json_schema\"", fmt_name);
+        if (check_fields(fmt, f_allowed, e)) return -1;
+        if (!schema || schema->type != JSON_OBJECT)
+            return rq_fail(e, 400, "output_config", "%s.schema: expected a JSON Schema object", fmt_name);
+        json_buf rb;
+        json_buf_init(&rb);
+        json_buf_puts(&rb, "{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"output\",\"strict\":true,"
+                           "\"schema\":");
+        json_write_value(&rb, schema, 0);
+        json_buf_puts(&rb, "}}");
+        df_error perr = {0};
+        rf_doc = json_parse(rb.p, rb.len, &perr);
+        json_buf_free(&rb);
+        if (!rf_doc)
+            return rq_fail(e, 400, "output_config", "%s.schema: %s (JSON nesting is limited to %d levels)", fmt_name,
+                           perr.msg, JSON_MAX_DEPTH);
+        co.response_format = json_root(rf_doc);
+    }
+    const json_value *tcv = field(o, "tool_choice");
+    int dpt = 0;
+    if (tcv && tcv->type == JSON_OBJECT && get_bool(tcv, "disable_parallel_tool_use", &dpt, e)) {
+        json_free(rf_doc);
+        return -1;
+    }
+    j->single_call = dpt;
     const json_value *cc = field(o, "cache_control");
-    if (cc && cc->type != JSON_OBJECT) return rq_fail(e, 400, "cache_control", "cache_control: expected an object");
+    if (cc && cc->type != JSON_OBJECT) {
+        json_free(rf_doc);
+        return rq_fail(e, 400, "cache_control", "cache_control: expected an object");
+    }
     edits ed;
     anth_conv cv = {.S = S, .thinking = co.thinking};
     json_buf_init(&cv.defs);
@@ -827,6 +873,7 @@ int parse_messages(srv *S, job *j, const json_value *o, rq_err *e)
     json_buf_free(&cv.defs);
     free(cv.tools);
     free(cv.clear);
+    json_free(rf_doc);
     if (rc) return -1;
     return j->count_only ? 0 : set_max_tokens(S, j, "max_tokens", mt, 1, e);
 }

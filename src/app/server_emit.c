@@ -19,6 +19,8 @@ void job_unref(job *j)
     free(j->model);
     free(j->ctx_edits);
     resp_job_free(j->rj);
+    gr_grammar_free(j->grammar);
+    gr_matcher_free(j->matcher);
     json_buf_free(&j->out);
     for (int i = 0; i < 2; i++) json_buf_free(&j->acc[i]);
     for (int i = 0; i < 4; i++) json_buf_free(&j->lp[i]);

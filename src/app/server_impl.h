@@ -15,6 +15,8 @@
 #include "json.h"
 #include "json_write.h"
 #include "draft.h"
+#include "grammar.h"
+#include "json_schema.h"
 #include "sampler.h"
 #include "tokenizer.h"
 #include "util.h"
@@ -100,6 +102,7 @@ typedef struct srv {
     int keep_billing;           /* --keep-billing-header: Claude Code's billing line stays in the prompt */
     char *dbuf;
     size_t dcap;
+    gr_vocab *gvocab;           /* worker-only: the vocabulary for grammars, built on first use */
 } srv;
 
 struct job {
@@ -142,6 +145,10 @@ struct job {
     size_t text_off;
     char errmsg[800];
     resp_job *rj;               /* API_RESPONSES: request echo, item state (server_responses.c) */
+    /* constrained decoding (server_grammar.c) */
+    int single_call;            /* parallel_tool_calls false / disable_parallel_tool_use: one call at most */
+    gr_grammar *grammar;        /* the reply's grammar, compiled with the request, or NULL */
+    gr_matcher *matcher;        /* worker-only, while the job runs */
 };
 
 typedef struct rq_err {
@@ -169,6 +176,9 @@ void emit_last(job *j, json_buf *b);
 void gate_flush(job *j);
 void record_logprobs(srv *S, job *j, const float *logits, int32_t id, size_t text_len);
 const char *finish_name(const job *j);
+
+/* server_grammar.c */
+int job_constraint(srv *S, job *j, const chat_options *co, rq_err *e);
 
 /* server_request.c */
 int rq_fail(rq_err *e, int status, const char *param, const char *fmt, ...) __attribute__((format(printf, 4, 5)));

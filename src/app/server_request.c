@@ -228,7 +228,10 @@ int render_encode(srv *S, job *j, const json_value *messages, const chat_options
     chat_segments_free(seg);
     if (rc) return rq_fail(e, 400, "messages", "%s", err.msg);
     j->think = co->thinking;
-    return 0;
+    /* a guarantee asked for (a forced tool, a schema, a strict tool): its grammar, or a 400 naming what cannot be */
+    gr_grammar_free(j->grammar);
+    j->grammar = NULL;
+    return job_constraint(S, j, co, e);
 }
 
 /* One chat_render message, {"role": R[, "tool_call_id": ID], "content": TEXT},
@@ -371,12 +374,9 @@ static int parse_chat(srv *S, job *j, const json_value *o, rq_err *e)
     co.response_format = field(o, "response_format");
     if (co.tools && co.tools->type != JSON_ARRAY) return rq_fail(e, 400, "tools", "tools: expected an array");
     if (check_openai_tools(co.tools, e) || check_tool_calls(msgs, e)) return -1;
-    /* json_schema is rendered as an instruction; a strict (guaranteed) schema would need constrained decoding */
-    const json_value *js = co.response_format ? json_get(co.response_format, "json_schema") : NULL;
-    const json_value *strict = js ? json_get(js, "strict") : NULL;
-    if (strict && strict->type == JSON_BOOL && strict->b)
-        return rq_fail(e, 400, "response_format", "response_format.json_schema.strict: true is not supported (the schema "
-                       "is given to the model as an instruction, not enforced)");
+    int ptc = 1;
+    if (get_bool(o, "parallel_tool_calls", &ptc, e)) return -1;
+    j->single_call = !ptc;
     if (render_encode(S, j, msgs, &co, e)) return -1;
     return set_max_tokens(S, j, mt_set ? (field(o, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens")
                                        : "max_tokens", mt, mt_set, e);

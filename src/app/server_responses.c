@@ -331,6 +331,11 @@ static const char *const hosted_tools[] = {
     "code_interpreter", "image_generation", "computer_use_preview", "computer", "computer_use", "mcp", "local_shell",
     "shell", "apply_patch", "tool_search", NULL};
 
+static int str_is_v(const json_value *v, const char *s)
+{
+    return v && v->type == JSON_STRING && !strcmp(v->str, s);
+}
+
 /* One function tool (top level or inside a namespace) as chat_render's
  * {"type":"function","function":{...}}; ns: its namespace or NULL. */
 static int convert_function(resp_job *r, const json_value *t, const char *where, const char *ns, json_buf *d, rq_err *e)
@@ -349,10 +354,6 @@ static int convert_function(resp_job *r, const json_value *t, const char *where,
         return rq_fail(e, 400, "tools", "%s.parameters: expected a JSON Schema object", where);
     if (strict && strict->type != JSON_BOOL && strict->type != JSON_NULL)
         return rq_fail(e, 400, "tools", "%s.strict: expected a boolean", where);
-    if (strict && strict->type == JSON_BOOL && strict->b)
-        return rq_fail(e, 400, "tools", "%s.strict: true is not supported (the schema is given to the model as an "
-                       "instruction, not enforced: constrained decoding is the structured-output issue's); send "
-                       "strict: false", where);
     json_buf fn;
     json_buf_init(&fn);
     flat_name(&fn, ns, name);
@@ -370,6 +371,7 @@ static int convert_function(resp_job *r, const json_value *t, const char *where,
         json_buf_puts(d, ",\"description\":");
         json_write_string(d, desc->str, desc->len);
     }
+    if (strict && strict->type == JSON_BOOL && strict->b) json_buf_puts(d, ",\"strict\":true");
     if (params && params->type == JSON_OBJECT) {
         json_buf_puts(d, ",\"parameters\":");
         json_write_value(d, params, 0);
@@ -538,18 +540,15 @@ int parse_responses(srv *S, job *j, const json_value *o, rq_err *e)
     json_buf_init(&rf);
     if (fmt) {
         const char *ft = json_get_str(fmt, "type");
-        const json_value *strict = json_get(fmt, "strict"), *schema = json_get(fmt, "schema");
+        const json_value *schema = json_get(fmt, "schema");
         if (!ft || (strcmp(ft, "text") && strcmp(ft, "json_object") && strcmp(ft, "json_schema")))
             return rq_fail(e, 400, "text.format", "text.format.type: expected text, json_object or json_schema");
-        if (strict && strict->type == JSON_BOOL && strict->b)
-            return rq_fail(e, 400, "text.format", "text.format.strict: true is not supported (the schema is given to "
-                           "the model as an instruction, not enforced: constrained decoding is the structured-output "
-                           "issue's)");
+        if (!strcmp(ft, "json_schema") && (!schema || schema->type != JSON_OBJECT))
+            return rq_fail(e, 400, "text.format", "text.format.schema: expected a JSON Schema object");
         bprintf(&rf, "{\"type\":\"%s\"", ft);
         if (!strcmp(ft, "json_schema")) {
             json_buf_puts(&rf, ",\"json_schema\":{\"schema\":");
-            if (schema) json_write_value(&rf, schema, 0);
-            else json_buf_puts(&rf, "null");
+            json_write_value(&rf, schema, 0);
             json_buf_puts(&rf, "}");
         }
         json_buf_puts(&rf, "}");
@@ -607,10 +606,13 @@ int parse_responses(srv *S, job *j, const json_value *o, rq_err *e)
     json_buf_init(&techo);
     const json_value *tl = field(o, "tools"), *tc = field(o, "tool_choice");
     if (!rc && tl) rc = convert_tools(r, tl, &tools, &techo, e);
-    if (!rc && tc && !(tc->type == JSON_STRING && (!strcmp(tc->str, "auto") || !strcmp(tc->str, "none") ||
+    const char *tc_name = tc && tc->type == JSON_OBJECT && str_is_v(json_get(tc, "type"), "function")
+                              ? json_get_str(tc, "name") : NULL;
+    if (!rc && tc && !tc_name && !(tc->type == JSON_STRING && (!strcmp(tc->str, "auto") || !strcmp(tc->str, "none") ||
                                                    !strcmp(tc->str, "required"))))
-        rc = rq_fail(e, 400, "tool_choice", "tool_choice: expected \"auto\", \"none\" or \"required\" (naming a tool is "
-                     "not supported by K3's template)");
+        rc = rq_fail(e, 400, "tool_choice", "tool_choice: expected \"auto\", \"none\", \"required\" or {\"type\": "
+                     "\"function\", \"name\": ...}");
+    j->single_call = !parallel;
     if (!rc) {
         json_buf_puts(&d, "{\"messages\":[");
         if (ins) {
@@ -621,7 +623,11 @@ int parse_responses(srv *S, job *j, const json_value *o, rq_err *e)
         json_buf_puts(&d, "],\"tools\":[");
         json_buf_put(&d, tools.p, tools.len);
         json_buf_puts(&d, "]");
-        if (tc) {
+        if (tc_name) {
+            json_buf_puts(&d, ",\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":");
+            put_str(&d, tc_name);
+            json_buf_puts(&d, "}}");
+        } else if (tc) {
             json_buf_puts(&d, ",\"tool_choice\":");
             put_str(&d, tc->str);
         }

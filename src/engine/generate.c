@@ -111,6 +111,12 @@ int gen_init(gen_loop *g, df_engine *eng, df_session *s, sampler *smp, df_drafte
     return 0;
 }
 
+void gen_constrain(gen_loop *g, const gen_constraint *c)
+{
+    if (c) g->con = *c;
+    else memset(&g->con, 0, sizeof g->con);
+}
+
 void gen_free(gen_loop *g)
 {
     free(g->logits);
@@ -408,15 +414,13 @@ static int step(gen_loop *g, df_error *err)
     g->q_head = g->q_len = 0;
     int a = 0;
     for (int i = 0; i <= nd; i++) {
-        const float *row = g->logits + (size_t)i * (size_t)g->V;
-        if (i == nd) {
-            push(g, sampler_next(g->smp, row), i);
-            break;
-        }
+        float *row = g->logits + (size_t)i * (size_t)g->V;
+        if (g->con.mask && g->con.mask(g->con.ctx, row, err)) return -1;
         int ok = 0;
-        int32_t x = sampler_verify(g->smp, row, g->ids[i + 1], &ok);
+        int32_t x = i == nd ? sampler_next(g->smp, row) : sampler_verify(g->smp, row, g->ids[i + 1], &ok);
+        if (g->con.accept && g->con.accept(g->con.ctx, x, err)) return -1;
         push(g, x, i);
-        if (!ok) break;
+        if (i == nd || !ok) break;
         a++;
     }
     if (nd > 0 && a < nd && df_session_truncate(g->s, pos0 + 1 + a, err)) return -1;
@@ -467,7 +471,10 @@ int gen_next(gen_loop *g, int32_t *tok, df_error *err)
     if (!g->q_len) {
         if (g->fresh) {
             /* the distribution after a prompt (or a settle): no pass needed */
-            int32_t x = sampler_next(g->smp, gen_logits(g));
+            float *row = g->logits + (size_t)g->row * (size_t)g->V;
+            if (g->con.mask && g->con.mask(g->con.ctx, row, err)) return -1;
+            int32_t x = sampler_next(g->smp, row);
+            if (g->con.accept && g->con.accept(g->con.ctx, x, err)) return -1;
             if (g->n_hist >= g->cap) return df_err_set(err, DF_ERR_LIMIT, -1, "context full");
             g->hist[g->n_hist++] = x;
             g->fresh = 0;

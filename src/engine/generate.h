@@ -65,6 +65,19 @@ typedef struct df_drafter {
     void *state;
 } df_drafter;
 
+/* A constraint on the tokens (a grammar, json_schema.h): before a token is
+ * chosen from a row of logits, mask() sets the logits of every token that
+ * cannot follow to -infinity (in place); once chosen, accept() advances it.
+ * Rows are masked in order and only up to the first rejected draft, so the
+ * state always follows the decided tokens: a draft the constraint refuses
+ * is a rejected draft, never a sampled token, and the tokens and logits are
+ * those drafts-off decoding gives. */
+typedef struct gen_constraint {
+    int (*mask)(void *ctx, float *logits, df_error *err);
+    int (*accept)(void *ctx, int32_t id, df_error *err);
+    void *ctx;
+} gen_constraint;
+
 typedef struct gen_opts {
     int draft_k;      /* > 0: exactly this many drafts per step (when the drafter has them) */
     int draft_max;    /* the most drafts per step (0 = 8, at most GEN_MAX_DRAFT) */
@@ -158,6 +171,7 @@ typedef struct gen_loop {
     int sh_n;
     size_t sh_at;
     gen_stats st;
+    gen_constraint con;       /* con.mask NULL: none (gen_constrain) */
 } gen_loop;
 
 int gen_init(gen_loop *g, df_engine *eng, df_session *s, sampler *smp, df_drafter *dr, const gen_opts *o,
@@ -183,6 +197,8 @@ const float *gen_logits(const gen_loop *g);
  * the next step when it was not evaluated yet. */
 int gen_settle(gen_loop *g, int keep_last, df_error *err);
 const int32_t *gen_history(const gen_loop *g, size_t *n);
+/* Constrain the tokens from the next one decided on (NULL: no longer). */
+void gen_constrain(gen_loop *g, const gen_constraint *c);
 /* Drop history entries past n (n <= the history; the session follows). */
 int gen_rewind(gen_loop *g, size_t n, df_error *err);
 

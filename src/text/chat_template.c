@@ -11,7 +11,8 @@
  * oddly or silently drop): non-object messages, unknown roles, image parts,
  * non-string text parts, unknown tool_choice / response_format values are
  * errors; an explicit null "reasoning" is absent (chat.rs would render the
- * text "None"); tool_choice naming a function is DF_ERR_UNSUPPORTED.
+ * text "None"); tool_choice naming a function renders as "required" (the
+ * server's grammar holds the reply to that tool).
  *
  * The parser is a small state machine over ids.  Markers are special ids; a
  * tag's words and attributes are ordinary text between <|open|>/<|close|>
@@ -662,6 +663,15 @@ static int render_tool(rctx *c, const rmsg *r, size_t tool_index, const json_val
     return 0;
 }
 
+/* {"type": "function", "function": {"name": N}}: K3's template has no
+ * named form; it renders as "required" and the caller's grammar holds the
+ * reply to that tool (json_schema.h) */
+static int named_choice(const json_value *tc)
+{
+    const json_value *fn = tc && tc->type == JSON_OBJECT ? json_get(tc, "function") : NULL;
+    return fn && str_is(json_get(tc, "type"), "function") && json_get_str(fn, "name");
+}
+
 static int check_options(const chat_options *o, df_error *err)
 {
     if (o->thinking && o->thinking_effort && strcmp(o->thinking_effort, "low") &&
@@ -670,10 +680,11 @@ static int check_options(const chat_options *o, df_error *err)
                           "thinking_effort: unsupported value \"%s\"; supported values are low, high and max",
                           o->thinking_effort);
     const json_value *tc = o->tool_choice;
-    if (tc && tc->type != JSON_NULL && !str_is(tc, "auto") && !str_is(tc, "none") && !str_is(tc, "required")) {
+    if (tc && tc->type != JSON_NULL && !str_is(tc, "auto") && !str_is(tc, "none") && !str_is(tc, "required") &&
+        !named_choice(tc)) {
         if (tc->type == JSON_OBJECT)
-            return df_err_set(err, DF_ERR_UNSUPPORTED, tc->pos,
-                              "tool_choice: naming a function is not supported by K3's template (use \"required\")");
+            return df_err_set(err, DF_ERR_ARG, tc->pos,
+                              "tool_choice: expected {\"type\": \"function\", \"function\": {\"name\": ...}}");
         return df_err_set(err, DF_ERR_ARG, tc->pos,
                           "tool_choice: expected \"auto\", \"none\" or \"required\"");
     }
@@ -784,7 +795,7 @@ int chat_render(const json_value *messages, const chat_options *opt, chat_segmen
         }
     }
     if (!rc) {
-        if (str_is(opt->tool_choice, "required"))
+        if (str_is(opt->tool_choice, "required") || named_choice(opt->tool_choice))
             sysmsg(&c, "tool-choice", TOOL_CHOICE_REQUIRED, sizeof TOOL_CHOICE_REQUIRED - 1);
         else if (str_is(opt->tool_choice, "none"))
             sysmsg(&c, "tool-choice", TOOL_CHOICE_NONE, sizeof TOOL_CHOICE_NONE - 1);
