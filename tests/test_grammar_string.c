@@ -595,6 +595,159 @@ static void test_pattern_pcre2(void)
     TCHECK(n_patterns == 250 && n_match > n_strings / 5 && n_match < n_strings * 4 / 5 && n_gave_up < n_strings / 50);
 }
 
+/* ---- intersections against PCRE2 ------------------------------------------------------ */
+
+static gr_grammar *patterns_grammar(const char *const *pats, int n, enum gr_str_mode mode, uint32_t *cmin,
+                                    uint32_t *cmax, df_error *err)
+{
+    mk k = mk_new();
+    size_t lens[8];
+    for (int i = 0; i < n; i++) lens[i] = strlen(pats[i]);
+    uint32_t lo = cmin ? *cmin : 0, hi = cmax ? *cmax : GR_COUNT_INF;
+    if (gr_patterns(k.b, k.m, 0, k.to, pats, lens, n, mode, GR_INC, &lo, &hi, err)) {
+        gr_builder_free(k.b);
+        return NULL;
+    }
+    if (lo > 0 || hi != GR_COUNT_INF) gr_counter(k.b, k.m, lo, hi);
+    if (cmin) *cmin = lo;
+    if (cmax) *cmax = hi;
+    return mk_build(&k, err);
+}
+
+static void test_intersection(void)
+{
+    /* by hand: classes, lengths, a format with a pattern */
+    static const struct {
+        const char *p[3];
+        const char *s;
+        int want;
+    } cases[] = {
+        {{"^[a-z]+$", "^.{2,3}$"}, "abc", 1},
+        {{"^[a-z]+$", "^.{2,3}$"}, "abcd", 0},
+        {{"^[a-z]+$", "^.{2,3}$"}, "aB", 0},
+        {{"a", "b", "c"}, "xcxbxa", 1},
+        {{"a", "b", "c"}, "xcxbx", 0},
+        {{"^(?:ab)*$", "^(?:abab)*$|^ab$"}, "ababab", 0},
+        {{"^(?:ab)*$", "^(?:abab)*$|^ab$"}, "abab", 1},
+        {{"^(?:ab)*$", "^(?:abab)*$|^ab$"}, "ab", 1},
+        {{"^\\d{4}-", "-01$"}, "2024-01", 1},
+        {{"^[\\s\\S]{0,300}$", "^[^\\n]*$"}, "a b", 1},
+        {{"^[\\s\\S]{0,300}$", "^[^\\n]*$"}, "a\nb", 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int n = 0;
+        while (n < 3 && cases[i].p[n]) n++;
+        for (int mode = 0; mode < 2; mode++) {
+            df_error err = {0};
+            gr_grammar *g = patterns_grammar(cases[i].p, n, mode ? GR_STR_RAW : GR_STR_JSON, NULL, NULL, &err);
+            TCHECKF(g, "case %zu: %s", i, err.msg);
+            if (!g) continue;
+            char j[64];
+            size_t jn = mode ? strlen(strcpy(j, cases[i].s)) : json_text(cases[i].s, strlen(cases[i].s), j);
+            TCHECKF(accepts(g, j, jn) == cases[i].want, "case %zu on \"%s\" (%s)", i, cases[i].s, mode ? "raw" : "JSON");
+            gr_grammar_free(g);
+        }
+    }
+    /* narrowing through every operand */
+    uint32_t lo = 0, hi = 10;
+    df_error err = {0};
+    const char *nar[] = {"^[\\s\\S]{2,300}$", "^x", "^[a-z]{0,4}$"};
+    gr_grammar *g = patterns_grammar(nar, 3, GR_STR_JSON, &lo, &hi, &err);
+    TCHECKF(g && lo == 2 && hi == 4, "%s: %u..%u", err.msg, lo, hi);
+    if (g) TCHECK(accepts_str(g, "xa") && accepts_str(g, "xabc") && !accepts_str(g, "x") && !accepts_str(g, "xabcd"));
+    gr_grammar_free(g);
+    /* a format and a pattern */
+    const char *fp[] = {gr_format_pattern("date"), "-12-"};
+    TCHECK(fp[0] && !gr_format_pattern("ipv6"));
+    g = patterns_grammar(fp, 2, GR_STR_JSON, NULL, NULL, &err);
+    TCHECKF(g, "%s", err.msg);
+    if (g) TCHECK(accepts_str(g, "2024-12-31") && !accepts_str(g, "2024-11-30") && !accepts_str(g, "2024-12-32"));
+    gr_grammar_free(g);
+    /* errors: which operand, and the size limit */
+    const char *bad[] = {"^a$", "(?=b)"};
+    err = (df_error){0};
+    g = patterns_grammar(bad, 2, GR_STR_JSON, NULL, NULL, &err);
+    TCHECKF(!g && err.code == DF_ERR_UNSUPPORTED && strstr(err.msg, "pattern 2 of 2: ") && strstr(err.msg, "lookahead") &&
+                err.pos == 0,
+            "%s", err.msg);
+    const char *big[] = {"^[a-z]{0,1000}[0-9]{0,1000}$", "^[0-9a-z]{0,1000}b[0-9a-z]{0,1000}$"};
+    err = (df_error){0};
+    g = patterns_grammar(big, 2, GR_STR_RAW, NULL, NULL, &err);
+    TCHECKF(!g && err.code == DF_ERR_LIMIT && strstr(err.msg, "intersection"), "%d %s", err.code, err.msg);
+    gr_grammar_free(g);
+
+    /* random pairs against PCRE2: a string is in the intersection iff both match */
+    pcre2_match_data *md = pcre2_match_data_create(4, NULL);
+    int n_pairs = 0, n_strings = 0, n_both = 0;
+    for (int p = 0; p < 120; p++) {
+        rtree t[2];
+        int root[2];
+        char ecma[2][2048], pcre[2][4096];
+        pcre2_code *code[2];
+        for (int i = 0; i < 2; i++) {
+            t[i].nn = 0;
+            root[i] = rgen(&t[i], 1);
+            size_t ke = 0, kp = 0;
+            int anc = (int)rnd(4);
+            if (anc & 1) ecma[i][ke++] = '^', pcre[i][kp++] = '^';
+            rwrite(&t[i], root[i], 0, ecma[i], &ke);
+            rwrite(&t[i], root[i], 1, pcre[i], &kp);
+            if (anc & 2) ecma[i][ke++] = '$', pcre[i][kp++] = '$';
+            ecma[i][ke] = pcre[i][kp] = 0;
+            int errc;
+            PCRE2_SIZE eoff;
+            code[i] = pcre2_compile((PCRE2_SPTR)pcre[i], kp, PCRE2_UTF | PCRE2_DOLLAR_ENDONLY, &errc, &eoff, NULL);
+            TCHECK(code[i]);
+        }
+        const char *pats[2] = {ecma[0], ecma[1]};
+        gr_grammar *gg[2];
+        err = (df_error){0};
+        gg[0] = patterns_grammar(pats, 2, GR_STR_RAW, NULL, NULL, &err);
+        gg[1] = patterns_grammar(pats, 2, GR_STR_JSON, NULL, NULL, &err);
+        /* an empty intersection is refused by gr_build: then no string may match both */
+        int empty = !gg[0] && err.code == DF_ERR_ARG;
+        TCHECKF(gg[0] || empty, "/%s/ & /%s/: %s", ecma[0], ecma[1], err.msg);
+        if (code[0] && code[1] && (gg[0] || empty)) {
+            n_pairs++;
+            int bad_n = 0;
+            for (int s = 0; s < 30 && bad_n < 3; s++) {
+                char str[600], js[3600];
+                size_t k = 0;
+                if (rnd(3)) append_noise(str, &k, 400);
+                int first = (int)rnd(2);
+                rsample(&t[first], root[first], str, &k, 400);
+                if (rnd(2)) rsample(&t[!first], root[!first], str, &k, 400);
+                if (rnd(3)) append_noise(str, &k, 400);
+                int r0 = pcre2_match(code[0], (PCRE2_SPTR)str, k, 0, 0, md, NULL);
+                int r1 = pcre2_match(code[1], (PCRE2_SPTR)str, k, 0, 0, md, NULL);
+                if ((r0 < 0 && r0 != PCRE2_ERROR_NOMATCH) || (r1 < 0 && r1 != PCRE2_ERROR_NOMATCH)) continue;
+                int want = r0 >= 0 && r1 >= 0;
+                n_strings++;
+                n_both += want;
+                if (empty) {
+                    TCHECKF(!want, "/%s/ & /%s/ refused as empty, both match \"%.*s\"", ecma[0], ecma[1], (int)k, str);
+                    continue;
+                }
+                int got = accepts(gg[0], str, k);
+                size_t jn = json_text(str, k, js);
+                int got_j = accepts(gg[1], js, jn);
+                if (got != want || got_j != want) {
+                    bad_n++;
+                    t_fail(__FILE__, __LINE__, "/%s/ & /%s/ on \"%.*s\": raw %d JSON %d, PCRE2 %d", ecma[0], ecma[1],
+                           (int)k, str, got, got_j, want);
+                }
+            }
+        }
+        for (int i = 0; i < 2; i++) {
+            pcre2_code_free(code[i]);
+            gr_grammar_free(gg[i]);
+        }
+    }
+    pcre2_match_data_free(md);
+    printf("  %d random pairs, %d strings, %d in both\n", n_pairs, n_strings, n_both);
+    TCHECK(n_pairs == 120 && n_both > n_strings / 10 && n_both < n_strings * 9 / 10);
+}
+
 /* ---- refused patterns ------------------------------------------------------------------ */
 
 static void test_pattern_errors(void)
@@ -962,6 +1115,7 @@ static const test_case tests[] = {
     {"json_spelling", test_json_spelling},
     {"pattern_table", test_pattern_table},
     {"pattern_pcre2", test_pattern_pcre2},
+    {"intersection", test_intersection},
     {"pattern_errors", test_pattern_errors},
     {"pattern_garbage", test_pattern_garbage},
     {"narrowing", test_narrowing},
