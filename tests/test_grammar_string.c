@@ -840,6 +840,67 @@ static void test_pattern_garbage(void)
     TCHECK(n_ok > 100 && n_arg > 100 && n_unsup > 100);
 }
 
+/* Lengths with gaps: whatever prefix the grammar allows can be finished
+ * inside minLength..maxLength (the counter's bounds alone would let
+ * ^(?:aaa)+$ with 4..5 start "aaa" and strand). */
+static void test_length_gaps(void)
+{
+    df_error err = {0};
+    uint32_t lo = 4, hi = 5;
+    gr_grammar *g = pattern_grammar("^(?:aaa)+$", GR_STR_JSON, &lo, &hi, &err, NULL);
+    TCHECKF(!g && err.code == DF_ERR_ARG, "^(?:aaa)+$ in 4..5: %d %s", err.code, err.msg);
+    gr_grammar_free(g);
+    lo = 4, hi = 5;
+    err = (df_error){0};
+    g = pattern_grammar("^(?:aaa)+$|^bbbb$", GR_STR_JSON, &lo, &hi, &err, NULL);
+    TCHECKF(g, "%s", err.msg);
+    if (g) {
+        int a3[] = {'a', 'a', 'a'}, b4[] = {'b', 'b', 'b', 'b'};
+        TCHECK(gr_reference_accepts(g, a3, 3, 0) == 0 && gr_reference_accepts(g, b4, 4, 1) == 1);
+    }
+    gr_grammar_free(g);
+
+    /* random patterns over {a, b} and windows: every allowed prefix of up to 9
+     * letters extends to a complete string */
+    static const char *const piece[] = {"(?:aaa)+", "(?:ab|bbb)*", "a{2}(?:bb)?", "(?:a|bbb)", "b", "(?:aab){0,2}",
+                                        "[ab]{3}", "(?:a{4})*"};
+    int n_checked = 0, n_empty = 0;
+    for (int t = 0; t < 60; t++) {
+        char pat[128] = "^";
+        for (int k = 1 + (int)rnd(3); k > 0; k--) strcat(pat, piece[rnd(sizeof piece / sizeof piece[0])]);
+        strcat(pat, "$");
+        lo = rnd(5);
+        hi = lo + rnd(4);
+        err = (df_error){0};
+        g = pattern_grammar(pat, GR_STR_RAW, &lo, &hi, &err, NULL);
+        if (!g) {
+            TCHECKF(err.code == DF_ERR_ARG, "/%s/: %s", pat, err.msg);
+            n_empty++;
+            continue;
+        }
+        /* for every w over {a, b} of up to 9 letters (index 1 << len | bits):
+         * complete, allowed as a prefix, finishable (complete, or a one-letter
+         * extension is finishable; windows end at 7 letters) */
+        static uint8_t done[1 << 10], pre[1 << 10], fin[1 << 10];
+        for (int len = 9; len >= 0; len--)
+            for (int bits = 0; bits < 1 << len; bits++) {
+                int w[9], x = 1 << len | bits;
+                for (int i = 0; i < len; i++) w[i] = bits >> i & 1 ? 'b' : 'a';
+                done[x] = (uint8_t)gr_reference_accepts(g, w, (size_t)len, 1);
+                pre[x] = (uint8_t)gr_reference_accepts(g, w, (size_t)len, 0);
+                fin[x] = done[x] || (len < 9 && (fin[2 << len | bits] || fin[2 << len | 1 << len | bits]));
+                if (done[x]) TCHECKF((uint32_t)len >= lo && (uint32_t)len <= hi, "/%s/ in %u..%u: %d letters", pat, lo, hi, len);
+                if (pre[x]) {
+                    n_checked++;
+                    TCHECKF(fin[x], "/%s/ in %u..%u: a prefix of %d letters cannot be finished", pat, lo, hi, len);
+                }
+            }
+        gr_grammar_free(g);
+    }
+    printf("  %d allowed prefixes checked, %d windows left no string\n", n_checked, n_empty);
+    TCHECK(n_checked > 200 && n_empty > 3);
+}
+
 /* ---- the counter narrowed ---------------------------------------------------------------- */
 
 static void test_narrowing(void)
@@ -1119,6 +1180,7 @@ static const test_case tests[] = {
     {"pattern_errors", test_pattern_errors},
     {"pattern_garbage", test_pattern_garbage},
     {"narrowing", test_narrowing},
+    {"length_gaps", test_length_gaps},
     {"formats", test_formats},
     {"matcher", test_matcher},
 };

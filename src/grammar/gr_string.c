@@ -902,8 +902,9 @@ static int single_class(const parser *P, int top, int *set, uint32_t *lo, uint32
 
 /* One pattern into k, from -> to (from gets no edge in, to none out). */
 static int compile(sink *k, int from, int to, const char *pat, size_t len, enum gr_str_mode mode, unsigned flags,
-                   uint32_t *cmin, uint32_t *cmax, const char *what, df_error *err)
+                   uint32_t *cmin, uint32_t *cmax, int *narrowed, const char *what, df_error *err)
 {
+    if (narrowed) *narrowed = 0;
     parser P = {pat, len, 0, NULL, 0, 0, err, what};
     int top = -1, rc = -1;
     if (parse_pattern(&P, &top)) goto done;
@@ -918,6 +919,7 @@ static int compile(sink *k, int from, int to, const char *pat, size_t len, enum 
         }
         *cmin = nmin;
         *cmax = nmax;
+        if (narrowed) *narrowed = 1;
         loop_chars(k, from, to, &P.nd[set].set, mode, flags);
         rc = 0;
         goto done;
@@ -959,16 +961,7 @@ done:
 int gr_pattern(gr_builder *b, int m, int from, int to, const char *pat, size_t len, enum gr_str_mode mode,
                unsigned first_flags, uint32_t *cmin, uint32_t *cmax, df_error *err)
 {
-    sink k = {b, m, NULL};
-    if (!pat) {
-        gr_cpset any;
-        gr_cpset_init(&any);
-        gr_cpset_all(&any);
-        loop_chars(&k, from, to, &any, mode, first_flags);
-        gr_cpset_free(&any);
-        return 0;
-    }
-    return compile(&k, from, to, pat, len, mode, first_flags, cmin, cmax, "pattern", err);
+    return gr_patterns(b, m, from, to, &pat, &len, pat ? 1 : 0, mode, first_flags, cmin, cmax, err);
 }
 
 /* ---- intersections -------------------------------------------------------------- */
@@ -1046,7 +1039,7 @@ static int pair_state(pairmap *h, lnfa *r, int **queue, size_t *qn, size_t *qcap
 
 /* r = a x b: both take their epsilon edges one at a time and their symbol
  * edges together on the common symbols. */
-static int product(const lnfa *a, const lnfa *b, lnfa *r, df_error *err)
+static int product(const lnfa *a, const lnfa *b, lnfa *r, int limit, df_error *err)
 {
     int *ao, *ai, *bo, *bi;
     lnfa_index(a, &ao, &ai);
@@ -1065,9 +1058,8 @@ static int product(const lnfa *a, const lnfa *b, lnfa *r, df_error *err)
         if (t < 2) p = todo[t][0], q = todo[t][1];
         else if (qi < qn) p = queue[qi], q = queue[qi + 1], qi += 2;
         else break;
-        if (r->n_states > GR_PATTERN_MAX_PRODUCT) {
-            rc = df_err_set(err, DF_ERR_LIMIT, -1,
-                            "patterns: their intersection needs more than %d states", GR_PATTERN_MAX_PRODUCT);
+        if (r->n_states > limit) {
+            rc = df_err_set(err, DF_ERR_LIMIT, -1, "patterns: their intersection needs more than %d states", limit);
             break;
         }
         int me = pair_state(&h, r, &queue, &qn, &qcap, p, q);
@@ -1106,21 +1098,30 @@ static int product(const lnfa *a, const lnfa *b, lnfa *r, df_error *err)
 int gr_patterns(gr_builder *b, int m, int from, int to, const char *const *pats, const size_t *lens, int n,
                 enum gr_str_mode mode, unsigned first_flags, uint32_t *cmin, uint32_t *cmax, df_error *err)
 {
-    if (n <= 1) return gr_pattern(b, m, from, to, n == 1 ? pats[0] : NULL, n == 1 ? lens[0] : 0, mode, first_flags,
-                                  cmin, cmax, err);
+    if (n <= 0) {
+        gr_cpset any;
+        gr_cpset_init(&any);
+        gr_cpset_all(&any);
+        sink k = {b, m, NULL};
+        loop_chars(&k, from, to, &any, mode, first_flags);
+        gr_cpset_free(&any);
+        return 0;
+    }
     lnfa acc = {0}, op = {0}, r = {0};
-    int rc = -1;
+    int rc = -1, all_narrowed = 1;
     for (int i = 0; i < n; i++) {
         op.n_states = 2;
         sink k = {NULL, 0, &op};
-        if (compile(&k, 0, 1, pats[i], lens[i], mode, first_flags, cmin, cmax, "pattern", err)) {
-            df_err_prefix(err, "pattern %d of %d: ", i + 1, n);
+        int nar;
+        if (compile(&k, 0, 1, pats[i], lens[i], mode, first_flags, cmin, cmax, &nar, "pattern", err)) {
+            if (n > 1) df_err_prefix(err, "pattern %d of %d: ", i + 1, n);
             goto done;
         }
+        all_narrowed &= nar;
         if (i == 0) {
             acc = op;
         } else {
-            if (product(&acc, &op, &r, err)) goto done;
+            if (product(&acc, &op, &r, GR_PATTERN_MAX_PRODUCT, err)) goto done;
             lnfa_free(&acc);
             lnfa_free(&op);
             acc = r;
@@ -1128,11 +1129,38 @@ int gr_patterns(gr_builder *b, int m, int from, int to, const char *const *pats,
         }
         memset(&op, 0, sizeof op);
     }
-    /* the product into the builder: its 0 is from, its 1 is to */
+    /* Lengths: the counter's window is exact for a loop of one class, but
+     * its bounds (fewest / most characters left) can miss a gap in another
+     * pattern's lengths (^(?:aaa)+$ with 4..5 would strand after "aaa"), so
+     * the lengths go into the automaton too when that stays small (4 times
+     * the pattern's states, or 1024): then every state left can finish inside
+     * the window.  A bigger product (^[a-z]{1,64}@... with maxLength 254,
+     * or an unanchored pattern) keeps the counter alone, whose bounds are
+     * exact when each state's remaining lengths have no gap. */
+    if (cmin && (first_flags & GR_INC) && !all_narrowed && (*cmin > 0 || *cmax != GR_COUNT_INF) &&
+        *cmin <= GR_PATTERN_MAX_REPEAT && (*cmax <= GR_PATTERN_MAX_REPEAT || *cmax == GR_COUNT_INF)) {
+        char lp[64];
+        if (*cmax == GR_COUNT_INF) snprintf(lp, sizeof lp, "^[\\s\\S]{%u,}$", *cmin);
+        else snprintf(lp, sizeof lp, "^[\\s\\S]{%u,%u}$", *cmin, *cmax);
+        op.n_states = 2;
+        sink k = {NULL, 0, &op};
+        df_error scratch = {0};
+        CHECK(compile(&k, 0, 1, lp, strlen(lp), mode, first_flags, NULL, NULL, NULL, "length", &scratch) == 0);
+        int limit = 4 * acc.n_states;
+        if (limit < 1024) limit = 1024;
+        if (limit > GR_PATTERN_MAX_PRODUCT) limit = GR_PATTERN_MAX_PRODUCT;
+        if (product(&acc, &op, &r, limit, &scratch) == 0) {
+            lnfa_free(&acc);
+            acc = r;
+            memset(&r, 0, sizeof r);
+        }
+        lnfa_free(&op);
+    }
+    /* into the builder: 0 is from, 1 is to */
     int *id = xmalloc((size_t)acc.n_states * sizeof *id);
     id[0] = from;
     id[1] = to;
-    for (int s = 2; s < acc.n_states; s++) id[s] = gr_state(b, m);
+    for (int st = 2; st < acc.n_states; st++) id[st] = gr_state(b, m);
     for (size_t i = 0; i < acc.n_e; i++) {
         const ledge *e = &acc.e[i];
         if (e->lo < 0) gr_eps(b, m, id[e->from], id[e->to]);
@@ -1189,5 +1217,5 @@ int gr_format(gr_builder *b, int m, int from, int to, const char *format, enum g
     char what[64];
     snprintf(what, sizeof what, "format \"%s\"", format);
     sink k = {b, m, NULL};
-    return compile(&k, from, to, pat, strlen(pat), mode, first_flags, NULL, NULL, what, err);
+    return compile(&k, from, to, pat, strlen(pat), mode, first_flags, NULL, NULL, NULL, what, err);
 }

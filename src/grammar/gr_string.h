@@ -73,8 +73,12 @@ void gr_chars(gr_builder *b, int m, int from, int to, const gr_cpset *s, enum gr
  * none); a pattern of one repeated class narrows them (see above), and then
  * the body is that class looping (DF_ERR_ARG when no length is left);
  * otherwise they are left as they are for the caller to apply (the body's
- * characters still carry first_flags).  Errors name the construct and its
- * offset in the pattern (err->pos). */
+ * characters still carry first_flags), and when the bounds are at most
+ * GR_PATTERN_MAX_REPEAT and the product stays small the body also counts
+ * them itself, so that no prefix it allows misses the window (a pattern's
+ * lengths may have gaps the counter's bounds do not see: ^(?:aaa)+$ with
+ * 4..5).  Errors name the construct and its offset in the pattern
+ * (err->pos). */
 int gr_pattern(gr_builder *b, int m, int from, int to, const char *pat, size_t len, enum gr_str_mode mode,
                unsigned first_flags, uint32_t *cmin, uint32_t *cmax, df_error *err);
 
