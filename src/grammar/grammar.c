@@ -310,7 +310,7 @@ static int determinize(const nmach *x, gr_dfa *d, df_error *err)
         ipush(&acc, a);
         size_t row = next.n;
         for (int sym = 0; sym < GR_NSYM; sym++) ipush(&next, -1);
-        if (pts.n) qsort(pts.v, pts.n, sizeof *pts.v, cmp_int); /* a state without symbol edges: pts.v may be NULL */
+        if (pts.n) qsort(pts.v, pts.n, sizeof *pts.v, cmp_int);
         for (size_t p = 0; p + 1 < pts.n; p++) {
             int lo = pts.v[p], hi = pts.v[p + 1] - 1;
             if (lo > hi) continue;
