@@ -821,7 +821,15 @@ static void test_pattern_garbage(void)
         mk k = mk_new();
         df_error err = {0};
         uint32_t lo = 0, hi = 40;
-        int rc = gr_pattern(k.b, k.m, 0, k.to, pat, n, t & 1 ? GR_STR_RAW : GR_STR_JSON, GR_INC, &lo, &hi, &err);
+        int rc;
+        if (t % 4 == 3) { /* with a second one: the intersection */
+            static const char *const other[] = {"a", "^[ab]*$", "^.{0,5}$", "[^a]", "\\d|b"};
+            const char *two[2] = {pat, other[rnd(5)]};
+            size_t lens[2] = {n, strlen(two[1])};
+            rc = gr_patterns(k.b, k.m, 0, k.to, two, lens, 2, t & 1 ? GR_STR_RAW : GR_STR_JSON, GR_INC, &lo, &hi, &err);
+        } else {
+            rc = gr_pattern(k.b, k.m, 0, k.to, pat, n, t & 1 ? GR_STR_RAW : GR_STR_JSON, GR_INC, &lo, &hi, &err);
+        }
         if (rc == 0) {
             n_ok++;
             gr_counter(k.b, k.m, lo, hi);
