@@ -31,7 +31,9 @@
  * the operands are multiplied pairwise: a product state takes either
  * side's epsilon edges alone and symbol edges together on their common
  * byte range.  Only pairs reachable from (start, start) are made; the
- * builder trims the ones that cannot finish.
+ * builder trims the ones that cannot finish.  The same product with an
+ * unrolled [\s\S]{min,max} puts small minLength/maxLength into the body
+ * (see gr_patterns), where the counter's bounds alone could strand.
  *
  * Formats are anchored patterns (the table at the end) compiled the same
  * way; each text below also satisfies ajv-formats' full definition:
