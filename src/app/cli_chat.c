@@ -14,10 +14,13 @@
 #define _GNU_SOURCE
 #include "chat_template.h"
 #include "cli.h"
+#include "grammar.h"
+#include "json_schema.h"
 #include "json.h"
 #include "json_write.h"
 #include "lineedit.h"
 #include "tokenizer.h"
+#include "util.h"
 
 #include <errno.h>
 #include <math.h>
@@ -60,6 +63,11 @@ typedef struct {
     gen_loop gl;              /* the generation loop (generate.h), drafts when --draft */
     df_drafter *dr;
     int gl_open;
+    /* run --json-schema: the schema (as chat's response_format) and its grammar */
+    json_doc *rf_doc;
+    gr_grammar *gram;
+    gr_vocab *gvocab;
+    gr_matcher *gm;
 } gen_ctx;
 
 static int load_tokenizer(const char *dir, tokenizer **tok)
@@ -246,6 +254,10 @@ static int setup_engine(gen_ctx *g, run_args *a)
 
 static void teardown(gen_ctx *g)
 {
+    gr_matcher_free(g->gm);
+    gr_grammar_free(g->gram);
+    gr_vocab_free(g->gvocab);
+    json_free(g->rf_doc);
     chat_parser_free(g->parser);
     sink_abort(&g->sink);
     if (g->gl_open) gen_free(&g->gl);
@@ -286,6 +298,7 @@ static int encode_turn(gen_ctx *g, const char *user)
     chat_options_init(&o);
     o.thinking = !g->a->no_think;
     o.thinking_effort = g->n_turns ? NULL : (g->a->effort ? g->a->effort : "max");
+    o.response_format = g->rf_doc ? json_root(g->rf_doc) : NULL;
     chat_segments *seg;
     int rc = chat_render(json_root(d), &o, &seg, &err);
     json_free(d);
@@ -318,11 +331,61 @@ static int start_reply(gen_ctx *g)
     return feed(g, g->ids, g->n_ids);
 }
 
+static int mask_cb(void *ctx, float *logits, df_error *err)
+{
+    if (!gr_matcher_apply(ctx, logits)) return df_err_set(err, DF_ERR_ARG, -1, "the schema allows no further token");
+    return 0;
+}
+
+static int accept_cb(void *ctx, int32_t id, df_error *err)
+{
+    if (gr_matcher_accept(ctx, id)) return df_err_set(err, DF_ERR_ARG, -1, "token %d does not fit the schema", (int)id);
+    return 0;
+}
+
+/* --json-schema FILE: the prompt asks for it (a response-format system
+ * message) and the grammar holds the reply to it */
+static int load_schema(gen_ctx *g, const char *path)
+{
+    size_t n = 0;
+    char *text = read_prompt_file(path, "--json-schema", &n);
+    df_error err = {0};
+    json_doc *d = json_parse(text, n, &err);
+    free(text);
+    if (!d) {
+        fprintf(stderr, "deltafin: --json-schema %s: not JSON: %s (byte %lld)\n", path, err.msg, (long long)err.pos);
+        return -1;
+    }
+    json_buf j;
+    json_buf_init(&j);
+    json_buf_puts(&j, "{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"output\",\"strict\":true,\"schema\":");
+    json_write_value(&j, json_root(d), 0);
+    json_buf_puts(&j, "}}");
+    json_free(d);
+    g->rf_doc = json_parse(j.p, j.len, &err);
+    json_buf_free(&j);
+    if (!g->rf_doc) {
+        fprintf(stderr, "deltafin: --json-schema %s: %s\n", path, err.msg);
+        return -1;
+    }
+    gr_reply_spec sp = {0};
+    sp.kind = GR_REPLY_JSON;
+    sp.thinking = !g->a->no_think;
+    sp.schema = sp.schema_root = json_get(json_get(json_root(g->rf_doc), "json_schema"), "schema");
+    sp.path = "#";
+    if (gr_reply_grammar(&sp, &g->gram, &err)) {
+        fprintf(stderr, "deltafin: --json-schema %s: %s\n", path, err.msg);
+        return -1;
+    }
+    return 0;
+}
+
 int run_text(run_args *a)
 {
     gen_ctx g;
     int rc = 1;
     if (setup_tokenizer(&g, a)) goto done;
+    if (a->json_schema && load_schema(&g, a->json_schema)) goto done;
     if (a->chat) {
         if (encode_turn(&g, a->prompt)) goto done;
     } else {
@@ -364,6 +427,12 @@ int run_text(run_args *a)
     }
     free(rows);
     if (!held) gen_prime(&g.gl, g.ids, g.n_ids, g.logits);
+    if (g.gram) {
+        g.gvocab = gr_vocab_from_tokenizer(g.tok);
+        g.gm = gr_matcher_new(g.gram, g.gvocab);
+        gen_constraint c = {mask_cb, accept_cb, g.gm};
+        gen_constrain(&g.gl, &c);
+    }
     double t1 = now();
     unsigned long long rb1 = proc_read_bytes();
     rc = generate(&g, a->chat, 0) ? 1 : 0;

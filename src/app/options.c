@@ -97,6 +97,8 @@ void usage(FILE *f)
           "  --system TEXT        a system message (with --chat and in chat)\n"
           "  --reasoning-effort E low, high or max (default max)\n"
           "  --no-think           answer without the thinking channel\n"
+          "  --json-schema FILE   the answer is JSON valid against the JSON Schema in FILE (implies\n"
+          "                       --chat; the supported keywords: docs in src/grammar/json_schema.c)\n"
           "  --prompt-file FILE   the prompt's text from FILE (- for standard input): for prompts\n"
           "                       longer than one argument (the kernel's limit is 128 KiB)\n"
           "  --prompt-ids LIST    comma-separated token ids, e.g. 12,7,99; @FILE reads them from FILE\n"
@@ -373,7 +375,7 @@ static const opt_def opts[] = {
     {"--prompt-ids", 1, C_RUN},       {"--prompt", 1, C_RUN},          {"--prompt-file", 1, C_RUN},          {"--max-new", 1, C_RUN | C_CHAT},
     {"--print-ids", 0, C_RUN},        {"--dump-logits", 1, C_RUN},     {"--greedy", 0, C_RUN},
     {"--stop-eos", 0, C_RUN},         {"--bench-json", 0, C_RUN},      {"--chat", 0, C_RUN},
-    {"--system", 1, C_RUN | C_CHAT},  {"--reasoning-effort", 1, C_RUN | C_CHAT},
+    {"--system", 1, C_RUN | C_CHAT},  {"--json-schema", 1, C_RUN},  {"--reasoning-effort", 1, C_RUN | C_CHAT},
     {"--no-think", 0, C_RUN | C_CHAT}, {"--special", 0, C_TOKENIZE},   {"--decode", 1, C_TOKENIZE},
     {"--to", 1, C_PLACE},             {"--stripe", 0, C_PLACE},        {"--slots", 1, C_CACHESIM},
     {"--temp", 1, C_RUN | C_CHAT},    {"--top-p", 1, C_RUN | C_CHAT},  {"--top-k", 1, C_RUN | C_CHAT},
@@ -501,6 +503,7 @@ void parse_common(int argc, char **argv, run_args *a)
         else if (!strcmp(f, "--prompt-file")) a->prompt_file = v;
         else if (!strcmp(f, "--system")) a->system = v;
         else if (!strcmp(f, "--chat")) a->chat = 1;
+        else if (!strcmp(f, "--json-schema")) a->json_schema = v, a->chat = 1;
         else if (!strcmp(f, "--no-think")) a->no_think = 1;
         else if (!strcmp(f, "--reasoning-effort")) {
             a->effort = v;

@@ -24,6 +24,7 @@ typedef struct {
     int n_xpaths, stripe;
     /* text and chat */
     const char *prompt, *system, *effort, *decode, *text;
+    const char *json_schema;  /* run --json-schema FILE: the reply is JSON valid against it (implies --chat) */
     const char *prompt_file; /* --prompt-file FILE (- = standard input): read into prompt */
     int chat, no_think, special;
     int trunk_stream;

@@ -54,8 +54,11 @@
  * Validation (request_job: JSON body -> job or API-shaped error) touches no
  * HTTP, queue or model; server_parse_request exposes it to the fuzz target
  * (fuzz/fuzz_server_request.c).
- * Not done here: tool_choice naming a function, n > 1, penalties, images,
- * constrained (strict) JSON schemas: all 400s naming the field.
+ * Structured output: a request asking for a guarantee (a schema, a forced
+ * or strict tool) carries a grammar compiled while it was validated
+ * (server_grammar.c); the worker runs a matcher over it that masks each row
+ * the generation loop decides from (gen_constrain).
+ * Not done here: n > 1, penalties, images: 400s naming the field.
  */
 #define _GNU_SOURCE
 #include "server_impl.h"

@@ -27,7 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int str_eq(const json_value *v, const char *s)
+static int gram_str_is(const json_value *v, const char *s)
 {
     return v && v->type == JSON_STRING && !strcmp(v->str, s);
 }
@@ -86,11 +86,11 @@ int job_constraint(srv *S, job *j, const chat_options *co, rq_err *e)
         sp.kind = GR_REPLY_TOOLS;
         sp.single = named != NULL || j->single_call;
         param = "tools";
-    } else if (rf && rf->type == JSON_OBJECT && (str_eq(json_get(rf, "type"), "json_schema") ||
-                                                 str_eq(json_get(rf, "type"), "json_object"))) {
+    } else if (rf && rf->type == JSON_OBJECT && (gram_str_is(json_get(rf, "type"), "json_schema") ||
+                                                 gram_str_is(json_get(rf, "type"), "json_object"))) {
         sp.kind = GR_REPLY_JSON;
         param = "response_format";
-        if (str_eq(json_get(rf, "type"), "json_schema")) {
+        if (gram_str_is(json_get(rf, "type"), "json_schema")) {
             const json_value *js = json_get(rf, "json_schema");
             const json_value *schema = js ? json_get(js, "schema") : NULL;
             if (!schema) {
@@ -98,7 +98,8 @@ int job_constraint(srv *S, job *j, const chat_options *co, rq_err *e)
                 goto out;
             }
             sp.schema = sp.schema_root = schema;
-            sp.path = "response_format.json_schema.schema";
+            sp.path = j->api == API_RESPONSES ? "text.format.schema"
+                      : j->api == API_MESSAGES ? "output_config.format.schema" : "response_format.json_schema.schema";
         }
     } else if (any_strict && !none && n_tools) {
         sp.kind = GR_REPLY_AUTO;
@@ -112,7 +113,12 @@ int job_constraint(srv *S, job *j, const chat_options *co, rq_err *e)
     sp.n_tools = n;
     df_error err = {0};
     if (gr_reply_grammar(&sp, &j->grammar, &err)) {
-        rc = rq_fail(e, 400, param, "%s: %s", sp.kind == GR_REPLY_JSON ? "response_format" : "tools", err.msg);
+        /* named as the API the request came in spells it */
+        const char *fmt = j->api == API_RESPONSES ? "text.format" : j->api == API_MESSAGES ? "output_config.format"
+                                                                                            : "response_format";
+        if (sp.kind == GR_REPLY_JSON) param = j->api == API_RESPONSES ? "text.format"
+                                              : j->api == API_MESSAGES ? "output_config" : "response_format";
+        rc = rq_fail(e, 400, param, "%s: %s", sp.kind == GR_REPLY_JSON ? fmt : "tools", err.msg);
         goto out;
     }
     rc = 0;

@@ -674,7 +674,8 @@ int parse_responses(srv *S, job *j, const json_value *o, rq_err *e)
         if (fmt) json_write_value(b, fmt, 0);
         else json_buf_puts(b, "{\"type\":\"text\"}");
         json_buf_puts(b, "},\"tool_choice\":");
-        put_str(b, tc ? tc->str : "auto");
+        if (tc && tc->type == JSON_OBJECT) json_write_value(b, tc, 0);
+        else put_str(b, tc ? tc->str : "auto");
         json_buf_puts(b, ",\"tools\":[");
         json_buf_put(b, techo.p, techo.len);
         json_buf_puts(b, "],\"truncation\":\"disabled\",\"metadata\":");

@@ -259,7 +259,7 @@ typedef struct cedge {
     unsigned flags;
 } cedge;
 
-static int determinize(const nmach *x, gr_dfa *d, df_error *err)
+static int determinize(const nmach *x, gr_dfa *d, int budget, df_error *err)
 {
     int ns = x->n_states;
     int *eoff = xcalloc((size_t)ns + 1, sizeof *eoff);
@@ -284,9 +284,9 @@ static int determinize(const nmach *x, gr_dfa *d, df_error *err)
     closure(x, eoff, eidx, &set, mark);
     subset_find(&ss, set.v, set.n, 1);
     for (int id = 0; id + 1 < (int)ss.off.n; id++) {
-        if (id >= GR_MAX_DFA_STATES) {
-            rc = df_err_set(err, DF_ERR_LIMIT, -1, "grammar: machine %s needs more than %d states", x->name,
-                            GR_MAX_DFA_STATES);
+        if (id >= budget) {
+            rc = df_err_set(err, DF_ERR_LIMIT, -1, "grammar: too large (machine %s takes it past %d states in all: "
+                            "simplify the schema or its patterns)", x->name, GR_MAX_DFA_STATES);
             goto done;
         }
         int lo_m = ss.off.v[id], hi_m = ss.off.v[id + 1];
@@ -310,7 +310,7 @@ static int determinize(const nmach *x, gr_dfa *d, df_error *err)
         ipush(&acc, a);
         size_t row = next.n;
         for (int sym = 0; sym < GR_NSYM; sym++) ipush(&next, -1);
-        if (pts.n) qsort(pts.v, pts.n, sizeof *pts.v, cmp_int); /* no symbol edges: pts.v may be NULL */
+        if (pts.n) qsort(pts.v, pts.n, sizeof *pts.v, cmp_int);
         for (size_t p = 0; p + 1 < pts.n; p++) {
             int lo = pts.v[p], hi = pts.v[p + 1] - 1;
             if (lo > hi) continue;
@@ -513,7 +513,7 @@ int gr_build(const gr_builder *b, int start, gr_grammar **out, df_error *err)
             gr_grammar_free(g);
             return rc;
         }
-        if (determinize(x, d, err)) {
+        if (determinize(x, d, GR_MAX_DFA_STATES - (int)g->n_states, err)) {
             gr_grammar_free(g);
             return -1;
         }

@@ -17,7 +17,8 @@
  * What the generated text is, within the schema (always valid, a subset of
  * the valid texts where noted):
  *   - a map's keys (an object without properties) have at most JS_MAX_KEY
- *     characters;
+ *     characters, and a key may repeat (a grammar cannot remember the keys
+ *     it wrote; JSON allows it, and JSON.parse and ajv keep the last);
  *   - properties come in the schema's order, each optional one present or
  *     not; no property outside `properties` is written (additionalProperties
  *     true or a schema beside properties allows more: they are not written);

@@ -23,6 +23,7 @@
 #include "../../src/app/server_request.c"
 #include "../../src/app/server_anthropic.c"
 #include "../../src/app/server_responses.c"
+#include "../../src/app/server_grammar.c"
 #include "harness.h"
 
 #include "../server/server_stubs.h"
@@ -449,10 +450,16 @@ static void test_refused_by_name(void)
     static const struct {
         const char *body, *param, *msg;
     } cases[] = {
+        /* structured output is enforced: what the grammar cannot guarantee is named with its place */
         {"{\"model\":\"k\",\"max_tokens\":4,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"output_config\":{"
-         "\"format\":{\"type\":\"json_schema\",\"schema\":{}}}}", "output_config", "format"},
+         "\"format\":{\"type\":\"json_schema\",\"schema\":{\"type\":\"object\",\"not\":{}}}}}", "output_config",
+         "\"not\" is not supported by the grammar engine (at output_config.format.schema/not)"},
         {"{\"model\":\"k\",\"max_tokens\":4,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"name\":"
-         "\"a\",\"strict\":true,\"input_schema\":{\"type\":\"object\"}}]}", "tools", "strict"},
+         "\"a\",\"strict\":true,\"input_schema\":{\"type\":\"object\",\"properties\":{\"l\":{\"type\":\"array\","
+         "\"uniqueItems\":true}}}}]}", "tools", "\"uniqueItems\""},
+        {"{\"model\":\"k\",\"max_tokens\":4,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"name\":"
+         "\"a\",\"input_schema\":{\"type\":\"object\"}}],\"tool_choice\":{\"type\":\"tool\",\"name\":\"b\"}}", "tool_choice",
+         "\"b\", which is not among the tools"},
         {"{\"model\":\"k\",\"max_tokens\":4,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"thinking\":{\"type\":"
          "\"adaptive\"},\"context_management\":{\"edits\":[{\"type\":\"compact_20260112\"}]}}", "context_management",
          "compact"},

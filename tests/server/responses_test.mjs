@@ -196,7 +196,7 @@ test('reasoning.effort: none turns thinking off; the levels map onto low/high/ma
   assert.equal(await n('medium'), await n('high'));
 });
 
-test('refused by name: strict tools, image parts, unsupported items and fields', async () => {
+test('refused by name: keywords a strict tool cannot guarantee, image parts, unsupported items and fields', async () => {
   const bad = async (p, re, param) => {
     await assert.rejects(oa.responses.create({ model: 'x', max_output_tokens: 1, ...p }), (e) => {
       assert.equal(e.status, 400, String(e));
@@ -205,13 +205,15 @@ test('refused by name: strict tools, image parts, unsupported items and fields',
       return true;
     });
   };
-  await bad({ input: 'hi', tools: [{ ...weather, strict: true }] }, /strict.*constrained decoding/, 'tools');
+  await bad({ input: 'hi', tools: [{ ...weather, strict: true, parameters: { type: 'object', properties: {
+    city: { type: 'string', contentMediaType: 'text/plain' } } } }] }, /"contentMediaType"/, 'tools');
   await bad({ input: [{ role: 'user', content: [{ type: 'input_text', text: 'look' },
     { type: 'input_image', image_url: 'data:image/png;base64,AAAA' }] }] }, /input_image/, 'input');
   await bad({ input: [{ type: 'item_reference', id: 'msg_1' }] }, /item_reference/, 'input');
-  await bad({ input: 'hi', tool_choice: { type: 'function', name: 'get_weather' }, tools: [weather] }, /tool_choice/, 'tool_choice');
-  await bad({ input: 'hi', text: { format: { type: 'json_schema', name: 's', schema: { type: 'object' }, strict: true } } },
-    /strict/, 'text.format');
+  await bad({ input: 'hi', tool_choice: { type: 'function', name: 'get_rain' }, tools: [weather] }, /get_rain/, 'tool_choice');
+  await bad({ input: 'hi', tool_choice: { type: 'allowed_tools', tools: [] }, tools: [weather] }, /tool_choice/, 'tool_choice');
+  await bad({ input: 'hi', text: { format: { type: 'json_schema', name: 's', schema: { type: 'object', minProperties: 1 },
+    strict: true } } }, /"minProperties"/, 'text.format');
   await bad({ input: 'hi', truncation: 'auto' }, /truncation/, 'truncation');
   await bad({ input: 'hi', conversation: 'conv_1' }, /conversation/, 'conversation');
   await bad({ input: 'hi', tools: [{ type: 'custom', name: 'apply_patch' }] }, /custom/, 'tools');

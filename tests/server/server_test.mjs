@@ -224,10 +224,12 @@ test('tools: Anthropic tool_use / tool_result mapping', async () => {
     assert.ok(['text', 'thinking', 'tool_use'].includes(b.type));
     if (b.type === 'tool_use') assert.equal(typeof b.input, 'object');
   }
-  const bad = await post('/v1/messages', { model: 'x', max_tokens: 4, tool_choice: { type: 'tool', name: 'get_weather' },
+  // a named tool must be one of the tools (forcing one is structured_test.mjs's)
+  const bad = await post('/v1/messages', { model: 'x', max_tokens: 4, tool_choice: { type: 'tool', name: 'get_rain' },
     tools: atools, messages: [{ role: 'user', content: 'hi' }] });
   assert.equal(bad.status, 400);
   assert.equal(bad.json.type, 'error');
+  assert.match(bad.json.error.message, /get_rain/);
 });
 
 test('stop sequences: cut before the stop, not emitted', async () => {
@@ -417,10 +419,15 @@ test('errors: API-shaped 400s naming the field', async () => {
   for (const eff of ['none', 'minimal', 'low', 'medium', 'high', 'xhigh', 'max'])
     assert.equal((await post('/v1/chat/completions', { messages: user('hi'), reasoning_effort: eff, max_tokens: 1 })).status,
       200, `reasoning_effort ${eff}`);
-  openaiError(await post('/v1/chat/completions', { messages: user('hi'), tool_choice: { type: 'function',
-    function: { name: 'f' } }, tools }), 'tool_choice');
-  openaiError(await post('/v1/chat/completions', { messages: user('hi'), response_format: { type: 'json_schema',
-    json_schema: { name: 's', strict: true, schema: { type: 'object' } } } }), 'response_format');
+  // a named tool must be one of the tools; a schema keyword the grammar cannot guarantee is named
+  const noTool = await post('/v1/chat/completions', { messages: user('hi'), tool_choice: { type: 'function',
+    function: { name: 'nosuch' } }, tools });
+  openaiError(noTool, 'tool_choice');
+  assert.match(noTool.json.error.message, /nosuch.*not among the tools/);
+  const notKw = await post('/v1/chat/completions', { messages: user('hi'), response_format: { type: 'json_schema',
+    json_schema: { name: 's', strict: true, schema: { type: 'object', properties: { a: { not: {} } } } } } });
+  openaiError(notKw, 'response_format');
+  assert.match(notKw.json.error.message, /"not".*properties\/a/);
   const rf = await post('/v1/chat/completions', { messages: user('hi'), max_tokens: 2, store: false, user: 'u',
     metadata: { a: 'b' }, service_tier: 'auto', response_format: { type: 'json_object' } });
   assert.equal(rf.status, 200, rf.text);

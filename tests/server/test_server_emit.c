@@ -14,6 +14,7 @@
 #include "../../src/app/server_request.c"
 #include "../../src/app/server_anthropic.c"
 #include "../../src/app/server_responses.c"
+#include "../../src/app/server_grammar.c"
 #include "harness.h"
 
 #include "server_stubs.h"
