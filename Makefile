@@ -158,7 +158,7 @@ check-slow: all $(BUILD)/tests/test_prompt
 	SCHEMAS=300 tests/server/run_schema_tests.sh $(BUILD)/deltafin property
 
 FUZZ_TARGETS := fuzz_safetensors fuzz_config fuzz_json fuzz_tokenizer fuzz_chat_parser fuzz_chat_render fuzz_gguf \
-                fuzz_server_request fuzz_setup
+                fuzz_server_request fuzz_setup fuzz_grammar
 FUZZ_CC ?= clang
 fuzz: $(FUZZ_TARGETS:%=build-fuzz/%)
 FUZZ_SRC := util file filehash json json_write safetensors model model_gguf roster quant mathfn expert_store expert_manifest \
@@ -208,6 +208,8 @@ $(BUILD)/bench_core: bench/bench_core.c $(BUILD)/libdeltafin.a | $(BUILD)
 	$(CC) $(CFLAGS) $(INC) $(LDFLAGS) -o $@ $< $(BUILD)/libdeltafin.a $(LDLIBS)
 $(BUILD)/bench_mla: bench/bench_mla.c $(BUILD)/libdeltafin.a | $(BUILD)
 	$(CC) $(CFLAGS) $(INC) $(LDFLAGS) -o $@ $< $(BUILD)/libdeltafin.a $(LDLIBS)
+$(BUILD)/bench_grammar: bench/bench_grammar.c $(BUILD)/libdeltafin.a | $(BUILD)
+	$(CC) $(CFLAGS) $(INC) $(LDFLAGS) -o $@ $< $(BUILD)/libdeltafin.a $(LDLIBS)
 
 # tiktoken (npm) as the oracle for the tokenizer: needs node and
 # `npm ci --prefix tests/oracle` (.ci/run does both)
@@ -247,6 +249,10 @@ llama-oracle: $(BUILD)/llama_peer $(BUILD)/deltafin $(BUILD)/k3gen
 bench: all $(BUILD)/bench_core
 	bench/bench_core.sh
 
+# the grammar matcher's step against a decode step (bench/bench_grammar.sh)
+bench-grammar: all $(BUILD)/bench_grammar
+	bench/bench_grammar.sh
+
 format:
 	clang-format -i src/*/*.c src/*/*.h tests/*.c tests/*.h tools/*.c bench/*.c fuzz/*.c
 
@@ -257,6 +263,6 @@ lint:
 clean:
 	rm -rf build build-san build-fuzz
 
-.PHONY: print-ldlibs llama-oracle server-test agent-test setup-test mpi-test tokenizer-oracle all test test-fast test-san check fuzz fuzz-run fuzz-long bench format lint clean
+.PHONY: print-ldlibs llama-oracle server-test agent-test setup-test mpi-test tokenizer-oracle all test test-fast test-san check fuzz fuzz-run fuzz-long bench bench-grammar format lint clean
 
 -include $(wildcard $(BUILD)/*.d $(BUILD)/tests/*.d)

@@ -917,9 +917,11 @@ static void test_parser_malformed(void)
          NULL},
         {"x<|open|>response attr<|sep|>y", 0, "", "x<|open|>response attr<|sep|>y", 0, 0, NULL},
         {"r<|close|>think extra=\"1\"<|sep|>s", 1, "r<|close|>think extra=\"1\"<|sep|>s", "", 0, 0, NULL},
-        /* an unfinished tag at the end becomes text, in either way of ending */
+        /* an unfinished tag the model ended becomes text; one a cut (finish) interrupted is dropped */
         {"abc<|open|>respo<|end_of_msg|>", 0, "", "abc<|open|>respo", 0, 1, NULL},
-        {"abc<|open|>respo", 0, "", "abc<|open|>respo", 0, 0, NULL},
+        {"abc<|open|>respo", 0, "", "abc", 0, 0, NULL},
+        {"<|open|>tools<|sep|><|open|>call tool=\"f\" index=\"1\"<|sep|><|open|>argument key=", 0, "", "", 1, 0,
+         "{}"},
         {"abc<|open|><|close|>x<|sep|>", 0, "", "abc<|open|><|close|>x<|sep|>", 0, 0, NULL},
         /* think left implicitly by <response>; text between blocks is content */
         {"r1<|open|>response<|sep|>c1<|end_of_msg|>", 1, "r1", "c1", 0, 1, NULL},

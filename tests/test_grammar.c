@@ -233,6 +233,79 @@ static void t_ambiguous_mask(void)
     gr_grammar_free(g);
 }
 
+/* s := body "xyz" <|end_of_msg|>, body := [a-z]{0,2} (counted): a token
+ * such as "abx" runs past body's count and is allowed only by leaving body
+ * after "ab", while its sibling "abc" is refused; the mask skips what a
+ * refused token rules out, never a sibling subtree */
+static void t_counted_exit_mask(void)
+{
+    df_error err = {0};
+    gr_builder *b = gr_builder_new();
+    int s = gr_machine(b, "s"), body = gr_machine(b, "body");
+    gr_counter(b, body, 0, 2);
+    gr_range(b, body, 0, 0, 'a', 'z', GR_INC);
+    gr_accept(b, body, 0);
+    int s1 = gr_state(b, s), s2 = gr_state(b, s), s3 = gr_state(b, s);
+    gr_call(b, s, 0, s1, body, 0);
+    gr_lit(b, s, s1, s2, "xyz", 3);
+    gr_sym(b, s, s2, s3, GR_SYM_EOM, 0);
+    gr_accept(b, s, s3);
+    gr_grammar *g = NULL;
+    TCHECKF(gr_build(b, s, &g, &err) == 0, "%s", err.msg);
+    gr_builder_free(b);
+    if (!g) return;
+    tvocab tv;
+    make_vocab(&tv, "abcxyz", 400, 4);
+    TCHECK(walk_check(g, &tv, 40, 10, 0) > 100);
+    free_vocab(&tv);
+    gr_grammar_free(g);
+}
+
+/* top := L0 <|end_of_msg|>, Li := "(" L(i+1) ")", L11 := "x": a stack 13
+ * frames deep, and tokens such as "x))))))))" that return past the top
+ * frames a token is first simulated on */
+static void t_deep_return_mask(void)
+{
+    df_error err = {0};
+    gr_builder *b = gr_builder_new();
+    int top = gr_machine(b, "top"), L[12];
+    for (int i = 0; i < 12; i++) L[i] = gr_machine(b, "level");
+    for (int i = 0; i < 11; i++) {
+        int a = gr_state(b, L[i]), c = gr_state(b, L[i]), d = gr_state(b, L[i]);
+        gr_sym(b, L[i], 0, a, '(', 0);
+        gr_call(b, L[i], a, c, L[i + 1], 0);
+        gr_sym(b, L[i], c, d, ')', 0);
+        gr_accept(b, L[i], d);
+    }
+    int x = gr_state(b, L[11]);
+    gr_sym(b, L[11], 0, x, 'x', 0);
+    gr_accept(b, L[11], x);
+    int t1 = gr_state(b, top), t2 = gr_state(b, top);
+    gr_call(b, top, 0, t1, L[0], 0);
+    gr_sym(b, top, t1, t2, GR_SYM_EOM, 0);
+    gr_accept(b, top, t2);
+    gr_grammar *g = NULL;
+    TCHECKF(gr_build(b, top, &g, &err) == 0, "%s", err.msg);
+    gr_builder_free(b);
+    if (!g) return;
+    tvocab tv;
+    make_vocab(&tv, "()x", 300, 9);
+    /* tokens 3..26: "x" and "(" each followed by 1..12 ")" */
+    gr_vocab_free(tv.v);
+    for (int k = 1; k <= 24; k++) {
+        int id = 2 + k, r = (k - 1) % 12 + 1;
+        free(tv.bytes[id]);
+        tv.bytes[id] = xmalloc((size_t)r + 1);
+        tv.bytes[id][0] = k <= 12 ? 'x' : '(';
+        memset(tv.bytes[id] + 1, ')', (size_t)r);
+        tv.len[id] = (size_t)r + 1;
+    }
+    tv.v = gr_vocab_new(tv.n, (const char *const *)tv.bytes, tv.len, tv.special);
+    TCHECK(walk_check(g, &tv, 20, 30, 0) > 40);
+    free_vocab(&tv);
+    gr_grammar_free(g);
+}
+
 static void t_counts(void)
 {
     gr_grammar *g = nested();
@@ -291,6 +364,8 @@ static void t_empty_language(void)
 static const test_case tests[] = {
     {"nested_mask", t_nested_mask},
     {"ambiguous_mask", t_ambiguous_mask},
+    {"counted_exit_mask", t_counted_exit_mask},
+    {"deep_return_mask", t_deep_return_mask},
     {"counts", t_counts},
     {"empty_language", t_empty_language},
 };

@@ -595,6 +595,159 @@ static void test_pattern_pcre2(void)
     TCHECK(n_patterns == 250 && n_match > n_strings / 5 && n_match < n_strings * 4 / 5 && n_gave_up < n_strings / 50);
 }
 
+/* ---- intersections against PCRE2 ------------------------------------------------------ */
+
+static gr_grammar *patterns_grammar(const char *const *pats, int n, enum gr_str_mode mode, uint32_t *cmin,
+                                    uint32_t *cmax, df_error *err)
+{
+    mk k = mk_new();
+    size_t lens[8];
+    for (int i = 0; i < n; i++) lens[i] = strlen(pats[i]);
+    uint32_t lo = cmin ? *cmin : 0, hi = cmax ? *cmax : GR_COUNT_INF;
+    if (gr_patterns(k.b, k.m, 0, k.to, pats, lens, n, mode, GR_INC, &lo, &hi, err)) {
+        gr_builder_free(k.b);
+        return NULL;
+    }
+    if (lo > 0 || hi != GR_COUNT_INF) gr_counter(k.b, k.m, lo, hi);
+    if (cmin) *cmin = lo;
+    if (cmax) *cmax = hi;
+    return mk_build(&k, err);
+}
+
+static void test_intersection(void)
+{
+    /* by hand: classes, lengths, a format with a pattern */
+    static const struct {
+        const char *p[3];
+        const char *s;
+        int want;
+    } cases[] = {
+        {{"^[a-z]+$", "^.{2,3}$"}, "abc", 1},
+        {{"^[a-z]+$", "^.{2,3}$"}, "abcd", 0},
+        {{"^[a-z]+$", "^.{2,3}$"}, "aB", 0},
+        {{"a", "b", "c"}, "xcxbxa", 1},
+        {{"a", "b", "c"}, "xcxbx", 0},
+        {{"^(?:ab)*$", "^(?:abab)*$|^ab$"}, "ababab", 0},
+        {{"^(?:ab)*$", "^(?:abab)*$|^ab$"}, "abab", 1},
+        {{"^(?:ab)*$", "^(?:abab)*$|^ab$"}, "ab", 1},
+        {{"^\\d{4}-", "-01$"}, "2024-01", 1},
+        {{"^[\\s\\S]{0,300}$", "^[^\\n]*$"}, "a b", 1},
+        {{"^[\\s\\S]{0,300}$", "^[^\\n]*$"}, "a\nb", 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int n = 0;
+        while (n < 3 && cases[i].p[n]) n++;
+        for (int mode = 0; mode < 2; mode++) {
+            df_error err = {0};
+            gr_grammar *g = patterns_grammar(cases[i].p, n, mode ? GR_STR_RAW : GR_STR_JSON, NULL, NULL, &err);
+            TCHECKF(g, "case %zu: %s", i, err.msg);
+            if (!g) continue;
+            char j[64];
+            size_t jn = mode ? strlen(strcpy(j, cases[i].s)) : json_text(cases[i].s, strlen(cases[i].s), j);
+            TCHECKF(accepts(g, j, jn) == cases[i].want, "case %zu on \"%s\" (%s)", i, cases[i].s, mode ? "raw" : "JSON");
+            gr_grammar_free(g);
+        }
+    }
+    /* narrowing through every operand */
+    uint32_t lo = 0, hi = 10;
+    df_error err = {0};
+    const char *nar[] = {"^[\\s\\S]{2,300}$", "^x", "^[a-z]{0,4}$"};
+    gr_grammar *g = patterns_grammar(nar, 3, GR_STR_JSON, &lo, &hi, &err);
+    TCHECKF(g && lo == 2 && hi == 4, "%s: %u..%u", err.msg, lo, hi);
+    if (g) TCHECK(accepts_str(g, "xa") && accepts_str(g, "xabc") && !accepts_str(g, "x") && !accepts_str(g, "xabcd"));
+    gr_grammar_free(g);
+    /* a format and a pattern */
+    const char *fp[] = {gr_format_pattern("date"), "-12-"};
+    TCHECK(fp[0] && !gr_format_pattern("ipv6"));
+    g = patterns_grammar(fp, 2, GR_STR_JSON, NULL, NULL, &err);
+    TCHECKF(g, "%s", err.msg);
+    if (g) TCHECK(accepts_str(g, "2024-12-31") && !accepts_str(g, "2024-11-30") && !accepts_str(g, "2024-12-32"));
+    gr_grammar_free(g);
+    /* errors: which operand, and the size limit */
+    const char *bad[] = {"^a$", "(?=b)"};
+    err = (df_error){0};
+    g = patterns_grammar(bad, 2, GR_STR_JSON, NULL, NULL, &err);
+    TCHECKF(!g && err.code == DF_ERR_UNSUPPORTED && strstr(err.msg, "pattern 2 of 2: ") && strstr(err.msg, "lookahead") &&
+                err.pos == 0,
+            "%s", err.msg);
+    const char *big[] = {"^[a-z]{0,1000}[0-9]{0,1000}$", "^[0-9a-z]{0,1000}b[0-9a-z]{0,1000}$"};
+    err = (df_error){0};
+    g = patterns_grammar(big, 2, GR_STR_RAW, NULL, NULL, &err);
+    TCHECKF(!g && err.code == DF_ERR_LIMIT && strstr(err.msg, "intersection"), "%d %s", err.code, err.msg);
+    gr_grammar_free(g);
+
+    /* random pairs against PCRE2: a string is in the intersection iff both match */
+    pcre2_match_data *md = pcre2_match_data_create(4, NULL);
+    int n_pairs = 0, n_strings = 0, n_both = 0;
+    for (int p = 0; p < 120; p++) {
+        rtree t[2];
+        int root[2];
+        char ecma[2][2048], pcre[2][4096];
+        pcre2_code *code[2];
+        for (int i = 0; i < 2; i++) {
+            t[i].nn = 0;
+            root[i] = rgen(&t[i], 1);
+            size_t ke = 0, kp = 0;
+            int anc = (int)rnd(4);
+            if (anc & 1) ecma[i][ke++] = '^', pcre[i][kp++] = '^';
+            rwrite(&t[i], root[i], 0, ecma[i], &ke);
+            rwrite(&t[i], root[i], 1, pcre[i], &kp);
+            if (anc & 2) ecma[i][ke++] = '$', pcre[i][kp++] = '$';
+            ecma[i][ke] = pcre[i][kp] = 0;
+            int errc;
+            PCRE2_SIZE eoff;
+            code[i] = pcre2_compile((PCRE2_SPTR)pcre[i], kp, PCRE2_UTF | PCRE2_DOLLAR_ENDONLY, &errc, &eoff, NULL);
+            TCHECK(code[i]);
+        }
+        const char *pats[2] = {ecma[0], ecma[1]};
+        gr_grammar *gg[2];
+        err = (df_error){0};
+        gg[0] = patterns_grammar(pats, 2, GR_STR_RAW, NULL, NULL, &err);
+        gg[1] = patterns_grammar(pats, 2, GR_STR_JSON, NULL, NULL, &err);
+        /* an empty intersection is refused by gr_build: then no string may match both */
+        int empty = !gg[0] && err.code == DF_ERR_ARG;
+        TCHECKF(gg[0] || empty, "/%s/ & /%s/: %s", ecma[0], ecma[1], err.msg);
+        if (code[0] && code[1] && (gg[0] || empty)) {
+            n_pairs++;
+            int bad_n = 0;
+            for (int s = 0; s < 30 && bad_n < 3; s++) {
+                char str[600], js[3600];
+                size_t k = 0;
+                if (rnd(3)) append_noise(str, &k, 400);
+                int first = (int)rnd(2);
+                rsample(&t[first], root[first], str, &k, 400);
+                if (rnd(2)) rsample(&t[!first], root[!first], str, &k, 400);
+                if (rnd(3)) append_noise(str, &k, 400);
+                int r0 = pcre2_match(code[0], (PCRE2_SPTR)str, k, 0, 0, md, NULL);
+                int r1 = pcre2_match(code[1], (PCRE2_SPTR)str, k, 0, 0, md, NULL);
+                if ((r0 < 0 && r0 != PCRE2_ERROR_NOMATCH) || (r1 < 0 && r1 != PCRE2_ERROR_NOMATCH)) continue;
+                int want = r0 >= 0 && r1 >= 0;
+                n_strings++;
+                n_both += want;
+                if (empty) {
+                    TCHECKF(!want, "/%s/ & /%s/ refused as empty, both match \"%.*s\"", ecma[0], ecma[1], (int)k, str);
+                    continue;
+                }
+                int got = accepts(gg[0], str, k);
+                size_t jn = json_text(str, k, js);
+                int got_j = accepts(gg[1], js, jn);
+                if (got != want || got_j != want) {
+                    bad_n++;
+                    t_fail(__FILE__, __LINE__, "/%s/ & /%s/ on \"%.*s\": raw %d JSON %d, PCRE2 %d", ecma[0], ecma[1],
+                           (int)k, str, got, got_j, want);
+                }
+            }
+        }
+        for (int i = 0; i < 2; i++) {
+            pcre2_code_free(code[i]);
+            gr_grammar_free(gg[i]);
+        }
+    }
+    pcre2_match_data_free(md);
+    printf("  %d random pairs, %d strings, %d in both\n", n_pairs, n_strings, n_both);
+    TCHECK(n_pairs == 120 && n_both > n_strings / 10 && n_both < n_strings * 9 / 10);
+}
+
 /* ---- refused patterns ------------------------------------------------------------------ */
 
 static void test_pattern_errors(void)
@@ -652,6 +805,108 @@ static void test_pattern_errors(void)
     gr_grammar *g = pattern_grammar("^.{0,524288}$", GR_STR_JSON, &lo, &hi, &err, NULL);
     TCHECKF(g && lo == 0 && hi == 524288 && gr_grammar_n_states(g) <= 20, "%s", err.msg);
     gr_grammar_free(g);
+}
+
+/* Random text over the pattern alphabet: no crash (under the sanitizers),
+ * and every refusal is DF_ERR_ARG / DF_ERR_UNSUPPORTED with a message and
+ * an offset inside the pattern (or -1). */
+static void test_pattern_garbage(void)
+{
+    static const char alpha[] = "ab0-^$.|*+?{}[]()\\,:=!<>dDwWsSbBuxck1{2,3}\xC3\xA9";
+    int n_ok = 0, n_arg = 0, n_unsup = 0;
+    for (int t = 0; t < 20000; t++) {
+        char pat[40];
+        size_t n = 1 + rnd(sizeof pat - 1);
+        for (size_t i = 0; i < n; i++) pat[i] = alpha[rnd(sizeof alpha - 1)];
+        mk k = mk_new();
+        df_error err = {0};
+        uint32_t lo = 0, hi = 40;
+        int rc;
+        if (t % 4 == 3) { /* with a second one: the intersection */
+            static const char *const other[] = {"a", "^[ab]*$", "^.{0,5}$", "[^a]", "\\d|b"};
+            const char *two[2] = {pat, other[rnd(5)]};
+            size_t lens[2] = {n, strlen(two[1])};
+            rc = gr_patterns(k.b, k.m, 0, k.to, two, lens, 2, t & 1 ? GR_STR_RAW : GR_STR_JSON, GR_INC, &lo, &hi, &err);
+        } else {
+            rc = gr_pattern(k.b, k.m, 0, k.to, pat, n, t & 1 ? GR_STR_RAW : GR_STR_JSON, GR_INC, &lo, &hi, &err);
+        }
+        if (rc == 0) {
+            n_ok++;
+            gr_counter(k.b, k.m, lo, hi);
+            gr_grammar *g = mk_build(&k, &err);
+            gr_grammar_free(g);
+        } else {
+            n_arg += err.code == DF_ERR_ARG;
+            n_unsup += err.code == DF_ERR_UNSUPPORTED;
+            TCHECKF((err.code == DF_ERR_ARG || err.code == DF_ERR_UNSUPPORTED) && err.msg[0] &&
+                        err.pos >= -1 && err.pos <= (int64_t)n,
+                    "/%.*s/: code %d pos %lld %s", (int)n, pat, err.code, (long long)err.pos, err.msg);
+            gr_builder_free(k.b);
+        }
+    }
+    printf("  garbage: %d compiled, %d syntax errors, %d unsupported\n", n_ok, n_arg, n_unsup);
+    TCHECK(n_ok > 100 && n_arg > 100 && n_unsup > 100);
+}
+
+/* Lengths with gaps: whatever prefix the grammar allows can be finished
+ * inside minLength..maxLength (the counter's bounds alone would let
+ * ^(?:aaa)+$ with 4..5 start "aaa" and strand). */
+static void test_length_gaps(void)
+{
+    df_error err = {0};
+    uint32_t lo = 4, hi = 5;
+    gr_grammar *g = pattern_grammar("^(?:aaa)+$", GR_STR_JSON, &lo, &hi, &err, NULL);
+    TCHECKF(!g && err.code == DF_ERR_ARG, "^(?:aaa)+$ in 4..5: %d %s", err.code, err.msg);
+    gr_grammar_free(g);
+    lo = 4, hi = 5;
+    err = (df_error){0};
+    g = pattern_grammar("^(?:aaa)+$|^bbbb$", GR_STR_JSON, &lo, &hi, &err, NULL);
+    TCHECKF(g, "%s", err.msg);
+    if (g) {
+        int a3[] = {'a', 'a', 'a'}, b4[] = {'b', 'b', 'b', 'b'};
+        TCHECK(gr_reference_accepts(g, a3, 3, 0) == 0 && gr_reference_accepts(g, b4, 4, 1) == 1);
+    }
+    gr_grammar_free(g);
+
+    /* random patterns over {a, b} and windows: every allowed prefix of up to 9
+     * letters extends to a complete string */
+    static const char *const piece[] = {"(?:aaa)+", "(?:ab|bbb)*", "a{2}(?:bb)?", "(?:a|bbb)", "b", "(?:aab){0,2}",
+                                        "[ab]{3}", "(?:a{4})*"};
+    int n_checked = 0, n_empty = 0;
+    for (int t = 0; t < 60; t++) {
+        char pat[128] = "^";
+        for (int k = 1 + (int)rnd(3); k > 0; k--) strcat(pat, piece[rnd(sizeof piece / sizeof piece[0])]);
+        strcat(pat, "$");
+        lo = rnd(5);
+        hi = lo + rnd(4);
+        err = (df_error){0};
+        g = pattern_grammar(pat, GR_STR_RAW, &lo, &hi, &err, NULL);
+        if (!g) {
+            TCHECKF(err.code == DF_ERR_ARG, "/%s/: %s", pat, err.msg);
+            n_empty++;
+            continue;
+        }
+        /* for every w over {a, b} of up to 9 letters (index 1 << len | bits):
+         * complete, allowed as a prefix, finishable (complete, or a one-letter
+         * extension is finishable; windows end at 7 letters) */
+        static uint8_t done[1 << 10], pre[1 << 10], fin[1 << 10];
+        for (int len = 9; len >= 0; len--)
+            for (int bits = 0; bits < 1 << len; bits++) {
+                int w[9], x = 1 << len | bits;
+                for (int i = 0; i < len; i++) w[i] = bits >> i & 1 ? 'b' : 'a';
+                done[x] = (uint8_t)gr_reference_accepts(g, w, (size_t)len, 1);
+                pre[x] = (uint8_t)gr_reference_accepts(g, w, (size_t)len, 0);
+                fin[x] = done[x] || (len < 9 && (fin[2 << len | bits] || fin[2 << len | 1 << len | bits]));
+                if (done[x]) TCHECKF((uint32_t)len >= lo && (uint32_t)len <= hi, "/%s/ in %u..%u: %d letters", pat, lo, hi, len);
+                if (pre[x]) {
+                    n_checked++;
+                    TCHECKF(fin[x], "/%s/ in %u..%u: a prefix of %d letters cannot be finished", pat, lo, hi, len);
+                }
+            }
+        gr_grammar_free(g);
+    }
+    printf("  %d allowed prefixes checked, %d windows left no string\n", n_checked, n_empty);
+    TCHECK(n_checked > 200 && n_empty > 3);
 }
 
 /* ---- the counter narrowed ---------------------------------------------------------------- */
@@ -723,12 +978,12 @@ static void test_formats(void)
 {
     static const struct {
         const char *fmt;
-        const char *yes[8], *no[10];
+        const char *yes[8], *no[14];
     } f[] = {
         {"date",
          {"2024-01-31", "1999-12-28", "0000-02-28", "2023-04-30", "2023-02-01", "9999-11-29"},
          {"2024-13-01", "2024-00-10", "2024-01-32", "2024-02-30", "2024-04-31", "2024-1-01", "24-01-01",
-          "2024-01-00", "2024/01/01", "2024-01-01T"}},
+          "2024-01-00", "2024/01/01", "2024-01-01T", "2024-11-31", "2024-06-31", "2024-09-31"}},
         {"time",
          {"00:00:00Z", "23:59:59+05:30", "12:30:00.123456-01:00", "09:05:07.0Z"},
          {"24:00:00Z", "12:60:00Z", "12:00:60Z", "12:00:00", "12:00:00+24:00", "12:00:00+05:60", "12:00Z",
@@ -741,12 +996,14 @@ static void test_formats(void)
          {"123e4567-e89b-12d3-a456-42661417400", "123e4567e89b12d3a456426614174000", "g23e4567-e89b-12d3-a456-426614174000",
           "urn:uuid:123e4567-e89b-12d3-a456-426614174000"}},
         {"uri",
-         {"https://example.com", "http://a.b.c:8080/x/y_z~1.html?q=1&r=-", "https://x/", "https://x//a"},
-         {"example.com", "ftp://example.com", "https://", "https://Example.com", "https://a b", "https://a.b/%20",
-          "https://a..b"}},
+         {"https://example.com", "http://a.b.c:8080/x/y_z~1.html?q=1&r=-", "https://x/", "https://x//a",
+          "https://my-site.example.com:443/a%20b/c;d=e?x=1&y=/z?#top", "http://x.y/@:!$&'()*+,;=#/?"},
+         {"example.com", "ftp://example.com", "https://", "https://Example.com", "https://a b", "https://a.b/%2",
+          "https://a.b/%zz", "https://a..b", "https://a-.b", "https://-a.b", "https://a.b/#x#y", "https://a.b:123456",
+          "https://a.b/[x]"}},
         {"email",
-         {"a@b.c", "John.Smith2@mail.example.org"},
-         {"a@b", "a.@b.c", ".a@b.c", "a@b..c", "a b@c.d", "a@B.c", "@b.c", "a@@b.c"}},
+         {"a@b.c", "John.Smith2@mail.example.org", "first.last+tag@my-mail.example.org", "a_b@x-y.z"},
+         {"a@b", "a.@b.c", ".a@b.c", "a@b..c", "a b@c.d", "a@B.c", "@b.c", "a@@b.c", "a@b-.c", "a@-b.c"}},
         {"ipv4",
          {"0.0.0.0", "255.255.255.255", "192.168.1.10", "10.0.99.249"},
          {"256.0.0.1", "01.2.3.4", "1.2.3", "1.2.3.4.5", "1.2.3.-4", "300.1.1.1"}},
@@ -765,11 +1022,48 @@ static void test_formats(void)
             if (!g) continue;
             for (int j = 0; j < 8 && f[i].yes[j]; j++)
                 TCHECKF(accepts_str(g, f[i].yes[j]) == 1, "%s refused %s", f[i].fmt, f[i].yes[j]);
-            for (int j = 0; j < 10 && f[i].no[j]; j++)
+            for (int j = 0; j < 14 && f[i].no[j]; j++)
                 TCHECKF(accepts_str(g, f[i].no[j]) == 0, "%s accepted %s", f[i].fmt, f[i].no[j]);
             gr_grammar_free(g);
         }
     }
+    /* every month and day, every octet, every hour and minute */
+    static const int days[13] = {0, 31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+    gr_grammar *gd = NULL, *gi = NULL, *gt = NULL;
+    const char *names[3] = {"date", "ipv4", "time"};
+    gr_grammar **gs[3] = {&gd, &gi, &gt};
+    for (int i = 0; i < 3; i++) {
+        mk k = mk_new();
+        df_error err = {0};
+        TCHECK(gr_format(k.b, k.m, 0, k.to, names[i], GR_STR_JSON, GR_INC, &err) == 0);
+        *gs[i] = mk_build(&k, &err);
+    }
+    if (gd && gi && gt) {
+        char s[64];
+        for (int mo = 0; mo <= 13; mo++)
+            for (int d = 0; d <= 32; d++) {
+                snprintf(s, sizeof s, "2023-%02d-%02d", mo, d);
+                int want = mo >= 1 && mo <= 12 && d >= 1 && d <= days[mo];
+                TCHECKF(accepts_str(gd, s) == want, "date %s", s);
+            }
+        for (int o = 0; o <= 300; o++) {
+            snprintf(s, sizeof s, "1.2.3.%d", o);
+            TCHECKF(accepts_str(gi, s) == (o <= 255), "ipv4 %s", s);
+            snprintf(s, sizeof s, "%d.0.0.1", o);
+            TCHECKF(accepts_str(gi, s) == (o <= 255), "ipv4 %s", s);
+            snprintf(s, sizeof s, "0%d.0.0.1", o);
+            TCHECKF(accepts_str(gi, s) == 0, "ipv4 %s", s);
+        }
+        for (int h = 0; h <= 25; h++)
+            for (int mi = 0; mi <= 61; mi++) {
+                snprintf(s, sizeof s, "%02d:%02d:%02d-%02d:%02d", h, mi, mi, h, mi);
+                TCHECKF(accepts_str(gt, s) == (h <= 23 && mi <= 59), "time %s", s);
+            }
+    }
+    gr_grammar_free(gd);
+    gr_grammar_free(gi);
+    gr_grammar_free(gt);
+
     /* a hostname at its longest: four labels of 61 */
     char h[300];
     size_t n = 0;
@@ -795,15 +1089,108 @@ static void test_formats(void)
     gr_builder_free(k.b);
 }
 
+/* ---- the matcher on string grammars ------------------------------------------------------- */
+
+/* Tokens cut from JSON string text: single bytes, escapes whole and cut,
+ * UTF-8 whole and cut (a token may end or start inside a character), and
+ * pieces of text.  The mask must equal the reference on every token. */
+static void test_matcher(void)
+{
+    static const char *const frag[] = {"a", "b", "z", "0", "9", "x", " ", "\\", "\"", "\\n", "\\\"", "\\\\", "\\u00",
+                                       "\\u001", "\\u0001", "1f", "\xC3", "\xA9", "\xC3\xA9", "\xE2\x82", "\xAC",
+                                       "\xE2\x82\xAC", "\xF0\x9F", "\x98\x80", "\xF0\x9F\x98\x80", "\n", "\xE2\x80\xA8"};
+    enum { N_TOK = 256 + 300 };
+    char *bytes[N_TOK];
+    size_t len[N_TOK];
+    int special[N_TOK];
+    for (int i = 0; i < N_TOK; i++) {
+        special[i] = -1;
+        bytes[i] = xmalloc(32);
+        if (i < 256) {
+            bytes[i][0] = (char)i;
+            len[i] = 1;
+            continue;
+        }
+        size_t n = 0;
+        for (int k = 1 + (int)rnd(3); k > 0; k--) {
+            const char *f = frag[rnd(sizeof frag / sizeof frag[0])];
+            memcpy(bytes[i] + n, f, strlen(f));
+            n += strlen(f);
+        }
+        len[i] = n;
+    }
+    gr_vocab *v = gr_vocab_new(N_TOK, (const char *const *)bytes, len, special);
+    static const struct {
+        const char *pat;
+        enum gr_str_mode mode;
+        uint32_t lo, hi;
+    } g_of[] = {
+        {"^(?:[a-z\xC3\xA9\xE2\x82\xAC\\n\"\\\\]|\\d{2})*x?$", GR_STR_JSON, 0, 12},
+        {"^[\\s\\S]{0,6}$", GR_STR_JSON, 2, GR_COUNT_INF},
+        {"^.{1,4}$", GR_STR_RAW, 0, GR_COUNT_INF},
+        {"ab|\\u{1F600}", GR_STR_JSON, 0, 5},
+    };
+    uint64_t bits[(N_TOK + 63) / 64];
+    int steps = 0;
+    for (size_t gi = 0; gi < sizeof g_of / sizeof g_of[0]; gi++) {
+        df_error err = {0};
+        uint32_t lo = g_of[gi].lo, hi = g_of[gi].hi;
+        gr_grammar *g = pattern_grammar(g_of[gi].pat, g_of[gi].mode, &lo, &hi, &err, NULL);
+        TCHECKF(g, "/%s/: %s", g_of[gi].pat, err.msg);
+        if (!g) continue;
+        gr_matcher *m = gr_matcher_new(g, v);
+        int hist[256];
+        for (int w = 0; w < 12; w++) {
+            gr_matcher_reset(m);
+            size_t nh = 0;
+            for (int st = 0; st < 24; st++) {
+                size_t allowed = gr_matcher_mask(m, bits), count = 0;
+                int pick = -1, seen = 0, bad = 0;
+                for (int id = 0; id < N_TOK && !bad; id++) {
+                    int ref = 0;
+                    if (nh + len[id] <= 256) {
+                        for (size_t k = 0; k < len[id]; k++) hist[nh + k] = (unsigned char)bytes[id][k];
+                        ref = gr_reference_accepts(g, hist, nh + len[id], 0);
+                    }
+                    int got = (int)(bits[id >> 6] >> (id & 63) & 1);
+                    if (got != ref) {
+                        bad = 1;
+                        t_fail(__FILE__, __LINE__, "/%s/ walk %d step %d token %d: mask %d, reference %d",
+                               g_of[gi].pat, w, st, id, got, ref);
+                    }
+                    if (got && rnd((uint32_t)++seen) == 0) pick = id;
+                    count += (size_t)got;
+                }
+                TCHECK(count == allowed);
+                steps++;
+                if (bad || pick < 0) break;
+                TCHECK(gr_matcher_accept(m, pick) == 0);
+                for (size_t k = 0; k < len[pick]; k++) hist[nh + k] = (unsigned char)bytes[pick][k];
+                nh += len[pick];
+                TCHECK(gr_matcher_done(m) == gr_reference_accepts(g, hist, nh, 1));
+            }
+        }
+        gr_matcher_free(m);
+        gr_grammar_free(g);
+    }
+    printf("  %d steps checked\n", steps);
+    gr_vocab_free(v);
+    for (int i = 0; i < N_TOK; i++) free(bytes[i]);
+}
+
 static const test_case tests[] = {
     {"cpset", test_cpset},
     {"chars", test_chars},
     {"json_spelling", test_json_spelling},
     {"pattern_table", test_pattern_table},
     {"pattern_pcre2", test_pattern_pcre2},
+    {"intersection", test_intersection},
     {"pattern_errors", test_pattern_errors},
+    {"pattern_garbage", test_pattern_garbage},
     {"narrowing", test_narrowing},
+    {"length_gaps", test_length_gaps},
     {"formats", test_formats},
+    {"matcher", test_matcher},
 };
 
 int main(int argc, char **argv) { return test_main(tests, NTESTS(tests), argc, argv); }

@@ -430,6 +430,7 @@ int run_text(run_args *a)
     if (g.gram) {
         g.gvocab = gr_vocab_from_tokenizer(g.tok);
         g.gm = gr_matcher_new(g.gram, g.gvocab);
+        gr_matcher_warm(g.gm); /* the token loop allocates nothing */
         gen_constraint c = {mask_cb, accept_cb, g.gm};
         gen_constrain(&g.gl, &c);
     }

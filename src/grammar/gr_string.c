@@ -5,7 +5,7 @@
  * byte ranges (the usual UTF-8 construction: split at the 1/2/3/4-byte
  * boundaries, then where a continuation byte would not span 80..BF), and
  * the pieces share their suffixes: one state per distinct tail of byte
- * ranges, so "any character" is 7 states and 9 edges whatever the mode.
+ * ranges, so "any character" adds 7 states in raw mode (13 in JSON mode).
  * Surrogates and code points above 0x10FFFF are never encoded.  In JSON
  * mode each code point below 0x80 has exactly one spelling (gr_string.h),
  * so a string's text is a function of its value and the grammar stays
@@ -26,7 +26,17 @@
  * ASCII punctuation is accepted outside classes as well (non-`u` engines
  * read it the same way), and named groups are plain groups.
  *
- * Formats (each text below also satisfies ajv-formats' full definition):
+ * Intersections (gr_patterns).  Each pattern is emitted into a local NFA
+ * through the same code (a sink: the builder or a local edge list), and
+ * the operands are multiplied pairwise: a product state takes either
+ * side's epsilon edges alone and symbol edges together on their common
+ * byte range.  Only pairs reachable from (start, start) are made; the
+ * builder trims the ones that cannot finish.  The same product with an
+ * unrolled [\s\S]{min,max} puts small minLength/maxLength into the body
+ * (see gr_patterns), where the counter's bounds alone could strand.
+ *
+ * Formats are anchored patterns (the table at the end) compiled the same
+ * way; each text below also satisfies ajv-formats' full definition:
  *  - date: YYYY-MM-DD; month 01-12; day 01-28 in every month, 29-30 in all
  *    but 02, 31 in 01 03 05 07 08 10 12 (29 February is left out: whether
  *    it is valid depends on the year).
@@ -34,11 +44,13 @@
  *    HH 00-23, MM and SS 00-59 (no leap second).
  *  - date-time: date `T` time.
  *  - uuid: 8-4-4-4-12 hexadecimal digits (either case).
- *  - uri: http or https, `://`, a host of [a-z0-9]+ labels joined by dots,
- *    an optional :port of 1-5 digits, path segments /[A-Za-z0-9._~-]*, an
- *    optional query ?[A-Za-z0-9._~=&-]*.
- *  - email: [A-Za-z0-9]+ labels joined by dots, `@`, two or more [a-z0-9]+
- *    labels joined by dots.
+ *  - uri: http or https, `://`, a host of lower-case labels joined by dots
+ *    (each [a-z0-9]+ pieces joined by single hyphens), an optional :port of
+ *    1-5 digits, path segments `/` pchar*, an optional query `?` and an
+ *    optional fragment `#` of (pchar | / | ?)*, where pchar is an unreserved
+ *    character, one of !$&'()*+,;=:@ or a %XX escape (upper-case hex).
+ *  - email: a local part of [A-Za-z0-9_+-]+ pieces joined by dots, `@`, two
+ *    or more domain labels as in uri's host.
  *  - ipv4: four decimal octets 0-255 without leading zeros.
  *  - hostname: one to four labels joined by dots, each 1-61 characters of
  *    [A-Za-z0-9-] neither starting nor ending with `-` (at most 247
@@ -135,6 +147,55 @@ void gr_cpset_all(gr_cpset *s)
     gr_cpset_add(s, SUR_HI + 1, CP_MAX);
 }
 
+/* ---- where fragments go ------------------------------------------------------ */
+
+/* Machine m of a builder, or (b NULL) a local NFA: the operands of an
+ * intersection of patterns (gr_patterns), whose product goes to the builder. */
+typedef struct ledge {
+    int from, to, lo, hi; /* lo < 0: an epsilon edge */
+    unsigned flags;
+} ledge;
+
+typedef struct lnfa {
+    int n_states;
+    ledge *e;
+    size_t n_e, cap;
+} lnfa;
+
+typedef struct sink {
+    gr_builder *b;
+    int m;
+    lnfa *l;
+} sink;
+
+static int sk_state(sink *k)
+{
+    if (k->b) return gr_state(k->b, k->m);
+    return k->l->n_states++;
+}
+
+static void sk_edge(sink *k, int from, int to, int lo, int hi, unsigned flags)
+{
+    lnfa *l = k->l;
+    if (l->n_e == l->cap) {
+        l->cap = l->cap ? l->cap * 2 : 64;
+        l->e = xrealloc(l->e, l->cap * sizeof *l->e);
+    }
+    l->e[l->n_e++] = (ledge){from, to, lo, hi, flags};
+}
+
+static void sk_range(sink *k, int from, int to, int lo, int hi, unsigned flags)
+{
+    if (k->b) gr_range(k->b, k->m, from, to, lo, hi, flags);
+    else sk_edge(k, from, to, lo, hi, flags);
+}
+
+static void sk_eps(sink *k, int from, int to)
+{
+    if (k->b) gr_eps(k->b, k->m, from, to);
+    else sk_edge(k, from, to, -1, -1, 0);
+}
+
 /* ---- one character as bytes ------------------------------------------------ */
 
 /* A tail of byte ranges that leads to `to`, and the state where it starts. */
@@ -145,8 +206,8 @@ typedef struct tail {
 } tail;
 
 typedef struct chars_ctx {
-    gr_builder *b;
-    int m, from, to;
+    sink *k;
+    int from, to;
     unsigned flags;
     tail *t;
     size_t n, cap;
@@ -159,8 +220,8 @@ static int tail_state(chars_ctx *c, const uint8_t *lo, const uint8_t *hi, int k)
         if (c->t[i].k == k && !memcmp(c->t[i].lo, lo, (size_t)k) && !memcmp(c->t[i].hi, hi, (size_t)k))
             return c->t[i].state;
     int next = tail_state(c, lo + 1, hi + 1, k - 1);
-    int s = gr_state(c->b, c->m);
-    gr_range(c->b, c->m, s, next, lo[0], hi[0], 0);
+    int s = sk_state(c->k);
+    sk_range(c->k, s, next, lo[0], hi[0], 0);
     if (c->n == c->cap) {
         c->cap = c->cap ? c->cap * 2 : 16;
         c->t = xrealloc(c->t, c->cap * sizeof *c->t);
@@ -225,7 +286,7 @@ static void utf8_split(chars_ctx *c, uint32_t lo, uint32_t hi)
     utf8_put(lo, a);
     utf8_put(hi, z);
     int next = tail_state(c, a + 1, z + 1, n - 1);
-    gr_range(c->b, c->m, c->from, next, a[0], z[0], c->flags);
+    sk_range(c->k, c->from, next, a[0], z[0], c->flags);
 }
 
 static int hex_digit(int v) { return v < 10 ? '0' + v : 'a' + v - 10; }
@@ -233,13 +294,12 @@ static int hex_digit(int v) { return v < 10 ? '0' + v : 'a' + v - 10; }
 /* The code points below 0x80 (ascii[c] set) as JSON string text. */
 static void json_ascii(chars_ctx *c, const uint8_t *ascii)
 {
-    gr_builder *b = c->b;
-    int m = c->m;
+    sink *k = c->k;
     for (int lo = 0x20; lo < 0x80; lo++) { /* literal: printable but '"' and '\\', and DEL */
         if (!ascii[lo] || lo == '"' || lo == '\\') continue;
         int hi = lo;
         while (hi + 1 < 0x80 && ascii[hi + 1] && hi + 1 != '"' && hi + 1 != '\\') hi++;
-        gr_range(b, m, c->from, c->to, lo, hi, c->flags);
+        sk_range(k, c->from, c->to, lo, hi, c->flags);
         lo = hi;
     }
     static const char short_esc[][2] = {{'"', '"'}, {'\\', '\\'}, {'\b', 'b'}, {'\f', 'f'},
@@ -248,13 +308,13 @@ static void json_ascii(chars_ctx *c, const uint8_t *ascii)
     for (int i = 0; i < 0x20; i++) need |= ascii[i];
     need |= ascii['"'] | ascii['\\'];
     if (!need) return;
-    int bs = gr_state(b, m);
-    gr_sym(b, m, c->from, bs, '\\', c->flags);
+    int bs = sk_state(k);
+    sk_range(k, c->from, bs, '\\', '\\', c->flags);
     uint8_t shortened[0x80] = {0};
     for (size_t i = 0; i < sizeof short_esc / sizeof short_esc[0]; i++) {
         int ch = short_esc[i][0];
         shortened[ch] = 1;
-        if (ascii[ch]) gr_sym(b, m, bs, c->to, short_esc[i][1], 0);
+        if (ascii[ch]) sk_range(k, bs, c->to, short_esc[i][1], short_esc[i][1], 0);
     }
     int u00 = -1; /* after \u00 */
     for (int h = 0; h < 2; h++) {
@@ -262,21 +322,24 @@ static void json_ascii(chars_ctx *c, const uint8_t *ascii)
         for (int l = 0; l < 16; l++) any |= ascii[h * 16 + l] && !shortened[h * 16 + l];
         if (!any) continue;
         if (u00 < 0) {
-            u00 = gr_state(b, m);
-            gr_lit(b, m, bs, u00, "u00", 3);
+            int s1 = sk_state(k), s2 = sk_state(k);
+            u00 = sk_state(k);
+            sk_range(k, bs, s1, 'u', 'u', 0);
+            sk_range(k, s1, s2, '0', '0', 0);
+            sk_range(k, s2, u00, '0', '0', 0);
         }
-        int hs = gr_state(b, m);
-        gr_sym(b, m, u00, hs, '0' + h, 0);
+        int hs = sk_state(k);
+        sk_range(k, u00, hs, '0' + h, '0' + h, 0);
         for (int l = 0; l < 16; l++) {
             int ch = h * 16 + l;
-            if (ascii[ch] && !shortened[ch]) gr_sym(b, m, hs, c->to, hex_digit(l), 0);
+            if (ascii[ch] && !shortened[ch]) sk_range(k, hs, c->to, hex_digit(l), hex_digit(l), 0);
         }
     }
 }
 
-void gr_chars(gr_builder *b, int m, int from, int to, const gr_cpset *s, enum gr_str_mode mode, unsigned first_flags)
+static void chars_to(sink *k, int from, int to, const gr_cpset *s, enum gr_str_mode mode, unsigned first_flags)
 {
-    chars_ctx c = {b, m, from, to, first_flags, NULL, 0, 0};
+    chars_ctx c = {k, from, to, first_flags, NULL, 0, 0};
     uint8_t ascii[0x80] = {0};
     int any_ascii = 0;
     for (size_t i = 0; i < s->n; i++) {
@@ -293,6 +356,12 @@ void gr_chars(gr_builder *b, int m, int from, int to, const gr_cpset *s, enum gr
     }
     if (any_ascii) json_ascii(&c, ascii);
     free(c.t);
+}
+
+void gr_chars(gr_builder *b, int m, int from, int to, const gr_cpset *s, enum gr_str_mode mode, unsigned first_flags)
+{
+    sink k = {b, m, NULL};
+    chars_to(&k, from, to, s, mode, first_flags);
 }
 
 /* ---- patterns: the tree ----------------------------------------------------- */
@@ -712,8 +781,7 @@ static int parse_alt(parser *P, int depth, int top, int *out)
 /* ---- patterns: the NFA ------------------------------------------------------ */
 
 typedef struct emitter {
-    gr_builder *b;
-    int m;
+    sink *k;
     enum gr_str_mode mode;
     unsigned flags;
     parser *P;
@@ -750,18 +818,17 @@ static int64_t atoms(parser *P, int x)
 static void emit(emitter *E, int x, int from, int to)
 {
     const pnode *n = &E->P->nd[x];
-    gr_builder *b = E->b;
-    int m = E->m;
+    sink *sk = E->k;
     switch (n->kind) {
-    case N_SET: gr_chars(b, m, from, to, &n->set, E->mode, E->flags); return;
+    case N_SET: chars_to(sk, from, to, &n->set, E->mode, E->flags); return;
     case N_ALT:
         for (int k = n->kid; k >= 0; k = E->P->nd[k].next) emit(E, k, from, to);
         return;
     case N_CAT: {
-        if (n->kid < 0) { gr_eps(b, m, from, to); return; }
+        if (n->kid < 0) { sk_eps(sk, from, to); return; }
         int s = from;
         for (int k = n->kid; k >= 0; k = E->P->nd[k].next) {
-            int t = E->P->nd[k].next < 0 ? to : gr_state(b, m);
+            int t = E->P->nd[k].next < 0 ? to : sk_state(sk);
             emit(E, k, s, t);
             s = t;
         }
@@ -770,23 +837,23 @@ static void emit(emitter *E, int x, int from, int to)
     case N_REP: {
         uint32_t lo = n->min, hi = n->max;
         int kid = n->kid, s = from;
-        if (lo == 0 && hi == 0) { gr_eps(b, m, from, to); return; }
+        if (lo == 0 && hi == 0) { sk_eps(sk, from, to); return; }
         for (uint32_t k = 0; k < lo; k++) {
-            int t = k + 1 == lo && hi == lo ? to : gr_state(b, m);
+            int t = k + 1 == lo && hi == lo ? to : sk_state(sk);
             emit(E, kid, s, t);
             s = t;
         }
         if (hi == lo) return;
         if (hi == GR_COUNT_INF) {
-            int l = gr_state(b, m);
-            gr_eps(b, m, s, l);
+            int l = sk_state(sk);
+            sk_eps(sk, s, l);
             emit(E, kid, l, l);
-            gr_eps(b, m, l, to);
+            sk_eps(sk, l, to);
             return;
         }
         for (uint32_t k = lo; k < hi; k++) {
-            gr_eps(b, m, s, to);
-            int t = k + 1 == hi ? to : gr_state(b, m);
+            sk_eps(sk, s, to);
+            int t = k + 1 == hi ? to : sk_state(sk);
             emit(E, kid, s, t);
             s = t;
         }
@@ -797,13 +864,12 @@ static void emit(emitter *E, int x, int from, int to)
 }
 
 /* from -> loop state -> to: any number of characters of set. */
-static void loop_chars(gr_builder *b, int m, int from, int to, const gr_cpset *set, enum gr_str_mode mode,
-                       unsigned flags)
+static void loop_chars(sink *k, int from, int to, const gr_cpset *set, enum gr_str_mode mode, unsigned flags)
 {
-    int l = gr_state(b, m);
-    gr_eps(b, m, from, l);
-    gr_chars(b, m, l, l, set, mode, flags);
-    gr_eps(b, m, l, to);
+    int l = sk_state(k);
+    sk_eps(k, from, l);
+    chars_to(k, l, l, set, mode, flags);
+    sk_eps(k, l, to);
 }
 
 /* The pattern as its parse tree (top: an N_ALT of N_CATs with anchors). */
@@ -836,9 +902,11 @@ static int single_class(const parser *P, int top, int *set, uint32_t *lo, uint32
     return 0;
 }
 
-static int compile(gr_builder *b, int m, int from, int to, const char *pat, size_t len, enum gr_str_mode mode,
-                   unsigned flags, uint32_t *cmin, uint32_t *cmax, const char *what, df_error *err)
+/* One pattern into k, from -> to (from gets no edge in, to none out). */
+static int compile(sink *k, int from, int to, const char *pat, size_t len, enum gr_str_mode mode, unsigned flags,
+                   uint32_t *cmin, uint32_t *cmax, int *narrowed, const char *what, df_error *err)
 {
+    if (narrowed) *narrowed = 0;
     parser P = {pat, len, 0, NULL, 0, 0, err, what};
     int top = -1, rc = -1;
     if (parse_pattern(&P, &top)) goto done;
@@ -853,7 +921,8 @@ static int compile(gr_builder *b, int m, int from, int to, const char *pat, size
         }
         *cmin = nmin;
         *cmax = nmax;
-        loop_chars(b, m, from, to, &P.nd[set].set, mode, flags);
+        if (narrowed) *narrowed = 1;
+        loop_chars(k, from, to, &P.nd[set].set, mode, flags);
         rc = 0;
         goto done;
     }
@@ -865,24 +934,24 @@ static int compile(gr_builder *b, int m, int from, int to, const char *pat, size
                    GR_PATTERN_MAX_ATOMS);
         goto done;
     }
-    emitter E = {b, m, mode, flags, &P};
+    emitter E = {k, mode, flags, &P};
     gr_cpset any;
     gr_cpset_init(&any);
     gr_cpset_all(&any);
     int pre = -1, post = -1; /* the loops of any text before / after an unanchored side */
-    for (int k = P.nd[top].kid; k >= 0; k = P.nd[k].next) {
-        unsigned anc = P.nd[k].anchors;
+    for (int x = P.nd[top].kid; x >= 0; x = P.nd[x].next) {
+        unsigned anc = P.nd[x].anchors;
         if (!(anc & 1) && pre < 0) {
-            pre = gr_state(b, m);
-            gr_eps(b, m, from, pre);
-            gr_chars(b, m, pre, pre, &any, mode, flags);
+            pre = sk_state(k);
+            sk_eps(k, from, pre);
+            chars_to(k, pre, pre, &any, mode, flags);
         }
         if (!(anc & 2) && post < 0) {
-            post = gr_state(b, m);
-            gr_chars(b, m, post, post, &any, mode, flags);
-            gr_eps(b, m, post, to);
+            post = sk_state(k);
+            chars_to(k, post, post, &any, mode, flags);
+            sk_eps(k, post, to);
         }
-        emit(&E, k, anc & 1 ? from : pre, anc & 2 ? to : post);
+        emit(&E, x, anc & 1 ? from : pre, anc & 2 ? to : post);
     }
     gr_cpset_free(&any);
     rc = 0;
@@ -894,15 +963,218 @@ done:
 int gr_pattern(gr_builder *b, int m, int from, int to, const char *pat, size_t len, enum gr_str_mode mode,
                unsigned first_flags, uint32_t *cmin, uint32_t *cmax, df_error *err)
 {
-    if (!pat) {
+    return gr_patterns(b, m, from, to, &pat, &len, pat ? 1 : 0, mode, first_flags, cmin, cmax, err);
+}
+
+/* ---- intersections -------------------------------------------------------------- */
+
+/* Local NFAs have their start at 0 and their one accepting state at 1;
+ * compile() adds no edge into 0 and none out of 1, and neither does the
+ * product, so (0, 0) and (1, 1) are the product's 0 and 1. */
+
+static void lnfa_free(lnfa *l)
+{
+    free(l->e);
+    memset(l, 0, sizeof *l);
+}
+
+/* edges by source: idx[off[s] .. off[s + 1]) */
+static void lnfa_index(const lnfa *l, int **off, int **idx)
+{
+    *off = xcalloc((size_t)l->n_states + 1, sizeof **off);
+    *idx = xmalloc((l->n_e ? l->n_e : 1) * sizeof **idx);
+    for (size_t i = 0; i < l->n_e; i++) (*off)[l->e[i].from + 1]++;
+    for (int s = 0; s < l->n_states; s++) (*off)[s + 1] += (*off)[s];
+    int *fill = xmalloc(((size_t)l->n_states + 1) * sizeof *fill);
+    memcpy(fill, *off, ((size_t)l->n_states + 1) * sizeof *fill);
+    for (size_t i = 0; i < l->n_e; i++) (*idx)[fill[l->e[i].from]++] = (int)i;
+    free(fill);
+}
+
+typedef struct pairmap {
+    uint64_t *key; /* (p << 32 | q) + 1; 0 = empty */
+    int *val;
+    size_t cap, n;
+} pairmap;
+
+static size_t pm_slot(const pairmap *h, uint64_t key)
+{
+    size_t i = (size_t)((key * 0x9E3779B97F4A7C15ull) >> 20) & (h->cap - 1);
+    while (h->key[i] && h->key[i] != key) i = (i + 1) & (h->cap - 1);
+    return i;
+}
+
+static void pm_grow(pairmap *h)
+{
+    pairmap g = {xcalloc(h->cap * 2, sizeof *g.key), xmalloc(h->cap * 2 * sizeof *g.val), h->cap * 2, h->n};
+    for (size_t i = 0; i < h->cap; i++)
+        if (h->key[i]) {
+            size_t j = pm_slot(&g, h->key[i]);
+            g.key[j] = h->key[i];
+            g.val[j] = h->val[i];
+        }
+    free(h->key);
+    free(h->val);
+    *h = g;
+}
+
+/* The state of pair (p, q) in r, made (and queued) when new. */
+static int pair_state(pairmap *h, lnfa *r, int **queue, size_t *qn, size_t *qcap, int p, int q)
+{
+    if (p == 0 && q == 0) return 0;
+    if (p == 1 && q == 1) return 1;
+    uint64_t key = ((uint64_t)(uint32_t)p << 32 | (uint32_t)q) + 1;
+    if (2 * (h->n + 1) > h->cap) pm_grow(h);
+    size_t i = pm_slot(h, key);
+    if (h->key[i]) return h->val[i];
+    h->key[i] = key;
+    h->val[i] = r->n_states++;
+    h->n++;
+    if (*qn + 2 > *qcap) {
+        *qcap = *qcap ? *qcap * 2 : 256;
+        *queue = xrealloc(*queue, *qcap * sizeof **queue);
+    }
+    (*queue)[(*qn)++] = p;
+    (*queue)[(*qn)++] = q;
+    return h->val[i];
+}
+
+/* r = a x b: both take their epsilon edges one at a time and their symbol
+ * edges together on the common symbols. */
+static int product(const lnfa *a, const lnfa *b, lnfa *r, int limit, df_error *err)
+{
+    int *ao, *ai, *bo, *bi;
+    lnfa_index(a, &ao, &ai);
+    lnfa_index(b, &bo, &bi);
+    memset(r, 0, sizeof *r);
+    r->n_states = 2;
+    sink k = {NULL, 0, r};
+    pairmap h = {xcalloc(1024, sizeof *h.key), xmalloc(1024 * sizeof *h.val), 1024, 0};
+    int *queue = NULL;
+    size_t qn = 0, qcap = 0, qi = 0;
+    int rc = 0;
+    /* the queue holds pairs other than (0, 0) and (1, 1); those two first */
+    int todo[2][2] = {{0, 0}, {1, 1}};
+    for (int t = 0;; t++) {
+        int p, q;
+        if (t < 2) p = todo[t][0], q = todo[t][1];
+        else if (qi < qn) p = queue[qi], q = queue[qi + 1], qi += 2;
+        else break;
+        if (r->n_states > limit) {
+            rc = df_err_set(err, DF_ERR_LIMIT, -1, "patterns: their intersection needs more than %d states", limit);
+            break;
+        }
+        int me = pair_state(&h, r, &queue, &qn, &qcap, p, q);
+        for (int x = ao[p]; x < ao[p + 1]; x++) {
+            const ledge *e = &a->e[ai[x]];
+            if (e->lo < 0) sk_eps(&k, me, pair_state(&h, r, &queue, &qn, &qcap, e->to, q));
+        }
+        for (int y = bo[q]; y < bo[q + 1]; y++) {
+            const ledge *f = &b->e[bi[y]];
+            if (f->lo < 0) sk_eps(&k, me, pair_state(&h, r, &queue, &qn, &qcap, p, f->to));
+        }
+        for (int x = ao[p]; x < ao[p + 1]; x++) {
+            const ledge *e = &a->e[ai[x]];
+            if (e->lo < 0) continue;
+            for (int y = bo[q]; y < bo[q + 1]; y++) {
+                const ledge *f = &b->e[bi[y]];
+                if (f->lo < 0) continue;
+                int lo = e->lo > f->lo ? e->lo : f->lo, hi = e->hi < f->hi ? e->hi : f->hi;
+                if (lo > hi) continue;
+                int to = pair_state(&h, r, &queue, &qn, &qcap, e->to, f->to);
+                sk_range(&k, me, to, lo, hi, e->flags | f->flags);
+            }
+        }
+    }
+    free(ao);
+    free(ai);
+    free(bo);
+    free(bi);
+    free(h.key);
+    free(h.val);
+    free(queue);
+    if (rc) lnfa_free(r);
+    return rc;
+}
+
+int gr_patterns(gr_builder *b, int m, int from, int to, const char *const *pats, const size_t *lens, int n,
+                enum gr_str_mode mode, unsigned first_flags, uint32_t *cmin, uint32_t *cmax, df_error *err)
+{
+    if (n <= 0) {
         gr_cpset any;
         gr_cpset_init(&any);
         gr_cpset_all(&any);
-        loop_chars(b, m, from, to, &any, mode, first_flags);
+        sink k = {b, m, NULL};
+        loop_chars(&k, from, to, &any, mode, first_flags);
         gr_cpset_free(&any);
         return 0;
     }
-    return compile(b, m, from, to, pat, len, mode, first_flags, cmin, cmax, "pattern", err);
+    lnfa acc = {0}, op = {0}, r = {0};
+    int rc = -1, all_narrowed = 1;
+    for (int i = 0; i < n; i++) {
+        op.n_states = 2;
+        sink k = {NULL, 0, &op};
+        int nar;
+        if (compile(&k, 0, 1, pats[i], lens[i], mode, first_flags, cmin, cmax, &nar, "pattern", err)) {
+            if (n > 1) df_err_prefix(err, "pattern %d of %d: ", i + 1, n);
+            goto done;
+        }
+        all_narrowed &= nar;
+        if (i == 0) {
+            acc = op;
+        } else {
+            if (product(&acc, &op, &r, GR_PATTERN_MAX_PRODUCT, err)) goto done;
+            lnfa_free(&acc);
+            lnfa_free(&op);
+            acc = r;
+            memset(&r, 0, sizeof r);
+        }
+        memset(&op, 0, sizeof op);
+    }
+    /* Lengths: the counter's window is exact for a loop of one class, but
+     * its bounds (fewest / most characters left) can miss a gap in another
+     * pattern's lengths (^(?:aaa)+$ with 4..5 would strand after "aaa"), so
+     * the lengths go into the automaton too when that stays small (4 times
+     * the pattern's states, or 1024): then every state left can finish inside
+     * the window.  A bigger product (^[a-z]{1,64}@... with maxLength 254,
+     * or an unanchored pattern) keeps the counter alone, whose bounds are
+     * exact when each state's remaining lengths have no gap. */
+    if (cmin && (first_flags & GR_INC) && !all_narrowed && (*cmin > 0 || *cmax != GR_COUNT_INF) &&
+        *cmin <= GR_PATTERN_MAX_REPEAT && (*cmax <= GR_PATTERN_MAX_REPEAT || *cmax == GR_COUNT_INF)) {
+        char lp[64];
+        if (*cmax == GR_COUNT_INF) snprintf(lp, sizeof lp, "^[\\s\\S]{%u,}$", *cmin);
+        else snprintf(lp, sizeof lp, "^[\\s\\S]{%u,%u}$", *cmin, *cmax);
+        op.n_states = 2;
+        sink k = {NULL, 0, &op};
+        df_error scratch = {0};
+        CHECK(compile(&k, 0, 1, lp, strlen(lp), mode, first_flags, NULL, NULL, NULL, "length", &scratch) == 0);
+        int limit = 4 * acc.n_states;
+        if (limit < 1024) limit = 1024;
+        if (limit > GR_PATTERN_MAX_PRODUCT) limit = GR_PATTERN_MAX_PRODUCT;
+        if (product(&acc, &op, &r, limit, &scratch) == 0) {
+            lnfa_free(&acc);
+            acc = r;
+            memset(&r, 0, sizeof r);
+        }
+        lnfa_free(&op);
+    }
+    /* into the builder: 0 is from, 1 is to */
+    int *id = xmalloc((size_t)acc.n_states * sizeof *id);
+    id[0] = from;
+    id[1] = to;
+    for (int st = 2; st < acc.n_states; st++) id[st] = gr_state(b, m);
+    for (size_t i = 0; i < acc.n_e; i++) {
+        const ledge *e = &acc.e[i];
+        if (e->lo < 0) gr_eps(b, m, id[e->from], id[e->to]);
+        else gr_range(b, m, id[e->from], id[e->to], e->lo, e->hi, e->flags);
+    }
+    free(id);
+    rc = 0;
+done:
+    lnfa_free(&acc);
+    lnfa_free(&op);
+    lnfa_free(&r);
+    return rc;
 }
 
 /* ---- formats ------------------------------------------------------------------ */
@@ -910,6 +1182,9 @@ int gr_pattern(gr_builder *b, int m, int from, int to, const char *pat, size_t l
 #define FMT_DATE "[0-9]{4}-(?:(?:0[1-9]|1[0-2])-(?:0[1-9]|1[0-9]|2[0-8])|(?:0[13-9]|1[0-2])-(?:29|30)|(?:0[13578]|1[02])-31)"
 #define FMT_TIME "(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\\.[0-9]+)?(?:Z|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])"
 #define FMT_LABEL "[A-Za-z0-9](?:[A-Za-z0-9-]{0,59}[A-Za-z0-9])?"
+#define FMT_DLABEL "[a-z0-9]+(?:-[a-z0-9]+)*"
+#define FMT_HOST FMT_DLABEL "(?:\\." FMT_DLABEL ")*"
+#define FMT_PCHAR "(?:[A-Za-z0-9._~!$&'()*+,;=:@-]|%[0-9A-F]{2})"
 
 static const struct {
     const char *name, *pattern;
@@ -918,24 +1193,31 @@ static const struct {
     {"time", "^" FMT_TIME "$"},
     {"date-time", "^" FMT_DATE "T" FMT_TIME "$"},
     {"uuid", "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"},
-    {"uri", "^https?://[a-z0-9]+(?:\\.[a-z0-9]+)*(?::[0-9]{1,5})?(?:/[A-Za-z0-9._~-]*)*(?:\\?[A-Za-z0-9._~=&-]*)?$"},
-    {"email", "^[A-Za-z0-9]+(?:\\.[A-Za-z0-9]+)*@[a-z0-9]+(?:\\.[a-z0-9]+)+$"},
+    {"uri", "^https?://" FMT_HOST "(?::[0-9]{1,5})?(?:/" FMT_PCHAR "*)*(?:\\?(?:" FMT_PCHAR "|[/?])*)?"
+            "(?:#(?:" FMT_PCHAR "|[/?])*)?$"},
+    {"email", "^[A-Za-z0-9_+-]+(?:\\.[A-Za-z0-9_+-]+)*@" FMT_DLABEL "(?:\\." FMT_DLABEL ")+$"},
     {"ipv4", "^(?:(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\\.){3}(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])$"},
     {"hostname", "^" FMT_LABEL "(?:\\." FMT_LABEL "){0,3}$"},
 };
 
+const char *gr_format_pattern(const char *format)
+{
+    for (size_t i = 0; i < sizeof formats / sizeof formats[0]; i++)
+        if (!strcmp(format, formats[i].name)) return formats[i].pattern;
+    return NULL;
+}
+
 int gr_format(gr_builder *b, int m, int from, int to, const char *format, enum gr_str_mode mode, unsigned first_flags,
               df_error *err)
 {
-    for (size_t i = 0; i < sizeof formats / sizeof formats[0]; i++) {
-        if (strcmp(format, formats[i].name)) continue;
-        char what[64];
-        snprintf(what, sizeof what, "format \"%s\"", format);
-        return compile(b, m, from, to, formats[i].pattern, strlen(formats[i].pattern), mode, first_flags, NULL,
-                       NULL, what, err);
-    }
-    return df_err_set(err, DF_ERR_UNSUPPORTED, -1,
-                      "format \"%.100s\" is not supported (supported: date, time, date-time, uuid, uri, email, ipv4, "
-                      "hostname)",
-                      format);
+    const char *pat = gr_format_pattern(format);
+    if (!pat)
+        return df_err_set(err, DF_ERR_UNSUPPORTED, -1,
+                          "format \"%.100s\" is not supported (supported: date, time, date-time, uuid, uri, email, "
+                          "ipv4, hostname)",
+                          format);
+    char what[64];
+    snprintf(what, sizeof what, "format \"%s\"", format);
+    sink k = {b, m, NULL};
+    return compile(&k, from, to, pat, strlen(pat), mode, first_flags, NULL, NULL, NULL, what, err);
 }

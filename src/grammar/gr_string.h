@@ -73,10 +73,24 @@ void gr_chars(gr_builder *b, int m, int from, int to, const gr_cpset *s, enum gr
  * none); a pattern of one repeated class narrows them (see above), and then
  * the body is that class looping (DF_ERR_ARG when no length is left);
  * otherwise they are left as they are for the caller to apply (the body's
- * characters still carry first_flags).  Errors name the construct and its
- * offset in the pattern (err->pos). */
+ * characters still carry first_flags), and when the bounds are at most
+ * GR_PATTERN_MAX_REPEAT and the product stays small the body also counts
+ * them itself, so that no prefix it allows misses the window (a pattern's
+ * lengths may have gaps the counter's bounds do not see: ^(?:aaa)+$ with
+ * 4..5).  Errors name the construct and its offset in the pattern
+ * (err->pos). */
 int gr_pattern(gr_builder *b, int m, int from, int to, const char *pat, size_t len, enum gr_str_mode mode,
                unsigned first_flags, uint32_t *cmin, uint32_t *cmax, df_error *err);
+
+/* The intersection of n patterns (JSON Schema's allOf of string schemas
+ * with patterns, or a pattern with a format's pattern): the bodies every
+ * pattern matches, from -> to as gr_pattern (n == 1 is gr_pattern, n == 0
+ * any text).  Each pattern of one repeated class narrows *cmin / *cmax as
+ * there.  A pattern's error is prefixed "pattern I of N: "; DF_ERR_LIMIT
+ * when the product passes GR_PATTERN_MAX_PRODUCT states. */
+#define GR_PATTERN_MAX_PRODUCT 100000
+int gr_patterns(gr_builder *b, int m, int from, int to, const char *const *pats, const size_t *lens, int n,
+                enum gr_str_mode mode, unsigned first_flags, uint32_t *cmin, uint32_t *cmax, df_error *err);
 
 /* A `format` that is regular: date, time, date-time, uuid, uri, email,
  * ipv4, hostname (what the generated text must satisfy is the subset
@@ -84,5 +98,8 @@ int gr_pattern(gr_builder *b, int m, int from, int to, const char *pat, size_t l
  * Unknown formats fail with DF_ERR_UNSUPPORTED naming them. */
 int gr_format(gr_builder *b, int m, int from, int to, const char *format, enum gr_str_mode mode,
               unsigned first_flags, df_error *err);
+/* The anchored pattern gr_format compiles for a format (for gr_patterns),
+ * or NULL for a format it does not know. */
+const char *gr_format_pattern(const char *format);
 
 #endif

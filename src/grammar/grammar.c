@@ -536,8 +536,31 @@ int gr_build(const gr_builder *b, int start, gr_grammar **out, df_error *err)
         }
     }
     if (!prod[start]) {
-        int rc = df_err_set(err, DF_ERR_ARG, -1, "grammar: %s allows no output at all (the constraints contradict "
-                            "each other)", g->m[start].name);
+        /* name the culprit: a machine reachable from the start that is empty
+         * by itself (every machine it calls could complete) */
+        int culprit = start;
+        uint8_t *seen = xcalloc((size_t)g->n_m, 1);
+        int *queue = xmalloc((size_t)g->n_m * sizeof *queue), qh = 0, qt = 0;
+        queue[qt++] = start;
+        seen[start] = 1;
+        while (qh < qt && culprit == start) {
+            int i = queue[qh++];
+            const gr_dfa *d = &g->m[i];
+            int own = 1;
+            for (int k = 0; k < d->call_off[d->n]; k++) {
+                int cal = d->calls[k].callee;
+                if (!prod[cal]) own = 0;
+                if (!seen[cal]) {
+                    seen[cal] = 1;
+                    queue[qt++] = cal;
+                }
+            }
+            if (own && !prod[i]) culprit = i;
+        }
+        free(seen);
+        free(queue);
+        int rc = df_err_set(err, DF_ERR_ARG, -1, "grammar: %s allows no value (its constraints contradict each other)",
+                            g->m[culprit].name);
         free(prod);
         gr_grammar_free(g);
         return rc;

@@ -20,7 +20,21 @@
  *  - uncertain: the walk failed (or, counted, may be out of range) after
  *    passing a state that can call or return; only these are simulated in
  *    full from the actual stack at run time (a token that closes a JSON
- *    string and goes on with `",` is one of them).
+ *    string and goes on with `",` is one of them).  They are kept as
+ *    subtrees of the trie and walked in preorder: a token whose simulation
+ *    dies after p + 1 symbols rules out every token below its prefix of
+ *    that length, so a whitespace state whose 40,000 uncertain tokens
+ *    (" the", " of"...) die on their second byte costs a few hundred
+ *    simulations; a counted machine's out-of-range tokens are skipped the
+ *    same way.  Before a simulation, the token's own path in the machine
+ *    is followed: when no state on it calls, and no state on it that
+ *    returns is followed by a symbol that may come after a return from
+ *    this stack (computed once per stack and step), the token cannot leave
+ *    the machine and dies where its path does (a slug pattern's 28,000
+ *    uncertain subtrees at 163,840 tokens cost no simulation).  A
+ *    simulation copies and hashes whole stacks, so deep ones run on their
+ *    top frames first, and on the whole stack only when a token returns
+ *    below them.
  * Inside a free string almost every token is in the first class and the
  * step costs a copy of a bitset; the classes are computed the first time a
  * (machine, state) is met, or all at once by gr_matcher_warm, and kept in
@@ -54,6 +68,7 @@ struct gr_vocab {
     uint8_t *nb;      /* [n_nodes] its byte */
     int *nd;          /* [n_nodes] its depth (1 = first byte) */
     int *nend;        /* [n_nodes] the index past its subtree */
+    int *npar;        /* [n_nodes] its parent, or -1 at depth 1 */
     int *ntok;        /* [n_nodes] a token spelled exactly so, or -1 */
     int *tnext;       /* [n] the next token with the same bytes, or -1 */
     int max_len;
@@ -119,6 +134,7 @@ gr_vocab *gr_vocab_new(int n_vocab, const char *const *bytes, const size_t *len,
     v->nb = xmalloc(cap);
     v->nd = xmalloc(cap * sizeof *v->nd);
     v->ntok = xmalloc(cap * sizeof *v->ntok);
+    v->npar = xmalloc(cap * sizeof *v->npar);
     int *path = xmalloc(((size_t)v->max_len + 1) * sizeof *path); /* node index per depth */
     int prev = -1;
     for (int j = 0; j < n_ord; j++) {
@@ -145,11 +161,13 @@ gr_vocab *gr_vocab_new(int n_vocab, const char *const *bytes, const size_t *len,
                 v->nb = xrealloc(v->nb, cap);
                 v->nd = xrealloc(v->nd, cap * sizeof *v->nd);
                 v->ntok = xrealloc(v->ntok, cap * sizeof *v->ntok);
+                v->npar = xrealloc(v->npar, cap * sizeof *v->npar);
             }
             int node = v->n_nodes++;
             v->nb[node] = p[d];
             v->nd[node] = (int)d + 1;
             v->ntok[node] = -1;
+            v->npar[node] = d ? path[d - 1] : -1;
             path[d] = node;
         }
         v->ntok[path[l - 1]] = id;
@@ -181,6 +199,7 @@ void gr_vocab_free(gr_vocab *v)
     free(v->nd);
     free(v->nend);
     free(v->ntok);
+    free(v->npar);
     free(v->tnext);
     free(v);
 }
@@ -207,13 +226,14 @@ static int token_syms(const gr_vocab *v, int32_t id, int *out)
 
 typedef struct crange {
     int id;
+    int node;       /* its node in the byte trie (-1: a special) */
     int64_t lo, hi; /* counts for which the pure path stays viable */
     int exits;      /* the path passed a state that can call or return */
 } crange;
 
 typedef struct gr_classes {
     uint64_t *acc;  /* accepted (counted: when the count is in [all_lo, all_hi]) */
-    int *unc;
+    int *unc;       /* uncertain subtrees: roots in the byte trie, in preorder */
     int n_unc;
     crange *cr;     /* counted machines: every accepted token's range */
     int n_cr;
@@ -311,9 +331,7 @@ static gr_classes *classify(const gr_dfa *d, int s, const gr_vocab *v)
             if (lo[dep] > hi[dep] && !ex[dep - 1]) ok = 0; /* never viable, no other way: rejected */
         }
         if (!ok) {
-            if (ex[dep - 1])
-                for (int j = i; j < v->nend[i]; j++)
-                    for (int t = v->ntok[j]; t >= 0; t = v->tnext[t]) ib_push(&unc, t);
+            if (ex[dep - 1]) ib_push(&unc, i); /* every token below i */
             i = v->nend[i];
             continue;
         }
@@ -327,7 +345,7 @@ static gr_classes *classify(const gr_dfa *d, int s, const gr_vocab *v)
                     cap_cr = cap_cr ? 2 * cap_cr : 256;
                     cr = xrealloc(cr, (size_t)cap_cr * sizeof *cr);
                 }
-                cr[n_cr++] = (crange){tok, lo[dep], hi[dep], ex[dep - 1]};
+                cr[n_cr++] = (crange){tok, i, lo[dep], hi[dep], ex[dep - 1]};
                 if (lo[dep] > c->all_lo) c->all_lo = lo[dep];
                 if (hi[dep] < c->all_hi) c->all_hi = hi[dep];
             }
@@ -346,7 +364,7 @@ static gr_classes *classify(const gr_dfa *d, int s, const gr_vocab *v)
                 cap_cr = cap_cr ? 2 * cap_cr : 256;
                 cr = xrealloc(cr, (size_t)cap_cr * sizeof *cr);
             }
-            cr[n_cr++] = (crange){tok, l, h, 0};
+            cr[n_cr++] = (crange){tok, -1, l, h, 0};
             if (l > c->all_lo) c->all_lo = l;
             if (h < c->all_hi) c->all_hi = h;
         }
@@ -400,6 +418,8 @@ struct gr_matcher {
     sset *building;
     uint64_t *bits;
     int *syms;    /* [max_len + 1] */
+    int *path;    /* [max_len + 1] trie nodes by depth while masking */
+    int dbase;    /* frames below the stacks being simulated (sim_part) */
 };
 
 static gr_frame *SF(const sset *s, int i)
@@ -473,7 +493,7 @@ static int close_set(gr_matcher *m, const sset *in, sset *out)
             if ((e->flags & GR_NEEDMIN) && t->c < d->cmin) continue;
             uint32_t c2 = t->c + ((e->flags & GR_INC) ? 1u : 0u);
             if (!gr_viable(d, e->to, c2)) continue;
-            if (depth >= GR_MAX_DEPTH) {
+            if (depth + m->dbase >= GR_MAX_DEPTH) {
                 m->overflow = 1;
                 continue;
             }
@@ -549,6 +569,7 @@ gr_matcher *gr_matcher_new(gr_grammar *g, const gr_vocab *v)
     set_alloc(&m->c);
     m->bits = xcalloc(((size_t)v->n + 63) / 64 + 1, sizeof *m->bits);
     m->syms = xmalloc(((size_t)v->max_len + 2) * sizeof *m->syms);
+    m->path = xmalloc(((size_t)v->max_len + 2) * sizeof *m->path);
     gr_matcher_reset(m);
     return m;
 }
@@ -563,6 +584,7 @@ void gr_matcher_free(gr_matcher *m)
     free(m->c.f);
     free(m->bits);
     free(m->syms);
+    free(m->path);
     free(m);
 }
 
@@ -645,15 +667,20 @@ int gr_matcher_ended(gr_matcher *m)
     return 1;
 }
 
-/* whether the token's symbols can be consumed starting with a symbol edge
- * of ready stack j */
-static int sim_from(gr_matcher *m, int j, const int *syms, int n)
+/* how many of the token's symbols can be consumed starting with a symbol
+ * edge of ready stack j: n when all of them, else the index of the symbol
+ * after which no stack is left (every token starting with syms[0..p] fails
+ * alike) */
+#define SIM_KEEP 6
+/* sim_from on the top depth - skip frames of stack j only; -1 when a stack
+ * returned past them (the frames below would decide) */
+static int sim_part(gr_matcher *m, int j, int skip, const int *syms, int n)
 {
     sset *x = &m->a, *y = &m->b;
     set_begin(m, x);
     {
-        int depth = m->ready.depth[j];
-        const gr_frame *t = &SF(&m->ready, j)[depth - 1];
+        int depth = m->ready.depth[j] - skip;
+        const gr_frame *t = &SF(&m->ready, j)[skip + depth - 1];
         const gr_dfa *d = &m->g->m[t->m];
         int32_t e = d->next[(size_t)t->s * GR_NSYM + (size_t)syms[0]];
         if (e < 0) return 0;
@@ -662,17 +689,81 @@ static int sim_from(gr_matcher *m, int j, const int *syms, int n)
         uint32_t c2 = t->c + ((fl & GR_INC) ? 1u : 0u);
         if (!gr_viable(d, GR_TARGET(e), c2)) return 0;
         gr_frame tmp[GR_MAX_DEPTH];
-        memcpy(tmp, SF(&m->ready, j), (size_t)depth * sizeof *tmp);
+        memcpy(tmp, SF(&m->ready, j) + skip, (size_t)depth * sizeof *tmp);
         tmp[depth - 1].s = (uint32_t)GR_TARGET(e);
         tmp[depth - 1].c = c2;
         set_add(m, tmp, depth);
     }
+    m->dbase = skip;
     for (int i = 1; i < n; i++) {
-        close_set(m, x, y);
+        if (close_set(m, x, y) && skip) {
+            m->dbase = 0;
+            return -1;
+        }
         step_set(m, y, syms[i], x);
-        if (!x->n) return 0;
+        if (!x->n) {
+            m->dbase = 0;
+            return i;
+        }
     }
-    return 1;
+    m->dbase = 0;
+    return n;
+}
+
+/* Deep stacks are simulated on their top SIM_KEEP frames first (copying
+ * and hashing cost their depth); what a token does below them is decided
+ * on the whole stack. */
+static int sim_from(gr_matcher *m, int j, const int *syms, int n)
+{
+    int depth = m->ready.depth[j];
+    if (depth > SIM_KEEP) {
+        int p = sim_part(m, j, depth - SIM_KEEP, syms, n);
+        if (p >= 0) return p;
+    }
+    return sim_part(m, j, 0, syms, n);
+}
+
+/* the symbols that can follow a return from the top frame of ready stack
+ * j (a superset: the counters of the frames below are not checked) */
+static void follow_after_return(gr_matcher *m, int j, uint64_t *follow)
+{
+    memset(follow, 0, ((GR_NSYM + 63) / 64) * sizeof *follow);
+    int depth = m->ready.depth[j];
+    if (depth < 2) return;
+    sset *x = &m->a, *y = &m->b;
+    set_begin(m, x);
+    set_add(m, SF(&m->ready, j), depth - 1);
+    close_set(m, x, y);
+    for (int i = 0; i < y->n; i++) {
+        if (!y->depth[i]) continue;
+        const gr_frame *t = &SF(y, i)[y->depth[i] - 1];
+        const int32_t *row = m->g->m[t->m].next + (size_t)t->s * GR_NSYM;
+        for (int sym = 0; sym < GR_NSYM; sym++)
+            if (row[sym] >= 0) follow[sym >> 6] |= 1ull << (sym & 63);
+    }
+}
+
+/* An uncertain token, or a counted machine's token out of its count range,
+ * dies on its own path; another path must leave the machine where the path
+ * passes a state that calls or returns.  Returns the index of the symbol after which no path
+ * is left when none can (no call there, and a return is not followed by
+ * the token's next symbol), the position sim_from would return; -1 when
+ * only a simulation can tell. */
+static int pure_death(const gr_dfa *d, int s, uint32_t c, const int *syms, int n, const uint64_t *follow)
+{
+    for (int i = 0; i < n; i++) {
+        if (i > 0 && d->call_off[s + 1] > d->call_off[s]) return -1;
+        if (i > 0 && d->acc[s] && c >= d->cmin && (follow[syms[i] >> 6] >> (syms[i] & 63) & 1)) return -1;
+        int32_t e = d->next[(size_t)s * GR_NSYM + (size_t)syms[i]];
+        if (e < 0) return i;
+        unsigned fl = GR_FLAGS(e);
+        if ((fl & GR_NEEDMIN) && c < d->cmin) return i;
+        uint32_t c2 = c + ((fl & GR_INC) ? 1u : 0u);
+        if (!gr_viable(d, GR_TARGET(e), c2)) return i;
+        s = GR_TARGET(e);
+        c = c2;
+    }
+    return -1;
 }
 
 size_t gr_matcher_mask(gr_matcher *m, uint64_t *bits)
@@ -689,25 +780,55 @@ size_t gr_matcher_mask(gr_matcher *m, uint64_t *bits)
         if (!d->has_sym[t.s]) continue;
         gr_classes *c = classes_of(m->g, v, (int)t.m, (int)t.s);
         int64_t cnt = t.c;
+        uint64_t follow[(GR_NSYM + 63) / 64];
+        if (c->n_unc || (d->counted && (cnt < c->all_lo || cnt > c->all_hi))) follow_after_return(m, j, follow);
         if (!d->counted || (cnt >= c->all_lo && cnt <= c->all_hi)) {
             for (size_t w = 0; w < words; w++) bits[w] |= c->acc[w];
         } else {
+            /* tokens in trie preorder: one that fails after p + 1 symbols
+             * rules out the rest of its ancestor's subtree at depth p + 1 */
+            int skip_end = -1;
             for (int k = 0; k < c->n_cr; k++) {
                 const crange *r = &c->cr[k];
                 if (bits[r->id >> 6] >> (r->id & 63) & 1) continue;
                 int ok = cnt >= r->lo && cnt <= r->hi;
-                if (!ok && r->exits) {
+                if (!ok && r->exits && (r->node < 0 || r->node >= skip_end)) {
                     int n = token_syms(v, r->id, m->syms);
-                    ok = sim_from(m, j, m->syms, n);
+                    int p = pure_death(d, (int)t.s, t.c, m->syms, n, follow);
+                    if (p < 0) p = sim_from(m, j, m->syms, n);
+                    ok = p == n;
+                    if (!ok) {
+                        int a = r->node;
+                        while (v->nd[a] > p + 1) a = v->npar[a];
+                        skip_end = v->nend[a];
+                    }
                 }
                 if (ok) bits[r->id >> 6] |= 1ull << (r->id & 63);
             }
         }
-        for (int k = 0; k < c->n_unc; k++) {
-            int id = c->unc[k];
-            if (bits[id >> 6] >> (id & 63) & 1) continue;
-            int n = token_syms(v, id, m->syms);
-            if (n && sim_from(m, j, m->syms, n)) bits[id >> 6] |= 1ull << (id & 63);
+        /* the uncertain subtrees in preorder: a token that fails after p + 1
+         * symbols rules out the whole subtree of its ancestor at depth p + 1
+         * (never above the root: all its tokens share the root's prefix) */
+        int *path = m->path;
+        for (int q = 0; q < c->n_unc; q++) {
+            int r = c->unc[q], base = v->nd[r];
+            for (int k = r; k < v->nend[r];) {
+                int dep = v->nd[k], id = v->ntok[k];
+                path[dep] = k;
+                if (id < 0 || (bits[id >> 6] >> (id & 63) & 1)) {
+                    k++;
+                    continue;
+                }
+                int n = token_syms(v, id, m->syms);
+                int p = pure_death(d, (int)t.s, t.c, m->syms, n, follow);
+                if (p < 0) p = sim_from(m, j, m->syms, n);
+                if (p == n) {
+                    for (int u = id; u >= 0; u = v->tnext[u]) bits[u >> 6] |= 1ull << (u & 63);
+                    k++;
+                    continue;
+                }
+                k = v->nend[path[p + 1 < base ? base : p + 1]];
+            }
         }
     }
     size_t count = 0;

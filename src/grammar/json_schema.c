@@ -6,7 +6,8 @@
  *   additionalProperties (false; true or a schema when there are no
  *   properties: a map), items (one schema), minItems, maxItems, anyOf,
  *   oneOf, allOf (of object schemas: their properties, required lists and
- *   additionalProperties merged), $ref to #, #/$defs/..., #/definitions/...
+ *   additionalProperties merged; of string schemas: every pattern, format
+ *   and length bound at once, the patterns' intersection), $ref to #, #/$defs/..., #/definitions/...
  *   (recursion allowed), minimum, maximum, exclusiveMinimum,
  *   exclusiveMaximum (numbers, or draft-04 booleans), minLength, maxLength,
  *   pattern and format (gr_string.h).
@@ -225,8 +226,7 @@ static unsigned types_of(js_compiler *c, const json_value *s, int depth)
             if (ty->items[i]->type == JSON_STRING) t |= type_bit(ty->items[i]->str);
     } else if (!ty) {
         unsigned implied = 0;
-        if (json_get(s, "properties") || json_get(s, "additionalProperties") || json_get(s, "required") ||
-            json_get(s, "allOf"))
+        if (json_get(s, "properties") || json_get(s, "additionalProperties") || json_get(s, "required"))
             implied |= T_OBJECT;
         if (json_get(s, "items") || json_get(s, "minItems") || json_get(s, "maxItems")) implied |= T_ARRAY;
         if (json_get(s, "minLength") || json_get(s, "maxLength") || json_get(s, "pattern") || json_get(s, "format"))
@@ -236,6 +236,8 @@ static unsigned types_of(js_compiler *c, const json_value *s, int depth)
             implied |= T_NUMBER | T_INTEGER;
         if (implied) t = implied;
     }
+    const json_value *all = json_get(s, "allOf");
+    for (size_t i = 0; all && all->type == JSON_ARRAY && i < all->len; i++) t &= types_of(c, all->items[i], depth + 1);
     if (cn) return t & value_type(cn);
     if (en && en->type == JSON_ARRAY) {
         unsigned u = 0;
@@ -437,7 +439,7 @@ static int number_machine(js_compiler *c, const json_value *s, int integer, cons
     bounds bd;
     if (get_bounds(s, path, &bd, err)) return -1;
     gr_builder *b = c->b;
-    int m = gr_machine(b, integer ? "integer" : "number");
+    int m = gr_machine(b, path);
     int end = gr_state(b, m);
     gr_accept(b, m, end);
     /* integer literals */
@@ -488,55 +490,98 @@ static int get_count(const json_value *s, const char *key, const char *path, uin
 }
 
 /* the characters of a string (no quotes), JSON-escaped or raw */
+/* the string keywords of one schema node (or an allOf member of it) into
+ * the lists: patterns (a format as its pattern), length bounds narrowed */
+#define MAX_STR_PATS 16
+typedef struct strspec {
+    const char *pats[MAX_STR_PATS];
+    size_t lens[MAX_STR_PATS];
+    char where[MAX_STR_PATS][512];
+    int n;
+    uint32_t cmin, cmax;
+} strspec;
+
+static int string_keys(const json_value *s, const char *path, strspec *sp, int member, df_error *err)
+{
+    char p[512];
+    if (member) { /* an allOf member: string keywords and annotations only */
+        static const char *const ok[] = {"type", "minLength", "maxLength", "pattern", "format", NULL};
+        for (size_t i = 0; i < s->len; i++)
+            if (!in_list(s->keys[i], annotations) && !in_list(s->keys[i], ok)) {
+                sub_path(p, sizeof p, path, s->keys[i]);
+                return fail(err, s->items[i], "\"%s\" in an allOf of string schemas is not supported", s->keys[i], p);
+            }
+        const json_value *t = json_get(s, "type");
+        if (t && !(t->type == JSON_STRING && !strcmp(t->str, "string"))) {
+            sub_path(p, sizeof p, path, "type");
+            return fail(err, t, "allOf mixing %s with other types is not supported", "string", p);
+        }
+    }
+    uint32_t lo = 0, hi = GR_COUNT_INF;
+    if (get_count(s, "minLength", path, &lo, err) || get_count(s, "maxLength", path, &hi, err)) return -1;
+    if (lo > sp->cmin) sp->cmin = lo;
+    if (hi < sp->cmax) sp->cmax = hi;
+    static const char *const keys[2] = {"pattern", "format"};
+    for (int k = 0; k < 2; k++) {
+        const json_value *v = json_get(s, keys[k]);
+        if (!v) continue;
+        sub_path(p, sizeof p, path, keys[k]);
+        if (v->type != JSON_STRING) return df_err_set(err, DF_ERR_ARG, v->pos, "%s: expected a string", p);
+        const char *pat = k == 0 ? v->str : gr_format_pattern(v->str);
+        if (!pat) return fail(err, v, "format \"%s\" is not supported (date, time, date-time, uuid, uri, email, "
+                              "ipv4, hostname are)", v->str, p);
+        if (sp->n == MAX_STR_PATS) return fail(err, v, "more than 16 %s in one string", "patterns and formats", p);
+        sp->pats[sp->n] = pat;
+        sp->lens[sp->n] = strlen(pat);
+        snprintf(sp->where[sp->n], sizeof sp->where[0], "%s", p);
+        sp->n++;
+    }
+    return 0;
+}
+
+/* the characters of a string (no quotes), JSON-escaped or raw: its own
+ * keywords and those of an allOf of string schemas, every pattern and
+ * format at once (their intersection) within the length bounds */
 static int string_body(js_compiler *c, const json_value *s, int raw, const char *path, df_error *err)
 {
     enum gr_str_mode mode = raw ? GR_STR_RAW : GR_STR_JSON;
-    const json_value *pat = s ? json_get(s, "pattern") : NULL, *fmt = s ? json_get(s, "format") : NULL;
-    uint32_t cmin = 0, cmax = GR_COUNT_INF;
-    if (s && (get_count(s, "minLength", path, &cmin, err) || get_count(s, "maxLength", path, &cmax, err))) return -1;
-    int plain = !pat && !fmt && cmin == 0 && cmax == GR_COUNT_INF;
+    strspec sp = {.cmin = 0, .cmax = GR_COUNT_INF};
+    if (s && string_keys(s, path, &sp, 0, err)) return -1;
+    const json_value *all = s ? json_get(s, "allOf") : NULL;
+    for (size_t i = 0; all && all->type == JSON_ARRAY && i < all->len; i++) {
+        char p[512];
+        snprintf(p, sizeof p, "%s/allOf/%zu", path, i);
+        const json_value *x = all->items[i];
+        if (x->type == JSON_BOOL && x->b) continue;
+        if (x->type != JSON_OBJECT) return df_err_set(err, DF_ERR_ARG, x->pos, "%s: expected a schema object", p), -1;
+        if (string_keys(x, p, &sp, 1, err)) return -1;
+    }
+    int plain = !sp.n && sp.cmin == 0 && sp.cmax == GR_COUNT_INF;
     if (plain && c->str_any[raw] >= 0) return c->str_any[raw];
     gr_builder *b = c->b;
-    int m = gr_machine(b, raw ? "raw string" : "string");
+    int m = gr_machine(b, plain ? (raw ? "raw string" : "string") : path);
     int end = gr_state(b, m);
     gr_accept(b, m, end);
-    char p[512];
-    if (pat && fmt) {
-        sub_path(p, sizeof p, path, "format");
-        fail(err, fmt, "\"%s\" together with pattern is not supported", "format", p);
-        return -1;
-    }
-    if (pat) {
-        sub_path(p, sizeof p, path, "pattern");
-        if (pat->type != JSON_STRING) {
-            df_err_set(err, DF_ERR_ARG, pat->pos, "%s: expected a string", p);
-            return -1;
-        }
+    if (sp.n) {
         df_error e2 = {0};
-        if (gr_pattern(b, m, 0, end, pat->str, pat->len, mode, GR_INC, &cmin, &cmax, &e2)) {
-            df_err_set(err, e2.code, pat->pos, "%s (at %s)", e2.msg, p);
-            return -1;
-        }
-    } else if (fmt) {
-        sub_path(p, sizeof p, path, "format");
-        if (fmt->type != JSON_STRING) {
-            df_err_set(err, DF_ERR_ARG, fmt->pos, "%s: expected a string", p);
-            return -1;
-        }
-        df_error e2 = {0};
-        if (gr_format(b, m, 0, end, fmt->str, mode, GR_INC, &e2)) {
-            df_err_set(err, e2.code, fmt->pos, "%s (at %s)", e2.msg, p);
+        if (gr_patterns(b, m, 0, end, sp.pats, sp.lens, sp.n, mode, GR_INC, &sp.cmin, &sp.cmax, &e2)) {
+            /* "pattern I of N: ..." names the operand: the place of the first is a fair pointer */
+            df_err_set(err, e2.code, -1, "%s (at %s)", e2.msg, sp.n == 1 ? sp.where[0] : path);
             return -1;
         }
     } else {
-        gr_cpset all;
-        gr_cpset_init(&all);
-        gr_cpset_all(&all);
-        gr_chars(b, m, end, end, &all, mode, GR_INC);
-        gr_cpset_free(&all);
+        gr_cpset any;
+        gr_cpset_init(&any);
+        gr_cpset_all(&any);
+        gr_chars(b, m, end, end, &any, mode, GR_INC);
+        gr_cpset_free(&any);
         gr_eps(b, m, 0, end);
     }
-    if (cmin > 0 || cmax != GR_COUNT_INF) gr_counter(b, m, cmin, cmax);
+    if (sp.cmin > sp.cmax) {
+        df_err_set(err, DF_ERR_ARG, s ? s->pos : -1, "%s: minLength %u is above maxLength %u", path, sp.cmin, sp.cmax);
+        return -1;
+    }
+    if (sp.cmin > 0 || sp.cmax != GR_COUNT_INF) gr_counter(b, m, sp.cmin, sp.cmax);
     if (plain) c->str_any[raw] = m;
     return m;
 }
@@ -563,7 +608,7 @@ static int literal_machine(js_compiler *c, const json_value *const *vals, size_t
                            const char *path, df_error *err)
 {
     gr_builder *b = c->b;
-    int m = gr_machine(b, "enum");
+    int m = gr_machine(b, path);
     int end = gr_state(b, m);
     gr_accept(b, m, end);
     int any = 0;
@@ -699,7 +744,7 @@ static int object_machine(js_compiler *c, const json_value *s, const char *path,
         return -1;
     }
     gr_builder *b = c->b;
-    int m = gr_machine(b, "object");
+    int m = gr_machine(b, path);
     int open = ws(c, m, lit(c, m, 0, "{"));
     int end = gr_state(b, m);
     gr_accept(b, m, end);
@@ -789,7 +834,7 @@ static int array_machine(js_compiler *c, const json_value *s, const char *path, 
     int val = value(c, items, T_ALL, 0, p, err);
     if (val < 0) return -1;
     gr_builder *b = c->b;
-    int m = gr_machine(b, "array");
+    int m = gr_machine(b, path);
     if (mn > 0 || mx != GR_COUNT_INF) gr_counter(b, m, mn, mx);
     int open = ws(c, m, lit(c, m, 0, "["));
     int end = gr_state(b, m), after = gr_state(b, m);
@@ -820,7 +865,7 @@ static int typed(js_compiler *c, const json_value *s, unsigned t, int raw, const
     case T_STRING: {
         int body = string_body(c, s, raw, path, err);
         if (body < 0 || raw) return body;
-        int m = gr_machine(b, "quoted string");
+        int m = gr_machine(b, path);
         int s1 = gr_state(b, m), s2 = gr_state(b, m), s3 = gr_state(b, m);
         gr_sym(b, m, 0, s1, '"', 0);
         gr_call(b, m, s1, s2, body, 0);
@@ -957,10 +1002,17 @@ static int value(js_compiler *c, const json_value *s, unsigned tmask, int raw, c
         df_err_set(err, DF_ERR_ARG, s ? s->pos : -1, "%s: the schema allows no value of the types asked for", path);
         goto out;
     }
+    if (s && json_get(s, "allOf") && (types & ~(unsigned)(T_OBJECT | T_STRING))) {
+        char p[512];
+        sub_path(p, sizeof p, path, "allOf");
+        fail(err, json_get(s, "allOf"), "%s is supported for object and string schemas only (give this one a type)",
+             "allOf", p);
+        goto out;
+    }
     {
         /* a free value may recur (arrays of any, maps of any): memoize a
          * forward machine first */
-        int fwd = gr_machine(c->b, "value");
+        int fwd = gr_machine(c->b, path);
         int e = gr_state(c->b, fwd);
         gr_accept(c->b, fwd, e);
         if (c->n_memo == c->cap_memo) {
@@ -1087,7 +1139,7 @@ int js_arguments(js_compiler *c, const json_value *schema, const char *path, df_
         }
     }
     gr_builder *b = c->b;
-    int m = gr_machine(b, "arguments");
+    int m = gr_machine(b, path);
     int n = (int)ps.n;
     int *st = xmalloc(((size_t)n + 1) * sizeof *st);
     st[0] = 0;

@@ -1280,6 +1280,13 @@ size_t chat_parser_feed(chat_parser *p, int32_t id, const chat_event **ev)
 size_t chat_parser_finish(chat_parser *p, const chat_event **ev)
 {
     begin_batch(p);
+    /* a tag the cut interrupted is markup the model was still writing, not
+     * text (a forced call cut by max_tokens must not leave "<|open|>argument
+     * key=" in the content); one the model itself ended is degraded in feed */
+    if (p->tag != TAG_NONE) {
+        p->tag = TAG_NONE;
+        p->tagbuf.len = 0;
+    }
     if (p->st != P_DONE) {
         flush_decoder(p);
         finalize(p);

@@ -145,8 +145,9 @@ void chat_parser_reset(chat_parser *p, int start_in_think);
  * vocabulary are ignored; everything after <|end_of_msg|> is ignored. */
 size_t chat_parser_feed(chat_parser *p, int32_t id, const chat_event **ev);
 /* The stream stopped without <|end_of_msg|> (length limit, stop string):
- * flush held-back bytes (as U+FFFD) and an unfinished tag (as text), emit an
- * open argument / JSON block and CALL_END for an open call.  No END event. */
+ * flush held-back bytes (as U+FFFD), drop an unfinished tag (markup cut
+ * short is not text), emit an open argument / JSON block and CALL_END for
+ * an open call.  No END event. */
 size_t chat_parser_finish(chat_parser *p, const chat_event **ev);
 /* 1 after <|end_of_msg|>. */
 int chat_parser_done(const chat_parser *p);
