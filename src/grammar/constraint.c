@@ -30,15 +30,6 @@ static int tag(gr_builder *b, int m, int from, int sym, const char *name)
     return u;
 }
 
-static void escaped(json_buf *jb, const char *s)
-{
-    for (; *s; s++) {
-        if (*s == '&') json_buf_puts(jb, "&amp;");
-        else if (*s == '"') json_buf_puts(jb, "&quot;");
-        else json_buf_putc(jb, *s);
-    }
-}
-
 /* one call of any of the tools: <|open|>call tool="NAME" index="I"<|sep|>ARGS<|close|>call<|sep|> */
 static int call_machine(gr_builder *b, const gr_reply_spec *sp, df_error *err)
 {
@@ -62,7 +53,7 @@ static int call_machine(gr_builder *b, const gr_reply_spec *sp, df_error *err)
         }
         jb.len = 0;
         json_buf_puts(&jb, "call tool=\"");
-        escaped(&jb, t->name);
+        js_attr_escape(&jb, t->name);
         json_buf_puts(&jb, "\" index=\"");
         int h = gr_state(b, m);
         gr_lit(b, m, s, h, jb.p, jb.len);

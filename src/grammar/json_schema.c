@@ -1054,7 +1054,7 @@ int js_value(js_compiler *c, const json_value *schema, const char *path, df_erro
 
 /* ---- tool-call arguments ------------------------------------------------- */
 
-static void attr_escaped(json_buf *jb, const char *s)
+void js_attr_escape(json_buf *jb, const char *s)
 {
     for (; *s; s++) {
         if (*s == '&') json_buf_puts(jb, "&amp;");
@@ -1076,7 +1076,7 @@ static int argument(js_compiler *c, int m, int from, int to, const char *key, co
     int k;
     if (key) {
         json_buf_puts(&jb, "argument key=\"");
-        attr_escaped(&jb, key);
+        js_attr_escape(&jb, key);
         json_buf_puts(&jb, "\" type=\"");
         k = gr_state(b, m);
         gr_lit(b, m, s, k, jb.p, jb.len);

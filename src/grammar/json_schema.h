@@ -39,6 +39,10 @@ int js_value(js_compiler *c, const json_value *schema, const char *path, df_erro
 /* A machine producing an object schema's arguments in K3's markup. */
 int js_arguments(js_compiler *c, const json_value *schema, const char *path, df_error *err);
 
+/* An attribute value as K3's template escapes it (& -> &amp;, " -> &quot;). */
+struct json_buf;
+void js_attr_escape(struct json_buf *jb, const char *s);
+
 /* ---- the reply (constraint.c) -------------------------------------------- */
 
 enum gr_reply_kind {
