@@ -133,6 +133,58 @@ static void test_checkpoints(void)
     df_engine_close(eng);
 }
 
+/* Checkpoints asked for ahead (df_session_checkpoint_at) are taken inside
+ * one pass, across its chunks and row blocks: each is the state of having
+ * evaluated exactly that far, the pass itself is not split. */
+static void test_checkpoints_inside(void)
+{
+    const char *dir = model("sess_a", 21);
+    if (!dir) return;
+    df_engine *eng = open_model(dir);
+    if (!eng) return;
+    df_model_info info;
+    df_engine_info(eng, &info);
+    int V = info.vocab;
+    float *want = reference(eng, V);
+    float *got = malloc((size_t)N * V * sizeof *got);
+    int32_t ids[N];
+    for (int i = 0; i < N; i++) ids[i] = tok(i);
+    df_error err = {0};
+    for (int rb = 0; rb < 2; rb++) {
+        /* chunks of 32 positions; row blocks of the default size, then of 8 */
+        df_session_opts so = {.n_ctx = 256, .max_batch = 32, .checkpoints = 5, .row_block = rb ? 8 : 0};
+        df_session *s = NULL;
+        TCHECK(df_session_new(eng, &so, &s, &err) == 0);
+        if (!s) break;
+        TCHECK(df_session_eval(s, ids, 3, got, 0, &err) == 0);
+        static const int at[] = {5, 13, 32, 36};
+        for (int i = 0; i < 4; i++) TCHECK(df_session_checkpoint_at(s, at[i], &err) == 0);
+        TCHECK(df_session_checkpoint_at(s, 2, E0) == -1 && strstr(err.msg, "ahead"));
+        TCHECK(df_session_checkpoint_at(s, 39, &err) == 0); /* beyond this pass: not reached, not reachable */
+        TCHECK(df_session_reachable(s, 3) == 3 && df_session_reachable(s, 2) == 0);
+        TCHECK(df_session_eval(s, ids + 3, 35, got, 0, &err) == 0); /* positions 3..37: a chunk of 32, then 3 */
+        TCHECK(df_session_reachable(s, 12) == 5 && df_session_reachable(s, 13) == 13 && df_session_reachable(s, 31) == 13);
+        TCHECK(df_session_reachable(s, 35) == 32 && df_session_reachable(s, 37) == 36);
+        for (int i = 3; i >= 0; i--) {
+            int p = at[i], n = p + 3 <= N ? 3 : N - p;
+            TCHECK(df_session_truncate(s, p, &err) == 0);
+            TCHECK(df_session_eval(s, ids + p, n, got, 1, &err) == 0);
+            TCHECKF(!memcmp(got, want + (size_t)p * V, (size_t)n * V * sizeof *got),
+                    "row block %d: after returning to checkpoint %d taken inside a pass", rb ? 8 : 256, p);
+            TCHECK(df_session_truncate(s, p, &err) == 0);
+        }
+        /* the pending one at 39 was dropped by the truncations */
+        TCHECK(df_session_eval(s, ids + 5, 35, got, 0, &err) == 0 && df_session_reachable(s, 39) == 5);
+        df_session_free(s);
+    }
+    df_session *s = new_session(eng, 256, 0);
+    TCHECK(df_session_checkpoint_at(s, 4, E0) == -1 && strstr(err.msg, "no checkpoints"));
+    df_session_free(s);
+    free(want);
+    free(got);
+    df_engine_close(eng);
+}
+
 static long file_size(const char *p)
 {
     struct stat st;
@@ -423,6 +475,7 @@ static void test_cli_sessions(void)
 static const test_case tests[] = {
     {"cli_sessions", test_cli_sessions},
     {"checkpoints", test_checkpoints},
+    {"checkpoints_inside", test_checkpoints_inside},
     {"session_files", test_session_files},
     {"kill_mid_save", test_kill_mid_save},
     {"identity_every_byte", test_identity_every_byte},

@@ -391,6 +391,7 @@ static void plan_opts_from(const run_args *a, df_plan_opts *o, size_t mem)
     o->cache_policy = a->policy;
     o->serve = a->serve;
     o->n_sessions = a->plan_sessions;
+    o->checkpoints = a->serve ? -1 : 0; /* serve's default rule */
 }
 
 static double gib_(uint64_t b) { return (double)b / (double)(1ull << 30); }
@@ -454,6 +455,7 @@ static void plan_json(const df_plan *p, int ok, const char *msg)
            (unsigned long long)p->expert_read_cold, (unsigned long long)p->expert_read_est,
            (unsigned long long)p->resident_from, (unsigned long long)p->mpi_bytes,
            (unsigned long long)p->remote_bytes);
+    printf(",\"checkpoints\":%d,\"checkpoint_bytes\":%llu", p->checkpoints, (unsigned long long)p->checkpoint_bytes);
     char why[320];
     df_plan_ctx_reason(p, why, sizeof why);
     if (*why) json_str_field("ctx_reason", why);

@@ -2,7 +2,7 @@
  *
  *   deltafin serve --model DIR [--host 127.0.0.1] [--port 8080] [--queue 16]
  *                  [--api-key KEY] [--max-request-bytes 128M] [--max-tokens N]
- *                  [--timeout SEC] [--conn-timeout 600] [--name NAME] [--ping-ms 2000] [--checkpoints 2]
+ *                  [--timeout SEC] [--conn-timeout 600] [--name NAME] [--ping-ms 2000] [--checkpoints N]
  *                  [--parallel N] [--prompt-cache DIR [--prompt-cache-max 8G]]
  *                  + the run options (--ctx, --mem, --threads, --batch, ...)
  *
@@ -33,10 +33,12 @@
  * whose history it shares the most of (among equals the least recently
  * used) and is fed only from where they part, when the session can go back
  * there (an extension; the last generated id, not yet evaluated; a point
- * since the last verify pass; a checkpoint, kept after each prompt's last
- * <|end_of_msg|>, where the next turn's prompt parts from this reply's
- * reasoning, and one where the system prompt and tools end, first_turn),
- * else the slot is reset.  A new conversation that shares only that
+ * since the last verify pass; a checkpoint: one after each of the prompt's
+ * latest <|end_of_msg|>, where the next turn's prompt parts from this
+ * reply's reasoning and an edited history from its first changed message,
+ * and one where the system prompt and tools end, first_turn; all taken
+ * inside the prompt's passes, df_session_checkpoint_at), else the slot is
+ * reset.  The prompt is fed one forward pass (the plan's chunk) at a time.  A new conversation that shares only that
  * system-prompt checkpoint with a slot gets the prefix copied into another
  * slot (df_session_copy_prefix), so both conversations keep their
  * histories.  A client that leaves during its prompt (or a job past
@@ -96,10 +98,14 @@
 static int feed(slot *sl, job *j, const int32_t *ids, size_t n)
 {
     df_error err = {0};
+    /* a piece is one forward pass (the plan's prompt chunk, --batch): a
+     * smaller piece would read the layers' experts again for each */
+    size_t piece = (size_t)df_session_max_batch(sl->s);
+    if (piece < 1) piece = 256;
     for (size_t o = 0; o < n;) {
         if (atomic_load(&j->cancelled)) return 1;
         if (j->deadline > 0 && now() > j->deadline) return 2;
-        size_t k = n - o < 256 ? n - o : 256;
+        size_t k = n - o < piece ? n - o : piece;
         if (gen_feed(&sl->gl, ids + o, k, &err)) {
             snprintf(j->errmsg, sizeof j->errmsg, "%s", err.msg);
             return -1;
@@ -283,28 +289,25 @@ static void run_job(srv *S, job *j)
     j->n_reused = (int)from;
     j->gate_ch = -1;
     emit_begin(j);
-    /* a checkpoint after the prompt's last <|end_of_msg|> (the end of the
-     * last user or tool message): the next turn's prompt renders this
-     * reply differently (without its reasoning) but shares everything
-     * before it */
-    size_t cut = j->n_ids;
-    while (cut > from && j->ids[cut - 1] != S->end_of_msg) cut--;
-    /* and one where the system prompt and tools end: another conversation
-     * of the same agent (a new session, a subagent) shares them */
+    /* checkpoints, taken inside the prompt's passes (no pass is split):
+     * where each message of the prompt ends, the latest first (the next
+     * turn's prompt parts from this reply's reasoning after the last one;
+     * an edited history, its thinking or tool results cleared, parts at
+     * the start of the first changed message), and where the system prompt
+     * and tools end (first_turn: another conversation of the same agent, a
+     * new session or a subagent, shares them), asked for last so that it
+     * is the newest and is kept */
     size_t sys = S->a.checkpoints > 1 ? first_turn(S, j) : 0;
-    int rc = 0;
-    if (sys > from && sys < cut) {
-        rc = feed(sl, j, j->ids + from, sys - from);
-        if (!rc && !df_session_checkpoint(sl->s, &rerr)) sl->ck_pos = (int)sys;
-    }
-    size_t at = sys > from && sys < cut ? sys : from;
-    if (!rc && S->end_of_msg >= 0 && cut > at && cut < j->n_ids && S->a.checkpoints > 0) {
-        rc = feed(sl, j, j->ids + at, cut - at);
-        if (!rc && !df_session_checkpoint(sl->s, &rerr)) sl->ck_pos = (int)cut;
-        if (!rc) rc = feed(sl, j, j->ids + cut, j->n_ids - cut);
-    } else if (!rc) {
-        rc = feed(sl, j, j->ids + at, j->n_ids - at);
-    }
+    if (sys <= from || sys >= j->n_ids) sys = 0;
+    int n_msg = S->a.checkpoints - (sys ? 1 : 0), n_at = 0;
+    size_t at[64];
+    for (size_t i = j->n_ids - 1; S->end_of_msg >= 0 && i > from && n_at < n_msg && n_at < 64; i--)
+        if (j->ids[i - 1] == S->end_of_msg && i != sys) at[n_at++] = i;
+    size_t cut = n_at ? at[0] : 0; /* the last message's end */
+    for (int k = n_at - 1; k >= 0; k--) df_session_checkpoint_at(sl->s, (int)at[k], &rerr);
+    if (sys) df_session_checkpoint_at(sl->s, (int)sys, &rerr);
+    int rc = feed(sl, j, j->ids + from, j->n_ids - from);
+    if (!rc && cut) sl->ck_pos = (int)cut;
     if (rc > 0) {
         /* the client went away (or --timeout passed) while its prompt was
          * evaluated: what was evaluated stays (a checkpoint there), so the
@@ -775,7 +778,7 @@ int cmd_serve(int argc, char **argv)
     S->conn_timeout = 600;
     S->ping_ms = 2000;
     S->pcache_max = (uint64_t)8 << 30;
-    int checkpoints = 2, parallel = 0;
+    int checkpoints = -1, parallel = 0; /* -1: the plan's rule (engine.h plan_checkpoints) */
     /* serve's own options; the rest go to parse_common */
     char **rest = xmalloc(((size_t)argc + 1) * sizeof *rest);
     int n_rest = 0;
@@ -867,12 +870,11 @@ int cmd_serve(int argc, char **argv)
     }
     df_session_opts so;
     df_session_opts_default(&so);
+    df_plan plan;
+    df_engine_plan(S->eng, &plan);
     if (S->a.ctx) so.n_ctx = S->a.ctx;
-    else {
-        df_plan plan;
-        df_engine_plan(S->eng, &plan);
-        so.n_ctx = plan.n_ctx;
-    }
+    else so.n_ctx = plan.n_ctx;
+    if (S->a.checkpoints < 0) S->a.checkpoints = plan.checkpoints;
     if (S->a.batch) so.max_batch = S->a.batch;
     if (drafting(&S->a)) so.rollback_rows = draft_rows(&S->a);
     so.checkpoints = S->a.checkpoints;

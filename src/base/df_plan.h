@@ -28,6 +28,8 @@ typedef struct df_plan {
     int mpi_ranks;
     uint64_t remote_bytes;        /* of reserve_bytes: libcurl's share when experts stream from a mirror */
     int n_ctx, max_batch;         /* the planned session: context, prompt chunk (positions per pass) */
+    int checkpoints;              /* ... its conversation checkpoints (in state_bytes), */
+    uint64_t checkpoint_bytes;    /* ... each a copy of the KDA state and conv history */
     /* how n_ctx was chosen: DF_CTX_GIVEN (--ctx or the caller's), or serve's
      * default rule (plan.c plan_serve_ctx): ctx_want fits (DF_CTX_SERVE_FITS),
      * or a smaller power of two does (DF_CTX_SERVE_SMALLER), or none above the

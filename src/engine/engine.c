@@ -118,13 +118,30 @@ static int engine_sizes(df_engine *eng, const df_session_opts *so, plan_sizes *s
     return 0;
 }
 
-static void plan_session_opts(const df_engine_opts *o, df_session_opts *so)
+/* One conversation checkpoint: the KDA state and conv history, in bytes. */
+static uint64_t checkpoint_bytes(const df_engine *eng);
+
+/* serve's default number of checkpoints per conversation (plan_checkpoints
+ * -1): as many as take at most 1/64 of the budget over all the planned
+ * sessions, at least 2 (where the system prompt and tools end, and where
+ * the last message ends) and at most 8.  K3's cost 470 MB each: 2 below
+ * 64 GiB, 8 from 256 GiB. */
+static int serve_checkpoints(const df_engine *eng, size_t budget, int n_sessions)
+{
+    uint64_t each = checkpoint_bytes(eng) * (uint64_t)(n_sessions > 1 ? n_sessions : 1);
+    uint64_t n = each ? (uint64_t)budget / 64 / each : 8;
+    return n < 2 ? 2 : n > 8 ? 8 : (int)n;
+}
+
+static void plan_session_opts(const df_engine *eng, const df_engine_opts *o, df_session_opts *so)
 {
     df_session_opts_default(so);
     if (o->plan_ctx > 0) so->n_ctx = o->plan_ctx;
     if (o->plan_batch > 0) so->max_batch = o->plan_batch;
     if (o->plan_rollback > 0) so->rollback_rows = o->plan_rollback;
     if (o->plan_checkpoints > 0) so->checkpoints = o->plan_checkpoints;
+    if (o->plan_checkpoints < 0)
+        so->checkpoints = serve_checkpoints(eng, o->mem_budget ? o->mem_budget : default_budget(), o->plan_sessions);
 }
 
 /* The planned sessions: so's, n_sessions times (plan_sizes_at). */
@@ -169,10 +186,17 @@ static int decide_plan(df_engine *eng, const df_session_opts *so, int n_sessions
                        .tlfu = *pol == CACHE_TLFU,
                        .auto_batch = so->max_batch <= 0};
     planned_sessions ps = {eng, so, n_sessions};
-    if (serve_ctx) return plan_serve_ctx(sessions_sizes, &ps, eng->m.cfg.n_ctx_max, &rq, p, err);
-    plan_sizes sz;
-    if (sessions_sizes(&ps, so->n_ctx, &sz, err)) return -1;
-    return plan_compute(&sz, &rq, p, err);
+    int rc;
+    if (serve_ctx) {
+        rc = plan_serve_ctx(sessions_sizes, &ps, eng->m.cfg.n_ctx_max, &rq, p, err);
+    } else {
+        plan_sizes sz;
+        if (sessions_sizes(&ps, so->n_ctx, &sz, err)) return -1;
+        rc = plan_compute(&sz, &rq, p, err);
+    }
+    p->checkpoints = so->checkpoints;
+    p->checkpoint_bytes = checkpoint_bytes(eng);
+    return rc;
 }
 
 /* Decide the plan (plan.c), then act on it: the expert cache, the trunk
@@ -180,7 +204,7 @@ static int decide_plan(df_engine *eng, const df_session_opts *so, int n_sessions
 static int plan_memory(df_engine *eng, const df_engine_opts *o, df_error *err)
 {
     df_session_opts so;
-    plan_session_opts(o, &so);
+    plan_session_opts(eng, o, &so);
     enum cache_policy pol;
     df_plan *p = &eng->plan;
     if (decide_plan(eng, &so, o->plan_sessions, o->plan_ctx <= 0 && o->plan_ctx_serve, o->mem_budget, o->trunk_stream,
@@ -236,6 +260,9 @@ int df_plan_model(const char *path, const df_plan_opts *o, df_plan *p, df_model_
         if (o->n_ctx > 0) so.n_ctx = o->n_ctx;
         if (o->max_batch > 0) so.max_batch = o->max_batch;
         if (o->rollback_rows > 0) so.rollback_rows = o->rollback_rows;
+        if (o->checkpoints > 0) so.checkpoints = o->checkpoints;
+        if (o->checkpoints < 0)
+            so.checkpoints = serve_checkpoints(eng, o->mem_budget ? o->mem_budget : default_budget(), o->n_sessions);
         enum cache_policy pol;
         rc = decide_plan(eng, &so, o->n_sessions > 1 ? o->n_sessions : 1, o->serve && o->n_ctx <= 0, o->mem_budget,
                          o->trunk_stream, o->expert_cache_bytes, o->cache_policy, &pol, p, err);
@@ -599,6 +626,11 @@ static size_t kda_hist_floats(const df_engine *eng)
     return (size_t)eng->m.n_kda * 3 * (size_t)(c->Wc > 1 ? c->Wc - 1 : 1) * c->P;
 }
 
+static uint64_t checkpoint_bytes(const df_engine *eng)
+{
+    return (uint64_t)(kda_state_floats(eng) + kda_hist_floats(eng)) * sizeof(float);
+}
+
 static int session_alloc(df_engine *eng, const df_session_opts *opts, int dry, df_session **out, size_t *state_bytes,
                          size_t *scratch_bytes, df_error *err)
 {
@@ -656,7 +688,10 @@ static int session_alloc(df_engine *eng, const df_session_opts *opts, int dry, d
         if (!dry) {
             s->b.ck_pos = xmalloc((size_t)s->b.n_ck * sizeof *s->b.ck_pos);
             s->b.ck_age = xcalloc((size_t)s->b.n_ck, sizeof *s->b.ck_age);
-            for (int i = 0; i < s->b.n_ck; i++) s->b.ck_pos[i] = -1;
+            s->b.ck_want = xmalloc((size_t)s->b.n_ck * sizeof *s->b.ck_want);
+            s->b.ck_nS = kda_state_floats(eng);
+            s->b.ck_nH = kda_hist_floats(eng);
+            for (int i = 0; i < s->b.n_ck; i++) s->b.ck_pos[i] = s->b.ck_want[i] = -1;
         }
     }
     size_t state = bytes;
@@ -777,6 +812,7 @@ void df_session_free(df_session *s)
     s->eng->sessions_bytes -= s->bytes;
     free(s->b.ck_pos);
     free(s->b.ck_age);
+    free(s->b.ck_want);
     float **fl[] = {&s->b.kda_S, &s->b.kda_hist, &s->b.kda_S0, &s->b.kda_hist0, &s->b.kda_rec, &s->b.ck_state, &s->b.mla_cache, &s->b.H, &s->b.anchors, &s->b.ain, &s->b.xn, &s->b.att,
                     &s->b.min, &s->b.y, &s->b.ffn, &s->b.big0, &s->b.big1, &s->b.big2, &s->b.big3, &s->b.big4, &s->b.big5,
                     &s->b.small0, &s->b.small1, &s->b.probs, &s->b.logits_tmp, &s->b.worker_buf, &s->b.route_w, &s->b.zp,
@@ -802,7 +838,7 @@ void df_session_reset(df_session *s)
     memset(s->b.kda_hist, 0, kda_hist_floats(s->eng) * sizeof(float));
     s->b.pos = 0;
     s->b.rb_mark = -1;
-    for (int i = 0; i < s->b.n_ck; i++) s->b.ck_pos[i] = -1;
+    for (int i = 0; i < s->b.n_ck; i++) s->b.ck_pos[i] = s->b.ck_want[i] = -1;
 }
 
 int df_session_mark(df_session *s, df_error *err)
@@ -817,22 +853,21 @@ int df_session_mark(df_session *s, df_error *err)
 
 int df_session_mark_pos(const df_session *s) { return s->b.rb_mark; }
 
-int df_session_checkpoint(df_session *s, df_error *err)
+/* The slot a checkpoint at pos goes to: one already at pos (held or
+ * asked for), an empty one, else the least recently used, except that with
+ * two or more the lowest position is kept: it is the prefix most requests
+ * share (a system prompt and tools), while later ones move on each turn. */
+static int ck_slot(const df_session *s, int pos)
 {
-    if (s->b.n_ck <= 0) return df_err_set(err, DF_ERR_ARG, -1, "this session keeps no checkpoints (opened with 0)");
-    /* an empty slot, else the least recently used one, except that with two
-     * or more the lowest position is kept: it is the prefix most requests
-     * share (a system prompt and tools), while later ones move on each turn */
     int slot = -1, lowest = -1;
     for (int i = 0; i < s->b.n_ck; i++) {
-        if (s->b.ck_pos[i] == s->b.pos) {
-            slot = i; /* already kept: refresh its age */
-            break;
-        }
-        if (s->b.ck_pos[i] >= 0 && (lowest < 0 || s->b.ck_pos[i] < s->b.ck_pos[lowest])) lowest = i;
+        int at = s->b.ck_pos[i] >= 0 ? s->b.ck_pos[i] : s->b.ck_want[i];
+        if (at == pos) return i;
+        if (at >= 0 && (lowest < 0 || at < (s->b.ck_pos[lowest] >= 0 ? s->b.ck_pos[lowest] : s->b.ck_want[lowest])))
+            lowest = i;
     }
     for (int i = 0; slot < 0 && i < s->b.n_ck; i++)
-        if (s->b.ck_pos[i] < 0) slot = i;
+        if (s->b.ck_pos[i] < 0 && s->b.ck_want[i] < 0) slot = i;
     for (int k = 0; slot < 0 && k < s->b.n_ck; k++) {
         if (k == lowest && s->b.n_ck > 1) continue;
         int older = 0;
@@ -840,13 +875,50 @@ int df_session_checkpoint(df_session *s, df_error *err)
             older |= (i != lowest || s->b.n_ck == 1) && s->b.ck_age[i] < s->b.ck_age[k];
         if (!older) slot = k;
     }
-    size_t nS = kda_state_floats(s->eng), nH = kda_hist_floats(s->eng);
-    float *dst = s->b.ck_state + (size_t)slot * (nS + nH);
-    memcpy(dst, s->b.kda_S, nS * sizeof(float));
-    memcpy(dst + nS, s->b.kda_hist, nH * sizeof(float));
+    return slot;
+}
+
+int df_session_checkpoint(df_session *s, df_error *err)
+{
+    if (s->b.n_ck <= 0) return df_err_set(err, DF_ERR_ARG, -1, "this session keeps no checkpoints (opened with 0)");
+    int slot = ck_slot(s, s->b.pos);
+    if (s->b.ck_pos[slot] != s->b.pos) {
+        size_t nS = kda_state_floats(s->eng), nH = kda_hist_floats(s->eng);
+        float *dst = s->b.ck_state + (size_t)slot * (nS + nH);
+        memcpy(dst, s->b.kda_S, nS * sizeof(float));
+        memcpy(dst + nS, s->b.kda_hist, nH * sizeof(float));
+    }
     s->b.ck_pos[slot] = s->b.pos;
+    s->b.ck_want[slot] = -1;
     s->b.ck_age[slot] = ++s->b.ck_clock;
     return 0;
+}
+
+int df_session_checkpoint_at(df_session *s, int pos, df_error *err)
+{
+    if (s->b.n_ck <= 0) return df_err_set(err, DF_ERR_ARG, -1, "this session keeps no checkpoints (opened with 0)");
+    if (pos == s->b.pos) return df_session_checkpoint(s, err);
+    if (pos < s->b.pos || pos > s->b.n_ctx)
+        return df_err_set(err, DF_ERR_ARG, -1, "cannot keep a checkpoint at position %d: the session holds %d, "
+                          "context %d (positions ahead only)", pos, s->b.pos, s->b.n_ctx);
+    int slot = ck_slot(s, pos);
+    s->b.ck_pos[slot] = -1;
+    s->b.ck_want[slot] = pos;
+    s->b.ck_age[slot] = ++s->b.ck_clock;
+    return 0;
+}
+
+/* After a pass over positions (p0, p1]: the checkpoints asked for there are
+ * complete (every KDA layer copied its heads), or, when the pass failed,
+ * partial and dropped. */
+static void ck_settle(df_session *s, int p0, int p1, int ok)
+{
+    for (int i = 0; i < s->b.n_ck; i++) {
+        int w = s->b.ck_want[i];
+        if (w <= p0 || w > p1) continue;
+        if (ok) s->b.ck_pos[i] = w;
+        s->b.ck_want[i] = -1;
+    }
 }
 
 int df_session_reachable(const df_session *s, int pos)
@@ -889,7 +961,7 @@ int df_session_copy_prefix(df_session *dst, const df_session *src, int pos, df_e
                (size_t)pos * row_w * sizeof(float));
     dst->b.pos = pos;
     dst->b.rb_mark = -1;
-    for (int i = 0; i < dst->b.n_ck; i++) dst->b.ck_pos[i] = -1;
+    for (int i = 0; i < dst->b.n_ck; i++) dst->b.ck_pos[i] = dst->b.ck_want[i] = -1;
     /* the copied prefix stays reachable in dst too */
     return dst->b.n_ck > 0 ? df_session_checkpoint(dst, err) : 0;
 }
@@ -920,8 +992,10 @@ int df_session_truncate(df_session *s, int pos, df_error *err)
     if (df_session_reachable(s, pos) == pos && (s->b.rb_mark < 0 || pos < s->b.rb_mark)) {
         /* a checkpoint: the state as it was there; later ones and the mark are gone */
         restore_checkpoint(s, pos);
-        for (int i = 0; i < s->b.n_ck; i++)
+        for (int i = 0; i < s->b.n_ck; i++) {
             if (s->b.ck_pos[i] > pos) s->b.ck_pos[i] = -1;
+            s->b.ck_want[i] = -1;
+        }
         s->b.rb_mark = -1;
         s->b.pos = pos;
         return 0;
@@ -945,8 +1019,10 @@ int df_session_truncate(df_session *s, int pos, df_error *err)
             if (eng->m.layers[il].kind == LAYER_KDA) kda_replay(&eng->mc, &s->b, &eng->m.layers[il], rows);
         alloc_guard_leave();
     }
-    for (int i = 0; i < s->b.n_ck; i++)
+    for (int i = 0; i < s->b.n_ck; i++) {
         if (s->b.ck_pos[i] > pos) s->b.ck_pos[i] = -1;
+        s->b.ck_want[i] = -1;
+    }
     s->b.pos = pos;
     return 0;
 }
@@ -1395,7 +1471,9 @@ static int eval_impl(df_session *s, const int32_t *ids, int n, float *logits, in
         if (logits && each) dst = logits; /* one chunk's rows at a time, handed to each */
         else if (logits && all_rows) dst = logits + (size_t)off * c->V;
         else if (logits && last) dst = logits;
+        int p0 = s->b.pos;
         rc = forward_chunk(s, ids + off, T, dst, all_rows, err);
+        ck_settle(s, p0, p0 + T, !rc);
         if (!rc && each) {
             alloc_guard_leave();
             if (each(each_ctx, dst, T)) rc = df_err_set(err, DF_ERR_IO, off, "the rows' consumer failed");

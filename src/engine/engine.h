@@ -28,7 +28,9 @@ typedef struct df_engine_opts {
     size_t mem_budget;          /* --mem: bytes for everything (0 = 70% of physical RAM) */
     size_t expert_cache_bytes;  /* override the planner's expert cache size (0 = plan from mem_budget) */
     int plan_rollback;          /* ... with this many rollback rows (df_session_opts.rollback_rows) */
-    int plan_checkpoints;       /* ... and checkpoints (df_session_opts.checkpoints) */
+    int plan_checkpoints;       /* ... and checkpoints (df_session_opts.checkpoints; -1: serve's
+                                   default, as many as 1/64 of the budget holds over the planned
+                                   sessions, from 2 to 8; df_plan.checkpoints says how many) */
     int plan_sessions;          /* ... times this many sessions (serve --parallel N), planned
                                    before the expert cache takes what is left (0 = 1) */
     int plan_ctx_serve;         /* plan_ctx 0: choose the context by serve's default rule (64K where
@@ -133,6 +135,7 @@ typedef struct df_plan_opts {
     const char *cache_policy;
     int serve;                    /* n_ctx 0: serve's default context (df_engine_opts.plan_ctx_serve) */
     int n_sessions;               /* sessions planned (serve --parallel N; 0 = 1) */
+    int checkpoints;              /* as df_engine_opts.plan_checkpoints (-1: serve's default rule) */
 } df_plan_opts;
 
 /* The plan for a model without reading its weights: `path` is a model
@@ -202,6 +205,13 @@ int df_session_mark_pos(const df_session *s);
  * used one is replaced), after which df_session_truncate can return
  * exactly to that position.  Checkpoints past a truncation are dropped. */
 int df_session_checkpoint(df_session *s, df_error *err);
+/* The same, at a position ahead (pos > the session's; pos == it is
+ * df_session_checkpoint): the forward pass that evaluates position pos
+ * keeps the state there, inside its chunk (no pass is split: a prompt is
+ * read once whatever checkpoints it holds).  The slot is chosen now, by the
+ * rule above; the checkpoint is reachable once the pass has evaluated pos,
+ * and dropped if that pass fails or the session is truncated first. */
+int df_session_checkpoint_at(df_session *s, int pos, df_error *err);
 /* The largest position <= pos df_session_truncate can return to: pos
  * itself at or after the mark, else the largest checkpoint <= pos, else 0. */
 int df_session_reachable(const df_session *s, int pos);

@@ -27,6 +27,8 @@ typedef struct {
     int T;
     float *rq, *rk, *rv, *rg, *fb, *b;   /* [T][P] / [T][Hk] projections */
     float *out;                           /* [T][P], may alias rq */
+    int n_take;                           /* checkpoints inside these rows (session_bufs.ck_want): */
+    int take_t[64], take_slot[64];        /* after row take_t, into slot take_slot */
 } kda_ctx;
 
 /* 4 floats in a vector register (SSE2 / NEON through the compiler's vector
@@ -133,6 +135,21 @@ static void kda_row(kda_ctx *c, float *wb, float *S, float *hist_layer, size_t h
     for (int d = 0; d < Dk; d++) o[d] = oh[d] * df_sigmoidf(gate[d]);
 }
 
+/* A checkpoint taken inside a pass: this head's S and the conv history of
+ * its channels, as they are after the row, into the slot's copy of the
+ * layer (engine.c lays a slot out as kda_S then kda_hist, all layers). */
+static void take_head(const kda_ctx *c, const float *S, const float *hist_layer, size_t hh, int slot)
+{
+    const k3_config *cf = &c->eng->cfg;
+    session_bufs *s = c->s;
+    size_t Dk = (size_t)cf->Dk, P = (size_t)cf->P, Wc1 = (size_t)cf->Wc - 1;
+    size_t nS = s->ck_nS;
+    float *dst = s->ck_state + (size_t)slot * (nS + s->ck_nH);
+    memcpy(dst + ((size_t)c->L->kda_idx * cf->Hk + hh) * Dk * Dk, S, Dk * Dk * sizeof(float));
+    float *dh = dst + nS + (size_t)c->L->kda_idx * 3 * Wc1 * P;
+    for (size_t r = 0; r < 3 * Wc1; r++) memcpy(dh + r * P + hh * Dk, hist_layer + r * P + hh * Dk, Dk * sizeof(float));
+}
+
 static void kda_heads(void *vctx, size_t h0, size_t h1, int worker)
 {
     kda_ctx *c = vctx;
@@ -144,8 +161,11 @@ static void kda_heads(void *vctx, size_t h0, size_t h1, int worker)
     float *hist_layer = s->kda_hist + (size_t)c->L->kda_idx * 3 * (size_t)(Wc - 1) * P;
     for (size_t hh = h0; hh < h1; hh++) {
         float *S = S_layer + hh * (size_t)Dk * Dk;
-        for (int t = 0; t < c->T; t++)
+        int k = 0;
+        for (int t = 0; t < c->T; t++) {
             kda_row(c, wb, S, hist_layer, hh, t, c->out ? c->out + (size_t)t * P + hh * (size_t)Dk : NULL);
+            for (; k < c->n_take && c->take_t[k] == t; k++) take_head(c, S, hist_layer, hh, c->take_slot[k]);
+        }
     }
 }
 
@@ -182,6 +202,14 @@ void kda_forward(const model_ctx *eng, session_bufs *s, const k3_layer *L, const
     };
     mm_run(eng->pool, eng->kt, jobs, 6);
     mm_one(eng->pool, eng->kt, L->fb, s->small0, T, k.fb);
+    /* checkpoints asked for inside these rows (df_session_checkpoint_at),
+     * in row order: the state after row t is the state at position pos+t+1 */
+    for (int t = 0; t < T; t++)
+        for (int i = 0; i < s->n_ck && k.n_take < 64; i++)
+            if (s->ck_want[i] == s->pos + t + 1) {
+                k.take_t[k.n_take] = t;
+                k.take_slot[k.n_take++] = i;
+            }
     if (s->rb_mark >= 0) {
         /* rows after a rollback mark: keep the recurrence inputs (kda_replay) */
         size_t R = (size_t)s->rb_rows, P = (size_t)c->P, r0 = (size_t)(s->pos - s->rb_mark);

@@ -184,6 +184,10 @@ typedef struct session_bufs {
     int *ck_pos;              /* [n_ck] position, -1 empty */
     uint64_t *ck_age;         /* [n_ck] last use, for replacing the oldest */
     uint64_t ck_clock;
+    size_t ck_nS, ck_nH;      /* a slot: kda_S floats, then kda_hist floats */
+    int *ck_want;             /* [n_ck] a position ahead the slot is taken at when the forward
+                                 pass gets there (kda.c copies each head's state after that
+                                 row), -1 none; it becomes ck_pos once the pass ends */
     /* MLA latent cache */
     float *mla_cache;         /* [n_mla][n_ctx][Rkv+dr] */
     /* scratch.  A chunk of T <= max_batch positions runs each layer's

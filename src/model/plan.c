@@ -357,6 +357,9 @@ void df_plan_print(const df_plan *p, const char *prefix, FILE *f)
     fprintf(f, "%s  trunk resident from --mem     %10.3f GiB\n", prefix, gib(p->resident_from));
     fprintf(f, "%s  small vectors (f32)           %10.3f GiB\n", prefix, gib(p->vec_bytes));
     fprintf(f, "%s  KDA state + MLA cache         %10.3f GiB\n", prefix, gib(p->state_bytes));
+    if (p->checkpoints > 0)
+        fprintf(f, "%s    of it checkpoints          %10.3f GiB (%d a session, each a copy of the KDA state: %.1f MiB)\n", prefix,
+                gib(p->checkpoint_bytes * (uint64_t)p->checkpoints), p->checkpoints, (double)p->checkpoint_bytes / (1 << 20));
     fprintf(f, "%s  scratch                       %10.3f GiB\n", prefix, gib(p->scratch_bytes));
     fprintf(f, "%s  process reserve               %10.3f GiB\n", prefix, gib(p->reserve_bytes));
     if (p->mpi_bytes)

@@ -349,6 +349,40 @@ test('three turns (OpenAI and Anthropic, reasoning on): later turns evaluate onl
   }
 });
 
+test('a history edited in the middle reuses everything before the changed message (checkpoints taken inside the pass)', async () => {
+  assert.ok(URL_KEY, 'DELTAFIN_URL_KEY (the second server) is set');
+  const oaFresh = new OpenAI({ baseURL: `${URL_KEY}/v1`, apiKey: 'test-key', maxRetries: 0 });
+  const unrelated = () => oaFresh.completions.create({ model: 'x', prompt: [1, 2, 3], max_tokens: 1 });
+  const long = (k) => `Tool output ${k}: ` + 'line of a file that the agent read earlier; '.repeat(12);
+  const hist = [
+    { role: 'system', content: 'You are a coding agent. ' + 'Follow the rules of the repository. '.repeat(10) },
+    { role: 'user', content: 'Look at the first file.' },
+    { role: 'assistant', content: long(1) },
+    { role: 'user', content: 'Now the second one.' },
+    { role: 'assistant', content: long(2) },
+    { role: 'user', content: 'And the third.' },
+    { role: 'assistant', content: long(3) },
+    { role: 'user', content: 'Summarise them.' },
+  ];
+  const first = await oa.chat.completions.create({ model: 'x', messages: hist, max_tokens: 4 });
+  assert.equal(first.choices[0].finish_reason.length > 0, true);
+  // the prefix before the edited message, as a prompt: its messages, then the assistant's opening
+  const before = await oaFresh.chat.completions.create({ model: 'x', messages: hist.slice(0, 4), max_tokens: 1 });
+  // the second file's output cleared, as agents do with old tool results
+  const edited = hist.map((m, i) => (i === 4 ? { ...m, content: '[cleared]' } : m));
+  const r = await oa.chat.completions.create({ model: 'x', messages: edited, max_tokens: 8 });
+  const cached = r.usage.prompt_tokens_details.cached_tokens;
+  const upTo = before.usage.prompt_tokens;
+  assert.ok(cached > upTo - 16 && cached <= upTo,
+    `${cached} cached of ${r.usage.prompt_tokens}: the prefix up to the edited message is ${upTo} tokens (with its opening)`);
+  // the same reply as a fresh session
+  await unrelated();
+  const f = await oaFresh.chat.completions.create({ model: 'x', messages: edited, max_tokens: 8 });
+  assert.equal(f.usage.prompt_tokens_details.cached_tokens, 0);
+  assert.equal(r.choices[0].message.content, f.choices[0].message.content);
+  assert.equal(r.choices[0].message.reasoning_content, f.choices[0].message.reasoning_content);
+});
+
 test('two interleaved conversations (--parallel 2) keep their prefixes', async () => {
   const system = 'You are a careful assistant. ' + 'Follow the rules of the house. '.repeat(20);
   const conv = { a: [{ role: 'system', content: system }], b: [{ role: 'system', content: system }] };
