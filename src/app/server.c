@@ -129,6 +129,18 @@ static void handle_events(job *j, const chat_event *ev, size_t n)
     }
 }
 
+/* Does the reply end with these events?  parallel_tool_calls false (or
+ * Anthropic's disable_parallel_tool_use) under tool_choice auto: the first
+ * call that ends is the last (under a forced choice the grammar allows only
+ * one). */
+static int reply_ends(const job *j, const chat_event *ev, size_t n)
+{
+    if (!j->single_call || j->grammar) return 0;
+    for (size_t i = 0; i < n; i++)
+        if (ev[i].type == CHAT_EV_CALL_END) return 1;
+    return 0;
+}
+
 /* The prompt's longest common prefix with a slot's history that its
  * session can return to (0 when its history may not be reused). */
 static size_t reusable(const slot *sl, const job *j)
@@ -349,6 +361,7 @@ static void run_job(srv *S, job *j)
             const chat_event *ev;
             size_t n = chat_parser_feed(S->parser, next, &ev);
             handle_events(j, ev, n);
+            if (reply_ends(j, ev, n)) break;
         }
         if (j->stopped) { j->fin = FIN_STOPSEQ; break; }
         if (next == S->info.eos_id || (j->api != API_COMPLETIONS && chat_parser_done(S->parser))) break;

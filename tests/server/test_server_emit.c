@@ -21,26 +21,39 @@
 
 static srv S;
 
-/* The ids the model would produce after the generation prompt. */
+/* The ids the model would produce after the generation prompt (two: a
+ * second call after the first). */
+static int two_calls;
 static int32_t *reply_ids(size_t *n)
 {
-    static const char text[] =
+    static const char one[] =
         "hmm<|close|>think<|sep|><|open|>response<|sep|>ok<|close|>response<|sep|><|open|>tools<|sep|>"
         "<|open|>call tool=\"get_weather\" index=\"1\"<|sep|><|open|>argument key=\"city\" type=\"string\"<|sep|>"
         "Paris<|close|>argument<|sep|><|open|>argument key=\"n\" type=\"number\"<|sep|>3<|close|>argument<|sep|>"
         "<|close|>call<|sep|><|close|>tools<|sep|><|close|>message<|sep|><|end_of_msg|>";
+    static const char two[] =
+        "hmm<|close|>think<|sep|><|open|>response<|sep|>ok<|close|>response<|sep|><|open|>tools<|sep|>"
+        "<|open|>call tool=\"get_weather\" index=\"1\"<|sep|><|open|>argument key=\"city\" type=\"string\"<|sep|>"
+        "Paris<|close|>argument<|sep|><|open|>argument key=\"n\" type=\"number\"<|sep|>3<|close|>argument<|sep|>"
+        "<|close|>call<|sep|><|open|>call tool=\"get_weather\" index=\"2\"<|sep|><|open|>argument key=\"city\" "
+        "type=\"string\"<|sep|>Rome<|close|>argument<|sep|><|close|>call<|sep|><|close|>tools<|sep|><|close|>message<|sep|>"
+        "<|end_of_msg|>";
+    const char *text = two_calls ? two : one;
+    size_t len = two_calls ? sizeof two - 1 : sizeof one - 1;
     int32_t *ids = NULL;
     size_t cap = 0;
     df_error err = {0};
     *n = 0;
-    if (tokenizer_encode(S.tok, text, sizeof text - 1, 1, &ids, n, &cap, &err)) t_fail(__FILE__, __LINE__, "%s", err.msg);
+    if (tokenizer_encode(S.tok, text, len, 1, &ids, n, &cap, &err)) t_fail(__FILE__, __LINE__, "%s", err.msg);
     return ids;
 }
 
 /* Run the scripted reply through a job of the given shape; returns its output. */
+static int script_single; /* the job's parallel_tool_calls is false */
 static char *run_script(int api, int stream)
 {
     job *j = xcalloc(1, sizeof *j);
+    j->single_call = script_single;
     pthread_mutex_init(&j->mu, NULL);
     pthread_cond_init(&j->cv, NULL);
     j->refs = 1;
@@ -61,8 +74,9 @@ static char *run_script(int api, int stream)
         size_t k = chat_parser_feed(S.parser, ids[i], &ev);
         j->n_gen++;
         handle_events(j, ev, k);
+        if (reply_ends(j, ev, k)) break; /* as the worker does */
     }
-    TCHECK(chat_parser_done(S.parser));
+    TCHECK(chat_parser_done(S.parser) || j->single_call);
     gate_flush(j);
     j->fin = FIN_STOP;
     emit_finish(j);
@@ -143,6 +157,34 @@ static void test_openai_chat(void)
     TCHECK(strstr(out, "\"finish_reason\":\"tool_calls\"") != NULL);
     TCHECK(strstr(out, "data: [DONE]\n\n") != NULL);
     free(out);
+}
+
+/* parallel_tool_calls false under tool_choice auto: a reply whose model
+ * goes on to a second call ends after the first (finish "tool_calls");
+ * without it both calls are returned. */
+static void test_single_call(void)
+{
+    two_calls = 1;
+    for (int single = 0; single < 2; single++) {
+        script_single = single;
+        char *out = run_script(API_CHAT, 0);
+        df_error err = {0};
+        json_doc *d = json_parse(out, strlen(out), &err);
+        TCHECKF(d, "%s", err.msg);
+        if (d) {
+            const json_value *calls = path(json_root(d), "choices.0.message.tool_calls");
+            TCHECKF(calls && calls->type == JSON_ARRAY && calls->len == (single ? 1u : 2u), "single %d: %s", single, out);
+            TCHECK(str_eq(path(json_root(d), "choices.0.message.tool_calls.0.function.name"), "get_weather"));
+            TCHECK(str_eq(path(json_root(d), "choices.0.finish_reason"), "tool_calls"));
+            json_free(d);
+        }
+        free(out);
+        out = run_script(API_MESSAGES, 1);
+        TCHECKF(strstr(out, "\"stop_reason\":\"tool_use\"") && (strstr(out, "Rome") != NULL) == !single, "single %d: %s",
+                single, out);
+        free(out);
+    }
+    two_calls = script_single = 0;
 }
 
 static void test_anthropic(void)
@@ -419,6 +461,7 @@ int main(int argc, char **argv)
     }
     static const test_case tests[] = {
         {"openai_chat_tool_call", test_openai_chat},
+        {"single_call_ends_the_reply", test_single_call},
         {"anthropic_tool_use", test_anthropic},
         {"stop_gate", test_stop_gate},
         {"error_cut_on_utf8_boundary", test_error_cut_on_utf8_boundary},
