@@ -30,8 +30,8 @@
  * Generation is generate.c's loop (the same as `run` and `chat`), with the
  * drafter of --draft for every request.  Conversations: --parallel N slots,
  * each a session with its loop's id history; a request goes to the slot
- * whose history it shares the most of (among equals the least recently
- * used) and is fed only from where they part, when the session can go back
+ * whose history it shares the most of (among equals the one that last
+ * held the client's conversation key, then the least recently used) and is fed only from where they part, when the session can go back
  * there (an extension; the last generated id, not yet evaluated; a point
  * since the last verify pass; a checkpoint: one after each of the prompt's
  * latest <|end_of_msg|>, where the next turn's prompt parts from this
@@ -39,9 +39,9 @@
  * and one where the system prompt and tools end, first_turn; all taken
  * inside the prompt's passes, df_session_checkpoint_at), else the slot is
  * reset.  The prompt is fed one forward pass (the plan's chunk) at a time.  A new conversation that shares only that
- * system-prompt checkpoint with a slot gets the prefix copied into another
- * slot (df_session_copy_prefix), so both conversations keep their
- * histories.  A client that leaves during its prompt (or a job past
+ * system-prompt checkpoint with a slot, or any prefix of a slot that
+ * another conversation key left, gets the prefix copied into another slot
+ * (df_session_copy_prefix), so both conversations keep their histories.  A client that leaves during its prompt (or a job past
  * --timeout) stops within one piece; the ids evaluated stay, trusted, so
  * the same request sent again continues from them.  A history is trusted only once the
  * job that produced it was delivered completely (job->delivered, set when
@@ -230,33 +230,58 @@ static void job_constraint_end(job *j, gen_loop *gl)
     j->matcher = NULL;
 }
 
+/* Is slot a a better home than slot b for job j, keeping fa and fb of its
+ * prompt?  The one that keeps more; among equals the one that last held
+ * the client's conversation key, then the least recently used. */
+static int slot_better(const job *j, const slot *a, size_t fa, const slot *b, size_t fb)
+{
+    if (fa != fb) return fa > fb;
+    int ka = j->conv_key && a->key == j->conv_key, kb = j->conv_key && b->key == j->conv_key;
+    if (ka != kb) return ka;
+    return a->used < b->used;
+}
+
+/* Where a prefix another conversation shares is copied to: the slot that
+ * last held this client's conversation key, else the least recently used
+ * one (never src). */
+static slot *copy_target(srv *S, const job *j, const slot *src)
+{
+    slot *dst = NULL;
+    for (int i = 0; i < S->n_slots; i++) {
+        slot *c = &S->slots[i];
+        if (c == src) continue;
+        int kc = j->conv_key && c->key == j->conv_key, kd = dst && j->conv_key && dst->key == j->conv_key;
+        if (!dst || kc > kd || (kc == kd && c->used < dst->used)) dst = c;
+    }
+    return dst;
+}
+
 static void run_job(srv *S, job *j)
 {
     double t0 = now();
-    /* the slot that keeps the most of this prompt; among equals the least
-     * recently used */
     slot *sl = &S->slots[0];
     size_t from = reusable(sl, j);
     for (int i = 1; i < S->n_slots; i++) {
         size_t f = reusable(&S->slots[i], j);
-        if (f > from || (f == from && S->slots[i].used < sl->used)) sl = &S->slots[i], from = f;
+        if (slot_better(j, &S->slots[i], f, sl, from)) sl = &S->slots[i], from = f;
     }
     sl->used = atomic_load(&S->job_counter);
     /* the session's history counts only if the job that left it was delivered */
     int trusted = slot_trusted(sl);
     if (!trusted) from = 0;
     sl->hist_ok = trusted;
-    /* the reuse ends where this prompt's first turn opens, inside a longer
-     * history: another conversation with the same system prompt and tools.
-     * Copied into the least recently used other slot, so that conversation
-     * keeps its own history (a conversation going back within itself, to
-     * a later checkpoint, is rewound in place) */
+    /* the reuse ends inside a longer history that belongs to another
+     * conversation: where this prompt's first turn opens (the same system
+     * prompt and tools), or anywhere when the client's conversation key
+     * says the slot holds another conversation (two sessions that began
+     * alike).  Copied into another slot (copy_target), so that conversation
+     * keeps its own history; a conversation going back within itself, to
+     * a later checkpoint, is rewound in place */
     size_t n_src = 0;
     gen_history(&sl->gl, &n_src);
-    if (from > 0 && from < n_src && S->n_slots > 1 && from == first_turn(S, j)) {
-        slot *dst = NULL;
-        for (int i = 0; i < S->n_slots; i++)
-            if (&S->slots[i] != sl && (!dst || S->slots[i].used < dst->used)) dst = &S->slots[i];
+    int other = j->conv_key && sl->key && sl->key != j->conv_key;
+    if (from > 0 && from < n_src && S->n_slots > 1 && (from == first_turn(S, j) || other)) {
+        slot *dst = copy_target(S, j, sl);
         df_error cerr = {0};
         pcache_save(S, dst); /* its conversation leaves it */
         if (!df_session_copy_prefix(dst->s, sl->s, (int)from, &cerr)) {
@@ -298,6 +323,7 @@ static void run_job(srv *S, job *j)
     if (sl->last) job_unref(sl->last);
     sl->last = NULL;
     sl->hist_ok = 0;
+    sl->key = j->conv_key;
     j->n_reused = (int)from;
     j->gate_ch = -1;
     emit_begin(j);

@@ -803,6 +803,18 @@ int parse_messages(srv *S, job *j, const json_value *o, rq_err *e)
         return -1;
     }
     j->single_call = dpt;
+    /* Claude Code's user_id names its session: the conversation's key */
+    const json_value *md = field(o, "metadata");
+    if (md && md->type != JSON_OBJECT) {
+        json_free(rf_doc);
+        return rq_fail(e, 400, "metadata", "metadata: expected an object");
+    }
+    const json_value *uid = md ? field(md, "user_id") : NULL;
+    if (uid && uid->type != JSON_STRING) {
+        json_free(rf_doc);
+        return rq_fail(e, 400, "metadata.user_id", "metadata.user_id: expected a string");
+    }
+    j->conv_key = conv_key(uid);
     const json_value *cc = field(o, "cache_control");
     if (cc && cc->type != JSON_OBJECT) {
         json_free(rf_doc);

@@ -59,6 +59,7 @@ typedef struct slot {
     job *last;                  /* the job that left it (a reference) */
     uint64_t used;              /* when it last ran a job (LRU among equals) */
     int ck_pos;                 /* the last conversation checkpoint taken (0 none) */
+    uint64_t key;               /* the conversation key of the job that left it (0 none) */
 } slot;
 
 typedef struct srv {
@@ -147,6 +148,8 @@ struct job {
     resp_job *rj;               /* API_RESPONSES: request echo, item state (server_responses.c) */
     /* constrained decoding (server_grammar.c) */
     int single_call;            /* parallel_tool_calls false / disable_parallel_tool_use: one call at most */
+    uint64_t conv_key;          /* the client's conversation key (prompt_cache_key; Anthropic's
+                                   metadata.user_id), hashed; 0: none (conv_key) */
     gr_grammar *grammar;        /* the reply's grammar, compiled with the request, or NULL */
     gr_matcher *matcher;        /* worker-only, while the job runs */
 };
@@ -190,6 +193,8 @@ job *request_job_ex(srv *S, int api, int count_only, const char *body, size_t le
 /* The request-field helpers every API's parser shares (server_request.c):
  * each returns 0, or -1 with e filled naming the field. */
 const json_value *field(const json_value *o, const char *k); /* NULL for absent or null */
+/* A conversation key string hashed (FNV-1a, never 0), 0 for absent or empty. */
+uint64_t conv_key(const json_value *v);
 int check_fields(const json_value *o, const char *const *allowed, rq_err *e);
 int get_num(const json_value *o, const char *k, double lo, double hi, double *out, rq_err *e);
 int get_int(const json_value *o, const char *k, int64_t lo, int64_t hi, int64_t *out, int *set, rq_err *e);

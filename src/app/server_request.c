@@ -56,6 +56,14 @@ void error_body(json_buf *b, int api, const rq_err *e)
 
 /* ---- request fields ----------------------------------------------------- */
 
+uint64_t conv_key(const json_value *v)
+{
+    if (!v || v->type != JSON_STRING || !v->len) return 0;
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i < v->len; i++) h = (h ^ (unsigned char)v->str[i]) * 0x100000001b3ull;
+    return h | 1;
+}
+
 const json_value *field(const json_value *o, const char *k)
 {
     const json_value *v = json_get(o, k);
@@ -333,7 +341,7 @@ static int parse_chat(srv *S, job *j, const json_value *o, rq_err *e)
         "model", "messages", "max_tokens", "max_completion_tokens", "stop", "temperature", "top_p", "seed",
         "logprobs", "top_logprobs", "tools", "tool_choice", "reasoning_effort", "stream", "stream_options",
         "response_format", "user", "metadata", "store", "service_tier", "parallel_tool_calls", "n",
-        "frequency_penalty", "presence_penalty", NULL};
+        "frequency_penalty", "presence_penalty", "prompt_cache_key", NULL};
     if (check_fields(o, allowed, e) || get_common(S, j, o, e) || get_stops(j, o, "stop", e)) return -1;
     int64_t n = 1, mt = 0, top = 0;
     int mt_set = 0;
@@ -377,6 +385,9 @@ static int parse_chat(srv *S, job *j, const json_value *o, rq_err *e)
     int ptc = 1;
     if (get_bool(o, "parallel_tool_calls", &ptc, e)) return -1;
     j->single_call = !ptc;
+    const json_value *pck = field(o, "prompt_cache_key");
+    if (pck && pck->type != JSON_STRING) return rq_fail(e, 400, "prompt_cache_key", "prompt_cache_key: expected a string");
+    j->conv_key = conv_key(pck);
     if (render_encode(S, j, msgs, &co, e)) return -1;
     return set_max_tokens(S, j, mt_set ? (field(o, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens")
                                        : "max_tokens", mt, mt_set, e);

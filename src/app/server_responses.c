@@ -613,6 +613,7 @@ int parse_responses(srv *S, job *j, const json_value *o, rq_err *e)
         rc = rq_fail(e, 400, "tool_choice", "tool_choice: expected \"auto\", \"none\", \"required\" or {\"type\": "
                      "\"function\", \"name\": ...}");
     j->single_call = !parallel;
+    j->conv_key = conv_key(field(o, "prompt_cache_key"));
     if (!rc) {
         json_buf_puts(&d, "{\"messages\":[");
         if (ins) {

@@ -383,6 +383,36 @@ test('a history edited in the middle reuses everything before the changed messag
   assert.equal(r.choices[0].message.reasoning_content, f.choices[0].message.reasoning_content);
 });
 
+// Two sessions of one agent that begin alike (the same system prompt and first message) and say
+// who they are (prompt_cache_key; Anthropic's metadata.user_id, which names Claude Code's
+// session): the second takes the first's prefix into another slot instead of rewinding the first
+// one's conversation, so the first one's next turn still reuses all of its own history.
+for (const api of ['openai', 'anthropic']) {
+  test(`conversation keys (${api === 'openai' ? 'prompt_cache_key' : 'metadata.user_id'}): a session that begins like another does not take its history`, async () => {
+    const system = `You are agent ${api}. ` + 'Keep to the task. '.repeat(20);
+    const ask = async (key, msgs) => {
+      if (api === 'openai') {
+        const r = await oa.chat.completions.create({ model: 'x', messages: [{ role: 'system', content: system }, ...msgs],
+          max_tokens: 6, prompt_cache_key: key });
+        return { cached: r.usage.prompt_tokens_details.cached_tokens, prompt: r.usage.prompt_tokens };
+      }
+      const r = await an.messages.create({ model: 'x', system, messages: msgs, max_tokens: 6, metadata: { user_id: key } });
+      return { cached: r.usage.cache_read_input_tokens, prompt: r.usage.input_tokens + r.usage.cache_read_input_tokens };
+    };
+    const u1 = { role: 'user', content: 'Read the build script and tell me what it does.' };
+    const a1 = { role: 'assistant', content: 'It compiles the sources.' };
+    const u2 = { role: 'user', content: 'Which compiler flags does it pass?' };
+    const a2 = { role: 'assistant', content: 'Warnings as errors.' };
+    const u3 = { role: 'user', content: 'Thanks.' };
+    await ask(`${api}-A`, [u1]);
+    const t2 = await ask(`${api}-A`, [u1, a1, u2]);
+    const b1 = await ask(`${api}-B`, [u1]); // B begins exactly as A did
+    assert.ok(b1.cached > 0, `B reuses A's first prompt: ${b1.cached}`);
+    const t3 = await ask(`${api}-A`, [u1, a1, u2, a2, u3]);
+    assert.ok(t3.cached > t2.prompt - 16, `A's third turn: ${t3.cached} cached of ${t3.prompt}, its second prompt was ${t2.prompt}`);
+  });
+}
+
 test('two interleaved conversations (--parallel 2) keep their prefixes', async () => {
   const system = 'You are a careful assistant. ' + 'Follow the rules of the house. '.repeat(20);
   const conv = { a: [{ role: 'system', content: system }], b: [{ role: 'system', content: system }] };
