@@ -271,16 +271,19 @@ static void run_job(srv *S, job *j)
     if (!trusted) from = 0;
     sl->hist_ok = trusted;
     /* the reuse ends inside a longer history that belongs to another
-     * conversation: where this prompt's first turn opens (the same system
-     * prompt and tools), or anywhere when the client's conversation key
-     * says the slot holds another conversation (two sessions that began
-     * alike).  Copied into another slot (copy_target), so that conversation
-     * keeps its own history; a conversation going back within itself, to
-     * a later checkpoint, is rewound in place */
-    size_t n_src = 0;
+     * conversation: at or before where this prompt's first turn opens (the
+     * same system prompt and tools, or a common start of them), or anywhere
+     * when the client's conversation key says the slot holds another
+     * conversation (two sessions that began alike).  Copied into another
+     * slot (copy_target), so that conversation keeps its own history; with
+     * one slot, it is saved (--prompt-cache) before it is rewound.  A
+     * conversation going back within itself, to a later checkpoint, is
+     * rewound in place */
+    size_t n_src = 0, ft = first_turn(S, j);
     gen_history(&sl->gl, &n_src);
-    int other = j->conv_key && sl->key && sl->key != j->conv_key;
-    if (from > 0 && from < n_src && S->n_slots > 1 && (from == first_turn(S, j) || other)) {
+    int other = (j->conv_key && sl->key && sl->key != j->conv_key) || (ft && from <= ft);
+    if (from > 0 && from < n_src && other && S->n_slots == 1) pcache_save(S, sl);
+    if (from > 0 && from < n_src && other && S->n_slots > 1) {
         slot *dst = copy_target(S, j, sl);
         df_error cerr = {0};
         pcache_save(S, dst); /* its conversation leaves it */
@@ -296,6 +299,7 @@ static void run_job(srv *S, job *j)
             j->n_copied = (int)from;
         } else {
             fprintf(stderr, "deltafin: copying a prefix between conversations: %s\n", cerr.msg);
+            pcache_save(S, sl); /* rewound in place: its conversation leaves it */
         }
     }
     /* a saved conversation (--prompt-cache) that keeps more of the prompt */

@@ -197,6 +197,27 @@ check "--parallel 3 at --mem 64M: three sessions planned before the cache" "delt
     "$(curl -s "http://127.0.0.1:$PP/metrics" | grep '^deltafin_conversations_kept ' || tail -2 "$LOG/par.log")"
 kill "${pids[-1]}" 2>/dev/null; wait "${pids[-1]}" 2>/dev/null || true; unset 'pids[-1]'
 
+# serve feeds a prompt one forward pass (the plan's chunk, --batch) at a time, so each chunk
+# reads its layers' experts once: a 1,000-id prompt with experts streaming (a 1 MiB cache)
+# reads far fewer experts at --batch 1024 than at --batch 256 (it read as many: the prompt
+# went in 256-id pieces whatever the chunk)
+IDS=$(node -e 'console.log(JSON.stringify(Array.from({length:1000},(_,i)=>(i*37)%500+3)))')
+declare -A READS
+for b in 256 1024; do
+    PB=$(free_port)
+    "$BIN" serve --model "$LOG/m512" --port "$PB" --batch "$b" --expert-cache 1M --no-prefetch --ctx 4096 \
+        >"$LOG/batch$b.log" 2>&1 &
+    pids+=($!)
+    for _ in $(seq 1 100); do curl -sf "http://127.0.0.1:$PB/health" >/dev/null 2>&1 && break; sleep 0.1; done
+    curl -s "http://127.0.0.1:$PB/v1/completions" -H 'Content-Type: application/json' \
+        -d "{\"prompt\":$IDS,\"max_tokens\":1}" >/dev/null
+    READS[$b]=$(curl -s "http://127.0.0.1:$PB/metrics" | sed -n 's/^deltafin_expert_reads_total //p')
+    kill "${pids[-1]}" 2>/dev/null; wait "${pids[-1]}" 2>/dev/null || true; unset 'pids[-1]'
+done
+check "a prompt is fed one chunk per pass: expert reads at --batch 1024 under half of --batch 256" "fewer" \
+    "$([ -n "${READS[1024]}" ] && [ -n "${READS[256]}" ] && [ $((READS[1024] * 2)) -lt "${READS[256]}" ] && echo fewer \
+       || echo "reads: --batch 256 ${READS[256]:-?}, --batch 1024 ${READS[1024]:-?}")"
+
 # --prompt-cache: conversations leaving the only slot, and those kept at exit, resume from files
 PC=$LOG/prompt-cache
 P7=$(free_port); start "$P7" --parallel 1 --prompt-cache "$PC"
