@@ -10,17 +10,20 @@
 # (conversation slots, checkpoints where the system prompt ends and after the
 # last message, prefixes copied between conversations).  Per request: prompt
 # tokens, tokens evaluated, expert bytes read and the time to the first token,
-# side by side; then the totals and their ratios.
+# side by side; then the totals and their ratios.  BASELINE=PATH (another
+# build of deltafin, e.g. an earlier commit's) adds a third run: that binary
+# as serve runs by default, against this one, on the same requests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 make -s build/deltafin
 reqs=(claude-code/session-a-turn1 claude-code/session-a-turn2 codex/turn1 claude-code/session-b-turn1 codex/turn2
       opencode/turn1 claude-code/session-a-turn2)
 free_port() { node -e 'const s=require("net").createServer();s.listen(0,"127.0.0.1",()=>{console.log(s.address().port);s.close()})'; }
+BIN=build/deltafin
 run() { # run OUT SERVER-OPTIONS...
     local out=$1; shift
     local port; port=$(free_port)
-    build/deltafin serve --model models/k3-mini --port "$port" --expert-cache 120K --no-prefetch "$@" \
+    "$BIN" serve --model models/k3-mini --port "$port" --expert-cache 120K --no-prefetch "$@" \
         >"/tmp/bench_agent.$$.log" 2>&1 &
     local pid=$!
     for _ in $(seq 1 100); do curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && break; sleep 0.1; done
@@ -45,3 +48,17 @@ node -e '
     `expert MiB ${mib(sum(a, "expert_bytes"))} | ${mib(sum(b, "expert_bytes"))} (${(sum(a, "expert_bytes") / Math.max(1, sum(b, "expert_bytes"))).toFixed(1)}x fewer), ` +
     `seconds ${sum(a, "seconds").toFixed(1)} | ${sum(b, "seconds").toFixed(1)} (${(sum(a, "seconds") / sum(b, "seconds")).toFixed(1)}x less)`);
 ' "$A" "$B"
+if [ -n "${BASELINE:-}" ]; then
+    C=$(mktemp)
+    BIN=$BASELINE run "$C"
+    node -e '
+      const fs = require("fs");
+      const [c, b] = process.argv.slice(1).map((f) => fs.readFileSync(f, "utf8").trim().split("\n").map(JSON.parse));
+      const sum = (r, k) => r.reduce((s, x) => s + x[k], 0), mib = (x) => (x / 1048576).toFixed(1);
+      console.log(`as serve runs by default, BASELINE | this build: evaluated ${sum(c, "evaluated")} | ${sum(b, "evaluated")}, ` +
+        `expert MiB ${mib(sum(c, "expert_bytes"))} | ${mib(sum(b, "expert_bytes"))} ` +
+        `(${(sum(c, "expert_bytes") / Math.max(1, sum(b, "expert_bytes"))).toFixed(1)}x fewer), ` +
+        `seconds ${sum(c, "seconds").toFixed(1)} | ${sum(b, "seconds").toFixed(1)}`);
+    ' "$C" "$B"
+    rm -f "$C"
+fi
