@@ -97,6 +97,22 @@ int trunk_stream_ready(df_engine *eng, int il, df_error *err);
  * one anonymous, huge-page-backed block and point the views there. */
 int trunk_load_resident(df_engine *eng, df_error *err);
 
+/* engine_plan.c: decide the plan (plan.c) for these options, then act on
+ * it: the expert cache, the trunk streamed or copied resident */
+int engine_plan_memory(df_engine *eng, const df_engine_opts *o, df_error *err);
+
+/* session.c: a session's buffers (dry: only count the bytes, for the
+ * planner); a session's KDA state, conv history and one checkpoint's size */
+int session_alloc(df_engine *eng, const df_session_opts *opts, int dry, df_session **out, size_t *state_bytes,
+                  size_t *scratch_bytes, df_error *err);
+size_t kda_state_floats(const df_engine *eng);
+size_t kda_hist_floats(const df_engine *eng);
+uint64_t checkpoint_bytes(const df_engine *eng);
+
+/* session_rollback.c: after a pass over positions (p0, p1], the checkpoints
+ * asked for there are complete (ok) or dropped */
+void session_ck_settle(df_session *s, int p0, int p1, int ok);
+
 /* place.c: read --expert-path manifests into the store's sources */
 int engine_use_expert_paths(df_engine *eng, const char *const *dirs, int n, df_error *err);
 
