@@ -57,7 +57,7 @@ ifeq ($(ARCH),x86_64)
   AVX512_FLAGS := -mavx512f -mavx512bw -mavx512vl -mavx2 -mfma
 endif
 
-LIB_SRC := util file filehash json json_write threadpool sha http safetensors quant mathfn kernels_ref kernels_avx2 kernels_avx512 \
+LIB_SRC := util clock file filehash json json_write threadpool sha http safetensors quant mathfn kernels_ref kernels_avx2 kernels_avx512 \
            backend_cpu expert_store expert_manifest expert_remote expert_cache model roster attnres kda mla moe engine engine_plan session session_rollback forward cachesim heat iobench place trunk_stream \
            grammar grammar_match gr_string json_schema constraint tokenizer chat_template gguf model_gguf plan prefetch_timing prefetch expert_fetch sampler generate draft session_file ranks
 LIB_OBJ := $(LIB_SRC:%=$(BUILD)/%.o)
@@ -98,8 +98,9 @@ $(BUILD)/deltafin: $(BUILD)/cli.o $(BUILD)/options.o $(BUILD)/cli_bench.o $(BUIL
                   $(BUILD)/server_request.o $(BUILD)/server_anthropic.o $(BUILD)/server_emit.o $(BUILD)/server_responses.o $(BUILD)/server_grammar.o $(BUILD)/server_cache.o $(BUILD)/setup.o $(BUILD)/setup_stream.o $(BUILD)/setup_parse.o $(BUILD)/doctor.o $(BUILD)/libdeltafin.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
-$(BUILD)/k3gen: $(wildcard tools/k3gen/*.c) tools/k3gen/k3gen.h | $(BUILD)
-	$(CC) -std=c11 -O2 -Wall -Wextra -Wmissing-prototypes $(if $(filter 1,$(WERROR)),-Werror) $(EXTRA_CFLAGS) -o $@ $(filter %.c,$^) -lm
+# the tools compile the one clock (src/base/clock.c) and nothing else of src/
+$(BUILD)/k3gen: $(wildcard tools/k3gen/*.c) tools/k3gen/k3gen.h src/base/clock.c src/base/clock.h | $(BUILD)
+	$(CC) -std=c11 -O2 -Wall -Wextra -Wmissing-prototypes $(if $(filter 1,$(WERROR)),-Werror) $(EXTRA_CFLAGS) -Isrc/base -o $@ $(filter %.c,$^) -lm
 
 # JSONL corpus -> uint16 token ids through the engine's tokenizer + chat template
 $(BUILD)/corpus_ids: tools/corpus_ids.c $(BUILD)/libdeltafin.a
@@ -108,9 +109,9 @@ $(BUILD)/corpus_ids: tools/corpus_ids.c $(BUILD)/libdeltafin.a
 # llama.cpp v0.4.0 prebuilt (npm @node-llama-cpp/linux-x64, pinned in
 # tests/llama/package-lock.json): the logits oracle and the speed peer.
 # Built only when that package is installed (`npm ci --prefix tests/llama`).
-$(BUILD)/llama_peer: tools/llama_peer.c | $(BUILD)
+$(BUILD)/llama_peer: tools/llama_peer.c src/base/clock.c src/base/clock.h | $(BUILD)
 	@test -f $(LLAMA_LIB)/libllama.v0.4.0.so || { echo "llama_peer: run npm ci --prefix tests/llama first" >&2; exit 1; }
-	$(CC) -std=c11 -O2 -Wall -Wextra $(if $(filter 1,$(WERROR)),-Werror) -o $@ $< -L$(LLAMA_LIB) \
+	$(CC) -std=c11 -O2 -Wall -Wextra $(if $(filter 1,$(WERROR)),-Werror) -Isrc/base -o $@ $(filter %.c,$^) -L$(LLAMA_LIB) \
 	    -l:libllama.v0.4.0.so -l:libggml.v0.4.0.so -lggml-base -Wl,-rpath,$(abspath $(LLAMA_LIB))
 
 $(BUILD)/tests/%.o: tests/%.c | $(BUILD)/tests
@@ -161,7 +162,7 @@ FUZZ_TARGETS := fuzz_safetensors fuzz_config fuzz_json fuzz_tokenizer fuzz_chat_
                 fuzz_server_request fuzz_setup fuzz_grammar
 FUZZ_CC ?= clang
 fuzz: $(FUZZ_TARGETS:%=build-fuzz/%)
-FUZZ_SRC := util file filehash json json_write safetensors model model_gguf roster quant mathfn expert_store expert_manifest \
+FUZZ_SRC := util clock file filehash json json_write safetensors model model_gguf roster quant mathfn expert_store expert_manifest \
             expert_remote http sha kernels_ref kernels_avx2 \
             kernels_avx512 tokenizer chat_template gguf sampler grammar grammar_match gr_string json_schema constraint
 FUZZ_PATHS = $(foreach f,$(FUZZ_SRC),$(wildcard $(SRC_DIRS:%=src/%/$(f).c)))

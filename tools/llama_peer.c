@@ -20,6 +20,8 @@
  * target build/llama_peer).
  */
 #define _GNU_SOURCE
+#include "clock.h"
+
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -128,13 +130,6 @@ static void check_layout(const struct lp_model_params *mp, const struct lp_conte
     if (!ok)
         die("%s", "the library's default parameters do not match the llama.cpp v0.4.0 layout "
                   "this program declares (a different llama.cpp build?)");
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 static unsigned long long proc_read_bytes(void)
@@ -328,11 +323,11 @@ int main(int argc, char **argv)
     mp.load_mode = mmap ? 1 : 0;
     mp.use_extra_bufts = repack;
     unsigned long long rb0 = proc_read_bytes();
-    double t0 = now_s();
+    double t0 = now_sec();
     struct llama_model *model = llama_model_load_from_file(model_path, mp);
     if (!model)
         die("llama.cpp could not load '%s' (run with -v for its log)", model_path);
-    double t_load = now_s() - t0;
+    double t_load = now_sec() - t0;
     int n_vocab = llama_vocab_n_tokens(llama_model_get_vocab(model));
 
     cp.n_ctx = (uint32_t)(n_ctx > 0 ? n_ctx : n_prompt + n_gen + 16);
@@ -350,10 +345,10 @@ int main(int argc, char **argv)
     struct lp_batch b = llama_batch_init(n_prompt, 0, 1);
 
     unsigned long long rb1 = proc_read_bytes();
-    double t1 = now_s();
+    double t1 = now_sec();
     if (feed(ctx, &b, ids, n_prompt, 0, dump != NULL) != 0)
         die("%s", "llama_decode failed on the prompt");
-    double t_prefill = now_s() - t1;
+    double t_prefill = now_sec() - t1;
     if (dump) {
         FILE *f = fopen(dump, "wb");
         if (!f)
@@ -370,7 +365,7 @@ int main(int argc, char **argv)
     if (!out)
         die("%s", "out of memory");
     unsigned long long rb2 = proc_read_bytes();
-    double t2 = now_s();
+    double t2 = now_sec();
     llama_token cur = (llama_token)argmax(llama_get_logits_ith(ctx, n_prompt - 1), n_vocab);
     for (int i = 0; i < n_gen; i++) {
         out[i] = cur;
@@ -380,7 +375,7 @@ int main(int argc, char **argv)
             die("%s", "llama_decode failed while decoding");
         cur = (llama_token)argmax(llama_get_logits_ith(ctx, 0), n_vocab);
     }
-    double t_decode = now_s() - t2;
+    double t_decode = now_sec() - t2;
     unsigned long long rb3 = proc_read_bytes();
 
     if (bench >= 0) {

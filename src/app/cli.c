@@ -79,7 +79,7 @@ typedef struct {
 static void show_progress(void *ctx, int done, int total)
 {
     progress_state *ps = ctx;
-    double dt = now() - ps->t0;
+    double dt = now_sec() - ps->t0;
     double eta = done > 0 ? dt * (total - done) / done : 0.0;
     fprintf(stderr, "\rdeltafin: prompt %d/%d positions, %.1f MiB read, %.0f s left   ", done, total,
             (proc_read_bytes() - ps->rb0) / 1048576.0, eta);
@@ -106,7 +106,7 @@ int eval_prompt(df_session *s, const int32_t *ids, int n, int batch, float *last
                 logits_sink *k, df_error *err)
 {
     if (!k->f) {
-        progress_state ps = {now(), proc_read_bytes()};
+        progress_state ps = {now_sec(), proc_read_bytes()};
         int show = isatty(2) && n > df_session_max_batch(s);
         if (show) df_session_set_progress(s, show_progress, &ps);
         int rc = df_session_eval(s, ids, n, last, 0, err);
@@ -296,7 +296,7 @@ static int cmd_run(int argc, char **argv)
     gen_loop gl;
     gen_from_args(&gl, &a, eng, s, &smp, dr);
     unsigned long long rb0 = proc_read_bytes();
-    double t0 = now();
+    double t0 = now_sec();
     int held = a.session ? session_resume(&gl, s, a.session, prompt, n_prompt) : 0;
     if (held < 0) return 1;
     if (held ? gen_feed(&gl, prompt + held, (size_t)(n_prompt - held), &err)
@@ -306,7 +306,7 @@ static int cmd_run(int argc, char **argv)
         return 1;
     }
     if (!held) gen_prime(&gl, prompt, (size_t)n_prompt, last);
-    double t1 = now();
+    double t1 = now_sec();
     unsigned long long rb1 = proc_read_bytes();
     int n_gen = 0, full = 0;
     /* the logits after each generated token are written when the next one
@@ -337,7 +337,7 @@ static int cmd_run(int argc, char **argv)
         sink_abort(&sink);
         return 1;
     }
-    double t2 = now();
+    double t2 = now_sec();
     unsigned long long rb2 = proc_read_bytes();
     if (full)
         fprintf(stderr, "deltafin: the context is full (--ctx %d): stopped after %d of %d new tokens\n", ctx, n_gen,
@@ -582,7 +582,7 @@ static int cmd_iobench(int argc, char **argv)
 
 static void place_progress(void *ctx, uint64_t done, uint64_t total)
 {
-    double *last = ctx, t = now();
+    double *last = ctx, t = now_sec();
     if (t - *last < 0.5 && done < total) return;
     *last = t;
     fprintf(stderr, "\rdeltafin: placing experts: %5.1f%% (%.2f of %.2f GB)", total ? 100.0 * done / total : 100.0,

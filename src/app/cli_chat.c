@@ -93,7 +93,7 @@ static void status_begin(gen_ctx *g)
 
 static void status_text(const gen_ctx *g, char *buf, size_t n)
 {
-    double t = now();
+    double t = now_sec();
     double dec = g->t_first > 0 && g->gen_tokens > 1 ? (g->gen_tokens - 1) / (t - g->t_first) : 0.0;
     df_stats st;
     df_engine_stats(g->eng, &st);
@@ -169,7 +169,7 @@ static int generate(gen_ctx *g, int chat, int repl)
         }
         /* the logits after the previous token: the row this one came from */
         if (g->gen_tokens && sink_write(&g->sink, gen_logits(&g->gl), 1)) return -1;
-        if (!g->gen_tokens) g->t_first = now();
+        if (!g->gen_tokens) g->t_first = now_sec();
         g->gen_tokens++;
         if (chat) {
             const chat_event *ev;
@@ -211,7 +211,7 @@ static int generate(gen_ctx *g, int chat, int repl)
         }
     }
     if (interrupted) printf("%s[interrupted]", g->out_tty ? "\033[0m" : "");
-    g->t_end = now();
+    g->t_end = now_sec();
     printf("\n");
     fflush(stdout);
     status_update(g, 1);
@@ -326,7 +326,7 @@ static int start_reply(gen_ctx *g)
                 df_session_pos(g->s), df_session_n_ctx(g->s));
         return 1;
     }
-    g->t_start = now();
+    g->t_start = now_sec();
     g->prompt_tokens = (int)g->n_ids;
     return feed(g, g->ids, g->n_ids);
 }
@@ -409,7 +409,7 @@ int run_text(run_args *a)
     interrupted = 0;
     status_begin(&g);
     unsigned long long rb0 = proc_read_bytes();
-    g.t_start = now();
+    g.t_start = now_sec();
     df_error err = {0};
     if (a->chat && !g.parser && chat_parser_new(g.tok, !a->no_think, &g.parser, &err)) {
         fprintf(stderr, "deltafin: %s\n", err.msg);
@@ -434,10 +434,10 @@ int run_text(run_args *a)
         gen_constraint c = {mask_cb, accept_cb, g.gm};
         gen_constrain(&g.gl, &c);
     }
-    double t1 = now();
+    double t1 = now_sec();
     unsigned long long rb1 = proc_read_bytes();
     rc = generate(&g, a->chat, 0) ? 1 : 0;
-    double t2 = now();
+    double t2 = now_sec();
     unsigned long long rb2 = proc_read_bytes();
     if (!rc && a->print_ids) {
         for (int i = 0; i < g.gen_tokens; i++) printf("%s%d", i ? "," : "", g.gen_ids[i]);
@@ -674,7 +674,7 @@ int cmd_perplexity(int argc, char **argv)
     float *logits = malloc((size_t)B * V * sizeof *logits);
     if (!logits) die("cannot allocate the logits of a prompt chunk of %d", B);
     ppl_acc acc = {.tok = tok, .V = V};
-    double t0 = now();
+    double t0 = now_sec();
     size_t n_windows = (n + (size_t)W - 1) / (size_t)W;
     int tty = isatty(2);
     for (size_t w = 0; w < n_windows; w++) {
@@ -688,7 +688,7 @@ int cmd_perplexity(int argc, char **argv)
             fprintf(stderr, "deltafin: %s\n", err.msg);
             return 1;
         }
-        double dt = now() - t0;
+        double dt = now_sec() - t0;
         if (tty)
             fprintf(stderr, "\rdeltafin: window %zu/%zu, perplexity so far %.4f, %.0f s left   ", w + 1, n_windows,
                     exp(acc.nll / (double)acc.scored), dt / (double)(w + 1) * (double)(n_windows - w - 1));
@@ -703,11 +703,11 @@ int cmd_perplexity(int argc, char **argv)
                "\"nll_sum\":%.10g,\"mean_nll\":%.10g,\"perplexity\":%.10g,\"bits_per_byte\":%.10g,"
                "\"bits_per_file_byte\":%.10g,\"seconds\":%.3f,\"peak_rss_kb\":%ld}\n",
                a.file, W, n_windows, (unsigned long long)scored, (unsigned long long)bytes, nll, mean, ppl, bpb, bpfb,
-               now() - t0, proc_peak_rss_kb());
+               now_sec() - t0, proc_peak_rss_kb());
     else
         printf("%s: %llu tokens scored in %zu windows of %d: perplexity %.4f, mean NLL %.5f nats, %.4f bits per "
                "byte (%.4f per file byte), %.1f s\n",
-               a.file, (unsigned long long)scored, n_windows, W, ppl, mean, bpb, bpfb, now() - t0);
+               a.file, (unsigned long long)scored, n_windows, W, ppl, mean, bpb, bpfb, now_sec() - t0);
     free(logits);
     free(ids);
     free(text);

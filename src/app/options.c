@@ -345,13 +345,6 @@ void sampler_from_args(sampler *smp, const run_args *a, int vocab)
     sampler_init(smp, vocab, a->temp, a->top_p > 0 ? a->top_p : 1, a->top_k, seed);
 }
 
-double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* Which command takes which option: an option a command does not use is
  * an error naming it, never silently ignored. */
 enum {

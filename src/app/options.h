@@ -62,7 +62,6 @@ int parse_ids(const char *s, const char *flag, int32_t **out);
 /* A whole prompt file (path "-": standard input), NUL-terminated; dies
  * naming the flag and file when it cannot be read or is not text. */
 char *read_prompt_file(const char *path, const char *flag, size_t *len);
-double now(void);
 void parse_common(int argc, char **argv, run_args *a);
 /* The default --model (the bundled model beside the executable), or NULL. */
 const char *default_model(void);

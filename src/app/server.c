@@ -104,7 +104,7 @@ static int feed(slot *sl, job *j, const int32_t *ids, size_t n)
     if (piece < 1) piece = 256;
     for (size_t o = 0; o < n;) {
         if (atomic_load(&j->cancelled)) return 1;
-        if (j->deadline > 0 && now() > j->deadline) return 2;
+        if (j->deadline > 0 && now_sec() > j->deadline) return 2;
         size_t k = n - o < piece ? n - o : piece;
         if (gen_feed(&sl->gl, ids + o, k, &err)) {
             snprintf(j->errmsg, sizeof j->errmsg, "%s", err.msg);
@@ -258,7 +258,7 @@ static slot *copy_target(srv *S, const job *j, const slot *src)
 
 static void run_job(srv *S, job *j)
 {
-    double t0 = now();
+    double t0 = now_sec();
     slot *sl = &S->slots[0];
     size_t from = reusable(sl, j);
     for (int i = 1; i < S->n_slots; i++) {
@@ -372,14 +372,14 @@ static void run_job(srv *S, job *j)
     df_error gerr = {0};
     while (!rc) {
         if (atomic_load(&j->cancelled)) { j->fin = FIN_CANCEL; break; }
-        if (j->deadline > 0 && now() > j->deadline) { j->fin = FIN_TIMEOUT; break; }
+        if (j->deadline > 0 && now_sec() > j->deadline) { j->fin = FIN_TIMEOUT; break; }
         int32_t next;
         if (gen_next(&sl->gl, &next, &gerr)) {
             snprintf(j->errmsg, sizeof j->errmsg, "%s", gerr.msg);
             rc = -1;
             break;
         }
-        if (!j->n_gen++) t_first = now();
+        if (!j->n_gen++) t_first = now_sec();
         size_t tl = 0;
         if (j->logprobs) tokenizer_token_bytes(S->tok, next, &tl);
         if (j->logprobs) record_logprobs(S, j, gen_logits(&sl->gl), next, tl);
@@ -432,7 +432,7 @@ static void run_job(srv *S, job *j)
         pthread_cond_broadcast(&j->cv);
         pthread_mutex_unlock(&j->mu);
     }
-    double t1 = now();
+    double t1 = now_sec();
     pthread_mutex_lock(&S->mu);
     S->tok_prompt += j->n_ids - from;
     S->tok_reused += from;
@@ -640,7 +640,7 @@ static enum MHD_Result serve_generate(srv *S, struct MHD_Connection *c, int api,
     }
     if (!j) return reply_error(c, api, &e);
     const char *omitted = api == API_RESPONSES ? resp_omitted_tools(j) : NULL;
-    j->deadline = S->timeout > 0 ? now() + S->timeout : 0;
+    j->deadline = S->timeout > 0 ? now_sec() + S->timeout : 0;
     pthread_mutex_lock(&S->mu);
     S->n_requests++;
     if (S->n_waiting >= S->queue_max) {

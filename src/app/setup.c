@@ -72,13 +72,6 @@
 #define MAX_TRIES 8
 
 
-static double mono(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* ------------------------------------------------------------ HTTP */
 
 typedef struct membuf {
@@ -514,7 +507,7 @@ static double gb(uint64_t b) { return (double)b / 1e9; }
 
 static void progress_line(setup *S, double t0, int tty, int final)
 {
-    double t = mono() - t0;
+    double t = now_sec() - t0;
     uint64_t have = atomic_load(&S->have), fetched = atomic_load(&S->fetched);
     double rate = t > 0 ? (double)fetched / t : 0;
     double eta = rate > 0 ? (double)(S->total - have) / rate : 0;
@@ -700,13 +693,13 @@ static int install(setup *S, int dry_run)
         }
     }
     int tty = isatty(2);
-    double t0 = mono();
+    double t0 = now_sec();
     for (int round = 0; round < 2; round++) {
         pthread_t *th = xcalloc((size_t)S->workers, sizeof *th);
         char *joined = xcalloc((size_t)S->workers, 1);
         S->next = 0;
         for (int w = 0; w < S->workers; w++) pthread_create(&th[w], NULL, worker, S);
-        double last = mono(), next_pct = 0.1;
+        double last = now_sec(), next_pct = 0.1;
         for (;;) {
             struct timespec ts = {0, 200000000L};
             nanosleep(&ts, NULL);
@@ -717,9 +710,9 @@ static int install(setup *S, int dry_run)
             }
             if (!running) break;
             double frac = S->total ? (double)atomic_load(&S->have) / (double)S->total : 1;
-            if (tty || frac >= next_pct || mono() - last > 30) {
+            if (tty || frac >= next_pct || now_sec() - last > 30) {
                 progress_line(S, t0, tty, 0);
-                last = mono();
+                last = now_sec();
                 while (next_pct <= frac) next_pct += 0.1;
             }
         }

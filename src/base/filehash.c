@@ -209,13 +209,6 @@ static void cache_store(const char *rec, const char *real, const fkey *k, const 
     (void)atomic_file_commit(&af, &e);
 }
 
-static double mono_sec(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 int file_content_hash(const char *path, uint8_t out[16], int quiet, filehash_stats *st, df_error *err)
 {
     filehash_stats z = {0};
@@ -248,7 +241,7 @@ int file_content_hash(const char *path, uint8_t out[16], int quiet, filehash_sta
     uint8_t *buf = xmalloc(BUF);
     df_hash128 h;
     df_hash128_init(&h);
-    double t0 = mono_sec();
+    double t0 = now_sec();
     uint64_t off = 0;
     int rc = 0;
     for (;;) {
@@ -271,7 +264,7 @@ int file_content_hash(const char *path, uint8_t out[16], int quiet, filehash_sta
         return df_err_set(err, DF_ERR_IO, -1, "%s: changed while being hashed (%llu bytes read, %llu expected)", path,
                           (unsigned long long)off, (unsigned long long)sb.st_size);
     df_hash128_final(&h, out);
-    st->seconds = mono_sec() - t0;
+    st->seconds = now_sec() - t0;
     st->bytes = off;
     /* recorded under the key it had before reading: a change during the
      * read (mtime, ctime) makes the record stale at the next open */

@@ -1,4 +1,4 @@
-/* util.c - CHECK, x-allocators, error helpers, allocation guard, clock, log.
+/* util.c - CHECK, x-allocators, error helpers, allocation guard, log (the clock is clock.c).
  *
  * Also the one definition of a UTF-8 character (Unicode table 3-7, maximal
  * subparts for repair) that the JSON reader, the tokenizer and the server share.
@@ -334,13 +334,6 @@ size_t utf8_cut(const char *s, size_t n, size_t max)
     unsigned c = (unsigned char)s[j - 1];
     size_t len = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
     return j - 1 + len > max ? j - 1 : max;
-}
-
-double now_sec(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 void df_log(const char *fmt, ...)

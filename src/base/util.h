@@ -23,6 +23,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include "clock.h"
 #include "df_error.h"
 
 #define CHECK(cond) \
@@ -88,7 +89,6 @@ int utf8_valid(const char *s, size_t n);
  * Well-formed input gives a well-formed prefix. */
 size_t utf8_cut(const char *s, size_t n, size_t max);
 
-double now_sec(void);
 void df_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* The median of v[0..n) (sorts v; 0 for n = 0); for benchmarks, not the token loop. */
 double median_d(double *v, int n);

@@ -7,13 +7,6 @@
 #include <string.h>
 #include <time.h>
 
-static double mono(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* decay of the measured averages: about the last 20 observations count */
 #define DECAY 0.95
 /* drafting is retried (one draft) after this many steps when the model
@@ -162,9 +155,9 @@ static int drop_queue(gen_loop *g, df_error *err)
 static int sync_drafter(gen_loop *g, df_error *err)
 {
     if (!g->dr || !g->dr->sync || !g->kmax) return 0;
-    double t0 = mono();
+    double t0 = now_sec();
     int rc = g->dr->sync(g->dr, g->hist, g->n_hist, err);
-    double dt = mono() - t0;
+    double dt = now_sec() - t0;
     g->st.draft_sec += dt;
     /* a first estimate of the drafter's cost per id (a draft model's
      * prompt rows): enough to tell a costly drafter from a cheap one before
@@ -354,9 +347,9 @@ static int shadow_propose(gen_loop *g, df_error *err)
     /* while its cost is unknown, one id: a costly drafter then costs one
      * of its passes to find out */
     int want = g->sh_cost > 0 ? g->kmax : 1;
-    double t0 = mono();
+    double t0 = now_sec();
     int n = g->dr->propose(g->dr, g->hist, at, g->sh_ids, want, err);
-    double dt = mono() - t0;
+    double dt = now_sec() - t0;
     if (n < 0) return -1;
     g->st.draft_sec += dt;
     if (n > want) n = want;
@@ -384,7 +377,7 @@ static void push(gen_loop *g, int32_t tok, int row)
 static int step(gen_loop *g, df_error *err)
 {
     int guarded = g->dr && g->kmax && !g->k_fixed;
-    double t_step = mono();
+    double t_step = now_sec();
     score_shadow(g);
     int k = choose_k(g);
     if (k > 0) g->sh_n = 0; /* real drafts are observed instead */
@@ -392,9 +385,9 @@ static int step(gen_loop *g, df_error *err)
     int nd = 0;
     g->ids[0] = g->hist[g->n_hist - 1];
     if (k > 0) {
-        double t0 = mono();
+        double t0 = now_sec();
         nd = g->dr->propose(g->dr, g->hist, g->n_hist, g->ids + 1, k, err);
-        double dt = mono() - t0;
+        double dt = now_sec() - t0;
         if (nd < 0) return -1;
         if (nd > k) nd = k;
         g->st.draft_sec += dt;
@@ -407,7 +400,7 @@ static int step(gen_loop *g, df_error *err)
     df_engine_stats(g->eng, &st0);
     /* the pass's cost: the mark (a copy of the KDA state), the rows, the
      * truncation (a replay) */
-    double t0 = mono();
+    double t0 = now_sec();
     if (nd > 0 && df_session_mark(g->s, err)) return -1;
     if (eval(g, g->ids, (size_t)nd + 1, 1, err)) return -1;
     df_engine_stats(g->eng, &st1);
@@ -424,7 +417,7 @@ static int step(gen_loop *g, df_error *err)
         a++;
     }
     if (nd > 0 && a < nd && df_session_truncate(g->s, pos0 + 1 + a, err)) return -1;
-    double dt = mono() - t0;
+    double dt = now_sec() - t0;
     /* a mean over the first measurements, then decayed: one slow pass (a
      * noisy neighbour) weighs no more than any other */
     double *tp = &g->t_pass[nd + 1];
@@ -445,7 +438,7 @@ static int step(gen_loop *g, df_error *err)
         score_shadow(g);
         if (shadow_propose(g, err)) return -1;
     }
-    if (guarded && draft_guard_step(&g->guard, a + 1, mono() - t_step)) {
+    if (guarded && draft_guard_step(&g->guard, a + 1, now_sec() - t_step)) {
         g->st.guard_rounds = g->guard.rounds;
         g->st.guard_on = g->guard.last;
         g->st.guard_ms[0] = g->guard.ms_per_tok[0];

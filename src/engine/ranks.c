@@ -63,13 +63,6 @@ struct df_ranks {
     double timeout;
 };
 
-static double mono(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 int df_ranks_init(int *argc, char ***argv)
 {
     if (!getenv("OMPI_COMM_WORLD_SIZE") && !getenv("PMIX_RANK")) return 0; /* not started by mpirun */
@@ -138,7 +131,7 @@ static int collect(void *ctx, int il, df_error *err)
     struct df_ranks *R = ctx;
     (void)il;
     int was = alloc_guard_exempt_begin();
-    double t0 = mono(), deadline = t0 + R->timeout;
+    double t0 = now_sec(), deadline = t0 + R->timeout;
     int rc = 0;
     for (int r = 1; r < g_size && !rc; r++) {
         if (!R->posted[r]) continue;
@@ -151,7 +144,7 @@ static int collect(void *ctx, int il, df_error *err)
                 break;
             }
             if (done) break;
-            if (mono() > deadline) {
+            if (now_sec() > deadline) {
                 rc = df_err_set(err, DF_ERR_IO, -1,
                                 "rank %d did not answer layer %d within %.0f s (DELTAFIN_RANK_TIMEOUT): it died or "
                                 "hangs; stopping",
@@ -179,7 +172,7 @@ static int collect(void *ctx, int il, df_error *err)
         }
         R->st[r].bytes_received += want;
     }
-    R->st[0].wait_sec += mono() - t0;
+    R->st[0].wait_sec += now_sec() - t0;
     alloc_guard_exempt_end(was);
     if (rc) g_failed = 1;
     return rc;
@@ -365,7 +358,7 @@ int df_ranks_serve(df_engine *eng, df_error *err)
         int il = hdr[1], n = hdr[2], nr = hdr[3];
         MPI_Recv(x, nr * c->Lt, MPI_FLOAT, 0, TAG_X, MPI_COMM_WORLD, &st);
         df_error e = {0};
-        double t0 = mono();
+        double t0 = now_sec();
         if (il < 0 || il >= c->NL || n < 1 || nr > max_rows ||
             moe_experts_for(&eng->mc, &s->b, il, hdr + 4, hdr + 4 + n, n, x, out, &e)) {
             char m[600];
@@ -373,7 +366,7 @@ int df_ranks_serve(df_engine *eng, df_error *err)
             send_all(m, len, MPI_BYTE, TAG_OUT);
             continue;
         }
-        sec += mono() - t0;
+        sec += now_sec() - t0;
         calls += n;
         rows += nr;
         send_all(out, (int)((size_t)nr * (size_t)c->Lt * sizeof(float)), MPI_BYTE, TAG_OUT);

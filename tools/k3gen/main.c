@@ -18,6 +18,7 @@
  * trainer, tiktoken files), gguf.c (GGUF writer).
  */
 #include "k3gen.h"
+#include "clock.h"
 
 static void usage(FILE *f)
 {
@@ -68,13 +69,6 @@ static long parse_long(const char *s, const char *what)
     if (errno || end == s || *end)
         die("%s: '%s' is not an integer", what, s);
     return v;
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
 int main(int argc, char **argv)
@@ -208,14 +202,14 @@ int main(int argc, char **argv)
         die("%d shards requested but only %ld layers (a layer never spans shards); "
             "use --shards or --shard-max-mb", shards, cfg.num_hidden_layers);
 
-    double t0 = now_s();
+    double t0 = now_sec();
     if (tok_only) {
         /* only tiktoken.model + tokenizer_config.json; other files in DIR stay */
         if (mkdir(out, 0755) && errno != EEXIST)
             die("mkdir %s: %s", out, strerror(errno));
         int n = write_tokenizer(out, cfg.vocab_size);
         printf("k3gen: wrote the tokenizer to %s: V=%ld (%d BPE ranks + 256 specials), %.2f s\n", out,
-               cfg.vocab_size, n, now_s() - t0);
+               cfg.vocab_size, n, now_sec() - t0);
         free(sets);
         return 0;
     }
@@ -239,7 +233,7 @@ int main(int argc, char **argv)
                cfg.vocab_size, cfg.hidden_size, cfg.num_hidden_layers,
                cfg.num_hidden_layers - nmla, nmla, cfg.num_experts, tl.n,
                (unsigned long long)total, (double)total / (1 << 20), src.n,
-               src.n == 1 ? "" : "s", now_s() - t0);
+               src.n == 1 ? "" : "s", now_sec() - t0);
         if (gguf_bytes)
             gg_report(gguf_path, gguf_split, gguf_f32, gguf_bytes);
         g_src = NULL;
@@ -271,7 +265,7 @@ int main(int argc, char **argv)
            (unsigned long long)seed, cfg.vocab_size, cfg.hidden_size, cfg.num_hidden_layers,
            cfg.num_hidden_layers - nmla, nmla, cfg.num_experts, cfg.num_experts_per_token,
            cfg.moe_intermediate_size, cfg.routed_expert_hidden_size, (unsigned long long)total,
-           (double)total / (1 << 20), nshards, nshards == 1 ? "" : "s", tl.n, now_s() - t0);
+           (double)total / (1 << 20), nshards, nshards == 1 ? "" : "s", tl.n, now_sec() - t0);
     if (gguf_bytes)
         gg_report(gguf_path, gguf_split, gguf_f32, gguf_bytes);
     for (size_t i = 0; i < tl.n; i++)
