@@ -11,6 +11,7 @@
 #define _GNU_SOURCE
 #include "cli.h"
 #include "engine.h"
+#include "plan.h"
 #include "server.h"
 #include "util.h"
 

@@ -21,6 +21,7 @@
 #define _GNU_SOURCE
 #include "cli.h"
 #include "options.h"
+#include "plan.h"
 
 #include <stdio.h>
 #include <stdlib.h>

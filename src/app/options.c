@@ -9,6 +9,7 @@
  */
 #define _GNU_SOURCE
 #include "options.h"
+#include "plan.h"
 
 #include <errno.h>
 #include <limits.h>

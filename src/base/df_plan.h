@@ -1,12 +1,12 @@
 /* df_plan.h - the memory plan as data (L0, like df_error.h): decided by
  * plan.c (L3), acted on by the engine, shown by the front ends through
- * engine.h.  The type and its two printers (plan.c). */
+ * engine.h.  The type only: its printers are declared in plan.h, beside
+ * their definitions (plan.c). */
 #ifndef DF_PLAN_H
 #define DF_PLAN_H
 
 #include <stddef.h>
 #include <stdint.h>
-#include <stdio.h>
 
 /* Where the memory budget goes (src/plan.c decides; see df_plan_model and
  * df_engine_plan).  Every byte the engine allocates for a model and its
@@ -51,13 +51,5 @@ typedef struct df_plan {
     double est_hit_rate;              /* uniform-routing estimate: slots / experts */
     uint64_t expert_read_est;         /* expert_read_cold * (1 - est_hit_rate) */
 } df_plan;
-
-/* One line: "--mem 4.00 GiB: trunk 1.20 GiB resident, ... unused 0.10 GiB". */
-void df_plan_summary(const df_plan *p, char *buf, size_t n);
-/* Why the plan has its context, e.g. "default for serve: 64K fits beside the
- * expert cache"; "" for DF_CTX_GIVEN. */
-void df_plan_ctx_reason(const df_plan *p, char *buf, size_t n);
-/* The full table, one line per item, each prefixed by `prefix`. */
-void df_plan_print(const df_plan *p, const char *prefix, FILE *f);
 
 #endif

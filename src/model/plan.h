@@ -16,9 +16,19 @@
 #ifndef DF_PLAN_IMPL_H
 #define DF_PLAN_IMPL_H
 
+#include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include "df_error.h"
 #include "df_plan.h"
+
+/* One line: "--mem 4.00 GiB: trunk 1.20 GiB resident, ... unused 0.10 GiB". */
+void df_plan_summary(const df_plan *p, char *buf, size_t n);
+/* Why the plan has its context, e.g. "default for serve: 64K fits beside the
+ * expert cache"; "" for DF_CTX_GIVEN. */
+void df_plan_ctx_reason(const df_plan *p, char *buf, size_t n);
+/* The full table, one line per item, each prefixed by `prefix`. */
+void df_plan_print(const df_plan *p, const char *prefix, FILE *f);
 
 typedef struct plan_sizes {
     uint64_t trunk_bytes;      /* layer matrices + output head (streamed or resident) */
