@@ -185,3 +185,12 @@ int df_topk(const float *v, int n, int k, int *ids)
     }
     return m;
 }
+
+void df_router_score(const float *logits, const float *bias, int n, float *sig, float *choice)
+{
+    for (int e = 0; e < n; e++) {
+        float g = df_sigmoidf(logits[e]);
+        if (sig) sig[e] = g;
+        choice[e] = g + bias[e];
+    }
+}

@@ -35,5 +35,11 @@ double l2norm(const float *x, int n);
  * project: the router's routes and predictions, the sampler's logprob
  * alternatives.  Returns k (fewer when n < k). */
 int df_topk(const float *v, int n, int k, int *ids);
+/* K3's router score, the one the MoE router (moe.c) and the prefetch
+ * predictor (prefetch.c) both rank experts by: for e < n,
+ * sig[e] = sigmoid(logits[e]) (skipped when sig is NULL) and
+ * choice[e] = sigmoid(logits[e]) + bias[e] (e_score_correction_bias), each
+ * rounded to float.  Top-k of choice picks the experts; sig weighs them. */
+void df_router_score(const float *logits, const float *bias, int n, float *sig, float *choice);
 
 #endif

@@ -90,10 +90,7 @@ void dense_mlp_forward(const model_ctx *eng, session_bufs *s, const k3_layer *L,
 static void route(const k3_config *c, const float *logits, const float *bias, int *ids, float *w, float *sig,
                   float *choice)
 {
-    for (int e = 0; e < c->E; e++) {
-        sig[e] = df_sigmoidf(logits[e]);
-        choice[e] = sig[e] + bias[e];
-    }
+    df_router_score(logits, bias, c->E, sig, choice);
     df_topk(choice, c->E, c->k, ids);
     double sum = 0.0;
     for (int j = 0; j < c->k; j++) sum += sig[ids[j]];

@@ -73,7 +73,7 @@ void prefetch_after_layer(const model_ctx *eng, session_bufs *s, int il, int T, 
     int n_pred = 0;
     for (int t = 0; t < T; t++) {
         float *choice = s->big2;
-        for (int e = 0; e < E; e++) choice[e] = df_sigmoidf(s->big1[(size_t)t * E + e]) + N->router_bias[e];
+        df_router_score(s->big1 + (size_t)t * E, N->router_bias, E, NULL, choice);
         int *top = s->uniq_first; /* [T*k] >= npf ints; free between layers */
         int got = df_topk(choice, E, npf, top);
         for (int j = 0; j < got; j++) {
