@@ -26,51 +26,14 @@
 
 void draft_guard_init(draft_guard *d)
 {
-    memset(d, 0, sizeof *d);
-    d->first = 1;
-    d->last = -1;
+    const ab_rule rule = {.window = DG_WINDOW, .hold_first = DG_HOLD_FIRST, .hold = DG_HOLD, .hold_max = DG_HOLD_MAX,
+                          .off_scale = 1.0 + DG_MARGIN, .on_scale = 1.0};
+    ab_timing_init(d, &rule);
 }
 
-/* ABBA ABBA from the round's first arm */
-static int guard_arm(const draft_guard *d)
-{
-    static const int flip[DG_WINDOWS] = {0, 1, 1, 0, 0, 1, 1, 0};
-    return flip[d->window] ? !d->first : d->first;
-}
+int draft_guard_on(const draft_guard *d) { return ab_timing_on(d); }
 
-int draft_guard_on(const draft_guard *d) { return d->hold ? d->choice : guard_arm(d); }
-
-int draft_guard_step(draft_guard *d, int tokens, double sec)
-{
-    if (tokens <= 0) return 0;
-    if (d->hold) {
-        d->hold = d->hold > (uint64_t)tokens ? d->hold - (uint64_t)tokens : 0;
-        return 0;
-    }
-    int arm = guard_arm(d);
-    d->sec[arm] += sec;
-    d->tok[arm] += (uint64_t)tokens;
-    d->in_window += (uint64_t)tokens;
-    if (d->in_window < DG_WINDOW) return 0;
-    d->in_window = 0;
-    if (++d->window < DG_WINDOWS) return 0;
-    double off = d->tok[0] ? d->sec[0] / (double)d->tok[0] : 0, on = d->tok[1] ? d->sec[1] / (double)d->tok[1] : 0;
-    d->choice = !(on > off * (1.0 + DG_MARGIN));
-    d->ms_per_tok[0] = 1e3 * off;
-    d->ms_per_tok[1] = 1e3 * on;
-    /* the same answer again: measure less often */
-    d->hold_len = !d->rounds                              ? DG_HOLD_FIRST
-                  : d->choice == d->last && d->hold_len ? (d->hold_len * 2 < DG_HOLD_MAX ? d->hold_len * 2 : DG_HOLD_MAX)
-                                                        : DG_HOLD;
-    d->last = d->choice;
-    d->rounds++;
-    d->hold = d->hold_len;
-    d->window = 0;
-    d->first = !d->first;
-    memset(d->sec, 0, sizeof d->sec);
-    memset(d->tok, 0, sizeof d->tok);
-    return 1;
-}
+int draft_guard_step(draft_guard *d, int tokens, double sec) { return ab_timing_step(d, tokens, sec); }
 
 int gen_init(gen_loop *g, df_engine *eng, df_session *s, sampler *smp, df_drafter *dr, const gen_opts *o,
              df_error *err)
@@ -441,12 +404,12 @@ static int step(gen_loop *g, df_error *err)
     if (guarded && draft_guard_step(&g->guard, a + 1, now_sec() - t_step)) {
         g->st.guard_rounds = g->guard.rounds;
         g->st.guard_on = g->guard.last;
-        g->st.guard_ms[0] = g->guard.ms_per_tok[0];
-        g->st.guard_ms[1] = g->guard.ms_per_tok[1];
+        g->st.guard_ms[0] = 1e3 * g->guard.mean[0];
+        g->st.guard_ms[1] = 1e3 * g->guard.mean[1];
         char gev[160];
         snprintf(gev, sizeof gev, "{\"draft_guard\":{\"round\":%d,\"drafts\":\"%s\",\"ms_per_token_off\":%.3f,"
                  "\"ms_per_token_on\":%.3f}}",
-                 g->guard.rounds, g->guard.last ? "allowed" : "held off", g->guard.ms_per_tok[0], g->guard.ms_per_tok[1]);
+                 g->guard.rounds, g->guard.last ? "allowed" : "held off", 1e3 * g->guard.mean[0], 1e3 * g->guard.mean[1]);
         df_engine_event(g->eng, gev);
     }
     if (!g->dr) return 0;

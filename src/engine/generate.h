@@ -44,6 +44,7 @@
 #ifndef DF_GENERATE_H
 #define DF_GENERATE_H
 
+#include "ab_timing.h"
 #include "engine.h"
 #include "sampler.h"
 
@@ -110,27 +111,16 @@ typedef struct gen_stats {
  * then it is measured again.  Over a run where drafts lose, the loss is the
  * measuring windows' share of the drafts' own loss: about half a round's
  * tokens in every round plus hold, under 2 % of it once the hold has grown.
- * Pure (time is fed in); drafting never changes tokens, only speed. */
+ * Pure (time is fed in; ab_timing.h); drafting never changes tokens, only speed. */
 #define DG_WINDOW 8
-#define DG_WINDOWS 8
+#define DG_WINDOWS AB_WINDOWS
 #define DG_HOLD_FIRST 128 /* the first round's verdict is the least sure: the drafter and the
                              cost model are still warming up */
 #define DG_HOLD 1024
 #define DG_HOLD_MAX 16384
 #define DG_MARGIN 0.01
 
-typedef struct draft_guard {
-    int window;               /* window of this round, 0..DG_WINDOWS-1 */
-    uint64_t in_window;       /* tokens in the current window */
-    int first;                /* arm of this round's first window */
-    double sec[2];            /* this round's seconds, [off, on] */
-    uint64_t tok[2];          /* and tokens */
-    uint64_t hold;            /* tokens left in the hold (0: measuring) */
-    uint64_t hold_len;        /* the next hold's length */
-    int choice;               /* the arm held */
-    int rounds, last;         /* rounds decided; the last choice (-1 none yet) */
-    double ms_per_tok[2];     /* the last round's, [off, on] */
-} draft_guard;
+typedef ab_timing draft_guard; /* rule: DG_* above; ms per token = 1e3 * mean[] */
 
 void draft_guard_init(draft_guard *d);
 /* Whether the next step may draft. */

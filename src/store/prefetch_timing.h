@@ -1,5 +1,6 @@
 /* prefetch_timing.h - does the router look-ahead prefetch pay, in time?
- * (L2; pure: no clock, no I/O; the engine feeds it measured step times.)
+ * (L2; the counterbalanced controller of ab_timing.h with the prefetch's
+ * rule; pure: the engine feeds it measured step times.)
  *
  * Precision alone does not say: with a large cache a wrong prediction
  * evicts a useful expert, and a prefetch in flight delays the next layer's
@@ -17,30 +18,25 @@
 #ifndef DF_PREFETCH_TIMING_H
 #define DF_PREFETCH_TIMING_H
 
-#include <stdint.h>
+#include "ab_timing.h"
 
 #define PF_TIMING_WINDOW 4
-#define PF_TIMING_WINDOWS 8
+#define PF_TIMING_WINDOWS AB_WINDOWS
 #define PF_TIMING_HOLD 256
 
-typedef struct pf_timing {
-    int window;               /* window being measured in this round, 0..PF_TIMING_WINDOWS-1 */
-    int steps;                /* steps in the current window */
-    int first;                /* the arm of this round's first window: 1 on, 0 off */
-    double sum[2];            /* step seconds this round, [off, on] */
-    int n[2];
-    uint64_t hold;            /* steps left before the next round (0 = measuring) */
-    int choice;               /* during a hold: the decided arm */
-    int rounds;               /* rounds decided */
-    int last;                 /* the last round's choice: 1 on, 0 off, -1 none yet */
-    double mean[2];           /* the last round's mean step seconds, [off, on] */
-} pf_timing;
+typedef ab_timing pf_timing;
 
-void pf_timing_init(pf_timing *t);
+static inline void pf_timing_init(pf_timing *t)
+{
+    /* off only when faster by more than 3 %; the same hold after every round */
+    const ab_rule rule = {.window = PF_TIMING_WINDOW, .hold_first = PF_TIMING_HOLD, .hold = PF_TIMING_HOLD,
+                          .hold_max = PF_TIMING_HOLD, .off_scale = 1.0, .on_scale = 0.97};
+    ab_timing_init(t, &rule);
+}
 /* Whether the next decode step runs with the prefetch on. */
-int pf_timing_active(const pf_timing *t);
+static inline int pf_timing_active(const pf_timing *t) { return ab_timing_on(t); }
 /* Record a decode step that ran with pf_timing_active(t) and took sec;
  * returns 1 when this step completed a round (a decision was made). */
-int pf_timing_step(pf_timing *t, double sec);
+static inline int pf_timing_step(pf_timing *t, double sec) { return ab_timing_step(t, 1, sec); }
 
 #endif
