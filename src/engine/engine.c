@@ -3,8 +3,8 @@
  * Owns the engine lifecycle: the kernels chosen once, the model loaded
  * (model.c / model_gguf.c), the memory plan acted on (engine_plan.c decides),
  * the pool and expert cache created, the trunk resident or streamed, the
- * --heat and --preload warm-ups; and what the engine reports about itself
- * (info, stats, events).  Sessions are session.c (allocation) and
+ * --heat and --preload warm-ups; events.  What the engine reports about
+ * itself (info, stats) is engine_info.c.  Sessions are session.c (allocation) and
  * session_rollback.c (marks, checkpoints); the forward pass is forward.c.
  */
 #define _GNU_SOURCE
@@ -28,13 +28,6 @@
 void df_engine_opts_default(df_engine_opts *o)
 {
     memset(o, 0, sizeof *o);
-}
-
-void df_session_opts_default(df_session_opts *o)
-{
-    memset(o, 0, sizeof *o);
-    o->n_ctx = 4096;
-    o->max_batch = 0; /* the plan's */
 }
 
 
@@ -157,6 +150,7 @@ int df_engine_open(const char *model_dir, const df_engine_opts *opts, df_engine 
     *out = NULL;
     quant_init();
     df_engine *eng = xcalloc(1, sizeof *eng);
+    eng->n_ranks = df_ranks_size();
     if (io_options(eng, opts, err)) {
         free(eng);
         return -1;
@@ -292,115 +286,6 @@ void df_engine_close(df_engine *eng)
     free(eng);
 }
 
-void df_engine_info(const df_engine *eng, df_model_info *info)
-{
-    const k3_config *c = &eng->m.cfg;
-    memset(info, 0, sizeof *info);
-    info->vocab = c->V;
-    info->hidden = c->h;
-    info->n_layers = c->NL;
-    info->n_mla_layers = eng->m.n_mla;
-    info->n_kda_layers = eng->m.n_kda;
-    info->n_experts = c->E;
-    info->n_experts_used = c->k;
-    info->bos_id = c->bos;
-    info->eos_id = c->eos;
-    info->pad_id = c->pad;
-    info->expert_bytes = eng->m.store.expert_bytes;
-    info->ctx_bytes_per_token = (uint64_t)eng->m.n_mla * (uint64_t)(c->Rkv + c->dr) * sizeof(float);
-    info->fixed_state_bytes = (uint64_t)eng->m.n_kda *
-                              ((uint64_t)c->Hk * c->Dk * c->Dk + 3ull * (uint64_t)(c->Wc - 1) * c->P) * sizeof(float);
-    info->kernels = eng->kt ? eng->kt->name : "";
-    info->n_threads = eng->n_threads;
-    info->n_cache_slots = eng->cache.n_slots;
-}
-
-int df_install_describe(const char *dir, df_install_info *out, df_error *err)
-{
-    expert_remote_info ri;
-    memset(out, 0, sizeof *out);
-    int rc = expert_remote_describe(dir, &ri, err);
-    if (rc <= 0) return rc;
-    memcpy(out->base, ri.base, sizeof out->base);
-    memcpy(out->repo, ri.repo, sizeof out->repo);
-    memcpy(out->commit, ri.commit, sizeof out->commit);
-    out->cache_max = ri.cache_max;
-    out->cache_used = ri.cache_used;
-    out->cache_filled = ri.cache_filled;
-    out->cache_slots = ri.cache_slots;
-    out->experts = ri.listed;
-    out->experts_hashed = ri.hashed;
-    return 1;
-}
-
-void df_engine_stats(const df_engine *eng, df_stats *st)
-{
-    memset(st, 0, sizeof *st);
-    st->tokens = eng->tokens;
-    st->expert_hits = eng->cache.hits;
-    st->expert_misses = eng->cache.misses;
-    st->expert_bytes_read = eng->m.store.st.bytes_read;
-    st->expert_bytes_io = eng->m.store.st.bytes_io;
-    st->expert_reads = eng->m.store.st.n_reads;
-    st->io_wait_sec = eng->m.store.st.wait_sec;
-    if (eng->m.store.remote) {
-        const expert_remote_stats *rs = expert_remote_get_stats(eng->m.store.remote);
-        st->streamed = 1;
-        st->remote_fetches = rs->fetches;
-        st->remote_bytes = rs->bytes;
-        st->remote_retries = rs->retries;
-        st->remote_compare_fetches = rs->compare_fetches;
-        st->remote_compare_bytes = rs->compare_bytes;
-        st->remote_copy_mismatches = rs->copy_mismatches;
-        st->disk_cache_hits = rs->disk_hits;
-        st->disk_cache_evictions = rs->evictions;
-        st->remote_sec = rs->fetch_sec;
-        st->io_wait_sec += rs->fetch_sec;
-    }
-    for (int i = 0; i < eng->m.store.n_src && i < 8; i++) st->source_reads[i] = eng->m.store.src[i].reads;
-    st->prefetch_issued = eng->pf.issued;
-    st->prompt_positions = eng->prompt.positions;
-    st->prompt_chunk = eng->prompt.chunk;
-    st->prompt_unique_experts = eng->prompt.unique;
-    st->prompt_expert_reads = eng->prompt.reads;
-    st->prompt_expert_bytes = eng->prompt.bytes;
-    st->prompt_sec = eng->prompt.seconds;
-    st->trunk_bytes_read = eng->ts.bytes_read;
-    st->trunk_wait_sec = eng->ts.wait_sec;
-    st->prefetch_used = eng->cache.pf_used;
-    st->prefetch_wasted = eng->cache.pf_wasted;
-    st->prefetch_late = eng->cache.late;
-    st->prefetch_ab_rounds = eng->pf.timing.rounds;
-    st->prefetch_ab_on = eng->pf.timing.last;
-    st->prefetch_ab_on_ms = 1e3 * eng->pf.timing.mean[1];
-    st->prefetch_ab_off_ms = 1e3 * eng->pf.timing.mean[0];
-    for (int il = 0; il < eng->m.cfg.NL && eng->pf.predicted; il++) {
-        st->prefetch_predicted += eng->pf.predicted[il];
-        st->prefetch_correct += eng->pf.correct[il];
-        st->prefetch_actual += eng->pf.actual[il];
-    }
-}
-
-const char *df_kernels_chosen(void)
-{
-    df_error err = {0};
-    const char *force = getenv("DF_KERNELS");
-    const kernel_table *kt = kernels_select(force, &err);
-    return kt ? kt->name : "none";
-}
-
-int df_io_uring_works(char *why, size_t n)
-{
-    df_error err = {0};
-    io_queue *q = io_queue_new(4, IO_BACKEND_URING, &err);
-    if (!q) {
-        snprintf(why, n, "%s", err.msg);
-        return 0;
-    }
-    io_queue_free(q);
-    return 1;
-}
-
 void df_engine_event(df_engine *eng, const char *json)
 {
     if (!eng->events) return;
@@ -409,8 +294,6 @@ void df_engine_event(df_engine *eng, const char *json)
     fflush(eng->events);
 }
 
-int df_session_pos(const df_session *s) { return s->b.pos; }
-int df_session_n_ctx(const df_session *s) { return s->b.n_ctx; }
 int df_argmax(const float *logits, int n)
 {
     int best = 0;

@@ -43,6 +43,7 @@ void ranks_close(struct df_ranks *R);
 struct df_engine {
     k3_model m;               /* the checkpoint (model.c) */
     struct df_ranks *ranks;   /* experts across processes (ranks.c), or NULL */
+    int n_ranks;              /* processes in the MPI world (df_ranks_size), set before anything is sized */
     int experts_only;         /* df_engine_opts.experts_only */
     trunk_stream ts;
     expert_cache cache;
@@ -113,7 +114,11 @@ uint64_t checkpoint_bytes(const df_engine *eng);
  * asked for there are complete (ok) or dropped */
 void session_ck_settle(df_session *s, int p0, int p1, int ok);
 
-/* place.c: read --expert-path manifests into the store's sources */
+/* expert_paths.c: read --expert-path manifests into the store's sources */
 int engine_use_expert_paths(df_engine *eng, const char *const *dirs, int n, df_error *err);
+/* expert_paths.c: a placed directory's manifest, which place.c writes, and
+ * the name it gives a shard: the path's last component */
+#define PLACE_MANIFEST "deltafin-place.json"
+const char *place_base_name(const char *p);
 
 #endif

@@ -205,6 +205,7 @@ int df_plan_model(const char *path, const df_plan_opts *o, df_plan *p, df_model_
     }
     memset(p, 0, sizeof *p);
     df_engine *eng = xcalloc(1, sizeof *eng);
+    eng->n_ranks = df_ranks_size();
     eng->m.headers_only = 1;
     eng->m.io_mode = IO_BUFFERED; /* no read probe: nothing is read */
     eng->m.io_backend = IO_BACKEND_THREADS;

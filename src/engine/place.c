@@ -1,5 +1,6 @@
-/* place.c - experts on several drives: `deltafin place` and the manifests
- * that `--expert-path DIR` reads.
+/* place.c - experts on several drives: `deltafin place`, which writes the
+ * directories and the manifests that `--expert-path DIR` reads
+ * (expert_paths.c).
  *
  * A placed directory holds, for each model shard that contains experts, a
  * file of the same name and size in which only the assigned experts' byte
@@ -24,89 +25,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-#define MANIFEST "deltafin-place.json"
-
-static const char *base_name(const char *p)
-{
-    const char *b = strrchr(p, '/');
-    return b ? b + 1 : p;
-}
-
-/* Read DIR's manifest into held[n_layers * n_experts]. */
-static int read_manifest(const df_engine *eng, const char *dir, uint8_t *held, df_error *err)
-{
-    const expert_store *st = &eng->m.store;
-    char path[4096], *text;
-    size_t len;
-    snprintf(path, sizeof path, "%s/" MANIFEST, dir);
-    if (read_small_file(path, &text, &len, 64u << 20, err)) {
-        df_err_prefix(err, "--expert-path %s is not a placed expert directory (run 'deltafin place')", dir);
-        return -1;
-    }
-    df_error jerr = {0};
-    json_doc *d = json_parse(text, len, &jerr);
-    free(text);
-    if (!d) return df_err_set(err, DF_ERR_FORMAT, jerr.pos, "%s: %s", path, jerr.msg);
-    int rc = -1;
-    const json_value *r = json_root(d), *shards = json_get(r, "shards"), *layers = json_get(r, "layers");
-    int64_t E;
-    if (json_get_int(r, "experts_per_layer", &E) || E != eng->m.cfg.E || !shards || shards->type != JSON_OBJECT ||
-        !layers || layers->type != JSON_OBJECT) {
-        df_err_set(err, DF_ERR_FORMAT, -1, "%s: not a manifest for this model (expert count or layout)", path);
-        goto done;
-    }
-    for (size_t i = 0; i < shards->len; i++) {
-        int f;
-        for (f = 0; f < st->n_files; f++)
-            if (!strcmp(base_name(st->paths[f]), shards->keys[i])) break;
-        if (f == st->n_files || shards->items[i]->type != JSON_NUMBER ||
-            (uint64_t)shards->items[i]->i != st->files[f].size) {
-            df_err_set(err, DF_ERR_FORMAT, -1, "%s: shard %s does not match the model's", path, shards->keys[i]);
-            goto done;
-        }
-    }
-    for (size_t i = 0; i < layers->len; i++) {
-        char *end;
-        long il = strtol(layers->keys[i], &end, 10);
-        const json_value *ids = layers->items[i];
-        if (*end || il < 0 || il >= eng->m.cfg.NL || !eng->m.cfg.layer_moe[il] || ids->type != JSON_ARRAY) {
-            df_err_set(err, DF_ERR_FORMAT, -1, "%s: bad layer entry \"%s\"", path, layers->keys[i]);
-            goto done;
-        }
-        for (size_t j = 0; j < ids->len; j++) {
-            const json_value *v = ids->items[j];
-            if (v->type != JSON_NUMBER || !v->is_int || v->i < 0 || v->i >= E) {
-                df_err_set(err, DF_ERR_FORMAT, -1, "%s: layer %ld: bad expert id", path, il);
-                goto done;
-            }
-            held[(size_t)il * (size_t)E + (size_t)v->i] = 1;
-        }
-    }
-    rc = 0;
-done:
-    json_free(d);
-    return rc;
-}
-
-int engine_use_expert_paths(df_engine *eng, const char *const *dirs, int n, df_error *err)
-{
-    size_t nk = (size_t)eng->m.cfg.NL * (size_t)eng->m.cfg.E;
-    uint8_t *held[EXPERT_MAX_SOURCES] = {0};
-    int rc = -1;
-    if (n > EXPERT_MAX_SOURCES - 1) {
-        df_err_set(err, DF_ERR_ARG, -1, "at most %d --expert-path directories", EXPERT_MAX_SOURCES - 1);
-        return -1;
-    }
-    for (int d = 0; d < n; d++) {
-        held[d] = xcalloc(nk, 1);
-        if (read_manifest(eng, dirs[d], held[d], err)) goto done;
-    }
-    rc = expert_store_set_sources(&eng->m.store, dirs, n, (const uint8_t *const *)held, eng->m.cfg.layer_moe, err);
-done:
-    for (int d = 0; d < n; d++) free(held[d]);
-    return rc;
-}
 
 static int copy_range(int in, int out, uint64_t off, uint64_t len, uint8_t *buf, size_t cap)
 {
@@ -162,7 +80,7 @@ int df_place(const char *model_dir, const char *const *dirs, int n, int stripe, 
             goto done;
         }
         char m[4096];
-        snprintf(m, sizeof m, "%s/" MANIFEST, dirs[d]);
+        snprintf(m, sizeof m, "%s/" PLACE_MANIFEST, dirs[d]);
         unlink(m); /* the directory is not usable until this place completes */
     }
     for (int il = 0; il < c->NL; il++) {
@@ -178,7 +96,7 @@ int df_place(const char *model_dir, const char *const *dirs, int n, int stripe, 
                 int *fd = &out_fds[d * st->n_files + l->file];
                 if (*fd < 0) {
                     char p[4096];
-                    snprintf(p, sizeof p, "%s/%s", dirs[d], base_name(st->paths[l->file]));
+                    snprintf(p, sizeof p, "%s/%s", dirs[d], place_base_name(st->paths[l->file]));
                     *fd = open(p, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
                     if (*fd < 0 || ftruncate(*fd, (off_t)st->files[l->file].size) != 0) {
                         df_err_set(err, DF_ERR_IO, -1, "%s: cannot create: %s", p, strerror(errno));
@@ -209,7 +127,7 @@ int df_place(const char *model_dir, const char *const *dirs, int n, int stripe, 
             }
         }
         char m[4096], tmp[4200];
-        snprintf(m, sizeof m, "%s/" MANIFEST, dirs[d]);
+        snprintf(m, sizeof m, "%s/" PLACE_MANIFEST, dirs[d]);
         snprintf(tmp, sizeof tmp, "%s.tmp", m);
         FILE *fp = fopen(tmp, "w");
         if (!fp) {
@@ -220,7 +138,7 @@ int df_place(const char *model_dir, const char *const *dirs, int n, int stripe, 
         int first = 1;
         for (int f = 0; f < st->n_files; f++)
             if (out_fds[d * st->n_files + f] >= 0) {
-                fprintf(fp, "%s\"%s\":%llu", first ? "" : ",", base_name(st->paths[f]),
+                fprintf(fp, "%s\"%s\":%llu", first ? "" : ",", place_base_name(st->paths[f]),
                         (unsigned long long)st->files[f].size);
                 first = 0;
             }

@@ -171,7 +171,7 @@ int session_alloc(df_engine *eng, const df_session_opts *opts, int dry, df_sessi
      * (an expert with more runs in pieces), gathered from zp per batch;
      * across ranks the other ranks' rows are posted whole, so all T*k */
     s->b.g_rows = min_sz(Tk, 2 * (size_t)Tb + 256);
-    s->b.g_x_full = df_ranks_size() > 1;
+    s->b.g_x_full = eng->n_ranks > 1;
     ALLOC(s->b.g_x, (s->b.g_x_full ? Tk : s->b.g_rows) * c->Lt);
     ALLOC(s->b.row_pos, Tk);
     ALLOC(s->b.g_h1, s->b.g_rows * c->I);
@@ -272,3 +272,13 @@ void df_session_set_progress(df_session *s, df_progress_fn fn, void *ctx)
     s->progress_ctx = ctx;
 }
 int df_session_max_batch(const df_session *s) { return s->b.max_batch; }
+
+void df_session_opts_default(df_session_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->n_ctx = 4096;
+    o->max_batch = 0; /* the plan's */
+}
+
+int df_session_pos(const df_session *s) { return s->b.pos; }
+int df_session_n_ctx(const df_session *s) { return s->b.n_ctx; }
