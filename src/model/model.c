@@ -26,7 +26,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #define PFX "language_model."
@@ -551,7 +550,7 @@ static int path_join(char *out, size_t n, const char *dir, const char *file, df_
     return 0;
 }
 
-int model_load(k3_model *eng, const char *dir, df_error *err)
+int model_load_safetensors(k3_model *eng, const char *dir, df_error *err)
 {
     char path[PATH_MAX];
     char *text = NULL;
@@ -561,8 +560,6 @@ int model_load(k3_model *eng, const char *dir, df_error *err)
     int rc = -1;
     k3_config *c = &eng->cfg;
 
-    struct stat sb;
-    if (stat(dir, &sb) == 0 && S_ISREG(sb.st_mode)) return model_load_gguf(eng, dir, err);
     if (path_join(path, sizeof path, dir, "config.json", err) ||
         read_small_file(path, &text, &len, 64u << 20, err))
         goto done;

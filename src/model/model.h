@@ -293,7 +293,10 @@ struct gguf_file;
  * embedding's shape); k3_config_free() afterwards either way. */
 int k3_config_from_gguf(const struct gguf_file *g, k3_config *c, df_error *err);
 void k3_config_free(k3_config *c);
+/* model_load.c: a GGUF file (model_load_gguf) or a checkpoint directory */
 int model_load(k3_model *eng, const char *dir, df_error *err);
+/* model.c: a checkpoint directory (config.json, safetensors shards) */
+int model_load_safetensors(k3_model *eng, const char *dir, df_error *err);
 /* Sizes from a config.json alone (eng->headers_only set): a BF16 trunk and MXFP4 experts as K3 ships. */
 int model_load_config_only(k3_model *eng, const char *path, df_error *err);
 void model_unload(k3_model *eng);
