@@ -1,6 +1,7 @@
-/* setup_impl.h - what setup.c (downloads, verification, publishing) and
+/* setup_impl.h - what setup.c (downloads, verification, publishing),
  * setup_stream.c (the streamed install's planning: shard headers, expert
- * and trunk ranges, the manifest, trimming) share.  Private to the two. */
+ * and trunk ranges, the manifest, trimming) and setup_fetch.c (the requests
+ * and hashes both make) share.  Private to the three. */
 #ifndef DF_SETUP_IMPL_H
 #define DF_SETUP_IMPL_H
 
@@ -59,7 +60,14 @@ typedef struct setup {
 } setup;
 
 #define STREAM_MANIFEST "experts.manifest"
+/* every request's attempts (429, 5xx, dropped connections, short bodies) */
+#define SETUP_MAX_TRIES 8
 
+/* setup_fetch.c */
+struct curl_slist;
+/* A libcurl easy handle (a CURL *) with the setup's user agent and
+ * $HF_TOKEN header (*hl: the header list to free with it), or NULL. */
+void *setup_handle_new(const setup *S, struct curl_slist **hl);
 /* GET url into memory (at most max bytes); range "A-B" or NULL; *next gets
  * a Link rel="next" when asked for.  Retried like every request. */
 int setup_get(setup *S, const char *url, const char *range, char **out, size_t *n, size_t max, char *next,
@@ -69,10 +77,12 @@ int setup_get(setup *S, const char *url, const char *range, char **out, size_t *
  * a 206 with the exact Content-Range and length counts. */
 int setup_hash_get(setup *S, const char *url, uint64_t off, uint64_t len, uint64_t size, uint8_t out[32],
                    df_error *err);
-void setup_fail(setup *S, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* The file's SHA-256 (lfs) or git blob id into got (hex), or "(N bytes)"
  * when its size is not f->size. */
 int setup_hash_file(const char *path, const setup_file *f, char *got, size_t n_got, df_error *err);
+
+/* setup.c: the first failure of the workers (later ones are dropped) */
+void setup_fail(setup *S, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* setup_stream.c */
 /* After the listing: every shard's header fetched and parsed, its experts
