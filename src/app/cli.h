@@ -1,6 +1,6 @@
-/* cli.h - shared by the command-line front end's files (cli.c: commands
- * and shared outputs; cli_chat.c: text generation, the chat REPL, tokenize,
- * perplexity; cli_bench.c).  The run options are options.h's (the server
+/* cli.h - shared by the command-line front end's files (cli.c: commands;
+ * cli_common.c: what they share; cli_chat.c: text generation, the chat
+ * REPL, tokenize, perplexity; cli_bench.c).  The run options are options.h's (the server
  * shares them); the server does not include this file. */
 #ifndef DF_CLI_H
 #define DF_CLI_H
@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include "options.h"
 
+/* cli_common.c */
 /* --dump-logits: rows appended to FILE.tmp, renamed into place on success. */
 typedef struct {
     FILE *f;
