@@ -408,23 +408,14 @@ static int write_install(setup *S, df_error *err)
 
 /* ------------------------------------------------------------ command */
 
-static int install(setup *S, int dry_run)
+/* The pieces: whole files, or a streamed shard's trunk ranges (--verify:
+ * the whole shard, cut down once hashed).  Returns the bytes the install
+ * keeps; *peak_extra: the most a --verify shard holds beyond its trunk. */
+static uint64_t cut_pieces(setup *S, uint64_t *peak_extra)
 {
-    df_error err = {0};
-    if (resolve_commit(S, &err) || list_files(S, &err)) {
-        fprintf(stderr, "deltafin: setup: %s\n", err.msg);
-        return 1;
-    }
-    snprintf(S->staging, sizeof S->staging, "%s.partial", S->out);
-    snprintf(S->progress, sizeof S->progress, "%s/" PROGRESS_FILE, S->staging);
-    if (S->stream && stream_plan(S, &err)) {
-        fprintf(stderr, "deltafin: setup: %s\n", err.msg);
-        return 1;
-    }
-    /* pieces: whole files, or a streamed shard's trunk ranges (--verify:
-     * the whole shard, cut down once hashed) */
     int cap = 0;
-    uint64_t keep = 0, peak_extra = 0;
+    uint64_t keep = 0;
+    *peak_extra = 0;
     for (int i = 0; i < S->n_files; i++) {
         setup_file *f = &S->files[i];
         byte_range whole = {0, f->size};
@@ -445,9 +436,17 @@ static int install(setup *S, int dry_run)
             }
         f->n_chunks = S->n_chunks - f->first_chunk;
         keep += S->stream && S->shard[i] ? S->trunk_bytes[i] : f->size;
-        if (S->stream && S->verify && S->shard[i] && f->size - S->trunk_bytes[i] > peak_extra)
-            peak_extra = f->size - S->trunk_bytes[i];
+        if (S->stream && S->verify && S->shard[i] && f->size - S->trunk_bytes[i] > *peak_extra)
+            *peak_extra = f->size - S->trunk_bytes[i];
     }
+    return keep;
+}
+
+/* The progress file read back, then the disk planned and the plan printed
+ * (--dry-run: also the file list).  Returns 0 to go on, 1 when the install
+ * stops here (printed), 2 after a dry run. */
+static int plan_disk(setup *S, uint64_t keep, uint64_t peak_extra, int dry_run)
+{
     S->done = xcalloc((size_t)S->n_chunks + 1, 1);
     load_progress(S);
     for (int i = 0; S->stream && i < S->n_chunks; i++)
@@ -485,7 +484,7 @@ static int install(setup *S, int dry_run)
     if (dry_run) {
         for (int i = 0; i < S->n_files; i++)
             printf("%s %llu %s\n", S->files[i].path, (unsigned long long)S->files[i].size, S->files[i].hash);
-        return 0;
+        return 2;
     }
     if (avail < floor || avail - floor < need) {
         fprintf(stderr,
@@ -493,147 +492,158 @@ static int install(setup *S, int dry_run)
                 "(--reserve)\n",
                 gb(need), S->stream ? "for the trunk, the shards in flight and the disk cache (--disk-cache-max)" : "to fetch",
                 gb(avail), parent, gb(floor));
-        return 1;
+        return 1; /* printed */
     }
+    return 0;
+}
+
+/* DIR.partial and its files, pre-sized and open for writing (S->fds);
+ * -1 (printed) when DIR exists or cannot be made. */
+static int open_staging(setup *S, df_error *err)
+{
     struct stat st;
     if (!stat(S->out, &st)) {
         fprintf(stderr, "deltafin: setup: %s already exists (check it with 'deltafin setup --check %s')\n", S->out,
                 S->out);
-        return 1;
+        return -1;
     }
     if (mkdir(S->staging, 0755) && errno != EEXIST) {
         fprintf(stderr, "deltafin: setup: %s: cannot create: %s\n", S->staging, strerror(errno));
-        return 1;
+        return -1;
     }
     S->fds = xcalloc((size_t)S->n_files, sizeof *S->fds);
     for (int i = 0; i < S->n_files; i++) {
         char p[4400];
         snprintf(p, sizeof p, "%s/%s", S->staging, S->files[i].path);
-        if (mkdirs_for(S->staging, S->files[i].path, &err)) {
-            fprintf(stderr, "deltafin: setup: %s\n", err.msg);
-            return 1;
+        if (mkdirs_for(S->staging, S->files[i].path, err)) {
+            fprintf(stderr, "deltafin: setup: %s\n", err->msg);
+            return -1;
         }
         S->fds[i] = open(p, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
         if (S->fds[i] < 0 || ftruncate(S->fds[i], (off_t)S->files[i].size)) {
             fprintf(stderr, "deltafin: setup: %s: %s\n", p, strerror(errno));
-            return 1;
+            return -1;
         }
     }
-    int tty = isatty(2);
-    double t0 = now_sec();
-    for (int round = 0; round < 2; round++) {
-        pthread_t *th = xcalloc((size_t)S->workers, sizeof *th);
-        char *joined = xcalloc((size_t)S->workers, 1);
-        S->next = 0;
-        for (int w = 0; w < S->workers; w++) pthread_create(&th[w], NULL, worker, S);
-        double last = now_sec(), next_pct = 0.1;
-        for (;;) {
-            struct timespec ts = {0, 200000000L};
-            nanosleep(&ts, NULL);
-            int running = 0;
-            for (int w = 0; w < S->workers; w++) {
-                if (!joined[w] && pthread_tryjoin_np(th[w], NULL) == 0) joined[w] = 1;
-                running |= !joined[w];
-            }
-            if (!running) break;
-            double frac = S->total ? (double)atomic_load(&S->have) / (double)S->total : 1;
-            if (tty || frac >= next_pct || now_sec() - last > 30) {
-                progress_line(S, t0, tty, 0);
-                last = now_sec();
-                while (next_pct <= frac) next_pct += 0.1;
-            }
+    return 0;
+}
+
+/* One round of downloads: the workers until every piece is tried, the
+ * progress printed meanwhile. */
+static void fetch_round(setup *S, double t0, int tty)
+{
+    pthread_t *th = xcalloc((size_t)S->workers, sizeof *th);
+    char *joined = xcalloc((size_t)S->workers, 1);
+    S->next = 0;
+    for (int w = 0; w < S->workers; w++) pthread_create(&th[w], NULL, worker, S);
+    double last = now_sec(), next_pct = 0.1;
+    for (;;) {
+        struct timespec ts = {0, 200000000L};
+        nanosleep(&ts, NULL);
+        int running = 0;
+        for (int w = 0; w < S->workers; w++) {
+            if (!joined[w] && pthread_tryjoin_np(th[w], NULL) == 0) joined[w] = 1;
+            running |= !joined[w];
         }
-        free(th);
-        free(joined);
-        if (atomic_load(&S->failed)) {
-            if (tty) fputc('\n', stderr);
-            fprintf(stderr, "deltafin: setup: %s\ndeltafin: setup: stopped; run the same command again to resume\n",
-                    S->errmsg);
-            return 1;
+        if (!running) break;
+        double frac = S->total ? (double)atomic_load(&S->have) / (double)S->total : 1;
+        if (tty || frac >= next_pct || now_sec() - last > 30) {
+            progress_line(S, t0, tty, 0);
+            last = now_sec();
+            while (next_pct <= frac) next_pct += 0.1;
         }
-        /* every piece is in: hash the files not yet verified */
-        int bad = 0;
-        for (int i = 0; i < S->n_files; i++) {
-            setup_file *f = &S->files[i];
-            if (f->verified) continue;
-            if (S->stream && S->shard[i]) {
-                /* --verify: hashed when complete (here: complete already at a restart) */
-                if (S->verify) {
-                    int rc = stream_finish_shard(S, i, &err);
-                    if (rc < 0 || (rc == 1 && round == 1)) {
-                        fprintf(stderr, "deltafin: setup: %s\n",
-                                rc < 0 ? err.msg : "a shard's SHA-256 did not match twice: nothing was installed");
-                        return 1;
-                    }
-                    if (rc == 1) {
-                        for (int k = 0; k < f->n_chunks; k++) S->done[f->first_chunk + k] = 0;
-                        atomic_store(&S->left[i], f->n_chunks);
-                        atomic_fetch_sub(&S->have, f->size);
-                        bad = 1;
-                    }
-                } else {
-                    /* the trunk fetched twice: both fetches must agree */
-                    byte_range r;
-                    int rc = stream_recheck_shard(S, i, &r, &err);
-                    if (rc < 0) {
-                        fprintf(stderr, "deltafin: setup: %s\n", err.msg);
-                        return 1;
-                    }
-                    if (rc == 1) {
-                        fprintf(stderr,
-                                "deltafin: setup: %s: trunk bytes %llu-%llu differ between two fetches (or were "
-                                "damaged on disk)%s\n",
-                                f->path, (unsigned long long)r.off, (unsigned long long)(r.off + r.len - 1),
-                                round ? ": the mirror serves unstable bytes; nothing was installed" : ": fetching them again");
-                        if (round == 1) return 1;
-                        /* the shard's whole trunk again: the check stopped at the first range */
-                        for (int k = 0; k < f->n_chunks; k++)
-                            if (S->done[f->first_chunk + k]) {
-                                S->done[f->first_chunk + k] = 0;
-                                atomic_fetch_sub(&S->have, S->chunks[f->first_chunk + k].len);
-                            }
-                        bad = 1;
-                    }
+    }
+    free(th);
+    free(joined);
+}
+
+/* Every piece is in: hash the files not yet verified.  Returns -1 when the
+ * install stops (printed), else whether a file must be fetched again
+ * (its pieces marked not done). */
+static int verify_round(setup *S, int round, df_error *err)
+{
+    int bad = 0;
+    for (int i = 0; i < S->n_files; i++) {
+        setup_file *f = &S->files[i];
+        if (f->verified) continue;
+        if (S->stream && S->shard[i]) {
+            /* --verify: hashed when complete (here: complete already at a restart) */
+            if (S->verify) {
+                int rc = stream_finish_shard(S, i, err);
+                if (rc < 0 || (rc == 1 && round == 1)) {
+                    fprintf(stderr, "deltafin: setup: %s\n",
+                            rc < 0 ? err->msg : "a shard's SHA-256 did not match twice: nothing was installed");
+                    return -1;
                 }
-                continue;
+                if (rc == 1) {
+                    for (int k = 0; k < f->n_chunks; k++) S->done[f->first_chunk + k] = 0;
+                    atomic_store(&S->left[i], f->n_chunks);
+                    atomic_fetch_sub(&S->have, f->size);
+                    bad = 1;
+                }
+            } else {
+                /* the trunk fetched twice: both fetches must agree */
+                byte_range r;
+                int rc = stream_recheck_shard(S, i, &r, err);
+                if (rc < 0) {
+                    fprintf(stderr, "deltafin: setup: %s\n", err->msg);
+                    return -1;
+                }
+                if (rc == 1) {
+                    fprintf(stderr,
+                            "deltafin: setup: %s: trunk bytes %llu-%llu differ between two fetches (or were "
+                            "damaged on disk)%s\n",
+                            f->path, (unsigned long long)r.off, (unsigned long long)(r.off + r.len - 1),
+                            round ? ": the mirror serves unstable bytes; nothing was installed" : ": fetching them again");
+                    if (round == 1) return -1;
+                    /* the shard's whole trunk again: the check stopped at the first range */
+                    for (int k = 0; k < f->n_chunks; k++)
+                        if (S->done[f->first_chunk + k]) {
+                            S->done[f->first_chunk + k] = 0;
+                            atomic_fetch_sub(&S->have, S->chunks[f->first_chunk + k].len);
+                        }
+                    bad = 1;
+                }
             }
-            char p[4400], got[80];
-            snprintf(p, sizeof p, "%s/%s", S->staging, f->path);
-            if (fsync(S->fds[i]) || setup_hash_file(p, f, got, sizeof got, &err)) {
-                fprintf(stderr, "deltafin: setup: %s\n", err.msg[0] ? err.msg : strerror(errno));
-                return 1;
-            }
-            if (!strcmp(got, f->hash)) {
-                f->verified = 1;
-                continue;
-            }
-            if (round == 1) {
-                fprintf(stderr,
-                        "deltafin: setup: %s: %s %s, the file list says %s, twice: the mirror serves other bytes; "
-                        "nothing was installed\n",
-                        f->path, f->lfs ? "SHA-256" : "git blob id", got, f->hash);
-                return 1;
-            }
-            fprintf(stderr, "deltafin: setup: %s: %s mismatch (%s, expected %s): fetching it again\n", f->path,
-                    f->lfs ? "SHA-256" : "git blob id", got, f->hash);
-            for (int k = 0; k < f->n_chunks; k++) S->done[f->first_chunk + k] = 0;
-            atomic_fetch_sub(&S->have, f->size);
-            bad = 1;
+            continue;
         }
-        if (save_progress(S, &err)) {
-            fprintf(stderr, "deltafin: setup: %s\n", err.msg);
-            return 1;
+        char p[4400], got[80];
+        snprintf(p, sizeof p, "%s/%s", S->staging, f->path);
+        if (fsync(S->fds[i]) || setup_hash_file(p, f, got, sizeof got, err)) {
+            fprintf(stderr, "deltafin: setup: %s\n", err->msg[0] ? err->msg : strerror(errno));
+            return -1;
         }
-        if (!bad) break;
+        if (!strcmp(got, f->hash)) {
+            f->verified = 1;
+            continue;
+        }
+        if (round == 1) {
+            fprintf(stderr,
+                    "deltafin: setup: %s: %s %s, the file list says %s, twice: the mirror serves other bytes; "
+                    "nothing was installed\n",
+                    f->path, f->lfs ? "SHA-256" : "git blob id", got, f->hash);
+            return -1;
+        }
+        fprintf(stderr, "deltafin: setup: %s: %s mismatch (%s, expected %s): fetching it again\n", f->path,
+                f->lfs ? "SHA-256" : "git blob id", got, f->hash);
+        for (int k = 0; k < f->n_chunks; k++) S->done[f->first_chunk + k] = 0;
+        atomic_fetch_sub(&S->have, f->size);
+        bad = 1;
     }
-    progress_line(S, t0, tty, 1);
+    return bad;
+}
+
+/* The complete staging directory published as DIR (install.json, then the
+ * rename) and the outcome printed; nonzero (printed) on failure. */
+static int publish(setup *S, df_error *err)
+{
     for (int i = 0; i < S->n_files; i++) close(S->fds[i]);
-    if (S->stream && stream_finish(S, &err)) {
-        fprintf(stderr, "deltafin: setup: %s\n", err.msg);
+    if (S->stream && stream_finish(S, err)) {
+        fprintf(stderr, "deltafin: setup: %s\n", err->msg);
         return 1;
     }
-    if (write_install(S, &err)) {
-        fprintf(stderr, "deltafin: setup: %s\n", err.msg);
+    if (write_install(S, err)) {
+        fprintf(stderr, "deltafin: setup: %s\n", err->msg);
         return 1;
     }
     unlink(S->progress);
@@ -656,6 +666,46 @@ static int install(setup *S, int dry_run)
         fprintf(stderr, "deltafin: setup: installed %s (%d files, %.3f GB, every file verified; %.3f GB fetched this run)\n",
                 S->out, S->n_files, gb(S->total), gb(atomic_load(&S->fetched)));
     return 0;
+}
+
+static int install(setup *S, int dry_run)
+{
+    df_error err = {0};
+    if (resolve_commit(S, &err) || list_files(S, &err)) {
+        fprintf(stderr, "deltafin: setup: %s\n", err.msg);
+        return 1;
+    }
+    snprintf(S->staging, sizeof S->staging, "%s.partial", S->out);
+    snprintf(S->progress, sizeof S->progress, "%s/" PROGRESS_FILE, S->staging);
+    if (S->stream && stream_plan(S, &err)) {
+        fprintf(stderr, "deltafin: setup: %s\n", err.msg);
+        return 1;
+    }
+    uint64_t peak_extra;
+    uint64_t keep = cut_pieces(S, &peak_extra);
+    int rc = plan_disk(S, keep, peak_extra, dry_run);
+    if (rc) return rc == 2 ? 0 : 1;
+    if (open_staging(S, &err)) return 1;
+    int tty = isatty(2);
+    double t0 = now_sec();
+    for (int round = 0; round < 2; round++) {
+        fetch_round(S, t0, tty);
+        if (atomic_load(&S->failed)) {
+            if (tty) fputc('\n', stderr);
+            fprintf(stderr, "deltafin: setup: %s\ndeltafin: setup: stopped; run the same command again to resume\n",
+                    S->errmsg);
+            return 1;
+        }
+        int bad = verify_round(S, round, &err);
+        if (bad < 0) return 1;
+        if (save_progress(S, &err)) {
+            fprintf(stderr, "deltafin: setup: %s\n", err.msg);
+            return 1;
+        }
+        if (!bad) break;
+    }
+    progress_line(S, t0, tty, 1);
+    return publish(S, &err);
 }
 
 /* --check DIR: every file of install.json against its hash, offline */
