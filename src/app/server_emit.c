@@ -8,36 +8,6 @@
 
 /* ---- small helpers ------------------------------------------------------ */
 
-void job_unref(job *j)
-{
-    pthread_mutex_lock(&j->mu);
-    int left = --j->refs;
-    pthread_mutex_unlock(&j->mu);
-    if (left) return;
-    free(j->ids);
-    for (int i = 0; i < j->n_stops; i++) free(j->stops[i]);
-    free(j->model);
-    free(j->ctx_edits);
-    resp_job_free(j->rj);
-    gr_grammar_free(j->grammar);
-    gr_matcher_free(j->matcher);
-    json_buf_free(&j->out);
-    for (int i = 0; i < 2; i++) json_buf_free(&j->acc[i]);
-    for (int i = 0; i < 4; i++) json_buf_free(&j->lp[i]);
-    json_buf_free(&j->calls);
-    json_buf_free(&j->gate);
-    pthread_mutex_destroy(&j->mu);
-    pthread_cond_destroy(&j->cv);
-    free(j);
-}
-
-void job_ref(job *j)
-{
-    pthread_mutex_lock(&j->mu);
-    j->refs++;
-    pthread_mutex_unlock(&j->mu);
-}
-
 /* Append to the job's output and wake its connection thread. */
 void out_put(job *j, const char *s, size_t n)
 {
@@ -46,34 +16,6 @@ void out_put(job *j, const char *s, size_t n)
     pthread_cond_broadcast(&j->cv);
     pthread_mutex_unlock(&j->mu);
 }
-
-void bprintf(json_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-void bprintf(json_buf *b, const char *fmt, ...)
-{
-    char tmp[512];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
-    va_end(ap);
-    if (n > 0) json_buf_put(b, tmp, (size_t)n < sizeof tmp ? (size_t)n : sizeof tmp - 1);
-}
-
-/* A JSON string of bytes that may not be valid UTF-8 (single tokens): bad
- * bytes become U+FFFD. */
-void put_str_utf8(json_buf *b, const char *s, size_t n)
-{
-    json_buf t;
-    json_buf_init(&t);
-    for (size_t i = 0; i < n;) {
-        size_t k = utf8_char_len((const unsigned char *)s + i, n - i);
-        if (k) json_buf_put(&t, s + i, k), i += k;
-        else json_buf_puts(&t, "\xEF\xBF\xBD"), i++;
-    }
-    json_write_string(b, t.p ? t.p : "", t.len);
-    json_buf_free(&t);
-}
-
-void put_str(json_buf *b, const char *s) { json_write_string(b, s, strlen(s)); }
 
 /* ---- output: API-shaped events ----------------------------------------- */
 

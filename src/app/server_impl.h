@@ -163,13 +163,15 @@ typedef struct rq_err {
     int stream;         /* the refused request asked for a stream */
 } rq_err;
 
-/* server_emit.c */
-void job_unref(job *j);
-void job_ref(job *j);
-void out_put(job *j, const char *s, size_t n);
+/* server_json.c */
 void bprintf(json_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void put_str_utf8(json_buf *b, const char *s, size_t n);
 void put_str(json_buf *b, const char *s);
+int rq_fail(rq_err *e, int status, const char *param, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+void error_body(json_buf *b, int api, const rq_err *e);
+
+/* server_emit.c */
+void out_put(job *j, const char *s, size_t n);
 void emit_begin(job *j);
 void emit_text(job *j, int ch, const char *s, size_t n);
 void emit_call_begin(job *j, int idx, const char *name);
@@ -184,8 +186,8 @@ const char *finish_name(const job *j);
 int job_constraint(srv *S, job *j, const chat_options *co, rq_err *e);
 
 /* server_request.c */
-int rq_fail(rq_err *e, int status, const char *param, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
-void error_body(json_buf *b, int api, const rq_err *e);
+void job_unref(job *j);
+void job_ref(job *j);
 job *request_job(srv *S, int api, const char *body, size_t len, rq_err *e);
 /* count_only: the prompt alone (Anthropic's count_tokens: no max_tokens,
  * no context check; the job is never run). */

@@ -6,52 +6,36 @@
 #define _GNU_SOURCE
 #include "server_impl.h"
 
-/* ---- request errors ----------------------------------------------------- */
+/* ---- a job's references (created here, freed by its last holder) ------- */
 
-int rq_fail(rq_err *e, int status, const char *param, const char *fmt, ...)
+void job_unref(job *j)
 {
-    e->status = status;
-    if (!e->type) e->type = status == 401 ? "authentication_error" : status == 429 ? "rate_limit_error"
-                          : status == 404 ? "not_found_error" : status >= 500 ? "api_error" : "invalid_request_error";
-    /* both may hold request text (field names, URLs): cut on a character
-     * boundary, never inside a UTF-8 sequence */
-    if (!param) param = "";
-    size_t pn = utf8_cut(param, strlen(param), sizeof e->param - 1);
-    memcpy(e->param, param, pn);
-    e->param[pn] = 0;
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(e->msg, sizeof e->msg, fmt, ap);
-    va_end(ap);
-    if (n >= (int)sizeof e->msg) e->msg[utf8_cut(e->msg, (size_t)n, sizeof e->msg - 1)] = 0;
-    return -1;
+    pthread_mutex_lock(&j->mu);
+    int left = --j->refs;
+    pthread_mutex_unlock(&j->mu);
+    if (left) return;
+    free(j->ids);
+    for (int i = 0; i < j->n_stops; i++) free(j->stops[i]);
+    free(j->model);
+    free(j->ctx_edits);
+    resp_job_free(j->rj);
+    gr_grammar_free(j->grammar);
+    gr_matcher_free(j->matcher);
+    json_buf_free(&j->out);
+    for (int i = 0; i < 2; i++) json_buf_free(&j->acc[i]);
+    for (int i = 0; i < 4; i++) json_buf_free(&j->lp[i]);
+    json_buf_free(&j->calls);
+    json_buf_free(&j->gate);
+    pthread_mutex_destroy(&j->mu);
+    pthread_cond_destroy(&j->cv);
+    free(j);
 }
 
-/* msg and param may quote request bytes (an URL is not even checked to be
- * UTF-8): a byte that is not part of a character is written as U+FFFD, so
- * the body is always valid UTF-8 and JSON. */
-void error_body(json_buf *b, int api, const rq_err *e)
+void job_ref(job *j)
 {
-    if (api == API_MESSAGES) {
-        const char *t = e->status == 413 ? "request_too_large" : e->type;
-        json_buf_puts(b, "{\"type\":\"error\",\"error\":{\"type\":");
-        put_str(b, t);
-        json_buf_puts(b, ",\"message\":");
-        put_str_utf8(b, e->msg, strlen(e->msg));
-        json_buf_puts(b, "}}");
-    } else {
-        json_buf_puts(b, "{\"error\":{\"message\":");
-        put_str_utf8(b, e->msg, strlen(e->msg));
-        json_buf_puts(b, ",\"type\":");
-        put_str(b, e->type);
-        json_buf_puts(b, ",\"param\":");
-        if (e->param[0]) put_str_utf8(b, e->param, strlen(e->param));
-        else json_buf_puts(b, "null");
-        json_buf_puts(b, ",\"code\":");
-        if (e->code) put_str(b, e->code);
-        else json_buf_puts(b, "null");
-        json_buf_puts(b, "}}");
-    }
+    pthread_mutex_lock(&j->mu);
+    j->refs++;
+    pthread_mutex_unlock(&j->mu);
 }
 
 /* ---- request fields ----------------------------------------------------- */

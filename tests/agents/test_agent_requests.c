@@ -24,6 +24,7 @@
 #include "../../src/app/server_anthropic.c"
 #include "../../src/app/server_responses.c"
 #include "../../src/app/server_grammar.c"
+#include "../../src/app/server_json.c"
 #include "harness.h"
 
 #include "../server/server_stubs.h"

@@ -10,6 +10,5 @@ long parse_long(const char *s, const char *flag, long lo, long hi) { (void)flag;
 size_t parse_size(const char *s, const char *flag) { (void)flag; return (size_t)atol(s); }
 void parse_common(int argc, char **argv, run_args *a) { (void)argc; (void)argv; memset(a, 0, sizeof *a); }
 df_engine *open_engine(const run_args *a) { (void)a; abort(); }
-double now(void) { return now_sec(); }
 
 #endif
