@@ -256,9 +256,11 @@ static slot *copy_target(srv *S, const job *j, const slot *src)
     return dst;
 }
 
-static void run_job(srv *S, job *j)
+/* The slot this job runs in: the one that keeps most of its prompt (*from
+ * ids), or a copy of that prefix in another slot when it belongs to
+ * another conversation. */
+static slot *pick_slot(srv *S, job *j, size_t *from_out)
 {
-    double t0 = now_sec();
     slot *sl = &S->slots[0];
     size_t from = reusable(sl, j);
     for (int i = 1; i < S->n_slots; i++) {
@@ -302,6 +304,15 @@ static void run_job(srv *S, job *j)
             pcache_save(S, sl); /* rewound in place: its conversation leaves it */
         }
     }
+    *from_out = from;
+    return sl;
+}
+
+/* The slot's session made to hold the job's first `from` prompt ids: a saved
+ * conversation (--prompt-cache) that keeps more, or the slot rewound, or
+ * emptied; returns the ids it holds. */
+static size_t sync_slot(srv *S, job *j, slot *sl, size_t from)
+{
     /* a saved conversation (--prompt-cache) that keeps more of the prompt */
     char cpath[1024];
     int cached = pcache_find(S, j, from, cpath, sizeof cpath);
@@ -330,7 +341,14 @@ static void run_job(srv *S, job *j)
     sl->key = j->conv_key;
     j->n_reused = (int)from;
     j->gate_ch = -1;
-    emit_begin(j);
+    return from;
+}
+
+/* The prompt's ids past `from` evaluated, checkpoints asked for on the way;
+ * feed's result (0 done, 1 the client left, 2 --timeout, -1 error). */
+static int feed_prompt(srv *S, job *j, slot *sl, size_t from)
+{
+    df_error rerr = {0};
     /* checkpoints, taken inside the prompt's passes (no pass is split):
      * where each message of the prompt ends, the latest first (the next
      * turn's prompt parts from this reply's reasoning after the last one;
@@ -362,6 +380,14 @@ static void run_job(srv *S, job *j)
                 "for the same request sent again\n", j->id, rc == 2 ? "--timeout passed" : "the client left", n_done,
                 j->n_ids, n_done - from);
     }
+    return rc;
+}
+
+/* The reply: tokens sampled, parsed and emitted until it ends, then the
+ * finish (or the cancellation) delivered; rc is feed_prompt's.
+ * *t_first: when the first token came (0: none). */
+static void generate_reply(srv *S, job *j, slot *sl, int rc, double *t_first_out)
+{
     sampler_reset(&S->smp, j->temperature, j->top_p, 0, j->seed);
     tok_decoder dec;
     tok_decoder_init(&dec, S->tok);
@@ -432,6 +458,12 @@ static void run_job(srv *S, job *j)
         pthread_cond_broadcast(&j->cv);
         pthread_mutex_unlock(&j->mu);
     }
+    *t_first_out = t_first;
+}
+
+/* The job's numbers into the server's counters (/health, /metrics). */
+static void account_job(srv *S, const job *j, size_t from, double t0, double t_first)
+{
     double t1 = now_sec();
     pthread_mutex_lock(&S->mu);
     S->tok_prompt += j->n_ids - from;
@@ -450,6 +482,19 @@ static void run_job(srv *S, job *j)
         S->gstats.accepted += g->accepted;
     }
     pthread_mutex_unlock(&S->mu);
+}
+
+static void run_job(srv *S, job *j)
+{
+    double t0 = now_sec();
+    size_t from;
+    slot *sl = pick_slot(S, j, &from);
+    from = sync_slot(S, j, sl, from);
+    emit_begin(j);
+    int rc = feed_prompt(S, j, sl, from);
+    double t_first;
+    generate_reply(S, j, sl, rc, &t_first);
+    account_job(S, j, from, t0, t_first);
     if (j->fin == FIN_ERROR) {
         gen_reset(&sl->gl);
     } else if (j->prompt_cut) {
@@ -808,10 +853,11 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
 
 /* ---- command ------------------------------------------------------------ */
 
-int cmd_serve(int argc, char **argv)
+/* serve's defaults and its own options (the rest go to parse_common, in
+ * S->a); *parallel: --parallel or 0.  Returns the arguments left to
+ * parse_common (the caller frees them). */
+static char **serve_options(srv *S, int argc, char **argv, int *parallel_out)
 {
-    static srv S_;
-    srv *S = &S_;
     S->host = "127.0.0.1";
     S->port = 8080;
     S->queue_max = 16;
@@ -854,6 +900,7 @@ int cmd_serve(int argc, char **argv)
     rest[n_rest] = NULL;
     parse_common(n_rest, rest, &S->a);
     S->a.checkpoints = checkpoints;
+    *parallel_out = parallel;
     if (!S->name) {
         /* the model directory's name ("checkpoint" names its parent) */
         char *m = xstrdup(S->a.model), *base;
@@ -866,6 +913,114 @@ int cmd_serve(int argc, char **argv)
         S->name = base ? base + 1 : m;
         if (!*S->name) S->name = "kimi-k3";
     }
+    return rest;
+}
+
+/* The sessions' options: the context (--ctx, else the plan's), the
+ * checkpoints (--checkpoints, else the plan's), the batch, the draft rows. */
+static void serve_session_opts(srv *S, df_session_opts *so)
+{
+    df_session_opts_default(so);
+    df_plan plan;
+    df_engine_plan(S->eng, &plan);
+    if (S->a.ctx) so->n_ctx = S->a.ctx;
+    else so->n_ctx = plan.n_ctx;
+    if (S->a.checkpoints < 0) S->a.checkpoints = plan.checkpoints;
+    if (S->a.batch) so->max_batch = S->a.batch;
+    if (drafting(&S->a)) so->rollback_rows = draft_rows(&S->a);
+    so->checkpoints = S->a.checkpoints;
+}
+
+/* How a user, assistant or tool message opens, as ids (S->turn_open):
+ * none when the tokenizer lacks the specials. */
+static void find_turn_opens(srv *S)
+{
+    df_error err = {0};
+    /* segment by segment as the template encodes it: <|open|> "message"
+     * " role" "=\"" ROLE */
+    static const char *const turn_roles[3] = {"user", "assistant", "tool"};
+    int32_t open_id = tokenizer_special_id(S->tok, "<|open|>");
+    for (int r = 0; r < 3 && open_id >= 0 && S->end_of_msg >= 0; r++) {
+        const char *const segs[4] = {"message", " role", "=\"", turn_roles[r]};
+        int32_t *t = NULL;
+        size_t n = 0, cap = 0;
+        int ok = 1;
+        for (int k = 0; k < 4 && ok; k++) ok = !tokenizer_encode(S->tok, segs[k], strlen(segs[k]), 0, &t, &n, &cap, &err);
+        if (ok && n + 1 <= sizeof S->turn_open[r] / sizeof S->turn_open[r][0]) {
+            S->turn_open[r][0] = open_id;
+            memcpy(S->turn_open[r] + 1, t, n * sizeof *t);
+            S->turn_len[r] = n + 1;
+        }
+        err = (df_error){0};
+        free(t);
+    }
+}
+
+/* --parallel N sessions, each refused with the numbers when the plan has
+ * no room; without it, as many as fit, up to 4.  Nonzero (printed) when
+ * none (or not all N) can be made. */
+static int open_slots(srv *S, const df_session_opts *so, int parallel)
+{
+    df_error err = {0};
+    int want = parallel > 0 ? parallel : 4;
+    S->slots = xcalloc((size_t)want, sizeof *S->slots);
+    for (int i = 0; i < want; i++) {
+        if (df_session_new(S->eng, so, &S->slots[i].s, &err)) {
+            if (parallel > 0 || i == 0) {
+                fprintf(stderr, "deltafin: session %d of %d: %s\n", i + 1, want, err.msg);
+                return 1;
+            }
+            err = (df_error){0};
+            break;
+        }
+        S->n_slots++;
+    }
+    return 0;
+}
+
+/* After SIGINT or SIGTERM: HTTP stopped, the worker joined, the kept
+ * conversations saved (--prompt-cache), everything freed. */
+static void serve_stop(srv *S, struct MHD_Daemon *d, pthread_t worker)
+{
+    fprintf(stderr, "deltafin: stopping\n");
+    MHD_stop_daemon(d);
+    pthread_mutex_lock(&S->mu);
+    S->stop = 1;
+    pthread_cond_broadcast(&S->cv);
+    pthread_mutex_unlock(&S->mu);
+    pthread_join(worker, NULL);
+    for (int i = 0; i < S->n_slots; i++) {
+        slot *sl = &S->slots[i];
+        /* the conversations kept are saved for the next start */
+        if (sl->hist_ok && (!sl->last || atomic_load(&sl->last->delivered))) pcache_save(S, sl);
+        if (sl->last) job_unref(sl->last);
+    }
+    while (S->head) {
+        job *j = S->head;
+        S->head = j->next;
+        job_unref(j);
+    }
+    chat_parser_free(S->parser);
+    for (int i = 0; i < S->n_slots; i++) {
+        gen_free(&S->slots[i].gl);
+        df_session_free(S->slots[i].s);
+    }
+    free(S->slots);
+    free(S->pc_ids);
+    resp_store_free(S->rstore);
+    df_drafter_free(S->dr);
+    df_engine_close(S->eng);
+    tokenizer_free(S->tok);
+    sampler_free(&S->smp);
+    free(S->dbuf);
+}
+
+int cmd_serve(int argc, char **argv)
+{
+    static srv S_;
+    srv *S = &S_;
+    int parallel;
+    char **rest = serve_options(S, argc, argv, &parallel);
     pthread_mutex_init(&S->mu, NULL);
     pthread_cond_init(&S->cv, NULL);
     S->rstore = resp_store_new();
@@ -912,53 +1067,14 @@ int cmd_serve(int argc, char **argv)
         return 1;
     }
     df_session_opts so;
-    df_session_opts_default(&so);
-    df_plan plan;
-    df_engine_plan(S->eng, &plan);
-    if (S->a.ctx) so.n_ctx = S->a.ctx;
-    else so.n_ctx = plan.n_ctx;
-    if (S->a.checkpoints < 0) S->a.checkpoints = plan.checkpoints;
-    if (S->a.batch) so.max_batch = S->a.batch;
-    if (drafting(&S->a)) so.rollback_rows = draft_rows(&S->a);
-    so.checkpoints = S->a.checkpoints;
+    serve_session_opts(S, &so);
     S->end_of_msg = tokenizer_special_id(S->tok, "<|end_of_msg|>");
-    /* how a user, assistant or tool message opens, segment by segment as
-     * the template encodes it: <|open|> "message" " role" "=\"" ROLE */
-    static const char *const turn_roles[3] = {"user", "assistant", "tool"};
-    int32_t open_id = tokenizer_special_id(S->tok, "<|open|>");
-    for (int r = 0; r < 3 && open_id >= 0 && S->end_of_msg >= 0; r++) {
-        const char *const segs[4] = {"message", " role", "=\"", turn_roles[r]};
-        int32_t *t = NULL;
-        size_t n = 0, cap = 0;
-        int ok = 1;
-        for (int k = 0; k < 4 && ok; k++) ok = !tokenizer_encode(S->tok, segs[k], strlen(segs[k]), 0, &t, &n, &cap, &err);
-        if (ok && n + 1 <= sizeof S->turn_open[r] / sizeof S->turn_open[r][0]) {
-            S->turn_open[r][0] = open_id;
-            memcpy(S->turn_open[r] + 1, t, n * sizeof *t);
-            S->turn_len[r] = n + 1;
-        }
-        err = (df_error){0};
-        free(t);
-    }
+    find_turn_opens(S);
     if (chat_parser_new(S->tok, 1, &S->parser, &err)) {
         fprintf(stderr, "deltafin: %s\n", err.msg);
         return 1;
     }
-    /* --parallel N sessions, each refused with the numbers when the plan
-     * has no room; without it, as many as fit, up to 4 */
-    int want = parallel > 0 ? parallel : 4;
-    S->slots = xcalloc((size_t)want, sizeof *S->slots);
-    for (int i = 0; i < want; i++) {
-        if (df_session_new(S->eng, &so, &S->slots[i].s, &err)) {
-            if (parallel > 0 || i == 0) {
-                fprintf(stderr, "deltafin: session %d of %d: %s\n", i + 1, want, err.msg);
-                return 1;
-            }
-            err = (df_error){0};
-            break;
-        }
-        S->n_slots++;
-    }
+    if (open_slots(S, &so, parallel)) return 1;
     S->n_ctx = so.n_ctx;
     server_set_caps(S);
     S->pc_ids = xmalloc((size_t)S->n_ctx * sizeof *S->pc_ids);
@@ -984,37 +1100,7 @@ int cmd_serve(int argc, char **argv)
     int sig = 0;
     sigwait(&sigs, &sig);
     while (sig == SIGPIPE) sigwait(&sigs, &sig);
-    fprintf(stderr, "deltafin: stopping\n");
-    MHD_stop_daemon(d);
-    pthread_mutex_lock(&S->mu);
-    S->stop = 1;
-    pthread_cond_broadcast(&S->cv);
-    pthread_mutex_unlock(&S->mu);
-    pthread_join(worker, NULL);
-    for (int i = 0; i < S->n_slots; i++) {
-        slot *sl = &S->slots[i];
-        /* the conversations kept are saved for the next start */
-        if (sl->hist_ok && (!sl->last || atomic_load(&sl->last->delivered))) pcache_save(S, sl);
-        if (sl->last) job_unref(sl->last);
-    }
-    while (S->head) {
-        job *j = S->head;
-        S->head = j->next;
-        job_unref(j);
-    }
-    chat_parser_free(S->parser);
-    for (int i = 0; i < S->n_slots; i++) {
-        gen_free(&S->slots[i].gl);
-        df_session_free(S->slots[i].s);
-    }
-    free(S->slots);
-    free(S->pc_ids);
-    resp_store_free(S->rstore);
-    df_drafter_free(S->dr);
-    df_engine_close(S->eng);
-    tokenizer_free(S->tok);
-    sampler_free(&S->smp);
-    free(S->dbuf);
+    serve_stop(S, d, worker);
     free(rest);
     return 0;
 }
