@@ -141,7 +141,7 @@ test-san:
 # tokenizer against tiktoken, the server against the real SDKs, and the
 # forward pass against llama.cpp.
 check:
-	tools/check_layers.sh
+	BUILD=$(BUILD) tools/check_layers.sh
 	$(MAKE) --no-print-directory WERROR=1 test
 	$(MAKE) --no-print-directory fuzz-run FUZZ_SECONDS=$${FUZZ_SECONDS:-10}
 	$(MAKE) --no-print-directory tokenizer-oracle
