@@ -15,7 +15,6 @@
  * i mod n).
  */
 #define _GNU_SOURCE
-#include "json.h"
 #include "engine_impl.h"
 #include "util.h"
 
