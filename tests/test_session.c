@@ -73,19 +73,43 @@ static float *reference(df_engine *eng, int V)
     return want;
 }
 
-static void test_checkpoints(void)
+/* The checkpoint tests' model, its one-at-a-time reference logits, room
+ * for a run's and the ids. */
+typedef struct ck_fixture {
+    df_engine *eng;
+    int V;
+    float *want, *got;
+    int32_t ids[N];
+} ck_fixture;
+
+static int ck_open(ck_fixture *f)
 {
     const char *dir = model("sess_a", 21);
-    if (!dir) return;
-    df_engine *eng = open_model(dir);
-    if (!eng) return;
+    if (!dir || !(f->eng = open_model(dir))) return -1;
     df_model_info info;
-    df_engine_info(eng, &info);
-    int V = info.vocab;
-    float *want = reference(eng, V);
-    float *got = malloc((size_t)N * V * sizeof *got);
-    int32_t ids[N];
-    for (int i = 0; i < N; i++) ids[i] = tok(i);
+    df_engine_info(f->eng, &info);
+    f->V = info.vocab;
+    f->want = reference(f->eng, f->V);
+    f->got = malloc((size_t)N * f->V * sizeof *f->got);
+    for (int i = 0; i < N; i++) f->ids[i] = tok(i);
+    return 0;
+}
+
+static void ck_close(ck_fixture *f)
+{
+    free(f->want);
+    free(f->got);
+    df_engine_close(f->eng);
+}
+
+static void test_checkpoints(void)
+{
+    ck_fixture f;
+    if (ck_open(&f)) return;
+    df_engine *eng = f.eng;
+    int V = f.V;
+    float *want = f.want, *got = f.got;
+    const int32_t *ids = f.ids;
     df_session *s = new_session(eng, 256, 2);
     df_error err = {0};
     TCHECK(df_session_eval(s, ids, 10, got, 0, &err) == 0 && df_session_checkpoint(s, &err) == 0);
@@ -128,9 +152,7 @@ static void test_checkpoints(void)
     s = new_session(eng, 256, 0);
     TCHECK(df_session_checkpoint(s, E0) == -1);
     df_session_free(s);
-    free(want);
-    free(got);
-    df_engine_close(eng);
+    ck_close(&f);
 }
 
 /* Checkpoints asked for ahead (df_session_checkpoint_at) are taken inside
@@ -138,17 +160,12 @@ static void test_checkpoints(void)
  * evaluated exactly that far, the pass itself is not split. */
 static void test_checkpoints_inside(void)
 {
-    const char *dir = model("sess_a", 21);
-    if (!dir) return;
-    df_engine *eng = open_model(dir);
-    if (!eng) return;
-    df_model_info info;
-    df_engine_info(eng, &info);
-    int V = info.vocab;
-    float *want = reference(eng, V);
-    float *got = malloc((size_t)N * V * sizeof *got);
-    int32_t ids[N];
-    for (int i = 0; i < N; i++) ids[i] = tok(i);
+    ck_fixture f;
+    if (ck_open(&f)) return;
+    df_engine *eng = f.eng;
+    int V = f.V;
+    float *want = f.want, *got = f.got;
+    const int32_t *ids = f.ids;
     df_error err = {0};
     for (int rb = 0; rb < 2; rb++) {
         /* chunks of 32 positions; row blocks of the default size, then of 8 */
@@ -180,9 +197,7 @@ static void test_checkpoints_inside(void)
     df_session *s = new_session(eng, 256, 0);
     TCHECK(df_session_checkpoint_at(s, 4, E0) == -1 && strstr(err.msg, "no checkpoints"));
     df_session_free(s);
-    free(want);
-    free(got);
-    df_engine_close(eng);
+    ck_close(&f);
 }
 
 static long file_size(const char *p)

@@ -67,6 +67,13 @@ struct df_engine {
     int model_id_ok;
 };
 
+/* The events observer's snapshot of a chunk's start (observe.c). */
+typedef struct chunk_obs {
+    double t_start, t_layer;
+    uint64_t hits0, miss0, bytes0, pfi0, pfu0, late0;
+    double wait0;
+} chunk_obs;
+
 struct df_session {
     df_engine *eng;
     session_bufs b;           /* state and scratch (model.h) */
@@ -74,9 +81,9 @@ struct df_session {
     df_progress_fn progress;  /* between chunks of a long eval, or NULL */
     void *progress_ctx;
     dbg_record *dbg;          /* optional, owned by the caller */
-    int nf_layer;             /* the first layer whose rows held a NaN/infinity in this chunk
-                               * (-1: the embedding, NL: the output head, INT_MAX: none) */
-    const char *nf_part;      /* which part of it */
+    struct sched_step *sched; /* a chunk's steps (schedule.c), room for the largest chunk */
+    size_t sched_cap;
+    chunk_obs obs;            /* the events observer's counters at the chunk's start (observe.c) */
 };
 
 /* session_file.c: the model's identity (config, trunk table, the content
@@ -113,6 +120,13 @@ uint64_t checkpoint_bytes(const df_engine *eng);
 /* session_rollback.c: after a pass over positions (p0, p1], the checkpoints
  * asked for there are complete (ok) or dropped */
 void session_ck_settle(df_session *s, int p0, int p1, int ok);
+
+/* observe.c: the observers of a forward pass (debug records, the route
+ * trace, the events line with layer timings), subscribed to the points the
+ * schedule and the layer function offer (model.h probe_ev).  wanted: any
+ * of them is on for this session (else the pass offers nothing). */
+int observe_wanted(const df_session *s);
+void observe_probe(void *ctx, const probe_ev *ev);
 
 /* expert_paths.c: read --expert-path manifests into the store's sources */
 int engine_use_expert_paths(df_engine *eng, const char *const *dirs, int n, df_error *err);

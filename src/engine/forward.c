@@ -1,10 +1,12 @@
 /* forward.c - the forward pass over a chunk of positions (spec section 4.2):
- * the embedding, per layer the AttnRes mixes and block boundary
- * bookkeeping, attention (kda.c, mla.c) and the FFN (moe.c, the routed
- * experts over all rows of the chunk with a wavefront of early reads), the
- * final mix, norm and lm_head; and df_session_eval, which cuts an input into
- * chunks and runs them under the allocation guard.  Observation (debug
- * records, the route trace, events, prompt accounting) is here too for now.
+ * the embedding, then the chunk's schedule (schedule.c: the steps in order)
+ * run step by step, each layer step by the layer function (model/layer.c
+ * k3_layer_forward), the streamed trunk's layers made present and the
+ * router look-ahead prefetch between them, then the output mix, norm and
+ * lm_head; and df_session_eval, which cuts an input into chunks and runs
+ * them under the allocation guard.  Observers (debug records, the route
+ * trace, the events line) see the pass only at the points it offers
+ * (observe.c); the prompt's accounting is df_session_eval's.
  */
 #define _GNU_SOURCE
 #include "heat.h"
@@ -16,6 +18,7 @@
 #include "mathfn.h"
 #include "quant.h"
 #include "util.h"
+#include "schedule.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -52,191 +55,14 @@ static int embed_rows(const df_engine *eng, const int32_t *ids, int T, float *H,
     return 0;
 }
 
-static void add_rows(float *dst, const float *src, size_t n)
-{
-    for (size_t i = 0; i < n; i++) dst[i] = dst[i] + src[i];
-}
-
-/* Non-finite values.  A NaN or infinity in a weight (or an overflow)
- * spreads through every later layer into the logits, and greedy decoding
- * of NaN logits is token 0 forever.  So the rows a part of a layer adds to
- * the residual stream are tested where they are added (an exponent test
- * per float, integer OR: O(h) per row against the part's O(h^2) work, and
- * no effect on any value), the earliest layer and part is kept, and the
- * chunk fails at its end with an error naming it.  The logits are tested
- * too (the output norm and lm_head). */
-static int any_nonfinite(const float *x, size_t n)
-{
-    uint32_t bad = 0;
-    for (size_t i = 0; i < n; i++) {
-        uint32_t u;
-        memcpy(&u, x + i, sizeof u);
-        bad |= (uint32_t)((u & 0x7f800000u) == 0x7f800000u);
-    }
-    return bad != 0;
-}
-
-static void check_finite(df_session *s, const float *x, size_t n, int layer, const char *part)
-{
-    if (s->nf_layer <= layer) return; /* already seen no later than this */
-    if (any_nonfinite(x, n)) {
-        s->nf_layer = layer;
-        s->nf_part = part;
-    }
-}
-
-/* Row-local work of a chunk (norms, the residual mixes) on every worker
- * when there are enough rows: a row's result is its own, whatever the split. */
-typedef struct rows_ctx {
-    const float *x, *w, *anc;
-    int n, n_anc;
-    size_t astride;
-    float eps;
-    float *y, *probs;
-} rows_ctx;
-
-static void norm_range(void *v, size_t a, size_t b, int worker)
-{
-    (void)worker;
-    const rows_ctx *r = v;
-    for (size_t t = a; t < b; t++) rmsnorm(r->x + t * r->n, r->w, r->n, r->eps, r->y + t * r->n);
-}
-
-static void mix_range(void *v, size_t a, size_t b, int worker)
-{
-    (void)worker;
-    const rows_ctx *r = v;
-    size_t n = (size_t)r->n;
-    attnres_mix(r->anc + a * n, r->n_anc, r->astride, r->x + a * n, (int)(b - a), r->n, r->w, r->eps, r->y + a * n,
-                r->probs ? r->probs + a * (size_t)(r->n_anc + 1) : NULL);
-}
-
-enum { ROWS_PAR_MIN = 16 };
-
-static void norm_rows(threadpool *pool, const float *x, const float *w, int T, int n, float eps, float *y)
-{
-    rows_ctx r = {.x = x, .w = w, .n = n, .eps = eps, .y = y};
-    if (T < ROWS_PAR_MIN) norm_range(&r, 0, (size_t)T, 0);
-    else parallel_for(pool, (size_t)T, 4, norm_range, &r);
-}
-
-/* attnres_mix over T rows (probs: [T][n_anc+1] or NULL) */
-static void mix_rows(threadpool *pool, const float *anc, int n_anc, size_t astride, const float *p, int T, int n,
-                     const float *nwpw, float eps, float *out, float *probs)
-{
-    rows_ctx r = {.x = p, .w = nwpw, .anc = anc, .n = n, .n_anc = n_anc, .astride = astride, .eps = eps, .y = out,
-                  .probs = probs};
-    if (T < ROWS_PAR_MIN) mix_range(&r, 0, (size_t)T, 0);
-    else parallel_for(pool, (size_t)T, 4, mix_range, &r);
-}
-
-/* Route trace: one JSON line per (position, MoE layer), experts in route
- * order with their weights (--trace; the input of `deltafin cachesim`). */
-static void trace_routes(const df_session *s, int il, int T)
-{
-    const df_engine *eng = s->eng;
-    int k = eng->m.cfg.k;
-    for (int t = 0; t < T; t++) {
-        fprintf(eng->trace, "{\"pos\":%d,\"layer\":%d,\"experts\":[", s->b.pos + t, il);
-        for (int j = 0; j < k; j++) fprintf(eng->trace, "%s%d", j ? "," : "", s->b.route_ids[t * k + j]);
-        fprintf(eng->trace, "],\"weights\":[");
-        for (int j = 0; j < k; j++) fprintf(eng->trace, "%s%.7g", j ? "," : "", (double)s->b.route_w[t * k + j]);
-        fprintf(eng->trace, "]}\n");
-    }
-}
-
-/* Rows [t0, t0 + nt) of layer il up to the MoE block's routed experts:
- * the residual mix, attention (at positions pos0 + t0...), and then either
- * the dense MLP (added to H) or the MoE router (moe_route; with the shared
- * experts' gate and up when the chunk is one block).  dl: the debug record
- * when this block holds the chunk's last position (row ld). */
-static int layer_rows(df_session *s, int il, int t0, int nt, int n_anc, int pos0, int one_block, dbg_layer *dl,
-                      int ld, df_error *err)
-{
-    df_engine *eng = s->eng;
-    const model_ctx *mc = &eng->mc;
-    const k3_config *c = &eng->m.cfg;
-    const k3_layer *L = &eng->m.layers[il];
-    size_t h = (size_t)c->h, nh = (size_t)nt * h;
-    size_t astride = (size_t)s->b.max_batch * h;
-    float *H = s->b.H + (size_t)t0 * h;
-    const float *anc = s->b.anchors + (size_t)t0 * h;
-    int boundary = il % c->B == 0;
-    const float *ain = H;
-    if (n_anc) {
-        mix_rows(eng->pool, anc, n_anc, astride, H, nt, (int)h, L->attn_res_nwpw, c->eps, s->b.ain, s->b.probs);
-        ain = s->b.ain;
-    }
-    if (dl) {
-        dl->n_attn_probs = n_anc + 1;
-        for (int j = 0; j <= n_anc; j++) dl->attn_probs[j] = n_anc ? s->b.probs[(size_t)ld * (n_anc + 1) + j] : 1.0;
-        dl->attn_input_norm = l2norm(ain + (size_t)ld * h, (int)h);
-    }
-    if (boundary) memcpy(s->b.anchors + (size_t)n_anc++ * astride + (size_t)t0 * h, H, nh * sizeof(float));
-    norm_rows(eng->pool, ain, L->input_ln, nt, (int)h, c->eps, s->b.xn);
-    s->b.pos = pos0 + t0;
-    int rc = 0;
-    if (L->kind == LAYER_KDA) kda_forward(mc, &s->b, L, s->b.xn, nt, s->b.att);
-    else rc = mla_forward(mc, &s->b, L, s->b.xn, nt, s->b.att, err);
-    s->b.pos = pos0;
-    if (rc) return -1;
-    if (boundary) memcpy(H, s->b.att, nh * sizeof(float));
-    else add_rows(H, s->b.att, nh);
-    check_finite(s, H, nh, il, L->kind == LAYER_KDA ? "KDA attention" : "MLA attention");
-    mix_rows(eng->pool, anc, n_anc, astride, H, nt, (int)h, L->mlp_res_nwpw, c->eps, s->b.min, s->b.probs);
-    if (dl) {
-        dl->attn_output_norm = l2norm(s->b.att + (size_t)ld * h, (int)h);
-        dl->n_mlp_probs = n_anc + 1;
-        for (int j = 0; j <= n_anc; j++) dl->mlp_probs[j] = s->b.probs[(size_t)ld * (n_anc + 1) + j];
-        dl->mlp_input_norm = l2norm(s->b.min + (size_t)ld * h, (int)h);
-    }
-    norm_rows(eng->pool, s->b.min, L->post_ln, nt, (int)h, c->eps, s->b.y);
-    if (L->moe) {
-        moe_route(mc, &s->b, L, s->b.y, t0, nt, one_block);
-    } else {
-        dense_mlp_forward(mc, &s->b, L, s->b.y, nt, s->b.ffn);
-        add_rows(H, s->b.ffn, nh);
-        check_finite(s, H, nh, il, "dense MLP");
-        if (dl) dl->mlp_output_norm = l2norm(s->b.ffn + (size_t)ld * h, (int)h);
-    }
-    return 0;
-}
-
-/* Rows [t0, t0 + nt) of MoE layer il after its routed experts ran: the
- * shared experts (unless one_block: done during the reads) and the routed
- * sum, added to H.  n_anc: the anchors layer il mixes.  dl: its debug
- * record, filled when the block holds the chunk's last position dt. */
-static void finish_block(df_session *s, int il, int n_anc, int t0, int nt, int one_block, dbg_layer *dl, int dt,
-                         int tl)
-{
-    df_engine *eng = s->eng;
-    const k3_config *c = &eng->m.cfg;
-    const k3_layer *L = &eng->m.layers[il];
-    size_t h = (size_t)c->h, astride = (size_t)s->b.max_batch * h;
-    float *H = s->b.H + (size_t)t0 * h;
-    if (!one_block) {
-        /* the block's MoE input again, from the unchanged H and anchors */
-        mix_rows(eng->pool, s->b.anchors + (size_t)t0 * h, n_anc, astride, H, nt, (int)h, L->mlp_res_nwpw, c->eps,
-                 s->b.min, s->b.probs);
-        norm_rows(eng->pool, s->b.min, L->post_ln, nt, (int)h, c->eps, s->b.y);
-    }
-    moe_finish(&eng->mc, &s->b, L, s->b.y, t0, nt, s->b.ffn, one_block);
-    add_rows(H, s->b.ffn, (size_t)nt * h);
-    check_finite(s, H, (size_t)nt * h, il, "MoE (router, shared or routed experts)");
-    if (dl && t0 == tl) {
-        dl->mlp_output_norm = l2norm(s->b.ffn + (size_t)(dt - tl) * h, (int)h);
-        dl->partial_sum_norm = l2norm(s->b.H + (size_t)dt * h, (int)h);
-    }
-}
-
-/* One chunk of T <= max_batch positions, layer by layer: each layer's
- * attention, dense work and routing in blocks of row_block rows, then its
- * routed experts over all T rows (each distinct expert read once per
- * chunk), then the blocks' shared experts and routed sums (interleaved
- * with the next layer's blocks: the wavefront below).  Only H, the
- * anchors and the routed rows are held for every position; every row's
- * result is the same whatever the chunk and block widths (HACKING.md).
- * logits: NULL, or [T][V] when all_rows, or [V] for the last position. */
+/* One chunk of T <= max_batch positions: the embedding, then the steps of
+ * its schedule (schedule.c: per layer its rows in row blocks, its routed
+ * experts over all T rows, its blocks finished, in the wavefront order),
+ * then the output rows.  Each layer step is k3_layer_forward's (layer.c);
+ * what observers see is offered at the schedule's fixed points
+ * (observe.c).  Every row's result is the same whatever the chunk and
+ * block widths (HACKING.md).  logits: NULL, or [T][V] when all_rows, or
+ * [V] for the last position. */
 static int forward_chunk(df_session *s, const int32_t *ids, int T, float *logits, int all_rows, df_error *err)
 {
     df_engine *eng = s->eng;
@@ -244,127 +70,91 @@ static int forward_chunk(df_session *s, const int32_t *ids, int T, float *logits
     const k3_config *c = &eng->m.cfg;
     size_t h = (size_t)c->h;
     size_t astride = (size_t)s->b.max_batch * h;
-    dbg_record *dbg = s->dbg && s->dbg->enabled ? s->dbg : NULL;
-    int dt = T - 1;  /* debug position: the chunk's last */
-    int RB = s->b.row_block, one_block = T <= RB, pos0 = s->b.pos;
-    int tl = dt / RB * RB; /* the first row of the last block */
-    double t_start = now_sec(), t_layer = t_start;
-    uint64_t hits0 = eng->cache.hits, miss0 = eng->cache.misses, bytes0 = eng->m.store.st.bytes_io;
-    uint64_t pfi0 = eng->pf.issued, pfu0 = eng->cache.pf_used, late0 = eng->cache.late;
-    double wait0 = eng->m.store.st.wait_sec;
+    int RB = s->b.row_block, pos0 = s->b.pos;
+    double t_start = now_sec();
     CHECK(T >= 1 && T <= s->b.max_batch);
+    sched_shape shape = {.T = T, .row_block = RB, .n_layers = c->NL, .block_len = c->B, .moe = c->layer_moe,
+                         .streamed = eng->ts.on, .all_rows = all_rows};
+    int n_steps = sched_build(&shape, s->sched, s->sched_cap);
+    CHECK(n_steps > 0);
+    s->b.probe = observe_wanted(s) ? observe_probe : NULL;
+    s->b.probe_ctx = s;
+    probe_ev ev = {.point = PROBE_CHUNK_BEGIN, .il = -1, .nt = T, .T = T, .pos0 = pos0};
+    if (s->b.probe) s->b.probe(s, &ev);
     if (embed_rows(eng, ids, T, s->b.H, err)) goto fail;
-    s->nf_layer = INT_MAX;
-    s->nf_part = NULL;
-    check_finite(s, s->b.H, (size_t)T * h, -1, "token embedding");
-    if (dbg) dbg->embedding_norm = l2norm(s->b.H + dt * h, (int)h);
-    int n_anc = 0;
-    /* Several blocks, trunk in memory: a MoE layer's blocks are finished
-     * one by one inside the next layer's block loop (a wavefront), since
-     * block b of layer L+1 needs only block b of layer L.  So the next
-     * layer's first block routes, and its reads start, right after this
-     * layer's first block is finished, not after all of them.  (A streamed
-     * trunk holds only two layers' weights, so it finishes each layer
-     * before the next starts.) */
-    int wave = !one_block && !eng->ts.on;
-    int pend = -1, pend_anc = 0; /* the MoE layer whose blocks are still to finish, its anchor count */
-    for (int il = 0; il < c->NL; il++) {
-        const k3_layer *L = &eng->m.layers[il];
-        dbg_layer *dl = dbg ? &dbg->layers[il] : NULL;
-        if (eng->ts.on && trunk_stream_layer(eng, il, err)) goto fail;
-        for (int t0 = 0; t0 < T; t0 += RB) {
-            int nt = T - t0 < RB ? T - t0 : RB;
-            if (pend >= 0) finish_block(s, pend, pend_anc, t0, nt, one_block, dbg ? &dbg->layers[pend] : NULL, dt, tl);
-            if (layer_rows(s, il, t0, nt, n_anc, pos0, one_block, t0 == tl ? dl : NULL, dt - tl, err)) goto fail;
-            /* the experts these rows need start reading while the next
-             * blocks' attention runs */
-            if (L->moe && t0 + nt < T) moe_start(mc, &s->b, il, err);
+    s->b.nf_layer = INT_MAX;
+    s->b.nf_part = NULL;
+    rows_check_finite(&s->b, s->b.H, (size_t)T * h, -1, "token embedding");
+    ev = (probe_ev){.point = PROBE_EMBED, .il = -1, .nt = T, .T = T, .pos0 = pos0, .width = (int)h, .rows = s->b.H};
+    if (s->b.probe) s->b.probe(s, &ev);
+    for (int i = 0; i < n_steps; i++) {
+        const sched_step *st = &s->sched[i];
+        switch (st->kind) {
+        case STEP_TRUNK:
+            if (trunk_stream_layer(eng, st->il, err)) goto fail;
+            break;
+        case STEP_ROWS:
+        case STEP_READS:
+        case STEP_EXPERTS:
+        case STEP_FINISH: {
+            static const int phase[] = {[STEP_ROWS] = LAYER_ROWS, [STEP_READS] = LAYER_READS,
+                                        [STEP_EXPERTS] = LAYER_EXPERTS, [STEP_FINISH] = LAYER_FINISH};
+            layer_call lc = {.il = st->il, .phase = phase[st->kind], .t0 = st->t0, .nt = st->nt, .n_anc = st->n_anc,
+                             .T = T, .pos0 = pos0, .one_block = T <= RB};
+            if (k3_layer_forward(mc, &s->b, &eng->m.layers[st->il], &lc, err)) goto fail;
+            break;
         }
-        pend = -1;
-        if (il % c->B == 0) n_anc++;
-        if (L->moe) {
-            /* one block: the shared experts' down-projection overlaps the
-             * first reads; several: each block's shared experts run at its finish */
-            if (moe_experts(mc, &s->b, il, L, T, one_block ? s->b.ffn : NULL, err)) goto fail;
-            if (eng->trace) trace_routes(s, il, T);
-            if (dl) {
-                /* before the next layer's routing takes these rows */
-                dl->n_experts = c->k;
-                for (int j = 0; j < c->k && j < DBG_MAX_K; j++) {
-                    dl->expert_ids[j] = s->b.route_ids[dt * c->k + j];
-                    dl->expert_weights[j] = s->b.route_w[dt * c->k + j];
-                }
+        case STEP_LAYER_END:
+            prefetch_after_layer(mc, &s->b, st->il, T, s->b.H);
+            ev = (probe_ev){.point = PROBE_LAYER_END, .il = st->il, .nt = T, .T = T, .pos0 = pos0};
+            if (s->b.probe) s->b.probe(s, &ev);
+            break;
+        case STEP_OUTPUT: {
+            int t0 = st->t0, nt = st->nt;
+            rows_mix(eng->pool, s->b.anchors + (size_t)t0 * h, st->n_anc, astride, s->b.H + (size_t)t0 * h, nt, (int)h,
+                     eng->m.out_res_nwpw, c->eps, s->b.ain, NULL);
+            rows_norm(eng->pool, s->b.ain, eng->m.final_norm, nt, (int)h, c->eps, s->b.xn);
+            if (s->b.probe) {
+                ev = (probe_ev){.point = PROBE_FINAL_MIX, .il = c->NL, .t0 = t0, .nt = nt, .T = T, .pos0 = pos0,
+                                .width = (int)h, .rows = s->b.ain};
+                s->b.probe(s, &ev);
+                ev.point = PROBE_FINAL_NORM;
+                ev.rows = s->b.xn;
+                s->b.probe(s, &ev);
             }
-            if (wave && il + 1 < c->NL) {
-                pend = il;
-                pend_anc = n_anc;
-            } else {
-                for (int t0 = 0; t0 < T; t0 += RB)
-                    finish_block(s, il, n_anc, t0, T - t0 < RB ? T - t0 : RB, one_block, dl, dt, tl);
+            if (logits) {
+                float *lr = all_rows ? logits + (size_t)t0 * c->V : logits;
+                mm_one(eng->pool, eng->kt, eng->m.lm_head, s->b.xn, nt, lr);
+                rows_check_finite(&s->b, lr, (size_t)(all_rows ? nt : 1) * c->V, c->NL, "output norm and lm_head");
             }
-        } else if (dl) {
-            dl->n_experts = 0;
-            dl->partial_sum_norm = l2norm(s->b.H + dt * h, (int)h);
+            break;
         }
-        prefetch_after_layer(mc, &s->b, il, T, s->b.H);
-        if (eng->events) {
-            double t = now_sec();
-            eng->layer_sec[il] = t - t_layer;
-            t_layer = t;
+        default: CHECK(!"a schedule step of an unknown kind");
         }
     }
-    if (eng->ts.on && trunk_stream_layer(eng, c->NL, err)) goto fail;
-    /* the output mix and norm, by block; the last position alone when only
-     * its logits are wanted */
-    for (int t0 = all_rows ? 0 : dt; t0 < T; t0 += RB) {
-        int nt = T - t0 < RB ? T - t0 : RB;
-        mix_rows(eng->pool, s->b.anchors + (size_t)t0 * h, n_anc, astride, s->b.H + (size_t)t0 * h, nt, (int)h,
-                 eng->m.out_res_nwpw, c->eps, s->b.ain, NULL);
-        norm_rows(eng->pool, s->b.ain, eng->m.final_norm, nt, (int)h, c->eps, s->b.xn);
-        if (dbg && t0 + nt == T) {
-            dbg->final_mix_norm = l2norm(s->b.ain + (size_t)(dt - t0) * h, (int)h);
-            dbg->final_normed_norm = l2norm(s->b.xn + (size_t)(dt - t0) * h, (int)h);
-        }
-        if (logits) {
-            float *lr = all_rows ? logits + (size_t)t0 * c->V : logits;
-            mm_one(eng->pool, eng->kt, eng->m.lm_head, s->b.xn, nt, lr);
-            check_finite(s, lr, (size_t)(all_rows ? nt : 1) * c->V, c->NL, "output norm and lm_head");
-        }
-    }
-    if (s->nf_layer != INT_MAX) {
+    if (s->b.nf_layer != INT_MAX) {
         /* the session's state past this chunk's start is not usable: its
          * position stays where it was and the caller resets or truncates */
-        if (s->nf_layer < 0 || s->nf_layer >= c->NL)
+        if (s->b.nf_layer < 0 || s->b.nf_layer >= c->NL)
             df_err_set(err, DF_ERR_NUMERIC, -1,
                        "non-finite values (NaN or infinity) at positions %d-%d, first in the %s: the model's "
                        "weights hold a NaN or infinity there, or the values overflowed",
-                       pos0, pos0 + T - 1, s->nf_part);
+                       pos0, pos0 + T - 1, s->b.nf_part);
         else
             df_err_set(err, DF_ERR_NUMERIC, -1,
                        "non-finite values (NaN or infinity) at positions %d-%d, first in layer %d's %s "
                        "(model.layers.%d): the model's weights hold a NaN or infinity there, or the values overflowed",
-                       pos0, pos0 + T - 1, s->nf_layer, s->nf_part, s->nf_layer);
+                       pos0, pos0 + T - 1, s->b.nf_layer, s->b.nf_part, s->b.nf_layer);
         goto fail;
     }
-    if (logits && dbg) dbg->logits_norm = l2norm(all_rows ? logits + (size_t)dt * c->V : logits, c->V);
-    if (eng->events) {
-        /* one JSON line per forward call (per token while decoding) */
-        double dt_s = now_sec() - t_start, wait = eng->m.store.st.wait_sec - wait0;
-        uint64_t hits = eng->cache.hits - hits0, miss = eng->cache.misses - miss0;
-        uint64_t bytes = eng->m.store.st.bytes_io - bytes0;
-        fprintf(eng->events,
-                "{\"pos\":%d,\"tokens\":%d,\"ms\":%.3f,\"expert_hits\":%llu,\"expert_misses\":%llu,"
-                "\"hit_rate\":%.4f,\"bytes_read\":%llu,\"io_wait_ms\":%.3f,\"io_wait_share\":%.4f,"
-                "\"read_gbps\":%.3f,\"prefetch\":%d,\"prefetch_issued\":%llu,\"prefetch_used\":%llu,"
-                "\"prefetch_late\":%llu,\"layer_ms\":[",
-                s->b.pos, T, 1e3 * dt_s, (unsigned long long)hits, (unsigned long long)miss,
-                hits + miss ? (double)hits / (double)(hits + miss) : 1.0, (unsigned long long)bytes, 1e3 * wait,
-                dt_s > 0 ? wait / dt_s : 0.0, dt_s > 0 ? (double)bytes / dt_s / 1e9 : 0.0, eng->pf.active,
-                (unsigned long long)(eng->pf.issued - pfi0), (unsigned long long)(eng->cache.pf_used - pfu0),
-                (unsigned long long)(eng->cache.late - late0));
-        for (int il = 0; il < c->NL; il++) fprintf(eng->events, "%s%.3f", il ? "," : "", 1e3 * eng->layer_sec[il]);
-        fprintf(eng->events, "]}\n");
-        fflush(eng->events);
+    if (s->b.probe) {
+        if (logits) {
+            ev = (probe_ev){.point = PROBE_LOGITS, .il = c->NL, .t0 = T - 1, .nt = 1, .T = T, .pos0 = pos0,
+                            .width = c->V, .rows = all_rows ? logits + (size_t)(T - 1) * c->V : logits};
+            s->b.probe(s, &ev);
+        }
+        ev = (probe_ev){.point = PROBE_CHUNK_END, .il = c->NL, .nt = T, .T = T, .pos0 = pos0};
+        s->b.probe(s, &ev);
     }
     prefetch_step_timed(&eng->pf, T, now_sec() - t_start, eng->mc.quiet);
     s->b.pos += T;

@@ -13,6 +13,7 @@
 #include "mathfn.h"
 #include "quant.h"
 #include "util.h"
+#include "schedule.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -186,6 +187,8 @@ int session_alloc(df_engine *eng, const df_session_opts *opts, int dry, df_sessi
     ALLOC(s->b.uniq_state, Tk);
     ALLOC(s->b.ready_list, Tk);
     ALLOC(s->b.seen, (size_t)c->NL * (size_t)c->E);
+    s->sched_cap = sched_capacity(c->NL, T, Tb);
+    ALLOC(s->sched, s->sched_cap);
     if (!dry)
         for (int e = 0; e < c->E; e++) s->b.u_of_e[e] = -1;
     if (state_bytes) *state_bytes = state;
@@ -254,6 +257,7 @@ void df_session_free(df_session *s)
     aligned_free(s->b.uniq_state);
     aligned_free(s->b.ready_list);
     aligned_free(s->b.seen);
+    aligned_free(s->sched);
     free(s);
 }
 

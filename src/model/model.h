@@ -157,6 +157,35 @@ typedef struct dbg_record {
     dbg_layer *layers;        /* [NL], caller-allocated */
 } dbg_record;
 
+/* Observation points of a forward pass (layer.c and the engine's schedule
+ * runner offer them; the engine's observers, engine/observe.c, subscribe):
+ * rows [t0, t0+nt) of a chunk of T positions starting at pos0. */
+enum {
+    PROBE_CHUNK_BEGIN, PROBE_EMBED,        /* rows: the embedding [T][h] */
+    PROBE_ATTN_MIX,                        /* rows: the attention input; probs [nt][n_probs] or NULL (no anchor yet) */
+    PROBE_ATTN_OUT,                        /* rows: the attention output */
+    PROBE_MLP_MIX,                         /* rows: the MLP input; probs */
+    PROBE_MLP_OUT,                         /* rows: the MLP or MoE output, rows2 the partial sum after it */
+    PROBE_ROUTE,                           /* ids, w: [T][k] the layer's routes */
+    PROBE_LAYER_END,                       /* a layer's steps are done (its blocks may still finish later) */
+    PROBE_FINAL_MIX, PROBE_FINAL_NORM,     /* rows: the output mix, the final norm */
+    PROBE_LOGITS,                          /* rows: the last position's logits [V] */
+    PROBE_CHUNK_END
+};
+typedef struct probe_ev {
+    int point, il;                         /* il: the layer (-1 before the first, NL the output) */
+    int t0, nt, T, pos0;
+    int width;                             /* floats a row of rows and rows2 */
+    const float *rows, *rows2;
+    const float *probs;
+    int n_probs;
+    const int32_t *ids;
+    const float *w;
+    int k;
+    int moe;                               /* PROBE_MLP_OUT: the MoE (1) or a dense MLP (0) */
+} probe_ev;
+typedef void (*probe_fn)(void *ctx, const probe_ev *ev);
+
 /* One sequence's state and scratch (the engine's session owns one): what
  * the layer blocks read and write.  Sized by engine.c's session_alloc. */
 /* One layer's group of distinct experts going through the cache
@@ -231,6 +260,13 @@ typedef struct session_bufs {
     int *ready_list;          /* [T*k] */
     uint8_t *seen;            /* [NL][E] experts the current prompt needed (accounting) */
     uint64_t n_seen;
+    /* observation (layer.c offers its points when probe is set) */
+    probe_fn probe;
+    void *probe_ctx;
+    /* the first layer whose rows held a NaN/infinity in this chunk (-1: the
+     * embedding, NL: the output head, INT_MAX: none), and which part */
+    int nf_layer;
+    const char *nf_part;
 } session_bufs;
 
 /* What a layer block needs from the engine, borrowed for one forward pass:
@@ -340,5 +376,24 @@ void moe_finish(const model_ctx *eng, session_bufs *s, const k3_layer *L, const 
 int moe_experts_for(const model_ctx *eng, session_bufs *s, int il, const int *ids, const int *counts, int n,
                     const float *x, float *out, df_error *err);
 void dense_mlp_forward(const model_ctx *eng, session_bufs *s, const k3_layer *L, const float *y, int T, float *out);
+
+/* layer.c: one layer on a block of a chunk's rows, in the phase a step of
+ * the engine's schedule names (layer.c's comment says what each does). */
+enum { LAYER_ROWS, LAYER_READS, LAYER_EXPERTS, LAYER_FINISH };
+typedef struct layer_call {
+    int il, phase;
+    int t0, nt;               /* the rows (ROWS, FINISH) */
+    int n_anc;                /* the anchors the layer's mixes see: ROWS before its own boundary
+                                 anchor, FINISH after it */
+    int T, pos0, one_block;   /* the chunk: T positions from pos0; one_block: T fits one row block */
+} layer_call;
+int k3_layer_forward(const model_ctx *mc, session_bufs *b, const k3_layer *L, const layer_call *lc, df_error *err);
+/* Row-local helpers (the output step uses them too): RMSNorm of T rows of n;
+ * the AttnRes mix of T rows (probs [T][n_anc+1] or NULL); the non-finite
+ * test of rows a part adds (the earliest layer and part kept in b). */
+void rows_norm(threadpool *pool, const float *x, const float *w, int T, int n, float eps, float *y);
+void rows_mix(threadpool *pool, const float *anc, int n_anc, size_t astride, const float *p, int T, int n,
+              const float *nwpw, float eps, float *out, float *probs);
+void rows_check_finite(session_bufs *b, const float *x, size_t n, int layer, const char *part);
 
 #endif

@@ -1,0 +1,196 @@
+/* layer.c - one K3 layer (spec section 4.2) on a block of a chunk's rows,
+ * in the phases the engine's schedule runs it (engine/schedule.c):
+ *
+ *   LAYER_ROWS     rows [t0, t0+nt): the attention input mix (AttnRes over
+ *                  the anchors, a new anchor at a block boundary), the
+ *                  input norm, KDA or MLA attention added to the partial
+ *                  sum, the MLP input mix and norm, then a dense MLP added
+ *                  to the sum, or the MoE router (moe_route);
+ *   LAYER_READS    start reading the experts the rows routed so far need;
+ *   LAYER_EXPERTS  the routed experts over all T rows (one read each);
+ *   LAYER_FINISH   rows [t0, t0+nt) of a MoE layer: the shared experts and
+ *                  the routed sum added to the partial sum.
+ *
+ * Row-local helpers (norms, residual mixes, the non-finite test) are shared
+ * with the engine's output step.  What an observer may want to see (the
+ * mix weights, a part's output rows, the routes) is offered at fixed
+ * points through session_bufs.probe; nothing here knows who looks.
+ */
+#include "model.h"
+#include "mathfn.h"
+#include "util.h"
+
+#include <string.h>
+
+/* Row-local work on every worker when there are enough rows: a row's result
+ * is its own, whatever the split. */
+typedef struct rows_ctx {
+    const float *x, *w, *anc;
+    int n, n_anc;
+    size_t astride;
+    float eps;
+    float *y, *probs;
+} rows_ctx;
+
+static void norm_range(void *v, size_t a, size_t b, int worker)
+{
+    (void)worker;
+    const rows_ctx *r = v;
+    for (size_t t = a; t < b; t++) rmsnorm(r->x + t * r->n, r->w, r->n, r->eps, r->y + t * r->n);
+}
+
+static void mix_range(void *v, size_t a, size_t b, int worker)
+{
+    (void)worker;
+    const rows_ctx *r = v;
+    size_t n = (size_t)r->n;
+    attnres_mix(r->anc + a * n, r->n_anc, r->astride, r->x + a * n, (int)(b - a), r->n, r->w, r->eps, r->y + a * n,
+                r->probs ? r->probs + a * (size_t)(r->n_anc + 1) : NULL);
+}
+
+enum { ROWS_PAR_MIN = 16 };
+
+void rows_norm(threadpool *pool, const float *x, const float *w, int T, int n, float eps, float *y)
+{
+    rows_ctx r = {.x = x, .w = w, .n = n, .eps = eps, .y = y};
+    if (T < ROWS_PAR_MIN) norm_range(&r, 0, (size_t)T, 0);
+    else parallel_for(pool, (size_t)T, 4, norm_range, &r);
+}
+
+void rows_mix(threadpool *pool, const float *anc, int n_anc, size_t astride, const float *p, int T, int n,
+              const float *nwpw, float eps, float *out, float *probs)
+{
+    rows_ctx r = {.x = p, .w = nwpw, .anc = anc, .n = n, .n_anc = n_anc, .astride = astride, .eps = eps, .y = out,
+                  .probs = probs};
+    if (T < ROWS_PAR_MIN) mix_range(&r, 0, (size_t)T, 0);
+    else parallel_for(pool, (size_t)T, 4, mix_range, &r);
+}
+
+static void add_rows(float *dst, const float *src, size_t n)
+{
+    for (size_t i = 0; i < n; i++) dst[i] = dst[i] + src[i];
+}
+
+/* Non-finite values.  A NaN or infinity in a weight (or an overflow)
+ * spreads through every later layer into the logits, and greedy decoding
+ * of NaN logits is token 0 forever.  So the rows a part of a layer adds to
+ * the residual stream are tested where they are added (an exponent test
+ * per float, integer OR: O(h) per row against the part's O(h^2) work, and
+ * no effect on any value), the earliest layer and part is kept, and the
+ * chunk fails at its end with an error naming it. */
+static int any_nonfinite(const float *x, size_t n)
+{
+    uint32_t bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, x + i, sizeof u);
+        bad |= (uint32_t)((u & 0x7f800000u) == 0x7f800000u);
+    }
+    return bad != 0;
+}
+
+void rows_check_finite(session_bufs *b, const float *x, size_t n, int layer, const char *part)
+{
+    if (b->nf_layer <= layer) return; /* already seen no later than this */
+    if (any_nonfinite(x, n)) {
+        b->nf_layer = layer;
+        b->nf_part = part;
+    }
+}
+
+/* An observation point: rows [t0, t0+nt) of width floats (and their mix
+ * weights, n_probs a row, or NULL). */
+static void probe_rows(session_bufs *b, const layer_call *lc, int point, const float *rows, const float *rows2,
+                       int width, const float *probs, int n_probs, int moe)
+{
+    probe_ev ev = {.point = point, .il = lc->il, .t0 = lc->t0, .nt = lc->nt, .T = lc->T, .pos0 = lc->pos0,
+                   .width = width, .rows = rows, .rows2 = rows2, .probs = probs, .n_probs = n_probs, .moe = moe};
+    b->probe(b->probe_ctx, &ev);
+}
+
+/* LAYER_ROWS: the residual mix, attention (at positions pos0 + t0...), and
+ * then either the dense MLP (added to H) or the MoE router (with the shared
+ * experts' gate and up when the chunk is one block). */
+static int layer_rows(const model_ctx *mc, session_bufs *b, const k3_layer *L, const layer_call *lc, df_error *err)
+{
+    const k3_config *c = &mc->cfg;
+    int t0 = lc->t0, nt = lc->nt, n_anc = lc->n_anc, il = lc->il;
+    size_t h = (size_t)c->h, nh = (size_t)nt * h;
+    size_t astride = (size_t)b->max_batch * h;
+    float *H = b->H + (size_t)t0 * h;
+    const float *anc = b->anchors + (size_t)t0 * h;
+    int boundary = il % c->B == 0;
+    const float *ain = H;
+    if (n_anc) {
+        rows_mix(mc->pool, anc, n_anc, astride, H, nt, (int)h, L->attn_res_nwpw, c->eps, b->ain, b->probs);
+        ain = b->ain;
+    }
+    if (b->probe) probe_rows(b, lc, PROBE_ATTN_MIX, ain, NULL, (int)h, n_anc ? b->probs : NULL, n_anc + 1, 0);
+    if (boundary) memcpy(b->anchors + (size_t)n_anc++ * astride + (size_t)t0 * h, H, nh * sizeof(float));
+    rows_norm(mc->pool, ain, L->input_ln, nt, (int)h, c->eps, b->xn);
+    b->pos = lc->pos0 + t0;
+    int rc = 0;
+    if (L->kind == LAYER_KDA) kda_forward(mc, b, L, b->xn, nt, b->att);
+    else rc = mla_forward(mc, b, L, b->xn, nt, b->att, err);
+    b->pos = lc->pos0;
+    if (rc) return -1;
+    if (boundary) memcpy(H, b->att, nh * sizeof(float));
+    else add_rows(H, b->att, nh);
+    rows_check_finite(b, H, nh, il, L->kind == LAYER_KDA ? "KDA attention" : "MLA attention");
+    if (b->probe) probe_rows(b, lc, PROBE_ATTN_OUT, b->att, NULL, (int)h, NULL, 0, 0);
+    rows_mix(mc->pool, anc, n_anc, astride, H, nt, (int)h, L->mlp_res_nwpw, c->eps, b->min, b->probs);
+    if (b->probe) probe_rows(b, lc, PROBE_MLP_MIX, b->min, NULL, (int)h, b->probs, n_anc + 1, 0);
+    rows_norm(mc->pool, b->min, L->post_ln, nt, (int)h, c->eps, b->y);
+    if (L->moe) {
+        moe_route(mc, b, L, b->y, t0, nt, lc->one_block);
+    } else {
+        dense_mlp_forward(mc, b, L, b->y, nt, b->ffn);
+        add_rows(H, b->ffn, nh);
+        rows_check_finite(b, H, nh, il, "dense MLP");
+        if (b->probe) probe_rows(b, lc, PROBE_MLP_OUT, b->ffn, H, (int)h, NULL, 0, 0);
+    }
+    return 0;
+}
+
+/* LAYER_FINISH: the shared experts (unless one_block: done during the
+ * reads) and the routed sum, added to H; n_anc counts this layer's own
+ * boundary anchor. */
+static void layer_finish(const model_ctx *mc, session_bufs *b, const k3_layer *L, const layer_call *lc)
+{
+    const k3_config *c = &mc->cfg;
+    int t0 = lc->t0, nt = lc->nt;
+    size_t h = (size_t)c->h, astride = (size_t)b->max_batch * h;
+    float *H = b->H + (size_t)t0 * h;
+    if (!lc->one_block) {
+        /* the block's MoE input again, from the unchanged H and anchors */
+        rows_mix(mc->pool, b->anchors + (size_t)t0 * h, lc->n_anc, astride, H, nt, (int)h, L->mlp_res_nwpw, c->eps,
+                 b->min, b->probs);
+        rows_norm(mc->pool, b->min, L->post_ln, nt, (int)h, c->eps, b->y);
+    }
+    moe_finish(mc, b, L, b->y, t0, nt, b->ffn, lc->one_block);
+    add_rows(H, b->ffn, (size_t)nt * h);
+    rows_check_finite(b, H, (size_t)nt * h, lc->il, "MoE (router, shared or routed experts)");
+    if (b->probe) probe_rows(b, lc, PROBE_MLP_OUT, b->ffn, H, (int)h, NULL, 0, 1);
+}
+
+int k3_layer_forward(const model_ctx *mc, session_bufs *b, const k3_layer *L, const layer_call *lc, df_error *err)
+{
+    switch (lc->phase) {
+    case LAYER_ROWS: return layer_rows(mc, b, L, lc, err);
+    case LAYER_READS: moe_start(mc, b, lc->il, err); return 0;
+    case LAYER_EXPERTS: {
+        /* one block: the shared experts' down-projection overlaps the
+         * first reads; several: each block's shared experts run at its finish */
+        if (moe_experts(mc, b, lc->il, L, lc->T, lc->one_block ? b->ffn : NULL, err)) return -1;
+        if (b->probe) {
+            /* before the next layer's routing takes these rows */
+            probe_ev ev = {.point = PROBE_ROUTE, .il = lc->il, .t0 = 0, .nt = lc->T, .T = lc->T, .pos0 = lc->pos0,
+                           .ids = b->route_ids, .w = b->route_w, .k = mc->cfg.k, .moe = 1};
+            b->probe(b->probe_ctx, &ev);
+        }
+        return 0;
+    }
+    case LAYER_FINISH: layer_finish(mc, b, L, lc); return 0;
+    default: return df_err_set(err, DF_ERR_ARG, -1, "layer %d: unknown phase %d", lc->il, lc->phase);
+    }
+}
