@@ -295,7 +295,12 @@ def main():
         opt.zero_grad(set_to_none=True)
         loss.backward()
         gn = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
+        if not (torch.isfinite(loss) and torch.isfinite(gn)):
+            log("step %d: non-finite loss/gradient, update skipped" % step)
+            opt.zero_grad(set_to_none=True)
+            loss = torch.zeros(())
+        else:
+            opt.step()
         with torch.no_grad():
             for m in model.moe_layers():
                 load = m.last_load.to(torch.float32)

@@ -30,6 +30,7 @@ mkdir -p "$OUT/corpus"
 make -j2 ${MAKE_ARGS:-} build/deltafin build/corpus_ids
 ./build/corpus_ids --model "$MODEL" --in "$OUT/corpus/train.jsonl" --out "$OUT/train.u16" --mask "$OUT/train.mask"
 ./build/corpus_ids --model "$MODEL" --in "$OUT/corpus/val.jsonl" --out "$OUT/val.u16" --mask "$OUT/val.mask"
+/usr/bin/python3 tools/train/corpus/check_heldout38.py "$OUT/corpus/train.jsonl" "$OUT/corpus/val.jsonl"
 cp "$OUT/corpus/heldout.txt" "$OUT/heldout.txt"
 cp "$OUT/corpus/heldout_docs.txt" "$OUT/heldout_docs.txt"
 echo "build38.sh: summary"
