@@ -189,15 +189,22 @@ def main():
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": args.wd},
                              {"params": no_decay, "weight_decay": 0.0}], lr=args.lr, betas=(0.9, 0.95))
     step, elapsed = 0, 0.0
+    prior_ids = 0  # training ids behind an exported --init-from folder (its snapshot.json)
     if state is not None:
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["opt"])
         step, elapsed = state["step"], state["elapsed"]
+        prior_ids = state.get("prior_ids", 0)
         np_rng_state = state.get("np_rng")
     elif args.init_from and os.path.isdir(args.init_from):
         _, tens = st.load_checkpoint(args.init_from)
         k3.state_from_checkpoint(model, {k: torch.from_numpy(v).to(torch.float32) for k, v in tens.items()})
         log("initialised from the exported model", args.init_from, "(fresh optimizer, warmup %d steps)" % args.warmup)
+        sp = os.path.join(args.init_from, "snapshot.json")
+        if os.path.exists(sp):
+            prior = json.load(open(sp))
+            prior_ids = prior.get("ids_total", prior.get("ids", 0))
+            log("the snapshot had %d training ids (step %s)" % (prior_ids, prior.get("step")))
     elif args.init_from:
         model.load_state_dict(torch.load(args.init_from, map_location="cpu")["model"])
         log("initialised from", args.init_from)
@@ -249,6 +256,7 @@ def main():
                 shutil.rmtree(x)
         k3export.export_model(model, cfg, tmp, 4, args.tokenizer_from, quiet=True)
         json.dump({"step": step, "elapsed_minutes": round(elapsed / 60, 2), "ids": step * args.batch * args.seq,
+                   "ids_total": prior_ids + step * args.batch * args.seq,
                    "seq": args.seq, "batch": args.batch, "init_from": args.init_from, "qat": qat_on,
                    "time": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())},
                   open(os.path.join(tmp, "snapshot.json"), "w"), indent=1)
@@ -263,7 +271,7 @@ def main():
         tmp = os.path.join(args.out, tag + ".pt.tmp")
         torch.save({"config": cfg, "model": model.state_dict(), "opt": opt.state_dict(), "step": step,
                     "elapsed": elapsed, "np_rng": train.rng.bit_generator.state, "args": vars(args),
-                    "qat": qat_on}, tmp)
+                    "qat": qat_on, "prior_ids": prior_ids}, tmp)
         os.replace(tmp, os.path.join(args.out, tag + ".pt"))
 
     while elapsed < budget and (args.max_steps == 0 or step < args.max_steps):
