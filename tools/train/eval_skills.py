@@ -113,7 +113,10 @@ def arith(S, pairs, op, think, system=None, max_tokens=96):
         g = re.search(r"=\s*(-?\d+)", txt)
         ok = bool(g) and int(g.group(1)) == want
         ok_n += ok
-        rows.append({"q": msgs[-1]["content"], "reply": txt, "ok": ok})
+        row = {"q": msgs[-1]["content"], "reply": txt, "ok": ok}
+        if m.get("reasoning_content"):
+            row["reasoning"] = m["reasoning_content"]
+        rows.append(row)
     return ok_n, rows
 
 
