@@ -15,6 +15,10 @@
  *                       thinking) effort "max": what `run --chat` renders for
  *                       the prompt (without --no-think / with it) followed by
  *                       the assistant reply and its closing tags + <|end_of_msg|>
+ *     optional "tools": [...]  the request's OpenAI tools, rendered as the
+ *                       server renders them (K3's tool-declare system message
+ *                       first); assistant messages may carry "tool_calls" and
+ *                       "tool" messages the results, as in an OpenAI request
  * Nothing separates one conversation from the next: each ends in <|end_of_msg|>.
  * --mask writes one byte per id: 1 where the id belongs to an assistant reply
  * (the ids after the generation prompt, through <|end_of_msg|>), else 0; prose
@@ -53,7 +57,7 @@ typedef struct ids_buf {
 /* Render messages[0..n_msg) and append the ids; n_msg < len renders a
  * sub-conversation through a temporary array. */
 static int render_ids(const tokenizer *t, const json_value *msgs, size_t n_msg, int think, int gen_prompt,
-                      ids_buf *b, df_error *err)
+                      const json_value *tools, ids_buf *b, df_error *err)
 {
     json_value sub = *msgs;
     sub.len = n_msg;
@@ -62,6 +66,7 @@ static int render_ids(const tokenizer *t, const json_value *msgs, size_t n_msg, 
     o.thinking = think;
     o.thinking_effort = think ? "max" : NULL;
     o.add_generation_prompt = gen_prompt;
+    o.tools = tools;
     chat_segments *seg;
     if (chat_render(&sub, &o, &seg, err)) return -1;
     int rc = chat_encode(t, seg, &b->ids, &b->n, &b->cap, err);
@@ -112,7 +117,8 @@ int main(int argc, char **argv)
         lineno++;
         json_doc *d = json_parse(line, (size_t)len, &err);
         if (!d) die("%s:%ld: %s", in, lineno, err.msg);
-        const json_value *r = json_root(d), *text = json_get(r, "text"), *msgs = json_get(r, "messages");
+        const json_value *r = json_root(d), *text = json_get(r, "text"), *msgs = json_get(r, "messages"),
+                         *tools = json_get(r, "tools");
         b.n = 0;
         if (text && text->type == JSON_STRING) {
             if (tokenizer_encode(tok, text->str, text->len, 0, &b.ids, &b.n, &b.cap, &err))
@@ -130,7 +136,7 @@ int main(int argc, char **argv)
             int think = 0;
             const json_value *th = json_get(r, "think");
             if (th && th->type == JSON_BOOL) think = th->b;
-            if (render_ids(tok, msgs, msgs->len, think, 0, &b, &err)) die("%s:%ld: %s", in, lineno, err.msg);
+            if (render_ids(tok, msgs, msgs->len, think, 0, tools, &b, &err)) die("%s:%ld: %s", in, lineno, err.msg);
             n_chat++;
         } else {
             die("%s:%ld: %s", in, lineno, "expected {\"text\": ...} or {\"messages\": [...]}");
@@ -157,10 +163,10 @@ int main(int argc, char **argv)
                     const json_value *th = json_get(r, "think");
                     int think = th && th->type == JSON_BOOL && th->b;
                     tmp.n = 0;
-                    if (render_ids(tok, msgs, k, think, 1, &tmp, &err)) die("%s:%ld: %s", in, lineno, err.msg);
+                    if (render_ids(tok, msgs, k, think, 1, tools, &tmp, &err)) die("%s:%ld: %s", in, lineno, err.msg);
                     size_t from = tmp.n;
                     tmp.n = 0;
-                    if (render_ids(tok, msgs, k + 1, think, 0, &tmp, &err)) die("%s:%ld: %s", in, lineno, err.msg);
+                    if (render_ids(tok, msgs, k + 1, think, 0, tools, &tmp, &err)) die("%s:%ld: %s", in, lineno, err.msg);
                     /* the prefix property that generation relies on */
                     if (tmp.n > b.n || memcmp(tmp.ids, b.ids, tmp.n * sizeof *tmp.ids))
                         die("%s:%ld: %s", in, lineno, "rendering is not prefix-stable");

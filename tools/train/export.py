@@ -76,9 +76,14 @@ def shard_of(name, nl, nshards):
 def export(ckpt_path, out_dir, nshards, tokenizer_from=None):
     ck = torch.load(ckpt_path, map_location="cpu")
     cfg = ck["config"]
-    c = k3.text_config(cfg)
     model = k3.K3(cfg)
     model.load_state_dict(ck["model"])
+    return export_model(model, cfg, out_dir, nshards, tokenizer_from)
+
+
+def export_model(model, cfg, out_dir, nshards, tokenizer_from=None, quiet=False):
+    """Write model (a k3.K3 with fp32 weights) to out_dir in the release layout."""
+    c = k3.text_config(cfg)
     tens = checkpoint_tensors(model.state_dict(), cfg)
     os.makedirs(out_dir, exist_ok=True)
     for f in os.listdir(out_dir):
@@ -106,8 +111,9 @@ def export(ckpt_path, out_dir, nshards, tokenizer_from=None):
             if os.path.abspath(src) != os.path.abspath(os.path.join(out_dir, f)):
                 shutil.copyfile(src, os.path.join(out_dir, f))
     nparam = sum(p.numel() for p in model.parameters())
-    print("exported %s: %d tensors in %d shards, %d bytes of tensor data, %d parameters" %
-          (out_dir, len(tens), nshards, total, nparam))
+    if not quiet:
+        print("exported %s: %d tensors in %d shards, %d bytes of tensor data, %d parameters" %
+              (out_dir, len(tens), nshards, total, nparam))
     return model
 
 

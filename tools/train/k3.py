@@ -206,8 +206,9 @@ def kda_chunked(q, k, v, beta, g, C):
     qin = q * torch.exp(G - ref)
     strict = torch.ones(C, C, dtype=torch.bool, device=q.device).tril(-1)
     incl = torch.ones(C, C, dtype=torch.bool, device=q.device).tril(0)
-    A = (kin @ kout.transpose(-1, -2)) * beta.unsqueeze(-1)
-    A = A.masked_fill(~strict, 0.0)
+    # mask before scaling: above the diagonal the products can overflow to inf for long chunks, and
+    # inf * beta there would make beta's gradient NaN (0 * inf) even though the value is masked
+    A = (kin @ kout.transpose(-1, -2)).masked_fill(~strict, 0.0) * beta.unsqueeze(-1)
     eye = torch.eye(C, dtype=q.dtype, device=q.device)
     Mb = torch.linalg.solve_triangular(eye + A, torch.diag_embed(beta), upper=False, unitriangular=True)
     eG = torch.exp(G)

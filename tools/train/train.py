@@ -25,7 +25,9 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import configs  # noqa: E402
+import export as k3export  # noqa: E402
 import k3  # noqa: E402
+import st  # noqa: E402
 
 
 def log(*a):
@@ -58,7 +60,20 @@ class Data:
         self.conv = self.conv[self.conv < len(a) - 300]
         return self.conv
 
-    def batch(self, B, T, rng=None, chat_frac=0.0):
+    def long_reply_ends(self, sep_id, end_id, min_len):
+        """offsets of the <|end_of_msg|> that ends an assistant reply (mask 1, after <|sep|>) at least
+        min_len ids after its conversation's start (needs conversation_starts first): the ends of
+        the long-context conversations (a long system prompt, then a question)."""
+        a = np.asarray(self.a)
+        m = np.asarray(self.m)
+        ends = np.where((a[1:] == end_id) & (a[:-1] == sep_id) & (m[1:] == 1))[0] + 1
+        j = np.searchsorted(self.conv, ends) - 1
+        ok = j >= 0
+        dist = ends - np.where(ok, self.conv[np.maximum(j, 0)], 0)
+        self.long_ends = ends[ok & (dist >= min_len)]
+        return self.long_ends
+
+    def batch(self, B, T, rng=None, chat_frac=0.0, long_frac=0.0):
         rng = rng or self.rng
         if self.a is None:
             x = torch.from_numpy(rng.integers(0, self.V, size=(B, T + 1)).astype(np.int64))
@@ -67,6 +82,12 @@ class Data:
         if chat_frac > 0:
             pick = rng.random(B) < chat_frac
             off = np.where(pick, self.conv[rng.integers(0, len(self.conv), size=B)], off)
+        if long_frac > 0:
+            # windows that end at a long conversation's last reply: the question and answer come
+            # after as much of the long system prompt as the window holds
+            pick = rng.random(B) < long_frac
+            e = self.long_ends[rng.integers(0, len(self.long_ends), size=B)]
+            off = np.where(pick, np.maximum(e - T, 0), off)
         x = torch.from_numpy(np.stack([np.asarray(self.a[o:o + T + 1]) for o in off]).astype(np.int64))
         if self.m is None:
             return x, torch.ones(B, T)
@@ -115,15 +136,30 @@ def main():
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--resume", action="store_true")
-    ap.add_argument("--init-from", default="", help="start from the weights of a checkpoint (no optimizer state)")
+    ap.add_argument("--init-from", default="",
+                    help="start from weights only (fresh optimizer, --warmup): a train.py checkpoint FILE.pt or an "
+                         "exported model folder (config.json + safetensors, e.g. models/k3-mini)")
+    ap.add_argument("--export-dir", default="",
+                    help="every --export-minutes and at the end, write the weights as an exported model folder "
+                         "(release layout, MXFP4 experts, ~14 MB; no optimizer state) that --init-from takes")
+    ap.add_argument("--export-minutes", type=float, default=30.0)
+    ap.add_argument("--tokenizer-from", default="models/k3-mini", help="tokenizer files copied into --export-dir")
     ap.add_argument("--distill-from", default="", help="teacher checkpoint (KL on its logits + LM loss)")
     ap.add_argument("--no-mask", action="store_true", help="train on every id (ignore the .mask files)")
     ap.add_argument("--chat-frac", type=float, default=0.0,
                     help="fraction of training windows that start at a chat conversation start")
+    ap.add_argument("--long-frac", type=float, default=0.0,
+                    help="fraction of training windows that end at the last reply of a conversation at least "
+                         "--long-min ids long (long system prompt, then the question)")
+    ap.add_argument("--long-min", type=int, default=1000)
+    ap.add_argument("--kda-chunk", type=int, default=16,
+                    help="KDA chunk length of the chunked form (same result; 32 is ~30%% faster at 2K windows; "
+                         "64 overflows float32)")
     ap.add_argument("--max-steps", type=int, default=0)
     args = ap.parse_args()
 
     torch.set_num_threads(args.threads)
+    k3.KDA_MODE["chunk"] = args.kda_chunk
     torch.set_num_interop_threads(1)
     torch.manual_seed(args.seed)
     os.makedirs(args.out, exist_ok=True)
@@ -134,6 +170,8 @@ def main():
         state = torch.load(last, map_location="cpu")
         cfg = state["config"]
         log("resuming from", last, "step", state["step"], "elapsed %.1f min" % (state["elapsed"] / 60))
+    elif args.init_from and os.path.isdir(args.init_from):
+        cfg = json.load(open(os.path.join(args.init_from, "config.json")))
     else:
         cfg = configs.preset(args.preset, **json.loads(args.config_over))
     c = k3.text_config(cfg)
@@ -151,11 +189,22 @@ def main():
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": args.wd},
                              {"params": no_decay, "weight_decay": 0.0}], lr=args.lr, betas=(0.9, 0.95))
     step, elapsed = 0, 0.0
+    prior_ids = 0  # training ids behind an exported --init-from folder (its snapshot.json)
     if state is not None:
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["opt"])
         step, elapsed = state["step"], state["elapsed"]
+        prior_ids = state.get("prior_ids", 0)
         np_rng_state = state.get("np_rng")
+    elif args.init_from and os.path.isdir(args.init_from):
+        _, tens = st.load_checkpoint(args.init_from)
+        k3.state_from_checkpoint(model, {k: torch.from_numpy(v).to(torch.float32) for k, v in tens.items()})
+        log("initialised from the exported model", args.init_from, "(fresh optimizer, warmup %d steps)" % args.warmup)
+        sp = os.path.join(args.init_from, "snapshot.json")
+        if os.path.exists(sp):
+            prior = json.load(open(sp))
+            prior_ids = prior.get("ids_total", prior.get("ids", 0))
+            log("the snapshot had %d training ids (step %s)" % (prior_ids, prior.get("step")))
     elif args.init_from:
         model.load_state_dict(torch.load(args.init_from, map_location="cpu")["model"])
         log("initialised from", args.init_from)
@@ -179,20 +228,50 @@ def main():
         V0 = V - 256
         n = len(train.conversation_starts(V0 + 3, V0 + 2, 301, 303))
         log("chat-frac %.2f: %d conversation starts" % (args.chat_frac, n))
+    if args.long_frac > 0:
+        V0 = V - 256
+        if args.chat_frac <= 0:
+            train.conversation_starts(V0 + 3, V0 + 2, 301, 303)
+        n = len(train.long_reply_ends(V0 + 5, V0 + 2, args.long_min))
+        log("long-frac %.2f: %d replies at least %d ids into their conversation" % (args.long_frac, n, args.long_min))
 
     budget = args.minutes * 60.0
     t_last = time.time()
     t_ck = time.time()
     t_ev = time.time()
+    t_ex = time.time()
     run_loss, run_n = 0.0, 0
     qat_on = False
     t20 = time.time()
+
+    def export_snapshot():
+        """weights-only snapshot in the release layout, replaced atomically (tmp dir + rename)"""
+        if not args.export_dir:
+            return
+        d = args.export_dir.rstrip("/")
+        tmp, old = d + ".tmp", d + ".old"
+        import shutil
+        for x in (tmp, old):
+            if os.path.isdir(x):
+                shutil.rmtree(x)
+        k3export.export_model(model, cfg, tmp, 4, args.tokenizer_from, quiet=True)
+        json.dump({"step": step, "elapsed_minutes": round(elapsed / 60, 2), "ids": step * args.batch * args.seq,
+                   "ids_total": prior_ids + step * args.batch * args.seq,
+                   "seq": args.seq, "batch": args.batch, "init_from": args.init_from, "qat": qat_on,
+                   "time": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())},
+                  open(os.path.join(tmp, "snapshot.json"), "w"), indent=1)
+        if os.path.isdir(d):
+            os.rename(d, old)
+        os.rename(tmp, d)
+        if os.path.isdir(old):
+            shutil.rmtree(old)
+        log("exported snapshot to", d, "at step", step)
 
     def save(tag="last"):
         tmp = os.path.join(args.out, tag + ".pt.tmp")
         torch.save({"config": cfg, "model": model.state_dict(), "opt": opt.state_dict(), "step": step,
                     "elapsed": elapsed, "np_rng": train.rng.bit_generator.state, "args": vars(args),
-                    "qat": qat_on}, tmp)
+                    "qat": qat_on, "prior_ids": prior_ids}, tmp)
         os.replace(tmp, os.path.join(args.out, tag + ".pt"))
 
     while elapsed < budget and (args.max_steps == 0 or step < args.max_steps):
@@ -209,7 +288,7 @@ def main():
             model.set_qat(qat_on)
             log("MXFP4 QAT", "on" if qat_on else "off", "at step", step)
 
-        xb = train.batch(args.batch, args.seq, chat_frac=args.chat_frac)
+        xb = train.batch(args.batch, args.seq, chat_frac=args.chat_frac, long_frac=args.long_frac)
         if teacher is None:
             loss = lm_loss(model, xb)
         else:
@@ -224,7 +303,12 @@ def main():
         opt.zero_grad(set_to_none=True)
         loss.backward()
         gn = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
+        if not (torch.isfinite(loss) and torch.isfinite(gn)):
+            log("step %d: non-finite loss/gradient, update skipped" % step)
+            opt.zero_grad(set_to_none=True)
+            loss = torch.zeros(())
+        else:
+            opt.step()
         with torch.no_grad():
             for m in model.moe_layers():
                 load = m.last_load.to(torch.float32)
@@ -253,8 +337,13 @@ def main():
             t_ck = time.time()
             t_last = t_ck
             log("checkpoint saved at step", step)
+        if args.export_dir and now - t_ex > args.export_minutes * 60:
+            export_snapshot()
+            t_ex = time.time()
+            t_last = t_ex
     save()
     save("final")
+    export_snapshot()
     nb = args.eval_batches * 3
     model.set_qat(False)
     vb = evaluate(model, val, args.batch, args.seq, nb, seed=4321)
