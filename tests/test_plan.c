@@ -616,7 +616,47 @@ static void test_cli_doctor(void)
     TCHECK(cli(a3) == 1 && strstr(err_, "/nonexistent/m"));
 }
 
+/* --batch auto plans a session's scratch as a line (engine_plan.c: through
+ * 256 and 512 rows, its base covering one row); every batch's real scratch
+ * (session_alloc's dry run) must lie on or under it, or the planned session
+ * does not fit its own plan (a schedule buffer sized by the ceiling of the
+ * blocks, a step, once broke `mpirun -np 2 --mem 64M`). */
+static void test_scratch_under_the_line(void)
+{
+    char dir[512];
+    if (gen_model("plan_line", "--preset small --set num_experts=512 --seed 9", dir, sizeof dir)) return;
+    df_engine_opts o;
+    df_engine_opts_default(&o);
+    o.quiet = 1;
+    o.n_threads = 1;
+    df_engine *eng = NULL;
+    df_error err = {0};
+    if (df_engine_open(dir, &o, &eng, &err)) {
+        t_fail(__FILE__, __LINE__, "open: %s", err.msg);
+        return;
+    }
+    size_t state, s[3];
+    static const int at[3] = {1, 256, 512};
+    for (int i = 0; i < 3; i++) {
+        df_session_opts so = {.n_ctx = 4096, .max_batch = at[i]};
+        TCHECK(session_alloc(eng, &so, 1, NULL, &state, &s[i], &err) == 0);
+    }
+    size_t per_row = (s[2] - s[1] + 255) / 256, base_a = s[1] - 256 * per_row, base_1 = s[0] - per_row;
+    size_t base = base_1 > base_a ? base_1 : base_a;
+    int over = 0;
+    for (int T = 1; T <= 2100; T += T < 300 ? 1 : 7) {
+        df_session_opts so = {.n_ctx = 4096, .max_batch = T};
+        size_t sc = 0;
+        TCHECK(session_alloc(eng, &so, 1, NULL, &state, &sc, &err) == 0);
+        if (sc > base + (size_t)T * per_row && over++ < 3)
+            t_fail(__FILE__, __LINE__, "batch %d: scratch %zu over the plan's line %zu", T, sc, base + (size_t)T * per_row);
+    }
+    TCHECK(over == 0);
+    df_engine_close(eng);
+}
+
 static const test_case tests[] = {
+    {"scratch_under_the_line", test_scratch_under_the_line},
     {"resident_threshold_one_rule", test_resident_threshold_one_rule},
     {"cli_doctor", test_cli_doctor},
     {"io_auto_probe_is_cold", test_io_auto_probe_is_cold},

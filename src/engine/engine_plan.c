@@ -55,7 +55,7 @@ static int engine_sizes(df_engine *eng, const df_session_opts *so, plan_sizes *s
         if (session_alloc(eng, &one, 1, NULL, &state, &s1, err) || session_alloc(eng, &a, 1, NULL, &state, &sa, err) ||
             session_alloc(eng, &d, 1, NULL, &state, &sd, err) || session_alloc(eng, &b, 1, NULL, &state, &sb, err))
             return -1;
-        sz->scratch_per_row = (sb - sa) / 256;
+        sz->scratch_per_row = (sb - sa + 255) / 256; /* rounded up: the line bounds every batch */
         size_t base_a = sa - 256 * sz->scratch_per_row, base_1 = s1 - sz->scratch_per_row;
         sz->scratch_base = base_1 > base_a ? base_1 : base_a;
         sz->scratch_default = sd;

@@ -26,7 +26,11 @@
 
 size_t sched_capacity(int n_layers, int max_batch, int row_block)
 {
-    size_t nb = (size_t)((max_batch + row_block - 1) / row_block);
+    /* blocks: at most max_batch / row_block + 1, a bound linear in the
+     * batch (not the ceiling, a step), as the planner's model of a
+     * session's scratch is (engine_plan.c: the line through 256 and 512
+     * rows must not fall under any batch's real size) */
+    size_t nb = (size_t)(max_batch / row_block) + 1;
     /* per layer: TRUNK, nb ROWS, nb READS, EXPERTS, nb FINISH, LAYER_END; then TRUNK and nb OUTPUT */
     return (size_t)n_layers * (3 * nb + 3) + nb + 1;
 }
