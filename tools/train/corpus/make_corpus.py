@@ -144,7 +144,8 @@ def rst_to_text(s):
     return clean("\n".join(out))
 
 
-def python_docs():
+def python_doc_chunks():
+    """The Python documentation's text in RST_DIRS order, as 8 KB chunks."""
     base = "/usr/share/doc/python3.11/html/_sources"
     files = []
     for d in RST_DIRS:
@@ -156,16 +157,20 @@ def python_docs():
             for n in sorted(names):
                 if n.endswith(".rst.txt"):
                     files.append(os.path.join(root, n))
-    docs, total = [], 0
     for p in files:
         with open(p, encoding="utf-8", errors="replace") as f:
             t = rst_to_text(f.read())
-        for c in chunk(t, 8000):
-            if total >= RST_MAX:
-                return docs
-            if len(c) > 200:
-                docs.append(c)
-                total += len(c)
+        yield from chunk(t, 8000)
+
+
+def python_docs():
+    docs, total = [], 0
+    for c in python_doc_chunks():
+        if total >= RST_MAX:
+            return docs
+        if len(c) > 200:
+            docs.append(c)
+            total += len(c)
     return docs
 
 

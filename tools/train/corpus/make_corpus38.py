@@ -401,28 +401,14 @@ def prose_split():
 
 def python_docs_rest():
     """Python library documentation past make_corpus.RST_MAX (in no training row)."""
-    base = "/usr/share/doc/python3.11/html/_sources"
-    files = []
-    for d in mc.RST_DIRS:
-        p = os.path.join(base, d)
-        if os.path.isfile(p):
-            files.append(p)
-            continue
-        for root, _, names in sorted(os.walk(p)):
-            for n in sorted(names):
-                if n.endswith(".rst.txt"):
-                    files.append(os.path.join(root, n))
     docs, total = [], 0
-    for p in files:
-        with open(p, encoding="utf-8", errors="replace") as f:
-            t = mc.rst_to_text(f.read())
-        for c in mc.chunk(t, 8000):
-            if total >= mc.RST_MAX:
-                if len(c) > 200:
-                    docs.append(c)
-                continue
+    for c in mc.python_doc_chunks():
+        if total >= mc.RST_MAX:
             if len(c) > 200:
-                total += len(c)
+                docs.append(c)
+            continue
+        if len(c) > 200:
+            total += len(c)
     return docs
 
 
