@@ -84,8 +84,8 @@ static int engine_sizes(df_engine *eng, const df_session_opts *so, plan_sizes *s
 /* serve's default number of checkpoints per conversation (plan_checkpoints
  * -1): as many as take at most 1/64 of the budget over all the planned
  * sessions, at least 2 (where the system prompt and tools end, and where
- * the last message ends) and at most 8.  K3's cost 470 MB each: 2 below
- * 64 GiB, 8 from 256 GiB. */
+ * the last message ends) and at most 8.  K3's cost 443 MiB each: 2 up
+ * to 64 GiB, 4 at 128 GiB, 8 from 256 GiB. */
 static int serve_checkpoints(const df_engine *eng, size_t budget, int n_sessions)
 {
     uint64_t each = checkpoint_bytes(eng) * (uint64_t)(n_sessions > 1 ? n_sessions : 1);
