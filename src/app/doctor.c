@@ -57,7 +57,8 @@ static void cpu_line(void)
         snprintf(key, sizeof key, " %s ", want[i]);
         printf(" %s%s", strstr(flags, key) ? "" : "no-", want[i]);
     }
-    printf("\n         kernels: %s%s\n", df_kernels_chosen(), getenv("DF_KERNELS") ? " (forced by DF_KERNELS)" : "");
+    printf("\n         kernels: %s%s\n", df_kernels_chosen(),
+           getenv("DF_BACKEND") || getenv("DF_KERNELS") ? " (forced by $DF_BACKEND / $DF_KERNELS)" : "");
 }
 
 static uint64_t meminfo(const char *key)

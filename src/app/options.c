@@ -131,7 +131,11 @@ void usage(FILE *f)
           "                       serve: 64K where it fits, see serve)\n"
           "  --batch N|auto       positions per forward pass of a prompt (default auto: chosen by the\n"
           "                       planner from --mem; each pass reads its experts and the streamed trunk once)\n"
-          "  --kernels ISA        force ref, avx2 or avx512 kernels (also $DF_KERNELS)\n"
+          "  --backend B          where and how the blocks run: cpu (default: the best kernels here),\n"
+          "                       cpu:avx512, cpu:avx2, cpu:scalar, or ref (the reference backend: one\n"
+          "                       thread, plain C, the oracle; slow); also $DF_BACKEND.  Logits are\n"
+          "                       identical on every backend\n"
+          "  --kernels ISA        the same as --backend cpu:ISA (ref = scalar); also $DF_KERNELS\n"
           "  --mem SIZE           memory budget for everything, e.g. 4G (default: 70% of RAM);\n"
           "                       the expert cache gets what the trunk and state leave\n"
           "  --expert-cache SIZE  set the expert cache size directly instead\n"
@@ -364,6 +368,7 @@ static const opt_def opts[] = {
     {"--model", 1, C_MODEL},          {"--mem", 1, C_SIZING},          {"--ctx", 1, C_SIZING},
     {"--batch", 1, C_SIZING},         {"--threads", 1, C_SIZING},      {"--expert-cache", 1, C_SIZING},
     {"--trunk-stream", 1, C_SIZING},  {"--cache-policy", 1, C_SIZING}, {"--kernels", 1, C_ENGINE},
+    {"--backend", 1, C_ENGINE},
     {"--io", 1, C_ENGINE},            {"--io-backend", 1, C_ENGINE},   {"--io-depth", 1, C_ENGINE}, {"--disk-cache-max", 1, C_ENGINE},
     {"--trace", 1, C_ENGINE | C_CACHESIM}, {"--heat", 1, C_ENGINE},    {"--events", 1, C_ENGINE},
     {"--no-prefetch", 0, C_ENGINE},   {"--prefetch-k", 1, C_ENGINE},   {"--expert-path", 1, C_ENGINE},
@@ -464,6 +469,7 @@ void parse_common(int argc, char **argv, run_args *a)
         else if (!strcmp(f, "--ctx")) a->ctx = (int)parse_long(v, f, 1, 1 << 24);
         else if (!strcmp(f, "--batch")) a->batch = !strcmp(v, "auto") ? 0 : (int)parse_long(v, f, 1, 4096);
         else if (!strcmp(f, "--kernels")) a->kernels = v;
+        else if (!strcmp(f, "--backend")) a->backend = v;
         else if (!strcmp(f, "--expert-cache")) a->cache_bytes = parse_size(v, f);
         else if (!strcmp(f, "--stats")) a->stats = 1;
         else if (!strcmp(f, "--bench-json")) a->bench_json = 1;
@@ -673,6 +679,7 @@ df_engine *open_engine(const run_args *a)
     df_engine_opts_default(&eo);
     eo.n_threads = a->threads;
     eo.kernels = a->kernels;
+    eo.backend = a->backend;
     eo.expert_cache_bytes = a->cache_bytes;
     eo.mem_budget = a->mem;
     eo.io_mode = a->io;

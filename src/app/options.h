@@ -14,7 +14,7 @@
 #include "sampler.h"
 
 typedef struct {
-    const char *model, *prompt_ids, *dump, *kernels, *io, *io_backend, *policy, *trace, *slots, *heat, *events;
+    const char *model, *prompt_ids, *dump, *kernels, *backend, *io, *io_backend, *policy, *trace, *slots, *heat, *events;
     int max_new, max_new_set, print_ids, threads, ctx, batch, stop_eos, stats, io_depth, prefault, no_prefetch,
         prefetch_k;
     size_t cache_bytes, mem;

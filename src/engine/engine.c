@@ -156,9 +156,12 @@ int df_engine_open(const char *model_dir, const df_engine_opts *opts, df_engine 
         return -1;
     }
     eng->experts_only = opts->experts_only;
-    const char *force = opts->kernels ? opts->kernels : getenv("DF_KERNELS");
-    eng->kt = kernels_select(force, err);
-    if (!eng->kt) {
+    char spec[64];
+    if (engine_backend_spec(opts->backend, opts->kernels, spec, sizeof spec, err)) {
+        free(eng);
+        return -1;
+    }
+    if (k3_backend_spec_ok(spec, err)) {
         free(eng);
         return -1;
     }
@@ -170,7 +173,11 @@ int df_engine_open(const char *model_dir, const df_engine_opts *opts, df_engine 
     eng->n_threads = opts->n_threads > 0 ? opts->n_threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
     if (eng->n_threads < 1) eng->n_threads = 1;
     if (eng->n_threads > 256) eng->n_threads = 256;
-    eng->pool = threadpool_new(eng->n_threads);
+    if (k3_backend_open(&eng->bk, spec, eng->n_threads, err)) {
+        model_unload(&eng->m);
+        free(eng);
+        return -1;
+    }
 
     if (opts->n_expert_paths && engine_use_expert_paths(eng, opts->expert_paths, opts->n_expert_paths, err)) {
         df_engine_close(eng);
@@ -180,7 +187,7 @@ int df_engine_open(const char *model_dir, const df_engine_opts *opts, df_engine 
         df_engine_close(eng);
         return -1;
     }
-    eng->mc = (model_ctx){.cfg = eng->m.cfg, .layers = eng->m.layers, .pool = eng->pool, .kt = eng->kt,
+    eng->mc = (model_ctx){.cfg = eng->m.cfg, .layers = eng->m.layers, .bk = &eng->bk,
                           .cache = &eng->cache, .store = &eng->m.store, .pf = &eng->pf, .io_depth = eng->m.io_depth,
                           .quiet = opts->quiet, .trunk_streamed = eng->ts.on, .trunk_ready = trunk_ready, .eng = eng};
     prefetch_init(&eng->pf, eng->m.cfg.NL, eng->m.cfg.E, eng->m.cfg.k, opts->prefetch_k, !opts->no_prefetch);
@@ -230,10 +237,10 @@ int df_engine_open(const char *model_dir, const df_engine_opts *opts, df_engine 
                 eng->m.cfg.NL, eng->m.cfg.E, eng->m.cfg.k);
     }
     if (!opts->quiet)
-        df_log("loaded %s: %d layers (%d KDA, %d MLA), hidden %d, %d experts (top %d); kernels %s, %d threads; "
+        df_log("loaded %s: %d layers (%d KDA, %d MLA), hidden %d, %d experts (top %d); backend %s, %d threads; "
                "expert reads %s via %s, %d in flight",
-               model_dir, eng->m.cfg.NL, eng->m.n_kda, eng->m.n_mla, eng->m.cfg.h, eng->m.cfg.E, eng->m.cfg.k, eng->kt->name,
-               eng->n_threads, eng->m.store.n_files && eng->m.store.files[0].direct ? "O_DIRECT" : "buffered",
+               model_dir, eng->m.cfg.NL, eng->m.n_kda, eng->m.n_mla, eng->m.cfg.h, eng->m.cfg.E, eng->m.cfg.k, eng->bk.name,
+               eng->bk.n_workers, eng->m.store.n_files && eng->m.store.files[0].direct ? "O_DIRECT" : "buffered",
                io_queue_backend(eng->m.store.q), eng->m.io_depth);
     if (eng->m.store.remote) {
         /* unverified experts are said at every start, quiet or not */
@@ -279,7 +286,7 @@ void df_engine_close(df_engine *eng)
     prefetch_deinit(&eng->pf);
     /* prefetch reads may still be writing into cache slots */
     if (eng->m.store.q && eng->mc.store) fetch_drain(&eng->mc, NULL);
-    threadpool_free(eng->pool);
+    k3_backend_close(&eng->bk);
     trunk_stream_deinit(eng);
     expert_cache_deinit(&eng->cache);
     model_unload(&eng->m);

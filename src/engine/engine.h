@@ -24,7 +24,10 @@ typedef struct df_session df_session;
 
 typedef struct df_engine_opts {
     int n_threads;              /* 0 = all online CPUs */
-    const char *kernels;        /* "ref", "avx2", "avx512"; NULL = $DF_KERNELS or the best */
+    const char *backend;        /* where and how blocks run: "cpu", "cpu:avx512", "cpu:avx2", "cpu:scalar",
+                                   "ref" (model/ops.h); NULL = $DF_BACKEND, else "cpu" */
+    const char *kernels;        /* the same as backend "cpu:ISA" ("ref" = scalar, "avx2", "avx512"); NULL =
+                                   $DF_KERNELS; naming a different backend than `backend` is an error */
     size_t mem_budget;          /* --mem: bytes for everything (0 = 70% of physical RAM) */
     size_t expert_cache_bytes;  /* override the planner's expert cache size (0 = plan from mem_budget) */
     int plan_rollback;          /* ... with this many rollback rows (df_session_opts.rollback_rows) */
@@ -84,6 +87,7 @@ typedef struct df_model_info {
     uint64_t ctx_bytes_per_token; /* MLA latent cache per token of context */
     uint64_t fixed_state_bytes;   /* KDA recurrent state + conv history */
     const char *kernels;
+    const char *backend;          /* "cpu:avx512", "ref", ... */
     int n_threads;
     int n_cache_slots;
 } df_model_info;

@@ -47,8 +47,7 @@ struct df_engine {
     int experts_only;         /* df_engine_opts.experts_only */
     trunk_stream ts;
     expert_cache cache;
-    threadpool *pool;
-    const kernel_table *kt;
+    k3_backend bk;            /* where and how the blocks run (model/ops.h) */
     model_ctx mc;             /* the view the layer blocks get */
     int n_threads;
     uint64_t tokens;
@@ -129,6 +128,9 @@ int observe_wanted(const df_session *s);
 void observe_probe(void *ctx, const probe_ev *ev);
 
 /* expert_paths.c: read --expert-path manifests into the store's sources */
+/* engine_info.c: the backend spec an engine opens (--backend / --kernels,
+ * else $DF_BACKEND / $DF_KERNELS, else "cpu"; disagreeing spellings fail). */
+int engine_backend_spec(const char *backend, const char *kernels, char *out, size_t n, df_error *err);
 int engine_use_expert_paths(df_engine *eng, const char *const *dirs, int n, df_error *err);
 /* expert_paths.c: a placed directory's manifest, which place.c writes, and
  * the name it gives a shard: the path's last component */

@@ -31,7 +31,8 @@ void df_engine_info(const df_engine *eng, df_model_info *info)
     info->ctx_bytes_per_token = (uint64_t)eng->m.n_mla * (uint64_t)(c->Rkv + c->dr) * sizeof(float);
     info->fixed_state_bytes = (uint64_t)eng->m.n_kda *
                               ((uint64_t)c->Hk * c->Dk * c->Dk + 3ull * (uint64_t)(c->Wc - 1) * c->P) * sizeof(float);
-    info->kernels = eng->kt ? eng->kt->name : "";
+    info->kernels = eng->bk.kt ? eng->bk.kt->name : "";
+    info->backend = eng->bk.name;
     info->n_threads = eng->n_threads;
     info->n_cache_slots = eng->cache.n_slots;
 }
@@ -102,12 +103,48 @@ void df_engine_stats(const df_engine *eng, df_stats *st)
     }
 }
 
+/* One knob: --backend (or its spelling --kernels ISA = cpu:ISA), else
+ * $DF_BACKEND (or $DF_KERNELS = cpu:ISA), else "cpu".  A flag beats the
+ * environment; two spellings at one level that name different backends are
+ * an error, not a silent choice. */
+static int one_level(const char *backend, const char *kernels, const char *what_b, const char *what_k, char *out,
+                     size_t n, df_error *err)
+{
+    char k[64] = "";
+    if (kernels && *kernels) snprintf(k, sizeof k, "cpu:%s", kernels);
+    if (backend && *backend && *k) {
+        int same = !strcmp(backend, k) || (!strcmp(backend, "cpu:scalar") && !strcmp(k, "cpu:ref")) ||
+                   (!strcmp(backend, "cpu:ref") && !strcmp(k, "cpu:scalar"));
+        if (!same)
+            return df_err_set(err, DF_ERR_ARG, -1, "%s %s and %s %s name different backends (%s is %s): give one",
+                              what_b, backend, what_k, kernels, what_k, k);
+    }
+    if (backend && *backend) snprintf(out, n, "%s", backend);
+    else if (*k) snprintf(out, n, "%s", k);
+    return 0;
+}
+
+int engine_backend_spec(const char *backend, const char *kernels, char *out, size_t n, df_error *err)
+{
+    out[0] = 0;
+    if (one_level(backend, kernels, "--backend", "--kernels", out, n, err)) return -1;
+    if (!out[0] && one_level(getenv("DF_BACKEND"), getenv("DF_KERNELS"), "$DF_BACKEND", "$DF_KERNELS", out, n, err))
+        return -1;
+    if (!out[0]) snprintf(out, n, "cpu");
+    return 0;
+}
+
 const char *df_kernels_chosen(void)
 {
+    static char name[32];
     df_error err = {0};
-    const char *force = getenv("DF_KERNELS");
-    const kernel_table *kt = kernels_select(force, &err);
-    return kt ? kt->name : "none";
+    char spec[64];
+    k3_backend bk;
+    if (engine_backend_spec(NULL, NULL, spec, sizeof spec, &err) || k3_backend_open(&bk, spec, 1, &err))
+        return "none";
+    snprintf(name, sizeof name, "%s", bk.kt->name);
+    k3_backend_close(&bk);
+    return name;
 }
 
 int df_io_uring_works(char *why, size_t n)

@@ -111,9 +111,10 @@ static int forward_chunk(df_session *s, const int32_t *ids, int T, float *logits
             break;
         case STEP_OUTPUT: {
             int t0 = st->t0, nt = st->nt;
-            rows_mix(eng->pool, s->b.anchors + (size_t)t0 * h, st->n_anc, astride, s->b.H + (size_t)t0 * h, nt, (int)h,
-                     eng->m.out_res_nwpw, c->eps, s->b.ain, NULL);
-            rows_norm(eng->pool, s->b.ain, eng->m.final_norm, nt, (int)h, c->eps, s->b.xn);
+            const k3_ops *ops = eng->bk.ops;
+            ops->mix_rows(mc, s->b.anchors + (size_t)t0 * h, st->n_anc, astride, s->b.H + (size_t)t0 * h, nt, (int)h,
+                          eng->m.out_res_nwpw, c->eps, s->b.ain, NULL);
+            ops->norm_rows(mc, s->b.ain, eng->m.final_norm, nt, (int)h, c->eps, s->b.xn);
             if (s->b.probe) {
                 ev = (probe_ev){.point = PROBE_FINAL_MIX, .il = c->NL, .t0 = t0, .nt = nt, .T = T, .pos0 = pos0,
                                 .width = (int)h, .rows = s->b.ain};
@@ -124,7 +125,7 @@ static int forward_chunk(df_session *s, const int32_t *ids, int T, float *logits
             }
             if (logits) {
                 float *lr = all_rows ? logits + (size_t)t0 * c->V : logits;
-                mm_one(eng->pool, eng->kt, eng->m.lm_head, s->b.xn, nt, lr);
+                ops->project(mc, eng->m.lm_head, s->b.xn, nt, lr);
                 rows_check_finite(&s->b, lr, (size_t)(all_rows ? nt : 1) * c->V, c->NL, "output norm and lm_head");
             }
             break;

@@ -31,12 +31,13 @@ static size_t max_sz(size_t a, size_t b) { return a > b ? a : b; }
 static size_t min_sz(size_t a, size_t b) { return a < b ? a : b; }
 
 /* Every session buffer goes through ALLOC, so the memory planner can size a
- * session with the same code (dry = 1 counts bytes and allocates nothing). */
-#define ALLOC(field, count)                                                                  \
-    do {                                                                                     \
-        size_t n_ = (size_t)(count);                                                         \
-        if (!dry && !((field) = aligned_alloc_zero((n_ ? n_ : 1) * sizeof *(field)))) goto nomem; \
-        bytes += n_ * sizeof *(field);                                                       \
+ * session with the same code (dry = 1 counts bytes and allocates nothing),
+ * and every one is the backend's, with its role (model/ops.h buf_role). */
+#define ALLOC(role, field, count)                                                                 \
+    do {                                                                                          \
+        size_t n_ = (size_t)(count);                                                              \
+        if (!dry && !((field) = eng->bk.ops->alloc(&eng->bk, (role), n_ * sizeof *(field)))) goto nomem; \
+        bytes += n_ * sizeof *(field);                                                            \
     } while (0)
 
 /* A session's KDA state and conv history, in floats (all KDA layers). */
@@ -88,9 +89,9 @@ int session_alloc(df_engine *eng, const df_session_opts *opts, int dry, df_sessi
                           DBG_MAX_ANCHORS);
     }
     size_t row_w = (size_t)c->Rkv + (size_t)c->dr;
-    ALLOC(s->b.kda_S, kda_state_floats(eng));
-    ALLOC(s->b.kda_hist, kda_hist_floats(eng));
-    ALLOC(s->b.mla_cache, (size_t)eng->m.n_mla * (size_t)n_ctx * row_w);
+    ALLOC(BUF_STATE, s->b.kda_S, kda_state_floats(eng));
+    ALLOC(BUF_STATE, s->b.kda_hist, kda_hist_floats(eng));
+    ALLOC(BUF_STATE, s->b.mla_cache, (size_t)eng->m.n_mla * (size_t)n_ctx * row_w);
     s->b.rb_mark = -1;
     if (opts->rollback_rows < 0 || opts->rollback_rows > 4096) {
         int r = opts->rollback_rows;
@@ -99,9 +100,9 @@ int session_alloc(df_engine *eng, const df_session_opts *opts, int dry, df_sessi
     }
     if (opts->rollback_rows > 0) {
         s->b.rb_rows = opts->rollback_rows;
-        ALLOC(s->b.kda_S0, kda_state_floats(eng));
-        ALLOC(s->b.kda_hist0, kda_hist_floats(eng));
-        ALLOC(s->b.kda_rec, (size_t)eng->m.n_kda * (size_t)s->b.rb_rows * (4 * (size_t)c->P + (size_t)c->Hk));
+        ALLOC(BUF_STATE, s->b.kda_S0, kda_state_floats(eng));
+        ALLOC(BUF_STATE, s->b.kda_hist0, kda_hist_floats(eng));
+        ALLOC(BUF_STATE, s->b.kda_rec, (size_t)eng->m.n_kda * (size_t)s->b.rb_rows * (4 * (size_t)c->P + (size_t)c->Hk));
     }
     if (opts->checkpoints < 0 || opts->checkpoints > 64) {
         int k = opts->checkpoints;
@@ -110,7 +111,7 @@ int session_alloc(df_engine *eng, const df_session_opts *opts, int dry, df_sessi
     }
     if (opts->checkpoints > 0) {
         s->b.n_ck = opts->checkpoints;
-        ALLOC(s->b.ck_state, (size_t)s->b.n_ck * (kda_state_floats(eng) + kda_hist_floats(eng)));
+        ALLOC(BUF_STATE, s->b.ck_state, (size_t)s->b.n_ck * (kda_state_floats(eng) + kda_hist_floats(eng)));
         if (!dry) {
             s->b.ck_pos = xmalloc((size_t)s->b.n_ck * sizeof *s->b.ck_pos);
             s->b.ck_age = xcalloc((size_t)s->b.n_ck, sizeof *s->b.ck_age);
@@ -121,14 +122,14 @@ int session_alloc(df_engine *eng, const df_session_opts *opts, int dry, df_sessi
         }
     }
     size_t state = bytes;
-    ALLOC(s->b.H, (size_t)T * h);
-    ALLOC(s->b.anchors, (size_t)s->b.n_anchor_max * T * h);
-    ALLOC(s->b.ain, (size_t)Tb * h);
-    ALLOC(s->b.xn, (size_t)Tb * h);
-    ALLOC(s->b.att, (size_t)Tb * h);
-    ALLOC(s->b.min, (size_t)Tb * h);
-    ALLOC(s->b.y, (size_t)Tb * h);
-    ALLOC(s->b.ffn, (size_t)Tb * h);
+    ALLOC(BUF_RESIDUAL, s->b.H, (size_t)T * h);
+    ALLOC(BUF_RESIDUAL, s->b.anchors, (size_t)s->b.n_anchor_max * T * h);
+    ALLOC(BUF_ROWS, s->b.ain, (size_t)Tb * h);
+    ALLOC(BUF_ROWS, s->b.xn, (size_t)Tb * h);
+    ALLOC(BUF_ROWS, s->b.att, (size_t)Tb * h);
+    ALLOC(BUF_ROWS, s->b.min, (size_t)Tb * h);
+    ALLOC(BUF_ROWS, s->b.y, (size_t)Tb * h);
+    ALLOC(BUF_ROWS, s->b.ffn, (size_t)Tb * h);
     size_t bw = h;
     bw = max_sz(bw, (size_t)c->P);
     bw = max_sz(bw, (size_t)c->Hm * (c->dn + c->dr));
@@ -141,17 +142,17 @@ int session_alloc(df_engine *eng, const df_session_opts *opts, int dry, df_sessi
      * the six buffers need not be Dff wide for every position of a chunk */
     s->b.big_w = bw;
     s->b.big_cap = max_sz((size_t)Tb * bw, (size_t)c->Dff);
-    ALLOC(s->b.big0, s->b.big_cap);
-    ALLOC(s->b.big1, s->b.big_cap);
-    ALLOC(s->b.big2, s->b.big_cap);
-    ALLOC(s->b.big3, s->b.big_cap);
-    ALLOC(s->b.big4, s->b.big_cap);
-    ALLOC(s->b.big5, s->b.big_cap);
+    ALLOC(BUF_WIDE, s->b.big0, s->b.big_cap);
+    ALLOC(BUF_WIDE, s->b.big1, s->b.big_cap);
+    ALLOC(BUF_WIDE, s->b.big2, s->b.big_cap);
+    ALLOC(BUF_WIDE, s->b.big3, s->b.big_cap);
+    ALLOC(BUF_WIDE, s->b.big4, s->b.big_cap);
+    ALLOC(BUF_WIDE, s->b.big5, s->b.big_cap);
     size_t sw = max_sz(max_sz((size_t)c->Dk, (size_t)c->Hk), max_sz((size_t)c->Rq, row_w));
-    ALLOC(s->b.small0, (size_t)Tb * sw);
-    ALLOC(s->b.small1, (size_t)Tb * sw);
-    ALLOC(s->b.probs, (size_t)Tb * (s->b.n_anchor_max + 1));
-    ALLOC(s->b.logits_tmp, (size_t)c->V);
+    ALLOC(BUF_WIDE, s->b.small0, (size_t)Tb * sw);
+    ALLOC(BUF_WIDE, s->b.small1, (size_t)Tb * sw);
+    ALLOC(BUF_ROWS, s->b.probs, (size_t)Tb * (s->b.n_anchor_max + 1));
+    ALLOC(BUF_HOST, s->b.logits_tmp, (size_t)c->V);
     /* per worker: KDA's rows, or MLA attention for a block of heads at a
      * full context ([oh | q_abs / ctx per head | scores per head], mla.c
      * heads_per_call): up to MLA_NH_MAX heads per pass over the latent
@@ -162,33 +163,33 @@ int session_alloc(df_engine *eng, const df_session_opts *opts, int dry, df_sessi
                            max_sz(2 * (size_t)c->Rkv + (size_t)c->dv + (size_t)n_ctx,
                                   (size_t)c->dv + nh * ((size_t)c->Rkv + (size_t)n_ctx))) +
                     16;
-    ALLOC(s->b.worker_buf, (size_t)eng->n_threads * s->b.worker_w);
+    ALLOC(BUF_WORKER, s->b.worker_buf, (size_t)eng->n_threads * s->b.worker_w);
     size_t Tk = (size_t)T * c->k;
-    ALLOC(s->b.route_ids, Tk);
-    ALLOC(s->b.route_w, Tk);
-    ALLOC(s->b.zp, (size_t)T * c->Lt);
+    ALLOC(BUF_HOST, s->b.route_ids, Tk);
+    ALLOC(BUF_HOST, s->b.route_w, Tk);
+    ALLOC(BUF_EXPERT_ROWS, s->b.zp, (size_t)T * c->Lt);
     /* a chunk's experts run in batches of rows (moe.c): all T*k rows at
      * once only for small T (decode, verify passes), else 2 Tb + 256 rows
      * (an expert with more runs in pieces), gathered from zp per batch;
      * across ranks the other ranks' rows are posted whole, so all T*k */
     s->b.g_rows = min_sz(Tk, 2 * (size_t)Tb + 256);
     s->b.g_x_full = eng->n_ranks > 1;
-    ALLOC(s->b.g_x, (s->b.g_x_full ? Tk : s->b.g_rows) * c->Lt);
-    ALLOC(s->b.row_pos, Tk);
-    ALLOC(s->b.g_h1, s->b.g_rows * c->I);
-    ALLOC(s->b.g_h3, s->b.g_rows * c->I);
-    ALLOC(s->b.g_out, Tk * c->Lt);
-    ALLOC(s->b.uniq, Tk);
-    ALLOC(s->b.u_of_e, (size_t)c->E);
-    ALLOC(s->b.slot_of, Tk);
-    ALLOC(s->b.uniq_first, Tk);
-    ALLOC(s->b.uniq_count, Tk);
-    ALLOC(s->b.uniq_slot, Tk);
-    ALLOC(s->b.uniq_state, Tk);
-    ALLOC(s->b.ready_list, Tk);
-    ALLOC(s->b.seen, (size_t)c->NL * (size_t)c->E);
+    ALLOC(BUF_EXPERT_ROWS, s->b.g_x, (s->b.g_x_full ? Tk : s->b.g_rows) * c->Lt);
+    ALLOC(BUF_HOST, s->b.row_pos, Tk);
+    ALLOC(BUF_EXPERT_ROWS, s->b.g_h1, s->b.g_rows * c->I);
+    ALLOC(BUF_EXPERT_ROWS, s->b.g_h3, s->b.g_rows * c->I);
+    ALLOC(BUF_EXPERT_ROWS, s->b.g_out, Tk * c->Lt);
+    ALLOC(BUF_HOST, s->b.uniq, Tk);
+    ALLOC(BUF_HOST, s->b.u_of_e, (size_t)c->E);
+    ALLOC(BUF_HOST, s->b.slot_of, Tk);
+    ALLOC(BUF_HOST, s->b.uniq_first, Tk);
+    ALLOC(BUF_HOST, s->b.uniq_count, Tk);
+    ALLOC(BUF_HOST, s->b.uniq_slot, Tk);
+    ALLOC(BUF_HOST, s->b.uniq_state, Tk);
+    ALLOC(BUF_HOST, s->b.ready_list, Tk);
+    ALLOC(BUF_HOST, s->b.seen, (size_t)c->NL * (size_t)c->E);
     s->sched_cap = sched_capacity(c->NL, T, Tb);
-    ALLOC(s->sched, s->sched_cap);
+    ALLOC(BUF_HOST, s->sched, s->sched_cap);
     if (!dry)
         for (int e = 0; e < c->E; e++) s->b.u_of_e[e] = -1;
     if (state_bytes) *state_bytes = state;
@@ -245,19 +246,11 @@ void df_session_free(df_session *s)
                     &s->b.min, &s->b.y, &s->b.ffn, &s->b.big0, &s->b.big1, &s->b.big2, &s->b.big3, &s->b.big4, &s->b.big5,
                     &s->b.small0, &s->b.small1, &s->b.probs, &s->b.logits_tmp, &s->b.worker_buf, &s->b.route_w, &s->b.zp,
                     &s->b.g_x, &s->b.g_h1, &s->b.g_h3, &s->b.g_out};
-    for (size_t i = 0; i < sizeof fl / sizeof fl[0]; i++) aligned_free(*fl[i]);
-    aligned_free(s->b.route_ids);
-    aligned_free(s->b.uniq);
-    aligned_free(s->b.u_of_e);
-    aligned_free(s->b.row_pos);
-    aligned_free(s->b.slot_of);
-    aligned_free(s->b.uniq_first);
-    aligned_free(s->b.uniq_count);
-    aligned_free(s->b.uniq_slot);
-    aligned_free(s->b.uniq_state);
-    aligned_free(s->b.ready_list);
-    aligned_free(s->b.seen);
-    aligned_free(s->sched);
+    const k3_backend *bk = &s->eng->bk;
+    for (size_t i = 0; i < sizeof fl / sizeof fl[0]; i++) bk->ops->release(bk, *fl[i]);
+    void *other[] = {s->b.route_ids, s->b.uniq, s->b.u_of_e, s->b.row_pos, s->b.slot_of, s->b.uniq_first,
+                     s->b.uniq_count, s->b.uniq_slot, s->b.uniq_state, s->b.ready_list, s->b.seen, s->sched};
+    for (size_t i = 0; i < sizeof other / sizeof other[0]; i++) bk->ops->release(bk, other[i]);
     free(s);
 }
 

@@ -198,7 +198,7 @@ int df_session_truncate(df_session *s, int pos, df_error *err)
     if (rows > 0) {
         alloc_guard_enter();
         for (int il = 0; il < c->NL; il++)
-            if (eng->m.layers[il].kind == LAYER_KDA) kda_replay(&eng->mc, &s->b, &eng->m.layers[il], rows);
+            if (eng->m.layers[il].kind == LAYER_KDA) eng->bk.ops->kda_replay(&eng->mc, &s->b, &eng->m.layers[il], rows);
         alloc_guard_leave();
     }
     for (int i = 0; i < s->b.n_ck; i++) {

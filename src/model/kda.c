@@ -1,4 +1,6 @@
-/* kda.c - Kimi Delta Attention layer (spec section 5).
+/* kda.c - Kimi Delta Attention layer (spec section 5): the CPU backend's
+ * kda_rows and kda_replay ops (ops.h), and the checkpoint and rollback
+ * bookkeeping every backend's KDA shares.
  *
  * Projections for all T positions run as one batched job list; the short
  * convolution and the delta-rule recurrence then run per head (heads are
@@ -28,7 +30,7 @@ typedef struct {
     float *rq, *rk, *rv, *rg, *fb, *b;   /* [T][P] / [T][Hk] projections */
     float *out;                           /* [T][P], may alias rq */
     int n_take;                           /* checkpoints inside these rows (session_bufs.ck_want): */
-    int take_t[64], take_slot[64];        /* after row take_t, into slot take_slot */
+    int take_t[KDA_TAKES_MAX], take_slot[KDA_TAKES_MAX]; /* after row take_t, into slot take_slot */
 } kda_ctx;
 
 /* 4 floats in a vector register (SSE2 / NEON through the compiler's vector
@@ -137,17 +139,32 @@ static void kda_row(kda_ctx *c, float *wb, float *S, float *hist_layer, size_t h
 
 /* A checkpoint taken inside a pass: this head's S and the conv history of
  * its channels, as they are after the row, into the slot's copy of the
- * layer (engine.c lays a slot out as kda_S then kda_hist, all layers). */
-static void take_head(const kda_ctx *c, const float *S, const float *hist_layer, size_t hh, int slot)
+ * layer (session.c lays a slot out as kda_S then kda_hist, all layers). */
+void kda_take_head(const k3_config *cf, session_bufs *s, const k3_layer *L, const float *S, const float *hist_layer,
+                   size_t hh, int slot)
 {
-    const k3_config *cf = &c->eng->cfg;
-    session_bufs *s = c->s;
     size_t Dk = (size_t)cf->Dk, P = (size_t)cf->P, Wc1 = (size_t)cf->Wc - 1;
     size_t nS = s->ck_nS;
     float *dst = s->ck_state + (size_t)slot * (nS + s->ck_nH);
-    memcpy(dst + ((size_t)c->L->kda_idx * cf->Hk + hh) * Dk * Dk, S, Dk * Dk * sizeof(float));
-    float *dh = dst + nS + (size_t)c->L->kda_idx * 3 * Wc1 * P;
+    memcpy(dst + ((size_t)L->kda_idx * cf->Hk + hh) * Dk * Dk, S, Dk * Dk * sizeof(float));
+    float *dh = dst + nS + (size_t)L->kda_idx * 3 * Wc1 * P;
     for (size_t r = 0; r < 3 * Wc1; r++) memcpy(dh + r * P + hh * Dk, hist_layer + r * P + hh * Dk, Dk * sizeof(float));
+}
+
+/* The checkpoints asked for inside rows [0, T) at s->pos
+ * (df_session_checkpoint_at), in row order: take_t[i] is the row after
+ * which slot take_slot[i] is taken (the state after row t is the state at
+ * position pos+t+1).  Returns how many (at most KDA_TAKES_MAX). */
+int kda_takes(const session_bufs *s, int T, int *take_t, int *take_slot)
+{
+    int n = 0;
+    for (int t = 0; t < T; t++)
+        for (int i = 0; i < s->n_ck && n < KDA_TAKES_MAX; i++)
+            if (s->ck_want[i] == s->pos + t + 1) {
+                take_t[n] = t;
+                take_slot[n++] = i;
+            }
+    return n;
 }
 
 static void kda_heads(void *vctx, size_t h0, size_t h1, int worker)
@@ -164,26 +181,39 @@ static void kda_heads(void *vctx, size_t h0, size_t h1, int worker)
         int k = 0;
         for (int t = 0; t < c->T; t++) {
             kda_row(c, wb, S, hist_layer, hh, t, c->out ? c->out + (size_t)t * P + hh * (size_t)Dk : NULL);
-            for (; k < c->n_take && c->take_t[k] == t; k++) take_head(c, S, hist_layer, hh, c->take_slot[k]);
+            for (; k < c->n_take && c->take_t[k] == t; k++)
+                kda_take_head(cf, s, c->L, S, hist_layer, hh, c->take_slot[k]);
         }
     }
 }
 
 /* Where a KDA layer's rows after the rollback mark are kept:
  * [rb_rows][P] each of q, k, v, f_b, then [rb_rows][Hk] b. */
-static float *rec_layer(const k3_config *c, session_bufs *s, int kda_idx)
+float *kda_rec_layer(const k3_config *c, session_bufs *s, int kda_idx)
 {
     return s->kda_rec + (size_t)kda_idx * (size_t)s->rb_rows * (4 * (size_t)c->P + (size_t)c->Hk);
+}
+
+/* Rows after a rollback mark: keep the recurrence inputs (kda_replay). */
+void kda_keep_rows(const k3_config *c, session_bufs *s, const k3_layer *L, const float *rq, const float *rk,
+                   const float *rv, const float *fb, const float *b, int T)
+{
+    if (s->rb_mark < 0) return;
+    size_t R = (size_t)s->rb_rows, P = (size_t)c->P, r0 = (size_t)(s->pos - s->rb_mark);
+    float *rec = kda_rec_layer(c, s, L->kda_idx);
+    const float *src[4] = {rq, rk, rv, fb};
+    for (int i = 0; i < 4; i++) memcpy(rec + i * R * P + r0 * P, src[i], (size_t)T * P * sizeof(float));
+    memcpy(rec + 4 * R * P + r0 * (size_t)c->Hk, b, (size_t)T * c->Hk * sizeof(float));
 }
 
 void kda_replay(const model_ctx *eng, session_bufs *s, const k3_layer *L, int rows)
 {
     const k3_config *c = &eng->cfg;
     size_t R = (size_t)s->rb_rows, P = (size_t)c->P;
-    float *rec = rec_layer(c, s, L->kda_idx);
+    float *rec = kda_rec_layer(c, s, L->kda_idx);
     kda_ctx k = {.eng = eng, .s = s, .L = L, .T = rows, .rq = rec, .rk = rec + R * P, .rv = rec + 2 * R * P,
                  .fb = rec + 3 * R * P, .b = rec + 4 * R * P, .rg = NULL, .out = NULL};
-    parallel_for(eng->pool, (size_t)c->Hk, 1, kda_heads, &k);
+    parallel_for(eng->bk->pool, (size_t)c->Hk, 1, kda_heads, &k);
 }
 
 void kda_forward(const model_ctx *eng, session_bufs *s, const k3_layer *L, const float *x, int T, float *out)
@@ -200,24 +230,10 @@ void kda_forward(const model_ctx *eng, session_bufs *s, const k3_layer *L, const
         {.w = L->fa, .x = x, .xs = h, .y = s->small0, .ys = (size_t)c->Dk, .T = T},
         {.w = L->b, .x = x, .xs = h, .y = k.b, .ys = (size_t)c->Hk, .T = T},
     };
-    mm_run(eng->pool, eng->kt, jobs, 6);
-    mm_one(eng->pool, eng->kt, L->fb, s->small0, T, k.fb);
-    /* checkpoints asked for inside these rows (df_session_checkpoint_at),
-     * in row order: the state after row t is the state at position pos+t+1 */
-    for (int t = 0; t < T; t++)
-        for (int i = 0; i < s->n_ck && k.n_take < 64; i++)
-            if (s->ck_want[i] == s->pos + t + 1) {
-                k.take_t[k.n_take] = t;
-                k.take_slot[k.n_take++] = i;
-            }
-    if (s->rb_mark >= 0) {
-        /* rows after a rollback mark: keep the recurrence inputs (kda_replay) */
-        size_t R = (size_t)s->rb_rows, P = (size_t)c->P, r0 = (size_t)(s->pos - s->rb_mark);
-        float *rec = rec_layer(c, s, L->kda_idx);
-        const float *src[4] = {k.rq, k.rk, k.rv, k.fb};
-        for (int i = 0; i < 4; i++) memcpy(rec + i * R * P + r0 * P, src[i], (size_t)T * P * sizeof(float));
-        memcpy(rec + 4 * R * P + r0 * (size_t)c->Hk, k.b, (size_t)T * c->Hk * sizeof(float));
-    }
-    parallel_for(eng->pool, (size_t)c->Hk, 1, kda_heads, &k);
-    mm_one(eng->pool, eng->kt, L->o, k.out, T, out);
+    mm_run(eng->bk->pool, eng->bk->kt, jobs, 6);
+    mm_one(eng->bk->pool, eng->bk->kt, L->fb, s->small0, T, k.fb);
+    k.n_take = kda_takes(s, T, k.take_t, k.take_slot);
+    kda_keep_rows(c, s, L, k.rq, k.rk, k.rv, k.fb, k.b, T);
+    parallel_for(eng->bk->pool, (size_t)c->Hk, 1, kda_heads, &k);
+    mm_one(eng->bk->pool, eng->bk->kt, L->o, k.out, T, out);
 }

@@ -11,8 +11,8 @@
  *   LAYER_FINISH   rows [t0, t0+nt) of a MoE layer: the shared experts and
  *                  the routed sum added to the partial sum.
  *
- * Row-local helpers (norms, residual mixes, the non-finite test) are shared
- * with the engine's output step.  What an observer may want to see (the
+ * Every number is the backend's (ops.h): this file says what runs on which
+ * rows and in what order.  What an observer may want to see (the
  * mix weights, a part's output rows, the routes) is offered at fixed
  * points through session_bufs.probe; nothing here knows who looks.
  */
@@ -21,55 +21,6 @@
 #include "util.h"
 
 #include <string.h>
-
-/* Row-local work on every worker when there are enough rows: a row's result
- * is its own, whatever the split. */
-typedef struct rows_ctx {
-    const float *x, *w, *anc;
-    int n, n_anc;
-    size_t astride;
-    float eps;
-    float *y, *probs;
-} rows_ctx;
-
-static void norm_range(void *v, size_t a, size_t b, int worker)
-{
-    (void)worker;
-    const rows_ctx *r = v;
-    for (size_t t = a; t < b; t++) rmsnorm(r->x + t * r->n, r->w, r->n, r->eps, r->y + t * r->n);
-}
-
-static void mix_range(void *v, size_t a, size_t b, int worker)
-{
-    (void)worker;
-    const rows_ctx *r = v;
-    size_t n = (size_t)r->n;
-    attnres_mix(r->anc + a * n, r->n_anc, r->astride, r->x + a * n, (int)(b - a), r->n, r->w, r->eps, r->y + a * n,
-                r->probs ? r->probs + a * (size_t)(r->n_anc + 1) : NULL);
-}
-
-enum { ROWS_PAR_MIN = 16 };
-
-void rows_norm(threadpool *pool, const float *x, const float *w, int T, int n, float eps, float *y)
-{
-    rows_ctx r = {.x = x, .w = w, .n = n, .eps = eps, .y = y};
-    if (T < ROWS_PAR_MIN) norm_range(&r, 0, (size_t)T, 0);
-    else parallel_for(pool, (size_t)T, 4, norm_range, &r);
-}
-
-void rows_mix(threadpool *pool, const float *anc, int n_anc, size_t astride, const float *p, int T, int n,
-              const float *nwpw, float eps, float *out, float *probs)
-{
-    rows_ctx r = {.x = p, .w = nwpw, .anc = anc, .n = n, .n_anc = n_anc, .astride = astride, .eps = eps, .y = out,
-                  .probs = probs};
-    if (T < ROWS_PAR_MIN) mix_range(&r, 0, (size_t)T, 0);
-    else parallel_for(pool, (size_t)T, 4, mix_range, &r);
-}
-
-static void add_rows(float *dst, const float *src, size_t n)
-{
-    for (size_t i = 0; i < n; i++) dst[i] = dst[i] + src[i];
-}
 
 /* Non-finite values.  A NaN or infinity in a weight (or an overflow)
  * spreads through every later layer into the logits, and greedy decoding
@@ -122,30 +73,30 @@ static int layer_rows(const model_ctx *mc, session_bufs *b, const k3_layer *L, c
     int boundary = il % c->B == 0;
     const float *ain = H;
     if (n_anc) {
-        rows_mix(mc->pool, anc, n_anc, astride, H, nt, (int)h, L->attn_res_nwpw, c->eps, b->ain, b->probs);
+        mc->bk->ops->mix_rows(mc, anc, n_anc, astride, H, nt, (int)h, L->attn_res_nwpw, c->eps, b->ain, b->probs);
         ain = b->ain;
     }
     if (b->probe) probe_rows(b, lc, PROBE_ATTN_MIX, ain, NULL, (int)h, n_anc ? b->probs : NULL, n_anc + 1, 0);
-    if (boundary) memcpy(b->anchors + (size_t)n_anc++ * astride + (size_t)t0 * h, H, nh * sizeof(float));
-    rows_norm(mc->pool, ain, L->input_ln, nt, (int)h, c->eps, b->xn);
+    if (boundary) mc->bk->ops->copy_rows(mc, b->anchors + (size_t)n_anc++ * astride + (size_t)t0 * h, H, nh);
+    mc->bk->ops->norm_rows(mc, ain, L->input_ln, nt, (int)h, c->eps, b->xn);
     b->pos = lc->pos0 + t0;
     int rc = 0;
-    if (L->kind == LAYER_KDA) kda_forward(mc, b, L, b->xn, nt, b->att);
-    else rc = mla_forward(mc, b, L, b->xn, nt, b->att, err);
+    if (L->kind == LAYER_KDA) mc->bk->ops->kda_rows(mc, b, L, b->xn, nt, b->att);
+    else rc = mc->bk->ops->mla_rows(mc, b, L, b->xn, nt, b->att, err);
     b->pos = lc->pos0;
     if (rc) return -1;
-    if (boundary) memcpy(H, b->att, nh * sizeof(float));
-    else add_rows(H, b->att, nh);
+    if (boundary) mc->bk->ops->copy_rows(mc, H, b->att, nh);
+    else mc->bk->ops->add_rows(mc, H, b->att, nh);
     rows_check_finite(b, H, nh, il, L->kind == LAYER_KDA ? "KDA attention" : "MLA attention");
     if (b->probe) probe_rows(b, lc, PROBE_ATTN_OUT, b->att, NULL, (int)h, NULL, 0, 0);
-    rows_mix(mc->pool, anc, n_anc, astride, H, nt, (int)h, L->mlp_res_nwpw, c->eps, b->min, b->probs);
+    mc->bk->ops->mix_rows(mc, anc, n_anc, astride, H, nt, (int)h, L->mlp_res_nwpw, c->eps, b->min, b->probs);
     if (b->probe) probe_rows(b, lc, PROBE_MLP_MIX, b->min, NULL, (int)h, b->probs, n_anc + 1, 0);
-    rows_norm(mc->pool, b->min, L->post_ln, nt, (int)h, c->eps, b->y);
+    mc->bk->ops->norm_rows(mc, b->min, L->post_ln, nt, (int)h, c->eps, b->y);
     if (L->moe) {
         moe_route(mc, b, L, b->y, t0, nt, lc->one_block);
     } else {
-        dense_mlp_forward(mc, b, L, b->y, nt, b->ffn);
-        add_rows(H, b->ffn, nh);
+        mc->bk->ops->dense_mlp(mc, b, L, b->y, nt, b->ffn);
+        mc->bk->ops->add_rows(mc, H, b->ffn, nh);
         rows_check_finite(b, H, nh, il, "dense MLP");
         if (b->probe) probe_rows(b, lc, PROBE_MLP_OUT, b->ffn, H, (int)h, NULL, 0, 0);
     }
@@ -163,12 +114,12 @@ static void layer_finish(const model_ctx *mc, session_bufs *b, const k3_layer *L
     float *H = b->H + (size_t)t0 * h;
     if (!lc->one_block) {
         /* the block's MoE input again, from the unchanged H and anchors */
-        rows_mix(mc->pool, b->anchors + (size_t)t0 * h, lc->n_anc, astride, H, nt, (int)h, L->mlp_res_nwpw, c->eps,
+        mc->bk->ops->mix_rows(mc, b->anchors + (size_t)t0 * h, lc->n_anc, astride, H, nt, (int)h, L->mlp_res_nwpw, c->eps,
                  b->min, b->probs);
-        rows_norm(mc->pool, b->min, L->post_ln, nt, (int)h, c->eps, b->y);
+        mc->bk->ops->norm_rows(mc, b->min, L->post_ln, nt, (int)h, c->eps, b->y);
     }
     moe_finish(mc, b, L, b->y, t0, nt, b->ffn, lc->one_block);
-    add_rows(H, b->ffn, (size_t)nt * h);
+    mc->bk->ops->add_rows(mc, H, b->ffn, (size_t)nt * h);
     rows_check_finite(b, H, (size_t)nt * h, lc->il, "MoE (router, shared or routed experts)");
     if (b->probe) probe_rows(b, lc, PROBE_MLP_OUT, b->ffn, H, (int)h, NULL, 0, 1);
 }

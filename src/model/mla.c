@@ -1,4 +1,5 @@
-/* mla.c - NoPE multi-head latent attention with output gate (spec section 6).
+/* mla.c - NoPE multi-head latent attention with output gate (spec section 6):
+ * the CPU backend's mla_rows op (ops.h).
  *
  * The cache holds the compact latent form per position: [RMSNorm(kv_a
  * latent) | k_rope], Rkv + dr floats per token per MLA layer.  kv_b_proj
@@ -69,7 +70,7 @@ static void mla_heads(void *vctx, size_t h0, size_t h1, int worker)
     session_bufs *s = c->s;
     const k3_config *cf = &eng->cfg;
     const k3_layer *L = c->L;
-    const kernel_table *kt = eng->kt;
+    const kernel_table *kt = eng->bk->kt;
     int Rkv = cf->Rkv, dn = cf->dn, dr = cf->dr, dv = cf->dv, Hm = cf->Hm;
     size_t row_w = (size_t)Rkv + (size_t)dr, qs = (size_t)(dn + dr);
     const float scale = (float)(1.0 / sqrt((double)(dn + dr)));
@@ -128,9 +129,9 @@ int mla_forward(const model_ctx *eng, session_bufs *s, const k3_layer *L, const 
         {.w = L->kv_a, .x = x, .xs = h, .y = kva, .ys = row_w, .T = T},
         {.w = L->mg, .x = x, .xs = h, .y = s->big1, .ys = (size_t)c->Hm * c->dv, .T = T},
     };
-    mm_run(eng->pool, eng->kt, jobs, 3);
+    mm_run(eng->bk->pool, eng->bk->kt, jobs, 3);
     for (int t = 0; t < T; t++) rmsnorm(qa + (size_t)t * c->Rq, L->q_a_ln, c->Rq, c->eps, qa + (size_t)t * c->Rq);
-    mm_one(eng->pool, eng->kt, L->q_b, qa, T, s->big0);
+    mm_one(eng->bk->pool, eng->bk->kt, L->q_b, qa, T, s->big0);
     float *cache = s->mla_cache + (size_t)L->mla_idx * (size_t)s->n_ctx * row_w;
     for (int t = 0; t < T; t++) {
         float *row = cache + (size_t)(s->pos + t) * row_w;
@@ -142,9 +143,9 @@ int mla_forward(const model_ctx *eng, session_bufs *s, const k3_layer *L, const 
     /* Ranges of heads: each range reads the cache twice (scores, context),
      * so as few as give every worker an equal share, at most MLA_NH_MAX
      * heads (one mla_attend call) and at least four (its lanes are heads). */
-    size_t workers = (size_t)threadpool_size(eng->pool), hm = (size_t)c->Hm, grain = 0;
+    size_t workers = (size_t)threadpool_size(eng->bk->pool), hm = (size_t)c->Hm, grain = 0;
     for (size_t k = 1; !grain || grain > MLA_NH_MAX; k++) grain = (hm + workers * k - 1) / (workers * k);
-    parallel_for(eng->pool, hm, grain < 4 ? 4 : grain, mla_heads, &m);
-    mm_one(eng->pool, eng->kt, L->o, s->big2, T, out);
+    parallel_for(eng->bk->pool, hm, grain < 4 ? 4 : grain, mla_heads, &m);
+    mm_one(eng->bk->pool, eng->bk->kt, L->o, s->big2, T, out);
     return 0;
 }

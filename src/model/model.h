@@ -23,6 +23,7 @@
 #include "expert_store.h"
 #include "file.h"
 #include "kernels.h"
+#include "ops.h"
 #include "threadpool.h"
 
 enum { LAYER_KDA = 0, LAYER_MLA = 1 };
@@ -270,7 +271,7 @@ typedef struct session_bufs {
 } session_bufs;
 
 /* What a layer block needs from the engine, borrowed for one forward pass:
- * the config and weights, the backend (pool + kernel table), and for the
+ * the config and weights, the backend (ops.h), and for the
  * MoE block the expert cache and store, the prefetcher and whether the
  * streamed trunk has a layer in memory.  Built by the engine at open. */
 struct prefetch;
@@ -293,8 +294,7 @@ typedef struct moe_ranks {
 typedef struct model_ctx {
     k3_config cfg;            /* a copy (its arrays are the model's) */
     const k3_layer *layers;
-    threadpool *pool;
-    const kernel_table *kt;
+    const k3_backend *bk;     /* where and how the blocks run (ops.h) */
     expert_cache *cache;
     expert_store *store;
     struct prefetch *pf;
@@ -341,14 +341,25 @@ void model_unload(k3_model *eng);
 void attnres_mix(const float *anchors, int n_anchors, size_t anchor_stride, const float *p, int T, int h,
                  const float *nwpw, float eps, float *out, float *probs);
 
-/* kda.c / mla.c / moe.c: one layer's block for T positions at s->pos */
+/* kda.c: the CPU backend's KDA (ops kda_rows, kda_replay), and the
+ * bookkeeping every backend's KDA shares: the checkpoints taken inside a
+ * pass (kda_takes, kda_take_head) and the rows kept after a rollback mark
+ * (kda_keep_rows; kda_rec_layer is where a layer's kept rows are). */
 void kda_forward(const model_ctx *eng, session_bufs *s, const k3_layer *L, const float *x, int T, float *out);
-/* Run the first `rows` kept rows after the mark again over layer L's state
- * (which the caller has set back to the mark's copy). */
 void kda_replay(const model_ctx *eng, session_bufs *s, const k3_layer *L, int rows);
+enum { KDA_TAKES_MAX = 64 };
+int kda_takes(const session_bufs *s, int T, int *take_t, int *take_slot);
+void kda_take_head(const k3_config *cf, session_bufs *s, const k3_layer *L, const float *S, const float *hist_layer,
+                   size_t hh, int slot);
+void kda_keep_rows(const k3_config *c, session_bufs *s, const k3_layer *L, const float *rq, const float *rk,
+                   const float *rv, const float *fb, const float *b, int T);
+float *kda_rec_layer(const k3_config *c, session_bufs *s, int kda_idx);
+/* mla.c: the CPU backend's MLA (op mla_rows) */
 int mla_forward(const model_ctx *eng, session_bufs *s, const k3_layer *L, const float *x, int T, float *out, df_error *err);
-/* The MoE block in three steps, so a chunk's attention and shared experts
- * can run in row blocks around one pass over its routed experts:
+/* moe.c: the MoE block's orchestration in three steps (the numbers are the
+ * backend's ops route, experts, shared_down and combine), so a chunk's
+ * attention and shared experts can run in row blocks around one pass over
+ * its routed experts:
  *   moe_route   rows [t0, t0+nt) (y: their inputs): router, routing and the
  *               latent inputs; with `shared`, the shared experts' gate and
  *               up products too (into big0/big1, for moe_experts' overlap);
@@ -375,7 +386,20 @@ void moe_finish(const model_ctx *eng, session_bufs *s, const k3_layer *L, const 
  * process's cache and store; one output row per input row into out. */
 int moe_experts_for(const model_ctx *eng, session_bufs *s, int il, const int *ids, const int *counts, int n,
                     const float *x, float *out, df_error *err);
-void dense_mlp_forward(const model_ctx *eng, session_bufs *s, const k3_layer *L, const float *y, int T, float *out);
+/* moe_cpu.c: the CPU backend's FFN ops */
+void cpu_dense_mlp(const model_ctx *eng, session_bufs *s, const k3_layer *L, const float *y, int T, float *out);
+void cpu_route(const model_ctx *eng, session_bufs *s, const k3_layer *L, const float *y, int t0, int nt, int shared);
+void cpu_experts(const model_ctx *eng, session_bufs *s, int il, const int *us, int n);
+void cpu_shared_down(const model_ctx *eng, session_bufs *s, const k3_layer *L, int T, float *out);
+void cpu_combine(const model_ctx *eng, session_bufs *s, const k3_layer *L, const float *y, int t0, int nt, float *out,
+                 int shared_done);
+/* Top-k routing of one row's router logits (spec 7.1): ids and weights in
+ * descending biased score, ties to the lower id; sig/choice: E floats of
+ * scratch each.  Every backend routes with it. */
+void moe_route_row(const k3_config *c, const float *logits, const float *bias, int *ids, float *w, float *sig,
+                   float *choice);
+/* A routed expert's projection p (0 gate, 1 down, 2 up) from its slot. */
+wmat moe_expert_mat(const expert_store *st, const expert_loc *loc, const uint8_t *slot, int p, int rows, int cols);
 
 /* layer.c: one layer on a block of a chunk's rows, in the phase a step of
  * the engine's schedule names (layer.c's comment says what each does). */
@@ -388,12 +412,8 @@ typedef struct layer_call {
     int T, pos0, one_block;   /* the chunk: T positions from pos0; one_block: T fits one row block */
 } layer_call;
 int k3_layer_forward(const model_ctx *mc, session_bufs *b, const k3_layer *L, const layer_call *lc, df_error *err);
-/* Row-local helpers (the output step uses them too): RMSNorm of T rows of n;
- * the AttnRes mix of T rows (probs [T][n_anc+1] or NULL); the non-finite
- * test of rows a part adds (the earliest layer and part kept in b). */
-void rows_norm(threadpool *pool, const float *x, const float *w, int T, int n, float eps, float *y);
-void rows_mix(threadpool *pool, const float *anc, int n_anc, size_t astride, const float *p, int T, int n,
-              const float *nwpw, float eps, float *out, float *probs);
+/* The non-finite test of rows a part adds (the earliest layer and part
+ * kept in b; the output step uses it too). */
 void rows_check_finite(session_bufs *b, const float *x, size_t n, int layer, const char *part);
 
 #endif

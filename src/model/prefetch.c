@@ -63,7 +63,7 @@ void prefetch_after_layer(const model_ctx *eng, session_bufs *s, int il, int T, 
     const k3_layer *N = &eng->layers[nl];
     int E = c->E, h = c->h, npf = eng->pf->k;
     for (int t = 0; t < T; t++) rmsnorm(H + (size_t)t * h, N->post_ln, h, c->eps, s->big0 + (size_t)t * h);
-    mm_one(eng->pool, eng->kt, N->router, s->big0, T, s->big1);
+    eng->bk->ops->project(eng, N->router, s->big0, T, s->big1);
     /* never pin so many slots that the next layer's demand group cannot fit */
     int group = T * c->k < MM_MAX_JOBS / 2 ? T * c->k : MM_MAX_JOBS / 2;
     int room = eng->cache->n_slots - group - eng->cache->n_pending;
