@@ -2,7 +2,7 @@
  * reference backend (ops_ref.c: one thread, plain C from the spec over the
  * scalar kernels) and the CPU backend give bit-identical logits on every
  * fixture model and path a forward pass can take: prompts in one pass and
- * in row blocks, decode steps, a GGUF file (ggml expert blocks, split
+ * in row slices, decode steps, a GGUF file (ggml expert blocks, split
  * k_b / v_b), odd shapes (kernel tails, conv width 2, several AttnRes
  * blocks), the rollback replay and checkpoints taken inside a pass.  Also:
  * --backend's spellings (cpu:scalar, --kernels as its alias, an unknown
@@ -124,7 +124,7 @@ static void ref_vs_cpu(const char *name, const char *dir, int vocab_cap)
         run_opts o;
     } cases[] = {
         {"one pass", {.chunk = 0, .max_batch = 64}},
-        {"row blocks of 8", {.chunk = 0, .max_batch = 8}},
+        {"row slices of 8", {.chunk = 0, .max_batch = 8}},
         {"calls of 5 then decode", {.chunk = 5, .max_batch = 16}},
         {"token by token", {.chunk = 1, .max_batch = 4}},
         {"rollback replay", {.chunk = 7, .max_batch = 16, .rollback = 17}},

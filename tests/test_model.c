@@ -278,11 +278,11 @@ static void test_debug_norms(void)
                 }
             }
         }
-        /* the same records when the chunk runs in row blocks of 3 (the
+        /* the same records when the chunk runs in row slices of 3 (the
          * blocks' finish interleaved with the next layer's: engine.c's
          * wavefront), filled from the last block */
         df_session *s3 = NULL;
-        so.row_block = 3;
+        so.row_slice = 3;
         if (f.n_prompt > 3 && df_session_new(eng, &so, &s3, &err) == 0) {
             dbg_record d3 = {.enabled = 1, .t = -1};
             d3.layers = calloc((size_t)info.n_layers, sizeof *d3.layers);

@@ -32,7 +32,7 @@ static float *eval_rb(df_engine *eng, const int32_t *ids, int n, int batch, int 
 {
     df_model_info info;
     df_engine_info(eng, &info);
-    df_session_opts so = {.n_ctx = ctx, .max_batch = batch, .row_block = rb};
+    df_session_opts so = {.n_ctx = ctx, .max_batch = batch, .row_slice = rb};
     df_session *s;
     df_error err = {0};
     if (df_session_new(eng, &so, &s, &err)) {
@@ -54,7 +54,7 @@ static float *eval_all(df_engine *eng, const int32_t *ids, int n, int batch, int
 /* One prompt at batch 1, 7, 32, the planner's choice and the whole prompt,
  * with a one-slot cache and with every expert resident: the same bits.
  * The chunks of 32 and of the whole prompt also run their layers in blocks
- * of 13 and 64 rows (a chunk longer than its row block: attention, dense
+ * of 13 and 64 rows (a chunk longer than its row slice: attention, dense
  * and shared-expert work by block around one pass over the routed
  * experts), and in blocks of 3 rows with a 7-row expert batch. */
 static void test_auto_batch_bit_identical(void)
@@ -86,7 +86,7 @@ static void test_auto_batch_bit_identical(void)
             if (!got) continue;
             if (!ref) ref = got;
             else {
-                TCHECKF(!memcmp(ref, got, (size_t)N * V * sizeof *got), "cache %zu batch %d row block %d differs",
+                TCHECKF(!memcmp(ref, got, (size_t)N * V * sizeof *got), "cache %zu batch %d row slice %d differs",
                         caches[c], batches[b], blocks[b]);
                 free(got);
             }
@@ -129,7 +129,7 @@ static void test_expert_pieces(void)
     df_engine_close(eng);
 }
 
-/* A chunk longer than its row block starts each layer's reads between the
+/* A chunk longer than its row slice starts each layer's reads between the
  * blocks (moe_start), for the experts the rows so far were routed to: still
  * one read per needed (layer, expert), with a one-slot cache (the early
  * reads stop at the full cache) and a 40-slot one, and the same bits as

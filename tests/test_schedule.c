@@ -1,6 +1,6 @@
 /* test_schedule.c - a chunk's forward pass as data (engine/schedule.c): the
  * steps printed for one shape against the order worked out by hand, and the
- * rules every schedule keeps, over many shapes (chunk and row-block widths,
+ * rules every schedule keeps, over many shapes (chunk and row-slice widths,
  * dense and MoE layers, AttnRes block lengths, a streamed trunk, all rows or
  * the last): each block of each layer's rows once, a MoE layer's blocks
  * finished once, after its experts and before the next layer's same block,
@@ -15,7 +15,7 @@
 static void test_golden(void)
 {
     static const uint8_t moe[3] = {0, 1, 1};
-    sched_shape sh = {.T = 5, .row_block = 2, .n_layers = 3, .block_len = 2, .moe = moe};
+    sched_shape sh = {.T = 5, .row_slice = 2, .n_layers = 3, .block_len = 2, .moe = moe};
     sched_step st[128];
     int n = sched_build(&sh, st, 128);
     char buf[4096];
@@ -49,7 +49,7 @@ static int anchors_before(int il, int B) { return (il + B - 1) / B; } /* boundar
 static int check_shape(const sched_shape *sh, const sched_step *st, int n)
 {
     enum { MAXL = 8, MAXB = 16 };
-    int bad = 0, nb = (sh->T + sh->row_block - 1) / sh->row_block;
+    int bad = 0, nb = (sh->T + sh->row_slice - 1) / sh->row_slice;
     int rows_at[MAXL][MAXB], fin_at[MAXL][MAXB], exp_at[MAXL], trunk_at[MAXL + 1], end_at[MAXL];
     memset(rows_at, -1, sizeof rows_at);
     memset(fin_at, -1, sizeof fin_at);
@@ -61,13 +61,13 @@ static int check_shape(const sched_shape *sh, const sched_step *st, int n)
     do {                                                                                          \
         if (!(c)) {                                                                               \
             bad++;                                                                                \
-            t_fail(__FILE__, __LINE__, "T %d rb %d L %d B %d streamed %d: " fmt, sh->T, sh->row_block,  \
+            t_fail(__FILE__, __LINE__, "T %d rb %d L %d B %d streamed %d: " fmt, sh->T, sh->row_slice,  \
                    sh->n_layers, sh->block_len, sh->streamed, __VA_ARGS__);                        \
         }                                                                                         \
     } while (0)
     for (int i = 0; i < n; i++) {
         const sched_step *s = &st[i];
-        int b = s->t0 / sh->row_block;
+        int b = s->t0 / sh->row_slice;
         switch (s->kind) {
         case STEP_TRUNK: trunk_at[s->il] = i; break;
         case STEP_ROWS:
@@ -113,7 +113,7 @@ static int check_shape(const sched_shape *sh, const sched_step *st, int n)
     if (sh->streamed) RULE(trunk_at[sh->n_layers] >= 0, "the output head's trunk step (%d) missing", trunk_at[sh->n_layers]);
     RULE(sh->all_rows ? out_first == 0 && out_rows == sh->T : out_first == sh->T - 1 && out_rows == 1,
          "output rows from %d, %d of them", out_first, out_rows);
-    RULE((size_t)n <= sched_capacity(sh->n_layers, sh->T, sh->row_block), "%d steps past the capacity", n);
+    RULE((size_t)n <= sched_capacity(sh->n_layers, sh->T, sh->row_slice), "%d steps past the capacity", n);
 #undef RULE
     return bad;
 }
@@ -129,7 +129,7 @@ static void test_rules(void)
                 for (int T = 1; T <= 9; T++)
                     for (int rb = 1; rb <= 4; rb++)
                         for (int f = 0; f < 4; f++) {
-                            sched_shape sh = {.T = T, .row_block = rb, .n_layers = L, .block_len = B, .moe = pats[p],
+                            sched_shape sh = {.T = T, .row_slice = rb, .n_layers = L, .block_len = B, .moe = pats[p],
                                               .streamed = f & 1, .all_rows = f >> 1};
                             int n = sched_build(&sh, st, sched_capacity(L, T, rb));
                             TCHECK(n > 0);

@@ -156,7 +156,7 @@ static void test_checkpoints(void)
 }
 
 /* Checkpoints asked for ahead (df_session_checkpoint_at) are taken inside
- * one pass, across its chunks and row blocks: each is the state of having
+ * one pass, across its chunks and row slices: each is the state of having
  * evaluated exactly that far, the pass itself is not split. */
 static void test_checkpoints_inside(void)
 {
@@ -168,8 +168,8 @@ static void test_checkpoints_inside(void)
     const int32_t *ids = f.ids;
     df_error err = {0};
     for (int rb = 0; rb < 2; rb++) {
-        /* chunks of 32 positions; row blocks of the default size, then of 8 */
-        df_session_opts so = {.n_ctx = 256, .max_batch = 32, .checkpoints = 5, .row_block = rb ? 8 : 0};
+        /* chunks of 32 positions; row slices of the default size, then of 8 */
+        df_session_opts so = {.n_ctx = 256, .max_batch = 32, .checkpoints = 5, .row_slice = rb ? 8 : 0};
         df_session *s = NULL;
         TCHECK(df_session_new(eng, &so, &s, &err) == 0);
         if (!s) break;
@@ -187,7 +187,7 @@ static void test_checkpoints_inside(void)
             TCHECK(df_session_truncate(s, p, &err) == 0);
             TCHECK(df_session_eval(s, ids + p, n, got, 1, &err) == 0);
             TCHECKF(!memcmp(got, want + (size_t)p * V, (size_t)n * V * sizeof *got),
-                    "row block %d: after returning to checkpoint %d taken inside a pass", rb ? 8 : 256, p);
+                    "row slice %d: after returning to checkpoint %d taken inside a pass", rb ? 8 : 256, p);
             TCHECK(df_session_truncate(s, p, &err) == 0);
         }
         /* the pending one at 39 was dropped by the truncations */

@@ -28,8 +28,8 @@
  * early (a failed SSE write, or a hang-up polled for while a non-streaming
  * request waits) and the worker stops at the next token.
  * Generation is generate.c's loop (the same as `run` and `chat`), with the
- * drafter of --draft for every request.  Conversations: --parallel N slots,
- * each a session with its loop's id history; a request goes to the slot
+ * drafter of --draft for every request.  Conversations: --parallel N seats,
+ * each a session with its loop's id history; a request goes to the seat
  * whose history it shares the most of (among equals the one that last
  * held the client's conversation key, then the least recently used) and is fed only from where they part, when the session can go back
  * there (an extension; the last generated id, not yet evaluated; a point
@@ -37,16 +37,16 @@
  * latest <|end_of_msg|>, where the next turn's prompt parts from this
  * reply's reasoning and an edited history from its first changed message,
  * and one where the system prompt and tools end, first_turn; all taken
- * inside the prompt's passes, df_session_checkpoint_at), else the slot is
+ * inside the prompt's passes, df_session_checkpoint_at), else the seat is
  * reset.  The prompt is fed one forward pass (the plan's chunk) at a time.  A new conversation that shares only that
- * system-prompt checkpoint with a slot, or any prefix of a slot that
- * another conversation key left, gets the prefix copied into another slot
+ * system-prompt checkpoint with a seat, or any prefix of a seat that
+ * another conversation key left, gets the prefix copied into another seat
  * (df_session_copy_prefix), so both conversations keep their histories.  A client that leaves during its prompt (or a job past
  * --timeout) stops within one piece; the ids evaluated stay, trusted, so
  * the same request sent again continues from them.  A history is trusted only once the
  * job that produced it was delivered completely (job->delivered, set when
  * MHD reports the request completed); otherwise the next job resets it.
- * One worker runs one forward pass at a time: rows of different slots are
+ * One worker runs one forward pass at a time: rows of different seats are
  * not batched together.  The HTTP threads exempt themselves from the
  * process-wide allocation guard (util.h): they allocate while the worker
  * is inside df_session_eval.
@@ -95,7 +95,7 @@
 
 /* Feed a prompt's ids in pieces, so a cancelled job (1) or one past its
  * --timeout (2) stops soon. */
-static int feed(slot *sl, job *j, const int32_t *ids, size_t n)
+static int feed(seat *sl, job *j, const int32_t *ids, size_t n)
 {
     df_error err = {0};
     /* a piece is one forward pass (the plan's prompt chunk, --batch): a
@@ -141,9 +141,9 @@ static int reply_ends(const job *j, const chat_event *ev, size_t n)
     return 0;
 }
 
-/* The prompt's longest common prefix with a slot's history that its
+/* The prompt's longest common prefix with a seat's history that its
  * session can return to (0 when its history may not be reused). */
-static size_t reusable(const slot *sl, const job *j)
+static size_t reusable(const seat *sl, const job *j)
 {
     size_t lcp = 0, n_hist;
     const int32_t *hist = gen_history(&sl->gl, &n_hist);
@@ -172,9 +172,9 @@ static size_t first_turn(const srv *S, const job *j)
     return 0;
 }
 
-/* Has the job that left this slot's history been delivered (or was it a
+/* Has the job that left this seat's history been delivered (or was it a
  * prompt cut short, whose evaluated ids are all the request's own)? */
-static int slot_trusted(slot *sl)
+static int seat_trusted(seat *sl)
 {
     if (!sl->hist_ok || !sl->last) return sl->hist_ok;
     /* its connection thread may still be writing the last bytes: wait briefly for the verdict */
@@ -230,10 +230,10 @@ static void job_constraint_end(job *j, gen_loop *gl)
     j->matcher = NULL;
 }
 
-/* Is slot a a better home than slot b for job j, keeping fa and fb of its
+/* Is seat a a better home than seat b for job j, keeping fa and fb of its
  * prompt?  The one that keeps more; among equals the one that last held
  * the client's conversation key, then the least recently used. */
-static int slot_better(const job *j, const slot *a, size_t fa, const slot *b, size_t fb)
+static int seat_better(const job *j, const seat *a, size_t fa, const seat *b, size_t fb)
 {
     if (fa != fb) return fa > fb;
     int ka = j->conv_key && a->key == j->conv_key, kb = j->conv_key && b->key == j->conv_key;
@@ -241,14 +241,14 @@ static int slot_better(const job *j, const slot *a, size_t fa, const slot *b, si
     return a->used < b->used;
 }
 
-/* Where a prefix another conversation shares is copied to: the slot that
+/* Where a prefix another conversation shares is copied to: the seat that
  * last held this client's conversation key, else the least recently used
  * one (never src). */
-static slot *copy_target(srv *S, const job *j, const slot *src)
+static seat *copy_target(srv *S, const job *j, const seat *src)
 {
-    slot *dst = NULL;
-    for (int i = 0; i < S->n_slots; i++) {
-        slot *c = &S->slots[i];
+    seat *dst = NULL;
+    for (int i = 0; i < S->n_seats; i++) {
+        seat *c = &S->seats[i];
         if (c == src) continue;
         int kc = j->conv_key && c->key == j->conv_key, kd = dst && j->conv_key && dst->key == j->conv_key;
         if (!dst || kc > kd || (kc == kd && c->used < dst->used)) dst = c;
@@ -256,37 +256,37 @@ static slot *copy_target(srv *S, const job *j, const slot *src)
     return dst;
 }
 
-/* The slot this job runs in: the one that keeps most of its prompt (*from
- * ids), or a copy of that prefix in another slot when it belongs to
+/* The seat this job runs in: the one that keeps most of its prompt (*from
+ * ids), or a copy of that prefix in another seat when it belongs to
  * another conversation. */
-static slot *pick_slot(srv *S, job *j, size_t *from_out)
+static seat *pick_seat(srv *S, job *j, size_t *from_out)
 {
-    slot *sl = &S->slots[0];
+    seat *sl = &S->seats[0];
     size_t from = reusable(sl, j);
-    for (int i = 1; i < S->n_slots; i++) {
-        size_t f = reusable(&S->slots[i], j);
-        if (slot_better(j, &S->slots[i], f, sl, from)) sl = &S->slots[i], from = f;
+    for (int i = 1; i < S->n_seats; i++) {
+        size_t f = reusable(&S->seats[i], j);
+        if (seat_better(j, &S->seats[i], f, sl, from)) sl = &S->seats[i], from = f;
     }
     sl->used = atomic_load(&S->job_counter);
     /* the session's history counts only if the job that left it was delivered */
-    int trusted = slot_trusted(sl);
+    int trusted = seat_trusted(sl);
     if (!trusted) from = 0;
     sl->hist_ok = trusted;
     /* the reuse ends inside a longer history that belongs to another
      * conversation: at or before where this prompt's first turn opens (the
      * same system prompt and tools, or a common start of them), or anywhere
-     * when the client's conversation key says the slot holds another
+     * when the client's conversation key says the seat holds another
      * conversation (two sessions that began alike).  Copied into another
-     * slot (copy_target), so that conversation keeps its own history; with
-     * one slot, it is saved (--prompt-cache) before it is rewound.  A
+     * seat (copy_target), so that conversation keeps its own history; with
+     * one seat, it is saved (--prompt-cache) before it is rewound.  A
      * conversation going back within itself, to a later checkpoint, is
      * rewound in place */
     size_t n_src = 0, ft = first_turn(S, j);
     gen_history(&sl->gl, &n_src);
     int other = (j->conv_key && sl->key && sl->key != j->conv_key) || (ft && from <= ft);
-    if (from > 0 && from < n_src && other && S->n_slots == 1) pcache_save(S, sl);
-    if (from > 0 && from < n_src && other && S->n_slots > 1) {
-        slot *dst = copy_target(S, j, sl);
+    if (from > 0 && from < n_src && other && S->n_seats == 1) pcache_save(S, sl);
+    if (from > 0 && from < n_src && other && S->n_seats > 1) {
+        seat *dst = copy_target(S, j, sl);
         df_error cerr = {0};
         pcache_save(S, dst); /* its conversation leaves it */
         if (!df_session_copy_prefix(dst->s, sl->s, (int)from, &cerr)) {
@@ -308,17 +308,17 @@ static slot *pick_slot(srv *S, job *j, size_t *from_out)
     return sl;
 }
 
-/* The slot's session made to hold the job's first `from` prompt ids: a saved
- * conversation (--prompt-cache) that keeps more, or the slot rewound, or
+/* The seat's session made to hold the job's first `from` prompt ids: a saved
+ * conversation (--prompt-cache) that keeps more, or the seat rewound, or
  * emptied; returns the ids it holds. */
-static size_t sync_slot(srv *S, job *j, slot *sl, size_t from)
+static size_t sync_seat(srv *S, job *j, seat *sl, size_t from)
 {
     /* a saved conversation (--prompt-cache) that keeps more of the prompt */
     char cpath[1024];
     int cached = pcache_find(S, j, from, cpath, sizeof cpath);
     df_error rerr = {0};
     if (cached > 0 || !from) {
-        /* this slot's conversation leaves it: saved first */
+        /* this seat's conversation leaves it: saved first */
         pcache_save(S, sl);
         gen_reset(&sl->gl);
         sl->ck_pos = 0;
@@ -346,7 +346,7 @@ static size_t sync_slot(srv *S, job *j, slot *sl, size_t from)
 
 /* The prompt's ids past `from` evaluated, checkpoints asked for on the way;
  * feed's result (0 done, 1 the client left, 2 --timeout, -1 error). */
-static int feed_prompt(srv *S, job *j, slot *sl, size_t from)
+static int feed_prompt(srv *S, job *j, seat *sl, size_t from)
 {
     df_error rerr = {0};
     /* checkpoints, taken inside the prompt's passes (no pass is split):
@@ -386,7 +386,7 @@ static int feed_prompt(srv *S, job *j, slot *sl, size_t from)
 /* The reply: tokens sampled, parsed and emitted until it ends, then the
  * finish (or the cancellation) delivered; rc is feed_prompt's.
  * *t_first: when the first token came (0: none). */
-static void generate_reply(srv *S, job *j, slot *sl, int rc, double *t_first_out)
+static void generate_reply(srv *S, job *j, seat *sl, int rc, double *t_first_out)
 {
     sampler_reset(&S->smp, j->temperature, j->top_p, 0, j->seed);
     tok_decoder dec;
@@ -474,8 +474,8 @@ static void account_job(srv *S, const job *j, size_t from, double t0, double t_f
     if (j->fin == FIN_ERROR) S->n_errors++;
     df_engine_stats(S->eng, &S->stats);
     memset(&S->gstats, 0, sizeof S->gstats);
-    for (int i = 0; i < S->n_slots; i++) {
-        const gen_stats *g = &S->slots[i].gl.st;
+    for (int i = 0; i < S->n_seats; i++) {
+        const gen_stats *g = &S->seats[i].gl.st;
         S->gstats.passes += g->passes;
         S->gstats.draft_passes += g->draft_passes;
         S->gstats.proposed += g->proposed;
@@ -488,8 +488,8 @@ static void run_job(srv *S, job *j)
 {
     double t0 = now_sec();
     size_t from;
-    slot *sl = pick_slot(S, j, &from);
-    from = sync_slot(S, j, sl, from);
+    seat *sl = pick_seat(S, j, &from);
+    from = sync_seat(S, j, sl, from);
     emit_begin(j);
     int rc = feed_prompt(S, j, sl, from);
     double t_first;
@@ -647,7 +647,7 @@ static enum MHD_Result serve_metrics(srv *S, struct MHD_Connection *c)
             prompt_all ? (double)S->tok_reused / (double)prompt_all : 0.0);
     gen_stats gs = S->gstats;
     pthread_mutex_unlock(&S->mu);
-    bprintf(&b, "# TYPE deltafin_conversations_kept gauge\ndeltafin_conversations_kept %d\n", S->n_slots);
+    bprintf(&b, "# TYPE deltafin_conversations_kept gauge\ndeltafin_conversations_kept %d\n", S->n_seats);
     bprintf(&b, "# TYPE deltafin_decode_passes_total counter\ndeltafin_decode_passes_total %llu\n"
             "# TYPE deltafin_verify_passes_total counter\ndeltafin_verify_passes_total %llu\n"
             "# TYPE deltafin_draft_proposed_total counter\ndeltafin_draft_proposed_total %llu\n"
@@ -959,13 +959,13 @@ static void find_turn_opens(srv *S)
 /* --parallel N sessions, each refused with the numbers when the plan has
  * no room; without it, as many as fit, up to 4.  Nonzero (printed) when
  * none (or not all N) can be made. */
-static int open_slots(srv *S, const df_session_opts *so, int parallel)
+static int open_seats(srv *S, const df_session_opts *so, int parallel)
 {
     df_error err = {0};
     int want = parallel > 0 ? parallel : 4;
-    S->slots = xcalloc((size_t)want, sizeof *S->slots);
+    S->seats = xcalloc((size_t)want, sizeof *S->seats);
     for (int i = 0; i < want; i++) {
-        if (df_session_new(S->eng, so, &S->slots[i].s, &err)) {
+        if (df_session_new(S->eng, so, &S->seats[i].s, &err)) {
             if (parallel > 0 || i == 0) {
                 fprintf(stderr, "deltafin: session %d of %d: %s\n", i + 1, want, err.msg);
                 return 1;
@@ -973,7 +973,7 @@ static int open_slots(srv *S, const df_session_opts *so, int parallel)
             err = (df_error){0};
             break;
         }
-        S->n_slots++;
+        S->n_seats++;
     }
     return 0;
 }
@@ -989,8 +989,8 @@ static void serve_stop(srv *S, struct MHD_Daemon *d, pthread_t worker)
     pthread_cond_broadcast(&S->cv);
     pthread_mutex_unlock(&S->mu);
     pthread_join(worker, NULL);
-    for (int i = 0; i < S->n_slots; i++) {
-        slot *sl = &S->slots[i];
+    for (int i = 0; i < S->n_seats; i++) {
+        seat *sl = &S->seats[i];
         /* the conversations kept are saved for the next start */
         if (sl->hist_ok && (!sl->last || atomic_load(&sl->last->delivered))) pcache_save(S, sl);
         if (sl->last) job_unref(sl->last);
@@ -1001,11 +1001,11 @@ static void serve_stop(srv *S, struct MHD_Daemon *d, pthread_t worker)
         job_unref(j);
     }
     chat_parser_free(S->parser);
-    for (int i = 0; i < S->n_slots; i++) {
-        gen_free(&S->slots[i].gl);
-        df_session_free(S->slots[i].s);
+    for (int i = 0; i < S->n_seats; i++) {
+        gen_free(&S->seats[i].gl);
+        df_session_free(S->seats[i].s);
     }
-    free(S->slots);
+    free(S->seats);
     free(S->pc_ids);
     resp_store_free(S->rstore);
     df_drafter_free(S->dr);
@@ -1074,7 +1074,7 @@ int cmd_serve(int argc, char **argv)
         fprintf(stderr, "deltafin: %s\n", err.msg);
         return 1;
     }
-    if (open_slots(S, &so, parallel)) return 1;
+    if (open_seats(S, &so, parallel)) return 1;
     S->n_ctx = so.n_ctx;
     server_set_caps(S);
     S->pc_ids = xmalloc((size_t)S->n_ctx * sizeof *S->pc_ids);
@@ -1087,15 +1087,15 @@ int cmd_serve(int argc, char **argv)
     df_engine_stats(S->eng, &S->stats);
     sampler_init(&S->smp, S->info.vocab, 0, 1, 0, 0);
     S->dr = open_drafter(&S->a, S->info.vocab, S->n_ctx);
-    for (int i = 0; i < S->n_slots; i++)
-        gen_from_args(&S->slots[i].gl, &S->a, S->eng, S->slots[i].s, &S->smp, S->dr);
+    for (int i = 0; i < S->n_seats; i++)
+        gen_from_args(&S->seats[i].gl, &S->a, S->eng, S->seats[i].s, &S->smp, S->dr);
     S->dcap = tok_decoder_max_out(S->tok) + 16;
     S->dbuf = xmalloc(S->dcap);
     pthread_t worker;
     if (pthread_create(&worker, NULL, worker_main, S)) die("cannot start the worker thread");
     atomic_store(&S->ready, 1);
     fprintf(stderr, "deltafin: ready: model %s, context %d, %d conversation%s kept, queue %d\n", S->name, S->n_ctx,
-            S->n_slots, S->n_slots == 1 ? "" : "s", S->queue_max);
+            S->n_seats, S->n_seats == 1 ? "" : "s", S->queue_max);
 
     int sig = 0;
     sigwait(&sigs, &sig);

@@ -1,5 +1,5 @@
 /* server_cache.c - `serve --prompt-cache DIR`: conversations that leave a
- * slot (another conversation takes it, or the server stops) are saved as
+ * seat (another conversation takes it, or the server stops) are saved as
  * session files (engine.h df_session_save) in DIR, and a request whose
  * prompt extends a saved one resumes from it instead of evaluating it
  * again, across evictions and restarts.
@@ -86,7 +86,7 @@ void pcache_init(srv *S)
     if (S->pcache_dir) evict(S);
 }
 
-int pcache_save(srv *S, slot *sl)
+int pcache_save(srv *S, seat *sl)
 {
     if (!S->pcache_dir || !sl->hist_ok) return 0;
     df_error err = {0};

@@ -50,9 +50,11 @@ typedef struct job job;
 typedef struct resp_job resp_job;     /* server_responses.c: a Responses job's state */
 typedef struct resp_store resp_store; /* server_responses.c: stored conversations */
 
-/* One kept conversation: a session, its generation loop (the id history,
- * generate.h) and whether that history may be reused. */
-typedef struct slot {
+/* A seat: one of --parallel N places a conversation is kept in (a session,
+ * its generation loop's id history, generate.h, and whether that history
+ * may be reused).  "Seat", not "slot": slots are the expert cache's (and a
+ * session's checkpoints are "checkpoints"). */
+typedef struct seat {
     df_session *s;
     gen_loop gl;
     int hist_ok;                /* the history is valid once last was delivered */
@@ -60,7 +62,7 @@ typedef struct slot {
     uint64_t used;              /* when it last ran a job (LRU among equals) */
     int ck_pos;                 /* the last conversation checkpoint taken (0 none) */
     uint64_t key;               /* the conversation key of the job that left it (0 none) */
-} slot;
+} seat;
 
 typedef struct srv {
     /* set at start, read-only afterwards */
@@ -88,11 +90,11 @@ typedef struct srv {
     double gen_seconds, last_tps;
     atomic_ulong job_counter;
     /* worker-only */
-    struct slot *slots;         /* --parallel: the conversations kept */
-    int n_slots;
+    struct seat *seats;         /* --parallel: the conversations kept */
+    int n_seats;
     chat_parser *parser;
     sampler smp;                /* temperature / top_p / seed of the current job (sampler.c) */
-    df_drafter *dr;             /* --draft, or NULL (shared by the slots) */
+    df_drafter *dr;             /* --draft, or NULL (shared by the seats) */
     const char *pcache_dir;     /* --prompt-cache DIR, or NULL (server_cache.c) */
     uint64_t pcache_max;        /* --prompt-cache-max bytes */
     int32_t *pc_ids;            /* [n_ctx] scratch: a cached file's ids */
@@ -237,13 +239,13 @@ resp_store *resp_store_new(void);
 void resp_store_free(resp_store *s);
 
 /* server_cache.c: --prompt-cache DIR */
-/* Save a slot's conversation (up to its last checkpoint) before it is reused. */
+/* Save a seat's conversation (up to its last checkpoint) before it is reused. */
 /* The text cap (max_text) from the tokenizer and the context; and, unless
  * --max-request-bytes was given, the body cap derived from it. */
 void server_set_caps(srv *S);
 /* At start: removes a killed save's temporary files, evicts past the cap. */
 void pcache_init(srv *S);
-int pcache_save(srv *S, slot *sl);
+int pcache_save(srv *S, seat *sl);
 /* The longest saved conversation that is a proper prefix of j's prompt and
  * longer than `longer_than`: its length (path in path), or 0. */
 int pcache_find(srv *S, const job *j, size_t longer_than, char *path, size_t n_path);

@@ -73,7 +73,7 @@ typedef struct df_session_opts {
                                    costs a copy of the KDA state and the rows' recurrence inputs */
     int checkpoints;            /* positions df_session_checkpoint can keep (0: none); each costs
                                    a copy of the KDA state */
-    int row_block;              /* rows a layer's attention, dense and shared-expert work take at a
+    int row_slice;              /* rows a layer's attention, dense and shared-expert work take at a
                                    time within a longer chunk (0 = 256): only the residual stream,
                                    anchors and routed-expert rows are held per position of a chunk.
                                    Results do not depend on it */
@@ -212,7 +212,7 @@ int df_session_checkpoint(df_session *s, df_error *err);
 /* The same, at a position ahead (pos > the session's; pos == it is
  * df_session_checkpoint): the forward pass that evaluates position pos
  * keeps the state there, inside its chunk (no pass is split: a prompt is
- * read once whatever checkpoints it holds).  The slot is chosen now, by the
+ * read once whatever checkpoints it holds).  The entry is chosen now, by the
  * rule above; the checkpoint is reachable once the pass has evaluated pos,
  * and dropped if that pass fails or the session is truncated first. */
 int df_session_checkpoint_at(df_session *s, int pos, df_error *err);

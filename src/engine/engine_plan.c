@@ -41,7 +41,7 @@ static int engine_sizes(df_engine *eng, const df_session_opts *so, plan_sizes *s
     if (so->max_batch > 0) {
         if (session_alloc(eng, so, 1, NULL, &state, &scratch, err)) return -1;
     } else {
-        /* --batch auto: scratch is linear in the batch from the row block
+        /* --batch auto: scratch is linear in the batch from the row slice
          * (256) on, and less below it: the line through 256 and 512 rows,
          * with a base that also covers a batch of one (the big buffers
          * hold at least one dense-MLP row), bounds it; the default chunk's

@@ -56,8 +56,8 @@ static int embed_rows(const df_engine *eng, const int32_t *ids, int T, float *H,
 }
 
 /* One chunk of T <= max_batch positions: the embedding, then the steps of
- * its schedule (schedule.c: per layer its rows in row blocks, its routed
- * experts over all T rows, its blocks finished, in the wavefront order),
+ * its schedule (schedule.c: per layer its rows in row slices, its routed
+ * experts over all T rows, its slices finished, in the wavefront order),
  * then the output rows.  Each layer step is k3_layer_forward's (layer.c);
  * what observers see is offered at the schedule's fixed points
  * (observe.c).  Every row's result is the same whatever the chunk and
@@ -70,10 +70,10 @@ static int forward_chunk(df_session *s, const int32_t *ids, int T, float *logits
     const k3_config *c = &eng->m.cfg;
     size_t h = (size_t)c->h;
     size_t astride = (size_t)s->b.max_batch * h;
-    int RB = s->b.row_block, pos0 = s->b.pos;
+    int RB = s->b.row_slice, pos0 = s->b.pos;
     double t_start = now_sec();
     CHECK(T >= 1 && T <= s->b.max_batch);
-    sched_shape shape = {.T = T, .row_block = RB, .n_layers = c->NL, .block_len = c->B, .moe = c->layer_moe,
+    sched_shape shape = {.T = T, .row_slice = RB, .n_layers = c->NL, .block_len = c->B, .moe = c->layer_moe,
                          .streamed = eng->ts.on, .all_rows = all_rows};
     int n_steps = sched_build(&shape, s->sched, s->sched_cap);
     CHECK(n_steps > 0);
@@ -100,7 +100,7 @@ static int forward_chunk(df_session *s, const int32_t *ids, int T, float *logits
             static const int phase[] = {[STEP_ROWS] = LAYER_ROWS, [STEP_READS] = LAYER_READS,
                                         [STEP_EXPERTS] = LAYER_EXPERTS, [STEP_FINISH] = LAYER_FINISH};
             layer_call lc = {.il = st->il, .phase = phase[st->kind], .t0 = st->t0, .nt = st->nt, .n_anc = st->n_anc,
-                             .T = T, .pos0 = pos0, .one_block = T <= RB};
+                             .T = T, .pos0 = pos0, .one_slice = T <= RB};
             if (k3_layer_forward(mc, &s->b, &eng->m.layers[st->il], &lc, err)) goto fail;
             break;
         }

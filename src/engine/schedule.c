@@ -1,22 +1,22 @@
 /* schedule.c - the order of a chunk's work as a list of steps (schedule.h).
  *
  * The forward pass of a chunk of T positions is: the embedding, then per
- * layer its rows in blocks of row_block (mixes, attention, dense MLP or the
+ * layer its rows in slices of row_slice (mixes, attention, dense MLP or the
  * router), its routed experts over all T rows at once (each distinct
- * expert read once per chunk), its blocks finished (shared experts and the
+ * expert read once per chunk), its slices finished (shared experts and the
  * routed sum), then the output step.  Every row's result is the same
- * whatever T and the row block are (HACKING.md); the schedule only decides
+ * whatever T and the row slice are (HACKING.md); the schedule only decides
  * when each piece runs:
- *   - READS after a MoE layer's block when more blocks follow: the experts
- *     those rows need start reading while the next blocks' attention runs;
- *   - the wavefront (several blocks, trunk in memory): a MoE layer's
- *     blocks finish one by one inside the next layer's block loop, since
- *     block b of layer L+1 needs only block b of layer L;
+ *   - READS after a MoE layer's slice when more slices follow: the experts
+ *     those rows need start reading while the next slices' attention runs;
+ *   - the wavefront (several slices, trunk in memory): a MoE layer's
+ *     slices finish one by one inside the next layer's slice loop, since
+ *     slice b of layer L+1 needs only slice b of layer L;
  *   - a streamed trunk (TRUNK steps: a layer present before its first
  *     step, the next one loading meanwhile) holds two layers' weights, so
  *     each layer finishes before the next starts.
- * Anchors: layer il's mixes see the anchors of the blocks started before
- * it; a block boundary layer adds one (its partial sum) during its rows,
+ * Anchors: layer il's mixes see the anchors of the AttnRes blocks started
+ * before it; a block boundary layer adds one (its partial sum) during its rows,
  * so its FINISH steps and later layers see one more.
  */
 #include "schedule.h"
@@ -24,13 +24,13 @@
 #include <stdio.h>
 #include <string.h>
 
-size_t sched_capacity(int n_layers, int max_batch, int row_block)
+size_t sched_capacity(int n_layers, int max_batch, int row_slice)
 {
-    /* blocks: at most max_batch / row_block + 1, a bound linear in the
+    /* slices: at most max_batch / row_slice + 1, a bound linear in the
      * batch (not the ceiling, a step), as the planner's model of a
      * session's scratch is (engine_plan.c: the line through 256 and 512
      * rows must not fall under any batch's real size) */
-    size_t nb = (size_t)(max_batch / row_block) + 1;
+    size_t nb = (size_t)(max_batch / row_slice) + 1;
     /* per layer: TRUNK, nb ROWS, nb READS, EXPERTS, nb FINISH, LAYER_END; then TRUNK and nb OUTPUT */
     return (size_t)n_layers * (3 * nb + 3) + nb + 1;
 }
@@ -43,9 +43,9 @@ int sched_build(const sched_shape *sh, sched_step *out, size_t cap)
         if (n >= cap) return -1;                                                            \
         out[n++] = (sched_step){.kind = (uint8_t)(k), .il = (l), .t0 = (a), .nt = (b), .n_anc = (c)}; \
     } while (0)
-    int T = sh->T, RB = sh->row_block;
-    int one_block = T <= RB;
-    int wave = !one_block && !sh->streamed;
+    int T = sh->T, RB = sh->row_slice;
+    int one_slice = T <= RB;
+    int wave = !one_slice && !sh->streamed;
     int n_anc = 0, pend = -1, pend_anc = 0;
     for (int il = 0; il < sh->n_layers; il++) {
         if (sh->streamed) PUT(STEP_TRUNK, il, 0, 0, 0);
@@ -69,7 +69,7 @@ int sched_build(const sched_shape *sh, sched_step *out, size_t cap)
         PUT(STEP_LAYER_END, il, 0, T, n_anc);
     }
     if (sh->streamed) PUT(STEP_TRUNK, sh->n_layers, 0, 0, 0);
-    /* the output mix and norm, by block; the last position alone when only
+    /* the output mix and norm, by slice; the last position alone when only
      * its logits are wanted */
     for (int t0 = sh->all_rows ? 0 : T - 1; t0 < T; t0 += RB) PUT(STEP_OUTPUT, sh->n_layers, t0, T - t0 < RB ? T - t0 : RB, n_anc);
 #undef PUT

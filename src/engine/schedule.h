@@ -25,7 +25,7 @@ typedef struct sched_step {
 /* The shape of a chunk. */
 typedef struct sched_shape {
     int T;                  /* positions */
-    int row_block;          /* rows a layer's attention and dense work take at a time */
+    int row_slice;          /* rows a layer's attention and dense work take at a time */
     int n_layers;
     int block_len;          /* AttnRes block length (config B): layer il starts a block when il % B == 0 */
     const uint8_t *moe;     /* [n_layers] 1 for a MoE layer */
@@ -34,11 +34,11 @@ typedef struct sched_shape {
 } sched_shape;
 
 /* Steps a chunk of max_batch positions can need at most (the buffer's size). */
-size_t sched_capacity(int n_layers, int max_batch, int row_block);
+size_t sched_capacity(int n_layers, int max_batch, int row_slice);
 /* The steps, in order, into out[cap]; returns how many (-1 if cap is short).
- * Layer by layer, each layer's rows in blocks; with several blocks and the
- * trunk in memory a MoE layer's blocks finish inside the next layer's block
- * loop (a wavefront: block b of layer L+1 needs only block b of layer L, so
+ * Layer by layer, each layer's rows in slices; with several slices and the
+ * trunk in memory a MoE layer's slices finish inside the next layer's slice
+ * loop (a wavefront: slice b of layer L+1 needs only slice b of layer L, so
  * the next layer routes and its reads start early). */
 int sched_build(const sched_shape *sh, sched_step *out, size_t cap);
 /* One line per step ("rows L3 0+4 anc 2"), for tests and --debug output. */

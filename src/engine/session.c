@@ -24,8 +24,8 @@
 
 static double gib(uint64_t b) { return (double)b / (double)(1ull << 30); }
 
-/* rows a chunk's layer work takes at a time (df_session_opts.row_block) */
-#define SESSION_ROW_BLOCK 256
+/* rows a chunk's layer work takes at a time (df_session_opts.row_slice) */
+#define SESSION_ROW_SLICE 256
 
 static size_t max_sz(size_t a, size_t b) { return a > b ? a : b; }
 static size_t min_sz(size_t a, size_t b) { return a < b ? a : b; }
@@ -69,17 +69,17 @@ int session_alloc(df_engine *eng, const df_session_opts *opts, int dry, df_sessi
     int n_ctx = opts->n_ctx > 0 ? opts->n_ctx : def.n_ctx;
     int T = opts->max_batch > 0 ? opts->max_batch : eng->plan.max_batch > 0 ? eng->plan.max_batch : 32;
     if (T > 4096) return df_err_set(err, DF_ERR_ARG, -1, "max_batch %d is too large (at most 4096)", T);
-    if (opts->row_block < 0 || opts->row_block > 4096)
-        return df_err_set(err, DF_ERR_ARG, -1, "row_block %d is outside [0, 4096]", opts->row_block);
-    /* a chunk's layer work runs in blocks of Tb rows; only the residual
+    if (opts->row_slice < 0 || opts->row_slice > 4096)
+        return df_err_set(err, DF_ERR_ARG, -1, "row_slice %d is outside [0, 4096]", opts->row_slice);
+    /* a chunk's layer work runs in slices of Tb rows; only the residual
      * stream, the anchors and the routed-expert rows are per position */
-    int Tb = opts->row_block > 0 ? opts->row_block : SESSION_ROW_BLOCK;
+    int Tb = opts->row_slice > 0 ? opts->row_slice : SESSION_ROW_SLICE;
     if (Tb > T) Tb = T;
     df_session *s = xcalloc(1, sizeof *s);
     s->eng = eng;
     s->b.n_ctx = n_ctx;
     s->b.max_batch = T;
-    s->b.row_block = Tb;
+    s->b.row_slice = Tb;
     size_t bytes = 0, h = (size_t)c->h;
     s->b.n_anchor_max = (c->NL + c->B - 1) / c->B;
     if (s->b.n_anchor_max > DBG_MAX_ANCHORS) {
@@ -181,7 +181,7 @@ int session_alloc(df_engine *eng, const df_session_opts *opts, int dry, df_sessi
     ALLOC(BUF_EXPERT_ROWS, s->b.g_out, Tk * c->Lt);
     ALLOC(BUF_HOST, s->b.uniq, Tk);
     ALLOC(BUF_HOST, s->b.u_of_e, (size_t)c->E);
-    ALLOC(BUF_HOST, s->b.slot_of, Tk);
+    ALLOC(BUF_HOST, s->b.row_of, Tk);
     ALLOC(BUF_HOST, s->b.uniq_first, Tk);
     ALLOC(BUF_HOST, s->b.uniq_count, Tk);
     ALLOC(BUF_HOST, s->b.uniq_slot, Tk);
@@ -248,7 +248,7 @@ void df_session_free(df_session *s)
                     &s->b.g_x, &s->b.g_h1, &s->b.g_h3, &s->b.g_out};
     const k3_backend *bk = &s->eng->bk;
     for (size_t i = 0; i < sizeof fl / sizeof fl[0]; i++) bk->ops->release(bk, *fl[i]);
-    void *other[] = {s->b.route_ids, s->b.uniq, s->b.u_of_e, s->b.row_pos, s->b.slot_of, s->b.uniq_first,
+    void *other[] = {s->b.route_ids, s->b.uniq, s->b.u_of_e, s->b.row_pos, s->b.row_of, s->b.uniq_first,
                      s->b.uniq_count, s->b.uniq_slot, s->b.uniq_state, s->b.ready_list, s->b.seen, s->sched};
     for (size_t i = 0; i < sizeof other / sizeof other[0]; i++) bk->ops->release(bk, other[i]);
     free(s);

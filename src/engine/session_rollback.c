@@ -35,44 +35,44 @@ int df_session_mark(df_session *s, df_error *err)
 
 int df_session_mark_pos(const df_session *s) { return s->b.rb_mark; }
 
-/* The slot a checkpoint at pos goes to: one already at pos (held or
+/* The entry a checkpoint at pos goes to: one already at pos (held or
  * asked for), an empty one, else the least recently used, except that with
  * two or more the lowest position is kept: it is the prefix most requests
  * share (a system prompt and tools), while later ones move on each turn. */
-static int ck_slot(const df_session *s, int pos)
+static int ck_entry(const df_session *s, int pos)
 {
-    int slot = -1, lowest = -1;
+    int entry = -1, lowest = -1;
     for (int i = 0; i < s->b.n_ck; i++) {
         int at = s->b.ck_pos[i] >= 0 ? s->b.ck_pos[i] : s->b.ck_want[i];
         if (at == pos) return i;
         if (at >= 0 && (lowest < 0 || at < (s->b.ck_pos[lowest] >= 0 ? s->b.ck_pos[lowest] : s->b.ck_want[lowest])))
             lowest = i;
     }
-    for (int i = 0; slot < 0 && i < s->b.n_ck; i++)
-        if (s->b.ck_pos[i] < 0 && s->b.ck_want[i] < 0) slot = i;
-    for (int k = 0; slot < 0 && k < s->b.n_ck; k++) {
+    for (int i = 0; entry < 0 && i < s->b.n_ck; i++)
+        if (s->b.ck_pos[i] < 0 && s->b.ck_want[i] < 0) entry = i;
+    for (int k = 0; entry < 0 && k < s->b.n_ck; k++) {
         if (k == lowest && s->b.n_ck > 1) continue;
         int older = 0;
         for (int i = 0; i < s->b.n_ck; i++)
             older |= (i != lowest || s->b.n_ck == 1) && s->b.ck_age[i] < s->b.ck_age[k];
-        if (!older) slot = k;
+        if (!older) entry = k;
     }
-    return slot;
+    return entry;
 }
 
 int df_session_checkpoint(df_session *s, df_error *err)
 {
     if (s->b.n_ck <= 0) return df_err_set(err, DF_ERR_ARG, -1, "this session keeps no checkpoints (opened with 0)");
-    int slot = ck_slot(s, s->b.pos);
-    if (s->b.ck_pos[slot] != s->b.pos) {
+    int entry = ck_entry(s, s->b.pos);
+    if (s->b.ck_pos[entry] != s->b.pos) {
         size_t nS = kda_state_floats(s->eng), nH = kda_hist_floats(s->eng);
-        float *dst = s->b.ck_state + (size_t)slot * (nS + nH);
+        float *dst = s->b.ck_state + (size_t)entry * (nS + nH);
         memcpy(dst, s->b.kda_S, nS * sizeof(float));
         memcpy(dst + nS, s->b.kda_hist, nH * sizeof(float));
     }
-    s->b.ck_pos[slot] = s->b.pos;
-    s->b.ck_want[slot] = -1;
-    s->b.ck_age[slot] = ++s->b.ck_clock;
+    s->b.ck_pos[entry] = s->b.pos;
+    s->b.ck_want[entry] = -1;
+    s->b.ck_age[entry] = ++s->b.ck_clock;
     return 0;
 }
 
@@ -83,10 +83,10 @@ int df_session_checkpoint_at(df_session *s, int pos, df_error *err)
     if (pos < s->b.pos || pos > s->b.n_ctx)
         return df_err_set(err, DF_ERR_ARG, -1, "cannot keep a checkpoint at position %d: the session holds %d, "
                           "context %d (positions ahead only)", pos, s->b.pos, s->b.n_ctx);
-    int slot = ck_slot(s, pos);
-    s->b.ck_pos[slot] = -1;
-    s->b.ck_want[slot] = pos;
-    s->b.ck_age[slot] = ++s->b.ck_clock;
+    int entry = ck_entry(s, pos);
+    s->b.ck_pos[entry] = -1;
+    s->b.ck_want[entry] = pos;
+    s->b.ck_age[entry] = ++s->b.ck_clock;
     return 0;
 }
 

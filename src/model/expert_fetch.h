@@ -36,7 +36,7 @@ int fetch_group(const model_ctx *m, session_bufs *s, int il, int u0, int u1, fet
                 void (*overlap)(const model_ctx *, session_bufs *, void *), void *overlap_ctx, df_error *err);
 
 /* fetch_group in steps, for a group whose experts become known in
- * pieces (a prompt chunk's row blocks): begin the group at u0, extend it
+ * pieces (a prompt chunk's row slices): begin the group at u0, extend it
  * to u1 (acquiring and reading as far as free slots allow; may be called
  * again with a larger u1), then finish it as fetch_group does.  A group
  * begun and not finished holds slots: fetch_abandon waits for its reads

@@ -30,7 +30,7 @@ typedef struct {
     float *rq, *rk, *rv, *rg, *fb, *b;   /* [T][P] / [T][Hk] projections */
     float *out;                           /* [T][P], may alias rq */
     int n_take;                           /* checkpoints inside these rows (session_bufs.ck_want): */
-    int take_t[KDA_TAKES_MAX], take_slot[KDA_TAKES_MAX]; /* after row take_t, into slot take_slot */
+    int take_t[KDA_TAKES_MAX], take_entry[KDA_TAKES_MAX]; /* after row take_t, into checkpoint entry take_entry */
 } kda_ctx;
 
 /* 4 floats in a vector register (SSE2 / NEON through the compiler's vector
@@ -138,14 +138,14 @@ static void kda_row(kda_ctx *c, float *wb, float *S, float *hist_layer, size_t h
 }
 
 /* A checkpoint taken inside a pass: this head's S and the conv history of
- * its channels, as they are after the row, into the slot's copy of the
- * layer (session.c lays a slot out as kda_S then kda_hist, all layers). */
+ * its channels, as they are after the row, into the checkpoint entry's copy
+ * of the layer (session.c lays an entry out as kda_S then kda_hist, all layers). */
 void kda_take_head(const k3_config *cf, session_bufs *s, const k3_layer *L, const float *S, const float *hist_layer,
-                   size_t hh, int slot)
+                   size_t hh, int entry)
 {
     size_t Dk = (size_t)cf->Dk, P = (size_t)cf->P, Wc1 = (size_t)cf->Wc - 1;
     size_t nS = s->ck_nS;
-    float *dst = s->ck_state + (size_t)slot * (nS + s->ck_nH);
+    float *dst = s->ck_state + (size_t)entry * (nS + s->ck_nH);
     memcpy(dst + ((size_t)L->kda_idx * cf->Hk + hh) * Dk * Dk, S, Dk * Dk * sizeof(float));
     float *dh = dst + nS + (size_t)L->kda_idx * 3 * Wc1 * P;
     for (size_t r = 0; r < 3 * Wc1; r++) memcpy(dh + r * P + hh * Dk, hist_layer + r * P + hh * Dk, Dk * sizeof(float));
@@ -153,16 +153,16 @@ void kda_take_head(const k3_config *cf, session_bufs *s, const k3_layer *L, cons
 
 /* The checkpoints asked for inside rows [0, T) at s->pos
  * (df_session_checkpoint_at), in row order: take_t[i] is the row after
- * which slot take_slot[i] is taken (the state after row t is the state at
+ * which checkpoint entry take_entry[i] is taken (the state after row t is the state at
  * position pos+t+1).  Returns how many (at most KDA_TAKES_MAX). */
-int kda_takes(const session_bufs *s, int T, int *take_t, int *take_slot)
+int kda_takes(const session_bufs *s, int T, int *take_t, int *take_entry)
 {
     int n = 0;
     for (int t = 0; t < T; t++)
         for (int i = 0; i < s->n_ck && n < KDA_TAKES_MAX; i++)
             if (s->ck_want[i] == s->pos + t + 1) {
                 take_t[n] = t;
-                take_slot[n++] = i;
+                take_entry[n++] = i;
             }
     return n;
 }
@@ -182,7 +182,7 @@ static void kda_heads(void *vctx, size_t h0, size_t h1, int worker)
         for (int t = 0; t < c->T; t++) {
             kda_row(c, wb, S, hist_layer, hh, t, c->out ? c->out + (size_t)t * P + hh * (size_t)Dk : NULL);
             for (; k < c->n_take && c->take_t[k] == t; k++)
-                kda_take_head(cf, s, c->L, S, hist_layer, hh, c->take_slot[k]);
+                kda_take_head(cf, s, c->L, S, hist_layer, hh, c->take_entry[k]);
         }
     }
 }
@@ -232,7 +232,7 @@ void kda_forward(const model_ctx *eng, session_bufs *s, const k3_layer *L, const
     };
     mm_run(eng->bk->pool, eng->bk->kt, jobs, 6);
     mm_one(eng->bk->pool, eng->bk->kt, L->fb, s->small0, T, k.fb);
-    k.n_take = kda_takes(s, T, k.take_t, k.take_slot);
+    k.n_take = kda_takes(s, T, k.take_t, k.take_entry);
     kda_keep_rows(c, s, L, k.rq, k.rk, k.rv, k.fb, k.b, T);
     parallel_for(eng->bk->pool, (size_t)c->Hk, 1, kda_heads, &k);
     mm_one(eng->bk->pool, eng->bk->kt, L->o, k.out, T, out);

@@ -1,4 +1,4 @@
-/* layer.c - one K3 layer (spec section 4.2) on a block of a chunk's rows,
+/* layer.c - one K3 layer (spec section 4.2) on a slice of a chunk's rows,
  * in the phases the engine's schedule runs it (engine/schedule.c):
  *
  *   LAYER_ROWS     rows [t0, t0+nt): the attention input mix (AttnRes over
@@ -61,7 +61,7 @@ static void probe_rows(session_bufs *b, const layer_call *lc, int point, const f
 
 /* LAYER_ROWS: the residual mix, attention (at positions pos0 + t0...), and
  * then either the dense MLP (added to H) or the MoE router (with the shared
- * experts' gate and up when the chunk is one block). */
+ * experts' gate and up when the chunk is one slice). */
 static int layer_rows(const model_ctx *mc, session_bufs *b, const k3_layer *L, const layer_call *lc, df_error *err)
 {
     const k3_config *c = &mc->cfg;
@@ -93,7 +93,7 @@ static int layer_rows(const model_ctx *mc, session_bufs *b, const k3_layer *L, c
     if (b->probe) probe_rows(b, lc, PROBE_MLP_MIX, b->min, NULL, (int)h, b->probs, n_anc + 1, 0);
     mc->bk->ops->norm_rows(mc, b->min, L->post_ln, nt, (int)h, c->eps, b->y);
     if (L->moe) {
-        moe_route(mc, b, L, b->y, t0, nt, lc->one_block);
+        moe_route(mc, b, L, b->y, t0, nt, lc->one_slice);
     } else {
         mc->bk->ops->dense_mlp(mc, b, L, b->y, nt, b->ffn);
         mc->bk->ops->add_rows(mc, H, b->ffn, nh);
@@ -103,7 +103,7 @@ static int layer_rows(const model_ctx *mc, session_bufs *b, const k3_layer *L, c
     return 0;
 }
 
-/* LAYER_FINISH: the shared experts (unless one_block: done during the
+/* LAYER_FINISH: the shared experts (unless one_slice: done during the
  * reads) and the routed sum, added to H; n_anc counts this layer's own
  * boundary anchor. */
 static void layer_finish(const model_ctx *mc, session_bufs *b, const k3_layer *L, const layer_call *lc)
@@ -112,13 +112,13 @@ static void layer_finish(const model_ctx *mc, session_bufs *b, const k3_layer *L
     int t0 = lc->t0, nt = lc->nt;
     size_t h = (size_t)c->h, astride = (size_t)b->max_batch * h;
     float *H = b->H + (size_t)t0 * h;
-    if (!lc->one_block) {
-        /* the block's MoE input again, from the unchanged H and anchors */
+    if (!lc->one_slice) {
+        /* the slice's MoE input again, from the unchanged H and anchors */
         mc->bk->ops->mix_rows(mc, b->anchors + (size_t)t0 * h, lc->n_anc, astride, H, nt, (int)h, L->mlp_res_nwpw, c->eps,
                  b->min, b->probs);
         mc->bk->ops->norm_rows(mc, b->min, L->post_ln, nt, (int)h, c->eps, b->y);
     }
-    moe_finish(mc, b, L, b->y, t0, nt, b->ffn, lc->one_block);
+    moe_finish(mc, b, L, b->y, t0, nt, b->ffn, lc->one_slice);
     mc->bk->ops->add_rows(mc, H, b->ffn, (size_t)nt * h);
     rows_check_finite(b, H, (size_t)nt * h, lc->il, "MoE (router, shared or routed experts)");
     if (b->probe) probe_rows(b, lc, PROBE_MLP_OUT, b->ffn, H, (int)h, NULL, 0, 1);
@@ -130,9 +130,9 @@ int k3_layer_forward(const model_ctx *mc, session_bufs *b, const k3_layer *L, co
     case LAYER_ROWS: return layer_rows(mc, b, L, lc, err);
     case LAYER_READS: moe_start(mc, b, lc->il, err); return 0;
     case LAYER_EXPERTS: {
-        /* one block: the shared experts' down-projection overlaps the
-         * first reads; several: each block's shared experts run at its finish */
-        if (moe_experts(mc, b, lc->il, L, lc->T, lc->one_block ? b->ffn : NULL, err)) return -1;
+        /* one slice: the shared experts' down-projection overlaps the
+         * first reads; several: each slice's shared experts run at its finish */
+        if (moe_experts(mc, b, lc->il, L, lc->T, lc->one_slice ? b->ffn : NULL, err)) return -1;
         if (b->probe) {
             /* before the next layer's routing takes these rows */
             probe_ev ev = {.point = PROBE_ROUTE, .il = lc->il, .t0 = 0, .nt = lc->T, .T = lc->T, .pos0 = lc->pos0,

@@ -168,7 +168,7 @@ enum {
     PROBE_MLP_MIX,                         /* rows: the MLP input; probs */
     PROBE_MLP_OUT,                         /* rows: the MLP or MoE output, rows2 the partial sum after it */
     PROBE_ROUTE,                           /* ids, w: [T][k] the layer's routes */
-    PROBE_LAYER_END,                       /* a layer's steps are done (its blocks may still finish later) */
+    PROBE_LAYER_END,                       /* a layer's steps are done (its slices may still finish later) */
     PROBE_FINAL_MIX, PROBE_FINAL_NORM,     /* rows: the output mix, the final norm */
     PROBE_LOGITS,                          /* rows: the last position's logits [V] */
     PROBE_CHUNK_END
@@ -209,31 +209,31 @@ typedef struct session_bufs {
     float *kda_rec;           /* [n_kda][rb_rows][4P + Hk] */
     /* checkpoints: the KDA state and conv history at chosen positions, so
      * the session can return exactly there (conversation prefixes) */
-    int n_ck;                 /* slots */
+    int n_ck;                 /* checkpoint entries */
     float *ck_state;          /* [n_ck][kda_S + kda_hist floats] */
     int *ck_pos;              /* [n_ck] position, -1 empty */
     uint64_t *ck_age;         /* [n_ck] last use, for replacing the oldest */
     uint64_t ck_clock;
-    size_t ck_nS, ck_nH;      /* a slot: kda_S floats, then kda_hist floats */
-    int *ck_want;             /* [n_ck] a position ahead the slot is taken at when the forward
+    size_t ck_nS, ck_nH;      /* an entry: kda_S floats, then kda_hist floats */
+    int *ck_want;             /* [n_ck] a position ahead the entry is taken at when the forward
                                  pass gets there (kda.c copies each head's state after that
                                  row), -1 none; it becomes ck_pos once the pass ends */
     /* MLA latent cache */
     float *mla_cache;         /* [n_mla][n_ctx][Rkv+dr] */
     /* scratch.  A chunk of T <= max_batch positions runs each layer's
-     * attention, dense MLP, router and shared experts in blocks of at most
-     * row_block rows (engine.c forward_chunk), and its routed experts over
-     * all T rows at once (one read per distinct expert): the block buffers
-     * hold row_block rows, the rest max_batch positions. */
-    int row_block;            /* rows of the block buffers: min(max_batch, the session's row block) */
-    float *H;                 /* [max_batch][h] running block partial sum */
+     * attention, dense MLP, router and shared experts in slices of at most
+     * row_slice rows (engine.c forward_chunk), and its routed experts over
+     * all T rows at once (one read per distinct expert): the slice buffers
+     * hold row_slice rows, the rest max_batch positions. */
+    int row_slice;            /* rows of the slice buffers: min(max_batch, the session's row slice) */
+    float *H;                 /* [max_batch][h] running partial sum (AttnRes: of the current block) */
     float *anchors;           /* [n_anchor_max][max_batch][h] */
     int n_anchor_max;
-    float *ain, *xn, *att, *min, *y, *ffn;   /* [row_block][h] */
-    float *big0, *big1, *big2, *big3, *big4, *big5;  /* [row_block][big_w], at least Dff floats (big_cap) */
-    float *small0, *small1;   /* [row_block][max(Dk, Hk, Rq, Rkv+dr)] */
-    size_t big_w, big_cap;    /* big_w: every width but the dense MLP's (which runs in row blocks) */
-    float *probs;             /* [row_block][n_anchor_max+1] */
+    float *ain, *xn, *att, *min, *y, *ffn;   /* [row_slice][h] */
+    float *big0, *big1, *big2, *big3, *big4, *big5;  /* [row_slice][big_w], at least Dff floats (big_cap) */
+    float *small0, *small1;   /* [row_slice][max(Dk, Hk, Rq, Rkv+dr)] */
+    size_t big_w, big_cap;    /* big_w: every width but the dense MLP's (which runs in row slices) */
+    float *probs;             /* [row_slice][n_anchor_max+1] */
     float *logits_tmp;        /* [V] */
     float *worker_buf;        /* [n_threads][worker_w] */
     size_t worker_w;
@@ -248,16 +248,16 @@ typedef struct session_bufs {
     int *row_pos;             /* [T*k] position of each gathered row */
     float *g_h1, *g_h3;       /* [g_rows][I]: a batch of experts' rows (moe.c run_experts); after
                                  SiTU, g_h3 holds the reordered activations */
-    size_t g_rows;            /* min(T*k, 2 row_block + 256) */
+    size_t g_rows;            /* min(T*k, 2 row_slice + 256) */
     float *g_out;             /* [T*k][Lt] */
     int *uniq;                /* [T*k] unique experts of a layer, in first use (row) order */
     int n_u;                  /* how many, over the rows routed so far (moe_route) */
     int *u_of_e;              /* [E] index in uniq of each expert while a layer routes, -1 none */
-    fetch_state fg;           /* the layer's reads, started as its row blocks route */
-    int *slot_of;             /* [T*k] gathered row of (t, j) */
+    fetch_state fg;           /* the layer's reads, started as its row slices route */
+    int *row_of;             /* [T*k] gathered row of (t, j) */
     int *uniq_first, *uniq_count; /* [T*k] gathered rows per unique expert */
     uint8_t **uniq_slot;      /* [T*k] slot of each distinct expert */
-    int *uniq_state;          /* [T*k] 1 = bytes present in the slot */
+    int *uniq_state;          /* [T*k] 1 = bytes present in its cache slot */
     int *ready_list;          /* [T*k] */
     uint8_t *seen;            /* [NL][E] experts the current prompt needed (accounting) */
     uint64_t n_seen;
@@ -348,9 +348,9 @@ void attnres_mix(const float *anchors, int n_anchors, size_t anchor_stride, cons
 void kda_forward(const model_ctx *eng, session_bufs *s, const k3_layer *L, const float *x, int T, float *out);
 void kda_replay(const model_ctx *eng, session_bufs *s, const k3_layer *L, int rows);
 enum { KDA_TAKES_MAX = 64 };
-int kda_takes(const session_bufs *s, int T, int *take_t, int *take_slot);
+int kda_takes(const session_bufs *s, int T, int *take_t, int *take_entry);
 void kda_take_head(const k3_config *cf, session_bufs *s, const k3_layer *L, const float *S, const float *hist_layer,
-                   size_t hh, int slot);
+                   size_t hh, int entry);
 void kda_keep_rows(const k3_config *c, session_bufs *s, const k3_layer *L, const float *rq, const float *rk,
                    const float *rv, const float *fb, const float *b, int T);
 float *kda_rec_layer(const k3_config *c, session_bufs *s, int kda_idx);
@@ -358,7 +358,7 @@ float *kda_rec_layer(const k3_config *c, session_bufs *s, int kda_idx);
 int mla_forward(const model_ctx *eng, session_bufs *s, const k3_layer *L, const float *x, int T, float *out, df_error *err);
 /* moe.c: the MoE block's orchestration in three steps (the numbers are the
  * backend's ops route, experts, shared_down and combine), so a chunk's
- * attention and shared experts can run in row blocks around one pass over
+ * attention and shared experts can run in row slices around one pass over
  * its routed experts:
  *   moe_route   rows [t0, t0+nt) (y: their inputs): router, routing and the
  *               latent inputs; with `shared`, the shared experts' gate and
@@ -371,7 +371,7 @@ int mla_forward(const model_ctx *eng, session_bufs *s, const k3_layer *L, const 
  *               out already holds it) + up(norm(route-order sum)).
  */
 void moe_route(const model_ctx *eng, session_bufs *s, const k3_layer *L, const float *y, int t0, int nt, int shared);
-/* Between row blocks: start reading the distinct experts the rows routed
+/* Between row slices: start reading the distinct experts the rows routed
  * so far need (as far as free slots allow), so the reads overlap the next
  * blocks' attention.  Only experts some row was routed to are read (a
  * prefix of the layer's final distinct list), each once; the reads are
@@ -398,10 +398,10 @@ void cpu_combine(const model_ctx *eng, session_bufs *s, const k3_layer *L, const
  * scratch each.  Every backend routes with it. */
 void moe_route_row(const k3_config *c, const float *logits, const float *bias, int *ids, float *w, float *sig,
                    float *choice);
-/* A routed expert's projection p (0 gate, 1 down, 2 up) from its slot. */
+/* A routed expert's projection p (0 gate, 1 down, 2 up) from its cache slot. */
 wmat moe_expert_mat(const expert_store *st, const expert_loc *loc, const uint8_t *slot, int p, int rows, int cols);
 
-/* layer.c: one layer on a block of a chunk's rows, in the phase a step of
+/* layer.c: one layer on a slice of a chunk's rows, in the phase a step of
  * the engine's schedule names (layer.c's comment says what each does). */
 enum { LAYER_ROWS, LAYER_READS, LAYER_EXPERTS, LAYER_FINISH };
 typedef struct layer_call {
@@ -409,7 +409,7 @@ typedef struct layer_call {
     int t0, nt;               /* the rows (ROWS, FINISH) */
     int n_anc;                /* the anchors the layer's mixes see: ROWS before its own boundary
                                  anchor, FINISH after it */
-    int T, pos0, one_block;   /* the chunk: T positions from pos0; one_block: T fits one row block */
+    int T, pos0, one_slice;   /* the chunk: T positions from pos0; one_slice: T fits one row slice */
 } layer_call;
 int k3_layer_forward(const model_ctx *mc, session_bufs *b, const k3_layer *L, const layer_call *lc, df_error *err);
 /* The non-finite test of rows a part adds (the earliest layer and part

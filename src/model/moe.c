@@ -5,11 +5,11 @@
  *
  * Data path: moe -> expert_cache -> expert_store.  For a chunk of T
  * positions the MoE block runs in three steps (model.h): moe_route, by row
- * block, routes the rows and extends the layer's list of distinct experts
- * in first-use order (moe_start may begin reading them between blocks);
+ * slice, routes the rows and extends the layer's list of distinct experts
+ * in first-use order (moe_start may begin reading them between slices);
  * moe_experts then acquires each distinct expert once (read once on a
- * miss), gathers the rows routed to it (slot_of, row_pos) and hands ready
- * groups of experts to the backend; moe_finish, by row block, adds the
+ * miss), gathers the rows routed to it (row_of, row_pos) and hands ready
+ * groups of experts to the backend; moe_finish, by row slice, adds the
  * shared experts and each position's routed outputs (the backend's
  * combine, in route order).  When more distinct experts are needed than
  * the cache has slots, they stream through it: each computed expert's slot
@@ -74,8 +74,8 @@ void moe_route(const model_ctx *eng, session_bufs *s, const k3_layer *L, const f
     int k = c->k;
     eng->bk->ops->route(eng, s, L, y, t0, nt, shared);
 
-    /* distinct experts in first-use order (row order: the blocks come in
-     * order, so each block's list extends the previous one's), with each
+    /* distinct experts in first-use order (row order: the slices come in
+     * order, so each slice's list extends the previous one's), with each
      * one's row count */
     if (t0 == 0) s->n_u = 0;
     for (int i = t0 * k; i < (t0 + nt) * k; i++) {
@@ -135,7 +135,7 @@ int moe_experts(const model_ctx *eng, session_bufs *s, int il, const k3_layer *L
     for (int i = 0; i < T * k; i++) {
         int u = s->u_of_e[s->route_ids[i]];
         int row = s->uniq_first[u] + s->uniq_count[u]++;
-        s->slot_of[i] = row;
+        s->row_of[i] = row;
         s->row_pos[row] = i / k;
         if (s->g_x_full) memcpy(s->g_x + (size_t)row * Lt, s->zp + (size_t)(i / k) * Lt, (size_t)Lt * sizeof(float));
     }
@@ -163,7 +163,7 @@ int moe_experts(const model_ctx *eng, session_bufs *s, int il, const k3_layer *L
      * computed experts give their slots to the next reads (expert_fetch.c) */
     shared_ctx sh = {.L = L, .T = T, .out = out};
     if (s->fg.open) {
-        /* reads started between row blocks (moe_start): the rest now */
+        /* reads started between row slices (moe_start): the rest now */
         fetch_extend(eng, s, n_local, err);
         if (fetch_finish(eng, s, run_experts, out ? shared_overlap : NULL, &sh, err)) return -1;
     } else if (!n_local) {

@@ -5,10 +5,10 @@
  * Routed experts run in batches of pieces whose rows fit g_h1/g_h3 (an
  * expert with more rows than a batch in pieces): one job list for every
  * gate and up product of a batch, SiTU and the reordering by row on every
- * worker, one job list for the down products.  Each (position, route slot)
+ * worker, one job list for the down products.  Each (position, route j)
  * output lands in its own row of g_out; the combine sums a position's
  * outputs in route order (the descending biased score), so the result does
- * not depend on which other positions share the chunk, the row blocks or
+ * not depend on which other positions share the chunk, the row slices or
  * the batches.  Reading experts and the distinct lists are moe.c's and
  * expert_fetch.c's; this file only computes.
  */
@@ -235,7 +235,7 @@ void cpu_combine(const model_ctx *eng, session_bufs *s, const k3_layer *L, const
         size_t tt = (size_t)(t0 + t);
         for (int i = 0; i < Lt; i++) a[i] = 0.0f;
         for (int j = 0; j < k; j++) {
-            const float *o = s->g_out + (size_t)s->slot_of[tt * k + j] * Lt;
+            const float *o = s->g_out + (size_t)s->row_of[tt * k + j] * Lt;
             float w = s->route_w[tt * k + j];
             for (int i = 0; i < Lt; i++) a[i] = a[i] + o[i] * w;
         }

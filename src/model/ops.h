@@ -30,7 +30,7 @@
  * for the products and mla_attend, the orders mathfn.h fixes for norms,
  * SiTU and the router score, and the orders written in kda.c, mla.c and
  * moe.c for the recurrence, the absorbed attention and the route-order sum.
- * Then neither the thread count, nor the row blocks, nor the batching of
+ * Then neither the thread count, nor the row slices, nor the batching of
  * experts, nor the backend changes a bit of the logits: tests/test_backend.c
  * runs the reference backend (ops_ref.c, single-threaded plain C over the
  * scalar kernels) against the CPU backend and compares logits for equality.
@@ -67,8 +67,8 @@ typedef struct k3_backend k3_backend;
 enum buf_role {
     BUF_STATE,       /* KDA state, conv history, the MLA latent cache, rollback and checkpoint copies */
     BUF_RESIDUAL,    /* the partial sums and the AttnRes anchors of a chunk's rows */
-    BUF_ROWS,        /* a row block's h-wide rows (mix, norm, attention, MLP outputs) */
-    BUF_WIDE,        /* a row block's projections (the six wide buffers, the two narrow ones) */
+    BUF_ROWS,        /* a row slice's h-wide rows (mix, norm, attention, MLP outputs) */
+    BUF_WIDE,        /* a row slice's projections (the six wide buffers, the two narrow ones) */
     BUF_EXPERT_ROWS, /* routed-expert inputs, activations and outputs, gathered by expert */
     BUF_WORKER,      /* per-worker scratch (a KDA head's rows, MLA scores) */
     BUF_HOST,        /* routes, distinct-expert lists, logits: read by the host every chunk */

@@ -4,7 +4,7 @@
  *
  * It is the oracle the other backends are tested against
  * (tests/test_backend.c: identical logits, bit for bit), so it is written
- * for reading, not speed: no thread pool, no job lists, no row blocks, no
+ * for reading, not speed: no thread pool, no job lists, no row slices, no
  * batches of experts, no vector code.  Where the CPU backend fuses work
  * (the KDA state's four passes in two, several heads per attention call,
  * all of a chunk's products in one job list), this file does the plain
@@ -154,15 +154,15 @@ static void kda_recur(const model_ctx *mc, session_bufs *s, const k3_layer *L, c
     size_t Dk = (size_t)cf->Dk, P = (size_t)cf->P, Hk = (size_t)cf->Hk;
     float *S_layer = s->kda_S + (size_t)L->kda_idx * Hk * Dk * Dk;
     float *hist_layer = s->kda_hist + (size_t)L->kda_idx * 3 * (size_t)(cf->Wc - 1) * P;
-    int take_t[KDA_TAKES_MAX], take_slot[KDA_TAKES_MAX];
-    int n_take = takes ? kda_takes(s, T, take_t, take_slot) : 0, k = 0;
+    int take_t[KDA_TAKES_MAX], take_entry[KDA_TAKES_MAX];
+    int n_take = takes ? kda_takes(s, T, take_t, take_entry) : 0, k = 0;
     for (int t = 0; t < T; t++) {
         for (size_t hh = 0; hh < Hk; hh++)
             kda_step(mc, s, L, in, t, hh, S_layer + hh * Dk * Dk, hist_layer,
                      heads_out ? heads_out + (size_t)t * P + hh * Dk : NULL);
         for (; k < n_take && take_t[k] == t; k++)
             for (size_t hh = 0; hh < Hk; hh++)
-                kda_take_head(cf, s, L, S_layer + hh * Dk * Dk, hist_layer, hh, take_slot[k]);
+                kda_take_head(cf, s, L, S_layer + hh * Dk * Dk, hist_layer, hh, take_entry[k]);
     }
 }
 
@@ -344,7 +344,7 @@ static void ref_combine(const model_ctx *mc, session_bufs *s, const k3_layer *L,
         /* the routed outputs weighted, in route order */
         for (size_t i = 0; i < Lt; i++) a[i] = 0.0f;
         for (int j = 0; j < c->k; j++) {
-            const float *o = s->g_out + (size_t)s->slot_of[tt * c->k + j] * Lt;
+            const float *o = s->g_out + (size_t)s->row_of[tt * c->k + j] * Lt;
             float w = s->route_w[tt * c->k + j];
             for (size_t i = 0; i < Lt; i++) a[i] = a[i] + o[i] * w;
         }

@@ -43,7 +43,7 @@ typedef struct plan_sizes {
     uint64_t state_bytes;      /* the planned session: KDA state + MLA cache at n_ctx */
     uint64_t scratch_bytes;    /* its scratch at max_batch (a fixed batch), or: */
     uint64_t scratch_base;     /* scratch <= scratch_base + T * scratch_per_row (equal from a
-                                  session's row block on; less below it) */
+                                  session's row slice on; less below it) */
     uint64_t scratch_per_row;
     uint64_t scratch_default;  /* the scratch at PLAN_BATCH_DEFAULT (or n_ctx, when smaller) */
     uint64_t reserve_bytes;    /* binary, libc, stacks, I/O rings, tokenizer (and mpi_bytes) */

@@ -48,14 +48,14 @@ for cache in 1 150K ""; do
         else bad "-np $np, cache ${cache:-all}: $(tail -3 "$T/errN")"; fi
     done
 done
-# 1b. a prompt chunk longer than its row block (256 rows): attention by block, the
+# 1b. a prompt chunk longer than its row slice (256 rows): attention by block, the
 # routed experts posted to the other ranks over all 300 rows
 LONG=$(awk 'BEGIN { for (i = 0; i < 300; i++) printf "%s%d", (i ? "," : ""), 5 + (i * 37) % 900 }')
 if "$BIN" run --model "$T/m" --prompt-ids "$LONG" --max-new 2 --threads 1 --expert-cache 150K --batch 300 \
        --dump-logits "$T/ll1.bin" 2>"$T/err1" >/dev/null &&
    "${MPI[@]}" 2 "$BIN" run --model "$T/m" --prompt-ids "$LONG" --max-new 2 --threads 1 --expert-cache 150K \
        --batch 300 --dump-logits "$T/llN.bin" 2>"$T/errN" >/dev/null && cmp -s "$T/ll1.bin" "$T/llN.bin"; then
-    ok "-np 2, a 300-position chunk in row blocks: logits identical to one process"
+    ok "-np 2, a 300-position chunk in row slices: logits identical to one process"
 else bad "-np 2, 300-position chunk: $(tail -3 "$T/err1" "$T/errN")"; fi
 # 2. a heat partition: same logits, and the experts computed add up to one process's
 run1 --expert-cache 150K --heat "$T/heat" >/dev/null || true
