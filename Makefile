@@ -58,7 +58,7 @@ ifeq ($(ARCH),x86_64)
 endif
 
 LIB_SRC := util clock ab_timing file filehash json json_write threadpool sha http safetensors quant mathfn kernels_ref kernels_avx2 kernels_avx512 \
-           backend_cpu expert_store expert_manifest expert_remote expert_cache model model_load roster attnres kda mla moe moe_cpu ops_cpu ops_ref layer engine engine_info engine_plan expert_paths session session_rollback schedule forward observe cachesim heat iobench place trunk_stream \
+           backend_cpu expert_store expert_manifest expert_remote expert_cache model model_load roster attnres kda mla moe moe_cpu ops_cpu ops_ref layer engine engine_info engine_plan expert_paths session session_rollback schedule forward observe observe_debug observe_trace observe_events observe_prompt cachesim heat iobench place trunk_stream \
            grammar grammar_match gr_string json_schema constraint tokenizer chat_template gguf model_gguf plan prefetch expert_fetch sampler generate draft session_file ranks
 LIB_OBJ := $(LIB_SRC:%=$(BUILD)/%.o)
 

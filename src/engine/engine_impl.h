@@ -66,7 +66,14 @@ struct df_engine {
     int model_id_ok;
 };
 
-/* The events observer's snapshot of a chunk's start (observe.c). */
+/* The prompt accounting observer's counters at a prompt's start (observe_prompt.c). */
+typedef struct prompt_obs {
+    int on;                   /* this evaluation is a prompt (more than one position) */
+    uint64_t reads0, bytes0;
+    double t0;
+} prompt_obs;
+
+/* The events observer's snapshot of a chunk's start (observe_events.c). */
 typedef struct chunk_obs {
     double t_start, t_layer;
     uint64_t hits0, miss0, bytes0, pfi0, pfu0, late0;
@@ -82,7 +89,8 @@ struct df_session {
     dbg_record *dbg;          /* optional, owned by the caller */
     struct sched_step *sched; /* a chunk's steps (schedule.c), room for the largest chunk */
     size_t sched_cap;
-    chunk_obs obs;            /* the events observer's counters at the chunk's start (observe.c) */
+    chunk_obs obs;            /* the events observer's counters at the chunk's start (observe_events.c) */
+    prompt_obs pobs;          /* the prompt accounting observer's (observe_prompt.c) */
 };
 
 /* session_file.c: the model's identity (config, trunk table, the content
@@ -120,12 +128,14 @@ uint64_t checkpoint_bytes(const df_engine *eng);
  * asked for there are complete (ok) or dropped */
 void session_ck_settle(df_session *s, int p0, int p1, int ok);
 
-/* observe.c: the observers of a forward pass (debug records, the route
- * trace, the events line with layer timings), subscribed to the points the
- * schedule and the layer function offer (model.h probe_ev).  wanted: any
- * of them is on for this session (else the pass offers nothing). */
-int observe_wanted(const df_session *s);
+/* observe.c: the observers of a forward pass, subscribed to the points the
+ * evaluation, the schedule and the layer blocks offer (model.h probe_ev);
+ * each observer in its own file. */
 void observe_probe(void *ctx, const probe_ev *ev);
+void observe_debug(dbg_record *d, const probe_ev *ev);
+void observe_trace(df_engine *eng, const probe_ev *ev);
+void observe_events(df_engine *eng, chunk_obs *o, const probe_ev *ev);
+void observe_prompt(df_session *s, const probe_ev *ev);
 
 /* expert_paths.c: read --expert-path manifests into the store's sources */
 /* engine_info.c: the backend spec an engine opens (--backend / --kernels,

@@ -6,7 +6,7 @@
  * lm_head; and df_session_eval, which cuts an input into chunks and runs
  * them under the allocation guard.  Observers (debug records, the route
  * trace, the events line) see the pass only at the points it offers
- * (observe.c); the prompt's accounting is df_session_eval's.
+ * (observe.c); the prompt's accounting is an observer's (observe_prompt.c).
  */
 #define _GNU_SOURCE
 #include "heat.h"
@@ -77,7 +77,7 @@ static int forward_chunk(df_session *s, const int32_t *ids, int T, float *logits
                          .streamed = eng->ts.on, .all_rows = all_rows};
     int n_steps = sched_build(&shape, s->sched, s->sched_cap);
     CHECK(n_steps > 0);
-    s->b.probe = observe_wanted(s) ? observe_probe : NULL;
+    s->b.probe = observe_probe;
     s->b.probe_ctx = s;
     probe_ev ev = {.point = PROBE_CHUNK_BEGIN, .il = -1, .nt = T, .T = T, .pos0 = pos0};
     if (s->b.probe) s->b.probe(s, &ev);
@@ -198,14 +198,8 @@ static int eval_impl(df_session *s, const int32_t *ids, int n, float *logits, in
     /* rows past what the mark can take back: the mark is dropped */
     if (s->b.rb_mark >= 0 && s->b.pos + n - s->b.rb_mark > s->b.rb_rows) s->b.rb_mark = -1;
     int rc = 0;
-    df_engine *eng = s->eng;
-    uint64_t reads0 = eng->m.store.st.n_reads, bytes0 = eng->m.store.st.bytes_read;
-    double t0 = now_sec();
-    if (n > 1) {
-        /* a prompt: count the distinct (layer, expert) pairs it needs */
-        memset(s->b.seen, 0, (size_t)c->NL * (size_t)c->E);
-        s->b.n_seen = 0;
-    }
+    probe_ev pev = {.point = PROBE_PROMPT_BEGIN, .il = -1, .nt = n, .T = n, .pos0 = s->b.pos};
+    observe_probe(s, &pev);
     alloc_guard_enter();
     for (int off = 0; off < n && !rc; off += s->b.max_batch) {
         int T = n - off < s->b.max_batch ? n - off : s->b.max_batch;
@@ -229,14 +223,7 @@ static int eval_impl(df_session *s, const int32_t *ids, int n, float *logits, in
         }
     }
     alloc_guard_leave();
-    if (n > 1) {
-        prompt_stats *ps = &eng->prompt;
-        ps->positions = (uint64_t)n;
-        ps->chunk = s->b.max_batch;
-        ps->unique = s->b.n_seen;
-        ps->reads = eng->m.store.st.n_reads - reads0;
-        ps->bytes = eng->m.store.st.bytes_read - bytes0;
-        ps->seconds = now_sec() - t0;
-    }
+    pev.point = PROBE_PROMPT_END;
+    observe_probe(s, &pev);
     return rc;
 }

@@ -168,6 +168,9 @@ enum {
     PROBE_MLP_MIX,                         /* rows: the MLP input; probs */
     PROBE_MLP_OUT,                         /* rows: the MLP or MoE output, rows2 the partial sum after it */
     PROBE_ROUTE,                           /* ids, w: [T][k] the layer's routes */
+    PROBE_EXPERTS,                         /* experts [n_experts]: the layer's distinct experts, before
+                                              they are read (prompt accounting, prefetch scoring) */
+    PROBE_PROMPT_BEGIN, PROBE_PROMPT_END,  /* an evaluation of T positions from pos0 (many chunks) */
     PROBE_LAYER_END,                       /* a layer's steps are done (its slices may still finish later) */
     PROBE_FINAL_MIX, PROBE_FINAL_NORM,     /* rows: the output mix, the final norm */
     PROBE_LOGITS,                          /* rows: the last position's logits [V] */
@@ -184,6 +187,8 @@ typedef struct probe_ev {
     const float *w;
     int k;
     int moe;                               /* PROBE_MLP_OUT: the MoE (1) or a dense MLP (0) */
+    const int *experts;                    /* PROBE_EXPERTS */
+    int n_experts;
 } probe_ev;
 typedef void (*probe_fn)(void *ctx, const probe_ev *ev);
 

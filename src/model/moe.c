@@ -141,11 +141,11 @@ int moe_experts(const model_ctx *eng, session_bufs *s, int il, const k3_layer *L
     }
     for (int u = 0; u < n_u; u++) s->u_of_e[s->uniq[u]] = -1;
 
-    for (int u = 0; u < n_u; u++) {
-        uint8_t *seen = s->seen + (size_t)il * (size_t)E + (size_t)s->uniq[u];
-        if (!*seen) *seen = 1, s->n_seen++;
+    if (s->probe) {
+        /* observers: prompt accounting, the prefetcher's scoring */
+        probe_ev ev = {.point = PROBE_EXPERTS, .il = il, .nt = T, .T = T, .experts = s->uniq, .n_experts = n_u};
+        s->probe(s->probe_ctx, &ev);
     }
-    prefetch_score(eng, s, il, n_u);
 
     /* the other ranks' experts go out first and compute while this one works */
     for (int u0 = n_local; u0 < n_u;) {
