@@ -53,8 +53,8 @@ endif
 ARCH := $(shell uname -m)
 ifeq ($(ARCH),x86_64)
   ISA_DEFS := -DDF_HAVE_AVX2 -DDF_HAVE_AVX512
-  AVX2_FLAGS := -mavx2 -mfma
-  AVX512_FLAGS := -mavx512f -mavx512bw -mavx512vl -mavx2 -mfma
+  AVX2_FLAGS := -mavx2 -mfma -mf16c
+  AVX512_FLAGS := -mavx512f -mavx512bw -mavx512vl -mavx2 -mfma -mf16c
 endif
 
 LIB_SRC := util clock ab_timing file filehash json json_write threadpool sha http safetensors quant mathfn kernels_ref kernels_avx2 kernels_avx512 \

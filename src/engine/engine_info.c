@@ -13,6 +13,33 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The trunk matrices' types, by their bytes, most first ("q8_0+bf16"). */
+static void trunk_types(const k3_model *m, char *out, size_t n, int *quantized)
+{
+    static const struct {
+        enum wtype t;
+        const char *name;
+    } names[] = {{W_F32, "f32"}, {W_BF16, "bf16"}, {W_F16, "f16"}, {W_Q8_0, "q8_0"}};
+    enum { NT = sizeof names / sizeof names[0] };
+    uint64_t bytes[NT] = {0};
+    int used[NT] = {0};
+    *quantized = 0;
+    for (int i = 0; i < m->n_trunk; i++)
+        for (int k = 0; k < NT; k++)
+            if (m->trunk[i].w->type == names[k].t) bytes[k] += m->trunk[i].nbytes, used[k] = 1;
+    out[0] = 0;
+    for (int done = 0; done < NT; done++) {
+        int best = -1;
+        for (int k = 0; k < NT; k++)
+            if (used[k] && (best < 0 || bytes[k] > bytes[best])) best = k;
+        if (best < 0) break;
+        size_t l = strlen(out);
+        snprintf(out + l, n - l, "%s%s", l ? "+" : "", names[best].name);
+        if (names[best].t == W_Q8_0) *quantized = 1;
+        used[best] = 0;
+    }
+}
+
 void df_engine_info(const df_engine *eng, df_model_info *info)
 {
     const k3_config *c = &eng->m.cfg;
@@ -32,6 +59,7 @@ void df_engine_info(const df_engine *eng, df_model_info *info)
     info->fixed_state_bytes = (uint64_t)eng->m.n_kda *
                               ((uint64_t)c->Hk * c->Dk * c->Dk + 3ull * (uint64_t)(c->Wc - 1) * c->P) * sizeof(float);
     info->kernels = eng->bk.kt ? eng->bk.kt->name : "";
+    trunk_types(&eng->m, info->trunk, sizeof info->trunk, &info->trunk_quantized);
     info->backend = eng->bk.name;
     info->n_threads = eng->n_threads;
     info->n_cache_slots = eng->cache.n_slots;

@@ -6,6 +6,7 @@
  * of weight memory per claim.
  */
 #include "backend_cpu.h"
+#include "quant.h"
 #include "util.h"
 
 typedef struct {
@@ -30,7 +31,52 @@ static void run_rows(const kernel_table *kt, const mm_job *j, int r0, int r1)
     case W_MXFP4_GG:
         kt->matmul_mxfp4_gg(j->w.data, NULL, j->w.cols, j->x, j->xs, j->T, j->y, j->ys, r0, r1);
         break;
+    case W_F16:
+        kt->matmul_f16(j->w.data, (size_t)j->w.cols, j->w.cols, j->x, j->xs, j->T, j->y, j->ys, r0, r1);
+        break;
+    case W_Q8_0:
+        kt->matmul_q8_0(j->w.data, NULL, j->w.cols, j->x, j->xs, j->T, j->y, j->ys, r0, r1);
+        break;
     }
+}
+
+static float row_value(enum wtype t, const void *row, size_t c)
+{
+    switch (t) {
+    case W_F32: return load_f32(row, c);
+    case W_BF16: return load_bf16(row, c);
+    case W_F16: return load_f16(row, c);
+    case W_Q8_0: return load_q8_0(row, c);
+    default: CHECK(!"not a row-readable weight type"); return 0;
+    }
+}
+
+void wtype_row_widen(enum wtype t, void *buf, int n)
+{
+    float *out = buf;
+    for (int i = n - 1; i >= 0; i--) {
+        float v = row_value(t, buf, (size_t)i);
+        out[i] = v;
+    }
+}
+
+size_t wtype_row_bytes(enum wtype t, int cols)
+{
+    size_t c = (size_t)cols;
+    switch (t) {
+    case W_F32: return 4 * c;
+    case W_BF16:
+    case W_F16: return 2 * c;
+    case W_MXFP4: return c / 2;
+    case W_MXFP4_GG: return c / 32 * 17;
+    case W_Q8_0: return c / Q8_0_BLOCK * Q8_0_BYTES;
+    }
+    return 0;
+}
+
+void wtype_row_f32(enum wtype t, const void *row, int n, float *out)
+{
+    for (int i = 0; i < n; i++) out[i] = row_value(t, row, (size_t)i);
 }
 
 static void mm_worker(void *vctx, size_t begin, size_t end, int worker)

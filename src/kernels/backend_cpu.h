@@ -14,7 +14,8 @@
 #include "kernels.h"
 #include "threadpool.h"
 
-enum wtype { W_F32, W_BF16, W_MXFP4, W_MXFP4_GG /* ggml blocks in data, scales unused */ };
+enum wtype { W_F32, W_BF16, W_MXFP4, W_MXFP4_GG /* ggml blocks in data, scales unused */, W_F16,
+             W_Q8_0 /* ggml blocks of 32 (F16 scale, 32 int8) in data; cols a multiple of 32 */ };
 
 /* A weight matrix view: [rows, cols]. For MXFP4, data = packed bytes and
  * scales = E8M0 bytes. Borrowed: valid while the mapping / cache slot is. */
@@ -24,6 +25,16 @@ typedef struct wmat {
     const uint8_t *scales;
     int rows, cols;
 } wmat;
+
+/* Bytes of one row of a [rows, cols] matrix of type t (MXFP4: the packed
+ * bytes), and n values of a row as f32 (the stored values exactly: what the
+ * kernels multiply by; MXFP4 rows are not read this way). */
+size_t wtype_row_bytes(enum wtype t, int cols);
+void wtype_row_f32(enum wtype t, const void *row, int n, float *out);
+/* The same in place: buf holds the row's bytes at its start and receives
+ * its n values as f32 (widened from the last value down, so that no byte is
+ * overwritten before it is read: true of every row-readable type). */
+void wtype_row_widen(enum wtype t, void *buf, int n);
 
 typedef struct mm_job {
     wmat w;

@@ -72,7 +72,10 @@ static const char *type_name(uint32_t type)
     return gguf_type_info(type, &n, &b, &by) && n ? n : "unknown";
 }
 
-enum { T_F32 = 1u << 0, T_F16 = 1u << 1, T_BF16 = 1u << 2, T_MXFP4 = 1u << 3 };
+enum { T_F32 = 1u << 0, T_F16 = 1u << 1, T_BF16 = 1u << 2, T_MXFP4 = 1u << 3, T_Q8_0 = 1u << 4 };
+/* trunk matrices go through the kernels (any of these); the MLA's kv_b is
+ * also read by element (mla.c), so it stays F32 or BF16 */
+#define T_TRUNK (T_F32 | T_BF16 | T_F16 | T_Q8_0)
 
 static unsigned type_bit(uint32_t t)
 {
@@ -81,6 +84,7 @@ static unsigned type_bit(uint32_t t)
     case GGML_TYPE_F16: return T_F16;
     case GGML_TYPE_BF16: return T_BF16;
     case GGML_TYPE_MXFP4: return T_MXFP4;
+    case GGML_TYPE_Q8_0: return T_Q8_0;
     default: return 0;
     }
 }
@@ -107,22 +111,42 @@ static const gguf_tensor *gfind(gload *gl, const char *name, int nd, const int64
         return NULL;
     }
     if (!(type_bit(t->type) & types)) {
-        df_err_set(err, DF_ERR_UNSUPPORTED, (int64_t)t->info_pos, "%s: tensor %s is %s; deltafin reads it as %s",
-                   path, name, type_name(t->type),
-                   types == T_MXFP4 ? "MXFP4" : (types & T_F16) ? "F32, BF16 or F16" : "F32 or BF16");
+        char list[64] = "";
+        static const struct {
+            unsigned bit;
+            const char *name;
+        } names[] = {{T_F32, "F32"}, {T_BF16, "BF16"}, {T_F16, "F16"}, {T_Q8_0, "Q8_0"}, {T_MXFP4, "MXFP4"}};
+        for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+            if (types & names[i].bit)
+                snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", list[0] ? ", " : "", names[i].name);
+        df_err_set(err, DF_ERR_UNSUPPORTED, (int64_t)t->info_pos, "%s: tensor %s is %s; deltafin reads it as one of %s",
+                   path, name, type_name(t->type), list);
         return NULL;
     }
     return t;
 }
 
-/* A [rows, cols] trunk matrix: ne {cols, rows}. */
-static int gmat(gload *gl, const char *name, int rows, int cols, wmat *out, df_error *err)
+static enum wtype wtype_of(uint32_t t)
+{
+    return t == GGML_TYPE_BF16 ? W_BF16 : t == GGML_TYPE_F16 ? W_F16 : t == GGML_TYPE_Q8_0 ? W_Q8_0 : W_F32;
+}
+
+/* A [rows, cols] trunk matrix of one of `types`: ne {cols, rows}. */
+static int gmat_t(gload *gl, const char *name, int rows, int cols, unsigned types, wmat *out, df_error *err)
 {
     int64_t ne[2] = {cols, rows};
-    const gguf_tensor *t = gfind(gl, name, 2, ne, T_F32 | T_BF16, err);
+    const gguf_tensor *t = gfind(gl, name, 2, ne, types, err);
     if (!t) return -1;
-    return model_map_mat(gl->eng, gl->layer, gl->at, t->offset, t->nbytes,
-                         t->type == GGML_TYPE_BF16 ? W_BF16 : W_F32, rows, cols, name, out, err);
+    if (t->type == GGML_TYPE_Q8_0 && cols % Q8_0_BLOCK)
+        return df_err_set(err, DF_ERR_FORMAT, (int64_t)t->info_pos, "%s: tensor %s is Q8_0 with rows of %d values, "
+                          "not a multiple of %d", gl->g[gl->at].path, name, cols, Q8_0_BLOCK);
+    return model_map_mat(gl->eng, gl->layer, gl->at, t->offset, t->nbytes, wtype_of(t->type), rows, cols, name, out,
+                         err);
+}
+
+static int gmat(gload *gl, const char *name, int rows, int cols, wmat *out, df_error *err)
+{
+    return gmat_t(gl, name, rows, cols, T_TRUNK, out, err);
 }
 
 /* A small tensor of ne {n0, n1, n2} upcast to owned f32 (same element order). */
@@ -357,8 +381,8 @@ static int bind_kv_b(gload *gl, int il, const roster_entry *r, df_error *err)
     if (!find_any(gl, lname(n, sizeof n, il, r->gg)))
         return df_err_set(err, DF_ERR_FORMAT, -1, "%s: layer %d has neither attn_k_b/attn_v_b nor attn_kv_b",
                           gl->g->path, il);
-    return gmat(gl, lname(n, sizeof n, il, r->gg), roster_dim(c, r->rows), roster_dim(c, r->cols), roster_mat(L, r),
-                err);
+    return gmat_t(gl, lname(n, sizeof n, il, r->gg), roster_dim(c, r->rows), roster_dim(c, r->cols), T_F32 | T_BF16,
+                  roster_mat(L, r), err);
 }
 
 static int bind_layer(gload *gl, int il, df_error *err)
@@ -393,7 +417,8 @@ static int bind_layer(gload *gl, int il, df_error *err)
         if (!(*v = gvec(gl, lname(n, sizeof n, il, r->gg), roster_dim(c, r->gg_ne[0]), roster_dim(c, r->gg_ne[1]),
                         roster_dim(c, r->gg_ne[2]), err)))
             return -1;
-        if (r->fix == ROSTER_FIX_DECAY)
+        /* headers only (info, plan): no values were read, none to check */
+        if (r->fix == ROSTER_FIX_DECAY && !gl->eng->headers_only)
             for (int hh = 0; hh < c->Hk; hh++) {
                 float a = -(*v)[hh];
                 if (!(a > 0.0f && a < INFINITY))
