@@ -11,6 +11,7 @@
 #define _GNU_SOURCE
 #include "harness.h"
 #include "engine.h"
+#include "gguf.h"
 #include "util.h"
 
 #include <stdlib.h>
@@ -177,7 +178,9 @@ static void test_generated_and_gguf(void)
 static void test_q8_0_and_f16_trunks(void)
 {
     char dq[512], dv[512], df[512], gq[600], gv[600], gf[600], args[900];
-    const char *base = "--preset tiny --set hidden_size=64 --set num_hidden_layers=5 --seed 21";
+    /* MLA ranks of whole blocks: attn_k_b / attn_v_b are Q8_0 too (read by element and by row) */
+    const char *base = "--preset tiny --set hidden_size=64 --set num_hidden_layers=5 --set kv_lora_rank=32 "
+                       "--set qk_nope_head_dim=32 --set v_head_dim=32 --seed 21";
     snprintf(gq, sizeof gq, "%s/q8.gguf", test_scratch());
     snprintf(gv, sizeof gv, "%s/q8v.gguf", test_scratch());
     snprintf(gf, sizeof gf, "%s/f16.gguf", test_scratch());
@@ -209,9 +212,25 @@ static void test_q8_0_and_f16_trunks(void)
         same(what, want, got, (size_t)N * V, V);
         free(got);
     }
-    /* the file really holds Q8_0 (smaller than its F32 copy) */
+    /* the file really holds Q8_0: the attention's matrices, the MLA's k_b and v_b */
     struct stat sq, sv;
     TCHECK(stat(gq, &sq) == 0 && stat(gv, &sv) == 0 && sq.st_size < sv.st_size);
+    gguf_file g;
+    df_error gerr = {0};
+    if (gguf_open(gq, &g, &gerr) == 0) {
+        int n_q8 = 0, kb_q8 = 0, vb_q8 = 0;
+        for (size_t i = 0; i < g.n_tensors; i++) {
+            const gguf_tensor *t = &g.tensors[i];
+            if (t->type != GGML_TYPE_Q8_0) continue;
+            n_q8++;
+            kb_q8 += strstr(t->name, "attn_k_b") != NULL;
+            vb_q8 += strstr(t->name, "attn_v_b") != NULL;
+        }
+        TCHECKF(n_q8 > 10 && kb_q8 > 0 && vb_q8 > 0, "q8_0 tensors: %d (k_b %d, v_b %d)", n_q8, kb_q8, vb_q8);
+        gguf_deinit(&g);
+    } else {
+        t_fail(__FILE__, __LINE__, "%s", gerr.msg);
+    }
     float *a = run(gf, &one, ids, N, &V), *b = NULL;
     run_opts r = {.backend = "ref", .chunk = 3, .max_batch = 8};
     b = run(gf, &r, ids, N, &V);

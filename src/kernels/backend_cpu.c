@@ -60,6 +60,26 @@ void wtype_row_widen(enum wtype t, void *buf, int n)
     }
 }
 
+float wmat_get(const wmat *w, size_t i)
+{
+    size_t cols = (size_t)w->cols, r = i / cols;
+    return row_value(w->type, (const uint8_t *)w->data + r * wtype_row_bytes(w->type, w->cols), i - r * cols);
+}
+
+void mm_rows(const kernel_table *kt, wmat w, const float *x, float *y, int r0, int r1)
+{
+    mm_job j = {.w = w, .x = x, .xs = 0, .y = y, .ys = 0, .T = 1};
+    run_rows(kt, &j, r0, r1);
+}
+
+wmat wmat_rows(wmat w, int r0, int n)
+{
+    CHECK(w.type != W_MXFP4 && r0 >= 0 && n >= 0 && r0 + n <= w.rows);
+    w.data = (const uint8_t *)w.data + (size_t)r0 * wtype_row_bytes(w.type, w.cols);
+    w.rows = n;
+    return w;
+}
+
 size_t wtype_row_bytes(enum wtype t, int cols)
 {
     size_t c = (size_t)cols;

@@ -47,6 +47,14 @@ typedef struct mm_job {
 
 #define MM_MAX_JOBS 512
 
+/* Element i of w in row-major order (row i / cols), as f32: for the few
+ * weights also read by element (MLA's kv_b), in any row-readable type. */
+float wmat_get(const wmat *w, size_t i);
+/* Rows [r0, r1) of w times one position x, on the calling thread: y[r]. */
+void mm_rows(const kernel_table *kt, wmat w, const float *x, float *y, int r0, int r1);
+/* w's rows [r0, r0 + n) as a matrix of their own (a view). */
+wmat wmat_rows(wmat w, int r0, int n);
+
 /* Run all jobs; returns when every output is written. */
 void mm_run(threadpool *pool, const kernel_table *kt, const mm_job *jobs, int n_jobs);
 /* Convenience: one product y[T][w.rows] = w * x[T][w.cols], dense strides. */

@@ -73,8 +73,7 @@ static const char *type_name(uint32_t type)
 }
 
 enum { T_F32 = 1u << 0, T_F16 = 1u << 1, T_BF16 = 1u << 2, T_MXFP4 = 1u << 3, T_Q8_0 = 1u << 4 };
-/* trunk matrices go through the kernels (any of these); the MLA's kv_b is
- * also read by element (mla.c), so it stays F32 or BF16 */
+/* trunk matrices: through the kernels, or by element (MLA's kv_b) */
 #define T_TRUNK (T_F32 | T_BF16 | T_F16 | T_Q8_0)
 
 static unsigned type_bit(uint32_t t)
@@ -365,24 +364,27 @@ static int bind_kv_b(gload *gl, int il, const roster_entry *r, df_error *err)
     char n[96];
     int64_t ne_k[3] = {c->dn, c->Rkv, c->Hm}, ne_v[3] = {c->Rkv, c->dv, c->Hm};
     if (find_any(gl, lname(n, sizeof n, il, "attn_k_b.weight"))) {
-        const gguf_tensor *kb = gfind(gl, lname(n, sizeof n, il, "attn_k_b.weight"), 3, ne_k, T_F32 | T_BF16, err);
+        const gguf_tensor *kb = gfind(gl, lname(n, sizeof n, il, "attn_k_b.weight"), 3, ne_k, T_TRUNK, err);
         if (!kb) return -1;
         int kb_file = gl->at;
-        const gguf_tensor *vb = gfind(gl, lname(n, sizeof n, il, "attn_v_b.weight"), 3, ne_v, T_F32 | T_BF16, err);
+        const gguf_tensor *vb = gfind(gl, lname(n, sizeof n, il, "attn_v_b.weight"), 3, ne_v, T_TRUNK, err);
         if (!vb) return -1;
+        if ((kb->type == GGML_TYPE_Q8_0 && c->dn % Q8_0_BLOCK) || (vb->type == GGML_TYPE_Q8_0 && c->Rkv % Q8_0_BLOCK))
+            return df_err_set(err, DF_ERR_FORMAT, -1, "%s: layer %d's attn_k_b / attn_v_b are Q8_0 with rows that are "
+                              "not whole blocks of %d", gl->g[gl->at].path, il, Q8_0_BLOCK);
         L->kv_split = 1;
-        if (model_map_mat(eng, gl->layer, kb_file, kb->offset, kb->nbytes, kb->type == GGML_TYPE_BF16 ? W_BF16 : W_F32,
-                          c->Hm * c->Rkv, c->dn, kb->name, &L->k_b, err) ||
-            model_map_mat(eng, gl->layer, gl->at, vb->offset, vb->nbytes, vb->type == GGML_TYPE_BF16 ? W_BF16 : W_F32,
-                          c->Hm * c->dv, c->Rkv, vb->name, &L->v_b, err))
+        if (model_map_mat(eng, gl->layer, kb_file, kb->offset, kb->nbytes, wtype_of(kb->type), c->Hm * c->Rkv, c->dn,
+                          kb->name, &L->k_b, err) ||
+            model_map_mat(eng, gl->layer, gl->at, vb->offset, vb->nbytes, wtype_of(vb->type), c->Hm * c->dv, c->Rkv,
+                          vb->name, &L->v_b, err))
             return -1;
         return 0;
     }
     if (!find_any(gl, lname(n, sizeof n, il, r->gg)))
         return df_err_set(err, DF_ERR_FORMAT, -1, "%s: layer %d has neither attn_k_b/attn_v_b nor attn_kv_b",
                           gl->g->path, il);
-    return gmat_t(gl, lname(n, sizeof n, il, r->gg), roster_dim(c, r->rows), roster_dim(c, r->cols), T_F32 | T_BF16,
-                  roster_mat(L, r), err);
+    return gmat(gl, lname(n, sizeof n, il, r->gg), roster_dim(c, r->rows), roster_dim(c, r->cols), roster_mat(L, r),
+                err);
 }
 
 static int bind_layer(gload *gl, int il, df_error *err)

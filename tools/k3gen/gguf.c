@@ -258,6 +258,41 @@ static void gg_kvb(gg_list *g, const char *gname, const char *hf, int kind, cons
         t->type = GG_F32;
     else
         t->type = GG_BF16;
+    if (gg_trunk_mode == TRUNK_F16) {
+        t->type = GG_F16;
+    } else if (gg_trunk_mode != TRUNK_AS_IS && t->ne[0] % 32 == 0) {
+        t->type = gg_trunk_mode == TRUNK_Q8_0 ? GG_Q8_0 : GG_F32;
+        t->quant = 1;
+    }
+}
+
+/* One output row of n values (f32) in t's type: F32, BF16 (exact: the
+ * values are BF16), F16, or Q8_0 blocks / their values (t->quant). */
+static void gg_put_row(FILE *f, const char *path, const gg_tensor *t, const float *x, int64_t n)
+{
+    for (int64_t i0 = 0; i0 < n; i0 += 32) {
+        int k = n - i0 < 32 ? (int)(n - i0) : 32;
+        if (t->quant) {
+            unsigned char blk[34];
+            float v[32];
+            q8_0_block(x + i0, blk, v);
+            if (t->type == GG_Q8_0) write_all(f, blk, 34, path);
+            else write_all(f, v, 32 * 4, path);
+            continue;
+        }
+        for (int j = 0; j < k; j++) {
+            float xv = x[i0 + j];
+            uint32_t u;
+            memcpy(&u, &xv, 4);
+            if (t->type == GG_F32) {
+                write_all(f, &xv, 4, path);
+            } else {
+                uint16_t hb = t->type == GG_F16 ? f32_to_f16(xv) : (uint16_t)(u >> 16);
+                unsigned char o[2] = {(unsigned char)hb, (unsigned char)(hb >> 8)};
+                write_all(f, o, 2, path);
+            }
+        }
+    }
 }
 
 static void gg_exps(gg_list *g, const char *gname, const char *layer_pfx, const char *proj,
@@ -681,27 +716,25 @@ static void gg_write_data(FILE *f, const char *path, const gg_tensor *t, uint64_
         free(b);
     } else if (t->kind == GK_KB || t->kind == GK_VB) {
         unsigned char *a = gen_tensor_mem(t->a, seed, chunk);
-        size_t in_sz = t->a->dtype == DT_BF16 ? 2 : 4, out_sz = t->type == GG_F32 ? 4 : 2;
+        size_t in_sz = t->a->dtype == DT_BF16 ? 2 : 4;
+        float *row = xmalloc((size_t)(t->dn > t->Rkv ? t->dn : t->Rkv) * sizeof *row);
         for (int64_t hh = 0; hh < t->H; hh++) {
             int64_t rows = t->kind == GK_KB ? t->dn : t->dv;
             int64_t row0 = hh * (t->dn + t->dv) + (t->kind == GK_KB ? 0 : t->dn);
             /* element (r, j) of this head's rows; k_b is written j-major */
             int64_t n_outer = t->kind == GK_KB ? t->Rkv : rows, n_inner = t->kind == GK_KB ? rows : t->Rkv;
-            for (int64_t o = 0; o < n_outer; o++)
+            for (int64_t o = 0; o < n_outer; o++) {
                 for (int64_t in = 0; in < n_inner; in++) {
                     int64_t r = t->kind == GK_KB ? in : o, j = t->kind == GK_KB ? o : in;
                     const unsigned char *src = a + ((size_t)(row0 + r) * (size_t)t->Rkv + (size_t)j) * in_sz;
-                    unsigned char ob[4];
-                    if (in_sz == out_sz) {
-                        memcpy(ob, src, out_sz);
-                    } else { /* BF16 -> F32, exact */
-                        ob[0] = ob[1] = 0;
-                        ob[2] = src[0];
-                        ob[3] = src[1];
-                    }
-                    write_all(f, ob, out_sz, path);
+                    uint32_t u = in_sz == 2 ? (uint32_t)(src[0] | src[1] << 8) << 16
+                                            : (uint32_t)(src[0] | src[1] << 8 | src[2] << 16 | (uint32_t)src[3] << 24);
+                    memcpy(&row[in], &u, 4);
                 }
+                gg_put_row(f, path, t, row, n_inner);
+            }
         }
+        free(row);
         free(a);
     } else if (t->kind == GK_NEG_EXP) {
         unsigned char *a = gen_tensor_mem(t->a, seed, chunk);
