@@ -267,9 +267,18 @@ static int quantize_file(const char *in, const char *out, const char *type, int 
     if (q.allow_requantize || !q.quantize_output_tensor || q.only_copy || q.pure || q.dry_run || q.tt_overrides)
         die("%s", "the library's default quantize parameters do not match the llama.cpp v0.4.0 layout "
                   "this program declares");
-    if (!strcmp(type, "q8_0")) q.ftype = 7;
-    else if (!strcmp(type, "f16")) q.ftype = 1;
-    else die("--quantize-type: q8_0 or f16, not '%s'", type);
+    static const struct {
+        const char *name;
+        int ftype; /* enum llama_ftype */
+    } ftypes[] = {{"f16", 1},     {"q4_0", 2},    {"q4_1", 3},     {"q8_0", 7},     {"q5_0", 8},
+                  {"q5_1", 9},    {"q2_k", 10},   {"q3_k_m", 12},  {"q4_k_m", 15},  {"q5_k_m", 17},
+                  {"q6_k", 18},   {"iq4_nl", 25}};
+    q.ftype = -1;
+    for (size_t i = 0; i < sizeof ftypes / sizeof ftypes[0]; i++)
+        if (!strcmp(type, ftypes[i].name)) q.ftype = ftypes[i].ftype;
+    if (q.ftype < 0)
+        die("--quantize-type: f16, q4_0, q4_1, q8_0, q5_0, q5_1, q2_k, q3_k_m, q4_k_m, q5_k_m, q6_k or iq4_nl, "
+            "not '%s'", type);
     static const struct lp_tensor_override keep[] = {{"ffn_(gate|up|down)_exps", 39 /* MXFP4 */}, {NULL, 0}};
     q.tt_overrides = keep;
     q.nthread = threads;
@@ -292,7 +301,8 @@ static void usage(void)
             "  --ubatch N          positions per llama.cpp graph (n_ubatch; default: the whole prompt\n"
             "                      in one; llama.cpp's own tools default to 512)\n"
             "  -v                  llama.cpp's own log on stderr\n"
-            "   or: llama_peer --lib DIR --model IN.gguf --quantize OUT.gguf --quantize-type q8_0|f16\n"
+            "   or: llama_peer --lib DIR --model IN.gguf --quantize OUT.gguf --quantize-type TYPE\n"
+            "                      (f16 q4_0 q4_1 q8_0 q5_0 q5_1 q2_k q3_k_m q4_k_m q5_k_m q6_k iq4_nl)\n"
             "                      llama.cpp's quantizer: the trunk in that type, routed experts kept\n");
     exit(2);
 }

@@ -14,29 +14,47 @@
 #include <string.h>
 
 /* The trunk matrices' types, by their bytes, most first ("q8_0+bf16"). */
+static const char *wmat_type_name(const wmat *w)
+{
+    switch (w->type) {
+    case W_F32: return "f32";
+    case W_BF16: return "bf16";
+    case W_F16: return "f16";
+    case W_Q8_0: return "q8_0";
+    case W_QB: return w->qb->name;
+    default: return "mxfp4";
+    }
+}
+
 static void trunk_types(const k3_model *m, char *out, size_t n, int *quantized)
 {
-    static const struct {
-        enum wtype t;
-        const char *name;
-    } names[] = {{W_F32, "f32"}, {W_BF16, "bf16"}, {W_F16, "f16"}, {W_Q8_0, "q8_0"}};
-    enum { NT = sizeof names / sizeof names[0] };
-    uint64_t bytes[NT] = {0};
-    int used[NT] = {0};
+    enum { NT = 16 };
+    const char *name[NT];
+    uint64_t bytes[NT];
+    int nt = 0;
     *quantized = 0;
-    for (int i = 0; i < m->n_trunk; i++)
-        for (int k = 0; k < NT; k++)
-            if (m->trunk[i].w->type == names[k].t) bytes[k] += m->trunk[i].nbytes, used[k] = 1;
+    for (int i = 0; i < m->n_trunk; i++) {
+        const wmat *w = m->trunk[i].w;
+        const char *t = wmat_type_name(w);
+        if (w->type == W_Q8_0 || w->type == W_QB) *quantized = 1;
+        int k = 0;
+        while (k < nt && strcmp(name[k], t)) k++;
+        if (k == nt && nt < NT) name[nt] = t, bytes[nt++] = 0;
+        if (k < nt) bytes[k] += m->trunk[i].nbytes;
+    }
     out[0] = 0;
-    for (int done = 0; done < NT; done++) {
+    for (int done = 0; done < nt; done++) {
         int best = -1;
-        for (int k = 0; k < NT; k++)
-            if (used[k] && (best < 0 || bytes[k] > bytes[best])) best = k;
-        if (best < 0) break;
+        for (int k = 0; k < nt; k++)
+            if (name[k] && (best < 0 || bytes[k] > bytes[best])) best = k;
         size_t l = strlen(out);
-        snprintf(out + l, n - l, "%s%s", l ? "+" : "", names[best].name);
-        if (names[best].t == W_Q8_0) *quantized = 1;
-        used[best] = 0;
+        snprintf(out + l, n - l, "%s", l ? "+" : "");
+        for (const char *c = name[best]; *c && strlen(out) + 1 < n; c++) {
+            l = strlen(out);
+            out[l] = (char)(*c >= 'A' && *c <= 'Z' ? *c - 'A' + 'a' : *c);
+            out[l + 1] = 0;
+        }
+        name[best] = NULL;
     }
 }
 

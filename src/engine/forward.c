@@ -36,8 +36,8 @@
 static int embed_rows(const df_engine *eng, const int32_t *ids, int T, float *H, df_error *err)
 {
     const k3_config *c = &eng->m.cfg;
-    enum wtype et = eng->m.embed.type;
-    size_t rb = wtype_row_bytes(et, c->h);
+    const wmat *E = &eng->m.embed;
+    size_t rb = wmat_row_bytes(E);
     for (int t = 0; t < T; t++) {
         float *row = H + (size_t)t * c->h;
         if (eng->ts.on) {
@@ -45,10 +45,10 @@ static int embed_rows(const df_engine *eng, const int32_t *ids, int T, float *H,
             if (model_pread_fd(eng->m.shards[eng->m.embed_shard].fd, (uint8_t *)row, rb, off))
                 return df_err_set(err, DF_ERR_IO, (int64_t)off, "%s: reading the embedding row of token %d failed",
                                   eng->m.shards[eng->m.embed_shard].path, ids[t]);
-            wtype_row_widen(et, row, c->h);
+            wmat_row_widen(E, row, c->h);
             continue;
         }
-        wtype_row_f32(et, (const uint8_t *)eng->m.embed.data + (size_t)ids[t] * rb, c->h, row);
+        wmat_row_f32(E, (const uint8_t *)E->data + (size_t)ids[t] * rb, c->h, row);
     }
     return 0;
 }

@@ -12,10 +12,12 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "kernels.h"
+#include "qblock.h"
 #include "threadpool.h"
 
 enum wtype { W_F32, W_BF16, W_MXFP4, W_MXFP4_GG /* ggml blocks in data, scales unused */, W_F16,
-             W_Q8_0 /* ggml blocks of 32 (F16 scale, 32 int8) in data; cols a multiple of 32 */ };
+             W_Q8_0 /* ggml blocks of 32 (F16 scale, 32 int8) in data; cols a multiple of 32 */,
+             W_QB /* blocks of the format qb (qblock.h) in data; cols a multiple of its block */ };
 
 /* A weight matrix view: [rows, cols]. For MXFP4, data = packed bytes and
  * scales = E8M0 bytes. Borrowed: valid while the mapping / cache slot is. */
@@ -24,17 +26,18 @@ typedef struct wmat {
     const void *data;
     const uint8_t *scales;
     int rows, cols;
+    const qblock_fmt *qb;     /* W_QB */
 } wmat;
 
-/* Bytes of one row of a [rows, cols] matrix of type t (MXFP4: the packed
- * bytes), and n values of a row as f32 (the stored values exactly: what the
- * kernels multiply by; MXFP4 rows are not read this way). */
-size_t wtype_row_bytes(enum wtype t, int cols);
-void wtype_row_f32(enum wtype t, const void *row, int n, float *out);
+/* Bytes of one row of w (MXFP4: the packed bytes), and the first n values
+ * of a row of w's type as f32 (the stored values exactly: what the kernels
+ * multiply by; MXFP4 rows are not read this way; n whole blocks). */
+size_t wmat_row_bytes(const wmat *w);
+void wmat_row_f32(const wmat *w, const void *row, int n, float *out);
 /* The same in place: buf holds the row's bytes at its start and receives
- * its n values as f32 (widened from the last value down, so that no byte is
+ * its n values as f32 (widened from the last block down, so that no byte is
  * overwritten before it is read: true of every row-readable type). */
-void wtype_row_widen(enum wtype t, void *buf, int n);
+void wmat_row_widen(const wmat *w, void *buf, int n);
 
 typedef struct mm_job {
     wmat w;

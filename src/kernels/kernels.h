@@ -15,6 +15,9 @@
  *   scale d, then 32 int8 q) w = (float)q * d, an exact product.  So a
  *   matrix in either format gives the bits of matmul_f32 on its values.
  *
+ *   Any other block format of qblock.h (Q4_0 ... Q6_K): the same, w being
+ *   the value its decode() gives; C is a multiple of the block.
+ *
  *   MXFP4: per block b of 32 columns and lane j < 16, with the activation
  *   reordered by mxfp4_prep_x (xe = even columns, xo = odd columns):
  *     p = e2m1(lo nibble of byte j) * xe[j];  p = fma(e2m1(hi nibble), xo[j], p);
@@ -47,6 +50,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "df_error.h"
+#include "qblock.h"
 
 typedef struct kernel_table {
     const char *name;
@@ -74,6 +78,9 @@ typedef struct kernel_table {
      * C a multiple of 32; x plain (not reordered); `unused` is ignored */
     void (*matmul_q8_0)(const uint8_t *blocks, const uint8_t *unused, int C, const float *x, size_t xs, int T,
                         float *y, size_t ys, int r0, int r1);
+    /* blocks: [R][C/f->block] blocks of format f (qblock.h), x plain */
+    void (*matmul_qblock)(const qblock_fmt *f, const uint8_t *blocks, int C, const float *x, size_t xs, int T,
+                          float *y, size_t ys, int r0, int r1);
     /* MLA attention by the contract above.  cache: [n][row_w] floats (row_w >=
      * Rkv + dr).  Head h's query: ql + h*qls (Rkv floats), qr + h*qrs (dr).
      * sc: n * nh floats of scratch.  ctx: [nh][Rkv] out; it may overlap the queries

@@ -197,6 +197,37 @@ ALWAYS_INLINE void q8_0_rows(const uint8_t *row, const uint8_t *unused, int C, c
 }
 KERNEL_MXFP4_DRIVER_S(matmul_q8_0_avx2, q8_0_rows, (size_t)C / Q8_0_BLOCK * Q8_0_BYTES, 0)
 
+/* any block format: per row and group of up to four positions, each block
+ * decoded once (the scalar decode of qblock.c: exact) into an aligned
+ * buffer, then the dense order's two 8-lane halves over it */
+static void matmul_qblock_avx2(const qblock_fmt *f, const uint8_t *blocks, int C, const float *x, size_t xs, int T,
+                               float *y, size_t ys, int r0, int r1)
+{
+    size_t rb = (size_t)C / (size_t)f->block * (size_t)f->bytes;
+    float w[QBLOCK_MAX] __attribute__((aligned(32)));
+    for (int r = r0; r < r1; r++) {
+        const uint8_t *row = blocks + (size_t)r * rb;
+        for (int t0 = 0; t0 < T; t0 += 4) {
+            int nt = T - t0 < 4 ? T - t0 : 4;
+            __m256 a0[4], a1[4];
+            for (int u = 0; u < 4; u++) a0[u] = a1[u] = _mm256_setzero_ps();
+            for (int b = 0; b < C / f->block; b++) {
+                f->decode(row + (size_t)b * f->bytes, w);
+                int c0 = b * f->block;
+                for (int k = 0; k < f->block; k += 16) {
+                    __m256 w0 = _mm256_load_ps(w + k), w1 = _mm256_load_ps(w + k + 8);
+                    for (int u = 0; u < nt; u++) {
+                        const float *xu = x + (size_t)(t0 + u) * xs + c0 + k;
+                        a0[u] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(xu), a0[u]);
+                        a1[u] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(xu + 8), a1[u]);
+                    }
+                }
+            }
+            for (int u = 0; u < nt; u++) y[(size_t)(t0 + u) * ys + r] = tree2x256(a0[u], a1[u]);
+        }
+    }
+}
+
 /* 8 nibble codes (bits 0-3 of each 32-bit lane; higher bits are ignored)
  * -> E2M1 values: magnitude from a table of 8 (vpermps reads only the low
  * three index bits), sign from bit 3; exact, and -0 for code 8 as in
@@ -593,6 +624,7 @@ static const kernel_table avx2_table = {
     .matmul_mxfp4_gg = matmul_mxfp4_gg_avx2,
     .matmul_f16 = matmul_f16_avx2,
     .matmul_q8_0 = matmul_q8_0_avx2,
+    .matmul_qblock = matmul_qblock_avx2,
     .mla_attend = mla_attend_avx2,
     .exp_n = exp_n_avx2,
 };

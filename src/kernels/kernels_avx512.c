@@ -191,6 +191,32 @@ ALWAYS_INLINE void q8_0_rows(const uint8_t *row, const uint8_t *unused, int C, c
 }
 KERNEL_MXFP4_DRIVER_S(matmul_q8_0_avx512, q8_0_rows, (size_t)C / Q8_0_BLOCK * Q8_0_BYTES, 0)
 
+/* any block format: per row and group of up to four positions, each block
+ * decoded once (qblock.c's exact scalar decode), then the 16 lanes over it */
+static void matmul_qblock_avx512(const qblock_fmt *f, const uint8_t *blocks, int C, const float *x, size_t xs, int T,
+                                 float *y, size_t ys, int r0, int r1)
+{
+    size_t rb = (size_t)C / (size_t)f->block * (size_t)f->bytes;
+    float w[QBLOCK_MAX] __attribute__((aligned(64)));
+    for (int r = r0; r < r1; r++) {
+        const uint8_t *row = blocks + (size_t)r * rb;
+        for (int t0 = 0; t0 < T; t0 += 4) {
+            int nt = T - t0 < 4 ? T - t0 : 4;
+            __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+            for (int b = 0; b < C / f->block; b++) {
+                f->decode(row + (size_t)b * f->bytes, w);
+                int c0 = b * f->block;
+                for (int k = 0; k < f->block; k += 16) {
+                    __m512 wv = _mm512_loadu_ps(w + k);
+                    for (int u = 0; u < nt; u++)
+                        acc[u] = _mm512_fmadd_ps(wv, _mm512_loadu_ps(x + (size_t)(t0 + u) * xs + c0 + k), acc[u]);
+                }
+            }
+            for (int u = 0; u < nt; u++) y[(size_t)(t0 + u) * ys + r] = tree512(acc[u]);
+        }
+    }
+}
+
 KERNEL_GG_TO_PACKED()
 
 /* gg = 0: packed + scales rows; gg = 1: a row of ggml blocks in prow */
@@ -243,6 +269,7 @@ static const kernel_table avx512_table = {
     .matmul_mxfp4_gg = matmul_mxfp4_gg_avx512,
     .matmul_f16 = matmul_f16_avx512,
     .matmul_q8_0 = matmul_q8_0_avx512,
+    .matmul_qblock = matmul_qblock_avx512,
     .mla_attend = mla_attend_avx512,
     .exp_n = exp_n_avx512,
 };

@@ -93,6 +93,28 @@ static void matmul_q8_0_ref(const uint8_t *blocks, const uint8_t *unused, int C,
     }
 }
 
+/* any block format: each block decoded (qblock.h), the dense order over its
+ * values (blocks are whole multiples of 16 columns, so column c's lane is c % 16) */
+static void matmul_qblock_ref(const qblock_fmt *f, const uint8_t *blocks, int C, const float *x, size_t xs, int T,
+                              float *y, size_t ys, int r0, int r1)
+{
+    size_t rb = (size_t)C / (size_t)f->block * (size_t)f->bytes;
+    float w[QBLOCK_MAX];
+    for (int r = r0; r < r1; r++) {
+        const uint8_t *row = blocks + (size_t)r * rb;
+        for (int t = 0; t < T; t++) {
+            const float *xt = x + (size_t)t * xs;
+            float acc[16] = {0};
+            for (int b = 0; b < C / f->block; b++) {
+                f->decode(row + (size_t)b * f->bytes, w);
+                const float *xb = xt + (size_t)b * f->block;
+                for (int c = 0; c < f->block; c++) acc[c & 15] = fmaf(w[c], xb[c], acc[c & 15]);
+            }
+            y[(size_t)t * ys + r] = lane_tree16(acc);
+        }
+    }
+}
+
 static void matmul_mxfp4_ref(const uint8_t *packed, const uint8_t *scales, int C, const float *xp,
                              size_t xs, int T, float *y, size_t ys, int r0, int r1)
 {
@@ -226,6 +248,7 @@ static const kernel_table ref_table = {
     .matmul_mxfp4_gg = matmul_mxfp4_gg_ref,
     .matmul_f16 = matmul_f16_ref,
     .matmul_q8_0 = matmul_q8_0_ref,
+    .matmul_qblock = matmul_qblock_ref,
     .mla_attend = mla_attend_ref,
     .exp_n = exp_n_ref,
 };

@@ -35,6 +35,7 @@ static void matvec(wmat w, const float *x, float *y)
     case W_MXFP4_GG: k->matmul_mxfp4_gg(w.data, NULL, w.cols, x, 0, 1, y, 0, 0, w.rows); break;
     case W_F16: k->matmul_f16(w.data, (size_t)w.cols, w.cols, x, 0, 1, y, 0, 0, w.rows); break;
     case W_Q8_0: k->matmul_q8_0(w.data, NULL, w.cols, x, 0, 1, y, 0, 0, w.rows); break;
+    case W_QB: k->matmul_qblock(w.qb, w.data, w.cols, x, 0, 1, y, 0, 0, w.rows); break;
     }
 }
 

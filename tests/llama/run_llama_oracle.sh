@@ -216,7 +216,19 @@ done
     { echo "FAIL info does not say the trunk is q8_0: $("$build/deltafin" info --model "$tmp/m3-ll-q8.gguf" | grep trunk)" >&2; fail=1; }
 "$build/deltafin" run --model "$tmp/m3-ll-f16.gguf" --prompt-ids "$ids" --max-new 2 >/dev/null 2>"$tmp/f16.err" ||
     { echo "FAIL deltafin on llama.cpp's F16 file: $(tail -1 "$tmp/f16.err")" >&2; fail=1; }
+# the block formats people download, as llama.cpp's quantizer mixes them
+# (K-quants with their 32-value fallbacks): each file runs with the same
+# bits on the CPU backend and the reference backend (the values themselves
+# are checked against ggml's dequantization in test_kernels)
+for qt in q4_0 q4_1 q5_0 q5_1 iq4_nl q2_k q3_k_m q4_k_m q5_k_m q6_k; do
+    "$build/llama_peer" --lib "$lib" --model "$tmp/m3.gguf" --quantize "$tmp/m3-$qt.gguf" --quantize-type "$qt" --threads 2
+    "$build/deltafin" run --model "$tmp/m3-$qt.gguf" --prompt-ids "$ids" --max-new 4 --threads 2 \
+        --dump-logits "$tmp/qt.cpu.bin" >/dev/null 2>"$tmp/qt.err" || { echo "FAIL deltafin on llama.cpp's $qt file: $(tail -1 "$tmp/qt.err")" >&2; fail=1; continue; }
+    "$build/deltafin" run --model "$tmp/m3-$qt.gguf" --prompt-ids "$ids" --max-new 4 --backend ref \
+        --dump-logits "$tmp/qt.ref.bin" >/dev/null 2>&1
+    cmp -s "$tmp/qt.cpu.bin" "$tmp/qt.ref.bin" || { echo "FAIL llama.cpp's $qt file: the CPU and reference backends differ" >&2; fail=1; }
+done
 [ "$fail" != "$q8fail" ] ||
-    echo "ok   deltafin runs llama.cpp's Q8_0 file (the same bits at 1 and 2 threads, --backend ref, a streamed trunk) and its F16 file"
+    echo "ok   deltafin runs llama.cpp's Q8_0 file (the same bits at 1 and 2 threads, --backend ref, a streamed trunk), its F16 file and its q4_0 q4_1 q5_0 q5_1 iq4_nl q2_k q3_k_m q4_k_m q5_k_m q6_k files (CPU = reference backend)"
 if [ "$fail" = 0 ]; then echo "llama oracle: all comparisons passed"; else echo "llama oracle: FAILED" >&2; fi
 exit "$fail"
