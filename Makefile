@@ -53,11 +53,11 @@ endif
 ARCH := $(shell uname -m)
 ifeq ($(ARCH),x86_64)
   ISA_DEFS := -DDF_HAVE_AVX2 -DDF_HAVE_AVX512
-  AVX2_FLAGS := -mavx2 -mfma
-  AVX512_FLAGS := -mavx512f -mavx512bw -mavx512vl -mavx2 -mfma
+  AVX2_FLAGS := -mavx2 -mfma -mf16c
+  AVX512_FLAGS := -mavx512f -mavx512bw -mavx512vl -mavx2 -mfma -mf16c
 endif
 
-LIB_SRC := util clock ab_timing file filehash json json_write threadpool sha http safetensors quant mathfn kernels_ref kernels_avx2 kernels_avx512 \
+LIB_SRC := util clock ab_timing file filehash json json_write threadpool sha http safetensors quant qblock mathfn kernels_ref kernels_avx2 kernels_avx512 \
            backend_cpu expert_store expert_manifest expert_remote expert_cache model model_load roster attnres kda mla moe moe_cpu ops_cpu ops_ref layer engine engine_info engine_plan expert_paths session session_rollback schedule forward observe observe_debug observe_trace observe_events observe_prompt cachesim heat iobench place trunk_stream \
            grammar grammar_match gr_string json_schema constraint tokenizer chat_template gguf model_gguf plan prefetch expert_fetch sampler generate draft session_file ranks
 LIB_OBJ := $(LIB_SRC:%=$(BUILD)/%.o)
@@ -162,7 +162,7 @@ FUZZ_TARGETS := fuzz_safetensors fuzz_config fuzz_json fuzz_tokenizer fuzz_chat_
                 fuzz_server_request fuzz_setup fuzz_grammar
 FUZZ_CC ?= clang
 fuzz: $(FUZZ_TARGETS:%=build-fuzz/%)
-FUZZ_SRC := util clock file filehash json json_write safetensors model model_gguf roster quant mathfn expert_store expert_manifest \
+FUZZ_SRC := util clock file filehash json json_write safetensors model model_gguf roster quant qblock mathfn expert_store expert_manifest \
             expert_remote http sha kernels_ref kernels_avx2 \
             kernels_avx512 tokenizer chat_template gguf sampler grammar grammar_match gr_string json_schema constraint
 FUZZ_PATHS = $(foreach f,$(FUZZ_SRC),$(wildcard $(SRC_DIRS:%=src/%/$(f).c)))

@@ -11,10 +11,12 @@
 #define _GNU_SOURCE
 #include "harness.h"
 #include "engine.h"
+#include "gguf.h"
 #include "util.h"
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 typedef struct run_opts {
     const char *backend, *kernels;
@@ -71,8 +73,8 @@ static float *run(const char *dir, const run_opts *r, const int32_t *ids, int n,
         goto done;
     }
     for (int pass = 0; pass < 2; pass++) {
-        for (; off < stop; off += chunk) {
-            int k = stop - off < chunk ? stop - off : chunk;
+        for (int k; off < stop; off += k) {
+            k = stop - off < chunk ? stop - off : chunk;
             if (df_session_eval(s, ids + off, k, out + (size_t)off * info.vocab, 1, &err)) {
                 t_fail(__FILE__, __LINE__, "eval: %s", err.msg);
                 goto done;
@@ -169,6 +171,76 @@ static void test_generated_and_gguf(void)
     ref_vs_cpu("the same as one GGUF file", gguf, 300);
 }
 
+/* A GGUF whose trunk matrices are Q8_0 (as ggml quantizes) gives, bit for
+ * bit, the logits of the same file with those matrices written as F32 of
+ * the values it stores, on every backend and path; an F16 trunk runs too
+ * (k3gen --gguf-trunk). */
+static void test_q8_0_and_f16_trunks(void)
+{
+    char dq[512], dv[512], df[512], gq[600], gv[600], gf[600], args[900];
+    /* MLA ranks of whole blocks: attn_k_b / attn_v_b are Q8_0 too (read by element and by row) */
+    const char *base = "--preset tiny --set hidden_size=64 --set num_hidden_layers=5 --set kv_lora_rank=32 "
+                       "--set qk_nope_head_dim=32 --set v_head_dim=32 --seed 21";
+    snprintf(gq, sizeof gq, "%s/q8.gguf", test_scratch());
+    snprintf(gv, sizeof gv, "%s/q8v.gguf", test_scratch());
+    snprintf(gf, sizeof gf, "%s/f16.gguf", test_scratch());
+    snprintf(args, sizeof args, "%s --gguf %s --gguf-trunk q8_0", base, gq);
+    if (gen_model("q8", args, dq, sizeof dq)) return;
+    snprintf(args, sizeof args, "%s --gguf %s --gguf-trunk q8_0-values", base, gv);
+    if (gen_model("q8v", args, dv, sizeof dv)) return;
+    snprintf(args, sizeof args, "%s --gguf %s --gguf-trunk f16", base, gf);
+    if (gen_model("f16", args, df, sizeof df)) return;
+    enum { N = 30 };
+    int32_t ids[N];
+    for (int i = 0; i < N; i++) ids[i] = (i * 131 + 7) % 290 + 1;
+    int V = 0;
+    run_opts one = {.chunk = 0, .max_batch = 64};
+    float *want = run(gv, &one, ids, N, &V);
+    struct {
+        const char *what;
+        run_opts o;
+    } cases[] = {
+        {"one pass", {.chunk = 0, .max_batch = 64}},
+        {"calls of 4, one thread", {.chunk = 4, .max_batch = 8, .threads = 1}},
+        {"reference backend", {.backend = "ref", .chunk = 0, .max_batch = 64}},
+        {"scalar kernels, rollback", {.backend = "cpu:scalar", .chunk = 7, .max_batch = 16, .rollback = 11}},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        float *got = run(gq, &cases[c].o, ids, N, &V);
+        char what[160];
+        snprintf(what, sizeof what, "Q8_0 trunk (%s) vs its values as F32", cases[c].what);
+        same(what, want, got, (size_t)N * V, V);
+        free(got);
+    }
+    /* the file really holds Q8_0: the attention's matrices, the MLA's k_b and v_b */
+    struct stat sq, sv;
+    TCHECK(stat(gq, &sq) == 0 && stat(gv, &sv) == 0 && sq.st_size < sv.st_size);
+    gguf_file g;
+    df_error gerr = {0};
+    if (gguf_open(gq, &g, &gerr) == 0) {
+        int n_q8 = 0, kb_q8 = 0, vb_q8 = 0;
+        for (size_t i = 0; i < g.n_tensors; i++) {
+            const gguf_tensor *t = &g.tensors[i];
+            if (t->type != GGML_TYPE_Q8_0) continue;
+            n_q8++;
+            kb_q8 += strstr(t->name, "attn_k_b") != NULL;
+            vb_q8 += strstr(t->name, "attn_v_b") != NULL;
+        }
+        TCHECKF(n_q8 > 10 && kb_q8 > 0 && vb_q8 > 0, "q8_0 tensors: %d (k_b %d, v_b %d)", n_q8, kb_q8, vb_q8);
+        gguf_deinit(&g);
+    } else {
+        t_fail(__FILE__, __LINE__, "%s", gerr.msg);
+    }
+    float *a = run(gf, &one, ids, N, &V), *b = NULL;
+    run_opts r = {.backend = "ref", .chunk = 3, .max_batch = 8};
+    b = run(gf, &r, ids, N, &V);
+    same("F16 trunk: ref vs cpu", a, b, (size_t)N * V, V);
+    int finite = 1;
+    for (size_t i = 0; a && i < (size_t)N * V; i++) finite &= a[i] == a[i] && a[i] > -1e30f && a[i] < 1e30f;
+    TCHECKF(finite, "F16 trunk: non-finite logits");
+    free(a), free(b), free(want);
+}
+
 /* cpu:scalar is the CPU backend on the scalar kernels; --kernels is a
  * spelling of cpu:ISA; unknown names and disagreeing spellings fail. */
 static void test_spellings(void)
@@ -217,6 +289,7 @@ static const test_case tests[] = {
     {"backend_spellings", test_spellings},
     {"ref_vs_cpu_fixture_models", test_fixture_models},
     {"ref_vs_cpu_generated_and_gguf", test_generated_and_gguf},
+    {"q8_0_trunk_is_its_values_f16_trunk_runs", test_q8_0_and_f16_trunks},
 };
 
 int main(int argc, char **argv) { return test_main(tests, NTESTS(tests), argc, argv); }

@@ -5,10 +5,13 @@
  * exp / tanh / sigmoid against libm.
  */
 #include "harness.h"
+#include "backend_cpu.h"
 #include "kernels.h"
+#include "qblock.h"
 #include "mathfn.h"
 #include "quant.h"
 
+#include <dlfcn.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -72,6 +75,155 @@ static void check_dense(const char *isa, int esize, dense_fn ref, dense_fn fn)
         free(x);
         free(y0);
         free(y1);
+    }
+}
+
+/* F16 and Q8_0 weights: the ISA's kernel equals the reference bit for bit,
+ * and both equal matmul_f32 on the stored values (the dense order over the
+ * dequantized matrix): a quantized matrix is exactly its F32 copy. */
+static void check_f16_q8(const char *isa, const kernel_table *ref, const kernel_table *kt)
+{
+    const int Cs[] = {32, 64, 96, 17, 5, 1024};
+    for (size_t ci = 0; ci < sizeof Cs / sizeof Cs[0]; ci++) {
+        int C = Cs[ci], R = 9, T = 7, q8 = C % 32 == 0;
+        size_t rb16 = (size_t)C * 2, rb8 = (size_t)C / 32 * 34;
+        uint8_t *H = malloc((size_t)R * rb16 + 1), *Q = malloc((size_t)R * rb8 + 1);
+        float *F16v = malloc((size_t)R * C * sizeof(float)), *Q8v = malloc((size_t)R * C * sizeof(float));
+        for (int i = 0; i < R * C; i++) {
+            /* every class of half: normal, subnormal (exponent 0), zeros of both signs */
+            uint16_t h = (uint16_t)rnd();
+            if ((h & 0x7c00) == 0x7c00) h ^= 0x4000; /* no infinities or NaNs in a weight */
+            if (i % 97 == 3) h = 0x8000;
+            memcpy(H + 2 * (size_t)i, &h, 2);
+        }
+        for (int b = 0; b < R * C / 32 && q8; b++) {
+            uint16_t d = (uint16_t)(rnd() & 0x3fff); /* positive scales, subnormal ones included */
+            if (b % 5 == 1) d |= 0x8000;             /* and negative */
+            if (b % 11 == 4) d = 0;
+            memcpy(Q + (size_t)b * 34, &d, 2);
+            for (int j = 0; j < 32; j++) Q[(size_t)b * 34 + 2 + j] = (uint8_t)rnd();
+            Q[(size_t)b * 34 + 2] = 0x80; /* -128 */
+        }
+        for (int r = 0; r < R; r++) {
+            wmat wh = {.type = W_F16, .cols = C}, wq = {.type = W_Q8_0, .cols = C};
+            wmat_row_f32(&wh, H + (size_t)r * rb16, C, F16v + (size_t)r * C);
+            if (q8) wmat_row_f32(&wq, Q + (size_t)r * rb8, C, Q8v + (size_t)r * C);
+        }
+        size_t xs = (size_t)C + 5;
+        float *x = malloc((size_t)T * xs * sizeof(float));
+        for (size_t i = 0; i < (size_t)T * xs; i++) x[i] = rndf();
+        float *y0 = calloc((size_t)T * R, sizeof(float)), *y1 = calloc((size_t)T * R, sizeof(float)),
+              *yf = calloc((size_t)T * R, sizeof(float));
+        for (int t = 1; t <= T; t += 3) {
+            ref->matmul_f32(F16v, (size_t)C, C, x, xs, t, yf, (size_t)R, 1, R);
+            ref->matmul_f16(H, (size_t)C, C, x, xs, t, y0, (size_t)R, 1, R);
+            kt->matmul_f16(H, (size_t)C, C, x, xs, t, y1, (size_t)R, 1, R);
+            TCHECKF(!memcmp(y0, yf, (size_t)T * R * 4), "ref f16 C=%d T=%d: not matmul_f32 of its values", C, t);
+            TCHECKF(!memcmp(y0, y1, (size_t)T * R * 4), "%s f16 C=%d T=%d: not bit-identical", isa, C, t);
+            if (!q8) continue;
+            ref->matmul_f32(Q8v, (size_t)C, C, x, xs, t, yf, (size_t)R, 1, R);
+            ref->matmul_q8_0(Q, NULL, C, x, xs, t, y0, (size_t)R, 1, R);
+            kt->matmul_q8_0(Q, NULL, C, x, xs, t, y1, (size_t)R, 1, R);
+            TCHECKF(!memcmp(y0, yf, (size_t)T * R * 4), "ref q8_0 C=%d T=%d: not matmul_f32 of its values", C, t);
+            TCHECKF(!memcmp(y0, y1, (size_t)T * R * 4), "%s q8_0 C=%d T=%d: not bit-identical", isa, C, t);
+        }
+        free(H), free(Q), free(F16v), free(Q8v), free(x), free(y0), free(y1), free(yf);
+    }
+}
+
+/* the block formats of qblock.h, with the byte offsets of their F16 scales */
+static const struct {
+    uint32_t type;
+    const char *sym; /* ggml's dequantize_row_<type> */
+    int halves[2];   /* -1: none */
+} qformats[] = {
+    {8, "dequantize_row_q8_0", {0, -1}},  {2, "dequantize_row_q4_0", {0, -1}},  {3, "dequantize_row_q4_1", {0, 2}},
+    {6, "dequantize_row_q5_0", {0, -1}},  {7, "dequantize_row_q5_1", {0, 2}},   {20, "dequantize_row_iq4_nl", {0, -1}},
+    {10, "dequantize_row_q2_K", {80, 82}}, {11, "dequantize_row_q3_K", {108, -1}}, {12, "dequantize_row_q4_K", {0, 2}},
+    {13, "dequantize_row_q5_K", {0, 2}},  {14, "dequantize_row_q6_K", {208, -1}},
+};
+#define N_QFORMATS ((int)(sizeof qformats / sizeof qformats[0]))
+
+/* n random blocks of format i, their F16 scales finite (half of them tiny or subnormal) */
+static void random_blocks(int i, const qblock_fmt *f, uint8_t *b, int n)
+{
+    for (int k = 0; k < n * f->bytes; k++) b[k] = (uint8_t)rnd();
+    for (int k = 0; k < n; k++)
+        for (int h = 0; h < 2; h++) {
+            int at = qformats[i].halves[h];
+            if (at < 0) continue;
+            uint16_t v = (uint16_t)rnd();
+            if ((v & 0x7c00) == 0x7c00) v &= 0x83ff;           /* no inf / NaN: subnormal instead */
+            if (k % 3 == 1) v = (uint16_t)(v & 0x87ff);       /* small */
+            memcpy(b + (size_t)k * f->bytes + at, &v, 2);
+        }
+}
+
+/* ggml's own dequantization, from the llama.cpp the oracle runs (the npm
+ * prebuilt's libggml-base.so), against qblock.c's: every format, bit for bit */
+static void test_qblock_vs_ggml(void)
+{
+    char path[700];
+    snprintf(path, sizeof path,
+             "%s/../tests/llama/node_modules/@node-llama-cpp/linux-x64/bins/linux-x64/libggml-base.so", testdata_dir());
+    void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!lib) TSKIP("ggml is not installed (npm ci --prefix tests/llama): only the kernels are checked, not the "
+                    "values against ggml's");
+    int checked = 0;
+    for (int i = 0; i < N_QFORMATS; i++) {
+        const qblock_fmt *f = qblock_fmt_of_ggml(qformats[i].type);
+        void (*deq)(const void *, float *, int64_t) = (void (*)(const void *, float *, int64_t))dlsym(lib, qformats[i].sym);
+        TCHECKF(f && deq, "%s: format or symbol missing", qformats[i].sym);
+        if (!f || !deq) continue;
+        enum { NB = 64 };
+        uint8_t *b = malloc((size_t)NB * f->bytes);
+        float *want = malloc((size_t)NB * f->block * sizeof(float)), *got = malloc((size_t)NB * f->block * sizeof(float));
+        for (int rep = 0; rep < 20; rep++) {
+            random_blocks(i, f, b, NB);
+            deq(b, want, (int64_t)NB * f->block);
+            for (int k = 0; k < NB; k++) f->decode(b + (size_t)k * f->bytes, got + (size_t)k * f->block);
+            int bad = 0;
+            for (int k = 0; k < NB * f->block; k++) bad += memcmp(&want[k], &got[k], 4) != 0;
+            if (bad) {
+                int k = 0;
+                while (!memcmp(&want[k], &got[k], 4)) k++;
+                t_fail(__FILE__, __LINE__, "%s: %d of %d values differ from ggml's (value %d: %.9g vs %.9g)", f->name,
+                       bad, NB * f->block, k, want[k], got[k]);
+                break;
+            }
+        }
+        checked++;
+        free(b), free(want), free(got);
+    }
+    printf("    %d block formats equal ggml's dequantization, bit for bit\n", checked);
+    dlclose(lib);
+}
+
+/* every block format's kernel: the ISA's equals the reference bit for bit,
+ * and both equal matmul_f32 over the decoded values */
+static void check_qblock(const char *isa, const kernel_table *ref, const kernel_table *kt)
+{
+    for (int i = 0; i < N_QFORMATS; i++) {
+        const qblock_fmt *f = qblock_fmt_of_ggml(qformats[i].type);
+        int R = 5, T = 6, C = f->block == 256 ? 512 : 96;
+        int nbr = C / f->block;
+        uint8_t *W = malloc((size_t)R * nbr * f->bytes);
+        random_blocks(i, f, W, R * nbr);
+        float *V = malloc((size_t)R * C * sizeof(float));
+        wmat w = {.type = W_QB, .qb = f, .rows = R, .cols = C};
+        for (int r = 0; r < R; r++) wmat_row_f32(&w, W + (size_t)r * nbr * f->bytes, C, V + (size_t)r * C);
+        size_t xs = (size_t)C + 3;
+        float *x = malloc((size_t)T * xs * sizeof(float));
+        for (size_t k = 0; k < (size_t)T * xs; k++) x[k] = rndf();
+        float *y0 = calloc((size_t)T * R, 4), *y1 = calloc((size_t)T * R, 4), *yf = calloc((size_t)T * R, 4);
+        for (int t = 1; t <= T; t += 4) {
+            ref->matmul_f32(V, (size_t)C, C, x, xs, t, yf, (size_t)R, 0, R);
+            ref->matmul_qblock(f, W, C, x, xs, t, y0, (size_t)R, 0, R);
+            kt->matmul_qblock(f, W, C, x, xs, t, y1, (size_t)R, 0, R);
+            TCHECKF(!memcmp(y0, yf, (size_t)T * R * 4), "ref %s T=%d: not matmul_f32 of its values", f->name, t);
+            TCHECKF(!memcmp(y0, y1, (size_t)T * R * 4), "%s %s T=%d: not bit-identical", isa, f->name, t);
+        }
+        free(W), free(V), free(x), free(y0), free(y1), free(yf);
     }
 }
 
@@ -272,6 +424,8 @@ static void test_isa(enum kernel_isa isa, const kernel_table *kt, const char *na
     check_dense(name, 2, ref->matmul_bf16, kt->matmul_bf16);
     check_dense(name, 4, ref->matmul_f32, kt->matmul_f32);
     check_mxfp4(name, ref, kt);
+    check_f16_q8(name, ref, kt);
+    check_qblock(name, ref, kt);
     check_mla(name, ref->mla_attend, kt->mla_attend);
     check_exp(name, kt);
 }
@@ -285,6 +439,8 @@ static void test_avx512_simde(void)
     check_dense("avx512 (SIMDe)", 2, ref->matmul_bf16, kt->matmul_bf16);
     check_dense("avx512 (SIMDe)", 4, ref->matmul_f32, kt->matmul_f32);
     check_mxfp4("avx512 (SIMDe)", ref, kt);
+    check_f16_q8("avx512 (SIMDe)", ref, kt);
+    check_qblock("avx512 (SIMDe)", ref, kt);
     check_mla("avx512 (SIMDe)", ref->mla_attend, kt->mla_attend);
     check_exp("avx512 (SIMDe)", kt);
 }
@@ -323,6 +479,44 @@ static void test_formats(void)
     for (int i = 0; i < 32; i++) x[i] = (float)i;
     mxfp4_prep_x(x, 32, xp);
     TCHECK(xp[0] == 0 && xp[1] == 2 && xp[15] == 30 && xp[16] == 1 && xp[31] == 31);
+}
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+__attribute__((target("f16c"))) static void cvtph8(const uint16_t *h, float *f)
+{
+    _mm256_storeu_ps(f, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)h)));
+}
+#endif
+
+/* f16_to_f32 is VCVTPH2PS: every one of the 65,536 halves, bit for bit
+ * (NaNs quieted, payloads kept), where the CPU has F16C; known values
+ * everywhere; Q8_0's value is q times the scale. */
+static void test_half_and_q8(void)
+{
+    TCHECK(f16_to_f32(0x3c00) == 1.0f && f16_to_f32(0xc000) == -2.0f && f16_to_f32(0x0001) == ldexpf(1, -24));
+    TCHECK(f16_to_f32(0x7bff) == 65504.0f && isinf(f16_to_f32(0x7c00)) && f16_to_f32(0xfc00) < 0);
+    TCHECK(isnan(f16_to_f32(0x7e00)) && isnan(f16_to_f32(0x7c01)) && signbit(f16_to_f32(0x8000)));
+    uint8_t blk[34] = {0x00, 0x38}; /* d = 0.5 */
+    blk[2 + 3] = (uint8_t)-7;
+    blk[2 + 31] = 0x80;
+    TCHECK(load_q8_0(blk, 3) == -3.5f && load_q8_0(blk, 31) == -64.0f && load_q8_0(blk, 0) == 0.0f);
+#if defined(__x86_64__)
+    __builtin_cpu_init();
+    if (!__builtin_cpu_supports("f16c")) TSKIP("no F16C here: only the known values checked");
+    int bad = 0;
+    for (uint32_t h0 = 0; h0 < 65536; h0 += 8) {
+        uint16_t h[8];
+        float hw[8];
+        for (int i = 0; i < 8; i++) h[i] = (uint16_t)(h0 + (uint32_t)i);
+        cvtph8(h, hw);
+        for (int i = 0; i < 8; i++) {
+            float sw = f16_to_f32(h[i]);
+            bad += memcmp(&sw, &hw[i], 4) != 0;
+        }
+    }
+    TCHECKF(bad == 0, "f16_to_f32 differs from VCVTPH2PS on %d halves", bad);
+#endif
 }
 
 static double ulps(float a, double ref)
@@ -388,6 +582,8 @@ static void test_mathfn(void)
 
 static const test_case tests[] = {
     {"formats", test_formats},
+    {"half_and_q8_0_values", test_half_and_q8},
+    {"block_formats_equal_ggml", test_qblock_vs_ggml},
     {"mathfn_within_one_ulp", test_mathfn},
     {"ref_vs_float64", test_ref_vs_float64},
     {"avx2_matches_ref_bitwise", test_avx2},

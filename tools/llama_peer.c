@@ -83,6 +83,26 @@ struct lp_batch {
 };
 
 void ggml_backend_load_all_from_path(const char *dir_path);
+
+/* llama.h's llama_model_quantize_params and llama_model_tensor_override */
+struct lp_tensor_override {
+    const char *pattern;
+    int32_t type;              /* enum ggml_type */
+};
+struct lp_quantize_params {
+    int32_t nthread;
+    int32_t ftype;             /* enum llama_ftype: 1 F16, 7 Q8_0 */
+    int32_t output_tensor_type, token_embedding_type;
+    bool allow_requantize, quantize_output_tensor, only_copy, pure, keep_split, dry_run;
+    const void *imatrix;
+    const void *kv_overrides;
+    const struct lp_tensor_override *tt_overrides; /* ends with a NULL pattern */
+    const int32_t *prune_layers;
+    size_t max_buf_size;
+};
+struct lp_quantize_params llama_model_quantize_default_params(void);
+uint32_t llama_model_quantize(const char *fname_inp, const char *fname_out, const struct lp_quantize_params *params);
+
 void llama_backend_init(void);
 void llama_backend_free(void);
 void llama_log_set(void (*cb)(int level, const char *text, void *ud), void *ud);
@@ -237,6 +257,34 @@ static int feed(struct llama_context *ctx, struct lp_batch *b, const llama_token
     return llama_decode(ctx, *b);
 }
 
+/* llama.cpp's own quantizer (what llama-quantize runs): IN to OUT with the
+ * trunk in `type` and the routed experts kept as they are (MXFP4, as K3's
+ * release ships them: the tensor override names them with their own type,
+ * so they are copied, not requantized). */
+static int quantize_file(const char *in, const char *out, const char *type, int threads)
+{
+    struct lp_quantize_params q = llama_model_quantize_default_params();
+    if (q.allow_requantize || !q.quantize_output_tensor || q.only_copy || q.pure || q.dry_run || q.tt_overrides)
+        die("%s", "the library's default quantize parameters do not match the llama.cpp v0.4.0 layout "
+                  "this program declares");
+    static const struct {
+        const char *name;
+        int ftype; /* enum llama_ftype */
+    } ftypes[] = {{"f16", 1},     {"q4_0", 2},    {"q4_1", 3},     {"q8_0", 7},     {"q5_0", 8},
+                  {"q5_1", 9},    {"q2_k", 10},   {"q3_k_m", 12},  {"q4_k_m", 15},  {"q5_k_m", 17},
+                  {"q6_k", 18},   {"iq4_nl", 25}};
+    q.ftype = -1;
+    for (size_t i = 0; i < sizeof ftypes / sizeof ftypes[0]; i++)
+        if (!strcmp(type, ftypes[i].name)) q.ftype = ftypes[i].ftype;
+    if (q.ftype < 0)
+        die("--quantize-type: f16, q4_0, q4_1, q8_0, q5_0, q5_1, q2_k, q3_k_m, q4_k_m, q5_k_m, q6_k or iq4_nl, "
+            "not '%s'", type);
+    static const struct lp_tensor_override keep[] = {{"ffn_(gate|up|down)_exps", 39 /* MXFP4 */}, {NULL, 0}};
+    q.tt_overrides = keep;
+    q.nthread = threads;
+    return llama_model_quantize(in, out, &q) ? 1 : 0;
+}
+
 static void usage(void)
 {
     fprintf(stderr,
@@ -252,13 +300,16 @@ static void usage(void)
             "  --ctx N             context size (default: prompt + decode + 16)\n"
             "  --ubatch N          positions per llama.cpp graph (n_ubatch; default: the whole prompt\n"
             "                      in one; llama.cpp's own tools default to 512)\n"
-            "  -v                  llama.cpp's own log on stderr\n");
+            "  -v                  llama.cpp's own log on stderr\n"
+            "   or: llama_peer --lib DIR --model IN.gguf --quantize OUT.gguf --quantize-type TYPE\n"
+            "                      (f16 q4_0 q4_1 q8_0 q5_0 q5_1 q2_k q3_k_m q4_k_m q5_k_m q6_k iq4_nl)\n"
+            "                      llama.cpp's quantizer: the trunk in that type, routed experts kept\n");
     exit(2);
 }
 
 int main(int argc, char **argv)
 {
-    const char *lib = NULL, *model_path = NULL, *ids_arg = NULL, *dump = NULL;
+    const char *lib = NULL, *model_path = NULL, *ids_arg = NULL, *dump = NULL, *qout = NULL, *qtype = "q8_0";
     int threads = 1, greedy = 0, bench = -1, kv_f32 = 1, mmap = 1, repack = 1, n_ctx = 0, ubatch = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -281,6 +332,10 @@ int main(int argc, char **argv)
             n_ctx = atoi(argv[++i]);
         else if (!strcmp(a, "--ubatch") && v)
             ubatch = atoi(argv[++i]);
+        else if (!strcmp(a, "--quantize") && v)
+            qout = argv[++i];
+        else if (!strcmp(a, "--quantize-type") && v)
+            qtype = argv[++i];
         else if (!strcmp(a, "--kv") && v) {
             const char *k = argv[++i];
             if (!strcmp(k, "f32"))
@@ -301,6 +356,15 @@ int main(int argc, char **argv)
             fprintf(stderr, "llama_peer: unknown or incomplete option '%s'\n", a);
             usage();
         }
+    }
+    if (lib && model_path && qout) {
+        llama_log_set(log_cb, NULL);
+        ggml_backend_load_all_from_path(lib);
+        llama_backend_init();
+        if (quantize_file(model_path, qout, qtype, threads > 0 ? threads : 1))
+            die("llama.cpp could not quantize '%s' (run with -v for its log)", model_path);
+        llama_backend_free();
+        return 0;
     }
     if (!lib || !model_path || !ids_arg)
         usage();

@@ -159,6 +159,8 @@ static int cmd_info(int argc, char **argv)
            (double)i.expert_bytes / (1 << 20), i.bos_id, i.eos_id, i.pad_id,
            (unsigned long long)i.ctx_bytes_per_token, (double)i.fixed_state_bytes / (1 << 20), gib_(p.trunk_bytes),
            gib_(p.embed_bytes));
+    printf("trunk weights %s%s\n", i.trunk,
+           i.trunk_quantized ? " (quantized: the logits are this file's, not those of the BF16 model it came from)" : "");
     if (rc) {
         printf("no plan: %s\n", err.msg);
         return 1;

@@ -88,6 +88,9 @@ typedef struct df_model_info {
     uint64_t fixed_state_bytes;   /* KDA recurrent state + conv history */
     const char *kernels;
     const char *backend;          /* "cpu:avx512", "ref", ... */
+    char trunk[40];               /* the trunk matrices' types by bytes, most first: "bf16", "q8_0+bf16" */
+    int trunk_quantized;          /* some trunk matrix is in a block format (Q8_0): the logits are not
+                                     those of the BF16 model the weights came from */
     int n_threads;
     int n_cache_slots;
 } df_model_info;

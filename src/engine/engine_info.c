@@ -13,6 +13,51 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The trunk matrices' types, by their bytes, most first ("q8_0+bf16"). */
+static const char *wmat_type_name(const wmat *w)
+{
+    switch (w->type) {
+    case W_F32: return "f32";
+    case W_BF16: return "bf16";
+    case W_F16: return "f16";
+    case W_Q8_0: return "q8_0";
+    case W_QB: return w->qb->name;
+    default: return "mxfp4";
+    }
+}
+
+static void trunk_types(const k3_model *m, char *out, size_t n, int *quantized)
+{
+    enum { NT = 16 };
+    const char *name[NT];
+    uint64_t bytes[NT];
+    int nt = 0;
+    *quantized = 0;
+    for (int i = 0; i < m->n_trunk; i++) {
+        const wmat *w = m->trunk[i].w;
+        const char *t = wmat_type_name(w);
+        if (w->type == W_Q8_0 || w->type == W_QB) *quantized = 1;
+        int k = 0;
+        while (k < nt && strcmp(name[k], t)) k++;
+        if (k == nt && nt < NT) name[nt] = t, bytes[nt++] = 0;
+        if (k < nt) bytes[k] += m->trunk[i].nbytes;
+    }
+    out[0] = 0;
+    for (int done = 0; done < nt; done++) {
+        int best = -1;
+        for (int k = 0; k < nt; k++)
+            if (name[k] && (best < 0 || bytes[k] > bytes[best])) best = k;
+        size_t l = strlen(out);
+        snprintf(out + l, n - l, "%s", l ? "+" : "");
+        for (const char *c = name[best]; *c && strlen(out) + 1 < n; c++) {
+            l = strlen(out);
+            out[l] = (char)(*c >= 'A' && *c <= 'Z' ? *c - 'A' + 'a' : *c);
+            out[l + 1] = 0;
+        }
+        name[best] = NULL;
+    }
+}
+
 void df_engine_info(const df_engine *eng, df_model_info *info)
 {
     const k3_config *c = &eng->m.cfg;
@@ -32,6 +77,7 @@ void df_engine_info(const df_engine *eng, df_model_info *info)
     info->fixed_state_bytes = (uint64_t)eng->m.n_kda *
                               ((uint64_t)c->Hk * c->Dk * c->Dk + 3ull * (uint64_t)(c->Wc - 1) * c->P) * sizeof(float);
     info->kernels = eng->bk.kt ? eng->bk.kt->name : "";
+    trunk_types(&eng->m, info->trunk, sizeof info->trunk, &info->trunk_quantized);
     info->backend = eng->bk.name;
     info->n_threads = eng->n_threads;
     info->n_cache_slots = eng->cache.n_slots;

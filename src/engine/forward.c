@@ -28,29 +28,27 @@
 #include <unistd.h>
 
 /* Embedding rows.  A resident trunk keeps the embedding mapped (counted in
- * the plan); a streamed one reads each row from the file into H (BF16 rows
- * land in the row's first half and are widened from the end, so no value is
- * overwritten before it is read): touching rows of a mapping would grow the
- * resident set with every new token, outside the budget. */
+ * the plan); a streamed one reads each row from the file into H (a row of
+ * BF16, F16 or Q8_0 lands at the start of its f32 row and is widened from
+ * the end, so no byte is overwritten before it is read): touching rows of a
+ * mapping would grow the resident set with every new token, outside the
+ * budget. */
 static int embed_rows(const df_engine *eng, const int32_t *ids, int T, float *H, df_error *err)
 {
     const k3_config *c = &eng->m.cfg;
-    size_t es = eng->m.embed.type == W_BF16 ? 2 : 4;
+    const wmat *E = &eng->m.embed;
+    size_t rb = wmat_row_bytes(E);
     for (int t = 0; t < T; t++) {
-        size_t base = (size_t)ids[t] * c->h;
         float *row = H + (size_t)t * c->h;
         if (eng->ts.on) {
-            size_t n = (size_t)c->h * es;
-            uint64_t off = eng->m.embed_off + (uint64_t)base * es;
-            if (model_pread_fd(eng->m.shards[eng->m.embed_shard].fd, (uint8_t *)row, n, off))
+            uint64_t off = eng->m.embed_off + (uint64_t)ids[t] * rb;
+            if (model_pread_fd(eng->m.shards[eng->m.embed_shard].fd, (uint8_t *)row, rb, off))
                 return df_err_set(err, DF_ERR_IO, (int64_t)off, "%s: reading the embedding row of token %d failed",
                                   eng->m.shards[eng->m.embed_shard].path, ids[t]);
-            if (es == 2)
-                for (int i = c->h - 1; i >= 0; i--) row[i] = load_bf16(row, (size_t)i);
+            wmat_row_widen(E, row, c->h);
             continue;
         }
-        for (int i = 0; i < c->h; i++)
-            row[i] = eng->m.embed.type == W_BF16 ? load_bf16(eng->m.embed.data, base + i) : load_f32(eng->m.embed.data, base + i);
+        wmat_row_f32(E, (const uint8_t *)E->data + (size_t)ids[t] * rb, c->h, row);
     }
     return 0;
 }

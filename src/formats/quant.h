@@ -40,14 +40,45 @@ static inline float load_bf16(const void *base, size_t i)
     return bf16_to_f32(b);
 }
 
-/* IEEE half (GGUF's F16 vectors): exact in f32 */
+/* IEEE half to f32, exactly as the F16C instruction (VCVTPH2PS) converts:
+ * every finite value exact, infinities kept, a NaN's payload shifted into
+ * place with the quiet bit set. */
+static inline float f16_to_f32(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16, e = (h >> 10) & 31, m = h & 1023, u;
+    if (e == 31) {
+        u = sign | 0x7f800000u | (m << 13) | (m ? 0x400000u : 0);
+    } else if (e == 0) {
+        float v = ldexpf((float)m, -24); /* zero or subnormal: exact */
+        memcpy(&u, &v, 4);
+        u |= sign;
+    } else {
+        u = sign | ((e + 112) << 23) | (m << 13);
+    }
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* IEEE half (GGUF's F16 tensors): exact in f32 */
 static inline float load_f16(const void *base, size_t i)
 {
     uint16_t h;
     memcpy(&h, (const uint8_t *)base + 2 * i, 2);
-    int e = (h >> 10) & 31, m = h & 1023;
-    float v = e == 0 ? ldexpf((float)m, -24) : e == 31 ? (m ? NAN : INFINITY) : ldexpf((float)(m | 1024), e - 25);
-    return (h & 0x8000) ? -v : v;
+    return f16_to_f32(h);
+}
+
+/* ggml's Q8_0 (GGUF): per 32 values an F16 scale d, then 32 int8 q; the
+ * value is (float)q * d, as ggml's dequantize_row_q8_0 computes it (an
+ * exact product: d has 11 significant bits, q at most 8). */
+#define Q8_0_BLOCK 32
+#define Q8_0_BYTES 34
+static inline float load_q8_0(const void *row, size_t c)
+{
+    const uint8_t *b = (const uint8_t *)row + c / Q8_0_BLOCK * Q8_0_BYTES;
+    uint16_t d;
+    memcpy(&d, b, 2);
+    return (float)(int8_t)b[2 + c % Q8_0_BLOCK] * f16_to_f32(d);
 }
 
 static inline float load_f32(const void *base, size_t i)

@@ -10,6 +10,14 @@
  *   by the tree s[i] = a[i] + a[i+8] (i < 8), s[i] += s[i+4] (i < 4),
  *   s[i] += s[i+2] (i < 2), y = s[0] + s[1].
  *
+ *   F16 and Q8_0 weights follow the dense order exactly, w being the stored
+ *   value as f32: F16 converted exactly; Q8_0 (ggml blocks of 32: an F16
+ *   scale d, then 32 int8 q) w = (float)q * d, an exact product.  So a
+ *   matrix in either format gives the bits of matmul_f32 on its values.
+ *
+ *   Any other block format of qblock.h (Q4_0 ... Q6_K): the same, w being
+ *   the value its decode() gives; C is a multiple of the block.
+ *
  *   MXFP4: per block b of 32 columns and lane j < 16, with the activation
  *   reordered by mxfp4_prep_x (xe = even columns, xo = odd columns):
  *     p = e2m1(lo nibble of byte j) * xe[j];  p = fma(e2m1(hi nibble), xo[j], p);
@@ -42,6 +50,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "df_error.h"
+#include "qblock.h"
 
 typedef struct kernel_table {
     const char *name;
@@ -62,6 +71,16 @@ typedef struct kernel_table {
      * bit (the kernels permute each block's nibbles into that order). */
     void (*matmul_mxfp4_gg)(const uint8_t *blocks, const uint8_t *unused, int C, const float *xp,
                             size_t xs, int T, float *y, size_t ys, int r0, int r1);
+    /* W: [R, C] row-major IEEE half, rows `ld` elements apart */
+    void (*matmul_f16)(const void *W, size_t ld, int C, const float *x, size_t xs, int T,
+                       float *y, size_t ys, int r0, int r1);
+    /* blocks: [R][C/32] ggml Q8_0 blocks of 34 bytes (F16 scale, 32 int8);
+     * C a multiple of 32; x plain (not reordered); `unused` is ignored */
+    void (*matmul_q8_0)(const uint8_t *blocks, const uint8_t *unused, int C, const float *x, size_t xs, int T,
+                        float *y, size_t ys, int r0, int r1);
+    /* blocks: [R][C/f->block] blocks of format f (qblock.h), x plain */
+    void (*matmul_qblock)(const qblock_fmt *f, const uint8_t *blocks, int C, const float *x, size_t xs, int T,
+                          float *y, size_t ys, int r0, int r1);
     /* MLA attention by the contract above.  cache: [n][row_w] floats (row_w >=
      * Rkv + dr).  Head h's query: ql + h*qls (Rkv floats), qr + h*qrs (dr).
      * sc: n * nh floats of scratch.  ctx: [nh][Rkv] out; it may overlap the queries

@@ -36,6 +36,9 @@ ALWAYS_INLINE __m256 ld8_bf16(const uint8_t *p)
 
 ALWAYS_INLINE __m256 ld8_f32(const uint8_t *p) { return _mm256_loadu_ps((const float *)p); }
 
+/* 8 halves -> f32, exact (F16C, which every AVX2 CPU has; kernels_cpu_has checks) */
+ALWAYS_INLINE __m256 ld8_f16(const uint8_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
+
 #define DENSE_ROW(NAME, LOAD8, ESIZE)                                                              \
     ALWAYS_INLINE void NAME##_rows(const uint8_t *row, int C, const float *x, size_t xs, int nt,   \
                                    float *y, size_t ys)                                          \
@@ -121,6 +124,8 @@ DENSE_ROW(matmul_bf16_avx2_1, ld8_bf16, 2)
 DENSE_ROW(matmul_f32_avx2_1, ld8_f32, 4)
 DENSE_ROW2(matmul_bf16_avx2, ld8_bf16, 2)
 DENSE_ROW2(matmul_f32_avx2, ld8_f32, 4)
+DENSE_ROW(matmul_f16_avx2_1, ld8_f16, 2)
+DENSE_ROW2(matmul_f16_avx2, ld8_f16, 2)
 
 /* Batches (T > 1): row tiles kept in L2 as in KERNEL_DENSE_DRIVER, rows in
  * pairs, positions in threes; an odd last row takes the one-row form.
@@ -158,6 +163,70 @@ DENSE_ROW2(matmul_f32_avx2, ld8_f32, 4)
 
 DENSE_DRIVER2(matmul_bf16_avx2, 2)
 DENSE_DRIVER2(matmul_f32_avx2, 4)
+DENSE_DRIVER2(matmul_f16_avx2, 2)
+
+/* Q8_0: per block, 8 int8 -> f32 times the scale (exact), the dense order's
+ * lanes 0-7 and 8-15 over columns 32b + 0..15, then 32b + 16..31 */
+ALWAYS_INLINE __m256 q8_8(const uint8_t *q, __m256 d)
+{
+    return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)q))), d);
+}
+
+ALWAYS_INLINE void q8_0_rows(const uint8_t *row, const uint8_t *unused, int C, const float *x, size_t xs, int nt,
+                             float *y, size_t ys)
+{
+    (void)unused;
+    __m256 a0[4], a1[4];
+    _Pragma("GCC unroll 4") for (int u = 0; u < 4; u++) a0[u] = a1[u] = _mm256_setzero_ps();
+    for (int b = 0; b < C / Q8_0_BLOCK; b++) {
+        const uint8_t *blk = row + (size_t)b * Q8_0_BYTES;
+        uint16_t dh;
+        memcpy(&dh, blk, 2);
+        __m256 d = _mm256_set1_ps(f16_to_f32(dh));
+        for (int half = 0; half < 2; half++) {
+            __m256 w0 = q8_8(blk + 2 + 16 * half, d), w1 = q8_8(blk + 10 + 16 * half, d);
+            int c = b * Q8_0_BLOCK + 16 * half;
+            _Pragma("GCC unroll 4") for (int u = 0; u < nt; u++) {
+                const float *xu = x + (size_t)u * xs + c;
+                a0[u] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(xu), a0[u]);
+                a1[u] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(xu + 8), a1[u]);
+            }
+        }
+    }
+    _Pragma("GCC unroll 4") for (int u = 0; u < nt; u++) y[(size_t)u * ys] = tree2x256(a0[u], a1[u]);
+}
+KERNEL_MXFP4_DRIVER_S(matmul_q8_0_avx2, q8_0_rows, (size_t)C / Q8_0_BLOCK * Q8_0_BYTES, 0)
+
+/* any block format: per row and group of up to four positions, each block
+ * decoded once (the scalar decode of qblock.c: exact) into an aligned
+ * buffer, then the dense order's two 8-lane halves over it */
+static void matmul_qblock_avx2(const qblock_fmt *f, const uint8_t *blocks, int C, const float *x, size_t xs, int T,
+                               float *y, size_t ys, int r0, int r1)
+{
+    size_t rb = (size_t)C / (size_t)f->block * (size_t)f->bytes;
+    float w[QBLOCK_MAX] __attribute__((aligned(32)));
+    for (int r = r0; r < r1; r++) {
+        const uint8_t *row = blocks + (size_t)r * rb;
+        for (int t0 = 0; t0 < T; t0 += 4) {
+            int nt = T - t0 < 4 ? T - t0 : 4;
+            __m256 a0[4], a1[4];
+            for (int u = 0; u < 4; u++) a0[u] = a1[u] = _mm256_setzero_ps();
+            for (int b = 0; b < C / f->block; b++) {
+                f->decode(row + (size_t)b * f->bytes, w);
+                int c0 = b * f->block;
+                for (int k = 0; k < f->block; k += 16) {
+                    __m256 w0 = _mm256_load_ps(w + k), w1 = _mm256_load_ps(w + k + 8);
+                    for (int u = 0; u < nt; u++) {
+                        const float *xu = x + (size_t)(t0 + u) * xs + c0 + k;
+                        a0[u] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(xu), a0[u]);
+                        a1[u] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(xu + 8), a1[u]);
+                    }
+                }
+            }
+            for (int u = 0; u < nt; u++) y[(size_t)(t0 + u) * ys + r] = tree2x256(a0[u], a1[u]);
+        }
+    }
+}
 
 /* 8 nibble codes (bits 0-3 of each 32-bit lane; higher bits are ignored)
  * -> E2M1 values: magnitude from a table of 8 (vpermps reads only the low
@@ -553,6 +622,9 @@ static const kernel_table avx2_table = {
     .matmul_bf16 = matmul_bf16_avx2,
     .matmul_mxfp4 = matmul_mxfp4_avx2,
     .matmul_mxfp4_gg = matmul_mxfp4_gg_avx2,
+    .matmul_f16 = matmul_f16_avx2,
+    .matmul_q8_0 = matmul_q8_0_avx2,
+    .matmul_qblock = matmul_qblock_avx2,
     .mla_attend = mla_attend_avx2,
     .exp_n = exp_n_avx2,
 };

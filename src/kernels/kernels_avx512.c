@@ -54,6 +54,30 @@ static inline simde__m256i df_maskz_loadu_epi16(__mmask16 m, const void *p)
         if ((m >> i) & 1) memcpy(&o[i], (const char *)p + 2 * i, 2);
     return simde_mm256_loadu_si256(o);
 }
+static inline simde__m512 df_cvtph_ps(simde__m256i v)
+{
+    uint16_t b[16];
+    float o[16];
+    simde_mm256_storeu_si256((simde__m256i *)b, v);
+    for (int i = 0; i < 16; i++) o[i] = f16_to_f32(b[i]);
+    return simde_mm512_loadu_ps(o);
+}
+static inline simde__m512i df_cvtepi8_epi32(simde__m128i v)
+{
+    int8_t b[16];
+    int32_t o[16];
+    simde_mm_storeu_si128((simde__m128i *)b, v);
+    for (int i = 0; i < 16; i++) o[i] = b[i];
+    return simde_mm512_loadu_si512(o);
+}
+static inline simde__m512 df_cvtepi32_ps(simde__m512i v)
+{
+    int32_t b[16];
+    float o[16];
+    simde_mm512_storeu_si512(b, v);
+    for (int i = 0; i < 16; i++) o[i] = (float)b[i];
+    return simde_mm512_loadu_ps(o);
+}
 /* SIMDe's portable fmadd rounds twice; the instruction rounds once */
 static inline simde__m512 df_fmadd_ps(simde__m512 a, simde__m512 b, simde__m512 c)
 {
@@ -72,6 +96,12 @@ static inline simde__m512 df_fmadd_ps(simde__m512 a, simde__m512 b, simde__m512 
 #undef _mm512_maskz_loadu_ps
 #undef _mm256_maskz_loadu_epi16
 #define _mm512_cvtepu8_epi32 df_cvtepu8_epi32
+#undef _mm512_cvtph_ps
+#define _mm512_cvtph_ps df_cvtph_ps
+#undef _mm512_cvtepi32_ps
+#define _mm512_cvtepi32_ps df_cvtepi32_ps
+#undef _mm512_cvtepi8_epi32
+#define _mm512_cvtepi8_epi32 df_cvtepi8_epi32
 #define _mm512_maskz_loadu_ps df_maskz_loadu_ps
 #define _mm256_maskz_loadu_epi16 df_maskz_loadu_epi16
 #elif defined(__x86_64__) && defined(DF_HAVE_AVX512)
@@ -106,6 +136,11 @@ ALWAYS_INLINE __m512 ld_w_f32(const uint8_t *row, int c, __mmask16 m)
     return _mm512_maskz_loadu_ps(m, row + 4 * (size_t)c);
 }
 
+ALWAYS_INLINE __m512 ld_w_f16(const uint8_t *row, int c, __mmask16 m)
+{
+    return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, row + 2 * (size_t)c));
+}
+
 #define DENSE_ROW(NAME, LOADW, ESIZE)                                                             \
     ALWAYS_INLINE void NAME##_rows(const uint8_t *row, int C, const float *x, size_t xs, int nt,  \
                                    float *y, size_t ys)                                         \
@@ -130,6 +165,57 @@ ALWAYS_INLINE __m512 ld_w_f32(const uint8_t *row, int c, __mmask16 m)
 
 DENSE_ROW(matmul_bf16_avx512, ld_w_bf16, 2)
 DENSE_ROW(matmul_f32_avx512, ld_w_f32, 4)
+DENSE_ROW(matmul_f16_avx512, ld_w_f16, 2)
+
+/* Q8_0: per block, 16 int8 -> f32 times the scale (exact), the 16 lanes over
+ * columns 32b + 0..15, then 32b + 16..31 */
+ALWAYS_INLINE void q8_0_rows(const uint8_t *row, const uint8_t *unused, int C, const float *x, size_t xs, int nt,
+                             float *y, size_t ys)
+{
+    (void)unused;
+    __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+    for (int b = 0; b < C / Q8_0_BLOCK; b++) {
+        const uint8_t *blk = row + (size_t)b * Q8_0_BYTES;
+        uint16_t dh;
+        memcpy(&dh, blk, 2);
+        __m512 d = _mm512_set1_ps(f16_to_f32(dh));
+        for (int half = 0; half < 2; half++) {
+            __m512 w = _mm512_mul_ps(
+                _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(blk + 2 + 16 * half)))), d);
+            int c = b * Q8_0_BLOCK + 16 * half;
+            _Pragma("GCC unroll 4") for (int u = 0; u < nt; u++)
+                acc[u] = _mm512_fmadd_ps(w, _mm512_loadu_ps(x + (size_t)u * xs + c), acc[u]);
+        }
+    }
+    _Pragma("GCC unroll 4") for (int u = 0; u < nt; u++) y[(size_t)u * ys] = tree512(acc[u]);
+}
+KERNEL_MXFP4_DRIVER_S(matmul_q8_0_avx512, q8_0_rows, (size_t)C / Q8_0_BLOCK * Q8_0_BYTES, 0)
+
+/* any block format: per row and group of up to four positions, each block
+ * decoded once (qblock.c's exact scalar decode), then the 16 lanes over it */
+static void matmul_qblock_avx512(const qblock_fmt *f, const uint8_t *blocks, int C, const float *x, size_t xs, int T,
+                                 float *y, size_t ys, int r0, int r1)
+{
+    size_t rb = (size_t)C / (size_t)f->block * (size_t)f->bytes;
+    float w[QBLOCK_MAX] __attribute__((aligned(64)));
+    for (int r = r0; r < r1; r++) {
+        const uint8_t *row = blocks + (size_t)r * rb;
+        for (int t0 = 0; t0 < T; t0 += 4) {
+            int nt = T - t0 < 4 ? T - t0 : 4;
+            __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+            for (int b = 0; b < C / f->block; b++) {
+                f->decode(row + (size_t)b * f->bytes, w);
+                int c0 = b * f->block;
+                for (int k = 0; k < f->block; k += 16) {
+                    __m512 wv = _mm512_loadu_ps(w + k);
+                    for (int u = 0; u < nt; u++)
+                        acc[u] = _mm512_fmadd_ps(wv, _mm512_loadu_ps(x + (size_t)(t0 + u) * xs + c0 + k), acc[u]);
+                }
+            }
+            for (int u = 0; u < nt; u++) y[(size_t)(t0 + u) * ys + r] = tree512(acc[u]);
+        }
+    }
+}
 
 KERNEL_GG_TO_PACKED()
 
@@ -181,6 +267,9 @@ static const kernel_table avx512_table = {
     .matmul_bf16 = matmul_bf16_avx512,
     .matmul_mxfp4 = matmul_mxfp4_avx512,
     .matmul_mxfp4_gg = matmul_mxfp4_gg_avx512,
+    .matmul_f16 = matmul_f16_avx512,
+    .matmul_q8_0 = matmul_q8_0_avx512,
+    .matmul_qblock = matmul_qblock_avx512,
     .mla_attend = mla_attend_avx512,
     .exp_n = exp_n_avx512,
 };

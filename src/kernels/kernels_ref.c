@@ -54,6 +54,67 @@ static void matmul_bf16_ref(const void *W, size_t ld, int C, const float *x, siz
     }
 }
 
+static void matmul_f16_ref(const void *W, size_t ld, int C, const float *x, size_t xs, int T,
+                           float *y, size_t ys, int r0, int r1)
+{
+    for (int r = r0; r < r1; r++) {
+        const uint8_t *row = (const uint8_t *)W + (size_t)r * ld * 2;
+        for (int t = 0; t < T; t++) {
+            const float *xt = x + (size_t)t * xs;
+            float acc[16] = {0};
+            for (int c0 = 0; c0 < C; c0 += 16)
+                for (int l = 0; l < 16; l++) {
+                    int c = c0 + l;
+                    float w = c < C ? load_f16(row, (size_t)c) : 0.0f;
+                    float v = c < C ? xt[c] : 0.0f;
+                    acc[l] = fmaf(w, v, acc[l]);
+                }
+            y[(size_t)t * ys + r] = lane_tree16(acc);
+        }
+    }
+}
+
+/* Q8_0: the dense order over w = (float)q * d (C a multiple of 32, so no
+ * column is past C) */
+static void matmul_q8_0_ref(const uint8_t *blocks, const uint8_t *unused, int C, const float *x, size_t xs, int T,
+                            float *y, size_t ys, int r0, int r1)
+{
+    (void)unused;
+    size_t rb = (size_t)C / Q8_0_BLOCK * Q8_0_BYTES;
+    for (int r = r0; r < r1; r++) {
+        const uint8_t *row = blocks + (size_t)r * rb;
+        for (int t = 0; t < T; t++) {
+            const float *xt = x + (size_t)t * xs;
+            float acc[16] = {0};
+            for (int c0 = 0; c0 < C; c0 += 16)
+                for (int l = 0; l < 16; l++) acc[l] = fmaf(load_q8_0(row, (size_t)(c0 + l)), xt[c0 + l], acc[l]);
+            y[(size_t)t * ys + r] = lane_tree16(acc);
+        }
+    }
+}
+
+/* any block format: each block decoded (qblock.h), the dense order over its
+ * values (blocks are whole multiples of 16 columns, so column c's lane is c % 16) */
+static void matmul_qblock_ref(const qblock_fmt *f, const uint8_t *blocks, int C, const float *x, size_t xs, int T,
+                              float *y, size_t ys, int r0, int r1)
+{
+    size_t rb = (size_t)C / (size_t)f->block * (size_t)f->bytes;
+    float w[QBLOCK_MAX];
+    for (int r = r0; r < r1; r++) {
+        const uint8_t *row = blocks + (size_t)r * rb;
+        for (int t = 0; t < T; t++) {
+            const float *xt = x + (size_t)t * xs;
+            float acc[16] = {0};
+            for (int b = 0; b < C / f->block; b++) {
+                f->decode(row + (size_t)b * f->bytes, w);
+                const float *xb = xt + (size_t)b * f->block;
+                for (int c = 0; c < f->block; c++) acc[c & 15] = fmaf(w[c], xb[c], acc[c & 15]);
+            }
+            y[(size_t)t * ys + r] = lane_tree16(acc);
+        }
+    }
+}
+
 static void matmul_mxfp4_ref(const uint8_t *packed, const uint8_t *scales, int C, const float *xp,
                              size_t xs, int T, float *y, size_t ys, int r0, int r1)
 {
@@ -185,6 +246,9 @@ static const kernel_table ref_table = {
     .matmul_bf16 = matmul_bf16_ref,
     .matmul_mxfp4 = matmul_mxfp4_ref,
     .matmul_mxfp4_gg = matmul_mxfp4_gg_ref,
+    .matmul_f16 = matmul_f16_ref,
+    .matmul_q8_0 = matmul_q8_0_ref,
+    .matmul_qblock = matmul_qblock_ref,
     .mla_attend = mla_attend_ref,
     .exp_n = exp_n_ref,
 };
@@ -197,7 +261,8 @@ int kernels_cpu_has(enum kernel_isa isa)
     __builtin_cpu_init();
     switch (isa) {
     case KERNEL_REF: return 1;
-    case KERNEL_AVX2: return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    case KERNEL_AVX2:
+        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
     case KERNEL_AVX512:
         return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                __builtin_cpu_supports("avx512vl");

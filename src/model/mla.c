@@ -46,7 +46,11 @@ typedef struct {
 
 static inline float wload(const wmat *w, size_t i)
 {
-    return w->type == W_BF16 ? load_bf16(w->data, i) : load_f32(w->data, i);
+    switch (w->type) {
+    case W_BF16: return load_bf16(w->data, i);
+    case W_F32: return load_f32(w->data, i);
+    default: return wmat_get(w, i); /* F16, Q8_0: by row */
+    }
 }
 
 /* The most heads one attention call can take for positions up to n_max in
@@ -101,15 +105,10 @@ static void mla_heads(void *vctx, size_t h0, size_t h1, int worker)
             for (int b = 0; b < nh; b++) {
                 size_t hh = hb + (size_t)b;
                 size_t kb0 = hh * (size_t)(dn + dv);
-                wmat vb = L->kv_split ? L->v_b : L->kv_b;  /* the head's dv value rows */
-                size_t esz = vb.type == W_BF16 ? 2 : 4;
+                /* the head's dv value rows through the kernel table (fixed per-row order) */
                 size_t vrow0 = L->kv_split ? hh * (size_t)dv : kb0 + (size_t)dn;
-                vb.data = (const uint8_t *)vb.data + vrow0 * (size_t)Rkv * esz;
-                vb.rows = dv;
-                /* value rows through the kernel table (fixed per-row order) */
-                const float *cx = ctx + (size_t)b * Rkv;
-                if (vb.type == W_BF16) kt->matmul_bf16(vb.data, (size_t)Rkv, Rkv, cx, 0, 1, oh, 0, 0, dv);
-                else kt->matmul_f32(vb.data, (size_t)Rkv, Rkv, cx, 0, 1, oh, 0, 0, dv);
+                wmat vb = wmat_rows(L->kv_split ? L->v_b : L->kv_b, (int)vrow0, dv);
+                mm_rows(kt, vb, ctx + (size_t)b * Rkv, oh, 0, dv);
                 float *o = c->out + (size_t)t * Hm * dv + hh * (size_t)dv;
                 const float *g = c->gate + (size_t)t * Hm * dv + hh * (size_t)dv;
                 for (int j = 0; j < dv; j++) o[j] = oh[j] * df_sigmoidf(g[j]);

@@ -30,6 +30,7 @@
 #define _GNU_SOURCE
 #include "gguf.h"
 #include "model.h"
+#include "qblock.h"
 #include "quant.h"
 #include "roster.h"
 #include "util.h"
@@ -72,7 +73,10 @@ static const char *type_name(uint32_t type)
     return gguf_type_info(type, &n, &b, &by) && n ? n : "unknown";
 }
 
-enum { T_F32 = 1u << 0, T_F16 = 1u << 1, T_BF16 = 1u << 2, T_MXFP4 = 1u << 3 };
+enum { T_F32 = 1u << 0, T_F16 = 1u << 1, T_BF16 = 1u << 2, T_MXFP4 = 1u << 3, T_Q8_0 = 1u << 4, T_QB = 1u << 5 };
+/* trunk matrices: through the kernels, or by element (MLA's kv_b); T_QB:
+ * the other block formats of qblock.h */
+#define T_TRUNK (T_F32 | T_BF16 | T_F16 | T_Q8_0 | T_QB)
 
 static unsigned type_bit(uint32_t t)
 {
@@ -81,7 +85,8 @@ static unsigned type_bit(uint32_t t)
     case GGML_TYPE_F16: return T_F16;
     case GGML_TYPE_BF16: return T_BF16;
     case GGML_TYPE_MXFP4: return T_MXFP4;
-    default: return 0;
+    case GGML_TYPE_Q8_0: return T_Q8_0;
+    default: return qblock_fmt_of_ggml(t) ? T_QB : 0;
     }
 }
 
@@ -107,22 +112,55 @@ static const gguf_tensor *gfind(gload *gl, const char *name, int nd, const int64
         return NULL;
     }
     if (!(type_bit(t->type) & types)) {
-        df_err_set(err, DF_ERR_UNSUPPORTED, (int64_t)t->info_pos, "%s: tensor %s is %s; deltafin reads it as %s",
-                   path, name, type_name(t->type),
-                   types == T_MXFP4 ? "MXFP4" : (types & T_F16) ? "F32, BF16 or F16" : "F32 or BF16");
+        char list[160] = "";
+        static const struct {
+            unsigned bit;
+            const char *name;
+        } names[] = {{T_F32, "F32"}, {T_BF16, "BF16"}, {T_F16, "F16"}, {T_Q8_0, "Q8_0"}, {T_MXFP4, "MXFP4"}};
+        for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+            if (types & names[i].bit)
+                snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", list[0] ? ", " : "", names[i].name);
+        if (types & T_QB) /* Q8_0 is among them */
+            snprintf(list + strlen(list), sizeof list - strlen(list), ", %s", strchr(qblock_names(), ' ') + 1);
+        df_err_set(err, DF_ERR_UNSUPPORTED, (int64_t)t->info_pos, "%s: tensor %s is %s; deltafin reads it as one of %s",
+                   path, name, type_name(t->type), list);
         return NULL;
     }
     return t;
 }
 
-/* A [rows, cols] trunk matrix: ne {cols, rows}. */
-static int gmat(gload *gl, const char *name, int rows, int cols, wmat *out, df_error *err)
+static enum wtype wtype_of(uint32_t t)
+{
+    return t == GGML_TYPE_BF16 ? W_BF16 : t == GGML_TYPE_F16 ? W_F16 : t == GGML_TYPE_Q8_0 ? W_Q8_0
+           : t == GGML_TYPE_F32 ? W_F32 : W_QB;
+}
+
+/* map a trunk tensor of any type gfind allowed, its block format kept */
+static int map_typed(gload *gl, int file, const gguf_tensor *t, int rows, int cols, const char *name, wmat *out,
+                     df_error *err)
+{
+    const qblock_fmt *f = qblock_fmt_of_ggml(t->type);
+    if (f && cols % f->block)
+        return df_err_set(err, DF_ERR_FORMAT, (int64_t)t->info_pos, "%s: tensor %s is %s with rows of %d values, "
+                          "not whole blocks of %d", gl->g[file].path, name, f->name, cols, f->block);
+    if (model_map_mat(gl->eng, gl->layer, file, t->offset, t->nbytes, wtype_of(t->type), rows, cols, name, out, err))
+        return -1;
+    out->qb = wtype_of(t->type) == W_QB ? f : NULL;
+    return 0;
+}
+
+/* A [rows, cols] trunk matrix of one of `types`: ne {cols, rows}. */
+static int gmat_t(gload *gl, const char *name, int rows, int cols, unsigned types, wmat *out, df_error *err)
 {
     int64_t ne[2] = {cols, rows};
-    const gguf_tensor *t = gfind(gl, name, 2, ne, T_F32 | T_BF16, err);
+    const gguf_tensor *t = gfind(gl, name, 2, ne, types, err);
     if (!t) return -1;
-    return model_map_mat(gl->eng, gl->layer, gl->at, t->offset, t->nbytes,
-                         t->type == GGML_TYPE_BF16 ? W_BF16 : W_F32, rows, cols, name, out, err);
+    return map_typed(gl, gl->at, t, rows, cols, name, out, err);
+}
+
+static int gmat(gload *gl, const char *name, int rows, int cols, wmat *out, df_error *err)
+{
+    return gmat_t(gl, name, rows, cols, T_TRUNK, out, err);
 }
 
 /* A small tensor of ne {n0, n1, n2} upcast to owned f32 (same element order). */
@@ -341,16 +379,14 @@ static int bind_kv_b(gload *gl, int il, const roster_entry *r, df_error *err)
     char n[96];
     int64_t ne_k[3] = {c->dn, c->Rkv, c->Hm}, ne_v[3] = {c->Rkv, c->dv, c->Hm};
     if (find_any(gl, lname(n, sizeof n, il, "attn_k_b.weight"))) {
-        const gguf_tensor *kb = gfind(gl, lname(n, sizeof n, il, "attn_k_b.weight"), 3, ne_k, T_F32 | T_BF16, err);
+        const gguf_tensor *kb = gfind(gl, lname(n, sizeof n, il, "attn_k_b.weight"), 3, ne_k, T_TRUNK, err);
         if (!kb) return -1;
         int kb_file = gl->at;
-        const gguf_tensor *vb = gfind(gl, lname(n, sizeof n, il, "attn_v_b.weight"), 3, ne_v, T_F32 | T_BF16, err);
+        const gguf_tensor *vb = gfind(gl, lname(n, sizeof n, il, "attn_v_b.weight"), 3, ne_v, T_TRUNK, err);
         if (!vb) return -1;
         L->kv_split = 1;
-        if (model_map_mat(eng, gl->layer, kb_file, kb->offset, kb->nbytes, kb->type == GGML_TYPE_BF16 ? W_BF16 : W_F32,
-                          c->Hm * c->Rkv, c->dn, kb->name, &L->k_b, err) ||
-            model_map_mat(eng, gl->layer, gl->at, vb->offset, vb->nbytes, vb->type == GGML_TYPE_BF16 ? W_BF16 : W_F32,
-                          c->Hm * c->dv, c->Rkv, vb->name, &L->v_b, err))
+        if (map_typed(gl, kb_file, kb, c->Hm * c->Rkv, c->dn, kb->name, &L->k_b, err) ||
+            map_typed(gl, gl->at, vb, c->Hm * c->dv, c->Rkv, vb->name, &L->v_b, err))
             return -1;
         return 0;
     }
@@ -393,7 +429,8 @@ static int bind_layer(gload *gl, int il, df_error *err)
         if (!(*v = gvec(gl, lname(n, sizeof n, il, r->gg), roster_dim(c, r->gg_ne[0]), roster_dim(c, r->gg_ne[1]),
                         roster_dim(c, r->gg_ne[2]), err)))
             return -1;
-        if (r->fix == ROSTER_FIX_DECAY)
+        /* headers only (info, plan): no values were read, none to check */
+        if (r->fix == ROSTER_FIX_DECAY && !gl->eng->headers_only)
             for (int hh = 0; hh < c->Hk; hh++) {
                 float a = -(*v)[hh];
                 if (!(a > 0.0f && a < INFINITY))

@@ -33,6 +33,9 @@ static void matvec(wmat w, const float *x, float *y)
     case W_BF16: k->matmul_bf16(w.data, (size_t)w.cols, w.cols, x, 0, 1, y, 0, 0, w.rows); break;
     case W_MXFP4: k->matmul_mxfp4(w.data, w.scales, w.cols, x, 0, 1, y, 0, 0, w.rows); break;
     case W_MXFP4_GG: k->matmul_mxfp4_gg(w.data, NULL, w.cols, x, 0, 1, y, 0, 0, w.rows); break;
+    case W_F16: k->matmul_f16(w.data, (size_t)w.cols, w.cols, x, 0, 1, y, 0, 0, w.rows); break;
+    case W_Q8_0: k->matmul_q8_0(w.data, NULL, w.cols, x, 0, 1, y, 0, 0, w.rows); break;
+    case W_QB: k->matmul_qblock(w.qb, w.data, w.cols, x, 0, 1, y, 0, 0, w.rows); break;
     }
 }
 
@@ -199,7 +202,7 @@ static void ref_kda_replay(const model_ctx *mc, session_bufs *s, const k3_layer 
 
 /* ---- MLA (spec 6), kv_b absorbed into the query and the output ---- */
 
-static float wget(const wmat *w, size_t i) { return w->type == W_BF16 ? load_bf16(w->data, i) : load_f32(w->data, i); }
+static float wget(const wmat *w, size_t i) { return wmat_get(w, i); }
 
 static int ref_mla_rows(const model_ctx *mc, session_bufs *s, const k3_layer *L, const float *x, int T, float *out,
                         df_error *err)
@@ -240,13 +243,8 @@ static int ref_mla_rows(const model_ctx *mc, session_bufs *s, const k3_layer *L,
             kernels_ref()->mla_attend(cache, row_w, Rkv, dr, pos + 1, qabs, (size_t)Rkv, qn + dn, qs, 1, scale, sc,
                                       ctx);
             /* the head's value rows times the context */
-            wmat vb = L->kv_split ? L->v_b : L->kv_b;
-            size_t esz = vb.type == W_BF16 ? 2 : 4;
             size_t vrow0 = L->kv_split ? (size_t)hh * dv : (size_t)hh * (dn + dv) + (size_t)dn;
-            vb.data = (const uint8_t *)vb.data + vrow0 * (size_t)Rkv * esz;
-            vb.rows = dv;
-            vb.cols = Rkv;
-            matvec(vb, ctx, oh);
+            matvec(wmat_rows(L->kv_split ? L->v_b : L->kv_b, (int)vrow0, dv), ctx, oh);
             const float *gt = gate + (size_t)hh * dv;
             for (int j = 0; j < dv; j++) heads[(size_t)hh * dv + j] = oh[j] * df_sigmoidf(gt[j]);
         }

@@ -185,5 +185,50 @@ elif ! grep -q "not a GGUF file" <<<"$err"; then
 else
     echo "ok   bench --vs-llama: table complete; a non-GGUF model is refused ($err)"
 fi
+# llama.cpp's own quantizer (llama_model_quantize, as llama-quantize runs it)
+# on model 3, the trunk in Q8_0 and the MXFP4 experts kept, as K3's Q8_0
+# GGUFs are made: every tensor it writes as Q8_0 that k3gen's --gguf-trunk
+# q8_0 also quantizes holds the same bytes (so deltafin's Q8_0 rounding is
+# ggml's, and test_backend's "a Q8_0 model is exactly its values" covers
+# the files people download); deltafin runs the file, the same bits on one
+# and two threads, the reference backend and a streamed trunk; the F16 trunk
+# llama.cpp writes runs too.
+"$build/llama_peer" --lib "$lib" --model "$tmp/m3.gguf" --quantize "$tmp/m3-ll-q8.gguf" --quantize-type q8_0 --threads 2
+"$build/llama_peer" --lib "$lib" --model "$tmp/m3.gguf" --quantize "$tmp/m3-ll-f16.gguf" --quantize-type f16 --threads 2
+"$build/k3gen" --preset small --seed 21 --from "$tmp/m3" --gguf "$tmp/m3-k3-q8.gguf" --gguf-trunk q8_0 >/dev/null
+if out=$(node "$here/compare_gguf_tensors.mjs" "$tmp/m3-ll-q8.gguf" "$tmp/m3-k3-q8.gguf" 8 2>&1); then
+    echo "ok   llama.cpp's quantizer and k3gen write the same Q8_0 blocks: $out"
+else
+    echo "FAIL Q8_0 blocks: llama.cpp's quantizer and k3gen differ: $out" >&2; fail=1
+fi
+V3=$(grep -o '"vocab_size": *[0-9]*' "$tmp/m3/config.json" | head -1 | grep -o '[0-9]*$')
+ids=5,$((V3 - 7)),17,99,3,41,$((V3 / 2)),8
+q8fail=$fail
+q8ok=1
+for opts in "--threads 2" "--threads 1 --batch 3" "--backend ref" "--trunk-stream on --threads 2"; do
+    # shellcheck disable=SC2086
+    "$build/deltafin" run --model "$tmp/m3-ll-q8.gguf" --prompt-ids "$ids" --max-new 6 --dump-logits "$tmp/q8.$q8ok.bin" \
+        $opts >/dev/null 2>"$tmp/q8.err" || { echo "FAIL deltafin on llama.cpp's Q8_0 file ($opts): $(tail -1 "$tmp/q8.err")" >&2; fail=1; }
+    [ "$q8ok" = 1 ] || cmp -s "$tmp/q8.1.bin" "$tmp/q8.$q8ok.bin" || { echo "FAIL llama.cpp's Q8_0 file: $opts gives other logits" >&2; fail=1; }
+    q8ok=$((q8ok + 1))
+done
+"$build/deltafin" info --model "$tmp/m3-ll-q8.gguf" | grep -q '^trunk weights q8_0' ||
+    { echo "FAIL info does not say the trunk is q8_0: $("$build/deltafin" info --model "$tmp/m3-ll-q8.gguf" | grep trunk)" >&2; fail=1; }
+"$build/deltafin" run --model "$tmp/m3-ll-f16.gguf" --prompt-ids "$ids" --max-new 2 >/dev/null 2>"$tmp/f16.err" ||
+    { echo "FAIL deltafin on llama.cpp's F16 file: $(tail -1 "$tmp/f16.err")" >&2; fail=1; }
+# the block formats people download, as llama.cpp's quantizer mixes them
+# (K-quants with their 32-value fallbacks): each file runs with the same
+# bits on the CPU backend and the reference backend (the values themselves
+# are checked against ggml's dequantization in test_kernels)
+for qt in q4_0 q4_1 q5_0 q5_1 iq4_nl q2_k q3_k_m q4_k_m q5_k_m q6_k; do
+    "$build/llama_peer" --lib "$lib" --model "$tmp/m3.gguf" --quantize "$tmp/m3-$qt.gguf" --quantize-type "$qt" --threads 2
+    "$build/deltafin" run --model "$tmp/m3-$qt.gguf" --prompt-ids "$ids" --max-new 4 --threads 2 \
+        --dump-logits "$tmp/qt.cpu.bin" >/dev/null 2>"$tmp/qt.err" || { echo "FAIL deltafin on llama.cpp's $qt file: $(tail -1 "$tmp/qt.err")" >&2; fail=1; continue; }
+    "$build/deltafin" run --model "$tmp/m3-$qt.gguf" --prompt-ids "$ids" --max-new 4 --backend ref \
+        --dump-logits "$tmp/qt.ref.bin" >/dev/null 2>&1
+    cmp -s "$tmp/qt.cpu.bin" "$tmp/qt.ref.bin" || { echo "FAIL llama.cpp's $qt file: the CPU and reference backends differ" >&2; fail=1; }
+done
+[ "$fail" != "$q8fail" ] ||
+    echo "ok   deltafin runs llama.cpp's Q8_0 file (the same bits at 1 and 2 threads, --backend ref, a streamed trunk), its F16 file and its q4_0 q4_1 q5_0 q5_1 iq4_nl q2_k q3_k_m q4_k_m q5_k_m q6_k files (CPU = reference backend)"
 if [ "$fail" = 0 ]; then echo "llama oracle: all comparisons passed"; else echo "llama oracle: FAILED" >&2; fi
 exit "$fail"

@@ -75,6 +75,9 @@ test('health, models, page, metrics', async () => {
   const models = await oa.models.list();
   assert.equal(models.data.length, 1);
   assert.equal(models.data[0].object, 'model');
+  // the fixture's trunk is as shipped (F32/BF16): not a quantized one
+  assert.match(models.data[0].trunk, /^(f32|bf16)(\+(f32|bf16))?$/);
+  assert.equal(models.data[0].trunk_quantized, false);
   const page = await (await fetch(`${URL_}/`)).text();
   assert.match(page, /<html>/);
   assert.match(page, /getReader/);

@@ -74,7 +74,80 @@
  *    leading_dense_block_count are dense, all others MoE) and is refused.
  */
 
-enum { GG_F32 = 0, GG_BF16 = 30, GG_MXFP4 = 39 };
+enum { GG_F32 = 0, GG_F16 = 1, GG_Q8_0 = 8, GG_BF16 = 30, GG_MXFP4 = 39 };
+
+/* --gguf-trunk: the type of the 2-D trunk matrices (the embedding, the output
+ * head, attention and MLP projections, the router; not kv_b's per-head
+ * split, not the experts): as converted (BF16/F32), Q8_0 or F16 as ggml's
+ * quantize_row_q8_0_ref / its FP32->FP16 conversion write them, or "q8_0-values": F32
+ * holding exactly the values the Q8_0 file stores (its dequantized copy, for
+ * the exactness test: a Q8_0 model's logits equal this file's). */
+enum { TRUNK_AS_IS, TRUNK_Q8_0, TRUNK_F16, TRUNK_Q8_0_VALUES };
+static int gg_trunk_mode = TRUNK_AS_IS;
+
+void gg_set_trunk(const char *mode)
+{
+    if (!strcmp(mode, "q8_0")) gg_trunk_mode = TRUNK_Q8_0;
+    else if (!strcmp(mode, "f16")) gg_trunk_mode = TRUNK_F16;
+    else if (!strcmp(mode, "q8_0-values")) gg_trunk_mode = TRUNK_Q8_0_VALUES;
+    else die("--gguf-trunk: expected q8_0, f16 or q8_0-values, not %s", mode);
+}
+
+/* IEEE half from f32, round to nearest even (as F16C's VCVTPS2PH with
+ * rounding mode 0 and ggml's software conversion) */
+static uint16_t f32_to_f16(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    uint32_t sign = (u >> 16) & 0x8000, e = (u >> 23) & 255, m = u & 0x7fffff;
+    if (e == 255) return (uint16_t)(sign | 0x7c00 | (m ? 0x200 | (m >> 13) : 0));
+    int ee = (int)e - 127 + 15;
+    if (ee >= 31) return (uint16_t)(sign | 0x7c00);
+    if (ee <= 0) {
+        if (ee < -10) return (uint16_t)sign;
+        m |= 0x800000;
+        int shift = 14 - ee;
+        uint32_t h = m >> shift, rem = m & ((1u << shift) - 1), half = 1u << (shift - 1);
+        if (rem > half || (rem == half && (h & 1))) h++;
+        return (uint16_t)(sign | h);
+    }
+    uint32_t h = ((uint32_t)ee << 10) | (m >> 13), rem = m & 0x1fff;
+    if (rem > 0x1000 || (rem == 0x1000 && (h & 1))) h++;
+    return (uint16_t)(sign | h);
+}
+
+static float f16_to_f32_k3gen(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16, e = (h >> 10) & 31, m = h & 1023, u;
+    if (e == 31) u = sign | 0x7f800000u | (m << 13);
+    else if (e == 0) {
+        float v = ldexpf((float)m, -24);
+        memcpy(&u, &v, 4);
+        u |= sign;
+    } else u = sign | ((e + 112) << 23) | (m << 13);
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* One block of 32 values as ggml's quantize_row_q8_0_ref: d = amax / 127
+ * (stored as F16), q = roundf(x / d); out: 34 bytes, and the values it
+ * stands for ((float)q * d) into vals when given. */
+static void q8_0_block(const float *x, unsigned char *out, float *vals)
+{
+    float amax = 0;
+    for (int j = 0; j < 32; j++) amax = fabsf(x[j]) > amax ? fabsf(x[j]) : amax;
+    float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+    uint16_t dh = f32_to_f16(d);
+    out[0] = (unsigned char)dh;
+    out[1] = (unsigned char)(dh >> 8);
+    float dd = f16_to_f32_k3gen(dh);
+    for (int j = 0; j < 32; j++) {
+        int8_t q = (int8_t)roundf(x[j] * id);
+        out[2 + j] = (unsigned char)q;
+        if (vals) vals[j] = (float)q * dd;
+    }
+}
 enum { GK_COPY, GK_SCORE, GK_NEG_EXP, GK_EXPS, GK_KB, GK_VB };
 #define GG_ALIGN 32u
 
@@ -85,6 +158,7 @@ typedef struct {
     const tensor *a, *b;   /* sources (b: the projection for GK_SCORE) */
     const tensor **exps;   /* GK_EXPS: [E][2] packed, scale */
     int64_t take;          /* GK_NEG_EXP: leading elements used */
+    int quant;             /* GK_COPY under --gguf-trunk q8_0 / q8_0-values: through Q8_0 blocks */
     int64_t H, dn, dv, Rkv;/* GK_KB / GK_VB: kv_b split per head */
     uint64_t offset, nbytes;
 } gg_tensor;
@@ -144,6 +218,15 @@ static void gg_copy(gg_list *g, const char *gname, const char *hf)
         t->type = GG_BF16;
     else
         die("internal: %s is not BF16/F32", hf);
+    if (t->nd == 2 && gg_trunk_mode != TRUNK_AS_IS) {
+        if (gg_trunk_mode == TRUNK_F16) t->type = GG_F16;
+        else if (t->ne[0] % 32) {
+            /* as llama.cpp's quantizer: a row that is not whole blocks keeps its type */
+        } else {
+            t->type = gg_trunk_mode == TRUNK_Q8_0 ? GG_Q8_0 : GG_F32;
+            t->quant = 1;
+        }
+    }
 }
 
 static void gg_score(gg_list *g, const char *gname, const char *norm, const char *proj)
@@ -175,6 +258,41 @@ static void gg_kvb(gg_list *g, const char *gname, const char *hf, int kind, cons
         t->type = GG_F32;
     else
         t->type = GG_BF16;
+    if (gg_trunk_mode == TRUNK_F16) {
+        t->type = GG_F16;
+    } else if (gg_trunk_mode != TRUNK_AS_IS && t->ne[0] % 32 == 0) {
+        t->type = gg_trunk_mode == TRUNK_Q8_0 ? GG_Q8_0 : GG_F32;
+        t->quant = 1;
+    }
+}
+
+/* One output row of n values (f32) in t's type: F32, BF16 (exact: the
+ * values are BF16), F16, or Q8_0 blocks / their values (t->quant). */
+static void gg_put_row(FILE *f, const char *path, const gg_tensor *t, const float *x, int64_t n)
+{
+    for (int64_t i0 = 0; i0 < n; i0 += 32) {
+        int k = n - i0 < 32 ? (int)(n - i0) : 32;
+        if (t->quant) {
+            unsigned char blk[34];
+            float v[32];
+            q8_0_block(x + i0, blk, v);
+            if (t->type == GG_Q8_0) write_all(f, blk, 34, path);
+            else write_all(f, v, 32 * 4, path);
+            continue;
+        }
+        for (int j = 0; j < k; j++) {
+            float xv = x[i0 + j];
+            uint32_t u;
+            memcpy(&u, &xv, 4);
+            if (t->type == GG_F32) {
+                write_all(f, &xv, 4, path);
+            } else {
+                uint16_t hb = t->type == GG_F16 ? f32_to_f16(xv) : (uint16_t)(u >> 16);
+                unsigned char o[2] = {(unsigned char)hb, (unsigned char)(hb >> 8)};
+                write_all(f, o, 2, path);
+            }
+        }
+    }
 }
 
 static void gg_exps(gg_list *g, const char *gname, const char *layer_pfx, const char *proj,
@@ -204,7 +322,10 @@ static uint64_t gg_bytes(const gg_tensor *t)
     case GG_F32:
         return 4 * n;
     case GG_BF16:
+    case GG_F16:
         return 2 * n;
+    case GG_Q8_0:
+        return n / 32 * 34;
     default:
         return n / 32 * 17;
     }
@@ -542,7 +663,34 @@ static void gg_write_data(FILE *f, const char *path, const gg_tensor *t, uint64_
     if (t->kind == GK_COPY) {
         unsigned char *src = gen_tensor_mem(t->a, seed, chunk);
         uint64_t n = (uint64_t)tensor_numel(t->a);
-        if (t->type == GG_F32 && t->a->dtype == DT_BF16) {
+        if (t->quant || t->type == GG_F16) {
+            /* the values as f32, then Q8_0 blocks (or their values), or halves */
+            for (uint64_t i0 = 0; i0 < n; i0 += 32) {
+                float x[32], v[32];
+                int k = n - i0 < 32 ? (int)(n - i0) : 32;
+                for (int j = 0; j < k; j++) {
+                    uint64_t i = i0 + (uint64_t)j;
+                    if (t->a->dtype == DT_BF16) {
+                        uint32_t u = (uint32_t)(src[2 * i] | src[2 * i + 1] << 8) << 16;
+                        memcpy(&x[j], &u, 4);
+                    } else {
+                        memcpy(&x[j], src + 4 * i, 4);
+                    }
+                }
+                if (t->type == GG_F16) {
+                    for (int j = 0; j < k; j++) {
+                        uint16_t hb = f32_to_f16(x[j]);
+                        unsigned char o[2] = {(unsigned char)hb, (unsigned char)(hb >> 8)};
+                        write_all(f, o, 2, path);
+                    }
+                    continue;
+                }
+                unsigned char blk[34];
+                q8_0_block(x, blk, v);
+                if (t->type == GG_Q8_0) write_all(f, blk, 34, path);
+                else write_all(f, v, 32 * 4, path);
+            }
+        } else if (t->type == GG_F32 && t->a->dtype == DT_BF16) {
             for (uint64_t i = 0; i < n; i++) {
                 uint32_t u = (uint32_t)(src[2 * i] | src[2 * i + 1] << 8) << 16;
                 unsigned char o[4] = {(unsigned char)u, (unsigned char)(u >> 8), (unsigned char)(u >> 16),
@@ -568,27 +716,25 @@ static void gg_write_data(FILE *f, const char *path, const gg_tensor *t, uint64_
         free(b);
     } else if (t->kind == GK_KB || t->kind == GK_VB) {
         unsigned char *a = gen_tensor_mem(t->a, seed, chunk);
-        size_t in_sz = t->a->dtype == DT_BF16 ? 2 : 4, out_sz = t->type == GG_F32 ? 4 : 2;
+        size_t in_sz = t->a->dtype == DT_BF16 ? 2 : 4;
+        float *row = xmalloc((size_t)(t->dn > t->Rkv ? t->dn : t->Rkv) * sizeof *row);
         for (int64_t hh = 0; hh < t->H; hh++) {
             int64_t rows = t->kind == GK_KB ? t->dn : t->dv;
             int64_t row0 = hh * (t->dn + t->dv) + (t->kind == GK_KB ? 0 : t->dn);
             /* element (r, j) of this head's rows; k_b is written j-major */
             int64_t n_outer = t->kind == GK_KB ? t->Rkv : rows, n_inner = t->kind == GK_KB ? rows : t->Rkv;
-            for (int64_t o = 0; o < n_outer; o++)
+            for (int64_t o = 0; o < n_outer; o++) {
                 for (int64_t in = 0; in < n_inner; in++) {
                     int64_t r = t->kind == GK_KB ? in : o, j = t->kind == GK_KB ? o : in;
                     const unsigned char *src = a + ((size_t)(row0 + r) * (size_t)t->Rkv + (size_t)j) * in_sz;
-                    unsigned char ob[4];
-                    if (in_sz == out_sz) {
-                        memcpy(ob, src, out_sz);
-                    } else { /* BF16 -> F32, exact */
-                        ob[0] = ob[1] = 0;
-                        ob[2] = src[0];
-                        ob[3] = src[1];
-                    }
-                    write_all(f, ob, out_sz, path);
+                    uint32_t u = in_sz == 2 ? (uint32_t)(src[0] | src[1] << 8) << 16
+                                            : (uint32_t)(src[0] | src[1] << 8 | src[2] << 16 | (uint32_t)src[3] << 24);
+                    memcpy(&row[in], &u, 4);
                 }
+                gg_put_row(f, path, t, row, n_inner);
+            }
         }
+        free(row);
         free(a);
     } else if (t->kind == GK_NEG_EXP) {
         unsigned char *a = gen_tensor_mem(t->a, seed, chunk);

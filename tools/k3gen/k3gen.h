@@ -254,5 +254,7 @@ extern const size_t n_special_tokens;
 /* gguf.c: GGUF writer */
 uint64_t write_gguf(const char *path, const model_cfg *c, tensor_list *tl, uint64_t seed, int f32, int n_split);
 void gg_report(const char *path, int n_split, int f32, uint64_t bytes);
+/* --gguf-trunk q8_0|f16|q8_0-values (gguf.c) */
+void gg_set_trunk(const char *mode);
 
 #endif /* K3GEN_H */
