@@ -95,7 +95,7 @@ $(BUILD)/libdeltafin.a: $(LIB_OBJ)
 	rm -f $@ && ar rcs $@ $^
 
 $(BUILD)/deltafin: $(BUILD)/cli.o $(BUILD)/cli_common.o $(BUILD)/options.o $(BUILD)/cli_bench.o $(BUILD)/cli_chat.o $(BUILD)/lineedit.o $(BUILD)/server.o \
-                  $(BUILD)/server_request.o $(BUILD)/server_anthropic.o $(BUILD)/server_emit.o $(BUILD)/server_responses.o $(BUILD)/server_grammar.o $(BUILD)/server_cache.o $(BUILD)/server_json.o $(BUILD)/setup.o $(BUILD)/setup_fetch.o $(BUILD)/setup_stream.o $(BUILD)/setup_parse.o $(BUILD)/doctor.o $(BUILD)/libdeltafin.a
+                  $(BUILD)/server_request.o $(BUILD)/server_fields.o $(BUILD)/server_anthropic.o $(BUILD)/server_emit.o $(BUILD)/server_responses.o $(BUILD)/server_grammar.o $(BUILD)/server_cache.o $(BUILD)/server_json.o $(BUILD)/setup.o $(BUILD)/setup_fetch.o $(BUILD)/setup_stream.o $(BUILD)/setup_parse.o $(BUILD)/doctor.o $(BUILD)/libdeltafin.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 # the tools compile the one clock (src/base/clock.c) and nothing else of src/
@@ -172,7 +172,7 @@ build-fuzz/%: fuzz/%.c $(FUZZ_PATHS)
 	    $(FUZZ_PATHS) -pthread -lm -lpcre2-8 -lcurl
 build-fuzz/fuzz_chat_render: fuzz/fuzz_chat_parser.c
 # only what validation needs: no HTTP, worker, engine or command line to stub
-SERVER_SRC := src/app/server_json.c src/app/server_request.c src/app/server_anthropic.c src/app/server_emit.c src/app/server_responses.c src/app/server_grammar.c
+SERVER_SRC := src/app/server_json.c src/app/server_fields.c src/app/server_request.c src/app/server_anthropic.c src/app/server_emit.c src/app/server_responses.c src/app/server_grammar.c
 build-fuzz/fuzz_server_request: fuzz/fuzz_server_request.c $(SERVER_SRC) $(FUZZ_PATHS)
 	mkdir -p build-fuzz
 	$(FUZZ_CC) -std=c11 -g -O1 -ffp-contract=off -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all $(INC) -o $@ $< \

@@ -706,22 +706,10 @@ static void plan_tool_clearing(const json_value *o, const edits *ed, anth_conv *
 
 /* ---- the request ------------------------------------------------------- */
 
-int parse_messages(srv *S, job *j, const json_value *o, rq_err *e)
+/* thinking: on or off, whether its text is returned, the effort its budget
+ * asks for (K3 takes an effort level, not a budget) */
+static int msg_thinking(const json_value *o, job *j, chat_options *co, const char **effort, rq_err *e)
 {
-    static const char *const allowed[] = {"model", "messages", "system", "max_tokens", "stop_sequences",
-                                          "temperature", "top_p", "stream", "tools", "tool_choice", "thinking",
-                                          "metadata", "service_tier", "output_config", "context_management",
-                                          "cache_control", "output_format", NULL};
-    if (check_fields(o, allowed, e) || get_common(S, j, o, e) || get_stops(j, o, "stop_sequences", e)) return -1;
-    int64_t mt = 0;
-    int mt_set = 0;
-    if (get_int(o, "max_tokens", 1, INT32_MAX, &mt, &mt_set, e)) return -1;
-    if (!mt_set && !j->count_only) return rq_fail(e, 400, "max_tokens", "max_tokens: Field required");
-    chat_options co;
-    chat_options_init(&co);
-    co.thinking = 0;
-    co.thinking_effort = NULL;
-    const char *effort = NULL;
     const json_value *th = field(o, "thinking");
     if (th) {
         const char *t = th->type == JSON_OBJECT ? json_get_str(th, "type") : NULL;
@@ -739,15 +727,23 @@ int parse_messages(srv *S, job *j, const json_value *o, rq_err *e)
         j->think_omit = disp && !strcmp(disp->str, "omitted");
         if (!strcmp(t, "enabled")) {
             int64_t budget = 0;
-            co.thinking = 1;
+            co->thinking = 1;
             if (get_int(th, "budget_tokens", 1, INT32_MAX, &budget, NULL, e)) return -1;
             /* K3 takes an effort level, not a budget */
-            effort = !budget ? "max" : budget < 4096 ? "low" : budget < 16384 ? "high" : "max";
+            *effort = !budget ? "max" : budget < 4096 ? "low" : budget < 16384 ? "high" : "max";
         } else if (!strcmp(t, "adaptive")) {
-            co.thinking = 1;
-            effort = "high"; /* Anthropic's default effort */
+            co->thinking = 1;
+            *effort = "high"; /* Anthropic's default effort */
         }
     }
+    return 0;
+}
+
+/* output_config: an effort, and structured output (output_config.format,
+ * or the earlier beta's output_format) as chat's response_format, enforced
+ * by a grammar; *rf_doc owns the schema's copy */
+static int msg_output_config(const json_value *o, chat_options *co, const char **effort, json_doc **rf_doc, rq_err *e)
+{
     const json_value *oc = field(o, "output_config");
     if (oc) {
         static const char *const oc_allowed[] = {"effort", "format", "task_budget", NULL};
@@ -763,16 +759,12 @@ int parse_messages(srv *S, job *j, const json_value *o, rq_err *e)
                                  ? k3_effort(ef->str, &off) : NULL;
             if (!k3) return rq_fail(e, 400, "output_config", "output_config.effort: expected low, medium, high, xhigh "
                                     "or max");
-            effort = k3;
+            *effort = k3;
         }
     }
-    if (co.thinking) co.thinking_effort = effort;
-    /* structured output: output_config.format (the earlier beta's
-     * output_format) as chat's response_format, enforced by a grammar */
     const json_value *fmt = oc ? field(oc, "format") : NULL;
     const char *fmt_name = "output_config.format";
     if (!fmt && field(o, "output_format")) fmt = field(o, "output_format"), fmt_name = "output_format";
-    json_doc *rf_doc = NULL;
     if (fmt) {
         static const char *const f_allowed[] = {"type", "schema", NULL};
         const char *ft = fmt->type == JSON_OBJECT ? json_get_str(fmt, "type") : NULL;
@@ -789,37 +781,40 @@ int parse_messages(srv *S, job *j, const json_value *o, rq_err *e)
         json_write_value(&rb, schema, 0);
         json_buf_puts(&rb, "}}");
         df_error perr = {0};
-        rf_doc = json_parse(rb.p, rb.len, &perr);
+        *rf_doc = json_parse(rb.p, rb.len, &perr);
         json_buf_free(&rb);
-        if (!rf_doc)
+        if (!*rf_doc)
             return rq_fail(e, 400, "output_config", "%s.schema: %s (JSON nesting is limited to %d levels)", fmt_name,
                            perr.msg, JSON_MAX_DEPTH);
-        co.response_format = json_root(rf_doc);
+        co->response_format = json_root(*rf_doc);
     }
+    return 0;
+}
+
+/* the keys of a request that are not its messages: parallel tool use, the
+ * conversation key (Claude Code's user_id names its session), cache_control */
+static int msg_keys(const json_value *o, job *j, rq_err *e)
+{
     const json_value *tcv = field(o, "tool_choice");
     int dpt = 0;
-    if (tcv && tcv->type == JSON_OBJECT && get_bool(tcv, "disable_parallel_tool_use", &dpt, e)) {
-        json_free(rf_doc);
-        return -1;
-    }
+    if (tcv && tcv->type == JSON_OBJECT && get_bool(tcv, "disable_parallel_tool_use", &dpt, e)) return -1;
     j->single_call = dpt;
-    /* Claude Code's user_id names its session: the conversation's key */
     const json_value *md = field(o, "metadata");
-    if (md && md->type != JSON_OBJECT) {
-        json_free(rf_doc);
-        return rq_fail(e, 400, "metadata", "metadata: expected an object");
-    }
+    if (md && md->type != JSON_OBJECT) return rq_fail(e, 400, "metadata", "metadata: expected an object");
     const json_value *uid = md ? field(md, "user_id") : NULL;
-    if (uid && uid->type != JSON_STRING) {
-        json_free(rf_doc);
+    if (uid && uid->type != JSON_STRING)
         return rq_fail(e, 400, "metadata.user_id", "metadata.user_id: expected a string");
-    }
     j->conv_key = conv_key(uid);
     const json_value *cc = field(o, "cache_control");
-    if (cc && cc->type != JSON_OBJECT) {
-        json_free(rf_doc);
-        return rq_fail(e, 400, "cache_control", "cache_control: expected an object");
-    }
+    if (cc && cc->type != JSON_OBJECT) return rq_fail(e, 400, "cache_control", "cache_control: expected an object");
+    return 0;
+}
+
+/* The prompt, rendered with the context edits the request asks for
+ * (clear_thinking, clear_tool_uses) applied and reported in ctx_edits. */
+static int msg_edited_prompt(srv *S, job *j, const json_value *o, chat_options *cop, rq_err *e)
+{
+    chat_options co = *cop;
     edits ed;
     anth_conv cv = {.S = S, .thinking = co.thinking};
     json_buf_init(&cv.defs);
@@ -841,7 +836,7 @@ int parse_messages(srv *S, job *j, const json_value *o, rq_err *e)
             rc = anth_build(S, j, o, &cv, &co, e);
             n_all = j->n_ids;
             cv.keep_turns = ed.keep_turns;
-    if (!rc && co.thinking && cv.turn_effort) co.thinking_effort = cv.turn_effort;
+            if (!rc && co.thinking && cv.turn_effort) co.thinking_effort = cv.turn_effort;
         }
         if (!rc) rc = anth_build(S, j, o, &cv, &co, e);
         if (!rc && cleared_turns) j->n_cleared += n_all - j->n_ids;
@@ -885,6 +880,33 @@ int parse_messages(srv *S, job *j, const json_value *o, rq_err *e)
     json_buf_free(&cv.defs);
     free(cv.tools);
     free(cv.clear);
+    return rc;
+}
+
+int parse_messages(srv *S, job *j, const json_value *o, rq_err *e)
+{
+    static const char *const allowed[] = {"model", "messages", "system", "max_tokens", "stop_sequences",
+                                          "temperature", "top_p", "stream", "tools", "tool_choice", "thinking",
+                                          "metadata", "service_tier", "output_config", "context_management",
+                                          "cache_control", "output_format", NULL};
+    if (check_fields(o, allowed, e) || get_common(S, j, o, e) || get_stops(j, o, "stop_sequences", e)) return -1;
+    int64_t mt = 0;
+    int mt_set = 0;
+    if (get_int(o, "max_tokens", 1, INT32_MAX, &mt, &mt_set, e)) return -1;
+    if (!mt_set && !j->count_only) return rq_fail(e, 400, "max_tokens", "max_tokens: Field required");
+    chat_options co;
+    chat_options_init(&co);
+    co.thinking = 0;
+    co.thinking_effort = NULL;
+    const char *effort = NULL;
+    json_doc *rf_doc = NULL;
+    if (msg_thinking(o, j, &co, &effort, e)) return -1;
+    if (msg_output_config(o, &co, &effort, &rf_doc, e) || msg_keys(o, j, e)) {
+        json_free(rf_doc);
+        return -1;
+    }
+    if (co.thinking) co.thinking_effort = effort;
+    int rc = msg_edited_prompt(S, j, o, &co, e);
     json_free(rf_doc);
     if (rc) return -1;
     return j->count_only ? 0 : set_max_tokens(S, j, "max_tokens", mt, 1, e);

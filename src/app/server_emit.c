@@ -470,16 +470,6 @@ void emit_finish(job *j)
 }
 
 /* The job's last bytes (a body, or the final events): out, done, woken. */
-void emit_last(job *j, json_buf *b)
-{
-    pthread_mutex_lock(&j->mu);
-    if (!j->stream && j->fin == FIN_ERROR) j->status = 500;
-    json_buf_put(&j->out, b->p, b->len);
-    j->done = 1;
-    pthread_cond_broadcast(&j->cv);
-    pthread_mutex_unlock(&j->mu);
-    json_buf_free(b);
-}
 
 /* ---- log-probabilities (sampling is sampler.c's) ------------------------ */
 

@@ -1,8 +1,9 @@
 /* server_json.c - what every server file writes with (L5): printf into a
  * JSON buffer, JSON strings (put_str_utf8 repairs bytes that are not
  * UTF-8, as single tokens may be), and a refused request (rq_fail) with
- * its API-shaped error body.  Below the request, output and API files: it
- * calls none of them, so none of them needs another for these.
+ * its API-shaped error body; a job's last output handed over (emit_last).
+ * Below the request, output and API files: it calls none of them, so none
+ * of them needs another for these.
  */
 #define _GNU_SOURCE
 #include "server_impl.h"
@@ -82,4 +83,17 @@ void error_body(json_buf *b, int api, const rq_err *e)
         else json_buf_puts(b, "null");
         json_buf_puts(b, "}}");
     }
+}
+
+/* The job's last output: its bytes handed to the HTTP side, the job marked
+ * done (server_emit.c's replies and server_responses.c's end with it). */
+void emit_last(job *j, json_buf *b)
+{
+    pthread_mutex_lock(&j->mu);
+    if (!j->stream && j->fin == FIN_ERROR) j->status = 500;
+    json_buf_put(&j->out, b->p, b->len);
+    j->done = 1;
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+    json_buf_free(b);
 }

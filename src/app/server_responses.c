@@ -470,22 +470,24 @@ static void echo_str(json_buf *b, const char *k, const json_value *v)
 static void resp_event(job *j, const char *type, const json_buf *rest);
 static void response_object(json_buf *b, const job *j, const char *status, const char *error_code, const char *error_msg);
 
-int parse_responses(srv *S, job *j, const json_value *o, rq_err *e)
+/* What parse_responses collects from a request's fields for the render and
+ * the echo. */
+typedef struct resp_opts {
+    int parallel, mt_set;
+    int64_t mt;
+    const json_value *eff, *summ, *fmt;      /* reasoning.effort / summary, text.format */
+    const json_value *ins, *prev, *md;        /* instructions, previous_response_id, metadata */
+} resp_opts;
+
+/* the request's options: background, parallel tool calls, max output
+ * tokens, stream options, include, truncation */
+static int resp_options(const json_value *o, resp_job *r, resp_opts *p, rq_err *e)
 {
-    static const char *const allowed[] = {
-        "model", "input", "instructions", "previous_response_id", "store", "stream", "stream_options", "include",
-        "tools", "tool_choice", "parallel_tool_calls", "max_output_tokens", "temperature", "top_p", "seed",
-        "reasoning", "text", "truncation", "metadata", "prompt_cache_key", "prompt_cache_retention", "service_tier",
-        "user", "safety_identifier", "client_metadata", "background", "top_logprobs", "max_tool_calls", NULL};
-    resp_job *r = j->rj = xcalloc(1, sizeof *r);
-    r->store = 1;
-    if (check_fields(o, allowed, e) || get_common(S, j, o, e) || get_bool(o, "store", &r->store, e))
-        return -1;
-    int bg = 0, parallel = 1;
-    int64_t mt = 0, top = 0, mtc = 0;
-    int mt_set = 0;
-    if (get_bool(o, "background", &bg, e) || get_bool(o, "parallel_tool_calls", &parallel, e) ||
-        get_int(o, "max_output_tokens", 1, INT32_MAX, &mt, &mt_set, e) ||
+    int bg = 0;
+    int64_t top = 0, mtc = 0;
+    p->parallel = 1;
+    if (get_bool(o, "background", &bg, e) || get_bool(o, "parallel_tool_calls", &p->parallel, e) ||
+        get_int(o, "max_output_tokens", 1, INT32_MAX, &p->mt, &p->mt_set, e) ||
         get_int(o, "top_logprobs", 0, 0, &top, NULL, e))
         return -1;
     if (bg) return rq_fail(e, 400, "background", "background: true is not supported (answers are streamed or returned)");
@@ -513,8 +515,13 @@ int parse_responses(srv *S, job *j, const json_value *o, rq_err *e)
     if (tr && (tr->type != JSON_STRING || strcmp(tr->str, "disabled")))
         return rq_fail(e, 400, "truncation", "truncation: only \"disabled\" is supported (a prompt longer than the "
                        "context is refused, never cut)");
-    chat_options co;
-    chat_options_init(&co);
+    return 0;
+}
+
+/* reasoning (effort, summary) and text.format, which becomes chat's
+ * response_format in rf */
+static int resp_reasoning_text(const json_value *o, chat_options *co, resp_opts *p, json_buf *rf, rq_err *e)
+{
     const json_value *rs = field(o, "reasoning"), *eff = NULL, *summ = NULL;
     if (rs) {
         static const char *const rs_allowed[] = {"effort", "summary", "generate_summary", NULL};
@@ -523,7 +530,7 @@ int parse_responses(srv *S, job *j, const json_value *o, rq_err *e)
         eff = field(rs, "effort");
         summ = field(rs, "summary");
         if (!summ) summ = field(rs, "generate_summary");
-        if (eff && (eff->type != JSON_STRING || effort_map(eff->str, &co)))
+        if (eff && (eff->type != JSON_STRING || effort_map(eff->str, co)))
             return rq_fail(e, 400, "reasoning.effort", "reasoning.effort: expected none, minimal, low, medium, high, "
                            "xhigh or max");
         if (summ && (summ->type != JSON_STRING || (strcmp(summ->str, "auto") && strcmp(summ->str, "concise") &&
@@ -536,8 +543,6 @@ int parse_responses(srv *S, job *j, const json_value *o, rq_err *e)
         if (text->type != JSON_OBJECT) return rq_fail(e, 400, "text", "text: expected an object");
         if (check_fields(text, t_allowed, e)) return -1;
     }
-    json_buf rf;  /* text.format as chat's response_format */
-    json_buf_init(&rf);
     if (fmt) {
         const char *ft = json_get_str(fmt, "type");
         const json_value *schema = json_get(fmt, "schema");
@@ -545,14 +550,23 @@ int parse_responses(srv *S, job *j, const json_value *o, rq_err *e)
             return rq_fail(e, 400, "text.format", "text.format.type: expected text, json_object or json_schema");
         if (!strcmp(ft, "json_schema") && (!schema || schema->type != JSON_OBJECT))
             return rq_fail(e, 400, "text.format", "text.format.schema: expected a JSON Schema object");
-        bprintf(&rf, "{\"type\":\"%s\"", ft);
+        bprintf(rf, "{\"type\":\"%s\"", ft);
         if (!strcmp(ft, "json_schema")) {
-            json_buf_puts(&rf, ",\"json_schema\":{\"schema\":");
-            json_write_value(&rf, schema, 0);
-            json_buf_puts(&rf, "}");
+            json_buf_puts(rf, ",\"json_schema\":{\"schema\":");
+            json_write_value(rf, schema, 0);
+            json_buf_puts(rf, "}");
         }
-        json_buf_puts(&rf, "}");
+        json_buf_puts(rf, "}");
     }
+    p->eff = eff;
+    p->summ = summ;
+    p->fmt = fmt;
+    return 0;
+}
+
+/* the string and object fields checked for their types */
+static int resp_fields(const json_value *o, resp_opts *p, rq_err *e)
+{
     const json_value *ins = field(o, "instructions"), *prev = field(o, "previous_response_id");
     const json_value *md = field(o, "metadata");
     if (ins && ins->type != JSON_STRING) return rq_fail(e, 400, "instructions", "instructions: expected a string");
@@ -567,14 +581,20 @@ int parse_responses(srv *S, job *j, const json_value *o, rq_err *e)
     }
     const json_value *cm = field(o, "client_metadata");
     if (cm && cm->type != JSON_OBJECT) return rq_fail(e, 400, "client_metadata", "client_metadata: expected an object");
+    p->ins = ins;
+    p->prev = prev;
+    p->md = md;
+    return 0;
+}
 
-    /* the conversation: a stored one, then the input */
+/* the conversation: a stored one (previous_response_id), then the input */
+static int resp_conversation(srv *S, resp_job *r, const json_value *o, const json_value *prev, rq_err *e)
+{
     int rc = 0;
     if (prev) {
         size_t n = 0;
         char *c = store_get(S->rstore, prev->str, &n);
         if (!c) {
-            json_buf_free(&rf);
             e->code = "previous_response_not_found";
             return rq_fail(e, 400, "previous_response_id", "Previous response with id '%.*s' not found (this server "
                            "keeps the last %d stored responses in memory)", (int)utf8_cut(prev->str, prev->len, 80),
@@ -599,22 +619,19 @@ int parse_responses(srv *S, job *j, const json_value *o, rq_err *e)
         json_buf_free(&a.calls);
     }
     if (!rc && !r->conv.len) rc = rq_fail(e, 400, "input", "input: no messages");
-    /* the document chat_render reads, and the Response object's echo */
-    json_buf d, tools, techo;
+    return rc;
+}
+
+/* the document chat_render reads (instructions, the conversation, tools,
+ * tool_choice, response_format), rendered and tokenized */
+static int resp_render(srv *S, job *j, resp_job *r, const resp_opts *p, const json_buf *tools,
+                       const json_value *tc, const char *tc_name, const json_buf *rf, chat_options co, rq_err *e)
+{
+    const json_value *ins = p->ins;
+    int rc = 0;
+    json_buf d;
     json_buf_init(&d);
-    json_buf_init(&tools);
-    json_buf_init(&techo);
-    const json_value *tl = field(o, "tools"), *tc = field(o, "tool_choice");
-    if (!rc && tl) rc = convert_tools(r, tl, &tools, &techo, e);
-    const char *tc_name = tc && tc->type == JSON_OBJECT && str_is_v(json_get(tc, "type"), "function")
-                              ? json_get_str(tc, "name") : NULL;
-    if (!rc && tc && !tc_name && !(tc->type == JSON_STRING && (!strcmp(tc->str, "auto") || !strcmp(tc->str, "none") ||
-                                                   !strcmp(tc->str, "required"))))
-        rc = rq_fail(e, 400, "tool_choice", "tool_choice: expected \"auto\", \"none\", \"required\" or {\"type\": "
-                     "\"function\", \"name\": ...}");
-    j->single_call = !parallel;
-    j->conv_key = conv_key(field(o, "prompt_cache_key"));
-    if (!rc) {
+    {
         json_buf_puts(&d, "{\"messages\":[");
         if (ins) {
             put_message(&d, "system", NULL, ins->str, ins->len);
@@ -622,7 +639,7 @@ int parse_responses(srv *S, job *j, const json_value *o, rq_err *e)
         }
         json_buf_put(&d, r->conv.p, r->conv.len);
         json_buf_puts(&d, "],\"tools\":[");
-        json_buf_put(&d, tools.p, tools.len);
+        json_buf_put(&d, tools->p, tools->len);
         json_buf_puts(&d, "]");
         if (tc_name) {
             json_buf_puts(&d, ",\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":");
@@ -632,9 +649,9 @@ int parse_responses(srv *S, job *j, const json_value *o, rq_err *e)
             json_buf_puts(&d, ",\"tool_choice\":");
             put_str(&d, tc->str);
         }
-        if (rf.len) {
+        if (rf->len) {
             json_buf_puts(&d, ",\"response_format\":");
-            json_buf_put(&d, rf.p, rf.len);
+            json_buf_put(&d, rf->p, rf->len);
         }
         json_buf_puts(&d, "}");
         df_error err = {0};
@@ -653,8 +670,18 @@ int parse_responses(srv *S, job *j, const json_value *o, rq_err *e)
             json_free(doc);
         }
     }
-    if (!rc) rc = set_max_tokens(S, j, "max_output_tokens", mt, mt_set, e);
-    if (!rc) {
+    json_buf_free(&d);
+    return rc;
+}
+
+/* the Response object's echo of the request */
+static void resp_echo(job *j, resp_job *r, const json_value *o, const resp_opts *p, const json_value *tc,
+                      const json_buf *techo)
+{
+    const json_value *ins = p->ins, *prev = p->prev, *eff = p->eff, *summ = p->summ, *fmt = p->fmt, *md = p->md;
+    int64_t mt = p->mt;
+    int mt_set = p->mt_set, parallel = p->parallel;
+    {
         json_buf *b = &r->echo;
         echo_str(b, "instructions", ins);
         if (mt_set) bprintf(b, ",\"max_output_tokens\":%lld", (long long)mt);
@@ -678,13 +705,48 @@ int parse_responses(srv *S, job *j, const json_value *o, rq_err *e)
         if (tc && tc->type == JSON_OBJECT) json_write_value(b, tc, 0);
         else put_str(b, tc ? tc->str : "auto");
         json_buf_puts(b, ",\"tools\":[");
-        json_buf_put(b, techo.p, techo.len);
+        json_buf_put(b, techo->p, techo->len);
         json_buf_puts(b, "],\"truncation\":\"disabled\",\"metadata\":");
         if (md) json_write_value(b, md, 0);
         else json_buf_puts(b, "{}");
         echo_str(b, "prompt_cache_key", field(o, "prompt_cache_key"));
     }
-    json_buf_free(&d);
+}
+
+int parse_responses(srv *S, job *j, const json_value *o, rq_err *e)
+{
+    static const char *const allowed[] = {
+        "model", "input", "instructions", "previous_response_id", "store", "stream", "stream_options", "include",
+        "tools", "tool_choice", "parallel_tool_calls", "max_output_tokens", "temperature", "top_p", "seed",
+        "reasoning", "text", "truncation", "metadata", "prompt_cache_key", "prompt_cache_retention", "service_tier",
+        "user", "safety_identifier", "client_metadata", "background", "top_logprobs", "max_tool_calls", NULL};
+    resp_job *r = j->rj = xcalloc(1, sizeof *r);
+    r->store = 1;
+    if (check_fields(o, allowed, e) || get_common(S, j, o, e) || get_bool(o, "store", &r->store, e))
+        return -1;
+    resp_opts p = {0};
+    chat_options co;
+    chat_options_init(&co);
+    json_buf rf, tools, techo; /* text.format as chat's response_format; the tools converted, and echoed */
+    json_buf_init(&rf);
+    json_buf_init(&tools);
+    json_buf_init(&techo);
+    int rc = resp_options(o, r, &p, e) || resp_reasoning_text(o, &co, &p, &rf, e) || resp_fields(o, &p, e) ||
+                     resp_conversation(S, r, o, p.prev, e)
+                 ? -1 : 0;
+    const json_value *tl = field(o, "tools"), *tc = field(o, "tool_choice");
+    if (!rc && tl) rc = convert_tools(r, tl, &tools, &techo, e);
+    const char *tc_name = tc && tc->type == JSON_OBJECT && str_is_v(json_get(tc, "type"), "function")
+                              ? json_get_str(tc, "name") : NULL;
+    if (!rc && tc && !tc_name && !(tc->type == JSON_STRING && (!strcmp(tc->str, "auto") || !strcmp(tc->str, "none") ||
+                                                   !strcmp(tc->str, "required"))))
+        rc = rq_fail(e, 400, "tool_choice", "tool_choice: expected \"auto\", \"none\", \"required\" or {\"type\": "
+                     "\"function\", \"name\": ...}");
+    j->single_call = !p.parallel;
+    j->conv_key = conv_key(field(o, "prompt_cache_key"));
+    if (!rc) rc = resp_render(S, j, r, &p, &tools, tc, tc_name, &rf, co, e);
+    if (!rc) rc = set_max_tokens(S, j, "max_output_tokens", p.mt, p.mt_set, e);
+    if (!rc) resp_echo(j, r, o, &p, tc, &techo);
     json_buf_free(&tools);
     json_buf_free(&techo);
     json_buf_free(&rf);
