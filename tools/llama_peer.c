@@ -285,6 +285,33 @@ static int quantize_file(const char *in, const char *out, const char *type, int 
     return llama_model_quantize(in, out, &q) ? 1 : 0;
 }
 
+/* llama_peer --lib DIR --model IN --quantize OUT [--quantize-type T] [--threads N] [-v]:
+ * 0 when done (dies on an error), -1 when the command line is not this mode */
+static int quantize_main(int argc, char **argv)
+{
+    const char *lib = NULL, *in = NULL, *out = NULL, *type = "q8_0";
+    int threads = 1;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        int has = i + 1 < argc;
+        if (!strcmp(a, "--lib") && has) lib = argv[++i];
+        else if (!strcmp(a, "--model") && has) in = argv[++i];
+        else if (!strcmp(a, "--quantize") && has) out = argv[++i];
+        else if (!strcmp(a, "--quantize-type") && has) type = argv[++i];
+        else if (!strcmp(a, "--threads") && has) threads = atoi(argv[++i]);
+        else if (!strcmp(a, "-v")) g_verbose = 1;
+    }
+    if (!out) return -1;
+    if (!lib || !in) die("%s", "--quantize needs --lib DIR and --model IN.gguf");
+    llama_log_set(log_cb, NULL);
+    ggml_backend_load_all_from_path(lib);
+    llama_backend_init();
+    if (quantize_file(in, out, type, threads > 0 ? threads : 1))
+        die("llama.cpp could not quantize '%s' (run with -v for its log)", in);
+    llama_backend_free();
+    return 0;
+}
+
 static void usage(void)
 {
     fprintf(stderr,
@@ -309,7 +336,8 @@ static void usage(void)
 
 int main(int argc, char **argv)
 {
-    const char *lib = NULL, *model_path = NULL, *ids_arg = NULL, *dump = NULL, *qout = NULL, *qtype = "q8_0";
+    if (quantize_main(argc, argv) >= 0) return 0;
+    const char *lib = NULL, *model_path = NULL, *ids_arg = NULL, *dump = NULL;
     int threads = 1, greedy = 0, bench = -1, kv_f32 = 1, mmap = 1, repack = 1, n_ctx = 0, ubatch = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -332,10 +360,6 @@ int main(int argc, char **argv)
             n_ctx = atoi(argv[++i]);
         else if (!strcmp(a, "--ubatch") && v)
             ubatch = atoi(argv[++i]);
-        else if (!strcmp(a, "--quantize") && v)
-            qout = argv[++i];
-        else if (!strcmp(a, "--quantize-type") && v)
-            qtype = argv[++i];
         else if (!strcmp(a, "--kv") && v) {
             const char *k = argv[++i];
             if (!strcmp(k, "f32"))
@@ -356,15 +380,6 @@ int main(int argc, char **argv)
             fprintf(stderr, "llama_peer: unknown or incomplete option '%s'\n", a);
             usage();
         }
-    }
-    if (lib && model_path && qout) {
-        llama_log_set(log_cb, NULL);
-        ggml_backend_load_all_from_path(lib);
-        llama_backend_init();
-        if (quantize_file(model_path, qout, qtype, threads > 0 ? threads : 1))
-            die("llama.cpp could not quantize '%s' (run with -v for its log)", model_path);
-        llama_backend_free();
-        return 0;
     }
     if (!lib || !model_path || !ids_arg)
         usage();

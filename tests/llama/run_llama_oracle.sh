@@ -191,10 +191,10 @@ fi
 # q8_0 also quantizes holds the same bytes (so deltafin's Q8_0 rounding is
 # ggml's, and test_backend's "a Q8_0 model is exactly its values" covers
 # the files people download); deltafin runs the file, the same bits on one
-# and two threads, the reference backend and a streamed trunk; the F16 trunk
-# llama.cpp writes runs too.
+# and two threads, the reference backend and a streamed trunk.  (llama.cpp's
+# F16 ftype refuses a file whose experts are MXFP4, "requantizing from type
+# mxfp4 is disabled"; F16 trunks are k3gen's, in test_backend.)
 "$build/llama_peer" --lib "$lib" --model "$tmp/m3.gguf" --quantize "$tmp/m3-ll-q8.gguf" --quantize-type q8_0 --threads 2
-"$build/llama_peer" --lib "$lib" --model "$tmp/m3.gguf" --quantize "$tmp/m3-ll-f16.gguf" --quantize-type f16 --threads 2
 "$build/k3gen" --preset small --seed 21 --from "$tmp/m3" --gguf "$tmp/m3-k3-q8.gguf" --gguf-trunk q8_0 >/dev/null
 if out=$(node "$here/compare_gguf_tensors.mjs" "$tmp/m3-ll-q8.gguf" "$tmp/m3-k3-q8.gguf" 8 2>&1); then
     echo "ok   llama.cpp's quantizer and k3gen write the same Q8_0 blocks: $out"
@@ -214,8 +214,6 @@ for opts in "--threads 2" "--threads 1 --batch 3" "--backend ref" "--trunk-strea
 done
 "$build/deltafin" info --model "$tmp/m3-ll-q8.gguf" | grep -q '^trunk weights q8_0' ||
     { echo "FAIL info does not say the trunk is q8_0: $("$build/deltafin" info --model "$tmp/m3-ll-q8.gguf" | grep trunk)" >&2; fail=1; }
-"$build/deltafin" run --model "$tmp/m3-ll-f16.gguf" --prompt-ids "$ids" --max-new 2 >/dev/null 2>"$tmp/f16.err" ||
-    { echo "FAIL deltafin on llama.cpp's F16 file: $(tail -1 "$tmp/f16.err")" >&2; fail=1; }
 # the block formats people download, as llama.cpp's quantizer mixes them
 # (K-quants with their 32-value fallbacks): each file runs with the same
 # bits on the CPU backend and the reference backend (the values themselves
@@ -229,6 +227,6 @@ for qt in q4_0 q4_1 q5_0 q5_1 iq4_nl q2_k q3_k_m q4_k_m q5_k_m q6_k; do
     cmp -s "$tmp/qt.cpu.bin" "$tmp/qt.ref.bin" || { echo "FAIL llama.cpp's $qt file: the CPU and reference backends differ" >&2; fail=1; }
 done
 [ "$fail" != "$q8fail" ] ||
-    echo "ok   deltafin runs llama.cpp's Q8_0 file (the same bits at 1 and 2 threads, --backend ref, a streamed trunk), its F16 file and its q4_0 q4_1 q5_0 q5_1 iq4_nl q2_k q3_k_m q4_k_m q5_k_m q6_k files (CPU = reference backend)"
+    echo "ok   deltafin runs llama.cpp's Q8_0 file (the same bits at 1 and 2 threads, --backend ref, a streamed trunk) and its q4_0 q4_1 q5_0 q5_1 iq4_nl q2_k q3_k_m q4_k_m q5_k_m q6_k files (CPU = reference backend)"
 if [ "$fail" = 0 ]; then echo "llama oracle: all comparisons passed"; else echo "llama oracle: FAILED" >&2; fi
 exit "$fail"
