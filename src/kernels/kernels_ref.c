@@ -10,6 +10,9 @@
 #include "quant.h"
 #include "util.h"
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -255,6 +258,18 @@ static const kernel_table ref_table = {
 
 const kernel_table *kernels_ref(void) { return &ref_table; }
 
+/* F16C (the half conversions the AVX2 and AVX-512 kernels use): CPUID leaf
+ * 1, ECX bit 29 (not every compiler's __builtin_cpu_supports names it) */
+static int cpu_has_f16c(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    unsigned a, b, c, d;
+    return __get_cpuid(1, &a, &b, &c, &d) && (c >> 29 & 1u);
+#else
+    return 0;
+#endif
+}
+
 int kernels_cpu_has(enum kernel_isa isa)
 {
 #if defined(__x86_64__) || defined(__i386__)
@@ -262,7 +277,7 @@ int kernels_cpu_has(enum kernel_isa isa)
     switch (isa) {
     case KERNEL_REF: return 1;
     case KERNEL_AVX2:
-        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_has_f16c();
     case KERNEL_AVX512:
         return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                __builtin_cpu_supports("avx512vl");
