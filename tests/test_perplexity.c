@@ -117,10 +117,119 @@ static void test_window_within_mem(void)
     test_scratch_remove();
 }
 
+/* log-softmax of a row in double */
+static void lsm(const float *x, int V, double *out)
+{
+    double mx = x[0], sum = 0;
+    for (int i = 1; i < V; i++) mx = x[i] > mx ? x[i] : mx;
+    for (int i = 0; i < V; i++) sum += exp((double)x[i] - mx);
+    for (int i = 0; i < V; i++) out[i] = (double)x[i] - mx - log(sum);
+}
+
+/* --kl-divergence: a model against itself gives KL 0 and full top-1
+ * agreement; the fixture against its Q8_0-trunk GGUF (k3gen --from, the
+ * same vocabulary) gives the KL, agreement and perplexity ratio computed
+ * here from both models' dumped logits; a base file from another text or
+ * window, and both options at once, are refused by name. */
+static void test_kl_divergence(void)
+{
+    char tiny[512], q8[600], txt[600], base[600], dump[600], args[1200];
+    snprintf(tiny, sizeof tiny, "%s/k3-tiny-a/checkpoint", testdata_dir());
+    snprintf(q8, sizeof q8, "%s/tiny-q8.gguf", test_scratch());
+    snprintf(txt, sizeof txt, "%s/kld.txt", test_scratch());
+    snprintf(base, sizeof base, "%s/kld.base", test_scratch());
+    snprintf(dump, sizeof dump, "%s/kld.logits", test_scratch());
+    snprintf(args, sizeof args, "%s --from %s --preset tiny-a-shape --gguf %s --gguf-trunk q8_0 >/dev/null",
+             build_bin("k3gen"), tiny, q8);
+    TCHECKF(system(args) == 0, "k3gen: %s", args);
+    const char *text = "The quick brown fox jumps over the lazy dog. A tokenizer splits text into tokens, and a "
+                       "model predicts the next one. 12 + 34 = 46. The end of the text comes after this sentence.";
+    FILE *f = fopen(txt, "w");
+    fputs(text, f);
+    fclose(f);
+    /* itself: KL 0 (up to the base file's rounding), agreement 1 */
+    const char *self[] = {build_bin("deltafin"), "perplexity", "--model", tiny, "--file", txt, "--window", "12",
+                          "--kl-divergence", tiny, "--json", NULL};
+    TCHECKF(t_run(self, out_, sizeof out_, err_, sizeof err_) == 0, "%s", err_);
+    TCHECKF(json_num(out_, "kld_max") < 1e-6 && json_num(out_, "top1_agreement") == 1.0 &&
+                fabs(json_num(out_, "perplexity_ratio") - 1) < 1e-4,
+            "a model against itself: %s", out_);
+    /* the base's file, then the Q8_0 model against it */
+    const char *sv[] = {build_bin("deltafin"), "perplexity", "--model", tiny, "--file", txt, "--window", "12",
+                        "--save-logits", base, NULL};
+    TCHECKF(t_run(sv, out_, sizeof out_, err_, sizeof err_) == 0, "%s", err_);
+    const char *kq[] = {build_bin("deltafin"), "perplexity", "--model", q8, "--file", txt, "--window", "12",
+                        "--kl-divergence", base, "--json", NULL};
+    TCHECKF(t_run(kq, out_, sizeof out_, err_, sizeof err_) == 0, "%s", err_);
+    double kl_cli = json_num(out_, "kld_mean"), agree_cli = json_num(out_, "top1_agreement");
+    double ratio_cli = json_num(out_, "perplexity_ratio"), n_cli = json_num(out_, "scored_tokens");
+    /* the same from both models' logits, window by window */
+    const char *t[] = {build_bin("deltafin"), "tokenize", "--model", tiny, "--", text, NULL};
+    TCHECK(t_run(t, out_, sizeof out_, err_, sizeof err_) == 0);
+    int32_t ids[1024];
+    int n = 0;
+    for (char *p = out_; *p && n < 1024;) {
+        ids[n++] = (int32_t)strtol(p, &p, 10);
+        if (*p == ',') p++;
+        else break;
+    }
+    double kl = 0, nll_b = 0, nll_q = 0;
+    long cnt = 0, agree = 0;
+    const int W = 12;
+    for (int start = 0; start < n; start += W) {
+        int m = n - start < W ? n - start : W;
+        if (m < 2) break;
+        char list[4096];
+        size_t k = 0;
+        for (int i = 0; i < m; i++) k += (size_t)snprintf(list + k, sizeof list - k, "%s%d", i ? "," : "", ids[start + i]);
+        float *rows[2] = {NULL, NULL};
+        size_t nb = 0;
+        for (int which = 0; which < 2; which++) {
+            const char *r[] = {build_bin("deltafin"), "run", "--model", which ? q8 : tiny, "--prompt-ids", list,
+                               "--max-new", "0", "--dump-logits", dump, NULL};
+            TCHECKF(t_run(r, out_, sizeof out_, err_, sizeof err_) == 0, "%s", err_);
+            rows[which] = (float *)t_slurp(dump, &nb);
+        }
+        int V = (int)(nb / sizeof(float) / (size_t)m);
+        double *lb = malloc((size_t)V * sizeof(double)), *lq = malloc((size_t)V * sizeof(double));
+        for (int r = 0; r + 1 < m && rows[0] && rows[1]; r++) {
+            lsm(rows[0] + (size_t)r * V, V, lb);
+            lsm(rows[1] + (size_t)r * V, V, lq);
+            int ab = 0, aq = 0;
+            for (int i = 0; i < V; i++) {
+                kl += exp(lb[i]) * (lb[i] - lq[i]);
+                ab = lb[i] > lb[ab] ? i : ab;
+                aq = lq[i] > lq[aq] ? i : aq;
+            }
+            agree += ab == aq;
+            nll_b -= lb[ids[start + r + 1]];
+            nll_q -= lq[ids[start + r + 1]];
+            cnt++;
+        }
+        free(lb), free(lq), free(rows[0]), free(rows[1]);
+    }
+    double kl_mean = kl / (double)cnt, ratio = exp((nll_q - nll_b) / (double)cnt);
+    fprintf(stderr, "    %ld tokens: mean KL %.6g (CLI %.6g), agreement %.4f (CLI %.4f), ppl ratio %.6f (CLI %.6f)\n",
+            cnt, kl_mean, kl_cli, (double)agree / (double)cnt, agree_cli, ratio, ratio_cli);
+    TCHECKF(n_cli == (double)cnt, "scored %g vs %ld", n_cli, cnt);
+    TCHECKF(kl_mean > 1e-6, "the Q8_0 model is not different: KL %g", kl_mean);
+    TCHECKF(fabs(kl_cli - kl_mean) < 2e-4 + 0.02 * kl_mean, "mean KL %.9g vs %.9g", kl_cli, kl_mean);
+    TCHECKF(fabs(agree_cli - (double)agree / (double)cnt) < 1e-9, "agreement %.9g vs %.9g", agree_cli, (double)agree / (double)cnt);
+    TCHECKF(fabs(ratio_cli / ratio - 1) < 1e-3, "perplexity ratio %.9g vs %.9g", ratio_cli, ratio);
+    /* refusals: another window, both options */
+    const char *ow[] = {build_bin("deltafin"), "perplexity", "--model", q8, "--file", txt, "--window", "13",
+                        "--kl-divergence", base, NULL};
+    TCHECKF(t_run(ow, NULL, 0, err_, sizeof err_) != 0 && strstr(err_, "another text or window"), "%s", err_);
+    const char *both[] = {build_bin("deltafin"), "perplexity", "--model", q8, "--file", txt, "--kl-divergence", base,
+                          "--save-logits", dump, NULL};
+    TCHECKF(t_run(both, NULL, 0, err_, sizeof err_) != 0 && strstr(err_, "give one"), "%s", err_);
+}
+
 static const test_case tests[] = {
     {"window_within_mem", test_window_within_mem},
     {"matches_dumped_logits", test_matches_dumped_logits},
     {"bad_input", test_bad_input},
+    {"kl_divergence", test_kl_divergence},
 };
 
 int main(int argc, char **argv)

@@ -62,4 +62,30 @@ int cmd_doctor(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_perplexity(int argc, char **argv);
 
+/* cli_kld.c: perplexity's KL-divergence mode (a base model's log-softmax
+ * per scored row in a file, compressed; read back against another model) */
+typedef struct kld_writer {
+    FILE *f;
+    int V;
+    double *lp;
+    uint16_t *q;
+} kld_writer;
+typedef struct kld_reader {
+    FILE *f;
+    int V;
+    double *lp, *mlp;
+    uint16_t *q;
+} kld_reader;
+uint64_t kld_ids_hash(const int32_t *ids, size_t n);
+int kld_writer_open(kld_writer *w, const char *path, int V, int W, const int32_t *ids, size_t n);
+int kld_writer_row(kld_writer *w, const float *logits);
+int kld_writer_close(kld_writer *w);
+/* -1 with why: unreadable, not such a file, another vocabulary, text or window */
+int kld_reader_open(kld_reader *r, const char *path, int V, int W, const int32_t *ids, size_t n, char *why,
+                    size_t nwhy);
+int kld_reader_row(kld_reader *r, const float *logits, int32_t next, double *kl, double *base_nll, int *same_top);
+void kld_reader_close(kld_reader *r);
+/* kls: [n] per-token KL (sorted in place) */
+void kld_report(const char *file, double *kls, size_t n, uint64_t same_top, double nll, double base_nll, int json);
+
 #endif

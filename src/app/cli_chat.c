@@ -604,7 +604,9 @@ static double row_nll(const float *logits, int V, int32_t next)
 }
 
 /* perplexity's running sums, fed one prompt chunk's rows at a time: row
- * t of a window scores the window's id t + 1 (the last row scores none) */
+ * t of a window scores the window's id t + 1 (the last row scores none);
+ * with --save-logits each scored row also goes to the base file, with
+ * --kl-divergence each is compared with the base's (cli_kld.c) */
 typedef struct ppl_acc {
     const tokenizer *tok;
     size_t V;
@@ -612,6 +614,10 @@ typedef struct ppl_acc {
     size_t m, t;        /* its length; the next row's position in it */
     double nll;
     uint64_t scored, bytes;
+    kld_writer *save;
+    kld_reader *base;
+    double *kls, base_nll;
+    uint64_t same_top;
 } ppl_acc;
 
 static int ppl_rows(void *ctx, const float *rows, int n_rows)
@@ -620,7 +626,17 @@ static int ppl_rows(void *ctx, const float *rows, int n_rows)
     for (int r = 0; r < n_rows; r++, a->t++) {
         if (a->t + 1 >= a->m) continue;
         int32_t next = a->ids[a->t + 1];
-        a->nll += row_nll(rows + (size_t)r * a->V, (int)a->V, next);
+        const float *row = rows + (size_t)r * a->V;
+        a->nll += row_nll(row, (int)a->V, next);
+        if (a->save && kld_writer_row(a->save, row)) return -1;
+        if (a->base) {
+            double kl, bn;
+            int same;
+            if (kld_reader_row(a->base, row, next, &kl, &bn, &same)) return -1;
+            a->kls[a->scored] = kl;
+            a->base_nll += bn;
+            a->same_top += (uint64_t)same;
+        }
         size_t bl = 0;
         tokenizer_token_bytes(a->tok, next, &bl);
         a->bytes += bl;
@@ -629,26 +645,109 @@ static int ppl_rows(void *ctx, const float *rows, int n_rows)
     return 0;
 }
 
+static char *read_text_file(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) die("--file %s: %s", path, strerror(errno));
+    size_t cap = 1 << 16;
+    char *text = malloc(cap);
+    *len = 0;
+    for (size_t k; text && (k = fread(text + *len, 1, cap - *len, f)) > 0;) {
+        *len += k;
+        if (*len == cap) text = realloc(text, cap *= 2);
+    }
+    fclose(f);
+    if (!text) die("out of memory reading %s", path);
+    return text;
+}
+
+/* Every window of ids through the session, its rows into acc; 0 or -1 (printed). */
+static int ppl_windows(df_session *s, const int32_t *ids, size_t n, int W, float *logits, ppl_acc *acc)
+{
+    df_error err = {0};
+    double t0 = now_sec();
+    size_t n_windows = (n + (size_t)W - 1) / (size_t)W;
+    int tty = isatty(2);
+    for (size_t w = 0; w < n_windows; w++) {
+        size_t start = w * (size_t)W, m = n - start < (size_t)W ? n - start : (size_t)W;
+        if (m < 2) break;
+        df_session_reset(s);
+        acc->ids = ids + start;
+        acc->m = m;
+        acc->t = 0;
+        if (df_session_eval_each(s, ids + start, (int)m, logits, ppl_rows, acc, &err)) {
+            if (tty) fprintf(stderr, "\r\033[K");
+            if (acc->base && err.code == DF_ERR_IO)
+                fprintf(stderr, "deltafin: --kl-divergence: the base file ends before the text does\n");
+            else
+                fprintf(stderr, "deltafin: %s\n", err.msg);
+            return -1;
+        }
+        double dt = now_sec() - t0;
+        if (tty)
+            fprintf(stderr, "\rdeltafin: window %zu/%zu, perplexity so far %.4f, %.0f s left   ", w + 1, n_windows,
+                    exp(acc->nll / (double)acc->scored), dt / (double)(w + 1) * (double)(n_windows - w - 1));
+    }
+    if (tty) fprintf(stderr, "\r\033[K");
+    return 0;
+}
+
+/* the base model's run of --kl-divergence: its own line goes to stderr */
+static int ppl_base_run;
+
+/* Is path a --save-logits file (rather than a model)? */
+static int is_kld_file(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    char m[8] = {0};
+    int yes = f && fread(m, 8, 1, f) == 1 && !memcmp(m, "DFKLD001", 8);
+    if (f) fclose(f);
+    return yes;
+}
+
 int cmd_perplexity(int argc, char **argv)
 {
     run_args a;
     parse_common(argc, argv, &a);
     if (!a.file) die("perplexity needs --file TEXT");
-    int W = a.window ? a.window : 256;
-    char *text = NULL;
-    size_t len = 0;
-    {
-        FILE *f = fopen(a.file, "rb");
-        if (!f) die("--file %s: %s", a.file, strerror(errno));
-        size_t cap = 1 << 16;
-        text = malloc(cap);
-        for (size_t k; text && (k = fread(text + len, 1, cap - len, f)) > 0;) {
-            len += k;
-            if (len == cap) text = realloc(text, cap *= 2);
+    if (a.kld_base && a.save_logits) die("--kl-divergence and --save-logits: give one");
+    char tmp_base[4096] = "";
+    if (a.kld_base && !is_kld_file(a.kld_base)) {
+        /* a base model: its run first, into a temporary base file (the two
+         * engines never hold memory at the same time) */
+        const char *td = getenv("TMPDIR");
+        snprintf(tmp_base, sizeof tmp_base, "%s/deltafin-kld-XXXXXX", td && *td ? td : "/tmp");
+        int fd = mkstemp(tmp_base);
+        if (fd < 0) die("--kl-divergence: cannot create a temporary file: %s", strerror(errno));
+        close(fd);
+        char *bargv[64], *base_model = xstrdup(a.kld_base);
+        int bn = 0;
+        for (int i = 0; i < argc && bn < 60; i++) {
+            if (!strcmp(argv[i], "--kl-divergence") || !strcmp(argv[i], "--json")) {
+                i += !strcmp(argv[i], "--kl-divergence");
+                continue;
+            }
+            bargv[bn++] = argv[i];
+            if (!strcmp(argv[i], "--model") && i + 1 < argc) bargv[bn++] = base_model, i++;
         }
-        fclose(f);
-        if (!text) die("out of memory reading %s", a.file);
+        static char save_flag[] = "--save-logits";
+        bargv[bn++] = save_flag;
+        bargv[bn++] = tmp_base;
+        bargv[bn] = NULL;
+        fprintf(stderr, "deltafin: --kl-divergence: the base model %s first\n", a.kld_base);
+        ppl_base_run = 1;
+        int brc = cmd_perplexity(bn, bargv);
+        ppl_base_run = 0;
+        free(base_model);
+        if (brc) {
+            unlink(tmp_base);
+            return 1;
+        }
+        a.kld_base = tmp_base;
     }
+    int W = a.window ? a.window : 256;
+    size_t len = 0;
+    char *text = read_text_file(a.file, &len);
     tokenizer *tok;
     if (load_tokenizer(a.model, &tok)) return 1;
     int32_t *ids = NULL;
@@ -674,40 +773,52 @@ int cmd_perplexity(int argc, char **argv)
     float *logits = malloc((size_t)B * V * sizeof *logits);
     if (!logits) die("cannot allocate the logits of a prompt chunk of %d", B);
     ppl_acc acc = {.tok = tok, .V = V};
-    double t0 = now_sec();
-    size_t n_windows = (n + (size_t)W - 1) / (size_t)W;
-    int tty = isatty(2);
-    for (size_t w = 0; w < n_windows; w++) {
-        size_t start = w * (size_t)W, m = n - start < (size_t)W ? n - start : (size_t)W;
-        if (m < 2) break;
-        df_session_reset(s);
-        acc.ids = ids + start;
-        acc.m = m;
-        acc.t = 0;
-        if (df_session_eval_each(s, ids + start, (int)m, logits, ppl_rows, &acc, &err)) {
-            fprintf(stderr, "deltafin: %s\n", err.msg);
-            return 1;
-        }
-        double dt = now_sec() - t0;
-        if (tty)
-            fprintf(stderr, "\rdeltafin: window %zu/%zu, perplexity so far %.4f, %.0f s left   ", w + 1, n_windows,
-                    exp(acc.nll / (double)acc.scored), dt / (double)(w + 1) * (double)(n_windows - w - 1));
+    kld_writer kw;
+    kld_reader kr;
+    if (a.save_logits) {
+        if (kld_writer_open(&kw, a.save_logits, (int)V, W, ids, n)) return 1;
+        acc.save = &kw;
     }
-    if (tty) fprintf(stderr, "\r\033[K");
+    if (a.kld_base) {
+        char why[600];
+        if (kld_reader_open(&kr, a.kld_base, (int)V, W, ids, n, why, sizeof why))
+            die("--kl-divergence %s", why);
+        acc.base = &kr;
+        acc.kls = xmalloc(n * sizeof *acc.kls);
+    }
+    double t0 = now_sec();
+    int rc = ppl_windows(s, ids, n, W, logits, &acc);
+    if (acc.save && (kld_writer_close(&kw) || rc)) {
+        if (!rc) fprintf(stderr, "deltafin: --save-logits %s: write failed\n", a.save_logits);
+        unlink(a.save_logits);
+        rc = -1;
+    }
+    if (rc) {
+        if (tmp_base[0]) unlink(tmp_base);
+        return 1;
+    }
     double nll = acc.nll;
     uint64_t scored = acc.scored, bytes = acc.bytes;
+    size_t n_windows = (n + (size_t)W - 1) / (size_t)W;
     double mean = nll / (double)scored, ppl = exp(mean);
     double bpb = nll / log(2.0) / (double)bytes, bpfb = nll / log(2.0) / (double)len;
-    if (a.json)
+    if (acc.base) {
+        kld_report(a.file, acc.kls, (size_t)scored, acc.same_top, nll, acc.base_nll, a.json);
+        kld_reader_close(&kr);
+        free(acc.kls);
+    } else if (a.json) {
         printf("{\"file\":\"%s\",\"window\":%d,\"windows\":%zu,\"scored_tokens\":%llu,\"scored_bytes\":%llu,"
                "\"nll_sum\":%.10g,\"mean_nll\":%.10g,\"perplexity\":%.10g,\"bits_per_byte\":%.10g,"
                "\"bits_per_file_byte\":%.10g,\"seconds\":%.3f,\"peak_rss_kb\":%ld}\n",
                a.file, W, n_windows, (unsigned long long)scored, (unsigned long long)bytes, nll, mean, ppl, bpb, bpfb,
                now_sec() - t0, proc_peak_rss_kb());
-    else
-        printf("%s: %llu tokens scored in %zu windows of %d: perplexity %.4f, mean NLL %.5f nats, %.4f bits per "
-               "byte (%.4f per file byte), %.1f s\n",
+    } else {
+        fprintf(ppl_base_run ? stderr : stdout,
+               "%s%s: %llu tokens scored in %zu windows of %d: perplexity %.4f, mean NLL %.5f nats, %.4f bits per "
+               "byte (%.4f per file byte), %.1f s\n", ppl_base_run ? "deltafin: base: " : "",
                a.file, (unsigned long long)scored, n_windows, W, ppl, mean, bpb, bpfb, now_sec() - t0);
+    }
+    if (tmp_base[0]) unlink(tmp_base);
     free(logits);
     free(ids);
     free(text);

@@ -75,7 +75,11 @@ void usage(FILE *f)
           "  mpirun -np N deltafin run|chat|serve ...: the routed experts spread over N processes\n"
           "          (built with Open MPI; --heat balances them; DELTAFIN_RANK_TIMEOUT, default 60 s)\n"
           "  perplexity --model DIR --file TEXT [--window N] [--json]\n"
-          "          perplexity and bits per byte of a text file\n"
+          "             [--save-logits FILE | --kl-divergence BASE]\n"
+          "          perplexity and bits per byte of a text file; --save-logits keeps the model's\n"
+          "          distributions (compressed) for a later --kl-divergence; --kl-divergence BASE (a\n"
+          "          model, run first, or such a file): KL divergence from the base (mean, median,\n"
+          "          99%, 99.9%, max), top-1 agreement, the perplexity ratio (what quantizing lost)\n"
           "  iobench DIR [--chunk SIZE] [--io-depth N] [--seconds S] [--io buffered]\n"
           "          measure the drive's read bandwidth with the engine's read size and depth\n"
           "          (DIR: a model directory or any directory of large files)\n"
@@ -382,7 +386,8 @@ static const opt_def opts[] = {
     {"--temp", 1, C_RUN | C_CHAT},    {"--top-p", 1, C_RUN | C_CHAT},  {"--top-k", 1, C_RUN | C_CHAT},
     {"--seed", 1, C_RUN | C_CHAT},    {"--draft", 1, C_RUN | C_CHAT | C_SERVE},
     {"--draft-max", 1, C_RUN | C_CHAT | C_SERVE}, {"--draft-k", 1, C_RUN | C_CHAT | C_SERVE},
-    {"--draft-mem", 1, C_RUN | C_CHAT | C_SERVE}, {"--session", 1, C_RUN | C_CHAT},    {"--file", 1, C_PERPLEXITY},      {"--window", 1, C_PERPLEXITY},   {"--json", 0, C_PLAN | C_PERPLEXITY}, {"--ranks", 1, C_PLAN},
+    {"--draft-mem", 1, C_RUN | C_CHAT | C_SERVE}, {"--session", 1, C_RUN | C_CHAT},    {"--file", 1, C_PERPLEXITY},      {"--window", 1, C_PERPLEXITY},
+    {"--kl-divergence", 1, C_PERPLEXITY}, {"--save-logits", 1, C_PERPLEXITY},   {"--json", 0, C_PLAN | C_PERPLEXITY}, {"--ranks", 1, C_PLAN},
     {"--serve", 0, C_PLAN},           {"--parallel", 1, C_PLAN},
 };
 
@@ -516,6 +521,8 @@ void parse_common(int argc, char **argv, run_args *a)
         else if (!strcmp(f, "--decode")) a->decode = v;
         else if (!strcmp(f, "--file")) a->file = v;
         else if (!strcmp(f, "--window")) a->window = (int)parse_long(v, f, 2, 1 << 20);
+        else if (!strcmp(f, "--kl-divergence")) a->kld_base = v;
+        else if (!strcmp(f, "--save-logits")) a->save_logits = v;
         else if (!strcmp(f, "--json")) a->json = 1;
         else if (!strcmp(f, "--ranks")) a->ranks = (int)parse_long(v, f, 1, 255);
         else if (!strcmp(f, "--serve")) a->serve = 1;

@@ -33,6 +33,8 @@ typedef struct {
     int ctx_plan;   /* the context the engine is planned for (context_for), 0 = --ctx or the default */
     const char *file; /* perplexity: the text file */
     int window;     /* perplexity: positions per window */
+    const char *kld_base;   /* perplexity --kl-divergence BASE: a base model, or a --save-logits file */
+    const char *save_logits; /* perplexity --save-logits FILE: the base's rows for a later --kl-divergence */
     int json;       /* plan, perplexity: machine-readable output */
     int greedy, top_k, seed_set;  /* sampling (sampler.h): --greedy, --temp, --top-p, --top-k, --seed */
     double temp, top_p;

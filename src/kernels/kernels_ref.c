@@ -17,18 +17,19 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void matmul_f32_ref(const void *W, size_t ld, int C, const float *x, size_t xs, int T,
-                           float *y, size_t ys, int r0, int r1)
+/* The dense order (kernels.h) over rows of esize-byte elements read by load. */
+static void dense_ref(float (*load)(const void *, size_t), size_t esize, const void *W, size_t ld, int C,
+                      const float *x, size_t xs, int T, float *y, size_t ys, int r0, int r1)
 {
     for (int r = r0; r < r1; r++) {
-        const uint8_t *row = (const uint8_t *)W + (size_t)r * ld * 4;
+        const uint8_t *row = (const uint8_t *)W + (size_t)r * ld * esize;
         for (int t = 0; t < T; t++) {
             const float *xt = x + (size_t)t * xs;
             float acc[16] = {0};
             for (int c0 = 0; c0 < C; c0 += 16)
                 for (int l = 0; l < 16; l++) {
                     int c = c0 + l;
-                    float w = c < C ? load_f32(row, (size_t)c) : 0.0f;
+                    float w = c < C ? load(row, (size_t)c) : 0.0f;
                     float v = c < C ? xt[c] : 0.0f;
                     acc[l] = fmaf(w, v, acc[l]);
                 }
@@ -37,44 +38,26 @@ static void matmul_f32_ref(const void *W, size_t ld, int C, const float *x, size
     }
 }
 
-static void matmul_bf16_ref(const void *W, size_t ld, int C, const float *x, size_t xs, int T,
-                            float *y, size_t ys, int r0, int r1)
+static float ld_f32(const void *row, size_t c) { return load_f32(row, c); }
+static float ld_bf16(const void *row, size_t c) { return load_bf16(row, c); }
+static float ld_f16(const void *row, size_t c) { return load_f16(row, c); }
+
+static void matmul_f32_ref(const void *W, size_t ld, int C, const float *x, size_t xs, int T, float *y, size_t ys,
+                           int r0, int r1)
 {
-    for (int r = r0; r < r1; r++) {
-        const uint8_t *row = (const uint8_t *)W + (size_t)r * ld * 2;
-        for (int t = 0; t < T; t++) {
-            const float *xt = x + (size_t)t * xs;
-            float acc[16] = {0};
-            for (int c0 = 0; c0 < C; c0 += 16)
-                for (int l = 0; l < 16; l++) {
-                    int c = c0 + l;
-                    float w = c < C ? load_bf16(row, (size_t)c) : 0.0f;
-                    float v = c < C ? xt[c] : 0.0f;
-                    acc[l] = fmaf(w, v, acc[l]);
-                }
-            y[(size_t)t * ys + r] = lane_tree16(acc);
-        }
-    }
+    dense_ref(ld_f32, 4, W, ld, C, x, xs, T, y, ys, r0, r1);
 }
 
-static void matmul_f16_ref(const void *W, size_t ld, int C, const float *x, size_t xs, int T,
-                           float *y, size_t ys, int r0, int r1)
+static void matmul_bf16_ref(const void *W, size_t ld, int C, const float *x, size_t xs, int T, float *y, size_t ys,
+                            int r0, int r1)
 {
-    for (int r = r0; r < r1; r++) {
-        const uint8_t *row = (const uint8_t *)W + (size_t)r * ld * 2;
-        for (int t = 0; t < T; t++) {
-            const float *xt = x + (size_t)t * xs;
-            float acc[16] = {0};
-            for (int c0 = 0; c0 < C; c0 += 16)
-                for (int l = 0; l < 16; l++) {
-                    int c = c0 + l;
-                    float w = c < C ? load_f16(row, (size_t)c) : 0.0f;
-                    float v = c < C ? xt[c] : 0.0f;
-                    acc[l] = fmaf(w, v, acc[l]);
-                }
-            y[(size_t)t * ys + r] = lane_tree16(acc);
-        }
-    }
+    dense_ref(ld_bf16, 2, W, ld, C, x, xs, T, y, ys, r0, r1);
+}
+
+static void matmul_f16_ref(const void *W, size_t ld, int C, const float *x, size_t xs, int T, float *y, size_t ys,
+                           int r0, int r1)
+{
+    dense_ref(ld_f16, 2, W, ld, C, x, xs, T, y, ys, r0, r1);
 }
 
 /* Q8_0: the dense order over w = (float)q * d (C a multiple of 32, so no

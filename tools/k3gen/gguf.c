@@ -540,10 +540,18 @@ static int merge_pair(const vocab *v, int id, int *a, int *b, int *work, unsigne
     return 1;
 }
 
+/* --from DIR: the GGUF carries DIR's own vocabulary (its tiktoken.model),
+ * not a generated one, so the converted file tokenizes as the model does */
+static const char *gg_from_dir;
+void gg_set_from(const char *dir) { gg_from_dir = dir; }
+
 static void gg_tokenizer(kvbuf *k, long V)
 {
     vocab v = {0};
-    build_vocab(&v, V);
+    char tk[4096];
+    snprintf(tk, sizeof tk, "%s/tiktoken.model", gg_from_dir ? gg_from_dir : "");
+    if (!gg_from_dir || load_vocab_tiktoken(&v, tk))
+        build_vocab(&v, V);
     if (v.n != V - 256)
         die("internal: vocab has %d ordinary tokens, expected %ld", v.n, V - 256);
     kv_str(k, "tokenizer.ggml.model", "gpt2");

@@ -246,6 +246,7 @@ void write_index(const char *dir, tensor_list *tl, int nshards, uint64_t total);
 int vocab_find(const vocab *v, const unsigned char *p, int n);
 int vocab_find_pair(const vocab *v, int a, int b, unsigned char *scratch);
 void build_vocab(vocab *v, long vocab_size);
+int load_vocab_tiktoken(vocab *v, const char *path);
 int write_tokenizer(const char *dir, long V);
 const unsigned char *vocab_bytes(const vocab *v, int id);
 extern const special_token special_tokens[];
@@ -256,5 +257,6 @@ uint64_t write_gguf(const char *path, const model_cfg *c, tensor_list *tl, uint6
 void gg_report(const char *path, int n_split, int f32, uint64_t bytes);
 /* --gguf-trunk q8_0|f16|q8_0-values (gguf.c) */
 void gg_set_trunk(const char *mode);
+void gg_set_from(const char *dir);
 
 #endif /* K3GEN_H */

@@ -234,6 +234,7 @@ static void convert_from(const args *o, const preset *pr, const model_cfg *cfg, 
     static src_ckpt src;
     src_open(&src, o->from, tl); /* dies unless every roster tensor matches */
     g_src = &src;
+    gg_set_from(o->from);
     uint64_t total = 0;
     for (size_t i = 0; i < tl->n; i++)
         total += tensor_bytes(&tl->t[i]);

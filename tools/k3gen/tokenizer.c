@@ -526,6 +526,41 @@ static void split_corpus_file(piece_map *pm, const char *path)
     free(sb.buf);
 }
 
+/* A vocabulary read from a tiktoken.model file (base64 bytes, rank; ranks
+ * 0..n-1 in order): 0 and v filled, or -1 when the file is absent. */
+int load_vocab_tiktoken(vocab *v, const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    char line[4096];
+    int rank_want = 0;
+    while (fgets(line, sizeof line, f)) {
+        char *sp = strchr(line, ' ');
+        if (!sp) die("%s: a line without a rank", path);
+        *sp = 0;
+        unsigned char bytes[3072];
+        int n = 0;
+        unsigned acc = 0, bits = 0;
+        for (const char *p = line; *p && *p != '='; p++) {
+            const char *al = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+            const char *q = strchr(al, *p);
+            if (!q) die("%s: not base64: %s", path, line);
+            acc = acc << 6 | (unsigned)(q - al);
+            bits += 6;
+            if (bits >= 8) {
+                bits -= 8;
+                if (n < (int)sizeof bytes) bytes[n++] = (unsigned char)(acc >> bits);
+                acc &= (1u << bits) - 1;
+            }
+        }
+        if (atoi(sp + 1) != rank_want) die("%s: rank %d where %d was expected", path, atoi(sp + 1), rank_want);
+        vocab_add(v, bytes, n);
+        rank_want++;
+    }
+    fclose(f);
+    return 0;
+}
+
 void build_vocab(vocab *v, long vocab_size)
 {
     const int target = (int)(vocab_size - 256);
