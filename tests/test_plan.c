@@ -655,8 +655,42 @@ static void test_scratch_under_the_line(void)
     df_engine_close(eng);
 }
 
+/* plan --trunk q8_0 (a config.json's what-if): every trunk matrix but the
+ * router in Q8_0 (34 bytes per 32 values, llama.cpp's K3 conversion), counted
+ * here from the roster; at 64 GiB the trunk then stays resident (the BF16
+ * one streams 103 GiB a token there); a model's own files refuse it. */
+static void test_plan_k3_q8_trunk(void)
+{
+    char cfg[512], mini[600];
+    snprintf(cfg, sizeof cfg, "%s/k3/config.json", testdata_dir());
+    snprintf(mini, sizeof mini, "%s/../models/k3-mini", testdata_dir());
+    const uint64_t h = 7168, V = 163840, P = 96 * 128, Dk = 128, Hk = 96, Hm = 96, Rq = 1536, Rkv = 512, dn = 128,
+                   dr = 64, dv = 128, Dff = 33792, E = 896, Ns = 2, I = 3072, Lt = 3584;
+    uint64_t kda = 4 * P * h + Dk * h + P * Dk + Hk * h + h * P;
+    uint64_t mla = Rq * h + Hm * (dn + dr) * Rq + (Rkv + dr) * h + Hm * (dn + dv) * Rkv + Hm * dv * h + h * Hm * dv;
+    uint64_t moe_q = Lt * h + h * Lt + 3 * Ns * I * h, router = E * h;
+    uint64_t q8 = (69 * kda + 24 * mla + 3 * Dff * h + 92 * moe_q + V * h) / 32 * 34 + 2 * 92 * router;
+    df_plan_opts o = {.mem_budget = 64 * GiB, .n_threads = 16, .trunk_type = "q8_0"};
+    df_plan p;
+    df_error err = {0};
+    TCHECKF(df_plan_model(cfg, &o, &p, NULL, &err) == 0, "%s", err.msg);
+    TCHECKF(p.trunk_bytes == q8, "trunk %llu, expected %llu", (unsigned long long)p.trunk_bytes, (unsigned long long)q8);
+    TCHECK(p.embed_bytes == V * h / 32 * 34);
+    TCHECKF(p.trunk_mode == DF_TRUNK_RESIDENT && p.trunk_read_per_token == 0, "at 64 GiB: mode %d, %llu a token",
+            p.trunk_mode, (unsigned long long)p.trunk_read_per_token);
+    o.trunk_type = "bf16";
+    TCHECK(df_plan_model(cfg, &o, &p, NULL, &err) == 0 && p.trunk_mode == DF_TRUNK_STREAMED);
+    o.trunk_type = "q8_0";
+    memset(&err, 0, sizeof err);
+    TCHECK(df_plan_model(mini, &o, &p, NULL, &err) == -1 && strstr(err.msg, "config.json alone"));
+    o.trunk_type = "q4";
+    memset(&err, 0, sizeof err);
+    TCHECK(df_plan_model(cfg, &o, &p, NULL, &err) == -1 && strstr(err.msg, "expected bf16, f16 or q8_0"));
+}
+
 static const test_case tests[] = {
     {"scratch_under_the_line", test_scratch_under_the_line},
+    {"k3_q8_0_trunk_what_if", test_plan_k3_q8_trunk},
     {"resident_threshold_one_rule", test_resident_threshold_one_rule},
     {"cli_doctor", test_cli_doctor},
     {"io_auto_probe_is_cold", test_io_auto_probe_is_cold},

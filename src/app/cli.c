@@ -131,6 +131,7 @@ static void plan_opts_from(const run_args *a, df_plan_opts *o, size_t mem)
     o->serve = a->serve;
     o->n_sessions = a->plan_sessions;
     o->checkpoints = a->serve ? -1 : 0; /* serve's default rule */
+    o->trunk_type = a->trunk_type;
 }
 
 static double gib_(uint64_t b) { return (double)b / (double)(1ull << 30); }

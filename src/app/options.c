@@ -68,10 +68,11 @@ void usage(FILE *f)
           "          allows, what to change)\n"
           "  info    --model DIR: the model's dimensions and its memory plan (reads no weights)\n"
           "  plan    --model DIR|FILE.gguf|config.json [--mem SIZE] [--ctx N] [--json] [--ranks N]\n"
-          "          [--serve [--parallel N]]\n"
+          "          [--serve [--parallel N]] [--trunk bf16|f16|q8_0]\n"
           "          where the model goes at --mem (or at 24/64/128/512 GiB) and the bytes read per\n"
           "          token, from the config and headers alone; --ranks: each MPI rank's share;\n"
-          "          --serve: the context serve picks without --ctx, and why\n"
+          "          --serve: the context serve picks without --ctx, and why; --trunk: a config.json's\n"
+          "          trunk as that type (q8_0: llama.cpp's K3 conversion), a what-if\n"
           "  mpirun -np N deltafin run|chat|serve ...: the routed experts spread over N processes\n"
           "          (built with Open MPI; --heat balances them; DELTAFIN_RANK_TIMEOUT, default 60 s)\n"
           "  perplexity --model DIR --file TEXT [--window N] [--json]\n"
@@ -387,7 +388,7 @@ static const opt_def opts[] = {
     {"--seed", 1, C_RUN | C_CHAT},    {"--draft", 1, C_RUN | C_CHAT | C_SERVE},
     {"--draft-max", 1, C_RUN | C_CHAT | C_SERVE}, {"--draft-k", 1, C_RUN | C_CHAT | C_SERVE},
     {"--draft-mem", 1, C_RUN | C_CHAT | C_SERVE}, {"--session", 1, C_RUN | C_CHAT},    {"--file", 1, C_PERPLEXITY},      {"--window", 1, C_PERPLEXITY},
-    {"--kl-divergence", 1, C_PERPLEXITY}, {"--save-logits", 1, C_PERPLEXITY},   {"--json", 0, C_PLAN | C_PERPLEXITY}, {"--ranks", 1, C_PLAN},
+    {"--kl-divergence", 1, C_PERPLEXITY}, {"--save-logits", 1, C_PERPLEXITY},   {"--json", 0, C_PLAN | C_PERPLEXITY}, {"--ranks", 1, C_PLAN}, {"--trunk", 1, C_PLAN},
     {"--serve", 0, C_PLAN},           {"--parallel", 1, C_PLAN},
 };
 
@@ -525,6 +526,7 @@ void parse_common(int argc, char **argv, run_args *a)
         else if (!strcmp(f, "--save-logits")) a->save_logits = v;
         else if (!strcmp(f, "--json")) a->json = 1;
         else if (!strcmp(f, "--ranks")) a->ranks = (int)parse_long(v, f, 1, 255);
+        else if (!strcmp(f, "--trunk")) a->trunk_type = v;
         else if (!strcmp(f, "--serve")) a->serve = 1;
         else if (!strcmp(f, "--parallel")) a->plan_sessions = (int)parse_long(v, f, 1, 64);
         else die("internal: option %s has no handler", f);

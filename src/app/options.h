@@ -35,6 +35,7 @@ typedef struct {
     int window;     /* perplexity: positions per window */
     const char *kld_base;   /* perplexity --kl-divergence BASE: a base model, or a --save-logits file */
     const char *save_logits; /* perplexity --save-logits FILE: the base's rows for a later --kl-divergence */
+    const char *trunk_type;  /* plan --trunk bf16|f16|q8_0: a config.json's what-if */
     int json;       /* plan, perplexity: machine-readable output */
     int greedy, top_k, seed_set;  /* sampling (sampler.h): --greedy, --temp, --top-p, --top-k, --seed */
     double temp, top_p;

@@ -143,6 +143,9 @@ typedef struct df_plan_opts {
     int serve;                    /* n_ctx 0: serve's default context (df_engine_opts.plan_ctx_serve) */
     int n_sessions;               /* sessions planned (serve --parallel N; 0 = 1) */
     int checkpoints;              /* as df_engine_opts.plan_checkpoints (-1: serve's default rule) */
+    const char *trunk_type;       /* config.json only, a what-if: the trunk's matrices as "bf16" (K3's
+                                     release, the default), "f16" or "q8_0" (llama.cpp's K3 conversion:
+                                     every 2-D trunk matrix but the router in Q8_0) */
 } df_plan_opts;
 
 /* The plan for a model without reading its weights: `path` is a model

@@ -204,6 +204,16 @@ int df_plan_model(const char *path, const df_plan_opts *o, df_plan *p, df_model_
         o = &def;
     }
     memset(p, 0, sizeof *p);
+    enum wtype syn = W_BF16;
+    if (o->trunk_type && *o->trunk_type) {
+        if (!ends_with(path, ".json"))
+            return df_err_set(err, DF_ERR_ARG, -1, "--trunk %s: a what-if for a config.json alone; a model's own "
+                              "files are planned with the types they hold", o->trunk_type);
+        if (!strcmp(o->trunk_type, "q8_0")) syn = W_Q8_0;
+        else if (!strcmp(o->trunk_type, "f16")) syn = W_F16;
+        else if (strcmp(o->trunk_type, "bf16"))
+            return df_err_set(err, DF_ERR_ARG, -1, "--trunk %s: expected bf16, f16 or q8_0", o->trunk_type);
+    }
     df_engine *eng = xcalloc(1, sizeof *eng);
     eng->n_ranks = df_ranks_size();
     eng->m.headers_only = 1;
@@ -212,6 +222,7 @@ int df_plan_model(const char *path, const df_plan_opts *o, df_plan *p, df_model_
     eng->m.io_depth = 1;
     eng->n_threads = o->n_threads > 0 ? o->n_threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
     if (eng->n_threads < 1) eng->n_threads = 1;
+    eng->m.syn_trunk = syn;
     int rc = ends_with(path, ".json") ? model_load_config_only(&eng->m, path, err) : model_load(&eng->m, path, err);
     if (!rc) {
         df_session_opts so;

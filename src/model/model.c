@@ -353,8 +353,19 @@ static int bind_mat(loader *ld, const char *name, int rows, int cols, wmat *out,
     int shard;
     const st_tensor *t = expect(ld, name, rows, cols, 0, DT_FLOAT, &shard, err);
     if (!t) return -1;
-    return model_map_mat(ld->eng, ld->cur_layer, shard, t->offset, t->nbytes, t->dtype == ST_BF16 ? W_BF16 : W_F32,
-                         rows, cols, name, out, err);
+    enum wtype type = t->dtype == ST_BF16 ? W_BF16 : W_F32;
+    uint64_t nbytes = t->nbytes;
+    enum wtype what_if = ld->eng->syn_trunk;
+    /* a config.json's what-if (plan --trunk): the matrix sized as that type;
+     * llama.cpp's Q8_0 conversion keeps the router and rows that are not
+     * whole blocks as they are */
+    if (ld->synthetic && what_if == W_F16) type = W_F16;
+    if (ld->synthetic && what_if == W_Q8_0 && cols % Q8_0_BLOCK == 0 && !strstr(name, "block_sparse_moe.gate.weight")) {
+        type = W_Q8_0;
+        nbytes = (uint64_t)rows * (uint64_t)(cols / Q8_0_BLOCK) * Q8_0_BYTES;
+        ld->syn_off += nbytes - t->nbytes; /* keep offsets as if laid out so */
+    }
+    return model_map_mat(ld->eng, ld->cur_layer, shard, t->offset, nbytes, type, rows, cols, name, out, err);
 }
 
 int model_map_mat(k3_model *eng, int layer, int shard, uint64_t off, uint64_t nbytes, enum wtype type, int rows,

@@ -135,6 +135,7 @@ typedef struct k3_model {
     uint64_t owned_bytes;     /* owned f32 vectors */
     int from_mirror;          /* a streamed install: experts fetched over HTTP (libcurl, planned) */
     int headers_only;         /* df_plan_model: sizes from headers, no weight read or mapped */
+    enum wtype syn_trunk;     /* model_load_config_only: the trunk matrices' type (W_BF16, W_F16, W_Q8_0) */
     float **owned;            /* owned f32 vectors, freed at close */
     int n_owned, cap_owned;
 } k3_model;
