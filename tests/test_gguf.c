@@ -13,6 +13,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -610,6 +611,64 @@ static void test_k3gen_shape(void)
 
 static void test_cleanup(void) { test_scratch_remove(); }
 
+/* deltafin quantize: a Q8_0 trunk file that loads and runs with the same
+ * bits on both backends (make llama-oracle checks it against llama.cpp's
+ * own output, tensor by tensor); bad input refused by name, and a run that
+ * fails midway (a truncated input) leaves neither OUT nor OUT.tmp. */
+static void test_quantize_cli(void)
+{
+    char dir[512], src[600], out[600], tmpf[700], trunc_[600], args[1200];
+    snprintf(src, sizeof src, "%s/qsrc.gguf", test_scratch());
+    snprintf(out, sizeof out, "%s/qout.gguf", test_scratch());
+    snprintf(tmpf, sizeof tmpf, "%s.tmp", out);
+    snprintf(trunc_, sizeof trunc_, "%s/qtrunc.gguf", test_scratch());
+    snprintf(args, sizeof args, "--preset tiny --set hidden_size=64 --seed 9 --gguf %s", src);
+    if (gen_model("qsrc", args, dir, sizeof dir)) return;
+    char o_[4096], e_[4096];
+    const char *q[] = {build_bin("deltafin"), "quantize", "--trunk", "q8_0", src, out, NULL};
+    TCHECKF(t_run(q, o_, sizeof o_, e_, sizeof e_) == 0 && strstr(e_, "to Q8_0"), "%s", e_);
+    gguf_file g;
+    df_error err = {0};
+    TCHECKF(gguf_open(out, &g, &err) == 0, "%s", err.msg);
+    int n_q8 = 0, router_kept = 1, experts_kept = 1;
+    for (size_t i = 0; i < g.n_tensors; i++) {
+        const gguf_tensor *t = &g.tensors[i];
+        n_q8 += t->type == GGML_TYPE_Q8_0;
+        if (strstr(t->name, "ffn_gate_inp")) router_kept &= t->type != GGML_TYPE_Q8_0;
+        if (strstr(t->name, "_exps")) experts_kept &= t->type == GGML_TYPE_MXFP4;
+    }
+    const gguf_kv *ft = gguf_find_kv(&g, "general.file_type");
+    uint32_t ftv = 0;
+    if (ft) memcpy(&ftv, ft->data, 4);
+    TCHECKF(n_q8 > 10 && router_kept && experts_kept && ft && ftv == 7, "q8 %d router %d experts %d file_type %u",
+            n_q8, router_kept, experts_kept, ftv);
+    gguf_deinit(&g);
+    const char *r1[] = {build_bin("deltafin"), "run", "--model", out, "--prompt-ids", "5,9,17,3", "--max-new", "3",
+                        "--print-ids", NULL};
+    const char *r2[] = {build_bin("deltafin"), "run", "--model", out, "--prompt-ids", "5,9,17,3", "--max-new", "3",
+                        "--print-ids", "--backend", "ref", NULL};
+    char a1[256], a2[256];
+    TCHECKF(t_run(r1, a1, sizeof a1, e_, sizeof e_) == 0, "%s", e_);
+    TCHECKF(t_run(r2, a2, sizeof a2, e_, sizeof e_) == 0 && !strcmp(a1, a2), "cpu %s vs ref %s", a1, a2);
+    /* refusals */
+    const char *bad_t[] = {build_bin("deltafin"), "quantize", "--trunk", "q4_0", src, out, NULL};
+    TCHECKF(t_run(bad_t, NULL, 0, e_, sizeof e_) != 0 && strstr(e_, "q4_0"), "%s", e_);
+    const char *bad_in[] = {build_bin("deltafin"), "quantize", "--trunk", "q8_0", "/nonexistent.gguf", out, NULL};
+    TCHECKF(t_run(bad_in, NULL, 0, e_, sizeof e_) != 0 && strstr(e_, "/nonexistent.gguf"), "%s", e_);
+    /* a truncated input: the header parses, the data runs out */
+    unlink(out);
+    size_t n = 0;
+    char *bytes = t_slurp(src, &n);
+    FILE *f = fopen(trunc_, "wb");
+    TCHECK(bytes && f && fwrite(bytes, 1, n - n / 3, f) == n - n / 3);
+    if (f) fclose(f);
+    free(bytes);
+    const char *tq[] = {build_bin("deltafin"), "quantize", "--trunk", "q8_0", trunc_, out, NULL};
+    TCHECKF(t_run(tq, NULL, 0, e_, sizeof e_) != 0, "a truncated input was quantized");
+    struct stat st;
+    TCHECKF(stat(out, &st) != 0 && stat(tmpf, &st) != 0, "a failed quantize left %s or its .tmp", out);
+}
+
 static const test_case tests[] = {
     {"gguf_valid", test_valid},
     {"gguf_invalid_named", test_invalid},
@@ -618,6 +677,7 @@ static const test_case tests[] = {
     {"gguf_k3gen_mxfp4", test_k3gen_mxfp4},
     {"gguf_k3gen_f32", test_k3gen_f32},
     {"gguf_k3gen_shape", test_k3gen_shape},
+    {"quantize_cli", test_quantize_cli},
     {"gguf_cleanup", test_cleanup},
 };
 

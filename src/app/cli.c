@@ -413,6 +413,7 @@ static int dispatch(int argc, char **argv)
     if (!strcmp(argv[1], "chat")) return cmd_chat(argc, argv);
     if (!strcmp(argv[1], "tokenize")) return cmd_tokenize(argc, argv);
     if (!strcmp(argv[1], "perplexity")) return cmd_perplexity(argc, argv);
+    if (!strcmp(argv[1], "quantize")) return cmd_quantize(argc, argv);
     if (!strcmp(argv[1], "serve")) return cmd_serve(argc, argv);
     if (!strcmp(argv[1], "setup")) return cmd_setup(argc, argv);
     if (!strcmp(argv[1], "doctor")) return cmd_doctor(argc, argv);

@@ -61,6 +61,8 @@ int cmd_setup(int argc, char **argv);
 int cmd_doctor(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_perplexity(int argc, char **argv);
+/* quantize.c: `deltafin quantize --trunk q8_0 IN.gguf OUT.gguf` */
+int cmd_quantize(int argc, char **argv);
 
 /* cli_kld.c: perplexity's KL-divergence mode (a base model's log-softmax
  * per scored row in a file, compressed; read back against another model) */

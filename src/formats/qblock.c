@@ -6,6 +6,7 @@
 #include "qblock.h"
 #include "quant.h"
 
+#include <math.h>
 #include <string.h>
 
 static float half_at(const uint8_t *p)
@@ -223,6 +224,16 @@ static void dec_q6_k(const uint8_t *b, float *y)
         qh += 32;
         sc += 8;
     }
+}
+
+void q8_0_quantize_block(const float *x, uint8_t *out)
+{
+    float amax = 0.0f;
+    for (int j = 0; j < 32; j++) amax = fabsf(x[j]) > amax ? fabsf(x[j]) : amax;
+    float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+    uint16_t dh = f32_to_f16(d);
+    memcpy(out, &dh, 2);
+    for (int j = 0; j < 32; j++) out[2 + j] = (uint8_t)(int8_t)roundf(x[j] * id);
 }
 
 static const qblock_fmt fmts[] = {

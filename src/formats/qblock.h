@@ -27,6 +27,10 @@ typedef struct qblock_fmt {
     void (*decode)(const uint8_t *blk, float *out); /* out: `block` values */
 } qblock_fmt;
 
+/* One Q8_0 block from 32 values, as ggml's quantize_row_q8_0_ref writes it:
+ * d = max|x| / 127 stored as F16 (nearest even), q = roundf(x * (1 / d)). */
+void q8_0_quantize_block(const float *x, uint8_t *out);
+
 /* The format of a GGUF tensor type, or NULL when it is not one read here. */
 const qblock_fmt *qblock_fmt_of_ggml(uint32_t ggml_type);
 /* Every format read, for messages: "Q8_0, Q4_0, ..." */

@@ -60,6 +60,29 @@ static inline float f16_to_f32(uint16_t h)
     return f;
 }
 
+/* f32 to IEEE half, rounding to nearest even (VCVTPS2PH with rounding mode
+ * 0, and ggml's software conversion); NaN stays NaN, overflow is infinity */
+static inline uint16_t f32_to_f16(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    uint32_t sign = (u >> 16) & 0x8000, e = (u >> 23) & 255, m = u & 0x7fffff;
+    if (e == 255) return (uint16_t)(sign | 0x7c00 | (m ? 0x200 | (m >> 13) : 0));
+    int ee = (int)e - 127 + 15;
+    if (ee >= 31) return (uint16_t)(sign | 0x7c00);
+    if (ee <= 0) {
+        if (ee < -10) return (uint16_t)sign;
+        m |= 0x800000;
+        int shift = 14 - ee;
+        uint32_t h = m >> shift, rem = m & ((1u << shift) - 1), half = 1u << (shift - 1);
+        if (rem > half || (rem == half && (h & 1))) h++;
+        return (uint16_t)(sign | h);
+    }
+    uint32_t h = ((uint32_t)ee << 10) | (m >> 13), rem = m & 0x1fff;
+    if (rem > 0x1000 || (rem == 0x1000 && (h & 1))) h++;
+    return (uint16_t)(sign | h);
+}
+
 /* IEEE half (GGUF's F16 tensors): exact in f32 */
 static inline float load_f16(const void *base, size_t i)
 {

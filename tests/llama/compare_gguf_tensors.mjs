@@ -1,5 +1,7 @@
-// compare_gguf_tensors.mjs A.gguf B.gguf TYPE_ID - the data of every tensor
-// that both files hold in ggml type TYPE_ID (8 = Q8_0), byte for byte.
+// compare_gguf_tensors.mjs A.gguf B.gguf TYPE_ID|all - the data of every
+// tensor that both files hold in ggml type TYPE_ID (8 = Q8_0), byte for
+// byte; `all`: both files hold the same tensors, each of the same type and
+// shape with the same bytes.
 // Prints "N tensors identical (M bytes)" and exits 0, or names the first
 // tensor that differs and exits 1; 2 when none is held in that type by both.
 // A GGUF v3 header reader written from the format's definition: magic,
@@ -42,7 +44,9 @@ function parse(path) {
 }
 
 const [a, bfile, typeArg] = process.argv.slice(2);
-const type = Number(typeArg);
+const all = typeArg === 'all', type = Number(typeArg);
+// bytes per block and values per block of the types these files hold
+const blk = { 0: [4, 1], 1: [2, 1], 30: [2, 1], 8: [34, 32], 39: [17, 32] };
 const A = parse(a), B = parse(bfile);
 // a tensor's bytes: from its offset to the next tensor's (or the file's end), as far as the shorter needs
 const bytesOf = (F, t) => {
@@ -51,19 +55,22 @@ const bytesOf = (F, t) => {
   return F.b.subarray(F.data + t.off, F.data + end);
 };
 let n = 0, bytes = 0;
+if (all && A.tensors.size !== B.tensors.size) { console.log(`${A.tensors.size} tensors vs ${B.tensors.size}`); process.exit(1); }
 for (const [name, ta] of A.tensors) {
   const tb = B.tensors.get(name);
-  if (!tb || ta.type !== type || tb.type !== type) continue;
+  if (all && (!tb || ta.type !== tb.type)) { console.log(`${name}: ${tb ? `type ${ta.type} vs ${tb.type}` : 'missing from B'}`); process.exit(1); }
+  if (!tb || (!all && (ta.type !== type || tb.type !== type))) continue;
   if (ta.ne.join() !== tb.ne.join()) { console.log(`${name}: shapes differ`); process.exit(1); }
-  // Q8_0: 34 bytes per 32 values
-  const need = ta.ne.reduce((x, y) => x * y, 1) / 32 * 34;
+  if (!(ta.type in blk)) { console.log(`${name}: type ${ta.type} not sized here`); process.exit(1); }
+  const [bb, bv] = blk[ta.type];
+  const need = ta.ne.reduce((x, y) => x * y, 1) / bv * bb;
   const xa = bytesOf(A, ta).subarray(0, need), xb = bytesOf(B, tb).subarray(0, need);
   if (xa.length !== need || !xa.equals(xb)) {
     let k = 0; while (k < need && xa[k] === xb[k]) k++;
-    console.log(`${name}: data differs at byte ${k} (block ${Math.floor(k / 34)})`);
+    console.log(`${name}: data differs at byte ${k} (block ${Math.floor(k / bb)})`);
     process.exit(1);
   }
   n++; bytes += need;
 }
-if (!n) { console.log(`no tensor of type ${type} in both files`); process.exit(2); }
+if (!n) { console.log(`no tensor of type ${typeArg} in both files`); process.exit(2); }
 console.log(`${n} tensors identical (${bytes} bytes)`);

@@ -201,6 +201,19 @@ if out=$(node "$here/compare_gguf_tensors.mjs" "$tmp/m3-ll-q8.gguf" "$tmp/m3-k3-
 else
     echo "FAIL Q8_0 blocks: llama.cpp's quantizer and k3gen differ: $out" >&2; fail=1
 fi
+# deltafin's own quantizer writes llama.cpp's file: every tensor of the same
+# type with the same bytes (model 3; model 1, whose 40-wide rows are not whole
+# blocks, gets llama.cpp's F16 fallback for them)
+for mq in 3 1; do
+    "$build/deltafin" quantize --trunk q8_0 "$tmp/m$mq.gguf" "$tmp/m$mq-df-q8.gguf" 2>/dev/null
+    [ "$mq" = 3 ] || "$build/llama_peer" --lib "$lib" --model "$tmp/m$mq.gguf" --quantize "$tmp/m$mq-ll-q8.gguf" \
+        --quantize-type q8_0 --threads 2
+    if out=$(node "$here/compare_gguf_tensors.mjs" "$tmp/m$mq-ll-q8.gguf" "$tmp/m$mq-df-q8.gguf" all 2>&1); then
+        echo "ok   deltafin quantize --trunk q8_0 writes llama.cpp's file (model $mq): $out"
+    else
+        echo "FAIL deltafin quantize (model $mq) and llama.cpp's quantizer differ: $out" >&2; fail=1
+    fi
+done
 V3=$(grep -o '"vocab_size": *[0-9]*' "$tmp/m3/config.json" | head -1 | grep -o '[0-9]*$')
 ids=5,$((V3 - 7)),17,99,3,41,$((V3 / 2)),8
 q8fail=$fail
