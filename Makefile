@@ -98,9 +98,10 @@ $(BUILD)/deltafin: $(BUILD)/cli.o $(BUILD)/cli_common.o $(BUILD)/options.o $(BUI
                   $(BUILD)/server_request.o $(BUILD)/server_fields.o $(BUILD)/server_anthropic.o $(BUILD)/server_emit.o $(BUILD)/server_responses.o $(BUILD)/server_grammar.o $(BUILD)/server_cache.o $(BUILD)/server_json.o $(BUILD)/setup.o $(BUILD)/setup_fetch.o $(BUILD)/setup_stream.o $(BUILD)/setup_parse.o $(BUILD)/doctor.o $(BUILD)/libdeltafin.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
-# the tools compile the one clock (src/base/clock.c) and nothing else of src/
-$(BUILD)/k3gen: $(wildcard tools/k3gen/*.c) tools/k3gen/k3gen.h src/base/clock.c src/base/clock.h | $(BUILD)
-	$(CC) -std=c11 -O2 -Wall -Wextra -Wmissing-prototypes $(if $(filter 1,$(WERROR)),-Werror) $(EXTRA_CFLAGS) -Isrc/base -o $@ $(filter %.c,$^) -lm
+# the tools compile the one clock (src/base/clock.c), and k3gen the block
+# formats (src/formats/qblock.c: the one Q8_0 quantizer), and nothing else of src/
+$(BUILD)/k3gen: $(wildcard tools/k3gen/*.c) tools/k3gen/k3gen.h src/base/clock.c src/base/clock.h src/formats/qblock.c src/formats/qblock.h src/formats/quant.h | $(BUILD)
+	$(CC) -std=c11 -O2 -ffp-contract=off -Wall -Wextra -Wmissing-prototypes $(if $(filter 1,$(WERROR)),-Werror) $(EXTRA_CFLAGS) -Isrc/base -Isrc/formats -o $@ $(filter %.c,$^) -lm
 
 # JSONL corpus -> uint16 token ids through the engine's tokenizer + chat template
 $(BUILD)/corpus_ids: tools/corpus_ids.c $(BUILD)/libdeltafin.a

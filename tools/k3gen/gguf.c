@@ -13,6 +13,8 @@
  * The detailed mapping and what is still uncertain follow.
  */
 #include "k3gen.h"
+#include "qblock.h"
+#include "quant.h"
 
 /* -------------------------------------------------------------------- GGUF */
 /*
@@ -93,62 +95,14 @@ void gg_set_trunk(const char *mode)
     else die("--gguf-trunk: expected q8_0, f16 or q8_0-values, not %s", mode);
 }
 
-/* IEEE half from f32, round to nearest even (as F16C's VCVTPS2PH with
- * rounding mode 0 and ggml's software conversion) */
-static uint16_t f32_to_f16(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    uint32_t sign = (u >> 16) & 0x8000, e = (u >> 23) & 255, m = u & 0x7fffff;
-    if (e == 255) return (uint16_t)(sign | 0x7c00 | (m ? 0x200 | (m >> 13) : 0));
-    int ee = (int)e - 127 + 15;
-    if (ee >= 31) return (uint16_t)(sign | 0x7c00);
-    if (ee <= 0) {
-        if (ee < -10) return (uint16_t)sign;
-        m |= 0x800000;
-        int shift = 14 - ee;
-        uint32_t h = m >> shift, rem = m & ((1u << shift) - 1), half = 1u << (shift - 1);
-        if (rem > half || (rem == half && (h & 1))) h++;
-        return (uint16_t)(sign | h);
-    }
-    uint32_t h = ((uint32_t)ee << 10) | (m >> 13), rem = m & 0x1fff;
-    if (rem > 0x1000 || (rem == 0x1000 && (h & 1))) h++;
-    return (uint16_t)(sign | h);
-}
-
-static float f16_to_f32_k3gen(uint16_t h)
-{
-    uint32_t sign = (uint32_t)(h & 0x8000) << 16, e = (h >> 10) & 31, m = h & 1023, u;
-    if (e == 31) u = sign | 0x7f800000u | (m << 13);
-    else if (e == 0) {
-        float v = ldexpf((float)m, -24);
-        memcpy(&u, &v, 4);
-        u |= sign;
-    } else u = sign | ((e + 112) << 23) | (m << 13);
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-/* One block of 32 values as ggml's quantize_row_q8_0_ref: d = amax / 127
- * (stored as F16), q = roundf(x / d); out: 34 bytes, and the values it
- * stands for ((float)q * d) into vals when given. */
+/* One block of 32 values through the engine's Q8_0 quantizer (ggml's
+ * rounding, src/formats/qblock.c); out: 34 bytes, and the values it stands
+ * for into vals when given. */
 static void q8_0_block(const float *x, unsigned char *out, float *vals)
 {
-    float amax = 0;
-    for (int j = 0; j < 32; j++) amax = fabsf(x[j]) > amax ? fabsf(x[j]) : amax;
-    float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
-    uint16_t dh = f32_to_f16(d);
-    out[0] = (unsigned char)dh;
-    out[1] = (unsigned char)(dh >> 8);
-    float dd = f16_to_f32_k3gen(dh);
-    for (int j = 0; j < 32; j++) {
-        int8_t q = (int8_t)roundf(x[j] * id);
-        out[2 + j] = (unsigned char)q;
-        if (vals) vals[j] = (float)q * dd;
-    }
-}
-enum { GK_COPY, GK_SCORE, GK_NEG_EXP, GK_EXPS, GK_KB, GK_VB };
+    q8_0_quantize_block(x, out);
+    if (vals) qblock_fmt_of_ggml(GG_Q8_0)->decode(out, vals);
+}enum { GK_COPY, GK_SCORE, GK_NEG_EXP, GK_EXPS, GK_KB, GK_VB };
 #define GG_ALIGN 32u
 
 typedef struct {
