@@ -21,6 +21,7 @@
 #include "../../src/app/server.c"
 #include "../../src/app/server_emit.c"
 #include "../../src/app/server_request.c"
+#include "../../src/app/server_fields.c"
 #include "../../src/app/server_anthropic.c"
 #include "../../src/app/server_responses.c"
 #include "../../src/app/server_grammar.c"
