@@ -649,6 +649,8 @@ static void test_quantize_cli(void)
                         "--print-ids", "--backend", "ref", NULL};
     char a1[256], a2[256];
     TCHECKF(t_run(r1, a1, sizeof a1, e_, sizeof e_) == 0, "%s", e_);
+    TCHECKF(strstr(e_, "plan:") && strstr(e_, "q8_0") && strstr(e_, "quantized"),
+            "the plan line does not say the trunk is quantized: %s", e_);
     TCHECKF(t_run(r2, a2, sizeof a2, e_, sizeof e_) == 0 && !strcmp(a1, a2), "cpu %s vs ref %s", a1, a2);
     /* refusals */
     const char *bad_t[] = {build_bin("deltafin"), "quantize", "--trunk", "q4_0", src, out, NULL};

@@ -26,7 +26,7 @@ static const char *wmat_type_name(const wmat *w)
     }
 }
 
-static void trunk_types(const k3_model *m, char *out, size_t n, int *quantized)
+void engine_trunk_types(const k3_model *m, char *out, size_t n, int *quantized)
 {
     enum { NT = 16 };
     const char *name[NT];
@@ -77,7 +77,7 @@ void df_engine_info(const df_engine *eng, df_model_info *info)
     info->fixed_state_bytes = (uint64_t)eng->m.n_kda *
                               ((uint64_t)c->Hk * c->Dk * c->Dk + 3ull * (uint64_t)(c->Wc - 1) * c->P) * sizeof(float);
     info->kernels = eng->bk.kt ? eng->bk.kt->name : "";
-    trunk_types(&eng->m, info->trunk, sizeof info->trunk, &info->trunk_quantized);
+    engine_trunk_types(&eng->m, info->trunk, sizeof info->trunk, &info->trunk_quantized);
     info->backend = eng->bk.name;
     info->n_threads = eng->n_threads;
     info->n_cache_slots = eng->cache.n_slots;
