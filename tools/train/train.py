@@ -88,6 +88,9 @@ class Data:
             pick = rng.random(B) < long_frac
             e = self.long_ends[rng.integers(0, len(self.long_ends), size=B)]
             off = np.where(pick, np.maximum(e - T, 0), off)
+        # a conversation or long-reply window near the end of the file is moved back so that it
+        # holds T + 1 ids (conversation_starts only keeps starts 300 ids from the end)
+        off = np.minimum(off, len(self.a) - T - 1)
         x = torch.from_numpy(np.stack([np.asarray(self.a[o:o + T + 1]) for o in off]).astype(np.int64))
         if self.m is None:
             return x, torch.ones(B, T)
