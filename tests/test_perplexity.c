@@ -20,6 +20,33 @@ static double json_num(const char *s, const char *key)
     return p ? strtod(p + strlen(k), NULL) : NAN;
 }
 
+/* the ids `deltafin tokenize` gives text (at most cap) */
+static int tokenize_ids(const char *model, const char *text, int32_t *ids, int cap)
+{
+    const char *t[] = {build_bin("deltafin"), "tokenize", "--model", model, "--", text, NULL};
+    TCHECK(t_run(t, out_, sizeof out_, err_, sizeof err_) == 0);
+    int n = 0;
+    for (char *p = out_; *p && n < cap;) {
+        ids[n++] = (int32_t)strtol(p, &p, 10);
+        if (*p == ',') p++;
+        else break;
+    }
+    return n;
+}
+
+/* the logits of ids[0..m) as `run --dump-logits` writes them (malloc'd, *nb bytes) */
+static float *window_logits(const char *model, const int32_t *ids, int m, const char *dump, size_t *nb)
+{
+    char list[4096];
+    size_t k = 0;
+    for (int i = 0; i < m; i++) k += (size_t)snprintf(list + k, sizeof list - k, "%s%d", i ? "," : "", ids[i]);
+    const char *r[] = {build_bin("deltafin"), "run", "--model", model, "--prompt-ids", list, "--max-new", "0",
+                       "--dump-logits", dump, NULL};
+    TCHECKF(t_run(r, NULL, 0, err_, sizeof err_) == 0, "%s", err_);
+    *nb = 0;
+    return (float *)t_slurp(dump, nb);
+}
+
 static void test_matches_dumped_logits(void)
 {
     char tiny[512], txt[600], dump[600];
@@ -39,33 +66,17 @@ static void test_matches_dumped_logits(void)
     TCHECKF(t_run(a, out_, sizeof out_, err_, sizeof err_) == 0, "%s", err_);
     double ppl = json_num(out_, "perplexity"), scored = json_num(out_, "scored_tokens");
     /* the same windows through run --prompt-ids --dump-logits */
-    const char *t[] = {build_bin("deltafin"), "tokenize", "--model", tiny, "--", text, NULL};
-    TCHECK(t_run(t, out_, sizeof out_, err_, sizeof err_) == 0);
     int32_t ids[1024];
-    int n = 0;
-    for (char *p = out_; *p && n < 1024;) {
-        ids[n++] = (int32_t)strtol(p, &p, 10);
-        if (*p == ',') p++;
-        else break;
-    }
+    int n = tokenize_ids(tiny, text, ids, 1024);
     double nll = 0;
     long cnt = 0;
     for (int start = 0; start < n; start += W) {
         int m = n - start < W ? n - start : W;
         if (m < 2) break;
-        char list[4096];
-        size_t k = 0;
-        for (int i = 0; i < m; i++) k += (size_t)snprintf(list + k, sizeof list - k, "%s%d", i ? "," : "", ids[start + i]);
-        const char *r[] = {build_bin("deltafin"), "run", "--model", tiny, "--prompt-ids", list, "--max-new", "0",
-                           "--dump-logits", dump, NULL};
-        TCHECKF(t_run(r, NULL, 0, err_, sizeof err_) == 0, "%s", err_);
-        FILE *g = fopen(dump, "rb");
-        TCHECK(g != NULL);
-        if (!g) return;
-        static float lg[64 * 640];
-        size_t got = fread(lg, sizeof(float) * 640, 64, g);
-        fclose(g);
-        TCHECK(got == (size_t)m);
+        size_t nb;
+        float *lg = window_logits(tiny, ids + start, m, dump, &nb);
+        TCHECK(lg && nb == (size_t)m * 640 * sizeof(float));
+        if (!lg) return;
         for (int t2 = 0; t2 + 1 < m; t2++) {
             const float *row = lg + (size_t)t2 * 640;
             double mx = row[0], sum = 0;
@@ -74,6 +85,7 @@ static void test_matches_dumped_logits(void)
             nll += log(sum) + mx - row[ids[start + t2 + 1]];
             cnt++;
         }
+        free(lg);
     }
     fprintf(stderr, "    %d ids, %ld scored: perplexity %.6f (CLI %.6f)\n", n, cnt, exp(nll / cnt), ppl);
     TCHECK(cnt == (long)scored);
@@ -164,32 +176,16 @@ static void test_kl_divergence(void)
     double kl_cli = json_num(out_, "kld_mean"), agree_cli = json_num(out_, "top1_agreement");
     double ratio_cli = json_num(out_, "perplexity_ratio"), n_cli = json_num(out_, "scored_tokens");
     /* the same from both models' logits, window by window */
-    const char *t[] = {build_bin("deltafin"), "tokenize", "--model", tiny, "--", text, NULL};
-    TCHECK(t_run(t, out_, sizeof out_, err_, sizeof err_) == 0);
     int32_t ids[1024];
-    int n = 0;
-    for (char *p = out_; *p && n < 1024;) {
-        ids[n++] = (int32_t)strtol(p, &p, 10);
-        if (*p == ',') p++;
-        else break;
-    }
+    int n = tokenize_ids(tiny, text, ids, 1024);
     double kl = 0, nll_b = 0, nll_q = 0;
     long cnt = 0, agree = 0;
     const int W = 12;
     for (int start = 0; start < n; start += W) {
         int m = n - start < W ? n - start : W;
         if (m < 2) break;
-        char list[4096];
-        size_t k = 0;
-        for (int i = 0; i < m; i++) k += (size_t)snprintf(list + k, sizeof list - k, "%s%d", i ? "," : "", ids[start + i]);
-        float *rows[2] = {NULL, NULL};
         size_t nb = 0;
-        for (int which = 0; which < 2; which++) {
-            const char *r[] = {build_bin("deltafin"), "run", "--model", which ? q8 : tiny, "--prompt-ids", list,
-                               "--max-new", "0", "--dump-logits", dump, NULL};
-            TCHECKF(t_run(r, out_, sizeof out_, err_, sizeof err_) == 0, "%s", err_);
-            rows[which] = (float *)t_slurp(dump, &nb);
-        }
+        float *rows[2] = {window_logits(tiny, ids + start, m, dump, &nb), window_logits(q8, ids + start, m, dump, &nb)};
         int V = (int)(nb / sizeof(float) / (size_t)m);
         double *lb = malloc((size_t)V * sizeof(double)), *lq = malloc((size_t)V * sizeof(double));
         for (int r = 0; r + 1 < m && rows[0] && rows[1]; r++) {

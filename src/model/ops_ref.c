@@ -202,8 +202,6 @@ static void ref_kda_replay(const model_ctx *mc, session_bufs *s, const k3_layer 
 
 /* ---- MLA (spec 6), kv_b absorbed into the query and the output ---- */
 
-static float wget(const wmat *w, size_t i) { return wmat_get(w, i); }
-
 static int ref_mla_rows(const model_ctx *mc, session_bufs *s, const k3_layer *L, const float *x, int T, float *out,
                         df_error *err)
 {
@@ -236,7 +234,7 @@ static int ref_mla_rows(const model_ctx *mc, session_bufs *s, const k3_layer *L,
                 for (int i = 0; i < dn; i++) {
                     size_t e = L->kv_split ? (size_t)hh * dn * Rkv + (size_t)i + (size_t)j * dn
                                            : (size_t)hh * (dn + dv) * Rkv + (size_t)i * Rkv + (size_t)j;
-                    a += wget(kw, e) * qn[i];
+                    a += wmat_get(kw, e) * qn[i];
                 }
                 qabs[j] = a;
             }
