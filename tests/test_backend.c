@@ -271,6 +271,28 @@ static void test_spellings(void)
     TCHECKF(!eng && err.code == DF_ERR_ARG && strstr(err.msg, "--backend ref") && strstr(err.msg, "--kernels avx2"),
             "disagreeing spellings: %s", err.msg);
     if (eng) df_engine_close(eng);
+    /* the environment's spellings: $DF_BACKEND alone is honoured, a flag beats it, and
+     * $DF_BACKEND and $DF_KERNELS that disagree are refused naming both */
+    setenv("DF_BACKEND", "ref", 1);
+    memset(&err, 0, sizeof err);
+    run_opts none = {0};
+    eng = open_with(dir, &none, &err);
+    df_model_info ei;
+    if (eng) df_engine_info(eng, &ei);
+    TCHECKF(eng && !strcmp(ei.backend, "ref"), "$DF_BACKEND=ref: %s", eng ? ei.backend : err.msg);
+    if (eng) df_engine_close(eng);
+    run_opts flag = {.backend = "cpu:scalar"};
+    eng = open_with(dir, &flag, &err);
+    if (eng) df_engine_info(eng, &ei);
+    TCHECKF(eng && !strcmp(ei.backend, "cpu:scalar"), "--backend over $DF_BACKEND: %s", eng ? ei.backend : err.msg);
+    if (eng) df_engine_close(eng);
+    setenv("DF_KERNELS", "avx2", 1);
+    memset(&err, 0, sizeof err);
+    eng = open_with(dir, &none, &err);
+    TCHECKF(!eng && strstr(err.msg, "$DF_BACKEND") && strstr(err.msg, "$DF_KERNELS"), "env clash: %s", err.msg);
+    if (eng) df_engine_close(eng);
+    unsetenv("DF_BACKEND");
+    unsetenv("DF_KERNELS");
     /* the engine reports what it runs on */
     memset(&err, 0, sizeof err);
     run_opts r = {.backend = "ref"};
