@@ -23,6 +23,7 @@ typedef struct run_opts {
     int threads, chunk, max_batch;
     int rollback;          /* mark after `rollback` ids, evaluate the rest, truncate back, evaluate the rest again */
     int checkpoint_at;     /* a checkpoint inside the first pass at this position; truncate to it and go on */
+    size_t cache;          /* expert cache bytes (0: planned) */
 } run_opts;
 
 static df_engine *open_with(const char *dir, const run_opts *r, df_error *err)
@@ -35,6 +36,7 @@ static df_engine *open_with(const char *dir, const run_opts *r, df_error *err)
     o.plan_ctx = 512;
     o.plan_rollback = 64;
     o.plan_checkpoints = 2;
+    o.expert_cache_bytes = r->cache;
     o.quiet = 1;
     df_engine *eng = NULL;
     if (df_engine_open(dir, &o, &eng, err)) return NULL;
@@ -307,11 +309,79 @@ static void test_spellings(void)
     }
 }
 
+/* Routed experts requantized (k3gen --gguf-experts q8_0, ggml's rounding of
+ * their MXFP4 values) give, bit for bit, the logits of the same file with
+ * the experts as F32 of the values it stores: on every backend, in calls,
+ * with rollback, and with a cache too small to hold the experts a pass
+ * needs; info, the plan and the file say they are requantized. */
+static void test_q8_0_experts(void)
+{
+    char dq[512], dv[512], gq[600], gv[600], args[900];
+    const char *base = "--preset tiny --set hidden_size=64 --set num_hidden_layers=5 --set kv_lora_rank=32 "
+                       "--set qk_nope_head_dim=32 --set v_head_dim=32 --seed 23";
+    snprintf(gq, sizeof gq, "%s/q8e.gguf", test_scratch());
+    snprintf(gv, sizeof gv, "%s/q8ev.gguf", test_scratch());
+    snprintf(args, sizeof args, "%s --gguf %s --gguf-experts q8_0", base, gq);
+    if (gen_model("q8e", args, dq, sizeof dq)) return;
+    snprintf(args, sizeof args, "%s --gguf %s --gguf-experts q8_0-values", base, gv);
+    if (gen_model("q8ev", args, dv, sizeof dv)) return;
+    enum { N = 24 };
+    int32_t ids[N];
+    for (int i = 0; i < N; i++) ids[i] = (i * 97 + 11) % 290 + 1;
+    int V = 0;
+    run_opts one = {.chunk = 0, .max_batch = 64};
+    float *want = run(gv, &one, ids, N, &V);
+    struct {
+        const char *what;
+        run_opts o;
+    } cases[] = {
+        {"one pass", {.chunk = 0, .max_batch = 64}},
+        {"calls of 5, one thread", {.chunk = 5, .max_batch = 8, .threads = 1}},
+        {"reference backend", {.backend = "ref", .chunk = 0, .max_batch = 64}},
+        {"scalar kernels, rollback", {.backend = "cpu:scalar", .chunk = 6, .max_batch = 16, .rollback = 9}},
+        {"an expert cache of 300 KiB", {.chunk = 4, .max_batch = 8, .cache = 300 << 10}},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        float *got = run(gq, &cases[c].o, ids, N, &V);
+        char what[160];
+        snprintf(what, sizeof what, "Q8_0 experts (%s) vs their values as F32", cases[c].what);
+        same(what, want, got, (size_t)N * V, V);
+        free(got);
+    }
+    /* the MXFP4 model they came from gives other logits (the requantization is real) */
+    float *mx = run(dq, &one, ids, N, &V);
+    int differ = 0;
+    for (size_t i = 0; mx && want && i < (size_t)N * V; i++) differ |= mx[i] != want[i];
+    TCHECKF(differ, "the requantized experts give the MXFP4 model's logits: the file did not change them");
+    free(mx);
+    df_error err = {0};
+    run_opts r = {.chunk = 0};
+    df_engine *eng = open_with(gq, &r, &err);
+    TCHECKF(eng != NULL, "%s", err.msg);
+    if (eng) {
+        df_model_info info;
+        df_engine_info(eng, &info);
+        TCHECKF(!strcmp(info.experts, "q8_0") && info.experts_requantized, "info: experts %s (requantized %d)",
+                info.experts, info.experts_requantized);
+        df_engine_close(eng);
+    }
+    eng = open_with(dq, &r, &err);
+    if (eng) {
+        df_model_info info;
+        df_engine_info(eng, &info);
+        TCHECKF(!strcmp(info.experts, "mxfp4") && !info.experts_requantized, "info (MXFP4 model): experts %s (%d)",
+                info.experts, info.experts_requantized);
+        df_engine_close(eng);
+    }
+    free(want);
+}
+
 static const test_case tests[] = {
     {"backend_spellings", test_spellings},
     {"ref_vs_cpu_fixture_models", test_fixture_models},
     {"ref_vs_cpu_generated_and_gguf", test_generated_and_gguf},
     {"q8_0_trunk_is_its_values_f16_trunk_runs", test_q8_0_and_f16_trunks},
+    {"q8_0_experts_are_their_values", test_q8_0_experts},
 };
 
 int main(int argc, char **argv) { return test_main(tests, NTESTS(tests), argc, argv); }

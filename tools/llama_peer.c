@@ -257,11 +257,28 @@ static int feed(struct llama_context *ctx, struct lp_batch *b, const llama_token
     return llama_decode(ctx, *b);
 }
 
+/* ggml type ids of the expert types --quantize-experts names */
+static int ggml_type_named(const char *name)
+{
+    static const struct {
+        const char *name;
+        int type;
+    } t[] = {{"f32", 0},    {"f16", 1},   {"q4_0", 2},  {"q4_1", 3},  {"q5_0", 6},   {"q5_1", 7},  {"q8_0", 8},
+             {"q2_k", 10},  {"q3_k", 11}, {"q4_k", 12}, {"q5_k", 13}, {"q6_k", 14},  {"iq4_nl", 20},
+             {"bf16", 30}};
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
+        if (!strcmp(name, t[i].name)) return t[i].type;
+    return -1;
+}
+
 /* llama.cpp's own quantizer (what llama-quantize runs): IN to OUT with the
- * trunk in `type` and the routed experts kept as they are (MXFP4, as K3's
- * release ships them: the tensor override names them with their own type,
- * so they are copied, not requantized). */
-static int quantize_file(const char *in, const char *out, const char *type, int threads)
+ * trunk in `type`.  experts: "keep" leaves the routed experts as they are
+ * (MXFP4, as K3's release ships them: the tensor override names them with
+ * their own type, so they are copied, not requantized); "mix" lets the
+ * ftype's own rules requantize them (a K-quant mix gives some layers' down
+ * projections more bits, as the small-file recipes do); a type name
+ * (q4_k, f32, ...) requantizes all three to it. */
+static int quantize_file(const char *in, const char *out, const char *type, const char *experts, int threads)
 {
     struct lp_quantize_params q = llama_model_quantize_default_params();
     if (q.allow_requantize || !q.quantize_output_tensor || q.only_copy || q.pure || q.dry_run || q.tt_overrides)
@@ -279,17 +296,24 @@ static int quantize_file(const char *in, const char *out, const char *type, int 
     if (q.ftype < 0)
         die("--quantize-type: f16, q4_0, q4_1, q8_0, q5_0, q5_1, q2_k, q3_k_m, q4_k_m, q5_k_m, q6_k or iq4_nl, "
             "not '%s'", type);
-    static const struct lp_tensor_override keep[] = {{"ffn_(gate|up|down)_exps", 39 /* MXFP4 */}, {NULL, 0}};
-    q.tt_overrides = keep;
+    static struct lp_tensor_override ov[] = {{"ffn_(gate|up|down)_exps", 39 /* MXFP4 */}, {NULL, 0}};
+    if (strcmp(experts, "keep")) {
+        q.allow_requantize = 1; /* the experts are MXFP4: their values are dequantized, then quantized */
+        if (!strcmp(experts, "mix")) ov[0].pattern = NULL;
+        else if ((ov[0].type = ggml_type_named(experts)) < 0)
+            die("--quantize-experts: keep, mix, f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, q2_k, q3_k, "
+                "q4_k, q5_k or q6_k, not '%s'", experts);
+    }
+    q.tt_overrides = ov[0].pattern ? ov : NULL;
     q.nthread = threads;
     return llama_model_quantize(in, out, &q) ? 1 : 0;
 }
 
-/* llama_peer --lib DIR --model IN --quantize OUT [--quantize-type T] [--threads N] [-v]:
+/* llama_peer --lib DIR --model IN --quantize OUT [--quantize-type T] [--quantize-experts E] [--threads N] [-v]:
  * 0 when done (dies on an error), -1 when the command line is not this mode */
 static int quantize_main(int argc, char **argv)
 {
-    const char *lib = NULL, *in = NULL, *out = NULL, *type = "q8_0";
+    const char *lib = NULL, *in = NULL, *out = NULL, *type = "q8_0", *experts = "keep";
     int threads = 1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -298,6 +322,7 @@ static int quantize_main(int argc, char **argv)
         else if (!strcmp(a, "--model") && has) in = argv[++i];
         else if (!strcmp(a, "--quantize") && has) out = argv[++i];
         else if (!strcmp(a, "--quantize-type") && has) type = argv[++i];
+        else if (!strcmp(a, "--quantize-experts") && has) experts = argv[++i];
         else if (!strcmp(a, "--threads") && has) threads = atoi(argv[++i]);
         else if (!strcmp(a, "-v")) g_verbose = 1;
     }
@@ -306,7 +331,7 @@ static int quantize_main(int argc, char **argv)
     llama_log_set(log_cb, NULL);
     ggml_backend_load_all_from_path(lib);
     llama_backend_init();
-    if (quantize_file(in, out, type, threads > 0 ? threads : 1))
+    if (quantize_file(in, out, type, experts, threads > 0 ? threads : 1))
         die("llama.cpp could not quantize '%s' (run with -v for its log)", in);
     llama_backend_free();
     return 0;
@@ -330,7 +355,9 @@ static void usage(void)
             "  -v                  llama.cpp's own log on stderr\n"
             "   or: llama_peer --lib DIR --model IN.gguf --quantize OUT.gguf --quantize-type TYPE\n"
             "                      (f16 q4_0 q4_1 q8_0 q5_0 q5_1 q2_k q3_k_m q4_k_m q5_k_m q6_k iq4_nl)\n"
-            "                      llama.cpp's quantizer: the trunk in that type, routed experts kept\n");
+            "                      [--quantize-experts keep|mix|TYPE]\n"
+            "                      llama.cpp's quantizer: the trunk in that type; routed experts kept\n"
+            "                      (default), requantized by the type's own mix, or all in TYPE\n");
     exit(2);
 }
 

@@ -162,6 +162,9 @@ static int cmd_info(int argc, char **argv)
            gib_(p.embed_bytes));
     printf("trunk weights %s%s\n", i.trunk,
            i.trunk_quantized ? " (quantized: the logits are this file's, not those of the BF16 model it came from)" : "");
+    printf("expert weights %s%s\n", i.experts,
+           i.experts_requantized ? " (requantized: the logits are this file's, not those of the released MXFP4 experts)"
+                                 : "");
     if (rc) {
         printf("no plan: %s\n", err.msg);
         return 1;

@@ -175,11 +175,11 @@ void print_bench_json(df_engine *eng, int n_prompt, double prefill_s, unsigned l
     df_engine_stats(eng, &st);
     df_model_info mi;
     df_engine_info(eng, &mi);
-    printf("{\"engine\":\"deltafin\",\"trunk\":\"%s\",\"prompt\":%d,\"prefill_s\":%.6f,\"prefill_tps\":%.4f,"
+    printf("{\"engine\":\"deltafin\",\"trunk\":\"%s\",\"experts\":\"%s\",\"prompt\":%d,\"prefill_s\":%.6f,\"prefill_tps\":%.4f,"
            "\"prefill_read_bytes\":%llu,\"prefill_chunk\":%d,\"prefill_unique_experts\":%llu,"
            "\"prefill_expert_reads\":%llu,\"prefill_expert_bytes\":%llu,\"decode_steps\":%d,\"decode_s\":%.6f,"
            "\"decode_tps\":%.4f,\"decode_read_bytes\":%llu,\"peak_rss_kb\":%ld,\"ids\":[",
-           mi.trunk, n_prompt, prefill_s, prefill_s > 0 ? n_prompt / prefill_s : 0.0, prefill_bytes, st.prompt_chunk,
+           mi.trunk, mi.experts, n_prompt, prefill_s, prefill_s > 0 ? n_prompt / prefill_s : 0.0, prefill_bytes, st.prompt_chunk,
            (unsigned long long)st.prompt_unique_experts, (unsigned long long)st.prompt_expert_reads,
            (unsigned long long)st.prompt_expert_bytes, n_gen, decode_s,
            n_gen && decode_s > 0 ? n_gen / decode_s : 0.0, decode_bytes, proc_peak_rss_kb());

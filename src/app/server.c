@@ -808,8 +808,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         json_buf_puts(&b, ",\"object\":\"model\",\"created\":0,\"owned_by\":\"deltafin\",\"type\":\"model\",\"display_name\":");
         put_str(&b, S->name);
         /* a quantized trunk says so: its answers are not the BF16 model's */
-        bprintf(&b, ",\"context_length\":%d,\"trunk\":\"%s\",\"trunk_quantized\":%s}]}", S->n_ctx, S->info.trunk,
-                S->info.trunk_quantized ? "true" : "false");
+        bprintf(&b, ",\"context_length\":%d,\"trunk\":\"%s\",\"trunk_quantized\":%s,\"experts\":\"%s\","
+                "\"experts_requantized\":%s}]}", S->n_ctx, S->info.trunk, S->info.trunk_quantized ? "true" : "false",
+                S->info.experts, S->info.experts_requantized ? "true" : "false");
         return reply_json(c, 200, &b);
     }
     if (!strcmp(path, "/messages/count_tokens") && post) {

@@ -49,6 +49,8 @@ typedef struct df_plan {
     uint64_t trunk_read_per_token;    /* streamed trunk: all of it, every pass */
     char trunk_types[40];             /* the trunk matrices' types by bytes ("q8_0+bf16"); "" unknown */
     int trunk_quantized;              /* some are block-quantized: the plan line says so */
+    char expert_types[40];            /* the routed experts' types by bytes ("mxfp4", "q4_k+q6_k") */
+    int experts_requantized;          /* not the released MXFP4 experts: the plan line says so */
     uint64_t expert_read_cold;        /* n_moe_layers * k experts, nothing cached */
     double est_hit_rate;              /* uniform-routing estimate: slots / experts */
     uint64_t expert_read_est;         /* expert_read_cold * (1 - est_hit_rate) */

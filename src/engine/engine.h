@@ -91,6 +91,9 @@ typedef struct df_model_info {
     char trunk[40];               /* the trunk matrices' types by bytes, most first: "bf16", "q8_0+bf16" */
     int trunk_quantized;          /* some trunk matrix is in a block format (Q8_0): the logits are not
                                      those of the BF16 model the weights came from */
+    char experts[40];             /* the routed experts' types by bytes: "mxfp4" (as K3 ships them),
+                                     "q4_k+q6_k" (a GGUF that requantized them) */
+    int experts_requantized;      /* some expert piece is not MXFP4: not the released experts */
     int n_threads;
     int n_cache_slots;
 } df_model_info;

@@ -144,6 +144,7 @@ int engine_backend_spec(const char *backend, const char *kernels, char *out, siz
 /* engine_info.c: the trunk matrices' types by bytes, most first ("q8_0+bf16"),
  * and whether any is block-quantized */
 void engine_trunk_types(const k3_model *m, char *out, size_t n, int *quantized);
+void engine_expert_types(const k3_model *m, char *out, size_t n, int *requantized);
 int engine_use_expert_paths(df_engine *eng, const char *const *dirs, int n, df_error *err);
 /* expert_paths.c: a placed directory's manifest, which place.c writes, and
  * the name it gives a shard: the path's last component */

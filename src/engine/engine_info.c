@@ -58,6 +58,49 @@ void engine_trunk_types(const k3_model *m, char *out, size_t n, int *quantized)
     }
 }
 
+/* The routed experts' types, by their bytes, most first ("mxfp4" as K3
+ * ships them; "q4_k+q6_k" for a K-quant mix).  requantized: some piece is
+ * not MXFP4, so the experts are not the released weights. */
+void engine_expert_types(const k3_model *m, char *out, size_t n, int *requantized)
+{
+    const expert_store *st = &m->store;
+    *requantized = 0;
+    snprintf(out, n, "mxfp4");
+    if (!st->ggml) return;
+    enum { NT = 16 };
+    uint32_t type[NT];
+    uint64_t bytes[NT];
+    int nt = 0;
+    for (int il = 0; il < st->n_layers; il++) {
+        if (!m->cfg.layer_moe[il]) continue;
+        for (int p = 0; p < 3; p++) {
+            uint32_t t = st->gg_type[il * 3 + p];
+            if (t != 39) *requantized = 1;
+            int k = 0;
+            while (k < nt && type[k] != t) k++;
+            if (k == nt && nt < NT) type[nt] = t, bytes[nt++] = 0;
+            if (k < nt) bytes[k] += st->gg_bytes[il * 3 + p];
+        }
+    }
+    out[0] = 0;
+    for (int done = 0; done < nt; done++) {
+        int best = -1;
+        for (int k = 0; k < nt; k++)
+            if (bytes[k] != UINT64_MAX && (best < 0 || bytes[k] > bytes[best])) best = k;
+        const qblock_fmt *f = qblock_fmt_of_ggml(type[best]);
+        const char *name = type[best] == 39 ? "mxfp4" : type[best] == 0 ? "f32" : type[best] == 1 ? "f16"
+                           : type[best] == 30 ? "bf16" : f ? f->name : "?";
+        size_t l = strlen(out);
+        snprintf(out + l, n - l, "%s", l ? "+" : "");
+        for (const char *c = name; *c && strlen(out) + 1 < n; c++) {
+            l = strlen(out);
+            out[l] = (char)(*c >= 'A' && *c <= 'Z' ? *c - 'A' + 'a' : *c);
+            out[l + 1] = 0;
+        }
+        bytes[best] = UINT64_MAX;
+    }
+}
+
 void df_engine_info(const df_engine *eng, df_model_info *info)
 {
     const k3_config *c = &eng->m.cfg;
@@ -78,6 +121,7 @@ void df_engine_info(const df_engine *eng, df_model_info *info)
                               ((uint64_t)c->Hk * c->Dk * c->Dk + 3ull * (uint64_t)(c->Wc - 1) * c->P) * sizeof(float);
     info->kernels = eng->bk.kt ? eng->bk.kt->name : "";
     engine_trunk_types(&eng->m, info->trunk, sizeof info->trunk, &info->trunk_quantized);
+    engine_expert_types(&eng->m, info->experts, sizeof info->experts, &info->experts_requantized);
     info->backend = eng->bk.name;
     info->n_threads = eng->n_threads;
     info->n_cache_slots = eng->cache.n_slots;

@@ -157,6 +157,7 @@ static int decide_plan(df_engine *eng, const df_session_opts *so, int n_sessions
     p->checkpoints = so->checkpoints;
     p->checkpoint_bytes = checkpoint_bytes(eng);
     engine_trunk_types(&eng->m, p->trunk_types, sizeof p->trunk_types, &p->trunk_quantized);
+    engine_expert_types(&eng->m, p->expert_types, sizeof p->expert_types, &p->experts_requantized);
     return rc;
 }
 

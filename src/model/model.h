@@ -406,6 +406,11 @@ void moe_route_row(const k3_config *c, const float *logits, const float *bias, i
                    float *choice);
 /* A routed expert's projection p (0 gate, 1 down, 2 up) from its cache slot. */
 wmat moe_expert_mat(const expert_store *st, const expert_loc *loc, const uint8_t *slot, int p, int rows, int cols);
+/* The input rows of layer il's piece p as its kernel reads them: MXFP4
+ * pieces the reordering of mxfp4_prep_x, every other type column order
+ * (a copy).  Gate and up share their input, so a layer's two are of the
+ * same kind (model_gguf.c refuses a file where they are not). */
+void moe_prep_rows(const expert_store *st, int il, int p, const float *x, int C, float *out);
 
 /* layer.c: one layer on a slice of a chunk's rows, in the phase a step of
  * the engine's schedule names (layer.c's comment says what each does). */

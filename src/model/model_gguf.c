@@ -13,17 +13,20 @@
  *     f32), conv taps ne {Wc, 1, P[, 1]}, MLA kv_b fused (attn_kv_b) or
  *     split per head (attn_k_b ne {dn, Rkv, H} transposed, attn_v_b ne
  *     {Rkv, dv, H}), used in place through strides;
- *   - routed experts: ffn_{gate,down,up}_exps are 3-D ggml MXFP4 tensors;
- *     expert e is slice e of each, three pieces the expert_store reads
- *     directly (aligned, O_DIRECT) and repacks exactly into the engine's
- *     MXFP4 layout, so the file is never converted.
+ *   - routed experts: ffn_{gate,down,up}_exps are 3-D tensors, ggml MXFP4
+ *     as K3 ships them or requantized (any block format of qblock.h, or
+ *     F32/F16/BF16; each layer's pieces in types of their own); expert e
+ *     is slice e of each, three pieces the expert_store reads directly
+ *     (aligned, O_DIRECT) into a cache slot, where the kernels read the
+ *     blocks as stored, so the file is never converted.
  * A model split by llama.cpp's gguf-split (PREFIX-00001-of-0000N.gguf, the
  * metadata in the first file, each tensor whole in one file) is opened from
  * its first file; every split is one shard, and an expert's three pieces
  * may lie in different ones.
- * Trunk matrices stay F32 or BF16 (mapped, or streamed like the safetensors
- * trunk); small vectors may also be F16.  Other ggml types are refused with
- * the tensor's name.  Every failure names the file, the key or tensor, and
+ * Trunk matrices are F32, BF16, F16 or a block format of qblock.h (mapped,
+ * or streamed like the safetensors trunk); small vectors are F32, BF16 or
+ * F16.  Other ggml types are refused with the tensor's name and the list of
+ * those read.  Every failure names the file, the key or tensor, and
  * what is wrong.  The GGUF's vocabulary is read by tokenizer.c.
  * Does not own: GGUF parsing (gguf.c), the forward pass.
  */
@@ -77,6 +80,8 @@ enum { T_F32 = 1u << 0, T_F16 = 1u << 1, T_BF16 = 1u << 2, T_MXFP4 = 1u << 3, T_
 /* trunk matrices: through the kernels, or by element (MLA's kv_b); T_QB:
  * the other block formats of qblock.h */
 #define T_TRUNK (T_F32 | T_BF16 | T_F16 | T_Q8_0 | T_QB)
+/* routed experts: MXFP4 as K3 ships them, or requantized into any of the others */
+#define T_EXPERT (T_TRUNK | T_MXFP4)
 
 static unsigned type_bit(uint32_t t)
 {
@@ -445,12 +450,29 @@ static int bind_layer(gload *gl, int il, df_error *err)
     static const char *pieces[3] = {"ffn_gate_exps.weight", "ffn_down_exps.weight", "ffn_up_exps.weight"};
     const int64_t ne[3][3] = {{c->Lt, c->I, c->E}, {c->I, c->Lt, c->E}, {c->Lt, c->I, c->E}};
     for (int p = 0; p < 3; p++) {
-        const gguf_tensor *t = gfind(gl, lname(n, sizeof n, il, pieces[p]), 3, ne[p], T_MXFP4, err);
+        const gguf_tensor *t = gfind(gl, lname(n, sizeof n, il, pieces[p]), 3, ne[p], T_EXPERT, err);
         if (!t) return -1;
-        uint64_t slice = eng->store.piece_bytes[p];
+        const qblock_fmt *f = qblock_fmt_of_ggml(t->type);
+        if (f && ne[p][0] % f->block)
+            return df_err_set(err, DF_ERR_FORMAT, (int64_t)t->info_pos,
+                              "%s: tensor %s is %s with rows of %lld values, not whole blocks of %d", gl->g[gl->at].path,
+                              t->name, f->name, (long long)ne[p][0], f->block);
+        /* one expert's slice: the tensor's bytes over E (gguf.c checked
+         * nbytes against the type's block size and ne) */
+        uint64_t slice = t->nbytes / (uint64_t)c->E;
+        if (slice * (uint64_t)c->E != t->nbytes || slice > UINT32_MAX)
+            return df_err_set(err, DF_ERR_FORMAT, (int64_t)t->info_pos, "%s: tensor %s: %llu bytes are not %d slices",
+                              gl->g[gl->at].path, t->name, (unsigned long long)t->nbytes, c->E);
+        expert_store_set_piece_type(&eng->store, il, p, t->type, (uint32_t)slice);
         for (int e = 0; e < c->E; e++)
             expert_store_set_piece(&eng->store, il, e, p, gl->store_file[gl->at], t->offset + (uint64_t)e * slice);
     }
+    /* gate and up read one input row: MXFP4's reordered one, or column order */
+    const uint32_t *ty = &eng->store.gg_type[il * 3];
+    if ((ty[0] == GGML_TYPE_MXFP4) != (ty[2] == GGML_TYPE_MXFP4))
+        return df_err_set(err, DF_ERR_UNSUPPORTED, -1,
+                          "%s: layer %d's ffn_gate_exps is %s and its ffn_up_exps %s: deltafin needs both MXFP4 or "
+                          "neither", gl->g->path, il, type_name(ty[0]), type_name(ty[2]));
     return 0;
 }
 

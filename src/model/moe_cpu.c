@@ -74,11 +74,12 @@ void cpu_dense_mlp(const model_ctx *eng, session_bufs *s, const k3_layer *L, con
 typedef struct act_ctx {
     const model_ctx *eng;
     session_bufs *s;
+    int il;
 } act_ctx;
 
 /* Rows [f0, f1) of g_h1/g_h3 (a batch's rows, packed): h1 = SiTU(h1, h3),
- * then h3 = h1 reordered for the down-projection (h3 is not needed after
- * SiTU). */
+ * then h3 = h1 as the down-projection reads it (reordered for MXFP4; h3 is
+ * not needed after SiTU). */
 static void act_rows(void *v, size_t f0, size_t f1, int worker)
 {
     (void)worker;
@@ -89,7 +90,7 @@ static void act_rows(void *v, size_t f0, size_t f1, int worker)
     for (size_t f = f0; f < f1; f++) {
         float *h1 = s->g_h1 + f * I, *h3 = s->g_h3 + f * I;
         situ_rows(h1, h3, I, c->b1, c->b2, h1);
-        mxfp4_prep_x(h1, (int)I, h3);
+        moe_prep_rows(a->eng->store, a->il, 1, h1, (int)I, h3);
     }
 }
 
@@ -100,7 +101,7 @@ typedef struct piece {
     int u, off, n;
 } piece;
 
-/* The three MXFP4 products of a batch of pieces whose rows fit g_h1/g_h3
+/* The three expert products of a batch of pieces whose rows fit g_h1/g_h3
  * (packed there in the batch's order).  Without g_x_full the batch's input
  * rows are gathered from zp here, into g_x's first rows. */
 static void run_expert_batch(const model_ctx *eng, session_bufs *s, int il, const piece *pc, int n)
@@ -131,7 +132,7 @@ static void run_expert_batch(const model_ctx *eng, session_bufs *s, int il, cons
     mm_run(eng->bk->pool, eng->bk->kt, jobs, nj);
     /* SiTU and the reordering, row by row, on every worker; a few rows
      * (decode) are not worth waking the workers for */
-    act_ctx a = {.eng = eng, .s = s};
+    act_ctx a = {.eng = eng, .s = s, .il = il};
     if ((size_t)rows * (size_t)I < 32768) act_rows(&a, 0, (size_t)rows, 0);
     else parallel_for(eng->bk->pool, (size_t)rows, 4, act_rows, &a);
     nj = 0;
@@ -210,7 +211,8 @@ void cpu_route(const model_ctx *eng, session_bufs *s, const k3_layer *L, const f
     for (int t = 0; t < nt; t++)
         moe_route_row(c, rlog + (size_t)t * E, L->router_bias, s->route_ids + (size_t)(t0 + t) * k,
                       s->route_w + (size_t)(t0 + t) * k, s->big4, s->big5);
-    for (int t = 0; t < nt; t++) mxfp4_prep_x(z + (size_t)t * Lt, Lt, s->zp + (size_t)(t0 + t) * Lt);
+    int il = (int)(L - eng->layers);
+    for (int t = 0; t < nt; t++) moe_prep_rows(eng->store, il, 0, z + (size_t)t * Lt, Lt, s->zp + (size_t)(t0 + t) * Lt);
 }
 
 void cpu_combine(const model_ctx *eng, session_bufs *s, const k3_layer *L, const float *y, int t0, int nt, float *out,

@@ -277,7 +277,7 @@ static void ref_route(const model_ctx *mc, session_bufs *s, const k3_layer *L, c
         matvec(L->router, yt, logits);
         moe_route_row(c, logits, L->router_bias, s->route_ids + tt * c->k, s->route_w + tt * c->k, s->big4, s->big5);
         matvec(L->lat_down, yt, z);
-        mxfp4_prep_x(z, c->Lt, s->zp + tt * c->Lt);
+        moe_prep_rows(mc->store, (int)(L - mc->layers), 0, z, c->Lt, s->zp + tt * c->Lt);
         if (shared && NsI) {
             matvec(L->sh_gate, yt, s->big0 + (size_t)t * NsI);
             matvec(L->sh_up, yt, s->big1 + (size_t)t * NsI);
@@ -301,7 +301,7 @@ static void ref_experts(const model_ctx *mc, session_bufs *s, int il, const int 
             matvec(w1, x, s->g_h1);
             matvec(w3, x, s->g_h3);
             df_situ_n(s->g_h1, s->g_h3, (size_t)I, c->b1, c->b2, s->g_h1);
-            mxfp4_prep_x(s->g_h1, I, s->g_h3);
+            moe_prep_rows(mc->store, il, 1, s->g_h1, I, s->g_h3);
             matvec(w2, s->g_h3, s->g_out + row * Lt);
         }
     }

@@ -333,13 +333,14 @@ void df_plan_summary(const df_plan *p, char *buf, size_t n)
     if (*why) snprintf(ctx, sizeof ctx, " (%s)", why);
     snprintf(buf, n,
              "plan: --mem %.2f GiB%s: trunk %.2f GiB %s%s%s%s, context %d tokens%s %.3f GiB, prompt chunk %d%s "
-             "(scratch %.3f GiB), expert cache %.2f GiB (%" PRIu64 " of %" PRIu64 " experts), unused %.2f GiB",
+             "(scratch %.3f GiB), expert cache %.2f GiB (%" PRIu64 " of %" PRIu64 " experts%s%s%s), unused %.2f GiB",
              gib(p->budget), p->budget_given ? "" : " (default)", gib(p->trunk_used),
              p->trunk_mode == DF_TRUNK_STREAMED ? "streamed" : "resident", p->trunk_quantized ? " (" : "",
              p->trunk_quantized ? p->trunk_types : "", p->trunk_quantized ? ", quantized: not the BF16 model's logits)" : "",
              p->n_ctx, ctx, gib(p->state_bytes),
              p->max_batch, p->batch_auto ? " (auto)" : "", gib(p->scratch_bytes), gib(p->cache_bytes), p->n_slots + p->n_transient, p->n_experts,
-             gib(p->budget - p->used));
+             p->experts_requantized ? ", requantized to " : "", p->experts_requantized ? p->expert_types : "",
+             p->experts_requantized ? ": not the released experts" : "", gib(p->budget - p->used));
 }
 
 void df_plan_print(const df_plan *p, const char *prefix, FILE *f)

@@ -45,19 +45,50 @@ void expert_store_init(expert_store *s, int n_layers, int n_experts, int I, int 
 
 static const char *piece_names[3] = {"ffn_gate_exps", "ffn_down_exps", "ffn_up_exps"};
 
+/* GGUF pieces: the slot holds each piece's largest slice (over the MoE
+ * layers, or all when moe_layer is NULL); an expert's bytes are the mean
+ * over the MoE layers of its three slices (what a cold token reads per
+ * expert on average: exact for the planner's per-layer sum). */
+static void gg_size_slots(expert_store *s, const uint8_t *moe_layer)
+{
+    uint32_t mx = 0;
+    uint64_t sum = 0, n = 0;
+    for (int p = 0; p < 3; p++) s->piece_bytes[p] = 0;
+    for (int il = 0; il < s->n_layers; il++) {
+        if (moe_layer && !moe_layer[il]) continue;
+        n++;
+        for (int p = 0; p < 3; p++) {
+            uint32_t b = s->gg_bytes[il * 3 + p];
+            if (b > s->piece_bytes[p]) s->piece_bytes[p] = b;
+            if (b > mx) mx = b;
+            sum += b;
+        }
+    }
+    s->piece_slot = (size_t)align_up(mx, DF_DIRECT_ALIGN) + DF_DIRECT_ALIGN;
+    s->slot_bytes = 3 * s->piece_slot;
+    if (n) s->expert_bytes = (sum + n - 1) / n;
+}
+
+void expert_store_set_piece_type(expert_store *s, int il, int piece, uint32_t type, uint32_t bytes)
+{
+    CHECK(s->ggml && il >= 0 && il < s->n_layers && piece >= 0 && piece < 3);
+    s->gg_type[il * 3 + piece] = type;
+    s->gg_bytes[il * 3 + piece] = bytes;
+}
+
 void expert_store_init_ggml(expert_store *s, int n_layers, int n_experts, int I, int Lt)
 {
     expert_store_init(s, n_layers, n_experts, I, Lt);
     CHECK(n_layers <= 2048 && n_experts <= 65536);
     s->ggml = 1;
     int rows[3] = {I, Lt, I}, cols[3] = {Lt, I, Lt};
-    uint32_t mx = 0;
-    for (int p = 0; p < 3; p++) {
-        s->piece_bytes[p] = (uint32_t)((uint64_t)rows[p] * (uint64_t)(cols[p] / 32) * 17);
-        if (s->piece_bytes[p] > mx) mx = s->piece_bytes[p];
-    }
-    s->piece_slot = (size_t)align_up(mx, DF_DIRECT_ALIGN) + DF_DIRECT_ALIGN;
-    if (3 * s->piece_slot > s->slot_bytes) s->slot_bytes = 3 * s->piece_slot;
+    s->gg_type = xcalloc((size_t)n_layers * 3, sizeof *s->gg_type);
+    s->gg_bytes = xcalloc((size_t)n_layers * 3, sizeof *s->gg_bytes);
+    for (int il = 0; il < n_layers; il++)
+        for (int p = 0; p < 3; p++)
+            expert_store_set_piece_type(s, il, p, 39 /* GGML_TYPE_MXFP4 */,
+                                        (uint32_t)((uint64_t)rows[p] * (uint64_t)(cols[p] / 32) * 17));
+    gg_size_slots(s, NULL);
     size_t nk = (size_t)n_layers * (size_t)n_experts;
     s->gg_left = xcalloc(nk, 1);
     s->gg_bad = xcalloc(nk, 1);
@@ -198,6 +229,7 @@ int expert_store_finish(expert_store *s, const uint8_t *moe_layer, enum io_mode 
         if (s->plain_fds[i] < 0)
             return df_err_set(err, DF_ERR_IO, -1, "%s: cannot open: %s", s->paths[i], strerror(errno));
     }
+    if (s->ggml) gg_size_slots(s, moe_layer);
     for (int il = 0; s->ggml && il < s->n_layers; il++) {
         if (!moe_layer[il]) continue;
         for (int e = 0; e < s->n_experts; e++) {
@@ -206,7 +238,7 @@ int expert_store_finish(expert_store *s, const uint8_t *moe_layer, enum io_mode 
                 if (l->file < 0 || l->psrc[p] == UINT64_MAX)
                     return df_err_set(err, DF_ERR_FORMAT, -1, "layer %d expert %d: %s is missing", il, e,
                                       piece_names[p]);
-                uint64_t end = l->psrc[p] + s->piece_bytes[p];
+                uint64_t end = l->psrc[p] + s->gg_bytes[il * 3 + p];
                 if (end > s->files[l->pfile[p]].size)
                     return df_err_set(err, DF_ERR_FORMAT, (int64_t)end,
                                       "%s: layer %d expert %d (%s) ends past the end of the file", s->paths[l->pfile[p]],
@@ -372,7 +404,7 @@ static void queue_ggml(expert_store *s, int il, int e, uint8_t *slot, int64_t ta
                     .tag = pack_tag_gg(tag, 0, p, il, e)};
         if (!f->direct) {
             r.off = l->psrc[p];
-            r.len = s->piece_bytes[p];
+            r.len = s->gg_bytes[il * 3 + p];
             r.buf = part + l->plead[p];
         }
         s->src[0].in_flight++;
@@ -528,7 +560,8 @@ again:;
         const expert_loc *l = &s->loc[k];
         const df_file *f = &s->files[l->pfile[p]];
         s->src[0].in_flight--;
-        uint64_t need = f->direct ? (uint64_t)l->plead[p] + s->piece_bytes[p] : s->piece_bytes[p];
+        uint32_t pb = s->gg_bytes[il * 3 + p];
+        uint64_t need = f->direct ? (uint64_t)l->plead[p] + pb : pb;
         if (done[i].result < 0 || (uint64_t)done[i].result < need) {
             if (!s->gg_bad[k])
                 df_err_set(err, DF_ERR_IO, (int64_t)l->psrc[p], "%s: reading layer %d expert %d (%s) failed: %s",
@@ -540,12 +573,12 @@ again:;
             s->st.bytes_io += (uint64_t)done[i].result;
             s->src[0].reads++;
             s->src[0].bytes += (uint64_t)done[i].result;
-            if (!f->direct) df_file_dontneed(f, l->psrc[p], s->piece_bytes[p]);
+            s->st.bytes_read += pb;
+            if (!f->direct) df_file_dontneed(f, l->psrc[p], pb);
         }
         if (--s->gg_left[k]) continue;
         tags[n] = (int64_t)((uint64_t)done[i].tag >> 32);
         ok[n] = !s->gg_bad[k];
-        if (ok[n]) s->st.bytes_read += s->expert_bytes;
         n++;
     }
     for (int i = 0; i < got && !s->ggml; i++) {
@@ -602,6 +635,8 @@ void expert_store_deinit(expert_store *s)
     free(s->holders);
     free(s->gg_left);
     free(s->gg_bad);
+    free(s->gg_type);
+    free(s->gg_bytes);
     free(s->files);
     free(s->plain_fds);
     free(s->paths);

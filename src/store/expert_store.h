@@ -14,7 +14,11 @@
  * (scale byte + 16 nibble bytes per 32 values).  Each piece is one aligned
  * read into its own part of the slot, and the kernels read the blocks where
  * they land (kernel_table.matmul_mxfp4_gg: same results as the packed
- * layout, no conversion pass).
+ * layout, no conversion pass).  A GGUF's pieces may also be requantized
+ * (any block format of qblock.h, or F32/F16/BF16), each layer's three in
+ * types of their own (llama.cpp's K-quant mixes give some layers' down
+ * projections more bits): gg_type/gg_bytes say which, the slot holds the
+ * largest, and a piece is still one aligned read of exactly its bytes.
  * Does not own: slots or any caching policy (expert_cache), nor deciding
  * what to read (moe).  Thread: the session thread.
  */
@@ -99,7 +103,9 @@ typedef struct expert_store {
                                    read them (0: the probe was cold, as it must be) */
     /* GGUF experts (ggml = 1) */
     int ggml;
-    uint32_t piece_bytes[3];
+    uint32_t piece_bytes[3];      /* the largest slice of each piece over the layers */
+    uint32_t *gg_type;            /* [n_layers][3] ggml type of each layer's pieces (MXFP4 unless set) */
+    uint32_t *gg_bytes;           /* [n_layers][3] bytes of one expert's slice of each piece */
     size_t piece_slot;            /* bytes of the slot given to each piece */
     uint8_t *gg_left;             /* [n_layers][n_experts] pieces still in flight */
     uint8_t *gg_bad;              /* [n_layers][n_experts] a piece failed */
@@ -111,6 +117,9 @@ void expert_store_init(expert_store *s, int n_layers, int n_experts, int I, int 
  * MXFP4 blocks, three pieces per expert (set with expert_store_set_piece). */
 void expert_store_init_ggml(expert_store *s, int n_layers, int n_experts, int I, int Lt);
 void expert_store_set_piece(expert_store *s, int il, int e, int piece, int file, uint64_t off);
+/* Layer il's piece is stored in ggml type `type`, `bytes` per expert (call
+ * before its set_piece calls; finish sizes the slot from the largest). */
+void expert_store_set_piece_type(expert_store *s, int il, int piece, uint32_t type, uint32_t bytes);
 /* Register a shard path; returns its index (the file is opened in finish). */
 int expert_store_add_file(expert_store *s, const char *path, df_error *err);
 /* Record tensor `which` of expert (il, e) at absolute offset `off` in file. */

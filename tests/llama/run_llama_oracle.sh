@@ -227,19 +227,65 @@ for opts in "--threads 2" "--threads 1 --batch 3" "--backend ref" "--trunk-strea
 done
 "$build/deltafin" info --model "$tmp/m3-ll-q8.gguf" | grep -q '^trunk weights q8_0' ||
     { echo "FAIL info does not say the trunk is q8_0: $("$build/deltafin" info --model "$tmp/m3-ll-q8.gguf" | grep trunk)" >&2; fail=1; }
-# the block formats people download, as llama.cpp's quantizer mixes them
-# (K-quants with their 32-value fallbacks): each file runs with the same
-# bits on the CPU backend and the reference backend (the values themselves
-# are checked against ggml's dequantization in test_kernels)
-for qt in q4_0 q4_1 q5_0 q5_1 iq4_nl q2_k q3_k_m q4_k_m q5_k_m q6_k; do
-    "$build/llama_peer" --lib "$lib" --model "$tmp/m3.gguf" --quantize "$tmp/m3-$qt.gguf" --quantize-type "$qt" --threads 2
-    "$build/deltafin" run --model "$tmp/m3-$qt.gguf" --prompt-ids "$ids" --max-new 4 --threads 2 \
-        --dump-logits "$tmp/qt.cpu.bin" >/dev/null 2>"$tmp/qt.err" || { echo "FAIL deltafin on llama.cpp's $qt file: $(tail -1 "$tmp/qt.err")" >&2; fail=1; continue; }
-    "$build/deltafin" run --model "$tmp/m3-$qt.gguf" --prompt-ids "$ids" --max-new 4 --backend ref \
-        --dump-logits "$tmp/qt.ref.bin" >/dev/null 2>&1
-    cmp -s "$tmp/qt.cpu.bin" "$tmp/qt.ref.bin" || { echo "FAIL llama.cpp's $qt file: the CPU and reference backends differ" >&2; fail=1; }
-done
 [ "$fail" != "$q8fail" ] ||
-    echo "ok   deltafin runs llama.cpp's Q8_0 file (the same bits at 1 and 2 threads, --backend ref, a streamed trunk) and its q4_0 q4_1 q5_0 q5_1 iq4_nl q2_k q3_k_m q4_k_m q5_k_m q6_k files (CPU = reference backend)"
+    echo "ok   deltafin runs llama.cpp's Q8_0 file (the same bits at 1 and 2 threads, --backend ref, a streamed trunk)"
+# The block formats people download, as llama.cpp's quantizer mixes them
+# (K-quants with their 32-value fallbacks), for the trunk (experts kept
+# MXFP4, model 3) and for the experts too (requantized by the type's own
+# mix: model 4, whose 256-wide expert rows take the K-quants themselves;
+# model 3's 128-wide ones take the fallbacks).  Each file gives the same
+# logits, bit for bit, on the CPU backend at 2 threads, at 1 thread with
+# batches of 3, with a small expert cache, on the reference backend, and as
+# its F32 copy made by gguf-py (llama.cpp's own Python reader: the values the
+# file stores); gguf-py's values are first checked against ggml's own
+# dequantize_row_* (libggml-base), every tensor of every type.
+"$build/k3gen" --out "$tmp/m4" --preset small --seed 5 --set moe_intermediate_size=256 --set routed_expert_hidden_size=256 \
+    --set num_experts=32 \
+    --gguf "$tmp/m4.gguf" >/dev/null
+if ! gpy=$(BUILD="$build" "$here/get_gguf_py.sh"); then
+    echo "FAIL gguf-py (llama.cpp's Python reader) could not be fetched: the F32 copies cannot be made" >&2; fail=1
+fi
+qfiles=()
+for spec in m3:q4_0:keep m3:q4_1:keep m3:q5_0:keep m3:q5_1:keep m3:iq4_nl:keep m3:q2_k:keep m3:q3_k_m:keep \
+    m3:q4_k_m:keep m3:q5_k_m:keep m3:q6_k:keep m3:q4_k_m:mix m3:q8_0:q8_0 m4:q2_k:mix m4:q3_k_m:mix m4:q4_k_m:mix \
+    m4:q5_k_m:mix m4:q6_k:mix m4:q8_0:f16 m4:q4_0:bf16; do
+    IFS=: read -r mm qt ex <<<"$spec"
+    qf="$tmp/$mm-$qt-$ex.gguf"
+    "$build/llama_peer" --lib "$lib" --model "$tmp/$mm.gguf" --quantize "$qf" --quantize-type "$qt" \
+        --quantize-experts "$ex" --threads 2
+    qfiles+=("$qf")
+done
+if [ -n "${gpy:-}" ] && ! out=$(/usr/bin/python3 "$here/gguf_f32_copy.py" "$gpy" "$lib" check "${qfiles[@]}" 2>&1); then
+    echo "FAIL gguf-py's dequantization differs from ggml's: $out" >&2; fail=1
+elif [ -n "${gpy:-}" ]; then
+    echo "ok   $out"
+fi
+qfail=$fail
+qdone=()
+for qf in "${qfiles[@]}"; do
+    name=$(basename "$qf" .gguf)
+    Vq=$(grep -o '"vocab_size": *[0-9]*' "$tmp/${name%%-*}/config.json" | head -1 | grep -o '[0-9]*$')
+    qids=5,$((Vq - 7)),17,99,3,41,$((Vq / 2)),8
+    ex=$("$build/deltafin" info --model "$qf" 2>/dev/null | sed -n 's/^expert weights \([^ ]*\).*/\1/p')
+    k=0
+    for opts in "--threads 2" "--threads 1 --batch 3" "--threads 2 --expert-cache 1M" "--backend ref"; do
+        k=$((k + 1))
+        # shellcheck disable=SC2086
+        "$build/deltafin" run --model "$qf" --prompt-ids "$qids" --max-new 4 $opts --dump-logits "$tmp/qt.$k.bin" \
+            >/dev/null 2>"$tmp/qt.err" || { echo "FAIL deltafin on llama.cpp's $name ($opts): $(tail -1 "$tmp/qt.err")" >&2; fail=1; }
+        [ "$k" = 1 ] || cmp -s "$tmp/qt.1.bin" "$tmp/qt.$k.bin" ||
+            { echo "FAIL llama.cpp's $name: $opts gives other logits than --threads 2" >&2; fail=1; }
+    done
+    if [ -n "${gpy:-}" ]; then
+        /usr/bin/python3 "$here/gguf_f32_copy.py" "$gpy" "$lib" copy "$qf" "$tmp/f32copy.gguf" >/dev/null
+        "$build/deltafin" run --model "$tmp/f32copy.gguf" --prompt-ids "$qids" --max-new 4 --threads 2 \
+            --dump-logits "$tmp/qt.f32.bin" >/dev/null 2>&1
+        cmp -s "$tmp/qt.1.bin" "$tmp/qt.f32.bin" ||
+            { echo "FAIL llama.cpp's $name: its F32 copy (gguf-py) gives other logits" >&2; fail=1; }
+        rm -f "$tmp/f32copy.gguf"
+    fi
+    qdone+=("$name (experts $ex)")
+done
+[ "$fail" != "$qfail" ] || echo "ok   llama.cpp's quantized files, each the same logits at 2 threads, 1 thread in batches of 3, a 1 MiB expert cache, --backend ref and as gguf-py's F32 copy: ${qdone[*]}"
 if [ "$fail" = 0 ]; then echo "llama oracle: all comparisons passed"; else echo "llama oracle: FAILED" >&2; fi
 exit "$fail"

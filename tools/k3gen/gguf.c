@@ -98,6 +98,22 @@ void gg_set_trunk(const char *mode)
 /* One block of 32 values through the engine's Q8_0 quantizer (ggml's
  * rounding, src/formats/qblock.c); out: 34 bytes, and the values it stands
  * for into vals when given. */
+static void q8_0_block(const float *x, unsigned char *out, float *vals);
+
+/* --gguf-experts: the routed experts as MXFP4 (as shipped), or requantized
+ * to Q8_0 from their MXFP4 values ("q8_0"), or "q8_0-values": F32 holding
+ * exactly the values that Q8_0 file stores (its dequantized copy, for the
+ * exactness test of requantized experts). */
+enum { EXPERTS_AS_IS, EXPERTS_Q8_0, EXPERTS_Q8_0_VALUES };
+static int gg_experts_mode = EXPERTS_AS_IS;
+
+void gg_set_experts(const char *mode)
+{
+    if (!strcmp(mode, "q8_0")) gg_experts_mode = EXPERTS_Q8_0;
+    else if (!strcmp(mode, "q8_0-values")) gg_experts_mode = EXPERTS_Q8_0_VALUES;
+    else die("--gguf-experts: expected q8_0 or q8_0-values, not %s", mode);
+}
+
 static void q8_0_block(const float *x, unsigned char *out, float *vals)
 {
     q8_0_quantize_block(x, out);
@@ -263,6 +279,10 @@ static void gg_exps(gg_list *g, const char *gname, const char *layer_pfx, const 
     }
     const tensor *p0 = t->exps[0];
     t->type = g->f32 ? GG_F32 : GG_MXFP4;
+    if (gg_experts_mode != EXPERTS_AS_IS) {
+        t->type = gg_experts_mode == EXPERTS_Q8_0 ? GG_Q8_0 : GG_F32;
+        t->quant = 1;
+    }
     t->nd = 3;
     t->ne[0] = p0->shape[1] * 2; /* columns (input dim) */
     t->ne[1] = p0->shape[0];     /* rows (output dim) */
@@ -709,7 +729,8 @@ static void gg_write_data(FILE *f, const char *path, const gg_tensor *t, uint64_
         free(a);
     } else {
         int64_t cols = t->ne[0], rows = t->ne[1];
-        size_t row_out = t->type == GG_F32 ? (size_t)cols * 4 : (size_t)cols / 32 * 17;
+        size_t row_out = t->type == GG_F32 ? (size_t)cols * 4 : t->type == GG_Q8_0 ? (size_t)cols / 32 * 34
+                                                                                     : (size_t)cols / 32 * 17;
         unsigned char *out = xmalloc(row_out);
         for (int64_t e = 0; e < t->ne[2]; e++) {
             unsigned char *pk = gen_tensor_mem(t->exps[2 * e], seed, chunk);
@@ -723,7 +744,16 @@ static void gg_write_data(FILE *f, const char *path, const gg_tensor *t, uint64_
                         codes[2 * j] = q[j] & 15;
                         codes[2 * j + 1] = q[j] >> 4;
                     }
-                    if (t->type == GG_F32) {
+                    if (t->quant) { /* requantized: the MXFP4 values through ggml's Q8_0 rounding */
+                        static const float e2m1q[16] = {0, 0.5f, 1, 1.5f, 2, 3, 4, 6,
+                                                        -0.0f, -0.5f, -1, -1.5f, -2, -3, -4, -6};
+                        float v[32], vals[32];
+                        unsigned char qb[34];
+                        for (int j = 0; j < 32; j++) v[j] = ldexpf(e2m1q[codes[j]], (int)srow[blk] - 127);
+                        q8_0_block(v, qb, vals);
+                        if (t->type == GG_Q8_0) memcpy(out + blk * 34, qb, 34);
+                        else memcpy(out + 4 * (blk * 32), vals, sizeof vals);
+                    } else if (t->type == GG_F32) {
                         if (srow[blk] > 252) /* 6 * 2^(s-127) overflows F32; 255 is NaN */
                             die("--gguf-f32: %s expert %lld row %lld has E8M0 scale byte %d, "
                                 "which F32 cannot hold exactly", t->name, (long long)e,
@@ -866,7 +896,11 @@ void gg_report(const char *path, int n_split, int f32, uint64_t bytes)
 {
     char *first = gg_split_path(path, 0, n_split);
     printf("k3gen: wrote %s%s: GGUF v3 kimi-k3, %s experts, %llu bytes (%.1f MiB)\n", first,
-           n_split > 1 ? " and the other splits" : "", f32 ? "F32" : "MXFP4", (unsigned long long)bytes,
+           n_split > 1 ? " and the other splits" : "",
+           gg_experts_mode == EXPERTS_Q8_0          ? "Q8_0"
+           : f32 || gg_experts_mode != EXPERTS_AS_IS ? "F32"
+                                                     : "MXFP4",
+           (unsigned long long)bytes,
            (double)bytes / (1 << 20));
     free(first);
 }

@@ -257,6 +257,8 @@ uint64_t write_gguf(const char *path, const model_cfg *c, tensor_list *tl, uint6
 void gg_report(const char *path, int n_split, int f32, uint64_t bytes);
 /* --gguf-trunk q8_0|f16|q8_0-values (gguf.c) */
 void gg_set_trunk(const char *mode);
+/* --gguf-experts q8_0|q8_0-values (gguf.c) */
+void gg_set_experts(const char *mode);
 void gg_set_from(const char *dir);
 
 #endif /* K3GEN_H */

@@ -53,6 +53,8 @@ static void usage(FILE *f)
             "  --gguf-f32         write every GGUF tensor as F32 (MXFP4 dequantized exactly)\n"
             "  --gguf-trunk T     the GGUF's 2-D trunk matrices as q8_0 or f16 (ggml's rounding), or\n"
             "                     q8_0-values (F32 holding exactly the values the q8_0 file stores)\n"
+            "  --gguf-experts T   the GGUF's routed experts requantized from their MXFP4 values to\n"
+            "                     q8_0 (ggml's rounding), or q8_0-values (F32 of what that file stores)\n"
             "  --gguf-split N     write the GGUF as N files the way llama.cpp's gguf-split does\n"
             "                     (FILE-00001-of-0000N.gguf, ...; metadata in the first)\n"
             "  --from DIR         write only the GGUF, its tensor bytes read from the existing\n"
@@ -138,6 +140,9 @@ static int parse_args(int argc, char **argv, args *o)
         } else if (!strcmp(a, "--gguf-trunk")) {
             NEED_ARG();
             gg_set_trunk(argv[++i]);
+        } else if (!strcmp(a, "--gguf-experts")) {
+            NEED_ARG();
+            gg_set_experts(argv[++i]);
         } else if (!strcmp(a, "--gguf-split")) {
             NEED_ARG();
             long v = parse_long(argv[++i], "--gguf-split");
