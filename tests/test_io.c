@@ -356,6 +356,58 @@ static void test_trunk_streamed(void)
     free(a), free(b), free(c);
 }
 
+/* Partial residency: a budget between a streamed and a resident trunk
+ * keeps some layers in memory and streams the rest; the logits are those
+ * of the resident and the whole-stream runs, bit for bit (at 2 threads and
+ * in batches of 5 at 1 thread), and it reads less trunk. */
+static void test_trunk_partly_resident(void)
+{
+    char dir[512];
+    if (gen_model("partial", "--preset small --seed 11 --set num_experts=32", dir, sizeof dir)) return;
+    /* the smallest budget whose plan keeps some layers resident, not all */
+    size_t mem = 0;
+    df_plan p;
+    for (size_t m = 16u << 20; m < (256u << 20) && !mem; m += 1u << 20) {
+        df_plan_opts po = {.mem_budget = m, .n_ctx = 256, .max_batch = 8, .n_threads = 2};
+        df_error e = {0};
+        if (df_plan_model(dir, &po, &p, NULL, &e) == 0 && p.trunk_mode == DF_TRUNK_STREAMED && p.trunk_resident_n > 0)
+            mem = m;
+    }
+    TCHECKF(mem > 0, "no budget up to 256 MiB keeps part of the trunk resident");
+    if (!mem) return;
+    TCHECKF(p.trunk_resident_n < p.trunk_layers && p.used <= p.budget &&
+                p.trunk_read_per_token == p.trunk_bytes - p.trunk_resident_bytes &&
+                p.trunk_read_per_token + p.expert_read_est < p.alt_stream_all_read,
+            "partial plan: %d of %d layers, read %llu + %llu vs whole-stream %llu", p.trunk_resident_n, p.trunk_layers,
+            (unsigned long long)p.trunk_read_per_token, (unsigned long long)p.expert_read_est,
+            (unsigned long long)p.alt_stream_all_read);
+    int32_t ids[16];
+    for (int i = 0; i < 16; i++) ids[i] = (i * 59 + 9) % 3800;
+    int V;
+    df_stats st, sp;
+    cfg res = {.io = "auto", .backend = "auto", .chunk = 1}, part = res, whole = res, part5 = res;
+    part.mem = mem;
+    part5.mem = mem;
+    part5.chunk = 5;
+    part5.threads = 1;
+    whole.mem = mem;
+    whole.trunk_stream = 1;
+    float *a = run(dir, &res, ids, 16, &V, &st);
+    float *b = run(dir, &part, ids, 16, &V, &sp);
+    uint64_t part_read = sp.trunk_bytes_read;
+    float *c = run(dir, &part5, ids, 16, &V, &sp);
+    float *d = run(dir, &whole, ids, 16, &V, &st);
+    if (a && b) TCHECKF(!memcmp(a, b, (size_t)16 * V * sizeof(float)), "partly resident trunk: logits differ");
+    if (a && c) TCHECKF(!memcmp(a, c, (size_t)16 * V * sizeof(float)), "partly resident, batches of 5: logits differ");
+    if (a && d) TCHECKF(!memcmp(a, d, (size_t)16 * V * sizeof(float)), "whole-stream trunk: logits differ");
+    TCHECKF(part_read > 0 && part_read < st.trunk_bytes_read, "trunk read: partly resident %llu, whole stream %llu",
+            (unsigned long long)part_read, (unsigned long long)st.trunk_bytes_read);
+    fprintf(stderr, "    --mem %.0f MiB: %d of %d layers resident; trunk read for 16 tokens %.1f MiB (whole stream %.1f)\n",
+            mem / 1048576.0, p.trunk_resident_n, p.trunk_layers, part_read / 1048576.0,
+            st.trunk_bytes_read / 1048576.0);
+    free(a), free(b), free(c), free(d);
+}
+
 static void test_truncated_expert_file(void)
 {
     char dir[512];
@@ -753,6 +805,7 @@ static const test_case tests[] = {
     {"multiple_drives_replicas_and_stripes", test_multiple_drives},
     {"prefetch_timing_controller", test_prefetch_timing_controller},
     {"trunk_streamed_bit_identical", test_trunk_streamed},
+    {"trunk_partly_resident_bit_identical", test_trunk_partly_resident},
     {"truncated_expert_file_named", test_truncated_expert_file},
     {"rss_within_mem_budget", test_rss_within_budget},
     {"heat_file_warms_cache", test_heat_warms_cache},

@@ -189,9 +189,11 @@ static void plan_json(const df_plan *p, int ok, const char *msg)
            "\"trunk_used\":%llu,\"state_bytes\":%llu,\"scratch_bytes\":%llu,\"reserve_bytes\":%llu,"
            "\"vec_bytes\":%llu,\"cache_bytes\":%llu,\"cache_slots\":%llu,\"experts\":%llu,\"used\":%llu,"
            "\"ctx\":%d,\"trunk_read_per_token\":%llu,\"expert_read_cold\":%llu,\"expert_read_est\":%llu,"
-           "\"resident_from\":%llu,\"mpi_bytes\":%llu,\"remote_bytes\":%llu",
+           "\"resident_from\":%llu,\"mpi_bytes\":%llu,\"remote_bytes\":%llu,\"trunk_layers\":%d,"
+           "\"trunk_resident_layers\":%d,\"trunk_resident_bytes\":%llu,\"whole_stream_read_per_token\":%llu",
            ok ? "true" : "false", (unsigned long long)p->budget,
-           p->trunk_mode == DF_TRUNK_STREAMED ? "streamed" : "resident", (unsigned long long)p->trunk_bytes,
+           p->trunk_mode == DF_TRUNK_RESIDENT ? "resident" : p->trunk_resident_n ? "partial" : "streamed",
+           (unsigned long long)p->trunk_bytes,
            (unsigned long long)p->embed_bytes, (unsigned long long)p->trunk_used, (unsigned long long)p->state_bytes,
            (unsigned long long)p->scratch_bytes, (unsigned long long)p->reserve_bytes,
            (unsigned long long)p->vec_bytes, (unsigned long long)p->cache_bytes,
@@ -199,7 +201,9 @@ static void plan_json(const df_plan *p, int ok, const char *msg)
            (unsigned long long)p->used, p->n_ctx, (unsigned long long)p->trunk_read_per_token,
            (unsigned long long)p->expert_read_cold, (unsigned long long)p->expert_read_est,
            (unsigned long long)p->resident_from, (unsigned long long)p->mpi_bytes,
-           (unsigned long long)p->remote_bytes);
+           (unsigned long long)p->remote_bytes, p->trunk_layers, p->trunk_resident_n,
+           (unsigned long long)p->trunk_resident_bytes,
+           (unsigned long long)(p->trunk_mode == DF_TRUNK_STREAMED ? p->alt_stream_all_read : 0));
     printf(",\"checkpoints\":%d,\"checkpoint_bytes\":%llu", p->checkpoints, (unsigned long long)p->checkpoint_bytes);
     char why[320];
     df_plan_ctx_reason(p, why, sizeof why);
@@ -253,7 +257,8 @@ static int cmd_plan(int argc, char **argv)
             snprintf(mem, sizeof mem, "%.0f GiB", gib_(p.budget));
             snprintf(held, sizeof held, "%llu/%llu", (unsigned long long)p.n_slots, (unsigned long long)p.n_experts);
             printf("%-10s %-9s %11.2f %11.2f %13s %13.3f %7d %12.2f GiB %12.2f GiB", mem,
-                   p.trunk_mode == DF_TRUNK_STREAMED ? "streamed" : "resident", gib_(p.trunk_used),
+                   p.trunk_mode == DF_TRUNK_RESIDENT ? "resident" : p.trunk_resident_n ? "partial" : "streamed",
+                   gib_(p.trunk_used),
                    gib_(p.cache_bytes), held, gib_(p.state_bytes), p.max_batch, gib_(p.trunk_read_per_token),
                    gib_(p.expert_read_est));
             if (a.serve && !a.ctx) printf("  %7d", p.n_ctx);

@@ -12,6 +12,7 @@
  * df_engine_plan).  Every byte the engine allocates for a model and its
  * planned session is in `used`, and used <= budget. */
 enum { DF_TRUNK_RESIDENT = 0, DF_TRUNK_STREAMED = 1 };
+#define DF_PLAN_MAX_LAYERS 1024 /* trunk layers a plan can keep resident one by one (more: whole-trunk only) */
 enum { DF_CTX_GIVEN = 0, DF_CTX_SERVE_FITS, DF_CTX_SERVE_SMALLER, DF_CTX_SERVE_FLOOR };
 enum { DF_CTX_WHY_NONE = 0, DF_CTX_WHY_CACHE, DF_CTX_WHY_TRUNK, DF_CTX_WHY_BUDGET };
 typedef struct df_plan {
@@ -23,6 +24,16 @@ typedef struct df_plan {
     uint64_t vec_bytes;           /* small f32 vectors */
     uint64_t trunk_buf_bytes;     /* streamed: each of the two layer buffers */
     uint64_t trunk_used;          /* what the trunk takes under this plan */
+    /* partial residency (a streamed plan): the layers kept in memory, by
+     * index (0..NL-1, NL = the output head); the others are streamed
+     * through the two buffers, sized for the largest of them */
+    int trunk_layers;             /* NL + 1 (0: the sizes did not say) */
+    int trunk_resident_n;         /* layers kept resident */
+    uint64_t trunk_resident_bytes;/* their matrices' bytes (not read per token) */
+    uint8_t trunk_resident_layer[DF_PLAN_MAX_LAYERS];
+    /* the alternative it was chosen over: the whole trunk streamed, the
+     * cache taking the rest (bytes per decoded token: trunk + experts est.) */
+    uint64_t alt_stream_all_read, alt_stream_all_cache;
     uint64_t state_bytes, scratch_bytes, reserve_bytes;
     uint64_t mpi_bytes;           /* of reserve_bytes: Open MPI's share under mpirun (0 in one process) */
     int mpi_ranks;
@@ -35,6 +46,8 @@ typedef struct df_plan {
      * or a smaller power of two does (DF_CTX_SERVE_SMALLER), or none above the
      * floor does (DF_CTX_SERVE_FLOOR); ctx_why says what ctx_want broke */
     int ctx_rule, ctx_want, ctx_why;
+    uint64_t ctx_floor_resident;  /* serve's rule: the trunk kept resident at its floor context (a larger
+                                     context may take it from partial residency; the reason says so) */
     uint64_t stream_min_slots;    /* the expert cache's streaming minimum (plan_stream_min_slots) */
     int batch_auto;               /* max_batch was chosen by the planner (--batch auto) */
     uint64_t cache_bytes;         /* expert cache (slots + transient) */

@@ -288,6 +288,8 @@ void df_engine_close(df_engine *eng)
     if (eng->m.store.q && eng->mc.store) fetch_drain(&eng->mc, NULL);
     k3_backend_close(&eng->bk);
     trunk_stream_deinit(eng);
+    free(eng->layer_bytes);
+    free(eng->layer_span);
     expert_cache_deinit(&eng->cache);
     model_unload(&eng->m);
     free(eng);

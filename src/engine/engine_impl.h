@@ -27,6 +27,7 @@ typedef struct trunk_stream {
     uint8_t *resident;        /* trunk_load_resident's copy (2 MiB aligned, huge pages) */
     size_t resident_bytes;    /* its mapping's length */
     uint8_t *resident_map;    /* the mapping itself */
+    uint8_t *res;             /* [NL + 1] partial residency: layers in the resident copy, or NULL */
 } trunk_stream;
 
 /* The last prompt (an eval of several positions): what it needed and read. */
@@ -46,6 +47,7 @@ struct df_engine {
     int n_ranks;              /* processes in the MPI world (df_ranks_size), set before anything is sized */
     int experts_only;         /* df_engine_opts.experts_only */
     trunk_stream ts;
+    uint64_t *layer_bytes, *layer_span; /* [NL + 1] trunk_layer_sizes, for the planner */
     expert_cache cache;
     k3_backend bk;            /* where and how the blocks run (model/ops.h) */
     model_ctx mc;             /* the view the layer blocks get */
@@ -101,7 +103,12 @@ int engine_model_identity(df_engine *eng, uint8_t id[16], df_error *err);
 /* trunk_stream.c: the trunk read layer by layer into two buffers (one
  * computing, one loading) when it does not fit the memory budget */
 uint64_t trunk_stream_buffer_bytes(const df_engine *eng);
-int trunk_stream_init(df_engine *eng, df_error *err);
+/* Each layer's trunk matrices (0..NL, NL = the output head): their bytes,
+ * and their bytes as aligned reads ([NL + 1] each). */
+void trunk_layer_sizes(const df_engine *eng, uint64_t *bytes, uint64_t *span);
+/* Stream the trunk; resident[L] (NULL: none) marks layers copied into
+ * memory instead (partial residency), the buffers sized for the others. */
+int trunk_stream_init(df_engine *eng, const uint8_t *resident, df_error *err);
 void trunk_stream_deinit(df_engine *eng);
 /* Make layer il's trunk resident (il == NL: the output head) and start
  * reading the next one into the other buffer. */

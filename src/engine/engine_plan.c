@@ -65,6 +65,16 @@ static int engine_sizes(df_engine *eng, const df_session_opts *so, plan_sizes *s
     sz->embed_bytes = eng->experts_only ? 0 : eng->m.embed_bytes;
     sz->vec_bytes = eng->m.owned_bytes;
     sz->stream_buf_bytes = eng->experts_only ? 0 : trunk_stream_buffer_bytes(eng);
+    if (!eng->experts_only) {
+        if (!eng->layer_bytes) {
+            eng->layer_bytes = xcalloc((size_t)c->NL + 1, sizeof *eng->layer_bytes);
+            eng->layer_span = xcalloc((size_t)c->NL + 1, sizeof *eng->layer_span);
+            trunk_layer_sizes(eng, eng->layer_bytes, eng->layer_span);
+        }
+        sz->n_trunk_layers = c->NL + 1;
+        sz->layer_bytes = eng->layer_bytes;
+        sz->layer_span = eng->layer_span;
+    }
     sz->expert_bytes = eng->m.store.expert_bytes;
     sz->slot_bytes = eng->m.store.slot_bytes;
     for (int il = 0; il < c->NL; il++) sz->n_moe_layers += c->layer_moe[il];
@@ -179,7 +189,7 @@ int engine_plan_memory(df_engine *eng, const df_engine_opts *o, df_error *err)
     if (eng->experts_only) {
         /* nothing of the trunk is loaded */
     } else if (p->trunk_mode == DF_TRUNK_STREAMED) {
-        if (trunk_stream_init(eng, err)) return -1;
+        if (trunk_stream_init(eng, p->trunk_resident_n ? p->trunk_resident_layer : NULL, err)) return -1;
         CHECK(2 * eng->ts.buf_bytes <= p->trunk_used);
     } else if (trunk_load_resident(eng, err)) {
         return -1;
@@ -244,6 +254,8 @@ int df_plan_model(const char *path, const df_plan_opts *o, df_plan *p, df_model_
         }
     }
     model_unload(&eng->m);
+    free(eng->layer_bytes);
+    free(eng->layer_span);
     free(eng);
     return rc;
 }

@@ -9,6 +9,12 @@
  * layer's wmat views into the buffer; the values are the file's bytes, so
  * results are bit-identical to the mapped trunk.  The embedding stays mapped
  * (a token touches one row).  Small vectors are owned copies already.
+ * Partial residency (the plan's trunk_resident_layer): the layers the plan
+ * keeps are copied into memory once, like a resident trunk, and only the
+ * others go through the buffers, which are then sized for the largest of
+ * those; after each layer the next *streamed* one starts loading, so it
+ * reads while the resident layers in between compute.  The values are the
+ * same bytes either way: any split gives the same logits.
  */
 #define _GNU_SOURCE
 #include "engine_impl.h"
@@ -27,8 +33,9 @@ static int cmp_layer(const void *a, const void *b)
     return x->layer - y->layer;
 }
 
-/* Lay out every layer's tensors in a buffer; returns the largest layer. */
-static uint64_t layout(df_engine *eng)
+/* Lay out every layer's tensors in a buffer; returns the largest layer
+ * that is streamed (res: the resident layers, or NULL). */
+static uint64_t layout(df_engine *eng, const uint8_t *res)
 {
     int NL = eng->m.cfg.NL;
     qsort(eng->m.trunk, (size_t)eng->m.n_trunk, sizeof *eng->m.trunk, cmp_layer);
@@ -43,10 +50,23 @@ static uint64_t layout(df_engine *eng)
             t->lead = (uint32_t)(t->off - a0);
             at += a1 - a0;
         }
-        if (L >= 0 && L <= NL && at > best) best = at;
+        if (L >= 0 && L <= NL && at > best && !(res && res[L])) best = at;
         i = j;
     }
     return best;
+}
+
+void trunk_layer_sizes(const df_engine *eng, uint64_t *bytes, uint64_t *span)
+{
+    int NL = eng->m.cfg.NL;
+    memset(bytes, 0, ((size_t)NL + 1) * sizeof *bytes);
+    memset(span, 0, ((size_t)NL + 1) * sizeof *span);
+    for (int i = 0; i < eng->m.n_trunk; i++) {
+        const trunk_tensor *t = &eng->m.trunk[i];
+        if (t->layer < 0 || t->layer > NL) continue;
+        bytes[t->layer] += t->nbytes;
+        span[t->layer] += align_up(t->off + t->nbytes, DF_DIRECT_ALIGN) - align_down(t->off, DF_DIRECT_ALIGN);
+    }
 }
 
 uint64_t trunk_stream_buffer_bytes(const df_engine *eng)
@@ -65,11 +85,19 @@ uint64_t trunk_stream_buffer_bytes(const df_engine *eng)
     return best;
 }
 
-int trunk_stream_init(df_engine *eng, df_error *err)
+static int load_copy(df_engine *eng, const uint8_t *res, df_error *err);
+
+int trunk_stream_init(df_engine *eng, const uint8_t *resident, df_error *err)
 {
     trunk_stream *ts = &eng->ts;
     int NL = eng->m.cfg.NL;
-    ts->buf_bytes = layout(eng);
+    int any = 0;
+    for (int L = 0; resident && L <= NL; L++) any |= resident[L];
+    if (any) {
+        ts->res = xcalloc((size_t)NL + 1, 1);
+        memcpy(ts->res, resident, (size_t)NL + 1);
+    }
+    ts->buf_bytes = layout(eng, ts->res);
     ts->first = xmalloc(((size_t)NL + 2) * sizeof *ts->first);
     for (int L = 0, i = 0; L <= NL + 1; L++) {
         while (i < eng->m.n_trunk && eng->m.trunk[i].layer < L) i++;
@@ -89,7 +117,7 @@ int trunk_stream_init(df_engine *eng, df_error *err)
     ts->q = io_queue_new(16, eng->m.io_backend, err);
     if (!ts->q) return -1;
     ts->on = 1;
-    return 0;
+    return ts->res ? load_copy(eng, ts->res, err) : 0;
 }
 
 /* A file mapping is made of 4 KiB page-cache pages: streaming through it
@@ -98,15 +126,22 @@ int trunk_stream_init(df_engine *eng, df_error *err)
  * pages read at full memory speed (decode is a scan of the trunk), so a
  * resident trunk is copied once at open.  The file's own pages stay in the
  * page cache only as clean, reclaimable pages. */
-int trunk_load_resident(df_engine *eng, df_error *err)
+int trunk_load_resident(df_engine *eng, df_error *err) { return load_copy(eng, NULL, err); }
+
+/* The copy of the layers res[] marks (NULL: every layer): the whole trunk
+ * starts on a 2 MiB boundary (what the plan's resident trunk allows); a
+ * partly resident one takes exactly its pages (the plan counts each kept
+ * layer at its aligned-read size, which bounds its copy). */
+static int load_copy(df_engine *eng, const uint8_t *res, df_error *err)
 {
     trunk_stream *ts = &eng->ts;
-    const uint64_t HUGE = 2u << 20;
+    const uint64_t HUGE = res ? 4096u : 2u << 20;
     uint64_t total = 0;
     for (int i = 0; i < eng->m.n_trunk; i++)
-        if (eng->m.trunk[i].layer >= 0) total += align_up(eng->m.trunk[i].nbytes, 64);
+        if (eng->m.trunk[i].layer >= 0 && !(res && !res[eng->m.trunk[i].layer]))
+            total += align_up(eng->m.trunk[i].nbytes, 64);
     if (!total) return 0;
-    size_t len = (size_t)align_up(total, HUGE) + (size_t)HUGE;
+    size_t len = (size_t)align_up(total, HUGE) + (res ? 0 : (size_t)HUGE);
     void *m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (m == MAP_FAILED)
         return df_err_set(err, DF_ERR_NOMEM, -1, "cannot allocate %.2f GiB for the resident trunk",
@@ -119,7 +154,7 @@ int trunk_load_resident(df_engine *eng, df_error *err)
     int rc = 0;
     for (int i = 0; i < eng->m.n_trunk && !rc; i++) {
         trunk_tensor *t = &eng->m.trunk[i];
-        if (t->layer < 0) continue;
+        if (t->layer < 0 || (res && !res[t->layer])) continue;
         if (fds[t->shard] < 0 && (fds[t->shard] = open(eng->m.shards[t->shard].path, O_RDONLY | O_CLOEXEC)) < 0) {
             rc = df_err_set(err, DF_ERR_IO, -1, "%s: cannot open: %s", eng->m.shards[t->shard].path, strerror(errno));
             break;
@@ -156,6 +191,7 @@ void trunk_stream_deinit(df_engine *eng)
     aligned_free(ts->buf[0]);
     aligned_free(ts->buf[1]);
     free(ts->first);
+    free(ts->res);
     memset(ts, 0, sizeof *ts);
 }
 
@@ -207,6 +243,7 @@ static int wait_buffer(df_engine *eng, int b, df_error *err)
 int trunk_stream_ready(df_engine *eng, int il, df_error *err)
 {
     trunk_stream *ts = &eng->ts;
+    if (ts->res && ts->res[il]) return 0; /* its views point into the resident copy */
     int b = ts->buf_layer[0] == il ? 0 : ts->buf_layer[1] == il ? 1 : -1;
     if (b < 0) {
         /* not requested yet: take the buffer not holding the previous layer */
@@ -226,12 +263,17 @@ int trunk_stream_ready(df_engine *eng, int il, df_error *err)
 int trunk_stream_layer(df_engine *eng, int il, df_error *err)
 {
     trunk_stream *ts = &eng->ts;
+    int NL = eng->m.cfg.NL;
     if (trunk_stream_ready(eng, il, err)) return -1;
-    int next = il == eng->m.cfg.NL ? 0 : il + 1;
+    /* the next streamed layer (after the output head comes layer 0) */
+    int next = il;
+    do next = next == NL ? 0 : next + 1;
+    while (ts->res && ts->res[next] && next != il);
+    if (ts->buf_layer[0] == next || ts->buf_layer[1] == next) return 0;
+    /* into the buffer not holding il (any, when il is resident: the
+     * streamed layers before it are done) */
     int b = ts->buf_layer[0] == il ? 1 : 0;
-    if (ts->buf_layer[b] != next) {
-        if (wait_buffer(eng, b, err)) return -1;
-        submit(eng, next, b);
-    }
+    if (wait_buffer(eng, b, err)) return -1;
+    submit(eng, next, b);
     return 0;
 }

@@ -114,13 +114,100 @@ static void finish(df_plan *p, const plan_sizes *sz, int tlfu)
     }
     p->cache_bytes = n * sz->slot_bytes;
     p->used = p->trunk_used + p->state_bytes + p->scratch_bytes + p->reserve_bytes + p->vec_bytes + p->cache_bytes;
-    p->trunk_read_per_token = p->trunk_mode == DF_TRUNK_STREAMED ? sz->trunk_bytes : 0;
+    p->trunk_read_per_token = p->trunk_mode == DF_TRUNK_STREAMED ? sz->trunk_bytes - p->trunk_resident_bytes : 0;
     p->est_hit_rate = sz->n_experts ? (double)p->n_slots / (double)sz->n_experts : 1.0;
     if (p->est_hit_rate > 1) p->est_hit_rate = 1;
     p->expert_read_est = (uint64_t)((double)p->expert_read_cold * (1.0 - p->est_hit_rate) + 0.5);
 }
 
 static int plan_fixed(const plan_sizes *sz, const plan_request *rq, df_plan *p, df_error *err);
+
+/* Expert bytes a decoded token reads with `slots` cache slots (the
+ * uniform-routing estimate of finish()). */
+static uint64_t expert_read_at(const plan_sizes *sz, uint64_t slots)
+{
+    uint64_t cold = (uint64_t)sz->n_moe_layers * (uint64_t)sz->k * sz->expert_bytes;
+    double hit = sz->n_experts ? (double)slots / (double)sz->n_experts : 1.0;
+    if (hit > 1) hit = 1;
+    return (uint64_t)((double)cold * (1.0 - hit) + 0.5);
+}
+
+/* Partial residency of a streamed trunk: keep layers in memory, largest
+ * first (a resident layer also no longer sizes the buffers), as long as
+ * that lowers the bytes a decoded token reads: a resident byte is a byte
+ * not read on every pass, while the cache it takes saves only its hit
+ * rate's share of the experts' reads (K3 at 64 GiB: a GiB of trunk saves
+ * a GiB per token, a GiB of cache ~18 MB).  The cache keeps at least what
+ * streaming needs (one token's experts in every MoE layer) when the
+ * whole-stream plan gave it that much; below it, only the estimate decides.  Sets p's trunk fields
+ * (trunk_used, trunk_buf_bytes, the resident layers) and the alternative. */
+static void partial_residency(const plan_sizes *sz, const plan_request *rq, uint64_t fixed, uint64_t need_cache,
+                              df_plan *p)
+{
+    const uint64_t budget = rq->budget, slot = sz->slot_bytes ? sz->slot_bytes : 1;
+    const int n = sz->n_trunk_layers;
+    const uint64_t forced = rq->expert_cache_bytes ? need_cache : 0;
+    uint64_t whole_slots = forced ? forced / slot : (budget - fixed - 2 * sz->stream_buf_bytes) / slot;
+    if (sz->n_experts && whole_slots > sz->n_experts) whole_slots = sz->n_experts;
+    p->alt_stream_all_read = sz->trunk_bytes + expert_read_at(sz, whole_slots);
+    p->alt_stream_all_cache = whole_slots * slot;
+    if (rq->trunk_stream != 0 || n <= 1 || n > DF_PLAN_MAX_LAYERS || !sz->layer_span) return;
+    uint64_t min_slots = plan_stream_min_slots(sz);
+    if (min_slots > whole_slots) min_slots = need_cache / slot; /* below it already: the estimate decides */
+    uint8_t res[DF_PLAN_MAX_LAYERS] = {0};
+    int order[DF_PLAN_MAX_LAYERS];
+    for (int i = 0; i < n; i++) order[i] = i;
+    for (int i = 1; i < n; i++) /* by span, largest first; ties by index */
+        for (int j = i; j > 0 && (sz->layer_span[order[j]] > sz->layer_span[order[j - 1]] ||
+                                  (sz->layer_span[order[j]] == sz->layer_span[order[j - 1]] && order[j] < order[j - 1]));
+             j--) {
+            int t = order[j];
+            order[j] = order[j - 1];
+            order[j - 1] = t;
+        }
+    uint64_t best = p->alt_stream_all_read, res_span = 0, res_bytes = 0;
+    int best_n = 0, n_res = 0;
+    uint8_t best_res[DF_PLAN_MAX_LAYERS] = {0};
+    uint64_t best_used = 2 * sz->stream_buf_bytes, best_buf = sz->stream_buf_bytes, best_bytes = 0;
+    for (int i = 0; i < n - 1; i++) { /* at least one layer stays streamed: all resident is the resident plan */
+        int L = order[i];
+        res[L] = 1;
+        uint64_t buf = 0;
+        for (int j = 0; j < n; j++)
+            if (!res[j] && sz->layer_span[j] > buf) buf = sz->layer_span[j];
+        uint64_t used = res_span + sz->layer_span[L] + 2 * buf;
+        uint64_t slots = 0;
+        int fits = fixed + used + need_cache <= budget;
+        if (fits) {
+            slots = forced ? forced / slot : (budget - fixed - used) / slot;
+            if (sz->n_experts && slots > sz->n_experts) slots = sz->n_experts;
+            fits = slots >= min_slots;
+        }
+        if (!fits) {
+            res[L] = 0; /* a smaller layer further down may still fit */
+            continue;
+        }
+        res_span += sz->layer_span[L];
+        res_bytes += sz->layer_bytes[L];
+        n_res++;
+        uint64_t read = sz->trunk_bytes - res_bytes + expert_read_at(sz, slots);
+        if (read < best) {
+            best = read;
+            best_n = n_res;
+            best_used = used;
+            best_buf = buf;
+            best_bytes = res_bytes;
+            memcpy(best_res, res, (size_t)n);
+        }
+    }
+    p->trunk_layers = n;
+    if (!best_n) return;
+    p->trunk_resident_n = best_n;
+    p->trunk_resident_bytes = best_bytes;
+    memcpy(p->trunk_resident_layer, best_res, (size_t)n);
+    p->trunk_used = best_used;
+    p->trunk_buf_bytes = best_buf;
+}
 
 int plan_compute(const plan_sizes *sz0, const plan_request *rq, df_plan *p, df_error *err)
 {
@@ -197,6 +284,7 @@ static int plan_fixed(const plan_sizes *sz, const plan_request *rq, df_plan *p, 
         p->trunk_mode = DF_TRUNK_STREAMED;
         p->trunk_used = streamed;
         p->trunk_buf_bytes = sz->stream_buf_bytes;
+        partial_residency(sz, rq, fixed, need_cache, p);
     } else {
         /* the cheapest configuration allowed, for the message and the caller */
         int str = rq->trunk_stream >= 0;
@@ -283,6 +371,7 @@ int plan_serve_ctx(plan_sizes_at sizes, void *arg, int n_ctx_max, const plan_req
     }
     p->ctx_want = want;
     p->ctx_why = why;
+    p->ctx_floor_resident = frc ? 0 : floor.trunk_resident_bytes;
     p->stream_min_slots = min_slots;
     return frc ? -1 : 0;
 }
@@ -307,7 +396,11 @@ void df_plan_ctx_reason(const df_plan *p, char *buf, size_t n)
     if (p->ctx_rule == DF_CTX_GIVEN) {
         snprintf(buf, n, "%s", "");
     } else if (p->ctx_rule == DF_CTX_SERVE_FITS) {
-        snprintf(buf, n, "default for serve: %s%s fits beside the expert cache", want, model_max);
+        char less[160] = "";
+        if (p->ctx_floor_resident > p->trunk_resident_bytes)
+            snprintf(less, sizeof less, " (it keeps %.2f GiB less of the trunk resident than %d tokens would)",
+                     gib(p->ctx_floor_resident - p->trunk_resident_bytes), PLAN_SERVE_CTX_MIN);
+        snprintf(buf, n, "default for serve: %s%s fits beside the expert cache%s", want, model_max, less);
     } else if (p->ctx_why == DF_CTX_WHY_CACHE && p->n_slots + p->n_transient < p->stream_min_slots) {
         snprintf(buf, n,
                  "default for serve: the expert cache is below its streaming minimum (%" PRIu64 " experts, %.2f GiB: "
@@ -328,14 +421,17 @@ void df_plan_ctx_reason(const df_plan *p, char *buf, size_t n)
 
 void df_plan_summary(const df_plan *p, char *buf, size_t n)
 {
-    char why[320] = "", ctx[340] = "";
+    char why[320] = "", ctx[340] = "", part[96] = "";
     df_plan_ctx_reason(p, why, sizeof why);
+    if (p->trunk_mode == DF_TRUNK_STREAMED && p->trunk_resident_n)
+        snprintf(part, sizeof part, " (%d of %d layers resident, %.2f GiB)", p->trunk_resident_n, p->trunk_layers,
+                 gib(p->trunk_resident_bytes));
     if (*why) snprintf(ctx, sizeof ctx, " (%s)", why);
     snprintf(buf, n,
-             "plan: --mem %.2f GiB%s: trunk %.2f GiB %s%s%s%s, context %d tokens%s %.3f GiB, prompt chunk %d%s "
+             "plan: --mem %.2f GiB%s: trunk %.2f GiB %s%s%s%s%s, context %d tokens%s %.3f GiB, prompt chunk %d%s "
              "(scratch %.3f GiB), expert cache %.2f GiB (%" PRIu64 " of %" PRIu64 " experts%s%s%s), unused %.2f GiB",
              gib(p->budget), p->budget_given ? "" : " (default)", gib(p->trunk_used),
-             p->trunk_mode == DF_TRUNK_STREAMED ? "streamed" : "resident", p->trunk_quantized ? " (" : "",
+             p->trunk_mode == DF_TRUNK_STREAMED ? "streamed" : "resident", part, p->trunk_quantized ? " (" : "",
              p->trunk_quantized ? p->trunk_types : "", p->trunk_quantized ? ", quantized: not the BF16 model's logits)" : "",
              p->n_ctx, ctx, gib(p->state_bytes),
              p->max_batch, p->batch_auto ? " (auto)" : "", gib(p->scratch_bytes), gib(p->cache_bytes), p->n_slots + p->n_transient, p->n_experts,
@@ -351,7 +447,12 @@ void df_plan_print(const df_plan *p, const char *prefix, FILE *f)
     char why[320];
     df_plan_ctx_reason(p, why, sizeof why);
     if (*why) fprintf(f, "%s  context %d tokens: %s\n", prefix, p->n_ctx, why);
-    if (p->trunk_mode == DF_TRUNK_STREAMED)
+    if (p->trunk_mode == DF_TRUNK_STREAMED && p->trunk_resident_n)
+        fprintf(f, "%s  trunk, partly resident        %10.3f GiB  (%d of %d layers resident, %.3f GiB; the rest, %.3f "
+                   "GiB, re-read per forward pass through 2 buffers of %.3f GiB)\n", prefix, gib(p->trunk_used),
+                p->trunk_resident_n, p->trunk_layers, gib(p->trunk_resident_bytes),
+                gib(p->trunk_bytes - p->trunk_resident_bytes), gib(p->trunk_buf_bytes));
+    else if (p->trunk_mode == DF_TRUNK_STREAMED)
         fprintf(f, "%s  trunk, streamed (2 buffers)   %10.3f GiB  (%.3f GiB re-read per forward pass)\n", prefix,
                 gib(p->trunk_used), gib(p->trunk_bytes));
     else
@@ -377,4 +478,9 @@ void df_plan_print(const df_plan *p, const char *prefix, FILE *f)
                "this cache (uniform-routing estimate, hit rate %.2f)\n",
             prefix, gib(p->trunk_read_per_token), gib(p->expert_read_cold), gib(p->expert_read_est),
             p->est_hit_rate);
+    if (p->trunk_mode == DF_TRUNK_STREAMED)
+        fprintf(f, "%s  per decoded token, trunk + experts: %.3f GiB with this plan; %.3f GiB with the whole trunk "
+                   "streamed and a %.3f GiB cache%s\n",
+                prefix, gib(p->trunk_read_per_token + p->expert_read_est), gib(p->alt_stream_all_read),
+                gib(p->alt_stream_all_cache), p->trunk_resident_n ? "" : " (this plan: nothing paid for residency)");
 }

@@ -35,6 +35,10 @@ typedef struct plan_sizes {
     uint64_t embed_bytes;      /* the embedding: mapped when resident, read by row when streamed */
     uint64_t vec_bytes;        /* small vectors upcast to f32 at load */
     uint64_t stream_buf_bytes; /* one trunk-stream buffer: the largest layer, aligned reads */
+    int n_trunk_layers;        /* NL + 1 (the output head is layer NL); 0: streamed whole only */
+    const uint64_t *layer_bytes; /* [n_trunk_layers] each layer's trunk matrices, bytes in the file */
+    const uint64_t *layer_span;  /* [n_trunk_layers] the same as aligned reads: a buffer's need, and an
+                                    upper bound of its resident copy */
     uint64_t expert_bytes;     /* one routed expert's bytes on disk */
     uint64_t slot_bytes;       /* one cache slot (aligned) */
     uint64_t n_experts;        /* routed experts in the model (MoE layers x E) */

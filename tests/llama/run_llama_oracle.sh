@@ -286,6 +286,15 @@ for qf in "${qfiles[@]}"; do
     fi
     qdone+=("$name (experts $ex)")
 done
+# a requantized file says so: the plan line, info and --bench-json name its expert types
+qf="$tmp/m4-q4_k_m-mix.gguf"
+"$build/deltafin" run --model "$qf" --prompt-ids 5,6,7 --max-new 2 --bench-json >"$tmp/bj.out" 2>"$tmp/bj.err" || true
+if grep -q '"experts":"q4_k+q6_k"' "$tmp/bj.out" && grep -q 'requantized to q4_k+q6_k: not the released experts' "$tmp/bj.err" &&
+    "$build/deltafin" info --model "$qf" | grep -q '^expert weights q4_k+q6_k (requantized'; then
+    echo "ok   a requantized file says so: plan line, info and --bench-json name its experts' types (q4_k+q6_k)"
+else
+    echo "FAIL m4-q4_k_m-mix: the plan line, info or --bench-json do not name its requantized experts: $(head -c 300 "$tmp/bj.out") $(grep plan: "$tmp/bj.err")" >&2; fail=1
+fi
 [ "$fail" != "$qfail" ] || echo "ok   llama.cpp's quantized files, each the same logits at 2 threads, 1 thread in batches of 3, a 1 MiB expert cache, --backend ref and as gguf-py's F32 copy: ${qdone[*]}"
 if [ "$fail" = 0 ]; then echo "llama oracle: all comparisons passed"; else echo "llama oracle: FAILED" >&2; fi
 exit "$fail"

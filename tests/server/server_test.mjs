@@ -78,6 +78,9 @@ test('health, models, page, metrics', async () => {
   // the fixture's trunk is as shipped (F32/BF16): not a quantized one
   assert.match(models.data[0].trunk, /^(f32|bf16)(\+(f32|bf16))?$/);
   assert.equal(models.data[0].trunk_quantized, false);
+  // and its experts are the released MXFP4 ones
+  assert.equal(models.data[0].experts, 'mxfp4');
+  assert.equal(models.data[0].experts_requantized, false);
   const page = await (await fetch(`${URL_}/`)).text();
   assert.match(page, /<html>/);
   assert.match(page, /getReader/);
