@@ -9,11 +9,12 @@
 #   2. the same model as a GGUF with a BF16 trunk and with a Q8_0 trunk
 #      (k3gen --gguf-trunk q8_0, ggml's rounding) at a --mem the BF16 trunk
 #      does not fit and the Q8_0 one does: tok/s and bytes per token.
-# The model (K3-shaped bench1g with 16 experts a layer: ~0.4 GB, most of it
-# trunk) is generated under BENCH_DIR (default a new /var/tmp dir) and
+# The model (K3-shaped bench1g with 16 experts a layer and an 8K vocabulary:
+# ~0.35 GB, most of it trunk, no layer above 1/10 of it) is generated under BENCH_DIR (default a new /var/tmp dir) and
 # deleted at the end unless BENCH_KEEP=1.  Needs root for drop_caches (it
 # is skipped with a warning otherwise).  BENCH_TOKENS (default 16) decoded
-# tokens per run, BENCH_THREADS (default 2).
+# tokens per run, BENCH_THREADS (default 2).  Prompt chunks of 32 (--batch 32)
+# in every plan and run, so the budgets compare decode alone.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 make -s build/deltafin build/k3gen
@@ -22,7 +23,7 @@ else dir=$(mktemp -d /var/tmp/deltafin-trunk.XXXXXX); made=1; fi
 cleanup() { [ "$made" = 1 ] && [ "${BENCH_KEEP:-0}" != 1 ] && rm -rf "$dir"; return 0; }
 trap cleanup EXIT
 model="$dir/model"
-gen="--preset bench1g --set num_experts=16 --seed 5"
+gen="--preset bench1g --set num_experts=16 --set vocab_size=8192 --seed 5"
 if [ ! -f "$model/model.safetensors.index.json" ]; then
     # shellcheck disable=SC2086
     build/k3gen --out "$model" $gen >/dev/null
@@ -37,13 +38,13 @@ thr=${BENCH_THREADS:-2}
 drop() { sync; echo 3 > /proc/sys/vm/drop_caches 2>/dev/null || echo "(cannot drop the page cache: not root)" >&2; }
 gib() { awk -v b="$1" 'BEGIN { printf "%.3f", b / 1073741824 }'; }
 # plan_json MODEL MEM [opts]: the plan's trunk_bytes, and a budget a fraction of it
-plan_field() { "$DF" plan --model "$1" --mem "$2" --ctx 256 --json "${@:4}" | grep -o "\"$3\":[0-9]*" | head -1 | cut -d: -f2; }
+plan_field() { "$DF" plan --model "$1" --mem "$2" --ctx 256 --batch 32 --json "${@:4}" | grep -o "\"$3\":[0-9]*" | head -1 | cut -d: -f2; }
 # one run: "tok/s bytes/token trunk-mode"
 one() {
     local m=$1 mem=$2; shift 2
     drop
     local j
-    j=$("$DF" run --model "$m" --prompt-ids 1,2,3,4 --max-new "$ntok" --mem "$mem" --ctx 256 --threads "$thr" \
+    j=$("$DF" run --model "$m" --prompt-ids 1,2,3,4 --max-new "$ntok" --mem "$mem" --ctx 256 --batch 32 --threads "$thr" \
         --bench-json "$@" 2>/dev/null)
     /usr/bin/python3 -c '
 import json, sys
@@ -54,7 +55,7 @@ print("%.3f %.0f" % (j["decode_tps"], j["decode_read_bytes"] / n))' "$j"
 trunk=$(plan_field "$model" 64G trunk_bytes)
 mem=$((trunk / 2 / 1048576))M
 echo "== partial residency: trunk $(gib "$trunk") GiB, --mem $mem ($ntok tokens, $thr threads, cold page cache each run)"
-"$DF" plan --model "$model" --mem "$mem" --ctx 256 2>&1 | grep -E "trunk, |per decoded token" | sed 's/^/  /'
+"$DF" plan --model "$model" --mem "$mem" --ctx 256 --batch 32 2>&1 | grep -E "trunk, |per decoded token" | sed 's/^/  /'
 printf '  %-34s %9s %14s\n' "run" "tok/s" "MB read/token"
 declare -A tps bytes
 for round in 1 2; do
@@ -76,7 +77,7 @@ rq=$(plan_field "$dir/q8.gguf" 64G resident_from)
 mem2=$(((rq + 8388608) / 1048576))M
 echo "== BF16 trunk against Q8_0 trunk (GGUF): trunk $(gib "$tb") vs $(gib "$tq") GiB, --mem $mem2 (the Q8_0 trunk fits, the BF16 one does not)"
 for f in bf16 q8; do
-    printf '  %-6s %s\n' "$f" "$("$DF" plan --model "$dir/$f.gguf" --mem "$mem2" --ctx 256 2>&1 | grep -E "trunk, " | sed 's/^ *//')"
+    printf '  %-6s %s\n' "$f" "$("$DF" plan --model "$dir/$f.gguf" --mem "$mem2" --ctx 256 --batch 32 2>&1 | grep -E "trunk, " | sed 's/^ *//')"
 done
 printf '  %-34s %9s %14s\n' "run" "tok/s" "MB read/token"
 declare -A t2
