@@ -1,7 +1,9 @@
 /* test_mini.c - the bundled trained model (models/k3-mini) against its
  * third, independent reference: tools/train/reference.py's float64
  * PyTorch forward pass of the same exported BF16/MXFP4 weights
- * (testdata/k3-mini-ref).  Tolerances as the k3-tiny-a fixtures: greedy
+ * (testdata/k3-mini-ref); and a llama.cpp-quantized GGUF (Q8_0 trunk,
+ * Q4_K experts) against the same forward pass of its stored values
+ * (testdata/k3-quant-ref).  Tolerances as the k3-tiny-a fixtures: greedy
  * ids exact, max |logit diff| <= 5e-3 on every row; and deltafin's
  * perplexity on the held-out text within 0.1 % of PyTorch's. */
 #define _GNU_SOURCE
@@ -53,28 +55,37 @@ static int32_t *ids_of(const json_value *a, int *n)
     return v;
 }
 
-static void test_logits_match_pytorch(void)
+/* Every prompt of ref (prompts.json and its files) on model: each row's
+ * logits within 5e-3 of the float64 reference, the greedy continuation
+ * identical; cache: an expert cache of that many bytes (0: planned).
+ * Returns the logits of every prompt's rows, concatenated (caller frees). */
+static float *check_against(const char *model, const char *ref, size_t cache, size_t *n_out)
 {
-    if (paths()) return;
     char p[700];
-    snprintf(p, sizeof p, "%s/prompts.json", dir_ref);
+    *n_out = 0;
+    snprintf(p, sizeof p, "%s/prompts.json", ref);
     json_doc *pl = read_json(p);
-    if (!pl) return;
+    if (!pl) return NULL;
     df_engine_opts o;
     df_engine_opts_default(&o);
     o.quiet = 1;
     o.n_threads = 2;
+    o.expert_cache_bytes = cache;
     df_engine *eng;
     df_error err = {0};
-    TCHECKF(df_engine_open(dir_model, &o, &eng, &err) == 0, "%s", err.msg);
-    if (!eng) return;
+    TCHECKF(df_engine_open(model, &o, &eng, &err) == 0, "%s", err.msg);
+    if (!eng) {
+        json_free(pl);
+        return NULL;
+    }
+    float *all_logits = NULL;
     df_model_info info;
     df_engine_info(eng, &info);
     const json_value *arr = json_root(pl);
     TCHECK(arr->type == JSON_ARRAY && arr->len >= 3);
     for (size_t k = 0; k < arr->len; k++) {
         const json_value *name = json_get(arr->items[k], "name");
-        snprintf(p, sizeof p, "%s/%s.json", dir_ref, name->str);
+        snprintf(p, sizeof p, "%s/%s.json", ref, name->str);
         json_doc *d = read_json(p);
         if (!d) continue;
         int n_all, n_prompt, n_cont;
@@ -82,7 +93,7 @@ static void test_logits_match_pytorch(void)
         int32_t *prompt = ids_of(json_get(json_root(d), "prompt_ids"), &n_prompt);
         int32_t *cont = ids_of(json_get(json_root(d), "continuation_ids"), &n_cont);
         json_free(d);
-        snprintf(p, sizeof p, "%s/%s.logits.f32.bin", dir_ref, name->str);
+        snprintf(p, sizeof p, "%s/%s.logits.f32.bin", ref, name->str);
         char *want;
         size_t len;
         TCHECKF(read_small_file(p, &want, &len, 1 << 28, &err) == 0, "%s", err.msg);
@@ -114,6 +125,9 @@ static void test_logits_match_pytorch(void)
         TCHECKF(same, "%s: greedy continuation differs from PyTorch's", name->str);
         df_session_free(s);
         free(last);
+        all_logits = realloc(all_logits, (*n_out + (size_t)n_all * info.vocab) * sizeof *all_logits);
+        memcpy(all_logits + *n_out, got, (size_t)n_all * info.vocab * sizeof *got);
+        *n_out += (size_t)n_all * info.vocab;
         free(got);
         free(want);
         free(all);
@@ -122,6 +136,33 @@ static void test_logits_match_pytorch(void)
     }
     json_free(pl);
     df_engine_close(eng);
+    return all_logits;
+}
+
+static void test_logits_match_pytorch(void)
+{
+    if (paths()) return;
+    size_t n;
+    free(check_against(dir_model, dir_ref, 0, &n));
+}
+
+/* A K3-shaped model quantized by llama.cpp's own quantizer (Q8_0 trunk,
+ * Q4_K experts: testdata/k3-quant, made by tools/train/make_quant_fixture.sh)
+ * against the float64 reference of the values the file stores
+ * (tools/train/gguf_reference.py: gguf-py's dequantization, k3.py's
+ * forward pass); the same logits, bit for bit, with every expert cached and
+ * with a cache of a few experts. */
+static void test_quantized_gguf_matches_pytorch(void)
+{
+    char model[600], ref[600];
+    snprintf(model, sizeof model, "%s/k3-quant/model.gguf", testdata_dir());
+    snprintf(ref, sizeof ref, "%s/k3-quant-ref", testdata_dir());
+    size_t n1, n2;
+    float *a = check_against(model, ref, 0, &n1);
+    float *b = check_against(model, ref, 300 << 10, &n2);
+    TCHECKF(a && b && n1 == n2 && !memcmp(a, b, n1 * sizeof *a), "the logits differ with a 300 KiB expert cache");
+    free(a);
+    free(b);
 }
 
 static void test_perplexity_matches_pytorch(void)
@@ -150,6 +191,7 @@ static void test_perplexity_matches_pytorch(void)
 
 static const test_case tests[] = {
     {"logits_match_pytorch", test_logits_match_pytorch},
+    {"quantized_gguf_matches_pytorch", test_quantized_gguf_matches_pytorch},
     {"perplexity_matches_pytorch", test_perplexity_matches_pytorch},
 };
 

@@ -78,7 +78,10 @@ def copy(gguf, dequantize, inp, out):
             continue
         vt = field.types[0]
         st = field.types[-1] if vt == gguf.GGUFValueType.ARRAY else None
-        w.add_key_value(field.name, field.contents(), vt, sub_type=st)
+        v = field.contents()
+        if vt == gguf.GGUFValueType.ARRAY and not len(v):
+            continue  # gguf-py cannot write an empty array (a small vocabulary's merges): left out
+        w.add_key_value(field.name, v, vt, sub_type=st)
     n = 0
     for t in r.tensors:
         q = int(t.tensor_type)
