@@ -652,6 +652,39 @@ static void test_quantize_cli(void)
     TCHECKF(strstr(e_, "plan:") && strstr(e_, "q8_0") && strstr(e_, "quantized"),
             "the plan line does not say the trunk is quantized: %s", e_);
     TCHECKF(t_run(r2, a2, sizeof a2, e_, sizeof e_) == 0 && !strcmp(a1, a2), "cpu %s vs ref %s", a1, a2);
+    /* --experts q8_0: the routed experts requantized from their MXFP4 values, ggml's rounding (the
+     * file k3gen --gguf-experts q8_0 writes for the same model: the experts' bytes equal) */
+    char kq[600], kdir[512], outq[600];
+    snprintf(kq, sizeof kq, "%s/qsrc-k3e.gguf", test_scratch());
+    snprintf(outq, sizeof outq, "%s/qout-e.gguf", test_scratch());
+    snprintf(args, sizeof args, "--preset tiny --set hidden_size=64 --seed 9 --gguf %s --gguf-experts q8_0", kq);
+    const char *qe[] = {build_bin("deltafin"), "quantize", "--trunk", "q8_0", "--experts", "q8_0", src, outq, NULL};
+    if (gen_model("qsrc-k3e", args, kdir, sizeof kdir) == 0 && t_run(qe, o_, sizeof o_, e_, sizeof e_) == 0) {
+        gguf_file a, b;
+        df_error ea = {0}, eb = {0};
+        int same = 0, n_exps = 0;
+        if (gguf_open(outq, &a, &ea) == 0 && gguf_open(kq, &b, &eb) == 0) {
+            size_t na = 0, nb = 0;
+            char *fa = t_slurp(outq, &na), *fb = t_slurp(kq, &nb);
+            same = fa && fb;
+            for (size_t i = 0; i < a.n_tensors; i++) {
+                const gguf_tensor *x = &a.tensors[i];
+                if (!strstr(x->name, "_exps")) continue;
+                const gguf_tensor *y = gguf_find_tensor(&b, x->name);
+                n_exps++;
+                same &= y && x->type == GGML_TYPE_Q8_0 && y->type == GGML_TYPE_Q8_0 && x->nbytes == y->nbytes &&
+                        !memcmp(fa + x->offset, fb + y->offset, x->nbytes);
+            }
+            free(fa), free(fb);
+            gguf_deinit(&a), gguf_deinit(&b);
+        }
+        TCHECKF(same && n_exps > 0, "--experts q8_0: %d expert tensors, not k3gen's Q8_0 bytes (%s %s)", n_exps, ea.msg,
+                eb.msg);
+    } else {
+        t_fail(__FILE__, __LINE__, "quantize --experts q8_0: %s", e_);
+    }
+    const char *bad_e[] = {build_bin("deltafin"), "quantize", "--trunk", "q8_0", "--experts", "q4_k", src, out, NULL};
+    TCHECKF(t_run(bad_e, NULL, 0, e_, sizeof e_) != 0 && strstr(e_, "--experts q4_k"), "%s", e_);
     /* refusals */
     const char *bad_t[] = {build_bin("deltafin"), "quantize", "--trunk", "q4_0", src, out, NULL};
     TCHECKF(t_run(bad_t, NULL, 0, e_, sizeof e_) != 0 && strstr(e_, "q4_0"), "%s", e_);

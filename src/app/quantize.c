@@ -1,7 +1,9 @@
-/* quantize.c - `deltafin quantize --trunk q8_0 IN.gguf OUT.gguf`: a GGUF
- * with its trunk in Q8_0 and everything else as it was, the file llama.cpp's
- * own quantizer writes for K3's Q8_0 release (llama-quantize ... Q8_0 with
- * the MXFP4 experts kept).
+/* quantize.c - `deltafin quantize --trunk q8_0 [--experts keep|q8_0] IN.gguf
+ * OUT.gguf`: a GGUF with its trunk in Q8_0 and everything else as it was,
+ * the file llama.cpp's own quantizer writes for K3's Q8_0 release
+ * (llama-quantize ... Q8_0 with the MXFP4 experts kept); `--experts q8_0`
+ * requantizes the routed experts too, from their MXFP4 values (what
+ * llama.cpp writes with the experts' tensor type overridden to Q8_0).
  *
  * Which tensors: those llama.cpp quantizes (a weight of two or more
  * dimensions, not a norm, not the router `ffn_gate_inp`, not the KDA short
@@ -24,6 +26,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,9 +47,25 @@ static int quantizable(const gguf_tensor *t)
     return t->type == GGML_TYPE_F32 || t->type == GGML_TYPE_F16 || t->type == GGML_TYPE_BF16;
 }
 
+/* value i of a row: F32/F16/BF16, or ggml MXFP4 (per 32 values a scale
+ * byte e, then 16 bytes: value j in the low nibble of byte j, value j + 16
+ * in its high nibble; e2m1(code) * 2^(e - 127), exact in f32 as ggml's
+ * dequantize_row_mxfp4 gives it) */
 static float src_value(uint32_t type, const uint8_t *p, size_t i)
 {
+    if (type == GGML_TYPE_MXFP4) {
+        static const float e2m1[16] = {0, 0.5f, 1, 1.5f, 2, 3, 4, 6, -0.0f, -0.5f, -1, -1.5f, -2, -3, -4, -6};
+        const uint8_t *b = p + i / 32 * GGML_MXFP4_BYTES;
+        size_t j = i % 32;
+        int code = j < 16 ? b[1 + j] & 15 : b[1 + j - 16] >> 4;
+        return ldexpf(e2m1[code], (int)b[0] - 127);
+    }
     return type == GGML_TYPE_F32 ? load_f32(p, i) : type == GGML_TYPE_F16 ? load_f16(p, i) : load_bf16(p, i);
+}
+
+static int routed_expert(const gguf_tensor *t)
+{
+    return t->n_dims == 3 && t->type == GGML_TYPE_MXFP4 && strstr(t->name, "_exps.weight");
 }
 
 static void put_u32(uint8_t *p, uint32_t v) { memcpy(p, &v, 4); }
@@ -126,16 +145,21 @@ static void convert_tensor(int fd, const gguf_tensor *t, uint32_t to, qout *o)
 
 int cmd_quantize(int argc, char **argv)
 {
-    const char *trunk = NULL, *in_path = NULL, *out_path = NULL;
+    const char *trunk = NULL, *experts = "keep", *in_path = NULL, *out_path = NULL;
     for (int i = 2; i < argc; i++) {
         if (!strcmp(argv[i], "--trunk") && i + 1 < argc) trunk = argv[++i];
+        else if (!strcmp(argv[i], "--experts") && i + 1 < argc) experts = argv[++i];
         else if (argv[i][0] == '-' && argv[i][1]) die("quantize: unknown option %s", argv[i]);
         else if (!in_path) in_path = argv[i];
         else if (!out_path) out_path = argv[i];
         else die("quantize: one input and one output, not %s too", argv[i]);
     }
-    if (!trunk || !in_path || !out_path) die("usage: deltafin quantize --trunk q8_0 IN.gguf OUT.gguf");
+    if (!trunk || !in_path || !out_path)
+        die("usage: deltafin quantize --trunk q8_0 [--experts keep|q8_0] IN.gguf OUT.gguf");
     if (strcmp(trunk, "q8_0")) die("quantize --trunk %s: only q8_0 is written (every type is read)", trunk);
+    if (strcmp(experts, "keep") && strcmp(experts, "q8_0"))
+        die("quantize --experts %s: keep (as they are) or q8_0 (requantized from their MXFP4 values)", experts);
+    int req = !strcmp(experts, "q8_0");
     gguf_file g;
     df_error err = {0};
     if (gguf_open(in_path, &g, &err)) die("quantize: %s", err.msg);
@@ -163,7 +187,7 @@ int cmd_quantize(int argc, char **argv)
     for (size_t i = 0; i < g.n_tensors; i++) {
         const gguf_tensor *t = &g.tensors[i];
         to[i] = t->type;
-        if (quantizable(t)) to[i] = t->ne[0] % 32 ? GGML_TYPE_F16 : GGML_TYPE_Q8_0;
+        if (quantizable(t) || (req && routed_expert(t))) to[i] = t->ne[0] % 32 ? GGML_TYPE_F16 : GGML_TYPE_Q8_0;
         n_q8 += to[i] == GGML_TYPE_Q8_0 && t->type != to[i];
         n_f16 += to[i] == GGML_TYPE_F16 && t->type != to[i];
         uint64_t rows = (uint64_t)(t->ne[1] * t->ne[2] * t->ne[3]);
@@ -214,7 +238,8 @@ int cmd_quantize(int argc, char **argv)
     if (rename(g_tmp, out_path)) die("quantize: %s: %s", out_path, strerror(errno));
     g_tmp[0] = 0;
     fprintf(stderr, "deltafin: quantize: %s -> %s: %d tensors to Q8_0, %d to F16 (rows not whole blocks), %zu "
-            "kept; %.1f MiB -> %.1f MiB\n", in_path, out_path, n_q8, n_f16, g.n_tensors - (size_t)n_q8 - (size_t)n_f16,
+            "kept%s; %.1f MiB -> %.1f MiB\n", in_path, out_path, n_q8, n_f16, g.n_tensors - (size_t)n_q8 - (size_t)n_f16,
+            req ? " (the routed experts requantized to Q8_0)" : "",
             (double)g.file_size / (1 << 20), (double)(data_start + data) / (1 << 20));
     free(kv), free(to), free(off);
     gguf_deinit(&g);

@@ -214,6 +214,16 @@ for mq in 3 1; do
         echo "FAIL deltafin quantize (model $mq) and llama.cpp's quantizer differ: $out" >&2; fail=1
     fi
 done
+# ... and with the routed experts requantized too (llama.cpp: the experts' type overridden to Q8_0)
+"$build/deltafin" quantize --trunk q8_0 --experts q8_0 "$tmp/m3.gguf" "$tmp/m3-df-q8e.gguf" 2>/dev/null
+"$build/llama_peer" --lib "$lib" --model "$tmp/m3.gguf" --quantize "$tmp/m3-ll-q8e.gguf" --quantize-type q8_0 \
+    --quantize-experts q8_0 --threads 2
+if out=$(node "$here/compare_gguf_tensors.mjs" "$tmp/m3-ll-q8e.gguf" "$tmp/m3-df-q8e.gguf" all 2>&1); then
+    echo "ok   deltafin quantize --trunk q8_0 --experts q8_0 writes llama.cpp's file (model 3): $out"
+else
+    echo "FAIL deltafin quantize --experts q8_0 and llama.cpp's quantizer differ: $out" >&2; fail=1
+fi
+rm -f "$tmp/m3-df-q8e.gguf" "$tmp/m3-ll-q8e.gguf"
 V3=$(grep -o '"vocab_size": *[0-9]*' "$tmp/m3/config.json" | head -1 | grep -o '[0-9]*$')
 ids=5,$((V3 - 7)),17,99,3,41,$((V3 / 2)),8
 q8fail=$fail
