@@ -713,7 +713,31 @@ static void test_plan_k3_q8_trunk(void)
     TCHECK(df_plan_model(cfg, &o, &p, NULL, &err) == -1 && strstr(err.msg, "expected bf16, f16 or q8_0"));
 }
 
+/* plan --disk-gbps: the table's projected tok/s is the read speed over the bytes a decoded token
+ * reads (trunk + experts), for every budget row; a bad list is refused by name */
+static void test_cli_disk_projection(void)
+{
+    char cfg[512];
+    snprintf(cfg, sizeof cfg, "%s/k3/config.json", testdata_dir());
+    const char *a[] = {DF, "plan", "--model", cfg, "--disk-gbps", "7,28", NULL};
+    TCHECKF(cli(a) == 0 && strstr(out_, "tok/s @7GB/s") && strstr(out_, "tok/s @28GB/s") && strstr(out_, "256 GiB"),
+            "%s %s", out_, err_);
+    /* the 64 GiB row: 7e9 / (trunk + experts read per token) */
+    df_plan_opts o = {.mem_budget = 64 * GiB, .n_threads = 0};
+    df_plan p;
+    df_error err = {0};
+    TCHECK(df_plan_model(cfg, &o, &p, NULL, &err) == 0);
+    char want[32];
+    snprintf(want, sizeof want, "%.3f", 7e9 / (double)(p.trunk_read_per_token + p.expert_read_est));
+    const char *row = strstr(out_, "\n64 GiB");
+    const char *eol = row ? strchr(row + 1, '\n') : NULL;
+    TCHECKF(row && eol && memmem(row, (size_t)(eol - row), want, strlen(want)), "64 GiB row lacks %s: %s", want, out_);
+    const char *bad[] = {DF, "plan", "--model", cfg, "--disk-gbps", "7,fast", NULL};
+    TCHECKF(cli(bad) != 0 && strstr(err_, "--disk-gbps 7,fast"), "%s", err_);
+}
+
 static const test_case tests[] = {
+    {"cli_disk_projection", test_cli_disk_projection},
     {"scratch_under_the_line", test_scratch_under_the_line},
     {"k3_q8_0_trunk_what_if", test_plan_k3_q8_trunk},
     {"resident_threshold_one_rule", test_resident_threshold_one_rule},

@@ -219,19 +219,26 @@ static int cmd_plan(int argc, char **argv)
 {
     run_args a;
     parse_common(argc, argv, &a);
-    size_t sizes[5] = {0};
+    size_t sizes[6] = {0};
     int n = 0;
     if (a.mem) sizes[n++] = a.mem;
     else {
-        static const size_t gb[] = {24, 64, 128, 512};
-        for (int i = 0; i < 4; i++) sizes[n++] = gb[i] << 30;
+        static const size_t gb[] = {24, 64, 128, 256, 512};
+        for (int i = 0; i < 5; i++) sizes[n++] = gb[i] << 30;
     }
     int bad = 0;
     uint64_t cold = 0;
-    if (!a.json && !a.mem)
-        printf("%-10s %-9s %11s %11s %13s %13s %7s %16s %16s%s\n", "--mem", "trunk", "trunk GiB", "cache GiB",
+    if (!a.json && !a.mem) {
+        printf("%-10s %-9s %11s %11s %13s %13s %7s %16s %16s%s", "--mem", "trunk", "trunk GiB", "cache GiB",
                "experts held", "context GiB", "chunk", "trunk read/tok", "experts read/tok",
                a.serve && !a.ctx ? "  context" : "");
+        for (int g = 0; g < a.n_disk_gbps; g++) {
+            char h[32];
+            snprintf(h, sizeof h, "tok/s @%gGB/s", a.disk_gbps[g]);
+            printf(" %14s", h);
+        }
+        printf("\n");
+    }
     for (int i = 0; i < n; i++) {
         df_plan_opts o;
         plan_opts_from(&a, &o, sizes[i]);
@@ -262,6 +269,12 @@ static int cmd_plan(int argc, char **argv)
                    gib_(p.cache_bytes), held, gib_(p.state_bytes), p.max_batch, gib_(p.trunk_read_per_token),
                    gib_(p.expert_read_est));
             if (a.serve && !a.ctx) printf("  %7d", p.n_ctx);
+            /* disk-bound: the bytes a decoded token reads at that speed (compute not counted) */
+            uint64_t per = p.trunk_read_per_token + p.expert_read_est;
+            for (int g = 0; g < a.n_disk_gbps; g++) {
+                if (per) printf(" %14.3f", a.disk_gbps[g] * 1e9 / (double)per);
+                else printf(" %14s", "(in RAM)");
+            }
             printf("\n");
         }
         bad |= rc != 0;

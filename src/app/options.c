@@ -68,11 +68,12 @@ void usage(FILE *f)
           "          allows, what to change)\n"
           "  info    --model DIR: the model's dimensions and its memory plan (reads no weights)\n"
           "  plan    --model DIR|FILE.gguf|config.json [--mem SIZE] [--ctx N] [--json] [--ranks N]\n"
-          "          [--serve [--parallel N]] [--trunk bf16|f16|q8_0]\n"
+          "          [--serve [--parallel N]] [--trunk bf16|f16|q8_0] [--disk-gbps 7,28]\n"
           "          where the model goes at --mem (or at 24/64/128/512 GiB) and the bytes read per\n"
           "          token, from the config and headers alone; --ranks: each MPI rank's share;\n"
           "          --serve: the context serve picks without --ctx, and why; --trunk: a config.json's\n"
-          "          trunk as that type (q8_0: llama.cpp's K3 conversion), a what-if\n"
+          "          trunk as that type (q8_0: llama.cpp's K3 conversion), a what-if; --disk-gbps:\n"
+          "          the tok/s each budget projects at those read speeds (disk-bound)\n"
           "  mpirun -np N deltafin run|chat|serve ...: the routed experts spread over N processes\n"
           "          (built with Open MPI; --heat balances them; DELTAFIN_RANK_TIMEOUT, default 60 s)\n"
           "  quantize --trunk q8_0 [--experts keep|q8_0] IN.gguf OUT.gguf\n"
@@ -392,7 +393,7 @@ static const opt_def opts[] = {
     {"--seed", 1, C_RUN | C_CHAT},    {"--draft", 1, C_RUN | C_CHAT | C_SERVE},
     {"--draft-max", 1, C_RUN | C_CHAT | C_SERVE}, {"--draft-k", 1, C_RUN | C_CHAT | C_SERVE},
     {"--draft-mem", 1, C_RUN | C_CHAT | C_SERVE}, {"--session", 1, C_RUN | C_CHAT},    {"--file", 1, C_PERPLEXITY},      {"--window", 1, C_PERPLEXITY},
-    {"--kl-divergence", 1, C_PERPLEXITY}, {"--save-logits", 1, C_PERPLEXITY},   {"--json", 0, C_PLAN | C_PERPLEXITY}, {"--ranks", 1, C_PLAN}, {"--trunk", 1, C_PLAN},
+    {"--kl-divergence", 1, C_PERPLEXITY}, {"--save-logits", 1, C_PERPLEXITY},   {"--json", 0, C_PLAN | C_PERPLEXITY}, {"--ranks", 1, C_PLAN}, {"--trunk", 1, C_PLAN}, {"--disk-gbps", 1, C_PLAN},
     {"--serve", 0, C_PLAN},           {"--parallel", 1, C_PLAN},
 };
 
@@ -531,6 +532,17 @@ void parse_common(int argc, char **argv, run_args *a)
         else if (!strcmp(f, "--json")) a->json = 1;
         else if (!strcmp(f, "--ranks")) a->ranks = (int)parse_long(v, f, 1, 255);
         else if (!strcmp(f, "--trunk")) a->trunk_type = v;
+        else if (!strcmp(f, "--disk-gbps")) {
+            a->n_disk_gbps = 0;
+            for (const char *p = v; *p;) {
+                char *end;
+                double g = strtod(p, &end);
+                if (end == p || !(g > 0 && g < 1e4) || a->n_disk_gbps == 4 || (*end && *end != ','))
+                    die("--disk-gbps %s: up to four read speeds in GB/s, comma-separated (7,28)", v);
+                a->disk_gbps[a->n_disk_gbps++] = g;
+                p = *end ? end + 1 : end;
+            }
+        }
         else if (!strcmp(f, "--serve")) a->serve = 1;
         else if (!strcmp(f, "--parallel")) a->plan_sessions = (int)parse_long(v, f, 1, 64);
         else die("internal: option %s has no handler", f);

@@ -36,6 +36,8 @@ typedef struct {
     const char *kld_base;   /* perplexity --kl-divergence BASE: a base model, or a --save-logits file */
     const char *save_logits; /* perplexity --save-logits FILE: the base's rows for a later --kl-divergence */
     const char *trunk_type;  /* plan --trunk bf16|f16|q8_0: a config.json's what-if */
+    double disk_gbps[4];     /* plan --disk-gbps 7,28: projected tok/s at these read speeds */
+    int n_disk_gbps;
     int json;       /* plan, perplexity: machine-readable output */
     int greedy, top_k, seed_set;  /* sampling (sampler.h): --greedy, --temp, --top-p, --top-k, --seed */
     double temp, top_p;
