@@ -173,6 +173,36 @@ static void test_generated_and_gguf(void)
     ref_vs_cpu("the same as one GGUF file", gguf, 300);
 }
 
+/* The logits of `quant` on every path (one pass; calls of 5 at one thread;
+ * the reference backend; scalar kernels with a rollback; an expert cache of
+ * 300 KiB) against those of `values` in one pass, bit for bit; `values` is
+ * the same model with the quantized tensors written as F32 of their values.
+ * Returns values' logits (caller frees). */
+static float *same_as_values(const char *what, const char *quant, const char *values, const int32_t *ids, int n,
+                             int *V)
+{
+    run_opts one = {.chunk = 0, .max_batch = 64};
+    float *want = run(values, &one, ids, n, V);
+    static const struct {
+        const char *what;
+        run_opts o;
+    } cases[] = {
+        {"one pass", {.chunk = 0, .max_batch = 64}},
+        {"calls of 5, one thread", {.chunk = 5, .max_batch = 8, .threads = 1}},
+        {"reference backend", {.backend = "ref", .chunk = 0, .max_batch = 64}},
+        {"scalar kernels, rollback", {.backend = "cpu:scalar", .chunk = 6, .max_batch = 16, .rollback = 9}},
+        {"an expert cache of 300 KiB", {.chunk = 4, .max_batch = 8, .cache = 300 << 10}},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        float *got = run(quant, &cases[c].o, ids, n, V);
+        char label[200];
+        snprintf(label, sizeof label, "%s (%s) vs their values as F32", what, cases[c].what);
+        same(label, want, got, (size_t)n * *V, *V);
+        free(got);
+    }
+    return want;
+}
+
 /* A GGUF whose trunk matrices are Q8_0 (as ggml quantizes) gives, bit for
  * bit, the logits of the same file with those matrices written as F32 of
  * the values it stores, on every backend and path; an F16 trunk runs too
@@ -197,23 +227,7 @@ static void test_q8_0_and_f16_trunks(void)
     for (int i = 0; i < N; i++) ids[i] = (i * 131 + 7) % 290 + 1;
     int V = 0;
     run_opts one = {.chunk = 0, .max_batch = 64};
-    float *want = run(gv, &one, ids, N, &V);
-    struct {
-        const char *what;
-        run_opts o;
-    } cases[] = {
-        {"one pass", {.chunk = 0, .max_batch = 64}},
-        {"calls of 4, one thread", {.chunk = 4, .max_batch = 8, .threads = 1}},
-        {"reference backend", {.backend = "ref", .chunk = 0, .max_batch = 64}},
-        {"scalar kernels, rollback", {.backend = "cpu:scalar", .chunk = 7, .max_batch = 16, .rollback = 11}},
-    };
-    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-        float *got = run(gq, &cases[c].o, ids, N, &V);
-        char what[160];
-        snprintf(what, sizeof what, "Q8_0 trunk (%s) vs its values as F32", cases[c].what);
-        same(what, want, got, (size_t)N * V, V);
-        free(got);
-    }
+    float *want = same_as_values("Q8_0 trunk", gq, gv, ids, N, &V);
     /* the file really holds Q8_0: the attention's matrices, the MLA's k_b and v_b */
     struct stat sq, sv;
     TCHECK(stat(gq, &sq) == 0 && stat(gv, &sv) == 0 && sq.st_size < sv.st_size);
@@ -330,24 +344,7 @@ static void test_q8_0_experts(void)
     for (int i = 0; i < N; i++) ids[i] = (i * 97 + 11) % 290 + 1;
     int V = 0;
     run_opts one = {.chunk = 0, .max_batch = 64};
-    float *want = run(gv, &one, ids, N, &V);
-    struct {
-        const char *what;
-        run_opts o;
-    } cases[] = {
-        {"one pass", {.chunk = 0, .max_batch = 64}},
-        {"calls of 5, one thread", {.chunk = 5, .max_batch = 8, .threads = 1}},
-        {"reference backend", {.backend = "ref", .chunk = 0, .max_batch = 64}},
-        {"scalar kernels, rollback", {.backend = "cpu:scalar", .chunk = 6, .max_batch = 16, .rollback = 9}},
-        {"an expert cache of 300 KiB", {.chunk = 4, .max_batch = 8, .cache = 300 << 10}},
-    };
-    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-        float *got = run(gq, &cases[c].o, ids, N, &V);
-        char what[160];
-        snprintf(what, sizeof what, "Q8_0 experts (%s) vs their values as F32", cases[c].what);
-        same(what, want, got, (size_t)N * V, V);
-        free(got);
-    }
+    float *want = same_as_values("Q8_0 experts", gq, gv, ids, N, &V);
     /* the MXFP4 model they came from gives other logits (the requantization is real) */
     float *mx = run(dq, &one, ids, N, &V);
     int differ = 0;
