@@ -200,30 +200,41 @@ KERNEL_MXFP4_DRIVER_S(matmul_q8_0_avx2, q8_0_rows, (size_t)C / Q8_0_BLOCK * Q8_0
 /* any block format: per row and group of up to four positions, each block
  * decoded once (the scalar decode of qblock.c: exact) into an aligned
  * buffer, then the dense order's two 8-lane halves over it */
+/* one row over nt (a constant after inlining: the accumulators stay in
+ * registers) positions */
+ALWAYS_INLINE void qblock_rows(const qblock_fmt *f, const uint8_t *row, int C, const float *x, size_t xs, int nt,
+                               float *y, size_t ys)
+{
+    float w[QBLOCK_MAX] __attribute__((aligned(32)));
+    __m256 a0[4], a1[4];
+    _Pragma("GCC unroll 4") for (int u = 0; u < 4; u++) a0[u] = a1[u] = _mm256_setzero_ps();
+    for (int b = 0; b < C / f->block; b++) {
+        f->decode(row + (size_t)b * f->bytes, w);
+        int c0 = b * f->block;
+        for (int k = 0; k < f->block; k += 16) {
+            __m256 w0 = _mm256_load_ps(w + k), w1 = _mm256_load_ps(w + k + 8);
+            _Pragma("GCC unroll 4") for (int u = 0; u < nt; u++) {
+                const float *xu = x + (size_t)u * xs + c0 + k;
+                a0[u] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(xu), a0[u]);
+                a1[u] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(xu + 8), a1[u]);
+            }
+        }
+    }
+    _Pragma("GCC unroll 4") for (int u = 0; u < nt; u++) y[(size_t)u * ys] = tree2x256(a0[u], a1[u]);
+}
+
 static void matmul_qblock_avx2(const qblock_fmt *f, const uint8_t *blocks, int C, const float *x, size_t xs, int T,
                                float *y, size_t ys, int r0, int r1)
 {
     size_t rb = (size_t)C / (size_t)f->block * (size_t)f->bytes;
-    float w[QBLOCK_MAX] __attribute__((aligned(32)));
     for (int r = r0; r < r1; r++) {
         const uint8_t *row = blocks + (size_t)r * rb;
-        for (int t0 = 0; t0 < T; t0 += 4) {
-            int nt = T - t0 < 4 ? T - t0 : 4;
-            __m256 a0[4], a1[4];
-            for (int u = 0; u < 4; u++) a0[u] = a1[u] = _mm256_setzero_ps();
-            for (int b = 0; b < C / f->block; b++) {
-                f->decode(row + (size_t)b * f->bytes, w);
-                int c0 = b * f->block;
-                for (int k = 0; k < f->block; k += 16) {
-                    __m256 w0 = _mm256_load_ps(w + k), w1 = _mm256_load_ps(w + k + 8);
-                    for (int u = 0; u < nt; u++) {
-                        const float *xu = x + (size_t)(t0 + u) * xs + c0 + k;
-                        a0[u] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(xu), a0[u]);
-                        a1[u] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(xu + 8), a1[u]);
-                    }
-                }
-            }
-            for (int u = 0; u < nt; u++) y[(size_t)(t0 + u) * ys + r] = tree2x256(a0[u], a1[u]);
+        int t = 0;
+        for (; t + 4 <= T; t += 4) qblock_rows(f, row, C, x + (size_t)t * xs, xs, 4, y + (size_t)t * ys + r, ys);
+        switch (T - t) {
+        case 3: qblock_rows(f, row, C, x + (size_t)t * xs, xs, 3, y + (size_t)t * ys + r, ys); break;
+        case 2: qblock_rows(f, row, C, x + (size_t)t * xs, xs, 2, y + (size_t)t * ys + r, ys); break;
+        case 1: qblock_rows(f, row, C, x + (size_t)t * xs, xs, 1, y + (size_t)t * ys + r, ys); break;
         }
     }
 }

@@ -229,26 +229,120 @@ static void matmul_q8_0_avx512(const uint8_t *packed, const uint8_t *scales, int
 
 /* any block format: per row and group of up to four positions, each block
  * decoded once (qblock.c's exact scalar decode), then the 16 lanes over it */
+/* Q4_K and Q6_K (llama.cpp's Q4_K_M files are mostly these) decoded in
+ * vectors: the same float operations in the same order as qblock.c's
+ * dec_q4_k / dec_q6_k, each a separate rounding (explicit multiplies and
+ * subtractions, -ffp-contract=off), so the values are those of the scalar
+ * decode, bit for bit (test_kernels compares every format's products). */
+static void k4_scale_min(int j, const uint8_t *q, uint8_t *d, uint8_t *m)
+{
+    if (j < 4) {
+        *d = q[j] & 63;
+        *m = q[j + 4] & 63;
+    } else {
+        *d = (uint8_t)((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
+        *m = (uint8_t)((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
+    }
+}
+
+static float half_le(const uint8_t *p)
+{
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return f16_to_f32(h);
+}
+
+static void dec_q4_k_avx512(const uint8_t *b, float *y)
+{
+    float d = half_le(b), min = half_le(b + 2);
+    const uint8_t *scales = b + 4, *q = b + 16;
+    const __m512i lo4 = _mm512_set1_epi32(15);
+    for (int j = 0; j < 4; j++) {
+        uint8_t sc, m;
+        k4_scale_min(2 * j, scales, &sc, &m);
+        __m512 d1 = _mm512_set1_ps(d * (float)sc), m1 = _mm512_set1_ps(min * (float)m);
+        k4_scale_min(2 * j + 1, scales, &sc, &m);
+        __m512 d2 = _mm512_set1_ps(d * (float)sc), m2 = _mm512_set1_ps(min * (float)m);
+        for (int h = 0; h < 2; h++) {
+            __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(q + 32 * j + 16 * h)));
+            __m512 lo = _mm512_cvtepi32_ps(_mm512_and_si512(v, lo4)), hi = _mm512_cvtepi32_ps(_mm512_srli_epi32(v, 4));
+            _mm512_storeu_ps(y + 64 * j + 16 * h, _mm512_sub_ps(_mm512_mul_ps(d1, lo), m1));
+            _mm512_storeu_ps(y + 64 * j + 32 + 16 * h, _mm512_sub_ps(_mm512_mul_ps(d2, hi), m2));
+        }
+    }
+}
+
+static void dec_q6_k_avx512(const uint8_t *b, float *y)
+{
+    const uint8_t *ql = b, *qh = b + 128;
+    const int8_t *sc = (const int8_t *)(b + 192);
+    float d = half_le(b + 208);
+    const __m512i lo4 = _mm512_set1_epi32(15), two = _mm512_set1_epi32(3), off = _mm512_set1_epi32(32);
+    for (int n = 0; n < 2; n++) {
+        for (int h = 0; h < 2; h++) {
+            __m512i l0 = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(ql + 16 * h)));
+            __m512i l1 = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(ql + 32 + 16 * h)));
+            __m512i hb = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(qh + 16 * h)));
+            __m512i q[4] = {
+                _mm512_or_si512(_mm512_and_si512(l0, lo4), _mm512_slli_epi32(_mm512_and_si512(hb, two), 4)),
+                _mm512_or_si512(_mm512_and_si512(l1, lo4),
+                                _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(hb, 2), two), 4)),
+                _mm512_or_si512(_mm512_srli_epi32(l0, 4),
+                                _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(hb, 4), two), 4)),
+                _mm512_or_si512(_mm512_srli_epi32(l1, 4),
+                                _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(hb, 6), two), 4)),
+            };
+            for (int k = 0; k < 4; k++) {
+                __m512 ds = _mm512_set1_ps(d * (float)sc[h + 2 * k]);
+                _mm512_storeu_ps(y + 32 * k + 16 * h, _mm512_mul_ps(ds, _mm512_cvtepi32_ps(_mm512_sub_epi32(q[k], off))));
+            }
+        }
+        y += 128;
+        ql += 64;
+        qh += 32;
+        sc += 8;
+    }
+}
+
+typedef void (*block_decoder)(const uint8_t *blk, float *out);
+
+static block_decoder decoder_of(const qblock_fmt *f)
+{
+    return f->ggml_type == 12 ? dec_q4_k_avx512 : f->ggml_type == 14 ? dec_q6_k_avx512 : f->decode;
+}
+
+/* one row over nt (a constant after inlining: the accumulators stay in
+ * registers) positions */
+ALWAYS_INLINE void qblock_rows(const qblock_fmt *f, block_decoder dec, const uint8_t *row, int C, const float *x,
+                               size_t xs, int nt, float *y, size_t ys)
+{
+    float w[QBLOCK_MAX] __attribute__((aligned(64)));
+    __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+    for (int b = 0; b < C / f->block; b++) {
+        dec(row + (size_t)b * f->bytes, w);
+        int c0 = b * f->block;
+        for (int k = 0; k < f->block; k += 16) {
+            __m512 wv = _mm512_load_ps(w + k);
+            _Pragma("GCC unroll 4") for (int u = 0; u < nt; u++)
+                acc[u] = _mm512_fmadd_ps(wv, _mm512_loadu_ps(x + (size_t)u * xs + c0 + k), acc[u]);
+        }
+    }
+    _Pragma("GCC unroll 4") for (int u = 0; u < nt; u++) y[(size_t)u * ys] = tree512(acc[u]);
+}
+
 static void matmul_qblock_avx512(const qblock_fmt *f, const uint8_t *blocks, int C, const float *x, size_t xs, int T,
                                  float *y, size_t ys, int r0, int r1)
 {
     size_t rb = (size_t)C / (size_t)f->block * (size_t)f->bytes;
-    float w[QBLOCK_MAX] __attribute__((aligned(64)));
+    block_decoder dec = decoder_of(f);
     for (int r = r0; r < r1; r++) {
         const uint8_t *row = blocks + (size_t)r * rb;
-        for (int t0 = 0; t0 < T; t0 += 4) {
-            int nt = T - t0 < 4 ? T - t0 : 4;
-            __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
-            for (int b = 0; b < C / f->block; b++) {
-                f->decode(row + (size_t)b * f->bytes, w);
-                int c0 = b * f->block;
-                for (int k = 0; k < f->block; k += 16) {
-                    __m512 wv = _mm512_loadu_ps(w + k);
-                    for (int u = 0; u < nt; u++)
-                        acc[u] = _mm512_fmadd_ps(wv, _mm512_loadu_ps(x + (size_t)(t0 + u) * xs + c0 + k), acc[u]);
-                }
-            }
-            for (int u = 0; u < nt; u++) y[(size_t)(t0 + u) * ys + r] = tree512(acc[u]);
+        int t = 0;
+        for (; t + 4 <= T; t += 4) qblock_rows(f, dec, row, C, x + (size_t)t * xs, xs, 4, y + (size_t)t * ys + r, ys);
+        switch (T - t) {
+        case 3: qblock_rows(f, dec, row, C, x + (size_t)t * xs, xs, 3, y + (size_t)t * ys + r, ys); break;
+        case 2: qblock_rows(f, dec, row, C, x + (size_t)t * xs, xs, 2, y + (size_t)t * ys + r, ys); break;
+        case 1: qblock_rows(f, dec, row, C, x + (size_t)t * xs, xs, 1, y + (size_t)t * ys + r, ys); break;
         }
     }
 }
