@@ -200,16 +200,100 @@ KERNEL_MXFP4_DRIVER_S(matmul_q8_0_avx2, q8_0_rows, (size_t)C / Q8_0_BLOCK * Q8_0
 /* any block format: per row and group of up to four positions, each block
  * decoded once (the scalar decode of qblock.c: exact) into an aligned
  * buffer, then the dense order's two 8-lane halves over it */
+/* Q4_K and Q6_K decoded in vectors, 8 values at a time: the same float
+ * operations in the same order as qblock.c's dec_q4_k / dec_q6_k (and the
+ * AVX-512 ones), each a separate rounding, so bit for bit the scalar
+ * decode's values. */
+static void k4_scale_min(int j, const uint8_t *q, uint8_t *d, uint8_t *m)
+{
+    if (j < 4) {
+        *d = q[j] & 63;
+        *m = q[j + 4] & 63;
+    } else {
+        *d = (uint8_t)((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
+        *m = (uint8_t)((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
+    }
+}
+
+static float half_le(const uint8_t *p)
+{
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return f16_to_f32(h);
+}
+
+ALWAYS_INLINE __m256i bytes8(const uint8_t *p)
+{
+    return _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p));
+}
+
+static void dec_q4_k_avx2(const uint8_t *b, float *y)
+{
+    float d = half_le(b), min = half_le(b + 2);
+    const uint8_t *scales = b + 4, *q = b + 16;
+    const __m256i lo4 = _mm256_set1_epi32(15);
+    for (int j = 0; j < 4; j++) {
+        uint8_t sc, m;
+        k4_scale_min(2 * j, scales, &sc, &m);
+        __m256 d1 = _mm256_set1_ps(d * (float)sc), m1 = _mm256_set1_ps(min * (float)m);
+        k4_scale_min(2 * j + 1, scales, &sc, &m);
+        __m256 d2 = _mm256_set1_ps(d * (float)sc), m2 = _mm256_set1_ps(min * (float)m);
+        for (int h = 0; h < 4; h++) {
+            __m256i v = bytes8(q + 32 * j + 8 * h);
+            __m256 lo = _mm256_cvtepi32_ps(_mm256_and_si256(v, lo4)), hi = _mm256_cvtepi32_ps(_mm256_srli_epi32(v, 4));
+            _mm256_storeu_ps(y + 64 * j + 8 * h, _mm256_sub_ps(_mm256_mul_ps(d1, lo), m1));
+            _mm256_storeu_ps(y + 64 * j + 32 + 8 * h, _mm256_sub_ps(_mm256_mul_ps(d2, hi), m2));
+        }
+    }
+}
+
+static void dec_q6_k_avx2(const uint8_t *b, float *y)
+{
+    const uint8_t *ql = b, *qh = b + 128;
+    const int8_t *sc = (const int8_t *)(b + 192);
+    float d = half_le(b + 208);
+    const __m256i lo4 = _mm256_set1_epi32(15), two = _mm256_set1_epi32(3), off = _mm256_set1_epi32(32);
+    for (int n = 0; n < 2; n++) {
+        for (int h = 0; h < 4; h++) {
+            __m256i l0 = bytes8(ql + 8 * h), l1 = bytes8(ql + 32 + 8 * h), hb = bytes8(qh + 8 * h);
+            __m256i q[4] = {
+                _mm256_or_si256(_mm256_and_si256(l0, lo4), _mm256_slli_epi32(_mm256_and_si256(hb, two), 4)),
+                _mm256_or_si256(_mm256_and_si256(l1, lo4),
+                                _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(hb, 2), two), 4)),
+                _mm256_or_si256(_mm256_srli_epi32(l0, 4),
+                                _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(hb, 4), two), 4)),
+                _mm256_or_si256(_mm256_srli_epi32(l1, 4),
+                                _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(hb, 6), two), 4)),
+            };
+            for (int k = 0; k < 4; k++) {
+                __m256 ds = _mm256_set1_ps(d * (float)sc[h / 2 + 2 * k]);
+                _mm256_storeu_ps(y + 32 * k + 8 * h, _mm256_mul_ps(ds, _mm256_cvtepi32_ps(_mm256_sub_epi32(q[k], off))));
+            }
+        }
+        y += 128;
+        ql += 64;
+        qh += 32;
+        sc += 8;
+    }
+}
+
+typedef void (*block_decoder)(const uint8_t *blk, float *out);
+
+static block_decoder decoder_of(const qblock_fmt *f)
+{
+    return f->ggml_type == 12 ? dec_q4_k_avx2 : f->ggml_type == 14 ? dec_q6_k_avx2 : f->decode;
+}
+
 /* one row over nt (a constant after inlining: the accumulators stay in
  * registers) positions */
-ALWAYS_INLINE void qblock_rows(const qblock_fmt *f, const uint8_t *row, int C, const float *x, size_t xs, int nt,
-                               float *y, size_t ys)
+ALWAYS_INLINE void qblock_rows(const qblock_fmt *f, block_decoder dec, const uint8_t *row, int C, const float *x,
+                               size_t xs, int nt, float *y, size_t ys)
 {
     float w[QBLOCK_MAX] __attribute__((aligned(32)));
     __m256 a0[4], a1[4];
     _Pragma("GCC unroll 4") for (int u = 0; u < 4; u++) a0[u] = a1[u] = _mm256_setzero_ps();
     for (int b = 0; b < C / f->block; b++) {
-        f->decode(row + (size_t)b * f->bytes, w);
+        dec(row + (size_t)b * f->bytes, w);
         int c0 = b * f->block;
         for (int k = 0; k < f->block; k += 16) {
             __m256 w0 = _mm256_load_ps(w + k), w1 = _mm256_load_ps(w + k + 8);
@@ -227,14 +311,15 @@ static void matmul_qblock_avx2(const qblock_fmt *f, const uint8_t *blocks, int C
                                float *y, size_t ys, int r0, int r1)
 {
     size_t rb = (size_t)C / (size_t)f->block * (size_t)f->bytes;
+    block_decoder dec = decoder_of(f);
     for (int r = r0; r < r1; r++) {
         const uint8_t *row = blocks + (size_t)r * rb;
         int t = 0;
-        for (; t + 4 <= T; t += 4) qblock_rows(f, row, C, x + (size_t)t * xs, xs, 4, y + (size_t)t * ys + r, ys);
+        for (; t + 4 <= T; t += 4) qblock_rows(f, dec, row, C, x + (size_t)t * xs, xs, 4, y + (size_t)t * ys + r, ys);
         switch (T - t) {
-        case 3: qblock_rows(f, row, C, x + (size_t)t * xs, xs, 3, y + (size_t)t * ys + r, ys); break;
-        case 2: qblock_rows(f, row, C, x + (size_t)t * xs, xs, 2, y + (size_t)t * ys + r, ys); break;
-        case 1: qblock_rows(f, row, C, x + (size_t)t * xs, xs, 1, y + (size_t)t * ys + r, ys); break;
+        case 3: qblock_rows(f, dec, row, C, x + (size_t)t * xs, xs, 3, y + (size_t)t * ys + r, ys); break;
+        case 2: qblock_rows(f, dec, row, C, x + (size_t)t * xs, xs, 2, y + (size_t)t * ys + r, ys); break;
+        case 1: qblock_rows(f, dec, row, C, x + (size_t)t * xs, xs, 1, y + (size_t)t * ys + r, ys); break;
         }
     }
 }
