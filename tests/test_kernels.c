@@ -205,7 +205,7 @@ static void check_qblock(const char *isa, const kernel_table *ref, const kernel_
 {
     for (int i = 0; i < N_QFORMATS; i++) {
         const qblock_fmt *f = qblock_fmt_of_ggml(qformats[i].type);
-        int R = 5, T = 10, C = f->block == 256 ? 512 : 96;
+        int R = 5, T = 22, C = f->block == 256 ? 512 : 96;
         int nbr = C / f->block;
         uint8_t *W = malloc((size_t)R * nbr * f->bytes);
         random_blocks(i, f, W, R * nbr);
