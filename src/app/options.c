@@ -417,6 +417,20 @@ static const char *commands_of(unsigned m, char *buf, size_t n)
     return buf;
 }
 
+/* plan --disk-gbps 7,28: up to four read speeds in GB/s */
+static void parse_gbps(const char *v, run_args *a)
+{
+    a->n_disk_gbps = 0;
+    for (const char *p = v; *p;) {
+        char *end;
+        double g = strtod(p, &end);
+        if (end == p || !(g > 0 && g < 1e4) || a->n_disk_gbps == 4 || (*end && *end != ','))
+            die("--disk-gbps %s: up to four read speeds in GB/s, comma-separated (7,28)", v);
+        a->disk_gbps[a->n_disk_gbps++] = g;
+        p = *end ? end + 1 : end;
+    }
+}
+
 void parse_common(int argc, char **argv, run_args *a)
 {
     memset(a, 0, sizeof *a);
@@ -532,17 +546,7 @@ void parse_common(int argc, char **argv, run_args *a)
         else if (!strcmp(f, "--json")) a->json = 1;
         else if (!strcmp(f, "--ranks")) a->ranks = (int)parse_long(v, f, 1, 255);
         else if (!strcmp(f, "--trunk")) a->trunk_type = v;
-        else if (!strcmp(f, "--disk-gbps")) {
-            a->n_disk_gbps = 0;
-            for (const char *p = v; *p;) {
-                char *end;
-                double g = strtod(p, &end);
-                if (end == p || !(g > 0 && g < 1e4) || a->n_disk_gbps == 4 || (*end && *end != ','))
-                    die("--disk-gbps %s: up to four read speeds in GB/s, comma-separated (7,28)", v);
-                a->disk_gbps[a->n_disk_gbps++] = g;
-                p = *end ? end + 1 : end;
-            }
-        }
+        else if (!strcmp(f, "--disk-gbps")) parse_gbps(v, a);
         else if (!strcmp(f, "--serve")) a->serve = 1;
         else if (!strcmp(f, "--parallel")) a->plan_sessions = (int)parse_long(v, f, 1, 64);
         else die("internal: option %s has no handler", f);
