@@ -307,9 +307,101 @@ ALWAYS_INLINE void qblock_rows(const qblock_fmt *f, block_decoder dec, const uin
     _Pragma("GCC unroll 4") for (int u = 0; u < nt; u++) y[(size_t)u * ys] = tree2x256(a0[u], a1[u]);
 }
 
+/* The 32-value formats fused (as the AVX-512 file's qb32_*): a block's
+ * values 0-7, 8-15, 16-23, 24-31 made in registers with the scalar
+ * decode's float operations, then the dense order's two 8-lane halves. */
+static const float iq4nl_table[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+
+ALWAYS_INLINE __m256 qb32_part(int type, __m256i c, __m256 d, __m256 m)
+{
+    if (type == 20) {
+        /* the table's 16 entries in two halves, chosen by bit 3 */
+        __m256 lo = _mm256_loadu_ps(iq4nl_table), hi = _mm256_loadu_ps(iq4nl_table + 8);
+        __m256 v = _mm256_blendv_ps(_mm256_permutevar8x32_ps(lo, c), _mm256_permutevar8x32_ps(hi, c),
+                                    _mm256_castsi256_ps(_mm256_slli_epi32(c, 28)));
+        return _mm256_mul_ps(d, v);
+    }
+    if (type == 2 || type == 6) c = _mm256_sub_epi32(c, _mm256_set1_epi32(type == 2 ? 8 : 16));
+    __m256 w = _mm256_mul_ps(_mm256_cvtepi32_ps(c), d);
+    return type == 3 || type == 7 ? _mm256_add_ps(w, m) : w;
+}
+
+ALWAYS_INLINE void qb32_values(int type, const uint8_t *blk, __m256 *v)
+{
+    int has_m = type == 3 || type == 7, has_h = type == 6 || type == 7;
+    const uint8_t *qs = blk + 2 + (has_m ? 2 : 0) + (has_h ? 4 : 0);
+    uint16_t dh, mh = 0;
+    memcpy(&dh, blk, 2);
+    if (has_m) memcpy(&mh, blk + 2, 2);
+    __m256 d = _mm256_set1_ps(f16_to_f32(dh)), m = _mm256_set1_ps(f16_to_f32(mh));
+    const __m256i lo4 = _mm256_set1_epi32(15), lanes = _mm256_set_epi32(7, 6, 5, 4, 3, 2, 1, 0);
+    uint32_t qh = 0;
+    if (has_h) memcpy(&qh, blk + 2 + (has_m ? 2 : 0), 4);
+    for (int k = 0; k < 4; k++) {
+        /* values 8k .. 8k+7: bytes 8(k % 2) .. +7, low nibbles for k < 2, high for k >= 2 */
+        __m256i b = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(qs + 8 * (k % 2))));
+        __m256i c = k < 2 ? _mm256_and_si256(b, lo4) : _mm256_srli_epi32(b, 4);
+        if (has_h) {
+            __m256i sh = _mm256_add_epi32(lanes, _mm256_set1_epi32(8 * k));
+            __m256i bit = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32((int)qh), sh), _mm256_set1_epi32(1));
+            c = _mm256_or_si256(c, _mm256_slli_epi32(bit, 4));
+        }
+        v[k] = qb32_part(type, c, d, m);
+    }
+}
+
+ALWAYS_INLINE void qb32_rows(int type, int bytes, const uint8_t *row, int C, const float *x, size_t xs, int nt,
+                             float *y, size_t ys)
+{
+    __m256 a0[4], a1[4];
+    _Pragma("GCC unroll 4") for (int u = 0; u < 4; u++) a0[u] = a1[u] = _mm256_setzero_ps();
+    for (int b = 0; b < C / 32; b++) {
+        __m256 v[4];
+        qb32_values(type, row + (size_t)b * (size_t)bytes, v);
+        _Pragma("GCC unroll 4") for (int u = 0; u < nt; u++) {
+            const float *xu = x + (size_t)u * xs + (size_t)b * 32;
+            a0[u] = _mm256_fmadd_ps(v[0], _mm256_loadu_ps(xu), a0[u]);
+            a1[u] = _mm256_fmadd_ps(v[1], _mm256_loadu_ps(xu + 8), a1[u]);
+            a0[u] = _mm256_fmadd_ps(v[2], _mm256_loadu_ps(xu + 16), a0[u]);
+            a1[u] = _mm256_fmadd_ps(v[3], _mm256_loadu_ps(xu + 24), a1[u]);
+        }
+    }
+    _Pragma("GCC unroll 4") for (int u = 0; u < nt; u++) y[(size_t)u * ys] = tree2x256(a0[u], a1[u]);
+}
+
+#define QB32_MATMUL(NAME, TYPE, BYTES)                                                                          \
+    static void NAME(const uint8_t *blocks, int C, const float *x, size_t xs, int T, float *y, size_t ys, int r0, \
+                     int r1)                                                                                    \
+    {                                                                                                           \
+        size_t rb = (size_t)C / 32 * (BYTES);                                                                   \
+        for (int r = r0; r < r1; r++) {                                                                         \
+            const uint8_t *row = blocks + (size_t)r * rb;                                                       \
+            int t = 0;                                                                                          \
+            for (; t + 4 <= T; t += 4) qb32_rows(TYPE, BYTES, row, C, x + (size_t)t * xs, xs, 4, y + (size_t)t * ys + r, ys); \
+            switch (T - t) {                                                                                    \
+            case 3: qb32_rows(TYPE, BYTES, row, C, x + (size_t)t * xs, xs, 3, y + (size_t)t * ys + r, ys); break; \
+            case 2: qb32_rows(TYPE, BYTES, row, C, x + (size_t)t * xs, xs, 2, y + (size_t)t * ys + r, ys); break; \
+            case 1: qb32_rows(TYPE, BYTES, row, C, x + (size_t)t * xs, xs, 1, y + (size_t)t * ys + r, ys); break; \
+            }                                                                                                   \
+        }                                                                                                       \
+    }
+QB32_MATMUL(matmul_q4_0_avx2, 2, 18)
+QB32_MATMUL(matmul_q4_1_avx2, 3, 20)
+QB32_MATMUL(matmul_q5_0_avx2, 6, 22)
+QB32_MATMUL(matmul_q5_1_avx2, 7, 24)
+QB32_MATMUL(matmul_iq4_nl_avx2, 20, 18)
+
 static void matmul_qblock_avx2(const qblock_fmt *f, const uint8_t *blocks, int C, const float *x, size_t xs, int T,
                                float *y, size_t ys, int r0, int r1)
 {
+    switch (f->ggml_type) {
+    case 2: matmul_q4_0_avx2(blocks, C, x, xs, T, y, ys, r0, r1); return;
+    case 3: matmul_q4_1_avx2(blocks, C, x, xs, T, y, ys, r0, r1); return;
+    case 6: matmul_q5_0_avx2(blocks, C, x, xs, T, y, ys, r0, r1); return;
+    case 7: matmul_q5_1_avx2(blocks, C, x, xs, T, y, ys, r0, r1); return;
+    case 20: matmul_iq4_nl_avx2(blocks, C, x, xs, T, y, ys, r0, r1); return;
+    default: break;
+    }
     size_t rb = (size_t)C / (size_t)f->block * (size_t)f->bytes;
     block_decoder dec = decoder_of(f);
     for (int r = r0; r < r1; r++) {

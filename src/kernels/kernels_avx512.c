@@ -330,9 +330,102 @@ ALWAYS_INLINE void qblock_rows(const qblock_fmt *f, block_decoder dec, const uin
     _Pragma("GCC unroll 4") for (int u = 0; u < nt; u++) y[(size_t)u * ys] = tree512(acc[u]);
 }
 
+/* The 32-value formats (Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL: llama.cpp's
+ * fallbacks where a row is not whole 256-blocks, and Q4_0 files) fused: a
+ * block's two halves of 16 values made in registers with the scalar
+ * decode's float operations (code -> f32 exactly, then * d, + m), then the
+ * lanes' FMAs over columns 32b + 0..15 and 32b + 16..31 as the dense order
+ * has them.  `type` is a constant after inlining. */
+static const float iq4nl_table[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+
+ALWAYS_INLINE void qb32_halves(int type, const uint8_t *blk, __m512 *w0, __m512 *w1)
+{
+    const __m512i lo4 = _mm512_set1_epi32(15), lanes = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3,
+                                                                           2, 1, 0);
+    int has_m = type == 3 || type == 7, has_h = type == 6 || type == 7;
+    const uint8_t *qs = blk + 2 + (has_m ? 2 : 0) + (has_h ? 4 : 0);
+    __m512 d = _mm512_cvtph_ps(_mm256_set1_epi16((short)(blk[0] | blk[1] << 8)));
+    __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)qs));
+    __m512i c0 = _mm512_and_si512(v, lo4), c1 = _mm512_srli_epi32(v, 4);
+    if (has_h) {
+        uint32_t qh;
+        memcpy(&qh, blk + 2 + (has_m ? 2 : 0), 4);
+        __m512i h = _mm512_set1_epi32((int)qh), one = _mm512_set1_epi32(1);
+        c0 = _mm512_or_si512(c0, _mm512_slli_epi32(_mm512_and_si512(_mm512_srlv_epi32(h, lanes), one), 4));
+        c1 = _mm512_or_si512(
+            c1, _mm512_slli_epi32(_mm512_and_si512(_mm512_srlv_epi32(h, _mm512_add_epi32(lanes, _mm512_set1_epi32(16))),
+                                                   one),
+                                  4));
+    }
+    if (type == 20) {
+        const __m512 tab = _mm512_loadu_ps(iq4nl_table);
+        *w0 = _mm512_mul_ps(d, _mm512_permutexvar_ps(c0, tab));
+        *w1 = _mm512_mul_ps(d, _mm512_permutexvar_ps(c1, tab));
+        return;
+    }
+    if (type == 2 || type == 6) { /* signed codes: minus 8 (Q4_0) or 16 (Q5_0) */
+        __m512i off = _mm512_set1_epi32(type == 2 ? 8 : 16);
+        c0 = _mm512_sub_epi32(c0, off);
+        c1 = _mm512_sub_epi32(c1, off);
+    }
+    *w0 = _mm512_mul_ps(_mm512_cvtepi32_ps(c0), d);
+    *w1 = _mm512_mul_ps(_mm512_cvtepi32_ps(c1), d);
+    if (has_m) {
+        __m512 m = _mm512_cvtph_ps(_mm256_set1_epi16((short)(blk[2] | blk[3] << 8)));
+        *w0 = _mm512_add_ps(*w0, m);
+        *w1 = _mm512_add_ps(*w1, m);
+    }
+}
+
+ALWAYS_INLINE void qb32_rows(int type, int bytes, const uint8_t *row, int C, const float *x, size_t xs, int nt,
+                             float *y, size_t ys)
+{
+    __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+    for (int b = 0; b < C / 32; b++) {
+        __m512 w0, w1;
+        qb32_halves(type, row + (size_t)b * (size_t)bytes, &w0, &w1);
+        _Pragma("GCC unroll 4") for (int u = 0; u < nt; u++) {
+            const float *xu = x + (size_t)u * xs + (size_t)b * 32;
+            acc[u] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(xu), acc[u]);
+            acc[u] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(xu + 16), acc[u]);
+        }
+    }
+    _Pragma("GCC unroll 4") for (int u = 0; u < nt; u++) y[(size_t)u * ys] = tree512(acc[u]);
+}
+
+#define QB32_MATMUL(NAME, TYPE, BYTES)                                                                          \
+    static void NAME(const uint8_t *blocks, int C, const float *x, size_t xs, int T, float *y, size_t ys, int r0, \
+                     int r1)                                                                                    \
+    {                                                                                                           \
+        size_t rb = (size_t)C / 32 * (BYTES);                                                                   \
+        for (int r = r0; r < r1; r++) {                                                                         \
+            const uint8_t *row = blocks + (size_t)r * rb;                                                       \
+            int t = 0;                                                                                          \
+            for (; t + 4 <= T; t += 4) qb32_rows(TYPE, BYTES, row, C, x + (size_t)t * xs, xs, 4, y + (size_t)t * ys + r, ys); \
+            switch (T - t) {                                                                                    \
+            case 3: qb32_rows(TYPE, BYTES, row, C, x + (size_t)t * xs, xs, 3, y + (size_t)t * ys + r, ys); break; \
+            case 2: qb32_rows(TYPE, BYTES, row, C, x + (size_t)t * xs, xs, 2, y + (size_t)t * ys + r, ys); break; \
+            case 1: qb32_rows(TYPE, BYTES, row, C, x + (size_t)t * xs, xs, 1, y + (size_t)t * ys + r, ys); break; \
+            }                                                                                                   \
+        }                                                                                                       \
+    }
+QB32_MATMUL(matmul_q4_0_avx512, 2, 18)
+QB32_MATMUL(matmul_q4_1_avx512, 3, 20)
+QB32_MATMUL(matmul_q5_0_avx512, 6, 22)
+QB32_MATMUL(matmul_q5_1_avx512, 7, 24)
+QB32_MATMUL(matmul_iq4_nl_avx512, 20, 18)
+
 static void matmul_qblock_avx512(const qblock_fmt *f, const uint8_t *blocks, int C, const float *x, size_t xs, int T,
                                  float *y, size_t ys, int r0, int r1)
 {
+    switch (f->ggml_type) {
+    case 2: matmul_q4_0_avx512(blocks, C, x, xs, T, y, ys, r0, r1); return;
+    case 3: matmul_q4_1_avx512(blocks, C, x, xs, T, y, ys, r0, r1); return;
+    case 6: matmul_q5_0_avx512(blocks, C, x, xs, T, y, ys, r0, r1); return;
+    case 7: matmul_q5_1_avx512(blocks, C, x, xs, T, y, ys, r0, r1); return;
+    case 20: matmul_iq4_nl_avx512(blocks, C, x, xs, T, y, ys, r0, r1); return;
+    default: break;
+    }
     size_t rb = (size_t)C / (size_t)f->block * (size_t)f->bytes;
     block_decoder dec = decoder_of(f);
     for (int r = r0; r < r1; r++) {
