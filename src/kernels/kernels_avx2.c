@@ -277,11 +277,101 @@ static void dec_q6_k_avx2(const uint8_t *b, float *y)
     }
 }
 
+/* Q5_K: Q4_K with a fifth bit per value from 32 bytes of high bits */
+static void dec_q5_k_avx2(const uint8_t *b, float *y)
+{
+    float d = half_le(b), min = half_le(b + 2);
+    const uint8_t *scales = b + 4, *qh = b + 16, *ql = b + 48;
+    const __m256i lo4 = _mm256_set1_epi32(15), one = _mm256_set1_epi32(1);
+    for (int j = 0; j < 4; j++) {
+        uint8_t sc, m;
+        k4_scale_min(2 * j, scales, &sc, &m);
+        __m256 d1 = _mm256_set1_ps(d * (float)sc), m1 = _mm256_set1_ps(min * (float)m);
+        k4_scale_min(2 * j + 1, scales, &sc, &m);
+        __m256 d2 = _mm256_set1_ps(d * (float)sc), m2 = _mm256_set1_ps(min * (float)m);
+        for (int h = 0; h < 4; h++) {
+            __m256i v = bytes8(ql + 32 * j + 8 * h), hb = bytes8(qh + 8 * h);
+            __m256i b1 = _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(hb, 2 * j), one), 4);
+            __m256i b2 = _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(hb, 2 * j + 1), one), 4);
+            __m256 lo = _mm256_cvtepi32_ps(_mm256_add_epi32(_mm256_and_si256(v, lo4), b1));
+            __m256 hi = _mm256_cvtepi32_ps(_mm256_add_epi32(_mm256_srli_epi32(v, 4), b2));
+            _mm256_storeu_ps(y + 64 * j + 8 * h, _mm256_sub_ps(_mm256_mul_ps(d1, lo), m1));
+            _mm256_storeu_ps(y + 64 * j + 32 + 8 * h, _mm256_sub_ps(_mm256_mul_ps(d2, hi), m2));
+        }
+    }
+}
+
+/* Q2_K: per 16 values a 4-bit scale and min; codes of 2 bits at four shifts */
+static void dec_q2_k_avx2(const uint8_t *b, float *y)
+{
+    const uint8_t *sc = b, *q = b + 16;
+    float d = half_le(b + 80), min = half_le(b + 82);
+    const __m256i three = _mm256_set1_epi32(3);
+    int is = 0;
+    for (int n = 0; n < 2; n++) {
+        for (int shift = 0; shift < 8; shift += 2)
+            for (int half = 0; half < 2; half++) {
+                uint8_t s = sc[is++];
+                __m256 dl = _mm256_set1_ps(d * (float)(s & 0xF)), ml = _mm256_set1_ps(min * (float)(s >> 4));
+                for (int p = 0; p < 2; p++) {
+                    __m256 c = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(bytes8(q + 16 * half + 8 * p), shift),
+                                                                   three));
+                    _mm256_storeu_ps(y + 8 * p, _mm256_sub_ps(_mm256_mul_ps(dl, c), ml));
+                }
+                y += 16;
+            }
+        q += 32;
+    }
+}
+
+/* Q3_K: 2-bit codes, minus 4 where the high bit is clear, 6-bit scales */
+static void dec_q3_k_avx2(const uint8_t *b, float *y)
+{
+    const uint8_t *hm = b, *q = b + 32;
+    float d_all = half_le(b + 108);
+    uint32_t aux[4];
+    memcpy(aux, b + 96, 12);
+    uint32_t tmp = aux[2];
+    const uint32_t k1 = 0x03030303u, k2 = 0x0f0f0f0fu;
+    aux[2] = ((aux[0] >> 4) & k2) | (((tmp >> 4) & k1) << 4);
+    aux[3] = ((aux[1] >> 4) & k2) | (((tmp >> 6) & k1) << 4);
+    aux[0] = (aux[0] & k2) | (((tmp >> 0) & k1) << 4);
+    aux[1] = (aux[1] & k2) | (((tmp >> 2) & k1) << 4);
+    int8_t scales[16];
+    memcpy(scales, aux, 16);
+    const __m256i three = _mm256_set1_epi32(3), one = _mm256_set1_epi32(1);
+    int is = 0, bit = 0;
+    for (int n = 0; n < 2; n++) {
+        for (int shift = 0; shift < 8; shift += 2) {
+            for (int half = 0; half < 2; half++) {
+                __m256 dl = _mm256_set1_ps(d_all * (float)(scales[is++] - 32));
+                for (int p = 0; p < 2; p++) {
+                    __m256i v = bytes8(q + 16 * half + 8 * p), h = bytes8(hm + 16 * half + 8 * p);
+                    __m256i clear = _mm256_xor_si256(_mm256_and_si256(_mm256_srli_epi32(h, bit), one), one);
+                    __m256i c = _mm256_sub_epi32(_mm256_and_si256(_mm256_srli_epi32(v, shift), three),
+                                                 _mm256_slli_epi32(clear, 2));
+                    _mm256_storeu_ps(y + 8 * p, _mm256_mul_ps(dl, _mm256_cvtepi32_ps(c)));
+                }
+                y += 16;
+            }
+            bit++;
+        }
+        q += 32;
+    }
+}
+
 typedef void (*block_decoder)(const uint8_t *blk, float *out);
 
 static block_decoder decoder_of(const qblock_fmt *f)
 {
-    return f->ggml_type == 12 ? dec_q4_k_avx2 : f->ggml_type == 14 ? dec_q6_k_avx2 : f->decode;
+    switch (f->ggml_type) {
+    case 10: return dec_q2_k_avx2;
+    case 11: return dec_q3_k_avx2;
+    case 12: return dec_q4_k_avx2;
+    case 13: return dec_q5_k_avx2;
+    case 14: return dec_q6_k_avx2;
+    default: return f->decode;
+    }
 }
 
 /* one row over nt (a constant after inlining: the accumulators stay in

@@ -304,11 +304,99 @@ static void dec_q6_k_avx512(const uint8_t *b, float *y)
     }
 }
 
+/* Q5_K: Q4_K with a fifth bit per value from 32 bytes of high bits */
+static void dec_q5_k_avx512(const uint8_t *b, float *y)
+{
+    float d = half_le(b), min = half_le(b + 2);
+    const uint8_t *scales = b + 4, *qh = b + 16, *ql = b + 48;
+    const __m512i lo4 = _mm512_set1_epi32(15), one = _mm512_set1_epi32(1);
+    for (int j = 0; j < 4; j++) {
+        uint8_t sc, m;
+        k4_scale_min(2 * j, scales, &sc, &m);
+        __m512 d1 = _mm512_set1_ps(d * (float)sc), m1 = _mm512_set1_ps(min * (float)m);
+        k4_scale_min(2 * j + 1, scales, &sc, &m);
+        __m512 d2 = _mm512_set1_ps(d * (float)sc), m2 = _mm512_set1_ps(min * (float)m);
+        for (int h = 0; h < 2; h++) {
+            __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(ql + 32 * j + 16 * h)));
+            __m512i hb = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(qh + 16 * h)));
+            __m512i b1 = _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(hb, 2 * j), one), 4);
+            __m512i b2 = _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(hb, 2 * j + 1), one), 4);
+            __m512 lo = _mm512_cvtepi32_ps(_mm512_add_epi32(_mm512_and_si512(v, lo4), b1));
+            __m512 hi = _mm512_cvtepi32_ps(_mm512_add_epi32(_mm512_srli_epi32(v, 4), b2));
+            _mm512_storeu_ps(y + 64 * j + 16 * h, _mm512_sub_ps(_mm512_mul_ps(d1, lo), m1));
+            _mm512_storeu_ps(y + 64 * j + 32 + 16 * h, _mm512_sub_ps(_mm512_mul_ps(d2, hi), m2));
+        }
+    }
+}
+
+/* Q2_K: per 16 values a 4-bit scale and min; codes of 2 bits at four shifts */
+static void dec_q2_k_avx512(const uint8_t *b, float *y)
+{
+    const uint8_t *sc = b, *q = b + 16;
+    float d = half_le(b + 80), min = half_le(b + 82);
+    const __m512i three = _mm512_set1_epi32(3);
+    int is = 0;
+    for (int n = 0; n < 2; n++) {
+        for (int shift = 0; shift < 8; shift += 2)
+            for (int half = 0; half < 2; half++) {
+                uint8_t s = sc[is++];
+                __m512 dl = _mm512_set1_ps(d * (float)(s & 0xF)), ml = _mm512_set1_ps(min * (float)(s >> 4));
+                __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(q + 16 * half)));
+                __m512 c = _mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srli_epi32(v, shift), three));
+                _mm512_storeu_ps(y, _mm512_sub_ps(_mm512_mul_ps(dl, c), ml));
+                y += 16;
+            }
+        q += 32;
+    }
+}
+
+/* Q3_K: 2-bit codes, minus 4 where the high bit is clear, 6-bit scales */
+static void dec_q3_k_avx512(const uint8_t *b, float *y)
+{
+    const uint8_t *hm = b, *q = b + 32;
+    float d_all = half_le(b + 108);
+    uint32_t aux[4];
+    memcpy(aux, b + 96, 12);
+    uint32_t tmp = aux[2];
+    const uint32_t k1 = 0x03030303u, k2 = 0x0f0f0f0fu;
+    aux[2] = ((aux[0] >> 4) & k2) | (((tmp >> 4) & k1) << 4);
+    aux[3] = ((aux[1] >> 4) & k2) | (((tmp >> 6) & k1) << 4);
+    aux[0] = (aux[0] & k2) | (((tmp >> 0) & k1) << 4);
+    aux[1] = (aux[1] & k2) | (((tmp >> 2) & k1) << 4);
+    int8_t scales[16];
+    memcpy(scales, aux, 16);
+    const __m512i three = _mm512_set1_epi32(3), one = _mm512_set1_epi32(1), four = _mm512_set1_epi32(4);
+    int is = 0, bit = 0;
+    for (int n = 0; n < 2; n++) {
+        for (int shift = 0; shift < 8; shift += 2) {
+            for (int half = 0; half < 2; half++) {
+                __m512 dl = _mm512_set1_ps(d_all * (float)(scales[is++] - 32));
+                __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(q + 16 * half)));
+                __m512i h = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(hm + 16 * half)));
+                __m512i clear = _mm512_xor_si512(_mm512_and_si512(_mm512_srli_epi32(h, bit), one), one);
+                __m512i c = _mm512_sub_epi32(_mm512_and_si512(_mm512_srli_epi32(v, shift), three),
+                                             _mm512_mullo_epi32(clear, four));
+                _mm512_storeu_ps(y, _mm512_mul_ps(dl, _mm512_cvtepi32_ps(c)));
+                y += 16;
+            }
+            bit++;
+        }
+        q += 32;
+    }
+}
+
 typedef void (*block_decoder)(const uint8_t *blk, float *out);
 
 static block_decoder decoder_of(const qblock_fmt *f)
 {
-    return f->ggml_type == 12 ? dec_q4_k_avx512 : f->ggml_type == 14 ? dec_q6_k_avx512 : f->decode;
+    switch (f->ggml_type) {
+    case 10: return dec_q2_k_avx512;
+    case 11: return dec_q3_k_avx512;
+    case 12: return dec_q4_k_avx512;
+    case 13: return dec_q5_k_avx512;
+    case 14: return dec_q6_k_avx512;
+    default: return f->decode;
+    }
 }
 
 /* one row over nt (a constant after inlining: the accumulators stay in
