@@ -202,6 +202,36 @@ ALWAYS_INLINE __m512 q8_0_half(const uint8_t *blk, int half, __m512 d)
                          d);
 }
 
+/* four rows `stride` bytes apart, each exactly as q8_0_row_x1 computes it:
+ * their FMA chains interleave (one row's chain waits on the FMA latency);
+ * rows far apart in memory, since neighbouring rows read in lockstep ran at
+ * a third of the speed (6.5 against 17 Gweights/s, Zen 4) */
+static void q8_0_rows_x4(const uint8_t *row, size_t stride, int C, const float *x, float *y, size_t ystep)
+{
+    __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps(), a2 = _mm512_setzero_ps(), a3 = _mm512_setzero_ps();
+    const uint8_t *p0 = row, *p1 = row + stride, *p2 = row + 2 * stride, *p3 = row + 3 * stride;
+    for (int b = 0; b < C / Q8_0_BLOCK; b++) {
+        size_t o = (size_t)b * Q8_0_BYTES;
+        __m512 x0 = _mm512_loadu_ps(x + (size_t)b * Q8_0_BLOCK), x1 = _mm512_loadu_ps(x + (size_t)b * Q8_0_BLOCK + 16);
+        uint16_t h0, h1, h2, h3;
+        memcpy(&h0, p0 + o, 2), memcpy(&h1, p1 + o, 2), memcpy(&h2, p2 + o, 2), memcpy(&h3, p3 + o, 2);
+        __m512 d0 = _mm512_cvtph_ps(_mm256_set1_epi16((short)h0)), d1 = _mm512_cvtph_ps(_mm256_set1_epi16((short)h1));
+        __m512 d2 = _mm512_cvtph_ps(_mm256_set1_epi16((short)h2)), d3 = _mm512_cvtph_ps(_mm256_set1_epi16((short)h3));
+        a0 = _mm512_fmadd_ps(q8_0_half(p0 + o, 0, d0), x0, a0);
+        a1 = _mm512_fmadd_ps(q8_0_half(p1 + o, 0, d1), x0, a1);
+        a2 = _mm512_fmadd_ps(q8_0_half(p2 + o, 0, d2), x0, a2);
+        a3 = _mm512_fmadd_ps(q8_0_half(p3 + o, 0, d3), x0, a3);
+        a0 = _mm512_fmadd_ps(q8_0_half(p0 + o, 1, d0), x1, a0);
+        a1 = _mm512_fmadd_ps(q8_0_half(p1 + o, 1, d1), x1, a1);
+        a2 = _mm512_fmadd_ps(q8_0_half(p2 + o, 1, d2), x1, a2);
+        a3 = _mm512_fmadd_ps(q8_0_half(p3 + o, 1, d3), x1, a3);
+    }
+    y[0] = tree512(a0);
+    y[ystep] = tree512(a1);
+    y[2 * ystep] = tree512(a2);
+    y[3 * ystep] = tree512(a3);
+}
+
 static void q8_0_row_x1(const uint8_t *row, int C, const float *x, float *y)
 {
     __m512 a = _mm512_setzero_ps();
@@ -224,7 +254,12 @@ static void matmul_q8_0_avx512(const uint8_t *packed, const uint8_t *scales, int
         return;
     }
     size_t rb = (size_t)C / Q8_0_BLOCK * Q8_0_BYTES;
-    for (int r = r0; r < r1; r++) q8_0_row_x1(packed + (size_t)r * rb, C, xp, y + r);
+    int q = (r1 - r0) / 4, r = r0;
+    if (q >= 16) { /* the job's four quarters side by side */
+        for (int i = 0; i < q; i++) q8_0_rows_x4(packed + (size_t)(r0 + i) * rb, (size_t)q * rb, C, xp, y + r0 + i, (size_t)q);
+        r = r0 + 4 * q;
+    }
+    for (; r < r1; r++) q8_0_row_x1(packed + (size_t)r * rb, C, xp, y + r);
 }
 
 /* any block format: per row and group of up to four positions, each block
