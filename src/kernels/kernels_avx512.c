@@ -161,7 +161,57 @@ ALWAYS_INLINE __m512 ld_w_f16(const uint8_t *row, int c, __mmask16 m)
         }                                                                                         \
         _Pragma("GCC unroll 4") for (int u = 0; u < nt; u++) y[(size_t)u * ys] = tree512(acc[u]);                         \
     }                                                                                             \
-    KERNEL_DENSE_DRIVER(NAME, ESIZE)
+    /* one position, four rows `stride` bytes apart side by side (each row as NAME##_rows       \
+     * with nt = 1; their FMA chains interleave) */                                              \
+    static void NAME##_rows_x4(const uint8_t *row, size_t stride, int C, const float *x, float *y, \
+                               size_t ystep)                                                      \
+    {                                                                                             \
+        __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps(), a2 = _mm512_setzero_ps(),     \
+               a3 = _mm512_setzero_ps();                                                          \
+        const uint8_t *p1 = row + stride, *p2 = row + 2 * stride, *p3 = row + 3 * stride;        \
+        int c = 0;                                                                                \
+        for (; c + 16 <= C; c += 16) {                                                            \
+            __m512 xv = _mm512_loadu_ps(x + c);                                                   \
+            a0 = _mm512_fmadd_ps(LOADW(row, c, 0xFFFF), xv, a0);                                  \
+            a1 = _mm512_fmadd_ps(LOADW(p1, c, 0xFFFF), xv, a1);                                   \
+            a2 = _mm512_fmadd_ps(LOADW(p2, c, 0xFFFF), xv, a2);                                   \
+            a3 = _mm512_fmadd_ps(LOADW(p3, c, 0xFFFF), xv, a3);                                   \
+        }                                                                                         \
+        if (c < C) {                                                                              \
+            __mmask16 m = (__mmask16)((1u << (C - c)) - 1);                                       \
+            __m512 xv = _mm512_maskz_loadu_ps(m, x + c);                                          \
+            a0 = _mm512_fmadd_ps(LOADW(row, c, m), xv, a0);                                       \
+            a1 = _mm512_fmadd_ps(LOADW(p1, c, m), xv, a1);                                        \
+            a2 = _mm512_fmadd_ps(LOADW(p2, c, m), xv, a2);                                        \
+            a3 = _mm512_fmadd_ps(LOADW(p3, c, m), xv, a3);                                        \
+        }                                                                                         \
+        y[0] = tree512(a0);                                                                       \
+        y[ystep] = tree512(a1);                                                                   \
+        y[2 * ystep] = tree512(a2);                                                               \
+        y[3 * ystep] = tree512(a3);                                                               \
+    }                                                                                             \
+    ALWAYS_INLINE void NAME##_tiles_rows(const uint8_t *row, int C, const float *x, size_t xs, int nt, \
+                                         float *y, size_t ys)                                     \
+    {                                                                                             \
+        NAME##_rows(row, C, x, xs, nt, y, ys);                                                    \
+    }                                                                                             \
+    KERNEL_DENSE_DRIVER(NAME##_tiles, ESIZE)                                                      \
+    /* decode (one position): a job's four quarters of rows side by side, rows far apart (see   \
+     * q8_0_rows_x4); otherwise the tiles */                                                      \
+    static void NAME(const void *W, size_t ld, int C, const float *x, size_t xs, int T, float *y, \
+                     size_t ys, int r0, int r1)                                                   \
+    {                                                                                             \
+        int q = (r1 - r0) / 4;                                                                    \
+        if (T != 1 || q < 16) {                                                                   \
+            NAME##_tiles(W, ld, C, x, xs, T, y, ys, r0, r1);                                      \
+            return;                                                                               \
+        }                                                                                         \
+        size_t rb = ld * ESIZE;                                                                   \
+        for (int i = 0; i < q; i++)                                                               \
+            NAME##_rows_x4((const uint8_t *)W + (size_t)(r0 + i) * rb, (size_t)q * rb, C, x, y + r0 + i, \
+                           (size_t)q);                                                            \
+        NAME##_tiles(W, ld, C, x, xs, T, y, ys, r0 + 4 * q, r1);                                  \
+    }
 
 DENSE_ROW(matmul_bf16_avx512, ld_w_bf16, 2)
 DENSE_ROW(matmul_f32_avx512, ld_w_f32, 4)
