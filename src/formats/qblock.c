@@ -113,12 +113,8 @@ static void dec_q2_k(const uint8_t *b, float *y)
     }
 }
 
-/* Q3_K (256): 32 bytes of high bits (set: no offset, clear: minus 4), 64
- * bytes of 2-bit codes, 12 bytes of sixteen 6-bit scales (minus 32), d. */
-static void dec_q3_k(const uint8_t *b, float *y)
+void qblock_q3_k_scales(const uint8_t *b, int8_t scales[16])
 {
-    const uint8_t *hm = b, *q = b + 32;
-    float d_all = half_at(b + 108);
     uint32_t aux[4];
     memcpy(aux, b + 96, 12);
     uint32_t tmp = aux[2];
@@ -127,8 +123,17 @@ static void dec_q3_k(const uint8_t *b, float *y)
     aux[3] = ((aux[1] >> 4) & k2) | (((tmp >> 6) & k1) << 4);
     aux[0] = (aux[0] & k2) | (((tmp >> 0) & k1) << 4);
     aux[1] = (aux[1] & k2) | (((tmp >> 2) & k1) << 4);
-    int8_t scales[16];
     memcpy(scales, aux, 16);
+}
+
+/* Q3_K (256): 32 bytes of high bits (set: no offset, clear: minus 4), 64
+ * bytes of 2-bit codes, 12 bytes of sixteen 6-bit scales (minus 32), d. */
+static void dec_q3_k(const uint8_t *b, float *y)
+{
+    const uint8_t *hm = b, *q = b + 32;
+    float d_all = half_at(b + 108);
+    int8_t scales[16];
+    qblock_q3_k_scales(b, scales);
     int is = 0;
     uint8_t m = 1;
     for (int n = 0; n < 256; n += 128) {
@@ -146,8 +151,7 @@ static void dec_q3_k(const uint8_t *b, float *y)
     }
 }
 
-/* the K-quants' 6-bit scale and min of sub-block j (of 8), from 12 bytes */
-static void scale_min_k4(int j, const uint8_t *q, uint8_t *d, uint8_t *m)
+void qblock_k4_scale_min(int j, const uint8_t *q, uint8_t *d, uint8_t *m)
 {
     if (j < 4) {
         *d = q[j] & 63;
@@ -167,9 +171,9 @@ static void dec_q4_k(const uint8_t *b, float *y)
     int is = 0;
     for (int j = 0; j < 256; j += 64) {
         uint8_t sc, m;
-        scale_min_k4(is, scales, &sc, &m);
+        qblock_k4_scale_min(is, scales, &sc, &m);
         float d1 = d * (float)sc, m1 = min * (float)m;
-        scale_min_k4(is + 1, scales, &sc, &m);
+        qblock_k4_scale_min(is + 1, scales, &sc, &m);
         float d2 = d * (float)sc, m2 = min * (float)m;
         for (int l = 0; l < 32; l++) *y++ = d1 * (float)(q[l] & 0xF) - m1;
         for (int l = 0; l < 32; l++) *y++ = d2 * (float)(q[l] >> 4) - m2;
@@ -187,9 +191,9 @@ static void dec_q5_k(const uint8_t *b, float *y)
     uint8_t u1 = 1, u2 = 2;
     for (int j = 0; j < 256; j += 64) {
         uint8_t sc, m;
-        scale_min_k4(is, scales, &sc, &m);
+        qblock_k4_scale_min(is, scales, &sc, &m);
         float d1 = d * (float)sc, m1 = min * (float)m;
-        scale_min_k4(is + 1, scales, &sc, &m);
+        qblock_k4_scale_min(is + 1, scales, &sc, &m);
         float d2 = d * (float)sc, m2 = min * (float)m;
         for (int l = 0; l < 32; l++) *y++ = d1 * (float)((ql[l] & 0xF) + (qh[l] & u1 ? 16 : 0)) - m1;
         for (int l = 0; l < 32; l++) *y++ = d2 * (float)((ql[l] >> 4) + (qh[l] & u2 ? 16 : 0)) - m2;

@@ -31,6 +31,13 @@ typedef struct qblock_fmt {
  * d = max|x| / 127 stored as F16 (nearest even), q = roundf(x * (1 / d)). */
 void q8_0_quantize_block(const float *x, uint8_t *out);
 
+/* The K-quants' packed scales, as their decoders read them (the kernel
+ * files' vector decoders share them): Q4_K/Q5_K's 6-bit scale and min of
+ * sub-block j (of 8) from the 12 scale bytes q; Q3_K's sixteen 6-bit scales
+ * of the block b, before the decoder's minus 32. */
+void qblock_k4_scale_min(int j, const uint8_t *q, uint8_t *d, uint8_t *m);
+void qblock_q3_k_scales(const uint8_t *b, int8_t scales[16]);
+
 /* The format of a GGUF tensor type, or NULL when it is not one read here. */
 const qblock_fmt *qblock_fmt_of_ggml(uint32_t ggml_type);
 /* Every format read, for messages: "Q8_0, Q4_0, ..." */

@@ -204,17 +204,6 @@ KERNEL_MXFP4_DRIVER_S(matmul_q8_0_avx2, q8_0_rows, (size_t)C / Q8_0_BLOCK * Q8_0
  * operations in the same order as qblock.c's dec_q4_k / dec_q6_k (and the
  * AVX-512 ones), each a separate rounding, so bit for bit the scalar
  * decode's values. */
-static void k4_scale_min(int j, const uint8_t *q, uint8_t *d, uint8_t *m)
-{
-    if (j < 4) {
-        *d = q[j] & 63;
-        *m = q[j + 4] & 63;
-    } else {
-        *d = (uint8_t)((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
-        *m = (uint8_t)((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
-    }
-}
-
 static float half_le(const uint8_t *p)
 {
     uint16_t h;
@@ -234,9 +223,9 @@ static void dec_q4_k_avx2(const uint8_t *b, float *y)
     const __m256i lo4 = _mm256_set1_epi32(15);
     for (int j = 0; j < 4; j++) {
         uint8_t sc, m;
-        k4_scale_min(2 * j, scales, &sc, &m);
+        qblock_k4_scale_min(2 * j, scales, &sc, &m);
         __m256 d1 = _mm256_set1_ps(d * (float)sc), m1 = _mm256_set1_ps(min * (float)m);
-        k4_scale_min(2 * j + 1, scales, &sc, &m);
+        qblock_k4_scale_min(2 * j + 1, scales, &sc, &m);
         __m256 d2 = _mm256_set1_ps(d * (float)sc), m2 = _mm256_set1_ps(min * (float)m);
         for (int h = 0; h < 4; h++) {
             __m256i v = bytes8(q + 32 * j + 8 * h);
@@ -285,9 +274,9 @@ static void dec_q5_k_avx2(const uint8_t *b, float *y)
     const __m256i lo4 = _mm256_set1_epi32(15), one = _mm256_set1_epi32(1);
     for (int j = 0; j < 4; j++) {
         uint8_t sc, m;
-        k4_scale_min(2 * j, scales, &sc, &m);
+        qblock_k4_scale_min(2 * j, scales, &sc, &m);
         __m256 d1 = _mm256_set1_ps(d * (float)sc), m1 = _mm256_set1_ps(min * (float)m);
-        k4_scale_min(2 * j + 1, scales, &sc, &m);
+        qblock_k4_scale_min(2 * j + 1, scales, &sc, &m);
         __m256 d2 = _mm256_set1_ps(d * (float)sc), m2 = _mm256_set1_ps(min * (float)m);
         for (int h = 0; h < 4; h++) {
             __m256i v = bytes8(ql + 32 * j + 8 * h), hb = bytes8(qh + 8 * h);
@@ -329,16 +318,8 @@ static void dec_q3_k_avx2(const uint8_t *b, float *y)
 {
     const uint8_t *hm = b, *q = b + 32;
     float d_all = half_le(b + 108);
-    uint32_t aux[4];
-    memcpy(aux, b + 96, 12);
-    uint32_t tmp = aux[2];
-    const uint32_t k1 = 0x03030303u, k2 = 0x0f0f0f0fu;
-    aux[2] = ((aux[0] >> 4) & k2) | (((tmp >> 4) & k1) << 4);
-    aux[3] = ((aux[1] >> 4) & k2) | (((tmp >> 6) & k1) << 4);
-    aux[0] = (aux[0] & k2) | (((tmp >> 0) & k1) << 4);
-    aux[1] = (aux[1] & k2) | (((tmp >> 2) & k1) << 4);
     int8_t scales[16];
-    memcpy(scales, aux, 16);
+    qblock_q3_k_scales(b, scales);
     const __m256i three = _mm256_set1_epi32(3), one = _mm256_set1_epi32(1);
     int is = 0, bit = 0;
     for (int n = 0; n < 2; n++) {
@@ -459,27 +440,11 @@ ALWAYS_INLINE void qb32_rows(int type, int bytes, const uint8_t *row, int C, con
     _Pragma("GCC unroll 4") for (int u = 0; u < nt; u++) y[(size_t)u * ys] = tree2x256(a0[u], a1[u]);
 }
 
-#define QB32_MATMUL(NAME, TYPE, BYTES)                                                                          \
-    static void NAME(const uint8_t *blocks, int C, const float *x, size_t xs, int T, float *y, size_t ys, int r0, \
-                     int r1)                                                                                    \
-    {                                                                                                           \
-        size_t rb = (size_t)C / 32 * (BYTES);                                                                   \
-        for (int r = r0; r < r1; r++) {                                                                         \
-            const uint8_t *row = blocks + (size_t)r * rb;                                                       \
-            int t = 0;                                                                                          \
-            for (; t + 4 <= T; t += 4) qb32_rows(TYPE, BYTES, row, C, x + (size_t)t * xs, xs, 4, y + (size_t)t * ys + r, ys); \
-            switch (T - t) {                                                                                    \
-            case 3: qb32_rows(TYPE, BYTES, row, C, x + (size_t)t * xs, xs, 3, y + (size_t)t * ys + r, ys); break; \
-            case 2: qb32_rows(TYPE, BYTES, row, C, x + (size_t)t * xs, xs, 2, y + (size_t)t * ys + r, ys); break; \
-            case 1: qb32_rows(TYPE, BYTES, row, C, x + (size_t)t * xs, xs, 1, y + (size_t)t * ys + r, ys); break; \
-            }                                                                                                   \
-        }                                                                                                       \
-    }
-QB32_MATMUL(matmul_q4_0_avx2, 2, 18)
-QB32_MATMUL(matmul_q4_1_avx2, 3, 20)
-QB32_MATMUL(matmul_q5_0_avx2, 6, 22)
-QB32_MATMUL(matmul_q5_1_avx2, 7, 24)
-QB32_MATMUL(matmul_iq4_nl_avx2, 20, 18)
+KERNEL_QB32_DRIVER(matmul_q4_0_avx2, 2, 18)
+KERNEL_QB32_DRIVER(matmul_q4_1_avx2, 3, 20)
+KERNEL_QB32_DRIVER(matmul_q5_0_avx2, 6, 22)
+KERNEL_QB32_DRIVER(matmul_q5_1_avx2, 7, 24)
+KERNEL_QB32_DRIVER(matmul_iq4_nl_avx2, 20, 18)
 
 static void matmul_qblock_avx2(const qblock_fmt *f, const uint8_t *blocks, int C, const float *x, size_t xs, int T,
                                float *y, size_t ys, int r0, int r1)

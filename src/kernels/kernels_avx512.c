@@ -319,17 +319,6 @@ static void matmul_q8_0_avx512(const uint8_t *packed, const uint8_t *scales, int
  * dec_q4_k / dec_q6_k, each a separate rounding (explicit multiplies and
  * subtractions, -ffp-contract=off), so the values are those of the scalar
  * decode, bit for bit (test_kernels compares every format's products). */
-static void k4_scale_min(int j, const uint8_t *q, uint8_t *d, uint8_t *m)
-{
-    if (j < 4) {
-        *d = q[j] & 63;
-        *m = q[j + 4] & 63;
-    } else {
-        *d = (uint8_t)((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
-        *m = (uint8_t)((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
-    }
-}
-
 static float half_le(const uint8_t *p)
 {
     uint16_t h;
@@ -344,9 +333,9 @@ static void dec_q4_k_avx512(const uint8_t *b, float *y)
     const __m512i lo4 = _mm512_set1_epi32(15);
     for (int j = 0; j < 4; j++) {
         uint8_t sc, m;
-        k4_scale_min(2 * j, scales, &sc, &m);
+        qblock_k4_scale_min(2 * j, scales, &sc, &m);
         __m512 d1 = _mm512_set1_ps(d * (float)sc), m1 = _mm512_set1_ps(min * (float)m);
-        k4_scale_min(2 * j + 1, scales, &sc, &m);
+        qblock_k4_scale_min(2 * j + 1, scales, &sc, &m);
         __m512 d2 = _mm512_set1_ps(d * (float)sc), m2 = _mm512_set1_ps(min * (float)m);
         for (int h = 0; h < 2; h++) {
             __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(q + 32 * j + 16 * h)));
@@ -397,9 +386,9 @@ static void dec_q5_k_avx512(const uint8_t *b, float *y)
     const __m512i lo4 = _mm512_set1_epi32(15), one = _mm512_set1_epi32(1);
     for (int j = 0; j < 4; j++) {
         uint8_t sc, m;
-        k4_scale_min(2 * j, scales, &sc, &m);
+        qblock_k4_scale_min(2 * j, scales, &sc, &m);
         __m512 d1 = _mm512_set1_ps(d * (float)sc), m1 = _mm512_set1_ps(min * (float)m);
-        k4_scale_min(2 * j + 1, scales, &sc, &m);
+        qblock_k4_scale_min(2 * j + 1, scales, &sc, &m);
         __m512 d2 = _mm512_set1_ps(d * (float)sc), m2 = _mm512_set1_ps(min * (float)m);
         for (int h = 0; h < 2; h++) {
             __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(ql + 32 * j + 16 * h)));
@@ -440,16 +429,8 @@ static void dec_q3_k_avx512(const uint8_t *b, float *y)
 {
     const uint8_t *hm = b, *q = b + 32;
     float d_all = half_le(b + 108);
-    uint32_t aux[4];
-    memcpy(aux, b + 96, 12);
-    uint32_t tmp = aux[2];
-    const uint32_t k1 = 0x03030303u, k2 = 0x0f0f0f0fu;
-    aux[2] = ((aux[0] >> 4) & k2) | (((tmp >> 4) & k1) << 4);
-    aux[3] = ((aux[1] >> 4) & k2) | (((tmp >> 6) & k1) << 4);
-    aux[0] = (aux[0] & k2) | (((tmp >> 0) & k1) << 4);
-    aux[1] = (aux[1] & k2) | (((tmp >> 2) & k1) << 4);
     int8_t scales[16];
-    memcpy(scales, aux, 16);
+    qblock_q3_k_scales(b, scales);
     const __m512i three = _mm512_set1_epi32(3), one = _mm512_set1_epi32(1), four = _mm512_set1_epi32(4);
     int is = 0, bit = 0;
     for (int n = 0; n < 2; n++) {
@@ -566,27 +547,11 @@ ALWAYS_INLINE void qb32_rows(int type, int bytes, const uint8_t *row, int C, con
     _Pragma("GCC unroll 4") for (int u = 0; u < nt; u++) y[(size_t)u * ys] = tree512(acc[u]);
 }
 
-#define QB32_MATMUL(NAME, TYPE, BYTES)                                                                          \
-    static void NAME(const uint8_t *blocks, int C, const float *x, size_t xs, int T, float *y, size_t ys, int r0, \
-                     int r1)                                                                                    \
-    {                                                                                                           \
-        size_t rb = (size_t)C / 32 * (BYTES);                                                                   \
-        for (int r = r0; r < r1; r++) {                                                                         \
-            const uint8_t *row = blocks + (size_t)r * rb;                                                       \
-            int t = 0;                                                                                          \
-            for (; t + 4 <= T; t += 4) qb32_rows(TYPE, BYTES, row, C, x + (size_t)t * xs, xs, 4, y + (size_t)t * ys + r, ys); \
-            switch (T - t) {                                                                                    \
-            case 3: qb32_rows(TYPE, BYTES, row, C, x + (size_t)t * xs, xs, 3, y + (size_t)t * ys + r, ys); break; \
-            case 2: qb32_rows(TYPE, BYTES, row, C, x + (size_t)t * xs, xs, 2, y + (size_t)t * ys + r, ys); break; \
-            case 1: qb32_rows(TYPE, BYTES, row, C, x + (size_t)t * xs, xs, 1, y + (size_t)t * ys + r, ys); break; \
-            }                                                                                                   \
-        }                                                                                                       \
-    }
-QB32_MATMUL(matmul_q4_0_avx512, 2, 18)
-QB32_MATMUL(matmul_q4_1_avx512, 3, 20)
-QB32_MATMUL(matmul_q5_0_avx512, 6, 22)
-QB32_MATMUL(matmul_q5_1_avx512, 7, 24)
-QB32_MATMUL(matmul_iq4_nl_avx512, 20, 18)
+KERNEL_QB32_DRIVER(matmul_q4_0_avx512, 2, 18)
+KERNEL_QB32_DRIVER(matmul_q4_1_avx512, 3, 20)
+KERNEL_QB32_DRIVER(matmul_q5_0_avx512, 6, 22)
+KERNEL_QB32_DRIVER(matmul_q5_1_avx512, 7, 24)
+KERNEL_QB32_DRIVER(matmul_iq4_nl_avx512, 20, 18)
 
 static void matmul_qblock_avx512(const qblock_fmt *f, const uint8_t *blocks, int C, const float *x, size_t xs, int T,
                                  float *y, size_t ys, int r0, int r1)

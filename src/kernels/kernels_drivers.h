@@ -34,6 +34,27 @@
         }                                                                                              \
     }
 
+/* The 32-value block formats (Q4_0 ... IQ4_NL) of ggml type TYPE, BYTES a
+ * block: the ISA's qb32_rows(TYPE, BYTES, row, C, x, xs, nt, y, ys) per row
+ * and group of up to four positions. */
+#define KERNEL_QB32_DRIVER(NAME, TYPE, BYTES)                                                          \
+    static void NAME(const uint8_t *blocks, int C, const float *x, size_t xs, int T, float *y, size_t ys, \
+                     int r0, int r1)                                                                   \
+    {                                                                                                  \
+        size_t rb = (size_t)C / 32 * (BYTES);                                                          \
+        for (int r = r0; r < r1; r++) {                                                                \
+            const uint8_t *row = blocks + (size_t)r * rb;                                              \
+            int t = 0;                                                                                 \
+            for (; t + 4 <= T; t += 4)                                                                 \
+                qb32_rows(TYPE, BYTES, row, C, x + (size_t)t * xs, xs, 4, y + (size_t)t * ys + r, ys); \
+            switch (T - t) {                                                                           \
+            case 3: qb32_rows(TYPE, BYTES, row, C, x + (size_t)t * xs, xs, 3, y + (size_t)t * ys + r, ys); break; \
+            case 2: qb32_rows(TYPE, BYTES, row, C, x + (size_t)t * xs, xs, 2, y + (size_t)t * ys + r, ys); break; \
+            case 1: qb32_rows(TYPE, BYTES, row, C, x + (size_t)t * xs, xs, 1, y + (size_t)t * ys + r, ys); break; \
+            }                                                                                          \
+        }                                                                                              \
+    }
+
 /* MXFP4 weights: ROWS(prow, srow, C, xp, xs, nt, y, ys) per row and group;
  * PB / SB: bytes per row of packed / scales (ggml blocks: scales unused). */
 #define KERNEL_MXFP4_DRIVER(NAME, ROWS) KERNEL_MXFP4_DRIVER_S(NAME, ROWS, (size_t)C / 2, (size_t)C / MXFP4_BLOCK)
