@@ -195,7 +195,7 @@ ALWAYS_INLINE void q8_0_rows(const uint8_t *row, const uint8_t *unused, int C, c
     }
     _Pragma("GCC unroll 4") for (int u = 0; u < nt; u++) y[(size_t)u * ys] = tree2x256(a0[u], a1[u]);
 }
-KERNEL_MXFP4_DRIVER_S(matmul_q8_0_avx2, q8_0_rows, (size_t)C / Q8_0_BLOCK * Q8_0_BYTES, 0)
+KERNEL_TILED_DRIVER(matmul_q8_0_avx2, q8_0_rows, (size_t)C / Q8_0_BLOCK * Q8_0_BYTES)
 
 /* any block format: per row and group of up to four positions, each block
  * decoded once (the scalar decode of qblock.c: exact) into an aligned

@@ -228,7 +228,7 @@ ALWAYS_INLINE void q8_0_rows(const uint8_t *row, const uint8_t *unused, int C, c
         const uint8_t *blk = row + (size_t)b * Q8_0_BYTES;
         uint16_t dh;
         memcpy(&dh, blk, 2);
-        __m512 d = _mm512_set1_ps(f16_to_f32(dh));
+        __m512 d = _mm512_cvtph_ps(_mm256_set1_epi16((short)dh)); /* exactly f16_to_f32 */
         for (int half = 0; half < 2; half++) {
             __m512 w = _mm512_mul_ps(
                 _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(blk + 2 + 16 * half)))), d);
@@ -239,7 +239,7 @@ ALWAYS_INLINE void q8_0_rows(const uint8_t *row, const uint8_t *unused, int C, c
     }
     _Pragma("GCC unroll 4") for (int u = 0; u < nt; u++) y[(size_t)u * ys] = tree512(acc[u]);
 }
-KERNEL_MXFP4_DRIVER_S(matmul_q8_0_rows_avx512, q8_0_rows, (size_t)C / Q8_0_BLOCK * Q8_0_BYTES, 0)
+KERNEL_TILED_DRIVER(matmul_q8_0_rows_avx512, q8_0_rows, (size_t)C / Q8_0_BLOCK * Q8_0_BYTES)
 
 /* One position (decode), one row: q8_0_rows with nt = 1 as a plain loop,
  * the scale converted by VCVTPH2PS (exactly as f16_to_f32).  The rows stay

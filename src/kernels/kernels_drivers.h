@@ -34,6 +34,34 @@
         }                                                                                              \
     }
 
+/* Block-format weights (Q8_0) in row tiles, as the dense driver: a tile's
+ * rows stay in L2 while every group of four positions (its activations in
+ * L1) passes over them.  ROWS(prow, NULL, C, xp, xs, nt, y, ys); PB: bytes
+ * per row. */
+#define KERNEL_TILED_DRIVER(NAME, ROWS, PB)                                                            \
+    static void NAME(const uint8_t *packed, const uint8_t *scales, int C, const float *xp, size_t xs,  \
+                     int T, float *y, size_t ys, int r0, int r1)                                       \
+    {                                                                                                  \
+        (void)scales;                                                                                  \
+        size_t pb = PB;                                                                                \
+        int tile = (int)((128u << 10) / (pb + 1)) + 1;                                                 \
+        for (int rt = r0; rt < r1; rt += tile) {                                                       \
+            int re = rt + tile < r1 ? rt + tile : r1;                                                  \
+            int t = 0;                                                                                 \
+            for (; t + 4 <= T; t += 4)                                                                 \
+                for (int r = rt; r < re; r++)                                                          \
+                    ROWS(packed + (size_t)r * pb, NULL, C, xp + (size_t)t * xs, xs, 4, y + (size_t)t * ys + r, ys); \
+            for (int r = rt; r < re; r++) {                                                            \
+                const uint8_t *row = packed + (size_t)r * pb;                                          \
+                switch (T - t) {                                                                       \
+                case 3: ROWS(row, NULL, C, xp + (size_t)t * xs, xs, 3, y + (size_t)t * ys + r, ys); break; \
+                case 2: ROWS(row, NULL, C, xp + (size_t)t * xs, xs, 2, y + (size_t)t * ys + r, ys); break; \
+                case 1: ROWS(row, NULL, C, xp + (size_t)t * xs, xs, 1, y + (size_t)t * ys + r, ys); break; \
+                }                                                                                      \
+            }                                                                                          \
+        }                                                                                              \
+    }
+
 /* The 32-value block formats (Q4_0 ... IQ4_NL) of ggml type TYPE, BYTES a
  * block: the ISA's qb32_rows(TYPE, BYTES, row, C, x, xs, nt, y, ys) per row
  * and group of up to four positions. */
