@@ -21,6 +21,8 @@
 #include <time.h>
 #include <unistd.h>
 
+static void usage_options(FILE *f);
+
 void usage(FILE *f)
 {
     fputs("usage: deltafin <command> [options]\n"
@@ -99,7 +101,15 @@ void usage(FILE *f)
           "          [--reps 3] [--mem SIZE] [--squeeze-to SIZE] [--drop-caches]\n"
           "          llama.cpp (npm build, tools/llama_peer.c) and deltafin on the same GGUF,\n"
           "          interleaved; medians and ratios of prefill and decode tok/s, peak RSS, disk\n"
-          "          bytes read per token (see deltafin bench --help)\n"
+          "          bytes read per token (see deltafin bench --help)\n",
+          f);
+    usage_options(f);
+}
+
+/* the options, after the commands (usage) */
+static void usage_options(FILE *f)
+{
+    fputs(
           "\n"
           "run options:\n"
           "  --model DIR          K3 checkpoint directory (config.json, index, shards), or a\n"
