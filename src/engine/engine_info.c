@@ -7,6 +7,7 @@
 #define _GNU_SOURCE
 #include "engine_impl.h"
 #include "expert_remote.h"
+#include "gguf.h"
 #include "util.h"
 
 #include <stdio.h>
@@ -26,22 +27,10 @@ static const char *wmat_type_name(const wmat *w)
     }
 }
 
-void engine_trunk_types(const k3_model *m, char *out, size_t n, int *quantized)
+/* Type names, lower case, joined by '+' in the order of their bytes, most
+ * first ("q8_0+bf16"); name[] and bytes[] (nt entries) are consumed. */
+static void join_by_bytes(const char **name, uint64_t *bytes, int nt, char *out, size_t n)
 {
-    enum { NT = 16 };
-    const char *name[NT];
-    uint64_t bytes[NT];
-    int nt = 0;
-    *quantized = 0;
-    for (int i = 0; i < m->n_trunk; i++) {
-        const wmat *w = m->trunk[i].w;
-        const char *t = wmat_type_name(w);
-        if (w->type == W_Q8_0 || w->type == W_QB) *quantized = 1;
-        int k = 0;
-        while (k < nt && strcmp(name[k], t)) k++;
-        if (k == nt && nt < NT) name[nt] = t, bytes[nt++] = 0;
-        if (k < nt) bytes[k] += m->trunk[i].nbytes;
-    }
     out[0] = 0;
     for (int done = 0; done < nt; done++) {
         int best = -1;
@@ -58,6 +47,30 @@ void engine_trunk_types(const k3_model *m, char *out, size_t n, int *quantized)
     }
 }
 
+/* name[] / bytes[] of up to 16 types: t's entry, added when new */
+static int type_slot(const char **name, uint64_t *bytes, int *nt, const char *t)
+{
+    int k = 0;
+    while (k < *nt && strcmp(name[k], t)) k++;
+    if (k == *nt && *nt < 16) name[*nt] = t, bytes[(*nt)++] = 0;
+    return k < *nt ? k : -1;
+}
+
+void engine_trunk_types(const k3_model *m, char *out, size_t n, int *quantized)
+{
+    const char *name[16];
+    uint64_t bytes[16];
+    int nt = 0;
+    *quantized = 0;
+    for (int i = 0; i < m->n_trunk; i++) {
+        const wmat *w = m->trunk[i].w;
+        if (w->type == W_Q8_0 || w->type == W_QB) *quantized = 1;
+        int k = type_slot(name, bytes, &nt, wmat_type_name(w));
+        if (k >= 0) bytes[k] += m->trunk[i].nbytes;
+    }
+    join_by_bytes(name, bytes, nt, out, n);
+}
+
 /* The routed experts' types, by their bytes, most first ("mxfp4" as K3
  * ships them; "q4_k+q6_k" for a K-quant mix).  requantized: some piece is
  * not MXFP4, so the experts are not the released weights. */
@@ -67,38 +80,22 @@ void engine_expert_types(const k3_model *m, char *out, size_t n, int *requantize
     *requantized = 0;
     snprintf(out, n, "mxfp4");
     if (!st->ggml) return;
-    enum { NT = 16 };
-    uint32_t type[NT];
-    uint64_t bytes[NT];
+    const char *name[16];
+    uint64_t bytes[16];
     int nt = 0;
     for (int il = 0; il < st->n_layers; il++) {
         if (!m->cfg.layer_moe[il]) continue;
         for (int p = 0; p < 3; p++) {
             uint32_t t = st->gg_type[il * 3 + p];
-            if (t != 39) *requantized = 1;
-            int k = 0;
-            while (k < nt && type[k] != t) k++;
-            if (k == nt && nt < NT) type[nt] = t, bytes[nt++] = 0;
-            if (k < nt) bytes[k] += st->gg_bytes[il * 3 + p];
+            const qblock_fmt *f = qblock_fmt_of_ggml(t);
+            const char *tn = t == GGML_TYPE_MXFP4 ? "mxfp4" : t == GGML_TYPE_F32 ? "f32" : t == GGML_TYPE_F16 ? "f16"
+                             : t == GGML_TYPE_BF16 ? "bf16" : f ? f->name : "?";
+            if (t != GGML_TYPE_MXFP4) *requantized = 1;
+            int k = type_slot(name, bytes, &nt, tn);
+            if (k >= 0) bytes[k] += st->gg_bytes[il * 3 + p];
         }
     }
-    out[0] = 0;
-    for (int done = 0; done < nt; done++) {
-        int best = -1;
-        for (int k = 0; k < nt; k++)
-            if (bytes[k] != UINT64_MAX && (best < 0 || bytes[k] > bytes[best])) best = k;
-        const qblock_fmt *f = qblock_fmt_of_ggml(type[best]);
-        const char *name = type[best] == 39 ? "mxfp4" : type[best] == 0 ? "f32" : type[best] == 1 ? "f16"
-                           : type[best] == 30 ? "bf16" : f ? f->name : "?";
-        size_t l = strlen(out);
-        snprintf(out + l, n - l, "%s", l ? "+" : "");
-        for (const char *c = name; *c && strlen(out) + 1 < n; c++) {
-            l = strlen(out);
-            out[l] = (char)(*c >= 'A' && *c <= 'Z' ? *c - 'A' + 'a' : *c);
-            out[l + 1] = 0;
-        }
-        bytes[best] = UINT64_MAX;
-    }
+    join_by_bytes(name, bytes, nt, out, n);
 }
 
 void df_engine_info(const df_engine *eng, df_model_info *info)

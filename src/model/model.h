@@ -406,6 +406,9 @@ void moe_route_row(const k3_config *c, const float *logits, const float *bias, i
                    float *choice);
 /* A routed expert's projection p (0 gate, 1 down, 2 up) from its cache slot. */
 wmat moe_expert_mat(const expert_store *st, const expert_loc *loc, const uint8_t *slot, int p, int rows, int cols);
+/* model_gguf.c: how a GGUF tensor of a row-readable ggml type is read
+ * (F32, BF16, F16, Q8_0; any other block format of qblock.h is W_QB) */
+enum wtype model_wtype_of_ggml(uint32_t ggml_type);
 /* The input rows of layer il's piece p as its kernel reads them: MXFP4
  * pieces the reordering of mxfp4_prep_x, every other type column order
  * (a copy).  Gate and up share their input, so a layer's two are of the

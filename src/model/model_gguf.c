@@ -134,7 +134,7 @@ static const gguf_tensor *gfind(gload *gl, const char *name, int nd, const int64
     return t;
 }
 
-static enum wtype wtype_of(uint32_t t)
+enum wtype model_wtype_of_ggml(uint32_t t)
 {
     return t == GGML_TYPE_BF16 ? W_BF16 : t == GGML_TYPE_F16 ? W_F16 : t == GGML_TYPE_Q8_0 ? W_Q8_0
            : t == GGML_TYPE_F32 ? W_F32 : W_QB;
@@ -148,9 +148,9 @@ static int map_typed(gload *gl, int file, const gguf_tensor *t, int rows, int co
     if (f && cols % f->block)
         return df_err_set(err, DF_ERR_FORMAT, (int64_t)t->info_pos, "%s: tensor %s is %s with rows of %d values, "
                           "not whole blocks of %d", gl->g[file].path, name, f->name, cols, f->block);
-    if (model_map_mat(gl->eng, gl->layer, file, t->offset, t->nbytes, wtype_of(t->type), rows, cols, name, out, err))
+    if (model_map_mat(gl->eng, gl->layer, file, t->offset, t->nbytes, model_wtype_of_ggml(t->type), rows, cols, name, out, err))
         return -1;
-    out->qb = wtype_of(t->type) == W_QB ? f : NULL;
+    out->qb = model_wtype_of_ggml(t->type) == W_QB ? f : NULL;
     return 0;
 }
 

@@ -24,6 +24,7 @@
  */
 #include "model.h"
 #include "expert_fetch.h"
+#include "gguf.h"
 #include "mathfn.h"
 #include "prefetch.h"
 #include "quant.h"
@@ -45,7 +46,7 @@ void moe_route_row(const k3_config *c, const float *logits, const float *bias, i
 
 static uint32_t piece_type(const expert_store *st, int il, int p)
 {
-    return st->ggml ? st->gg_type[il * 3 + p] : 39 /* GGML_TYPE_MXFP4: the safetensors release */;
+    return st->ggml ? st->gg_type[il * 3 + p] : GGML_TYPE_MXFP4 /* the safetensors release */;
 }
 
 wmat moe_expert_mat(const expert_store *st, const expert_loc *loc, const uint8_t *slot, int p, int rows, int cols)
@@ -53,15 +54,9 @@ wmat moe_expert_mat(const expert_store *st, const expert_loc *loc, const uint8_t
     int il = (int)((size_t)(loc - st->loc) / (size_t)st->n_experts);
     wmat m = {.type = st->ggml ? W_MXFP4_GG : W_MXFP4, .rows = rows, .cols = cols};
     m.data = expert_store_proj(st, loc, slot, p, &m.scales);
-    switch (piece_type(st, il, p)) {
-    case 39: break;
-    case 0: m.type = W_F32; break;
-    case 1: m.type = W_F16; break;
-    case 30: m.type = W_BF16; break;
-    case 8: m.type = W_Q8_0; break;
-    default:
-        m.type = W_QB;
-        m.qb = qblock_fmt_of_ggml(piece_type(st, il, p));
+    uint32_t t = piece_type(st, il, p);
+    if (t != GGML_TYPE_MXFP4 && (m.type = model_wtype_of_ggml(t)) == W_QB) {
+        m.qb = qblock_fmt_of_ggml(t);
         CHECK(m.qb);
     }
     return m;
@@ -69,7 +64,7 @@ wmat moe_expert_mat(const expert_store *st, const expert_loc *loc, const uint8_t
 
 void moe_prep_rows(const expert_store *st, int il, int p, const float *x, int C, float *out)
 {
-    if (piece_type(st, il, p) == 39) mxfp4_prep_x(x, C, out);
+    if (piece_type(st, il, p) == GGML_TYPE_MXFP4) mxfp4_prep_x(x, C, out);
     else memcpy(out, x, (size_t)C * sizeof *out);
 }
 
