@@ -1,7 +1,16 @@
 # deltafin - plain Make.  Knobs: DEBUG=1, SANITIZE=address,undefined, WERROR=1,
-# CC=..., BUILD=dir.  Targets: all test check fuzz fuzz-long bench format lint clean.
+# CC=..., BUILD=dir, CROSS=aarch64-linux-gnu- (a cross build, into build-aarch64/).
+# Targets: all test check check-slow qemu-check fuzz fuzz-long bench format lint clean.
 CC      ?= cc
-BUILD   ?= build
+# A cross build takes its compiler from CROSS; the target's architecture
+# (which kernel files, which libraries) always comes from the compiler,
+# never from the machine running make.
+CROSS   ?=
+ifneq ($(CROSS),)
+  CC := $(CROSS)gcc
+endif
+TARGET_ARCH := $(patsubst arm64,aarch64,$(firstword $(subst -, ,$(shell $(CC) -dumpmachine))))
+BUILD   ?= $(if $(CROSS),build-$(TARGET_ARCH),build)
 DEBUG   ?= 0
 SANITIZE ?=
 WERROR  ?= 0
@@ -36,7 +45,15 @@ LDLIBS  := -lm -lpcre2-8 -lmicrohttpd -lcurl
 
 # io_uring through liburing when its header is installed (Debian: liburing-dev);
 # without it the expert reads use the pread thread pool.
+# (for the target: a cross build needs the target's library, e.g. liburing-dev:arm64).
+found_lib = $(shell test -e "$$($(CC) -print-file-name=$(1))" && echo 1)
 HAVE_URING := $(shell test -f /usr/include/liburing.h && echo 1)
+ifneq ($(CROSS),)
+  HAVE_URING := $(if $(HAVE_URING),$(call found_lib,liburing.so))
+  # the libraries every build links, for the target (Debian multiarch: dpkg
+  # --add-architecture arm64, then the :arm64 -dev packages; .ci/setup does it)
+  $(foreach l,pcre2-8 microhttpd curl,$(if $(call found_lib,lib$(l).so),,$(error cross build for $(TARGET_ARCH): lib$(l).so not found for $(CC); install the target's package, e.g. apt-get install libpcre2-dev:arm64 libmicrohttpd-dev:arm64 libcurl4-openssl-dev:arm64 (after dpkg --add-architecture arm64))))
+endif
 ifeq ($(HAVE_URING),1)
   URING_DEFS := -DDF_HAVE_URING
   LDLIBS += -luring
@@ -44,20 +61,25 @@ endif
 
 # Open MPI (Debian: libopenmpi-dev): routed experts over several processes
 # (src/engine/ranks.c, `mpirun -np N deltafin ...`); without it, one process.
-HAVE_MPI := $(shell command -v mpicc >/dev/null 2>&1 && echo 1)
+# Not in cross builds (mpicc names the host's library).
+HAVE_MPI := $(if $(CROSS),,$(shell command -v mpicc >/dev/null 2>&1 && echo 1))
 ifeq ($(HAVE_MPI),1)
   MPI_DEFS := -DDF_HAVE_MPI $(shell mpicc --showme:compile)
   LDLIBS += $(shell mpicc --showme:link)
 endif
 
-ARCH := $(shell uname -m)
-ifeq ($(ARCH),x86_64)
+# The kernel files for the target: AVX2 + AVX-512 on x86-64, NEON on
+# AArch64 (every file compiles everywhere; off its ISA it only says NULL).
+ifeq ($(TARGET_ARCH),x86_64)
   ISA_DEFS := -DDF_HAVE_AVX2 -DDF_HAVE_AVX512
   AVX2_FLAGS := -mavx2 -mfma -mf16c
   AVX512_FLAGS := -mavx512f -mavx512bw -mavx512vl -mavx2 -mfma -mf16c
 endif
+ifeq ($(TARGET_ARCH),aarch64)
+  ISA_DEFS := -DDF_HAVE_NEON
+endif
 
-LIB_SRC := util clock ab_timing file filehash json json_write threadpool sha http safetensors quant qblock mathfn kernels_ref kernels_avx2 kernels_avx512 \
+LIB_SRC := util clock ab_timing file filehash json json_write threadpool sha http safetensors quant qblock mathfn kernels_ref kernels_avx2 kernels_avx512 kernels_neon \
            backend_cpu expert_store expert_manifest expert_remote expert_cache model model_load roster attnres kda mla moe moe_cpu ops_cpu ops_ref layer engine engine_info engine_plan expert_paths session session_rollback schedule forward observe observe_debug observe_trace observe_events observe_prompt cachesim heat iobench place trunk_stream \
            grammar grammar_match gr_string json_schema constraint tokenizer chat_template gguf model_gguf plan prefetch expert_fetch sampler generate draft session_file ranks
 LIB_OBJ := $(LIB_SRC:%=$(BUILD)/%.o)
@@ -67,7 +89,7 @@ TEST_BIN := $(TESTS:%=$(BUILD)/tests/%)
 
 # llama.cpp prebuilt from npm (see the llama_peer rule)
 LLAMA_LIB := tests/llama/node_modules/@node-llama-cpp/linux-x64/bins/linux-x64
-HAVE_LLAMA := $(shell test -f $(LLAMA_LIB)/libllama.v0.4.0.so && echo 1)
+HAVE_LLAMA := $(if $(filter x86_64,$(TARGET_ARCH)),$(shell test -f $(LLAMA_LIB)/libllama.v0.4.0.so && echo 1))
 
 all: $(BUILD)/deltafin $(BUILD)/k3gen $(if $(HAVE_LLAMA),$(BUILD)/llama_peer)
 
@@ -151,6 +173,7 @@ check:
 	$(MAKE) --no-print-directory setup-test
 	$(MAKE) --no-print-directory mpi-test
 	$(MAKE) --no-print-directory llama-oracle
+	$(MAKE) --no-print-directory qemu-check
 
 # What takes too long for CI (README, HACKING): run before calling an issue
 # resolved.  Prompts past the argument limit evaluated whole (65,000 ids,
@@ -158,6 +181,30 @@ check:
 check-slow: all $(BUILD)/tests/test_prompt
 	DF_SLOW=1 $(BUILD)/tests/test_prompt long_prompts_whole
 	SCHEMAS=300 tests/server/run_schema_tests.sh $(BUILD)/deltafin property
+	$(MAKE) --no-print-directory qemu-check-all
+
+# The aarch64 build (NEON kernels) run under qemu-aarch64 on this machine
+# (tests/qemu/run_qemu_tests.sh): Debian's gcc-aarch64-linux-gnu, qemu-user
+# and the :arm64 -dev packages (.ci/setup installs them).  qemu-check (make
+# check): the kernel, parser and tokenizer tests and the fixture forward
+# pass against the x86-64 build, bit for bit; qemu-check-all (make
+# check-slow): every unit test program too.
+XCROSS ?= aarch64-linux-gnu-
+XBUILD ?= build-aarch64
+QEMU_TESTS := test_kernels test_json test_json_schema test_safetensors test_gguf test_tokenizer test_chat_template \
+              test_grammar test_sha test_model
+qemu-tools:
+	@command -v $(XCROSS)gcc >/dev/null && command -v qemu-aarch64 >/dev/null || { echo "qemu-check: needs" \
+	    "$(XCROSS)gcc and qemu-aarch64 (apt-get install gcc-aarch64-linux-gnu qemu-user, see .ci/setup);" \
+	    "the aarch64 build was NOT tested" >&2; exit 1; }
+qemu-check: $(BUILD)/deltafin qemu-tools
+	$(MAKE) --no-print-directory CROSS=$(XCROSS) BUILD=$(XBUILD) WERROR=1 $(XBUILD)/deltafin $(XBUILD)/k3gen \
+	    $(QEMU_TESTS:%=$(XBUILD)/tests/%)
+	tests/qemu/run_qemu_tests.sh $(XBUILD) $(BUILD) $(QEMU_TESTS)
+qemu-check-all: $(BUILD)/deltafin qemu-tools
+	$(MAKE) --no-print-directory CROSS=$(XCROSS) BUILD=$(XBUILD) WERROR=1 $(XBUILD)/deltafin $(XBUILD)/k3gen \
+	    $(TESTS:%=$(XBUILD)/tests/%)
+	tests/qemu/run_qemu_tests.sh $(XBUILD) $(BUILD)
 
 FUZZ_TARGETS := fuzz_safetensors fuzz_config fuzz_json fuzz_tokenizer fuzz_chat_parser fuzz_chat_render fuzz_gguf \
                 fuzz_server_request fuzz_setup fuzz_grammar
@@ -165,7 +212,7 @@ FUZZ_CC ?= clang
 fuzz: $(FUZZ_TARGETS:%=build-fuzz/%)
 FUZZ_SRC := util clock file filehash json json_write safetensors model model_gguf roster quant qblock mathfn expert_store expert_manifest \
             expert_remote http sha kernels_ref kernels_avx2 \
-            kernels_avx512 tokenizer chat_template gguf sampler grammar grammar_match gr_string json_schema constraint
+            kernels_avx512 kernels_neon tokenizer chat_template gguf sampler grammar grammar_match gr_string json_schema constraint
 FUZZ_PATHS = $(foreach f,$(FUZZ_SRC),$(wildcard $(SRC_DIRS:%=src/%/$(f).c)))
 build-fuzz/%: fuzz/%.c $(FUZZ_PATHS)
 	mkdir -p build-fuzz
@@ -263,8 +310,8 @@ lint:
 	    --suppress=missingIncludeSystem $(INC) src tests tools
 
 clean:
-	rm -rf build build-san build-fuzz
+	rm -rf build build-san build-fuzz build-aarch64
 
-.PHONY: print-ldlibs llama-oracle server-test agent-test setup-test mpi-test tokenizer-oracle all test test-fast test-san check fuzz fuzz-run fuzz-long bench bench-grammar format lint clean
+.PHONY: qemu-check qemu-check-all qemu-tools check-slow print-ldlibs llama-oracle server-test agent-test setup-test mpi-test tokenizer-oracle all test test-fast test-san check fuzz fuzz-run fuzz-long bench bench-grammar format lint clean
 
 -include $(wildcard $(BUILD)/*.d $(BUILD)/tests/*.d)

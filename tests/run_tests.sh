@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Runs each test binary given, sums their "unit:" lines and prints the total
 # as the last line.  Exit status is nonzero if any binary failed.
+# $TEST_RUNNER, when set, runs each one (qemu-aarch64 for a cross build).
 set -u
 tp=0; tf=0; ts=0; bad=0
 for t in "$@"; do
     echo "== $(basename "$t")"
-    out=$("$t" 2>&1); rc=$?
+    out=$(${TEST_RUNNER:+$TEST_RUNNER} "$t" 2>&1); rc=$?
     printf '%s\n' "$out" | grep -v '^unit:'
     line=$(printf '%s\n' "$out" | grep '^unit:' | tail -1)
     if [ -z "$line" ]; then

@@ -132,9 +132,9 @@ static void test_kernel_sets(void)
     run_cfg r = {.threads = 2, .kernels = "ref"};
     float *a = run(&r, &V);
     int compared = 0;
-    const char *isas[] = {"avx2", "avx512"};
-    enum kernel_isa ids_[] = {KERNEL_AVX2, KERNEL_AVX512};
-    for (int i = 0; i < 2; i++) {
+    const char *isas[] = {"avx2", "avx512", "neon"};
+    enum kernel_isa ids_[] = {KERNEL_AVX2, KERNEL_AVX512, KERNEL_NEON};
+    for (int i = 0; i < 3; i++) {
         if (!kernels_cpu_has(ids_[i])) {
             fprintf(stderr, "    %s not available on this CPU\n", isas[i]);
             continue;

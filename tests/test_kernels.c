@@ -462,6 +462,9 @@ static void test_ref_vs_float64(void)
 }
 static void test_avx2(void) { test_isa(KERNEL_AVX2, kernels_avx2(), "avx2"); }
 static void test_avx512(void) { test_isa(KERNEL_AVX512, kernels_avx512(), "avx512"); }
+/* AArch64 only (on x86-64 machines: `make qemu-check` runs this file's
+ * aarch64 build under qemu-aarch64) */
+static void test_neon(void) { test_isa(KERNEL_NEON, kernels_neon(), "neon"); }
 
 static void test_formats(void)
 {
@@ -589,6 +592,7 @@ static const test_case tests[] = {
     {"ref_vs_float64", test_ref_vs_float64},
     {"avx2_matches_ref_bitwise", test_avx2},
     {"avx512_matches_ref_bitwise", test_avx512},
+    {"neon_matches_ref_bitwise", test_neon},
     {"avx512_code_via_simde_matches_ref_bitwise", test_avx512_simde},
 };
 

@@ -17,6 +17,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -34,7 +35,18 @@ int df_file_open(df_file *f, const char *path, enum io_mode mode, df_error *err)
     if (stat(path, &st) != 0) return df_err_set(err, DF_ERR_IO, -1, "%s: cannot stat: %s", path, strerror(errno));
     f->size = (uint64_t)st.st_size;
     if (mode != IO_BUFFERED) {
+#if defined(O_DIRECT)
         int fd = open(path, O_RDONLY | O_CLOEXEC | O_DIRECT);
+#elif defined(F_NOCACHE)
+        /* macOS: reads that bypass the unified buffer cache */
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd >= 0 && fcntl(fd, F_NOCACHE, 1) != 0) {
+            close(fd);
+            fd = -1;
+        }
+#else
+        int fd = -1;
+#endif
         if (fd >= 0) {
             /* some file systems accept the flag and fail the read: probe one block */
             void *probe = aligned_alloc_raw(DF_DIRECT_ALIGN);
@@ -53,7 +65,7 @@ int df_file_open(df_file *f, const char *path, enum io_mode mode, df_error *err)
     if (f->fd < 0) {
         f->fd = open(path, O_RDONLY | O_CLOEXEC);
         if (f->fd < 0) return df_err_set(err, DF_ERR_IO, -1, "%s: cannot open: %s", path, strerror(errno));
-        posix_fadvise(f->fd, 0, 0, POSIX_FADV_RANDOM);
+        df_fd_random(f->fd);
     }
     f->path = xstrdup(path);
     return 0;
@@ -70,7 +82,47 @@ void df_file_close(df_file *f)
 
 void df_file_dontneed(const df_file *f, uint64_t off, uint64_t len)
 {
-    if (!f->direct) posix_fadvise(f->fd, (off_t)off, (off_t)len, POSIX_FADV_DONTNEED);
+    if (!f->direct) df_fd_dontneed(f->fd, off, len);
+}
+
+void df_fd_dontneed(int fd, uint64_t off, uint64_t len)
+{
+#if defined(POSIX_FADV_DONTNEED)
+    (void)posix_fadvise(fd, (off_t)off, (off_t)len, POSIX_FADV_DONTNEED);
+#else
+    (void)fd, (void)off, (void)len;
+#endif
+}
+
+void df_fd_random(int fd)
+{
+#if defined(POSIX_FADV_RANDOM)
+    (void)posix_fadvise(fd, 0, 0, POSIX_FADV_RANDOM);
+#elif defined(F_RDAHEAD)
+    (void)fcntl(fd, F_RDAHEAD, 0); /* macOS: no read-ahead */
+#else
+    (void)fd;
+#endif
+}
+
+void df_fd_writeback(int fd, uint64_t off, uint64_t len)
+{
+#if defined(SYNC_FILE_RANGE_WRITE)
+    (void)sync_file_range(fd, (off_t)off, (off_t)len,
+                          SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER);
+#else
+    (void)off, (void)len;
+    (void)fsync(fd);
+#endif
+}
+
+void df_mem_hugepages(void *p, size_t len)
+{
+#if defined(MADV_HUGEPAGE)
+    (void)madvise(p, len, MADV_HUGEPAGE);
+#else
+    (void)p, (void)len;
+#endif
 }
 
 struct io_queue {

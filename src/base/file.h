@@ -2,7 +2,8 @@
  * read queue.
  *
  * Owns: opening a file for direct reads (falling back to buffered reads
- * with posix_fadvise(DONTNEED) where the file system refuses O_DIRECT), the
+ * with posix_fadvise(DONTNEED) where the file system refuses O_DIRECT; on
+ * macOS, which has no O_DIRECT, F_NOCACHE), the page-cache hints, the
  * alignment arithmetic O_DIRECT needs, and io_queue: many reads in flight,
  * completed out of order.  The queue has two backends behind one interface:
  * io_uring (Linux, when the kernel allows it) and a pool of pread threads.
@@ -36,6 +37,15 @@ int df_file_open(df_file *f, const char *path, enum io_mode mode, df_error *err)
 void df_file_close(df_file *f);
 /* Drop this range from the page cache (buffered mode: reads do not pile up). */
 void df_file_dontneed(const df_file *f, uint64_t off, uint64_t len);
+
+/* Page-cache and memory hints: the only calls into Linux-only interfaces
+ * outside the io_uring backend, each a no-op (or its POSIX stand-in) where
+ * the system lacks it (macOS: no posix_fadvise, sync_file_range or
+ * MADV_HUGEPAGE; F_NOCACHE takes O_DIRECT's place in df_file_open). */
+void df_fd_dontneed(int fd, uint64_t off, uint64_t len); /* POSIX_FADV_DONTNEED */
+void df_fd_random(int fd);                               /* POSIX_FADV_RANDOM */
+void df_fd_writeback(int fd, uint64_t off, uint64_t len); /* dirty pages written (sync_file_range; else fdatasync) */
+void df_mem_hugepages(void *p, size_t len);              /* MADV_HUGEPAGE */
 
 static inline uint64_t align_down(uint64_t v, uint64_t a) { return v & ~(a - 1); }
 static inline uint64_t align_up(uint64_t v, uint64_t a) { return (v + a - 1) & ~(a - 1); }

@@ -254,7 +254,7 @@ int file_content_hash(const char *path, uint8_t out[16], int quiet, filehash_sta
         if (got == 0) break;
         df_hash128_add(&h, buf, (size_t)got);
         /* a model is far larger than the page cache: leave it as it was */
-        (void)posix_fadvise(fd, (off_t)off, got, POSIX_FADV_DONTNEED);
+        df_fd_dontneed(fd, off, (uint64_t)got);
         off += (uint64_t)got;
     }
     free(buf);

@@ -24,7 +24,7 @@ typedef struct df_session df_session;
 
 typedef struct df_engine_opts {
     int n_threads;              /* 0 = all online CPUs */
-    const char *backend;        /* where and how blocks run: "cpu", "cpu:avx512", "cpu:avx2", "cpu:scalar",
+    const char *backend;        /* where and how blocks run: "cpu", "cpu:avx512", "cpu:avx2", "cpu:neon", "cpu:scalar",
                                    "ref" (model/ops.h); NULL = $DF_BACKEND, else "cpu" */
     const char *kernels;        /* the same as backend "cpu:ISA" ("ref" = scalar, "avx2", "avx512"); NULL =
                                    $DF_KERNELS; naming a different backend than `backend` is an error */

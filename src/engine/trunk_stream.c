@@ -18,6 +18,7 @@
  */
 #define _GNU_SOURCE
 #include "engine_impl.h"
+#include "file.h"
 #include "util.h"
 
 #include <errno.h>
@@ -147,7 +148,7 @@ static int load_copy(df_engine *eng, const uint8_t *res, df_error *err)
         return df_err_set(err, DF_ERR_NOMEM, -1, "cannot allocate %.2f GiB for the resident trunk",
                           total / 1073741824.0);
     uint8_t *base = (uint8_t *)align_up((uint64_t)(uintptr_t)m, HUGE);
-    madvise(base, (size_t)align_up(total, HUGE), MADV_HUGEPAGE);
+    df_mem_hugepages(base, (size_t)align_up(total, HUGE));
     int *fds = xmalloc((size_t)eng->m.n_shards * sizeof *fds);
     for (int s = 0; s < eng->m.n_shards; s++) fds[s] = -1;
     uint64_t at = 0;

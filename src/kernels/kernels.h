@@ -27,7 +27,8 @@
  * The result of a row depends only on that row and that position: not on T,
  * on [r0, r1), on the thread that runs it or on the ISA.  kernels_ref.c is
  * the specification; kernels_avx2.c and kernels_avx512.c must match it bit
- * for bit (tests/test_kernels.c checks).  Kernels never allocate.
+ * for bit, and so must kernels_neon.c on AArch64 (tests/test_kernels.c
+ * checks, under qemu-aarch64 on x86-64 machines).  Kernels never allocate.
  *
  * MLA attention (mla_attend, for mla.c): nh heads of one query row over the
  * first n rows of a latent cache, row p = [lat_p (Rkv) | k_rope_p (dr)].
@@ -95,16 +96,17 @@ typedef struct kernel_table {
 /* The most heads one mla_attend call takes (its per-head state is on the stack). */
 #define MLA_NH_MAX 32
 
-enum kernel_isa { KERNEL_REF, KERNEL_AVX2, KERNEL_AVX512 };
+enum kernel_isa { KERNEL_REF, KERNEL_AVX2, KERNEL_AVX512, KERNEL_NEON };
 
 const kernel_table *kernels_ref(void);
 const kernel_table *kernels_avx2(void);    /* NULL if not compiled in */
 const kernel_table *kernels_avx512(void);  /* NULL if not compiled in */
+const kernel_table *kernels_neon(void);    /* NULL if not compiled in (AArch64 only) */
 
 /* Whether this CPU can run an ISA's table. */
 int kernels_cpu_has(enum kernel_isa isa);
 /* The best table for this CPU, or the one named by `force` ("ref", "avx2",
- * "avx512"; NULL or "" = best; the DF_KERNELS environment variable is read
+ * "avx512", "neon"; NULL or "" = best; the DF_KERNELS environment variable is read
  * by the engine, not here).  Fails if the forced ISA is unknown or the CPU
  * lacks it. */
 const kernel_table *kernels_select(const char *force, df_error *err);

@@ -1,7 +1,7 @@
 /* kernels_ref.c - the scalar reference kernels: the specification of the
  * reduction order that every ISA file must reproduce bit for bit (the
  * contract is written out in kernels.h).  Written for clarity, not speed; it
- * also serves as the fallback on CPUs without AVX2.  fmaf() is the correctly
+ * also serves as the fallback on CPUs without AVX2 or NEON.  fmaf() is the correctly
  * rounded fused multiply-add, the same operation as the SIMD FMA
  * instructions.
  */
@@ -12,6 +12,15 @@
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
+#endif
+#if defined(__aarch64__) && defined(__linux__)
+#include <sys/auxv.h>
+#ifndef HWCAP_FP
+#define HWCAP_FP (1 << 0)
+#endif
+#ifndef HWCAP_ASIMD
+#define HWCAP_ASIMD (1 << 1)
+#endif
 #endif
 #include <math.h>
 #include <stdlib.h>
@@ -241,17 +250,15 @@ static const kernel_table ref_table = {
 
 const kernel_table *kernels_ref(void) { return &ref_table; }
 
+#if defined(__x86_64__) || defined(__i386__)
 /* F16C (the half conversions the AVX2 and AVX-512 kernels use): CPUID leaf
  * 1, ECX bit 29 (not every compiler's __builtin_cpu_supports names it) */
 static int cpu_has_f16c(void)
 {
-#if defined(__x86_64__) || defined(__i386__)
     unsigned a, b, c, d;
     return __get_cpuid(1, &a, &b, &c, &d) && (c >> 29 & 1u);
-#else
-    return 0;
-#endif
 }
+#endif
 
 int kernels_cpu_has(enum kernel_isa isa)
 {
@@ -264,8 +271,20 @@ int kernels_cpu_has(enum kernel_isa isa)
     case KERNEL_AVX512:
         return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                __builtin_cpu_supports("avx512vl");
+    case KERNEL_NEON: return 0;
     }
     return 0;
+#elif defined(__aarch64__)
+    /* Advanced SIMD and FP are part of every AArch64 CPU Linux runs on;
+     * the kernel's HWCAP says so (macOS on Apple Silicon: always) */
+    if (isa == KERNEL_REF) return 1;
+    if (isa != KERNEL_NEON) return 0;
+#if defined(__linux__)
+    unsigned long hw = getauxval(AT_HWCAP);
+    return (hw & HWCAP_ASIMD) && (hw & HWCAP_FP);
+#else
+    return 1;
+#endif
 #else
     return isa == KERNEL_REF;
 #endif
@@ -279,8 +298,9 @@ const kernel_table *kernels_select(const char *force, df_error *err)
         if (!strcmp(force, "ref")) { isa = KERNEL_REF; t = kernels_ref(); }
         else if (!strcmp(force, "avx2")) { isa = KERNEL_AVX2; t = kernels_avx2(); }
         else if (!strcmp(force, "avx512")) { isa = KERNEL_AVX512; t = kernels_avx512(); }
+        else if (!strcmp(force, "neon")) { isa = KERNEL_NEON; t = kernels_neon(); }
         else {
-            df_err_set(err, DF_ERR_ARG, -1, "unknown kernel set \"%s\" (expected ref, avx2 or avx512)", force);
+            df_err_set(err, DF_ERR_ARG, -1, "unknown kernel set \"%s\" (expected ref, avx2, avx512 or neon)", force);
             return NULL;
         }
         if (!t || !kernels_cpu_has(isa)) {
@@ -291,5 +311,6 @@ const kernel_table *kernels_select(const char *force, df_error *err)
     }
     if (kernels_avx512() && kernels_cpu_has(KERNEL_AVX512)) return kernels_avx512();
     if (kernels_avx2() && kernels_cpu_has(KERNEL_AVX2)) return kernels_avx2();
+    if (kernels_neon() && kernels_cpu_has(KERNEL_NEON)) return kernels_neon();
     return kernels_ref();
 }

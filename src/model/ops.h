@@ -43,7 +43,7 @@
  *
  * Choosing one: k3_backend_open's spec string, the engine's --backend:
  *   cpu            the CPU backend, the best kernels this CPU runs
- *   cpu:avx512     ... forced AVX-512 kernels (cpu:avx2 likewise)
+ *   cpu:avx512     ... forced AVX-512 kernels (cpu:avx2, and cpu:neon on AArch64, likewise)
  *   cpu:scalar     ... on the scalar reference kernels (alias cpu:ref)
  *   ref            the reference backend
  * --kernels ISA and $DF_KERNELS are spellings of cpu:ISA (engine.c).

@@ -124,12 +124,12 @@ static int cpu_isa(const char *spec, const char **isa)
     if (strncmp(spec, "cpu:", 4)) return -1;
     const char *x = spec + 4;
     if (!strcmp(x, "scalar") || !strcmp(x, "ref")) *isa = "ref";
-    else if (!strcmp(x, "avx2") || !strcmp(x, "avx512")) *isa = x;
+    else if (!strcmp(x, "avx2") || !strcmp(x, "avx512") || !strcmp(x, "neon")) *isa = x;
     else return -1;
     return 0;
 }
 
-#define BACKEND_CHOICES "cpu, cpu:avx512, cpu:avx2, cpu:scalar or ref"
+#define BACKEND_CHOICES "cpu, cpu:avx512, cpu:avx2, cpu:neon, cpu:scalar or ref"
 
 int k3_backend_spec_ok(const char *spec, df_error *err)
 {

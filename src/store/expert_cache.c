@@ -2,6 +2,7 @@
  * hundred to a few thousand; the scan is small next to reading an expert). */
 #define _GNU_SOURCE
 #include "expert_cache.h"
+#include "file.h"
 #include "util.h"
 
 #include <stdlib.h>
@@ -28,7 +29,7 @@ int expert_cache_init(expert_cache *c, int n_layers, int n_experts, int n_slots,
      * page (and prefetchers stopping at each page) costs bandwidth */
     uintptr_t h0 = ((uintptr_t)c->mem + (2u << 20) - 1) & ~(uintptr_t)((2u << 20) - 1);
     uintptr_t h1 = ((uintptr_t)c->mem + (size_t)n_slots * c->slot_bytes) & ~(uintptr_t)((2u << 20) - 1);
-    if (h1 > h0) madvise((void *)h0, h1 - h0, MADV_HUGEPAGE);
+    if (h1 > h0) df_mem_hugepages((void *)h0, h1 - h0);
     c->slot_key = xmalloc((size_t)n_slots * sizeof *c->slot_key);
     c->ready = xcalloc((size_t)n_slots, 1);
     c->pending = xcalloc((size_t)n_slots, 1);

@@ -156,9 +156,8 @@ static double time_reads(expert_store *s, const size_t *keys, int n, int direct,
         /* a freshly written model's pages are dirty, and DONTNEED drops
          * only clean pages: write them back first, or the buffered probe
          * reads from memory and buffered reads look faster than the drive */
-        sync_file_range(fd, (off_t)l->span_off, (off_t)l->span_len,
-                        SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER);
-        posix_fadvise(fd, (off_t)l->span_off, (off_t)l->span_len, POSIX_FADV_DONTNEED);
+        df_fd_writeback(fd, l->span_off, l->span_len);
+        df_fd_dontneed(fd, l->span_off, l->span_len);
         if (!direct && span_cached(fd, l->offset, s->expert_bytes)) s->probe_warm++;
         reqs[i] = direct ? (io_req){.fd = s->files[l->file].fd, .off = l->span_off, .len = l->span_len,
                                     .buf = buf + (size_t)i * s->slot_bytes, .tag = i}
@@ -180,7 +179,7 @@ static double time_reads(expert_store *s, const size_t *keys, int n, int direct,
     double t = now_sec() - t0;
     for (int i = 0; i < n; i++) {
         const expert_loc *l = &s->loc[keys[i]];
-        posix_fadvise(s->plain_fds[l->file], (off_t)l->span_off, (off_t)l->span_len, POSIX_FADV_DONTNEED);
+        df_fd_dontneed(s->plain_fds[l->file], l->span_off, l->span_len);
     }
     return bad || t <= 0 ? 0.0 : (double)bytes / t;
 }
