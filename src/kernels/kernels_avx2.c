@@ -776,8 +776,7 @@ static void mla_attend_avx2(const float *cache, size_t row_w, int Rkv, int dr, i
                             const float *qr, size_t qrs, int nh, float scale, float *sc, float *ctx)
 {
     CHECK(nh >= 1 && nh <= MLA_NH_MAX && n >= 1);
-    double mx[MLA_NH_MAX], sum[MLA_NH_MAX];
-    float inv[MLA_NH_MAX];
+    double mx[MLA_NH_MAX];
     double rt[MLA_JC * MLA_PB] __attribute__((aligned(32)));
     double qt[MLA_JC * 8] __attribute__((aligned(32)));
     double acc[MLA_PB * MLA_NH_MAX] __attribute__((aligned(32))); /* [u][nhp], lanes = heads */
@@ -826,12 +825,7 @@ static void mla_attend_avx2(const float *cache, size_t row_w, int Rkv, int dr, i
         for (h += 4; h >= nh;) h -= nh;
     }
     for (; i < nall; i++) sc[i] = (float)df_exp((double)sc[i] - mx[i % nh]);
-    for (int h = 0; h < nh; h++) sum[h] = 0.0;
-    for (int p = 0; p < n; p++)
-        for (int h = 0; h < nh; h++) sum[h] += sc[(size_t)p * nh + h];
-    for (int h = 0; h < nh; h++) inv[h] = (float)(1.0 / sum[h]);
-    for (int p = 0; p < n; p++)
-        for (int h = 0; h < nh; h++) sc[(size_t)p * nh + h] *= inv[h];
+    mla_weights_normalise(sc, n, nh);
 
     /* context: tiles of positions that stay in L2 while every head block
      * and column block passes over them; the first head block fetches the

@@ -137,4 +137,20 @@
         return _mm_packus_epi16(lo, hi);                                                          \
     }
 
+/* The end of the MLA softmax (kernels.h) in the vector files, whose scores
+ * are stored [p][nh] with e_p already in place: each head's sum of its e_p
+ * over p in order (double, from +0), inv = (float)(1.0 / sum), then
+ * pp_p = e_p * inv in float. */
+static inline void mla_weights_normalise(float *sc, int n, int nh)
+{
+    double sum[MLA_NH_MAX];
+    float inv[MLA_NH_MAX];
+    for (int h = 0; h < nh; h++) sum[h] = 0.0;
+    for (int p = 0; p < n; p++)
+        for (int h = 0; h < nh; h++) sum[h] += sc[(size_t)p * nh + h];
+    for (int h = 0; h < nh; h++) inv[h] = (float)(1.0 / sum[h]);
+    for (int p = 0; p < n; p++)
+        for (int h = 0; h < nh; h++) sc[(size_t)p * nh + h] *= inv[h];
+}
+
 #endif

@@ -475,8 +475,7 @@ static void mla_attend_neon(const float *cache, size_t row_w, int Rkv, int dr, i
                             const float *qr, size_t qrs, int nh, float scale, float *sc, float *ctx)
 {
     CHECK(nh >= 1 && nh <= MLA_NH_MAX && n >= 1);
-    double mx[MLA_NH_MAX], sum[MLA_NH_MAX];
-    float inv[MLA_NH_MAX];
+    double mx[MLA_NH_MAX];
     double qt[MLA_JC * MLA_HB] __attribute__((aligned(16)));
     double acc[MLA_PB * MLA_NH_MAX] __attribute__((aligned(16))); /* [u][head] */
     int w = Rkv + dr;
@@ -517,12 +516,7 @@ static void mla_attend_neon(const float *cache, size_t row_w, int Rkv, int dr, i
         for (h += 2; h >= nh;) h -= nh;
     }
     for (; i < nall; i++) sc[i] = (float)df_exp((double)sc[i] - mx[i % nh]);
-    for (int h = 0; h < nh; h++) sum[h] = 0.0;
-    for (int p = 0; p < n; p++)
-        for (int h = 0; h < nh; h++) sum[h] += sc[(size_t)p * nh + h];
-    for (int h = 0; h < nh; h++) inv[h] = (float)(1.0 / sum[h]);
-    for (int p = 0; p < n; p++)
-        for (int h = 0; h < nh; h++) sc[(size_t)p * nh + h] *= inv[h];
+    mla_weights_normalise(sc, n, nh);
 
     /* context: tiles of positions that stay in L2 while every head block
      * and column block passes over them; 16 columns at a time, then 4,
