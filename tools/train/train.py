@@ -106,6 +106,14 @@ def lm_loss(model, xb, logits=None):
 
 
 @torch.no_grad()
+def lr_at(args, step, frac):
+    """Linear warmup over args.warmup steps, then cosine from args.lr down to
+    args.min_lr_frac of it over the time budget (frac: share of it spent)."""
+    if step < args.warmup:
+        return args.lr * (step + 1) / args.warmup
+    return args.lr * (args.min_lr_frac + (1 - args.min_lr_frac) * 0.5 * (1 + math.cos(math.pi * min(frac, 1.0))))
+
+
 def evaluate(model, data, B, T, nb, seed=1234):
     model.eval()
     rng = np.random.default_rng(seed)
@@ -279,10 +287,7 @@ def main():
 
     while elapsed < budget and (args.max_steps == 0 or step < args.max_steps):
         frac = elapsed / budget
-        if step < args.warmup:
-            lr = args.lr * (step + 1) / args.warmup
-        else:
-            lr = args.lr * (args.min_lr_frac + (1 - args.min_lr_frac) * 0.5 * (1 + math.cos(math.pi * min(frac, 1.0))))
+        lr = lr_at(args, step, frac)
         for g in opt.param_groups:
             g["lr"] = lr
         want_qat = frac >= 1.0 - args.qat_frac
