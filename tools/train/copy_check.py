@@ -44,7 +44,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import configs  # noqa: E402
 import k3  # noqa: E402
 import st  # noqa: E402
-from train import lr_at  # noqa: E402
+from train import lr_at, update_router_bias  # noqa: E402
 
 
 def log(*a):
@@ -282,10 +282,7 @@ def main():
         gn = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         if torch.isfinite(loss) and torch.isfinite(gn):
             opt.step()
-        with torch.no_grad():
-            for mo in model.moe_layers():
-                load = mo.last_load.to(torch.float32)
-                mo.gate.e_score_correction_bias += args.bias_gamma * torch.sign(load.mean() - load)
+        update_router_bias(model, args.bias_gamma)
         step += 1
         ids += args.batch * args.seq
         dt = time.time() - t0

@@ -106,6 +106,15 @@ def lm_loss(model, xb, logits=None):
 
 
 @torch.no_grad()
+def update_router_bias(model, gamma):
+    """The router's load-balancing bias step: each expert's correction bias
+    moves by gamma towards the mean load (aux-loss-free balancing)."""
+    with torch.no_grad():
+        for m in model.moe_layers():
+            load = m.last_load.to(torch.float32)
+            m.gate.e_score_correction_bias += gamma * torch.sign(load.mean() - load)
+
+
 def lr_at(args, step, frac):
     """Linear warmup over args.warmup steps, then cosine from args.lr down to
     args.min_lr_frac of it over the time budget (frac: share of it spent)."""
@@ -317,10 +326,7 @@ def main():
             loss = torch.zeros(())
         else:
             opt.step()
-        with torch.no_grad():
-            for m in model.moe_layers():
-                load = m.last_load.to(torch.float32)
-                m.gate.e_score_correction_bias += args.bias_gamma * torch.sign(load.mean() - load)
+        update_router_bias(model, args.bias_gamma)
         step += 1
         now = time.time()
         elapsed += now - t_last
