@@ -80,7 +80,7 @@ ifeq ($(TARGET_ARCH),aarch64)
 endif
 
 LIB_SRC := util clock ab_timing file filehash json json_write threadpool sha http safetensors quant qblock mathfn kernels_ref kernels_avx2 kernels_avx512 kernels_neon \
-           backend_cpu expert_store expert_manifest expert_remote expert_cache model model_load roster attnres kda mla moe moe_cpu ops_cpu ops_ref layer engine engine_info engine_plan expert_paths session session_rollback schedule forward observe observe_debug observe_trace observe_events observe_prompt cachesim heat iobench place trunk_stream \
+           backend_cpu expert_store expert_manifest expert_remote expert_cache model model_load roster attnres kda mla moe moe_cpu ops_cpu ops_ref layer engine engine_info engine_plan expert_paths session session_rollback schedule forward observe observe_debug observe_trace observe_events observe_prompt cachesim heat iobench machine place trunk_stream \
            grammar grammar_match gr_string json_schema constraint tokenizer chat_template gguf model_gguf plan prefetch expert_fetch sampler generate draft session_file ranks
 LIB_OBJ := $(LIB_SRC:%=$(BUILD)/%.o)
 
@@ -177,9 +177,11 @@ check:
 
 # What takes too long for CI (README, HACKING): run before calling an issue
 # resolved.  Prompts past the argument limit evaluated whole (65,000 ids,
-# a 200 KB text) under --mem.
-check-slow: all $(BUILD)/tests/test_prompt
+# a 200 KB text) under --mem; every f32 bit pattern through each ISA's
+# elementwise kernels (~6 minutes).
+check-slow: all $(BUILD)/tests/test_prompt $(BUILD)/tests/test_kernels
 	DF_SLOW=1 $(BUILD)/tests/test_prompt long_prompts_whole
+	DF_SLOW=1 $(BUILD)/tests/test_kernels elementwise_every_float
 	SCHEMAS=300 tests/server/run_schema_tests.sh $(BUILD)/deltafin property
 	$(MAKE) --no-print-directory qemu-check-all
 

@@ -19,7 +19,9 @@
 # the one reduction order whatever the weight format.
 # Each table: medians over interleaved repetitions (A B, B A, ...) of
 # prefill and decode tok/s, peak RSS and disk bytes read per decoded token,
-# and the deltafin / llama.cpp ratios (deltafin bench --vs-llama).
+# and the deltafin / llama.cpp ratios (deltafin bench --vs-llama), then each
+# engine's roofline fractions against the machine's memory read bandwidth
+# and the kernels' in-cache rate, measured in the same run.
 # Needs root for mlock and drop_caches in (b), `npm ci --prefix tests/llama`,
 # ~28 GB free under BENCH_DIR (default: a temp dir in /var/tmp, deleted
 # afterwards unless BENCH_KEEP=1).  Env: BENCH_THREADS (default: all CPUs),
@@ -44,7 +46,17 @@ gen() { # name, k3gen args...: GGUF only (the safetensors copy is deleted)
 if [ "${BENCH_SKIP_A:-0}" != 1 ]; then
     echo "== (a) in RAM: K3-shaped GGUF, bench2g"
     gen a --preset bench2g
-    build/deltafin bench --vs-llama --model "$dir/a.gguf" --threads "$threads" --prompt-len 64 --gen 32 --reps 3
+    # the five cells of issue 40: 1 and 2 threads, 64- and 2,048-token
+    # prompts, 2 threads at 8,192 (fewer decoded tokens and repetitions:
+    # each run evaluates the whole prompt); BENCH_A_CELLS picks some
+    # ("1:64 2:8192"), BENCH_THREADS does not apply here
+    for cell in ${BENCH_A_CELLS:-1:64 1:2048 2:64 2:2048 2:8192}; do
+        t=${cell%%:*} p=${cell##*:}
+        g=32 r=3
+        [ "$p" -ge 8192 ] && g=8 r=2
+        echo "-- (a) $t thread(s), $p-token prompt, $g decoded, $r repetitions"
+        build/deltafin bench --vs-llama --model "$dir/a.gguf" --threads "$t" --prompt-len "$p" --gen "$g" --reps "$r"
+    done
 fi
 if [ "${BENCH_SKIP_B:-0}" != 1 ]; then
     echo "== (b) larger than RAM: ~25 GB K3-shaped GGUF, ~6 GiB available"

@@ -16,6 +16,7 @@
 #include "util.h"
 
 #include <fcntl.h>
+#include <math.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -465,6 +466,108 @@ static void test_cachesim_known_answers(void)
     test_scratch_remove();
 }
 
+/* df_model_info's work figures (bench's roofline) against an independent
+ * reading of the checkpoint's headers: the trunk's FLOP a position is 2 x
+ * the entries of every 2-D BF16 matrix in the layers except the routed
+ * experts and the folded [1, h] residual projections; the experts' is 2 x
+ * k x the MoE layers x an expert's values (packed bytes x 2 per piece); a
+ * decoded token reads those trunk matrices, the output head and k experts
+ * per MoE layer (packed and scale bytes).  Then df_measure_limits gives
+ * positive rates for every format. */
+static void test_work_figures(void)
+{
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/k3-tiny-a/checkpoint", testdata_dir());
+    df_engine_opts o;
+    df_engine_opts_default(&o);
+    o.quiet = 1;
+    df_engine *eng;
+    df_error err = {0};
+    if (df_engine_open(dir, &o, &eng, &err)) do { t_fail(__FILE__, __LINE__, "open: %s", err.msg); return; } while (0);
+    df_model_info info;
+    df_engine_info(eng, &info);
+    df_engine_close(eng);
+    uint64_t tp = 0, tb = 0, ev = 0, eb = 0;
+    int moe_layers = 0;
+    for (int sh = 1; sh <= 3; sh++) {
+        char path[600];
+        snprintf(path, sizeof path, "%s/model-%05d-of-000003.safetensors", dir, sh);
+        st_file f;
+        if (st_open(path, &f, &err)) do { t_fail(__FILE__, __LINE__, "%s: %s", path, err.msg); return; } while (0);
+        for (size_t i = 0; i < f.n_tensors; i++) {
+            const st_tensor *t = &f.tensors[i];
+            const char *n = t->name;
+            if (strstr(n, ".experts.0.")) { /* expert 0 of each MoE layer stands for every expert */
+                eb += t->nbytes;
+                if (strstr(n, "weight_packed")) ev += 2 * t->nbytes;
+                if (strstr(n, ".w1.weight_packed")) moe_layers++;
+                continue;
+            }
+            if (strstr(n, ".experts.") || t->n_dims != 2 || t->dtype != ST_BF16 || strstr(n, "_res_proj")) continue;
+            if (strstr(n, "lm_head")) tb += t->nbytes;
+            if (!strstr(n, ".layers.")) continue;
+            tp += (uint64_t)t->shape[0] * (uint64_t)t->shape[1];
+            tb += t->nbytes;
+        }
+        st_deinit(&f);
+    }
+    uint64_t k = (uint64_t)info.n_experts_used;
+    TCHECKF(info.trunk_flops_per_position == 2 * tp, "trunk FLOP a position %llu, the headers say %llu",
+            (unsigned long long)info.trunk_flops_per_position, (unsigned long long)(2 * tp));
+    TCHECKF(info.expert_flops_per_position == 2 * k * ev, "expert FLOP a position %llu, the headers say %llu",
+            (unsigned long long)info.expert_flops_per_position, (unsigned long long)(2 * k * ev));
+    TCHECKF(info.weight_bytes_per_token == tb + k * eb, "weight bytes a token %llu, the headers say %llu",
+            (unsigned long long)info.weight_bytes_per_token, (unsigned long long)(tb + k * eb));
+    TCHECK(moe_layers > 0 && tp > 0);
+    df_limits l;
+    if (df_measure_limits(NULL, 1, &l, &err)) do { t_fail(__FILE__, __LINE__, "df_measure_limits: %s", err.msg); return; } while (0);
+    fprintf(stderr, "    %s: memory read %.1f GB/s; in cache (32 / 1 positions): bf16 %.1f / %.1f, mxfp4 %.1f / %.1f GFLOP/s\n",
+            l.kernels, l.mem_read_gbs, l.bf16_gflops, l.bf16_gflops_1, l.mxfp4_gflops, l.mxfp4_gflops_1);
+    TCHECK(l.mem_read_gbs > 0.1 && l.bf16_gflops > 0.01 && l.f16_gflops > 0.01 && l.q8_0_gflops > 0.01 &&
+           l.mxfp4_gflops > 0.01 && l.mxfp4_gg_gflops > 0.01 && l.bf16_gflops_1 > 0.01 && l.mxfp4_gg_gflops_1 > 0.01);
+    if (df_measure_limits("no-such-isa", 1, &l, &err) == 0) do { t_fail(__FILE__, __LINE__, "an unknown --kernels name was accepted"); return; } while (0);
+}
+
+/* `deltafin bench` without llama.cpp on the fixture: the table, the
+ * machine line and the roofline lines, whose figures agree with each other
+ * (GFLOP/s = tok/s x GFLOP a position; the fraction = tok/s / the roof);
+ * a missing model and a missing --model are named. */
+static void test_bench_cli(void)
+{
+    static char out[1 << 16], errb[1 << 16];
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/k3-tiny-a/checkpoint", testdata_dir());
+    const char *argv[] = {build_bin("deltafin"), "bench", "--model", dir, "--threads", "1", "--prompt-len", "12",
+                          "--gen", "3", "--reps", "1", NULL};
+    int rc = t_run(argv, out, sizeof out, errb, sizeof errb);
+    if (rc) do { t_fail(__FILE__, __LINE__, "bench failed (%d): %s", rc, errb); return; } while (0);
+    double gf = 0, tps = 0, gfs = 0, frac = 0, roof = 0, gb = 0, dtps = 0, gbs = 0, mfrac = 0, mroof = 0;
+    const char *p = strstr(out, "\nprefill: ");
+    TCHECKF(p && sscanf(p, "\nprefill: %lf GFLOP", &gf) == 1, "no prefill line: %s", out);
+    p = p ? strstr(p, "\n  deltafin ") : NULL;
+    TCHECKF(p && sscanf(p, "\n  deltafin %lf tok/s = %lf GFLOP/s, %lf of the kernels' in-cache rate (%lf tok/s)",
+                        &tps, &gfs, &frac, &roof) == 4,
+            "no deltafin prefill roofline: %s", out);
+    p = strstr(out, "\ndecode: ");
+    TCHECKF(p && sscanf(p, "\ndecode: %lf GB of weights a token", &gb) == 1, "no decode line: %s", out);
+    const char *q = p ? strstr(p, "memory roof ") : NULL;
+    TCHECK(q && sscanf(q, "memory roof %lf", &mroof) == 1);
+    p = p ? strstr(p, "\n  deltafin ") : NULL;
+    TCHECKF(p && sscanf(p, "\n  deltafin %lf tok/s = %lf GB/s, %lf of the memory read bandwidth", &dtps, &gbs,
+                        &mfrac) == 3,
+            "no deltafin decode roofline: %s", out);
+    TCHECK(strstr(out, "this machine, measured in this run (1 threads"));
+    TCHECK(tps > 0 && gf > 0 && roof > 0 && dtps > 0 && gb > 0 && mroof > 0);
+    TCHECKF(fabs(gfs - tps * gf) <= 0.06 + 0.002 * gfs + 6e-4 * tps * gf, "GFLOP/s %g != %g tok/s x %g GFLOP", gfs, tps, gf);
+    TCHECKF(fabs(frac - tps / roof) <= 0.006 + 0.002 * frac, "fraction %g != %g / %g", frac, tps, roof);
+    TCHECKF(fabs(gbs - dtps * gb) <= 0.006 + 0.002 * gbs + 6e-4 * dtps * gb, "GB/s %g != %g x %g", gbs, dtps, gb);
+    TCHECKF(fabs(mfrac - dtps / mroof) <= 0.006 + 0.002 * mfrac, "memory fraction %g != %g / %g", mfrac, dtps, mroof);
+    const char *bad[] = {build_bin("deltafin"), "bench", "--model", "/nonexistent/model", NULL};
+    TCHECK(t_run(bad, out, sizeof out, errb, sizeof errb) != 0 && strstr(errb, "/nonexistent/model"));
+    const char *none[] = {build_bin("deltafin"), "bench", "--threads", "1", NULL};
+    TCHECK(t_run(none, out, sizeof out, errb, sizeof errb) != 0 && strstr(errb, "--model"));
+}
+
 static const test_case tests[] = {
     {"cachesim_known_answers", test_cachesim_known_answers},
     {"batch_vs_sequential_bit_identical", test_batch_vs_sequential},
@@ -474,6 +577,8 @@ static const test_case tests[] = {
     {"alloc_guard_trips", test_alloc_guard_trips},
     {"errors_keep_session_usable", test_errors_keep_session},
     {"nonfinite_weights_named", test_nonfinite_named},
+    {"work_figures_and_limits", test_work_figures},
+    {"bench_cli_roofline", test_bench_cli},
 };
 
 int main(int argc, char **argv) { return test_main(tests, NTESTS(tests), argc, argv); }

@@ -416,6 +416,69 @@ static void check_exp(const char *isa, const kernel_table *kt)
     free(y1);
 }
 
+/* The table's elementwise functions against mathfn.c's scalar ones, bit for
+ * bit: values over every magnitude, dense around the activations' range,
+ * the edges of each branch (1e-4 and 20 for tanh, +-708 for exp), zeros,
+ * subnormals, inf and NaN mixed into groups of ordinary lanes; every start
+ * offset (tails and unaligned groups) and in place. */
+static void check_elementwise(const char *isa, const kernel_table *kt)
+{
+    enum { N = 40003 };
+    float *gv = malloc(N * sizeof(float)), *uv = malloc(N * sizeof(float)), *o = malloc(N * sizeof(float));
+    float *w = malloc(N * sizeof(float));
+    static const float odd[] = {0.0f,    -0.0f,   1e-6f,    -3e-5f,   90.0f,   -95.0f, 1e4f,      -2e3f,
+                                800.0f,  -750.0f, 1e30f,    708.0f,   -708.0f, 708.1f, -708.01f,  709.5f,
+                                -746.0f, 1e-40f,  -1e-42f,  2e-4f,    -2e-4f,  20.0f,  -20.0f,    20.01f,
+                                1e-4f,   -1e-4f,  9.99e-5f, 30.0f,    -60.0f,  5e3f,   -1.5e-45f, 3.4e38f};
+    const int nodd = (int)(sizeof odd / sizeof odd[0]);
+    for (int i = 0; i < N; i++) {
+        /* mostly activations in the vector range (|g| <= 16, |u| <= 8), so
+         * most groups run in vectors; sparse odd values and bit patterns */
+        gv[i] = rndf() * (float)(1 << (i % 4)) * 2.0f;
+        uv[i] = rndf() * (float)(1 << (i % 3));
+        if (i % 101 == 0) {
+            uint32_t b = rnd(); /* any bit pattern: every exponent */
+            memcpy(&gv[i], &b, 4);
+            b = rnd();
+            memcpy(&uv[i], &b, 4);
+        }
+        if (i % 137 == 0) gv[i] = odd[(i / 137) % nodd];
+        if (i % 139 == 0) uv[i] = odd[(i / 139) % nodd];
+    }
+    gv[5] = INFINITY, uv[9] = -INFINITY, gv[13] = NAN, uv[17] = -NAN;
+    int bad_sig = 0, bad_silu = 0, bad_situ = 0;
+    for (int off = 0; off < 9; off++) {
+        size_t n = (size_t)(N - off);
+        kt->sigmoid_n(gv + off, n, o + off);
+        for (int i = off; i < N; i++) {
+            float want = df_sigmoidf(gv[i]);
+            bad_sig += memcmp(&want, &o[i], 4) != 0;
+        }
+        memcpy(w, gv, N * sizeof(float));
+        kt->silu_n(w + off, n, w + off); /* in place */
+        for (int i = off; i < N; i++) {
+            float want = df_siluf(gv[i]);
+            bad_silu += memcmp(&want, &w[i], 4) != 0;
+        }
+        for (int b1i = 0; b1i < 2; b1i++) {
+            float b1 = b1i ? 4.0f : 1.5f, b2 = b1i ? 25.0f : 0.75f;
+            memcpy(w, gv, N * sizeof(float));
+            kt->situ_n(w + off, uv + off, n, b1, b2, w + off); /* out = g */
+            for (int i = off; i < N; i++) {
+                float want = df_situ(gv[i], uv[i], b1, b2);
+                bad_situ += memcmp(&want, &w[i], 4) != 0;
+            }
+        }
+    }
+    TCHECKF(bad_sig == 0 && bad_silu == 0 && bad_situ == 0,
+            "%s elementwise: %d sigmoid, %d silu, %d situ values differ from mathfn.c's", isa, bad_sig, bad_silu,
+            bad_situ);
+    free(gv);
+    free(uv);
+    free(o);
+    free(w);
+}
+
 static void test_isa(enum kernel_isa isa, const kernel_table *kt, const char *name)
 {
     if (!kt) TSKIP("%s not compiled in", name);
@@ -428,6 +491,7 @@ static void test_isa(enum kernel_isa isa, const kernel_table *kt, const char *na
     check_qblock(name, ref, kt);
     check_mla(name, ref->mla_attend, kt->mla_attend);
     check_exp(name, kt);
+    check_elementwise(name, kt);
 }
 
 #ifdef DF_TEST_SIMDE
@@ -443,6 +507,7 @@ static void test_avx512_simde(void)
     check_qblock("avx512 (SIMDe)", ref, kt);
     check_mla("avx512 (SIMDe)", ref->mla_attend, kt->mla_attend);
     check_exp("avx512 (SIMDe)", kt);
+    check_elementwise("avx512 (SIMDe)", kt);
 }
 #else
 static void test_avx512_simde(void) { t_skip("built without SIMDe (libsimde-dev)"); }
@@ -459,6 +524,7 @@ static void test_ref_vs_float64(void)
     check_mxfp4("ref", ref, ref);
     check_mla("ref", ref->mla_attend, NULL);
     check_exp("ref", ref);
+    check_elementwise("ref", ref);
 }
 static void test_avx2(void) { test_isa(KERNEL_AVX2, kernels_avx2(), "avx2"); }
 static void test_avx512(void) { test_isa(KERNEL_AVX512, kernels_avx512(), "avx512"); }
@@ -556,31 +622,52 @@ static void test_mathfn(void)
     float g = 0.7f, u = -3.0f;
     double want = (4.0 * tanh(g / 4.0) / (1 + exp(-g))) * (25.0 * tanh(u / 25.0));
     TCHECK(fabs(df_situ(g, u, 4.0f, 25.0f) - want) < 1e-6);
-    /* the four-lane SiTU is the scalar one bit for bit: random inputs over
-     * many magnitudes, and groups mixing lanes outside the vector range
-     * (tiny, huge, +-0, inf, NaN) with ordinary ones */
-    enum { N = 40003 };
-    float *gv = malloc(N * sizeof(float)), *uv = malloc(N * sizeof(float)), *o = malloc(N * sizeof(float));
-    static const float odd[] = {0.0f, -0.0f, 1e-6f, -3e-5f, 90.0f, -95.0f, 1e4f, -2e3f, 800.0f, -750.0f, 1e30f};
-    for (int i = 0; i < N; i++) {
-        gv[i] = rndf() * (float)(1 << (i % 9));
-        uv[i] = rndf() * (float)(1 << (i % 11)) * 3.0f;
-        if (i % 37 == 0) gv[i] = odd[(i / 37) % 11];
-        if (i % 41 == 0) uv[i] = odd[(i / 41) % 11];
-    }
-    gv[5] = INFINITY, uv[9] = -INFINITY, gv[13] = NAN;
-    int bad = 0;
-    for (int b1i = 0; b1i < 2; b1i++) {
-        float b1 = b1i ? 4.0f : 1.5f, b2 = b1i ? 25.0f : 0.75f;
-        df_situ_n(gv, uv, N, b1, b2, o);
-        for (int i = 0; i < N; i++) {
-            float want1 = df_situ(gv[i], uv[i], b1, b2);
-            bad += memcmp(&want1, &o[i], sizeof want1) != 0;
+}
+
+/* Slow tier (DF_SLOW=1, make check-slow): every f32 bit pattern through
+ * each compiled-in ISA's sigmoid_n, silu_n and situ_n (g = the pattern,
+ * u = another pattern by a bijection, K3's b1 = 4 and b2 = 25), against
+ * mathfn.c's scalar functions bit for bit. */
+static void test_elementwise_every_float(void)
+{
+    if (!getenv("DF_SLOW")) TSKIP("2^32 values: DF_SLOW=1 (make check-slow) runs it");
+    const kernel_table *kts[4];
+    int nk = 0;
+    if (kernels_avx2() && kernels_cpu_has(KERNEL_AVX2)) kts[nk++] = kernels_avx2();
+    if (kernels_avx512() && kernels_cpu_has(KERNEL_AVX512)) kts[nk++] = kernels_avx512();
+    if (kernels_neon() && kernels_cpu_has(KERNEL_NEON)) kts[nk++] = kernels_neon();
+    if (!nk) TSKIP("no vector ISA compiled in and supported here");
+    enum { CH = 1 << 20 };
+    float *x = malloc(CH * sizeof(float)), *u = malloc(CH * sizeof(float));
+    float *r = malloc(3 * (size_t)CH * sizeof(float)), *o = malloc(CH * sizeof(float));
+    long long bad[4][3] = {{0}};
+    for (uint64_t c0 = 0; c0 < (1ull << 32); c0 += CH) {
+        for (uint32_t i = 0; i < CH; i++) {
+            uint32_t b = (uint32_t)(c0 + i), bu = b * 2654435761u;
+            memcpy(&x[i], &b, 4);
+            memcpy(&u[i], &bu, 4);
+            r[i] = df_sigmoidf(x[i]);
+            r[CH + i] = df_siluf(x[i]);
+            r[2 * (size_t)CH + i] = df_situ(x[i], u[i], 4.0f, 25.0f);
+        }
+        for (int k = 0; k < nk; k++) {
+            kts[k]->sigmoid_n(x, CH, o);
+            bad[k][0] += memcmp(o, r, CH * sizeof(float)) != 0;
+            kts[k]->silu_n(x, CH, o);
+            bad[k][1] += memcmp(o, r + CH, CH * sizeof(float)) != 0;
+            kts[k]->situ_n(x, u, CH, 4.0f, 25.0f, o);
+            bad[k][2] += memcmp(o, r + 2 * (size_t)CH, CH * sizeof(float)) != 0;
         }
     }
-    TCHECKF(bad == 0, "%d four-lane SiTU values differ from the scalar ones", bad);
-    free(gv);
-    free(uv);
+    for (int k = 0; k < nk; k++) {
+        fprintf(stderr, "    %s: 2^32 patterns, chunks differing: sigmoid %lld, silu %lld, situ %lld\n",
+                kts[k]->name, bad[k][0], bad[k][1], bad[k][2]);
+        TCHECKF(!bad[k][0] && !bad[k][1] && !bad[k][2], "%s elementwise differs on some f32 patterns",
+                kts[k]->name);
+    }
+    free(x);
+    free(u);
+    free(r);
     free(o);
 }
 
@@ -594,6 +681,7 @@ static const test_case tests[] = {
     {"avx512_matches_ref_bitwise", test_avx512},
     {"neon_matches_ref_bitwise", test_neon},
     {"avx512_code_via_simde_matches_ref_bitwise", test_avx512_simde},
+    {"elementwise_every_float", test_elementwise_every_float},
 };
 
 int main(int argc, char **argv) { return test_main(tests, NTESTS(tests), argc, argv); }

@@ -1,4 +1,7 @@
-/* cli_bench.c - `deltafin bench --vs-llama`: llama.cpp and deltafin on the
+/* cli_bench.c - `deltafin bench`: the engine's prefill and decode speed on
+ * a model, beside the machine's own limits measured in the same run
+ * (df_measure_limits: memory read bandwidth, the kernels' in-cache rate),
+ * as roofline fractions; with --vs-llama, llama.cpp and deltafin on the
  * same GGUF, side by side in one run.
  *
  * Each measurement is a child process, so peak RSS (wait4's ru_maxrss) and
@@ -41,18 +44,28 @@ typedef struct {
     double prefill_tps, decode_tps, read_per_token;
     long rss_kb;
     char ids[4096];
+    /* deltafin's result line only: the model's work (df_model_info) */
+    double trunk_flops, expert_flops, weight_bytes;
+    char trunk[40], experts[40], kernels[32];
 } bench_result;
 
 typedef struct {
-    const char *model, *peer, *lib, *mem, *prompt_ids, *batch;
-    int threads, prompt_len, gen, reps, drop, no_repack, json, ubatch;
+    const char *model, *peer, *lib, *mem, *prompt_ids, *batch, *kernels;
+    int threads, prompt_len, gen, reps, drop, no_repack, json, ubatch, vs;
     size_t squeeze_to;
 } bench_args;
 
 static void bench_usage(FILE *f)
 {
-    fputs("usage: deltafin bench --vs-llama --model FILE.gguf [options]\n"
+    fputs("usage: deltafin bench --model MODEL [--vs-llama] [options]\n"
+          "  deltafin's prefill and decode tok/s (medians of --reps runs, each a child\n"
+          "  process), beside this machine's memory read bandwidth and the kernels' rate\n"
+          "  with the weights in cache, both measured in the same run: how close each\n"
+          "  is to its limit.  MODEL: a model folder or a GGUF file.\n"
+          "  --vs-llama           llama.cpp (npm prebuilt, build/llama_peer) on the same GGUF,\n"
+          "                       interleaved with deltafin (A B, B A, ...)\n"
           "  --threads N          threads for both engines (default: all CPUs)\n"
+          "  --kernels ISA        deltafin's kernels (ref, avx2, avx512, neon; default: the best)\n"
           "  --prompt-len N       prompt tokens (default 32)\n"
           "  --prompt-ids LIST    the prompt instead of generated ids (@FILE: ids read from FILE)\n"
           "  --gen N              tokens decoded greedily after the prompt (default 16)\n"
@@ -141,6 +154,8 @@ static void run_child(char *const *argv, const char *what, int quiet_stderr, ben
 {
     int fd[2];
     if (pipe(fd)) die("pipe: %s", strerror(errno));
+    /* a quiet child's standard error goes to a temporary file, shown when it fails */
+    FILE *errf = quiet_stderr ? tmpfile() : NULL;
     pid_t pid = fork();
     if (pid < 0) die("fork: %s", strerror(errno));
     if (pid == 0) {
@@ -148,8 +163,12 @@ static void run_child(char *const *argv, const char *what, int quiet_stderr, ben
         close(fd[0]);
         close(fd[1]);
         if (quiet_stderr) {
-            FILE *n = freopen("/dev/null", "w", stderr);
-            (void)n;
+            if (errf) {
+                dup2(fileno(errf), 2);
+            } else {
+                FILE *n = freopen("/dev/null", "w", stderr);
+                (void)n;
+            }
         }
         set_oom_adj("1000");
         execv(argv[0], argv);
@@ -166,10 +185,18 @@ static void run_child(char *const *argv, const char *what, int quiet_stderr, ben
     int status;
     struct rusage ru;
     if (wait4(pid, &status, 0, &ru) < 0) die("wait: %s", strerror(errno));
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-        die("%s failed (%s %d); run it by hand to see why: %s ...", what,
-            WIFEXITED(status) ? "exit status" : "signal", WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status),
-            argv[0]);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        char tail[1024] = "";
+        if (errf) { /* the last lines it printed */
+            long end = fseek(errf, 0, SEEK_END) == 0 ? ftell(errf) : 0;
+            long from = end > (long)sizeof tail - 1 ? end - (long)sizeof tail + 1 : 0;
+            if (end > 0 && fseek(errf, from, SEEK_SET) == 0) tail[fread(tail, 1, sizeof tail - 1, errf)] = 0;
+        }
+        die("%s failed (%s %d): %s ...%s%s", what, WIFEXITED(status) ? "exit status" : "signal",
+            WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status), argv[0], tail[0] ? "; it said:\n" : "",
+            tail);
+    }
+    if (errf) fclose(errf);
     char *line = strrchr(buf, '{');
     df_error err = {0};
     json_doc *doc = line ? json_parse(line, strlen(line), &err) : NULL;
@@ -180,6 +207,15 @@ static void run_child(char *const *argv, const char *what, int quiet_stderr, ben
         json_get_num(o, "decode_steps", &steps) || json_get_num(o, "decode_read_bytes", &rb))
         die("%s: result line lacks a field: %s", what, line);
     r->read_per_token = steps > 0 ? rb / steps : 0;
+    r->trunk_flops = r->expert_flops = r->weight_bytes = 0;
+    r->trunk[0] = r->experts[0] = r->kernels[0] = 0;
+    (void)json_get_num(o, "trunk_flops_per_position", &r->trunk_flops);
+    (void)json_get_num(o, "expert_flops_per_position", &r->expert_flops);
+    (void)json_get_num(o, "weight_bytes_per_token", &r->weight_bytes);
+    const char *sv;
+    if ((sv = json_get_str(o, "trunk"))) snprintf(r->trunk, sizeof r->trunk, "%s", sv);
+    if ((sv = json_get_str(o, "experts"))) snprintf(r->experts, sizeof r->experts, "%s", sv);
+    if ((sv = json_get_str(o, "kernels"))) snprintf(r->kernels, sizeof r->kernels, "%s", sv);
     /* the child's own peak since exec; ru_maxrss also counts what this
      * process had resident when it forked */
     double peak = -1;
@@ -261,11 +297,11 @@ static void parse_bench(int argc, char **argv, bench_args *b)
     b->reps = 3;
     b->ubatch = 512;
     b->batch = "auto";
-    int vs = 0;
     for (int i = 2; i < argc; i++) {
         const char *f = argv[i];
 #define ARG() (i + 1 < argc ? argv[++i] : (die("%s needs a value", f), ""))
-        if (!strcmp(f, "--vs-llama")) vs = 1;
+        if (!strcmp(f, "--vs-llama")) b->vs = 1;
+        else if (!strcmp(f, "--kernels")) b->kernels = ARG();
         else if (!strcmp(f, "--model")) b->model = ARG();
         else if (!strcmp(f, "--threads")) b->threads = (int)parse_long(ARG(), f, 1, 1024);
         else if (!strcmp(f, "--prompt-len")) b->prompt_len = (int)parse_long(ARG(), f, 1, 65536);
@@ -292,13 +328,13 @@ static void parse_bench(int argc, char **argv, bench_args *b)
         }
 #undef ARG
     }
-    if (!vs) {
+    if (!b->model) {
         bench_usage(stderr);
-        die("bench needs --vs-llama (the engine's own benchmarks are in bench/: make bench, bench/bench_stream.sh)");
+        die(b->vs ? "bench --vs-llama needs --model FILE.gguf (llama.cpp reads GGUF only)" : "bench needs --model");
     }
-    if (!b->model) die("bench --vs-llama needs --model FILE.gguf (llama.cpp reads GGUF only)");
     struct stat sb;
-    if (stat(b->model, &sb) || !S_ISREG(sb.st_mode)) die("--model %s: not a GGUF file", b->model);
+    if (stat(b->model, &sb)) die("--model %s: %s", b->model, strerror(errno));
+    if (b->vs && !S_ISREG(sb.st_mode)) die("--model %s: not a GGUF file (llama.cpp reads GGUF only)", b->model);
     if (!b->threads) {
         long n = sysconf(_SC_NPROCESSORS_ONLN);
         b->threads = n > 0 ? (int)n : 1;
@@ -309,6 +345,92 @@ static char *bench_ids_file;
 static void remove_ids_file(void)
 {
     if (bench_ids_file) unlink(bench_ids_file);
+}
+
+/* The machine's limits, measured in this run (before and after the timed
+ * runs; print_roofline takes the better of the two, the machine's capacity
+ * being what noise lowers). */
+static void measure_limits(const bench_args *b, df_limits *l)
+{
+    df_error err = {0};
+    if (df_measure_limits(b->kernels, b->threads, l, &err)) die("measuring the machine: %s", err.msg);
+}
+
+/* The kernels' in-cache GFLOP/s for a weight type named as df_model_info
+ * names it (the first of "q8_0+bf16"); 0 when not measured */
+static double type_rate(const df_limits *l, const char *types, int gguf, int one)
+{
+    char t[16];
+    size_t n = strcspn(types, "+");
+    snprintf(t, sizeof t, "%.*s", (int)(n < sizeof t ? n : sizeof t - 1), types);
+    if (!strcmp(t, "bf16")) return one ? l->bf16_gflops_1 : l->bf16_gflops;
+    if (!strcmp(t, "f16")) return one ? l->f16_gflops_1 : l->f16_gflops;
+    if (!strcmp(t, "q8_0")) return one ? l->q8_0_gflops_1 : l->q8_0_gflops;
+    if (!strcmp(t, "mxfp4"))
+        return gguf ? (one ? l->mxfp4_gg_gflops_1 : l->mxfp4_gg_gflops) : (one ? l->mxfp4_gflops_1 : l->mxfp4_gflops);
+    return 0;
+}
+
+static double lim_best(double a, double b) { return a > b ? a : b; }
+
+/* How close each engine is to the machine's limits: prefill's GFLOP/s in
+ * the weights' matrix products against the kernels' in-cache rate for the
+ * model's trunk and expert types (the time those products would take at
+ * that rate is the roof), decode's GB/s of weights read a token against the
+ * memory read bandwidth (and, when it binds first, the one-position rate). */
+static void print_roofline(const bench_args *b, const bench_result *d, const df_limits lim[2], const double pf[2],
+                           const double dc[2])
+{
+    df_limits l = lim[0];
+    l.mem_read_gbs = lim_best(lim[0].mem_read_gbs, lim[1].mem_read_gbs);
+    double *f0[] = {&l.bf16_gflops, &l.f16_gflops, &l.q8_0_gflops, &l.mxfp4_gflops, &l.mxfp4_gg_gflops,
+                    &l.bf16_gflops_1, &l.f16_gflops_1, &l.q8_0_gflops_1, &l.mxfp4_gflops_1, &l.mxfp4_gg_gflops_1};
+    const double *f1[] = {&lim[1].bf16_gflops, &lim[1].f16_gflops, &lim[1].q8_0_gflops, &lim[1].mxfp4_gflops,
+                          &lim[1].mxfp4_gg_gflops, &lim[1].bf16_gflops_1, &lim[1].f16_gflops_1, &lim[1].q8_0_gflops_1,
+                          &lim[1].mxfp4_gflops_1, &lim[1].mxfp4_gg_gflops_1};
+    for (int i = 0; i < 10; i++) *f0[i] = lim_best(*f0[i], *f1[i]);
+    struct stat sb;
+    int gguf = stat(b->model, &sb) == 0 && S_ISREG(sb.st_mode);
+    const char *mx = gguf ? "mxfp4 (ggml blocks)" : "mxfp4";
+    printf("\nthis machine, measured in this run (%d threads, %s kernels): memory read %.1f GB/s; matrix products "
+           "with the weights in cache, GFLOP/s at 32 positions / 1: bf16 %.1f / %.1f, f16 %.1f / %.1f, q8_0 %.1f / "
+           "%.1f, %s %.1f / %.1f\n",
+           l.threads, l.kernels, l.mem_read_gbs, l.bf16_gflops, l.bf16_gflops_1, l.f16_gflops, l.f16_gflops_1,
+           l.q8_0_gflops, l.q8_0_gflops_1, mx, gguf ? l.mxfp4_gg_gflops : l.mxfp4_gflops,
+           gguf ? l.mxfp4_gg_gflops_1 : l.mxfp4_gflops_1);
+    if (d->trunk_flops + d->expert_flops <= 0 || d->weight_bytes <= 0) {
+        printf("roofline: the engine's result line has no work figures (an older binary?)\n");
+        return;
+    }
+    double rt = type_rate(&l, d->trunk, gguf, 0), re = type_rate(&l, d->experts, gguf, 0);
+    double rt1 = type_rate(&l, d->trunk, gguf, 1), re1 = type_rate(&l, d->experts, gguf, 1);
+    double gf = (d->trunk_flops + d->expert_flops) / 1e9;
+    printf("prefill: %.4g GFLOP a position in the weights' products (trunk %s %.4g, experts %s %.4g; attention "
+           "over the context not counted)\n",
+           gf, d->trunk, d->trunk_flops / 1e9, d->experts, d->expert_flops / 1e9);
+    double roof = rt > 0 && re > 0 ? 1.0 / (d->trunk_flops / 1e9 / rt + d->expert_flops / 1e9 / re) : 0;
+    for (int e = b->vs ? 0 : 1; e < 2; e++) {
+        const char *who = e ? "deltafin" : "llama.cpp";
+        if (roof > 0)
+            printf("  %-9s %9.2f tok/s = %7.1f GFLOP/s, %.2f of the kernels' in-cache rate (%.2f tok/s)\n", who,
+                   pf[e], pf[e] * gf, pf[e] / roof, roof);
+        else
+            printf("  %-9s %9.2f tok/s = %7.1f GFLOP/s (no in-cache rate measured for %s / %s)\n", who, pf[e],
+                   pf[e] * gf, d->trunk, d->experts);
+    }
+    double gb = d->weight_bytes / 1e9;
+    double mroof = l.mem_read_gbs > 0 ? l.mem_read_gbs / gb : 0;
+    double croof = rt1 > 0 && re1 > 0 ? 1.0 / (d->trunk_flops / 1e9 / rt1 + d->expert_flops / 1e9 / re1) : 0;
+    printf("decode: %.4g GB of weights a token (every trunk matrix with the output head, %s routed experts); "
+           "memory roof %.2f tok/s, one-position kernel roof %.2f tok/s\n",
+           gb, d->experts, mroof, croof);
+    for (int e = b->vs ? 0 : 1; e < 2; e++)
+        printf("  %-9s %9.3f tok/s = %7.2f GB/s, %.2f of the memory read bandwidth%s\n", e ? "deltafin" : "llama.cpp",
+               dc[e], dc[e] * gb, mroof > 0 ? dc[e] / mroof : 0,
+               croof > 0 && mroof > 0 ? (croof < mroof ? "; the kernels bind first" : "") : "");
+    if (d->read_per_token > 1e6)
+        printf("  (deltafin read %.1f MB a decoded token from storage: the disk, not memory, is the limit here)\n",
+               d->read_per_token / 1e6);
 }
 
 int cmd_bench(int argc, char **argv)
@@ -322,13 +444,13 @@ int cmd_bench(int argc, char **argv)
     if (b.peer) snprintf(peer, sizeof peer, "%s", b.peer);
     snprintf(lib, sizeof lib, "%s/../tests/llama/node_modules/@node-llama-cpp/linux-x64/bins/linux-x64", dir);
     if (b.lib) snprintf(lib, sizeof lib, "%s", b.lib);
-    if (access(peer, X_OK))
+    if (b.vs && access(peer, X_OK))
         die("llama.cpp's runner %s is missing: npm ci --prefix tests/llama && make build/llama_peer", peer);
     char probe[PATH_MAX + 128];
     snprintf(probe, sizeof probe, "%s/libllama.v0.4.0.so", lib);
-    if (access(probe, R_OK)) die("llama.cpp's library %s is missing (--llama-lib DIR)", probe);
+    if (b.vs && access(probe, R_OK)) die("llama.cpp's library %s is missing (--llama-lib DIR)", probe);
 
-    /* the prompt: ids 1..1000 spread by a fixed stride unless given
+    /* the prompt: ids 1..500 (any model's vocabulary has them) spread by a fixed stride unless given
      * (--prompt-ids LIST or @FILE); both engines read it from a file, so a
      * prompt longer than one argument (128 KiB) works */
     int32_t *pid = NULL;
@@ -337,7 +459,7 @@ int cmd_bench(int argc, char **argv)
     } else {
         pid = malloc((size_t)b.prompt_len * sizeof *pid);
         if (!pid) die("out of memory");
-        for (int i = 0; i < b.prompt_len; i++) pid[i] = (i * 7919 + 13) % 1000 + 1;
+        for (int i = 0; i < b.prompt_len; i++) pid[i] = (i * 7919 + 13) % 500 + 1;
     }
     static char ids_path[] = "/tmp/deltafin-bench-ids.XXXXXX";
     int ifd = mkstemp(ids_path);
@@ -352,7 +474,8 @@ int cmd_bench(int argc, char **argv)
     free(pid);
     char ids[sizeof ids_path + 1];
     snprintf(ids, sizeof ids, "@%s", ids_path);
-    char thr[16], gen[16], model[PATH_MAX], mem[64], ub[16], bt[16];
+    char thr[16], gen[16], model[PATH_MAX], mem[64], ub[16], bt[16], kern[32];
+    snprintf(kern, sizeof kern, "%s", b.kernels ? b.kernels : "");
     snprintf(model, sizeof model, "%s", b.model);
     snprintf(mem, sizeof mem, "%s", b.mem ? b.mem : "");
     snprintf(thr, sizeof thr, "%d", b.threads);
@@ -380,6 +503,7 @@ int cmd_bench(int argc, char **argv)
     df_argv[n++] = "--threads", df_argv[n++] = thr;
     df_argv[n++] = "--batch", df_argv[n++] = bt;
     if (b.mem) df_argv[n++] = "--mem", df_argv[n++] = mem;
+    if (b.kernels) df_argv[n++] = "--kernels", df_argv[n++] = kern;
     df_argv[n++] = "--bench-json";
     df_argv[n] = NULL;
 
@@ -387,23 +511,31 @@ int cmd_bench(int argc, char **argv)
     size_t locked = 0;
     pid_t helper = b.squeeze_to ? squeeze(b.squeeze_to, &locked) : 0;
     long avail_kb = meminfo_kb("MemAvailable");
-    printf("deltafin bench --vs-llama: %s (%.2f GB), %d threads, prompt %d tokens, %d decoded, %d repetitions\n",
-           b.model, mbytes / 1e9, b.threads, b.prompt_len, b.gen, b.reps);
-    printf("llama.cpp: %d positions per graph (--llama-ubatch); deltafin: --batch %s\n", b.ubatch, b.batch);
+    if (b.vs)
+        printf("deltafin bench --vs-llama: %s (%.2f GB), %d threads, prompt %d tokens, %d decoded, %d repetitions\n",
+               b.model, mbytes / 1e9, b.threads, b.prompt_len, b.gen, b.reps);
+    else
+        printf("deltafin bench: %s, %d threads, prompt %d tokens, %d decoded, %d repetitions\n", b.model, b.threads,
+               b.prompt_len, b.gen, b.reps);
+    if (b.vs) printf("llama.cpp: %d positions per graph (--llama-ubatch); deltafin: --batch %s\n", b.ubatch, b.batch);
     printf("memory available to the engines: %.1f GiB\n", avail_kb / 1048576.0);
     if (locked) printf("  helper holds %.1f GiB locked; the model is %.1fx the available memory\n",
                        locked / 1073741824.0, mbytes / (avail_kb * 1024.0));
     fflush(stdout);
 
     bench_result res[2][MAX_REPS];
+    memset(res, 0, sizeof res);
     if (!b.drop) { /* warm-up: page cache, CPU variant selection, file system metadata */
         bench_result w;
-        run_child(ll_argv, "llama.cpp (warm-up)", 1, &w, 0);
+        if (b.vs) run_child(ll_argv, "llama.cpp (warm-up)", 1, &w, 0);
         run_child(df_argv, "deltafin (warm-up)", 1, &w, 0);
     }
+    df_limits lim[2];
+    measure_limits(&b, &lim[0]);
     for (int r = 0; r < b.reps; r++)
         for (int k = 0; k < 2; k++) {
             int e = (r % 2) ^ k; /* 0 = llama.cpp first on even reps */
+            if (!b.vs && !e) continue;
             if (b.drop) drop_caches();
             run_child(e ? df_argv : ll_argv, e ? "deltafin" : "llama.cpp", 1, &res[e][r], b.json);
             if (helper && waitpid(helper, NULL, WNOHANG) != 0)
@@ -420,6 +552,7 @@ int cmd_bench(int argc, char **argv)
         kill(helper, SIGKILL);
         waitpid(helper, NULL, 0);
     }
+    measure_limits(&b, &lim[1]);
     double pf[2], dc[2], rd[2], rss[2];
     for (int e = 0; e < 2; e++) {
         double v[MAX_REPS];
@@ -435,10 +568,13 @@ int cmd_bench(int argc, char **argv)
     }
     printf("\n%-16s %14s %14s %14s %20s\n", "engine", "prefill tok/s", "decode tok/s", "peak RSS MiB",
            "disk MB/token (dec)");
-    printf("%-16s %14.2f %14.3f %14.0f %20.1f\n", "llama.cpp", pf[0], dc[0], rss[0], rd[0] / 1e6);
+    if (b.vs) printf("%-16s %14.2f %14.3f %14.0f %20.1f\n", "llama.cpp", pf[0], dc[0], rss[0], rd[0] / 1e6);
     printf("%-16s %14.2f %14.3f %14.0f %20.1f\n", "deltafin", pf[1], dc[1], rss[1], rd[1] / 1e6);
-    printf("%-16s %13.2fx %13.2fx %13.2fx %19s\n", "deltafin/llama", pf[0] > 0 ? pf[1] / pf[0] : 0,
-           dc[0] > 0 ? dc[1] / dc[0] : 0, rss[0] > 0 ? rss[1] / rss[0] : 0, "");
+    if (b.vs)
+        printf("%-16s %13.2fx %13.2fx %13.2fx %19s\n", "deltafin/llama", pf[0] > 0 ? pf[1] / pf[0] : 0,
+               dc[0] > 0 ? dc[1] / dc[0] : 0, rss[0] > 0 ? rss[1] / rss[0] : 0, "");
+    print_roofline(&b, &res[1][0], lim, pf, dc);
+    if (!b.vs) return 0;
     int same = !strcmp(res[0][0].ids, res[1][0].ids);
     printf("greedy ids: %s\n", same ? "identical"
                                     : "differ (expected with MXFP4 experts: llama.cpp rounds activations to 8 bits "

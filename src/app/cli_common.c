@@ -184,7 +184,11 @@ void print_bench_json(df_engine *eng, int n_prompt, double prefill_s, unsigned l
            (unsigned long long)st.prompt_expert_bytes, n_gen, decode_s,
            n_gen && decode_s > 0 ? n_gen / decode_s : 0.0, decode_bytes, proc_peak_rss_kb());
     for (int i = 0; i < n_gen; i++) printf("%s%d", i ? "," : "", gen[i]);
-    printf("],\"draft_proposed\":%llu,\"draft_accepted\":%llu,\"verify_passes\":%llu,\"decode_passes\":%llu,"
+    printf("],\"kernels\":\"%s\",\"trunk_flops_per_position\":%llu,\"expert_flops_per_position\":%llu,"
+           "\"weight_bytes_per_token\":%llu",
+           mi.kernels, (unsigned long long)mi.trunk_flops_per_position, (unsigned long long)mi.expert_flops_per_position,
+           (unsigned long long)mi.weight_bytes_per_token);
+    printf(",\"draft_proposed\":%llu,\"draft_accepted\":%llu,\"verify_passes\":%llu,\"decode_passes\":%llu,"
            "\"decode_expert_bytes\":%llu,\"ranks\":%d,\"rank_expert_calls\":[",
            (unsigned long long)gs->proposed, (unsigned long long)gs->accepted, (unsigned long long)gs->draft_passes,
            (unsigned long long)gs->passes, (unsigned long long)gs->expert_bytes, df_ranks_size());

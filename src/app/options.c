@@ -97,11 +97,13 @@ void usage(FILE *f)
           "          then run with --expert-path DIR for each\n"
           "  cachesim --trace FILE [--slots 64,256,1024]\n"
           "          replay a route trace through the LRU and LFU caches and Belady's optimal\n"
-          "  bench   --vs-llama --model FILE.gguf [--threads N] [--prompt-len 32] [--gen 16]\n"
-          "          [--reps 3] [--mem SIZE] [--squeeze-to SIZE] [--drop-caches]\n"
-          "          llama.cpp (npm build, tools/llama_peer.c) and deltafin on the same GGUF,\n"
-          "          interleaved; medians and ratios of prefill and decode tok/s, peak RSS, disk\n"
-          "          bytes read per token (see deltafin bench --help)\n",
+          "  bench   --model MODEL [--vs-llama] [--threads N] [--prompt-len 32] [--gen 16]\n"
+          "          [--reps 3] [--mem SIZE] [--kernels ISA] [--squeeze-to SIZE] [--drop-caches]\n"
+          "          prefill and decode tok/s (medians), peak RSS, disk bytes per token, and how\n"
+          "          close they are to this machine's limits measured in the same run (memory\n"
+          "          read bandwidth, the kernels' in-cache rate); --vs-llama: llama.cpp (npm\n"
+          "          build, tools/llama_peer.c) on the same GGUF, interleaved, with the ratios\n"
+          "          (see deltafin bench --help)\n",
           f);
     usage_options(f);
 }

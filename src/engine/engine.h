@@ -96,6 +96,14 @@ typedef struct df_model_info {
     int experts_requantized;      /* some expert piece is not MXFP4: not the released experts */
     int n_threads;
     int n_cache_slots;
+    /* The work of one position, for roofline figures (bench): FLOP (2 per
+     * multiply-add) of the trunk's matrices in the layers (not the
+     * embedding or the output head) and of the k routed experts of every
+     * MoE layer; attention over the context and the elementwise work are
+     * not counted.  The weights one decoded token reads: every trunk matrix
+     * with the output head, and k routed experts per MoE layer. */
+    uint64_t trunk_flops_per_position, expert_flops_per_position;
+    uint64_t weight_bytes_per_token;
 } df_model_info;
 
 typedef struct df_stats {
@@ -321,6 +329,21 @@ typedef struct df_iobench_result {
     char backend[32];
 } df_iobench_result;
 int df_iobench(const char *dir, const df_iobench_opts *o, df_iobench_result *r, df_error *err);
+
+/* The machine's own limits, measured now (machine.c), for roofline
+ * figures: memory read bandwidth (a parallel sum over 1 GiB, best of three)
+ * and, per weight format, the selected kernels' matrix products with the
+ * weights in cache (~192 KiB), in GFLOP/s (2 per multiply-add), at 32
+ * positions (a prompt chunk) and at one (the _1 fields: decode).  kernels:
+ * as --kernels ("" or NULL = the best for this CPU).  About 3 s. */
+typedef struct df_limits {
+    int threads;
+    const char *kernels;
+    double mem_read_gbs;
+    double bf16_gflops, f16_gflops, q8_0_gflops, mxfp4_gflops, mxfp4_gg_gflops;
+    double bf16_gflops_1, f16_gflops_1, q8_0_gflops_1, mxfp4_gflops_1, mxfp4_gg_gflops_1;
+} df_limits;
+int df_measure_limits(const char *kernels, int threads, df_limits *out, df_error *err);
 
 /* Copy the routed experts of model_dir to the directories dirs[0..n):
  * every expert to every directory (replicas) or expert i to directory

@@ -122,6 +122,26 @@ void df_engine_info(const df_engine *eng, df_model_info *info)
     info->backend = eng->bk.name;
     info->n_threads = eng->n_threads;
     info->n_cache_slots = eng->cache.n_slots;
+    const k3_model *m = &eng->m;
+    uint64_t tp = 0, tb = 0;
+    for (int i = 0; i < m->n_trunk; i++) {
+        const trunk_tensor *t = &m->trunk[i];
+        if (t->layer < 0) continue;
+        tb += t->nbytes;
+        if (t->layer < c->NL) tp += (uint64_t)t->w->rows * (uint64_t)t->w->cols;
+    }
+    int n_moe = 0;
+    for (int il = 0; il < c->NL; il++) n_moe += c->layer_moe[il] != 0;
+    uint64_t eb = 0; /* one position's k experts over the MoE layers, at each layer's piece sizes */
+    for (int il = 0; il < c->NL; il++) {
+        if (!c->layer_moe[il]) continue;
+        uint64_t one = m->store.expert_bytes;
+        if (m->store.ggml) one = m->store.gg_bytes[il * 3] + m->store.gg_bytes[il * 3 + 1] + m->store.gg_bytes[il * 3 + 2];
+        eb += (uint64_t)c->k * one;
+    }
+    info->trunk_flops_per_position = 2 * tp;
+    info->expert_flops_per_position = 2ull * (uint64_t)n_moe * (uint64_t)c->k * 3ull * (uint64_t)c->I * (uint64_t)c->Lt;
+    info->weight_bytes_per_token = tb + eb;
 }
 
 int df_install_describe(const char *dir, df_install_info *out, df_error *err)

@@ -19,11 +19,9 @@ float df_siluf(float x);
 /* SiTU(g, u) = (b1*tanh(g/b1) * sigmoid(g)) * (b2*tanh(u/b2)), in the
  * operation order of Kimi's SituAndMul. */
 float df_situ(float g, float u, float b1, float b2);
-/* out[i] = df_situ(g[i], u[i], b1, b2) for i < n, bit for bit, four at a
- * time where every input is in the common range (the same double
- * operations on vector lanes; other groups take the scalar path).  out may
- * alias g or u. */
-void df_situ_n(const float *g, const float *u, size_t n, float b1, float b2, float *out);
+/* (The forward pass calls these through the kernel table's sigmoid_n,
+ * silu_n and situ_n, which are these functions bit for bit in each ISA's
+ * vector lanes: kernels.h.) */
 
 /* RMSNorm: y = w * (x * 1/sqrt(mean(x^2) + eps)); sum in double, in order.
  * w may be NULL (no weight).  y may alias x. */

@@ -91,6 +91,14 @@ typedef struct kernel_table {
     /* y[i] = df_exp(x[i]) for i < n, bit for bit: the ISA's vector exp, the
      * one mla_attend uses, exposed so tests can check it in double */
     void (*exp_n)(const double *x, double *y, size_t n);
+    /* The elementwise functions of the forward pass, each equal bit for bit
+     * to mathfn.h's scalar function on every input (kernels_elementwise.h
+     * writes them once for every ISA); y may be x (out may be g or u):
+     *   sigmoid_n: y[i] = df_sigmoidf(x[i])      silu_n: y[i] = df_siluf(x[i])
+     *   situ_n:    out[i] = df_situ(g[i], u[i], b1, b2) */
+    void (*sigmoid_n)(const float *x, size_t n, float *y);
+    void (*silu_n)(const float *x, size_t n, float *y);
+    void (*situ_n)(const float *g, const float *u, size_t n, float b1, float b2, float *out);
 } kernel_table;
 
 /* The most heads one mla_attend call takes (its per-head state is on the stack). */

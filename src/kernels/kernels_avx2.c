@@ -579,12 +579,33 @@ ALWAYS_INLINE __m256d exp4_any(__m256d x)
     return _mm256_loadu_pd(es);
 }
 
-static void exp_n_avx2(const double *x, double *y, size_t n)
-{
-    size_t i = 0;
-    for (; i + 4 <= n; i += 4) _mm256_storeu_pd(y + i, exp4_any(_mm256_loadu_pd(x + i)));
-    for (; i < n; i++) y[i] = df_exp(x[i]);
-}
+/* ---- elementwise kernels (kernels_elementwise.h) on four double lanes ---- */
+typedef __m256d ew_d;
+typedef __m128 ew_f;
+#define EW_W 4
+#define EW_FN(name) name##_avx2
+#define ew_loadf(p) _mm_loadu_ps(p)
+#define ew_storef(p, v) _mm_storeu_ps((p), (v))
+#define ew_loadd(p) _mm256_loadu_pd(p)
+#define ew_stored(p, v) _mm256_storeu_pd((p), (v))
+#define ew_f2d(v) _mm256_cvtps_pd(v)
+#define ew_d2f(v) _mm256_cvtpd_ps(v)
+#define ew_setd(c) _mm256_set1_pd(c)
+#define ew_setf(c) _mm_set1_ps(c)
+#define ew_addd _mm256_add_pd
+#define ew_subd _mm256_sub_pd
+#define ew_muld _mm256_mul_pd
+#define ew_divd _mm256_div_pd
+#define ew_mulf _mm_mul_ps
+#define ew_divf _mm_div_ps
+#define ew_absd(v) _mm256_andnot_pd(_mm256_set1_pd(-0.0), (v))
+#define ew_neg_if_neg(t, d) \
+    _mm256_xor_pd((t), _mm256_and_pd(_mm256_set1_pd(-0.0), _mm256_cmp_pd((d), _mm256_setzero_pd(), _CMP_LT_OQ)))
+#define ew_all_in(v, lo, hi)                                                                 \
+    (_mm256_movemask_pd(_mm256_and_pd(_mm256_cmp_pd((v), _mm256_set1_pd(lo), _CMP_GE_OQ),    \
+                                      _mm256_cmp_pd((v), _mm256_set1_pd(hi), _CMP_LE_OQ))) == 15)
+#define ew_exp_main exp4_pd
+#include "kernels_elementwise.h"
 
 enum { MLA_PB = 32, MLA_JC = 64 }; /* positions per block, columns per chunk */
 
@@ -864,6 +885,9 @@ static const kernel_table avx2_table = {
     .matmul_qblock = matmul_qblock_avx2,
     .mla_attend = mla_attend_avx2,
     .exp_n = exp_n_avx2,
+    .sigmoid_n = sigmoid_n_avx2,
+    .silu_n = silu_n_avx2,
+    .situ_n = situ_n_avx2,
 };
 
 const kernel_table *kernels_avx2(void) { return &avx2_table; }

@@ -88,6 +88,48 @@ static inline simde__m512 df_fmadd_ps(simde__m512 a, simde__m512 b, simde__m512 
     for (int i = 0; i < 16; i++) z[i] = fmaf(x[i], y[i], z[i]);
     return simde_mm512_loadu_ps(z);
 }
+/* the conversions of the elementwise kernels (SIMDe 0.7 lacks them) */
+static inline simde__m512d df_cvtps_pd(simde__m256 v)
+{
+    float b[8];
+    double o[8];
+    simde_mm256_storeu_ps(b, v);
+    for (int i = 0; i < 8; i++) o[i] = (double)b[i];
+    return simde_mm512_loadu_pd(o);
+}
+static inline simde__m256 df_cvtpd_ps(simde__m512d v)
+{
+    double b[8];
+    float o[8];
+    simde_mm512_storeu_pd(b, v);
+    for (int i = 0; i < 8; i++) o[i] = (float)b[i];
+    return simde_mm256_loadu_ps(o);
+}
+/* integer-valued doubles only (exp's n) */
+static inline simde__m256i df_cvtpd_epi32(simde__m512d v)
+{
+    double b[8];
+    int32_t o[8];
+    simde_mm512_storeu_pd(b, v);
+    for (int i = 0; i < 8; i++) o[i] = (int32_t)b[i];
+    return simde_mm256_loadu_si256(o);
+}
+static inline simde__m512i df_cvtepi32_epi64(simde__m256i v)
+{
+    int32_t b[8];
+    int64_t o[8];
+    simde_mm256_storeu_si256((simde__m256i *)b, v);
+    for (int i = 0; i < 8; i++) o[i] = b[i];
+    return simde_mm512_loadu_si512(o);
+}
+#undef _mm512_cvtps_pd
+#define _mm512_cvtps_pd df_cvtps_pd
+#undef _mm512_cvtpd_ps
+#define _mm512_cvtpd_ps df_cvtpd_ps
+#undef _mm512_cvtpd_epi32
+#define _mm512_cvtpd_epi32 df_cvtpd_epi32
+#undef _mm512_cvtepi32_epi64
+#define _mm512_cvtepi32_epi64 df_cvtepi32_epi64
 #undef _mm512_fmadd_ps
 #define _mm512_fmadd_ps df_fmadd_ps
 #undef _mm512_cvtepu8_epi32
@@ -605,9 +647,9 @@ ALWAYS_INLINE void mxfp4_rows_any(const uint8_t *prow, const uint8_t *srow, int 
 
 KERNEL_MXFP4_DRIVERS(matmul_mxfp4_avx512, matmul_mxfp4_gg_avx512, mxfp4_rows_any)
 
-/* MLA attention and its exp: the AVX2 code (every AVX-512 CPU has AVX2 and
- * FMA; heads in eight double lanes would double the score rate, not done
- * yet).  The SIMDe test build takes the reference where AVX2 is absent. */
+/* MLA attention: the AVX2 code (every AVX-512 CPU has AVX2 and FMA; heads
+ * in eight double lanes would double the score rate, not done yet).  The
+ * SIMDe test build takes the reference where AVX2 is absent. */
 static const kernel_table *mla_table(void)
 {
     const kernel_table *t = kernels_avx2();
@@ -620,7 +662,62 @@ static void mla_attend_avx512(const float *cache, size_t row_w, int Rkv, int dr,
     mla_table()->mla_attend(cache, row_w, Rkv, dr, n, ql, qls, qr, qrs, nh, scale, sc, ctx);
 }
 
-static void exp_n_avx512(const double *x, double *y, size_t n) { mla_table()->exp_n(x, y, n); }
+/* ---- elementwise kernels (kernels_elementwise.h) on eight double lanes:
+ * df_exp's main branch as in kernels_avx2.c's exp4_pd, twice as wide ---- */
+ALWAYS_INLINE __m512d exp8_pd(__m512d x)
+{
+    const __m512d shift = _mm512_set1_pd(6755399441055744.0);
+    __m512d n = _mm512_sub_pd(_mm512_add_pd(_mm512_mul_pd(x, _mm512_set1_pd(1.44269504088896338700e+00)), shift),
+                              shift);
+    __m512d r = _mm512_sub_pd(_mm512_sub_pd(x, _mm512_mul_pd(n, _mm512_set1_pd(6.93147180369123816490e-01))),
+                              _mm512_mul_pd(n, _mm512_set1_pd(1.90821492927058770002e-10)));
+    __m512d p = _mm512_set1_pd(1.0 / 39916800.0);
+#define EXP_STEP(C) p = _mm512_add_pd(_mm512_mul_pd(p, r), _mm512_set1_pd(C))
+    EXP_STEP(1.0 / 3628800.0);
+    EXP_STEP(1.0 / 362880.0);
+    EXP_STEP(1.0 / 40320.0);
+    EXP_STEP(1.0 / 5040.0);
+    EXP_STEP(1.0 / 720.0);
+    EXP_STEP(1.0 / 120.0);
+    EXP_STEP(1.0 / 24.0);
+    EXP_STEP(1.0 / 6.0);
+    EXP_STEP(0.5);
+    EXP_STEP(1.0);
+    EXP_STEP(1.0);
+#undef EXP_STEP
+    __m512i k = _mm512_cvtepi32_epi64(_mm512_cvtpd_epi32(n)); /* n is an integer: exact */
+    __m512i bits = _mm512_slli_epi64(_mm512_add_epi64(k, _mm512_set1_epi64(1023)), 52);
+    return _mm512_mul_pd(p, _mm512_castsi512_pd(bits));
+}
+
+typedef __m512d ew_d;
+typedef __m256 ew_f;
+#define EW_W 8
+#define EW_FN(name) name##_avx512
+#define ew_loadf(p) _mm256_loadu_ps(p)
+#define ew_storef(p, v) _mm256_storeu_ps((p), (v))
+#define ew_loadd(p) _mm512_loadu_pd(p)
+#define ew_stored(p, v) _mm512_storeu_pd((p), (v))
+#define ew_f2d(v) _mm512_cvtps_pd(v)
+#define ew_d2f(v) _mm512_cvtpd_ps(v)
+#define ew_setd(c) _mm512_set1_pd(c)
+#define ew_setf(c) _mm256_set1_ps(c)
+#define ew_addd _mm512_add_pd
+#define ew_subd _mm512_sub_pd
+#define ew_muld _mm512_mul_pd
+#define ew_divd _mm512_div_pd
+#define ew_mulf _mm256_mul_ps
+#define ew_divf _mm256_div_ps
+#define ew_absd(v) _mm512_castsi512_pd(_mm512_and_epi64(_mm512_castpd_si512(v), _mm512_set1_epi64(INT64_MAX)))
+#define ew_neg_if_neg(t, d)                                                                                      \
+    _mm512_castsi512_pd(_mm512_mask_xor_epi64(_mm512_castpd_si512(t),                                           \
+                                              _mm512_cmp_pd_mask((d), _mm512_setzero_pd(), _CMP_LT_OQ),          \
+                                              _mm512_castpd_si512(t), _mm512_set1_epi64(INT64_MIN)))
+#define ew_all_in(v, lo, hi)                                                                                    \
+    ((_mm512_cmp_pd_mask((v), _mm512_set1_pd(lo), _CMP_GE_OQ) & _mm512_cmp_pd_mask((v), _mm512_set1_pd(hi),   \
+                                                                                    _CMP_LE_OQ)) == 0xFF)
+#define ew_exp_main exp8_pd
+#include "kernels_elementwise.h"
 
 static const kernel_table avx512_table = {
     .name = "avx512",
@@ -633,6 +730,9 @@ static const kernel_table avx512_table = {
     .matmul_qblock = matmul_qblock_avx512,
     .mla_attend = mla_attend_avx512,
     .exp_n = exp_n_avx512,
+    .sigmoid_n = sigmoid_n_avx512,
+    .silu_n = silu_n_avx512,
+    .situ_n = situ_n_avx512,
 };
 
 const kernel_table *kernels_avx512(void);

@@ -376,12 +376,34 @@ ALWAYS_INLINE float64x2_t exp2_any(float64x2_t x)
     return vld1q_f64(e);
 }
 
-static void exp_n_neon(const double *x, double *y, size_t n)
+/* ---- elementwise kernels (kernels_elementwise.h) on two double lanes ---- */
+typedef float64x2_t ew_d;
+typedef float32x2_t ew_f;
+#define EW_W 2
+#define EW_FN(name) name##_neon
+#define ew_loadf(p) vld1_f32(p)
+#define ew_storef(p, v) vst1_f32((p), (v))
+#define ew_loadd(p) vld1q_f64(p)
+#define ew_stored(p, v) vst1q_f64((p), (v))
+#define ew_f2d(v) vcvt_f64_f32(v)
+#define ew_d2f(v) vcvt_f32_f64(v)
+#define ew_setd(c) vdupq_n_f64(c)
+#define ew_setf(c) vdup_n_f32(c)
+#define ew_addd vaddq_f64
+#define ew_subd vsubq_f64
+#define ew_muld vmulq_f64
+#define ew_divd vdivq_f64
+#define ew_mulf vmul_f32
+#define ew_divf vdiv_f32
+#define ew_absd(v) vabsq_f64(v)
+#define ew_neg_if_neg(t, d) vbslq_f64(vcltzq_f64(d), vnegq_f64(t), (t))
+ALWAYS_INLINE int ew_all_in(float64x2_t v, double lo, double hi)
 {
-    size_t i = 0;
-    for (; i + 2 <= n; i += 2) vst1q_f64(y + i, exp2_any(vld1q_f64(x + i)));
-    for (; i < n; i++) y[i] = df_exp(x[i]);
+    uint64x2_t ok = vandq_u64(vcgeq_f64(v, vdupq_n_f64(lo)), vcleq_f64(v, vdupq_n_f64(hi)));
+    return (vgetq_lane_u64(ok, 0) & vgetq_lane_u64(ok, 1)) != 0;
 }
+#define ew_exp_main exp2_pd
+#include "kernels_elementwise.h"
 
 /* ---- MLA attention: mla_attend_ref's contract (kernels.h), bit for bit.
  *
@@ -560,6 +582,9 @@ static const kernel_table neon_table = {
     .matmul_qblock = matmul_qblock_neon,
     .mla_attend = mla_attend_neon,
     .exp_n = exp_n_neon,
+    .sigmoid_n = sigmoid_n_neon,
+    .silu_n = silu_n_neon,
+    .situ_n = situ_n_neon,
 };
 
 const kernel_table *kernels_neon(void) { return &neon_table; }

@@ -235,6 +235,21 @@ static void exp_n_ref(const double *x, double *y, size_t n)
     for (size_t i = 0; i < n; i++) y[i] = df_exp(x[i]);
 }
 
+static void sigmoid_n_ref(const float *x, size_t n, float *y)
+{
+    for (size_t i = 0; i < n; i++) y[i] = df_sigmoidf(x[i]);
+}
+
+static void silu_n_ref(const float *x, size_t n, float *y)
+{
+    for (size_t i = 0; i < n; i++) y[i] = df_siluf(x[i]);
+}
+
+static void situ_n_ref(const float *g, const float *u, size_t n, float b1, float b2, float *out)
+{
+    for (size_t i = 0; i < n; i++) out[i] = df_situ(g[i], u[i], b1, b2);
+}
+
 static const kernel_table ref_table = {
     .name = "ref",
     .matmul_f32 = matmul_f32_ref,
@@ -246,6 +261,9 @@ static const kernel_table ref_table = {
     .matmul_qblock = matmul_qblock_ref,
     .mla_attend = mla_attend_ref,
     .exp_n = exp_n_ref,
+    .sigmoid_n = sigmoid_n_ref,
+    .silu_n = silu_n_ref,
+    .situ_n = situ_n_ref,
 };
 
 const kernel_table *kernels_ref(void) { return &ref_table; }

@@ -22,6 +22,8 @@
 #include <math.h>
 #include <string.h>
 
+enum { KDA_EXP_CHUNK = 64 }; /* decays per exp_n call (a stack array of doubles) */
+
 typedef struct {
     const model_ctx *eng;
     session_bufs *s;
@@ -83,6 +85,7 @@ static void kda_row(kda_ctx *c, float *wb, float *S, float *hist_layer, size_t h
 {
     const k3_config *cf = &c->eng->cfg;
     const k3_layer *L = c->L;
+    const kernel_table *kt = c->eng->bk->kt;
     int Dk = cf->Dk, P = cf->P, Wc = cf->Wc, Hk = cf->Hk;
     float *qh = wb, *kh = wb + Dk, *vh = wb + 2 * Dk, *pred = wb + 3 * Dk, *oh = wb + 4 * Dk, *bk = wb + 5 * Dk;
     const float qscale = (float)(1.0 / sqrt((double)Dk));
@@ -98,10 +101,11 @@ static void kda_row(kda_ctx *c, float *wb, float *S, float *hist_layer, size_t h
             float acc = 0.0f;
             for (int j = 0; j < Wc - 1; j++) acc += w[p * Wc + j] * hist[(size_t)j * P + p];
             acc += w[p * Wc + (Wc - 1)] * raw[which][d];
-            dst[which][d] = df_siluf(acc);
+            dst[which][d] = acc;
             for (int j = 0; j + 1 < Wc - 1; j++) hist[(size_t)j * P + p] = hist[(size_t)(j + 1) * P + p];
             if (Wc > 1) hist[(size_t)(Wc - 2) * P + p] = raw[which][d];
         }
+        kt->silu_n(dst[which], (size_t)Dk, dst[which]);
     }
     double sq = 0.0, sk = 0.0;
     for (int d = 0; d < Dk; d++) {
@@ -120,10 +124,19 @@ static void kda_row(kda_ctx *c, float *wb, float *S, float *hist_layer, size_t h
      * same order as four separate passes would (no fused
      * multiply-add, sums over d in increasing d), so the 4-wide
      * vector form is bit-identical to the scalar one. */
-    for (int d = 0; d < Dk; d++) {
-        float z = c->fb[(size_t)t * P + c0 + d] + L->dt_bias[c0 + d];
-        float g = cf->glb * (float)(1.0 / (1.0 + df_exp(-ea * (double)z)));
-        bk[d] = df_expf(g); /* the row's decay, for now */
+    /* the row's decay, for now: bk[d] = df_expf(glb * sigmoid(ea * z)), the
+     * two exps through the table's exp_n (df_exp bit for bit) */
+    for (int d0 = 0; d0 < Dk; d0 += KDA_EXP_CHUNK) {
+        int m = Dk - d0 < KDA_EXP_CHUNK ? Dk - d0 : KDA_EXP_CHUNK;
+        double e[KDA_EXP_CHUNK];
+        for (int i = 0; i < m; i++) {
+            float z = c->fb[(size_t)t * P + c0 + (size_t)(d0 + i)] + L->dt_bias[c0 + (size_t)(d0 + i)];
+            e[i] = -ea * (double)z;
+        }
+        kt->exp_n(e, e, (size_t)m);
+        for (int i = 0; i < m; i++) e[i] = (double)(cf->glb * (float)(1.0 / (1.0 + e[i])));
+        kt->exp_n(e, e, (size_t)m);
+        for (int i = 0; i < m; i++) bk[d0 + i] = (float)e[i];
     }
     for (int v = 0; v < Dk; v++) pred[v] = 0.0f;
     for (int d = 0; d < Dk; d++) row_scale_dot(S + (size_t)d * Dk, bk[d], kh[d], pred, Dk);
@@ -134,7 +147,8 @@ static void kda_row(kda_ctx *c, float *wb, float *S, float *hist_layer, size_t h
     if (!o) return;
     rmsnorm(oh, L->o_norm, Dk, cf->eps, oh);
     const float *gate = c->rg + (size_t)t * P + c0;
-    for (int d = 0; d < Dk; d++) o[d] = oh[d] * df_sigmoidf(gate[d]);
+    kt->sigmoid_n(gate, (size_t)Dk, o);
+    for (int d = 0; d < Dk; d++) o[d] = oh[d] * o[d];
 }
 
 /* A checkpoint taken inside a pass: this head's S and the conv history of

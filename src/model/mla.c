@@ -111,7 +111,8 @@ static void mla_heads(void *vctx, size_t h0, size_t h1, int worker)
                 mm_rows(kt, vb, ctx + (size_t)b * Rkv, oh, 0, dv);
                 float *o = c->out + (size_t)t * Hm * dv + hh * (size_t)dv;
                 const float *g = c->gate + (size_t)t * Hm * dv + hh * (size_t)dv;
-                for (int j = 0; j < dv; j++) o[j] = oh[j] * df_sigmoidf(g[j]);
+                kt->sigmoid_n(g, (size_t)dv, o);
+                for (int j = 0; j < dv; j++) o[j] = oh[j] * o[j];
             }
         }
     }

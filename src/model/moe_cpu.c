@@ -20,12 +20,8 @@
 #include <math.h>
 #include <string.h>
 
-static void situ_rows(const float *g, const float *u, size_t n, float b1, float b2, float *out)
-{
-    df_situ_n(g, u, n, b1, b2, out);
-}
-
 typedef struct situ_ctx {
+    const kernel_table *kt;
     const float *g, *u;
     float *out;
     float b1, b2;
@@ -35,7 +31,7 @@ static void situ_range(void *v, size_t a, size_t b, int worker)
 {
     (void)worker;
     situ_ctx *c = v;
-    df_situ_n(c->g + a, c->u + a, b - a, c->b1, c->b2, c->out + a);
+    c->kt->situ_n(c->g + a, c->u + a, b - a, c->b1, c->b2, c->out + a);
 }
 
 /* SiTU over n elements (out may be g), on every worker when there are many:
@@ -43,10 +39,10 @@ static void situ_range(void *v, size_t a, size_t b, int worker)
 static void situ_par(const model_ctx *eng, const float *g, const float *u, size_t n, float b1, float b2, float *out)
 {
     if (n < 65536) {
-        situ_rows(g, u, n, b1, b2, out);
+        eng->bk->kt->situ_n(g, u, n, b1, b2, out);
         return;
     }
-    situ_ctx c = {.g = g, .u = u, .out = out, .b1 = b1, .b2 = b2};
+    situ_ctx c = {.kt = eng->bk->kt, .g = g, .u = u, .out = out, .b1 = b1, .b2 = b2};
     parallel_for(eng->bk->pool, n, 8192, situ_range, &c);
 }
 
@@ -89,7 +85,7 @@ static void act_rows(void *v, size_t f0, size_t f1, int worker)
     size_t I = (size_t)c->I;
     for (size_t f = f0; f < f1; f++) {
         float *h1 = s->g_h1 + f * I, *h3 = s->g_h3 + f * I;
-        situ_rows(h1, h3, I, c->b1, c->b2, h1);
+        a->eng->bk->kt->situ_n(h1, h3, I, c->b1, c->b2, h1);
         moe_prep_rows(a->eng->store, a->il, 1, h1, (int)I, h3);
     }
 }

@@ -260,7 +260,7 @@ static void ref_dense_mlp(const model_ctx *mc, session_bufs *s, const k3_layer *
     for (int t = 0; t < T; t++) {
         matvec(L->gate, y + (size_t)t * h, s->big0);
         matvec(L->up, y + (size_t)t * h, s->big1);
-        df_situ_n(s->big0, s->big1, Dff, c->b1, c->b2, s->big0);
+        kernels_ref()->situ_n(s->big0, s->big1, Dff, c->b1, c->b2, s->big0);
         matvec(L->down, s->big0, out + (size_t)t * h);
     }
 }
@@ -300,7 +300,7 @@ static void ref_experts(const model_ctx *mc, session_bufs *s, int il, const int 
             const float *x = s->g_x_full ? s->g_x + row * Lt : s->zp + (size_t)s->row_pos[row] * Lt;
             matvec(w1, x, s->g_h1);
             matvec(w3, x, s->g_h3);
-            df_situ_n(s->g_h1, s->g_h3, (size_t)I, c->b1, c->b2, s->g_h1);
+            kernels_ref()->situ_n(s->g_h1, s->g_h3, (size_t)I, c->b1, c->b2, s->g_h1);
             moe_prep_rows(mc->store, il, 1, s->g_h1, I, s->g_h3);
             matvec(w2, s->g_h3, s->g_out + row * Lt);
         }
@@ -317,7 +317,7 @@ static void ref_shared_down(const model_ctx *mc, session_bufs *s, const k3_layer
             continue;
         }
         float *a = s->big0 + (size_t)t * NsI;
-        df_situ_n(a, s->big1 + (size_t)t * NsI, NsI, c->b1, c->b2, a);
+        kernels_ref()->situ_n(a, s->big1 + (size_t)t * NsI, NsI, c->b1, c->b2, a);
         matvec(L->sh_down, a, out + (size_t)t * h);
     }
 }
