@@ -347,9 +347,8 @@ static void remove_ids_file(void)
     if (bench_ids_file) unlink(bench_ids_file);
 }
 
-/* The machine's limits, measured in this run (before and after the timed
- * runs; print_roofline takes the better of the two, the machine's capacity
- * being what noise lowers). */
+/* The machine's limits, measured in this run: before each repetition and
+ * after the last (print_roofline takes the medians). */
 static void measure_limits(const bench_args *b, df_limits *l)
 {
     df_error err = {0};
@@ -371,24 +370,29 @@ static double type_rate(const df_limits *l, const char *types, int gguf, int one
     return 0;
 }
 
-static double lim_best(double a, double b) { return a > b ? a : b; }
-
 /* How close each engine is to the machine's limits: prefill's GFLOP/s in
  * the weights' matrix products against the kernels' in-cache rate for the
  * model's trunk and expert types (the time those products would take at
  * that rate is the roof), decode's GB/s of weights read a token against the
  * memory read bandwidth (and, when it binds first, the one-position rate). */
-static void print_roofline(const bench_args *b, const bench_result *d, const df_limits lim[2], const double pf[2],
-                           const double dc[2])
+static void print_roofline(const bench_args *b, const bench_result *d, const df_limits *lim, int nlim,
+                           const double pf[2], const double dc[2])
 {
+    /* each figure: the median of the measurements taken between the timed
+     * runs; a machine whose speed moved by more than 15 % is said */
     df_limits l = lim[0];
-    l.mem_read_gbs = lim_best(lim[0].mem_read_gbs, lim[1].mem_read_gbs);
-    double *f0[] = {&l.bf16_gflops, &l.f16_gflops, &l.q8_0_gflops, &l.mxfp4_gflops, &l.mxfp4_gg_gflops,
-                    &l.bf16_gflops_1, &l.f16_gflops_1, &l.q8_0_gflops_1, &l.mxfp4_gflops_1, &l.mxfp4_gg_gflops_1};
-    const double *f1[] = {&lim[1].bf16_gflops, &lim[1].f16_gflops, &lim[1].q8_0_gflops, &lim[1].mxfp4_gflops,
-                          &lim[1].mxfp4_gg_gflops, &lim[1].bf16_gflops_1, &lim[1].f16_gflops_1, &lim[1].q8_0_gflops_1,
-                          &lim[1].mxfp4_gflops_1, &lim[1].mxfp4_gg_gflops_1};
-    for (int i = 0; i < 10; i++) *f0[i] = lim_best(*f0[i], *f1[i]);
+    double *f[] = {&l.mem_read_gbs,  &l.bf16_gflops,   &l.f16_gflops,   &l.q8_0_gflops,
+                   &l.mxfp4_gflops,  &l.mxfp4_gg_gflops, &l.bf16_gflops_1, &l.f16_gflops_1,
+                   &l.q8_0_gflops_1, &l.mxfp4_gflops_1, &l.mxfp4_gg_gflops_1};
+    double lo[11], hi[11];
+    for (int i = 0; i < 11; i++) {
+        size_t off = (size_t)((const char *)f[i] - (const char *)&l);
+        double v[MAX_REPS + 1];
+        for (int k = 0; k < nlim; k++) memcpy(&v[k], (const char *)&lim[k] + off, sizeof(double));
+        *f[i] = median(v, nlim);
+        lo[i] = hi[i] = v[0];
+        for (int k = 1; k < nlim; k++) lo[i] = v[k] < lo[i] ? v[k] : lo[i], hi[i] = v[k] > hi[i] ? v[k] : hi[i];
+    }
     struct stat sb;
     int gguf = stat(b->model, &sb) == 0 && S_ISREG(sb.st_mode);
     const char *mx = gguf ? "mxfp4 (ggml blocks)" : "mxfp4";
@@ -398,6 +402,10 @@ static void print_roofline(const bench_args *b, const bench_result *d, const df_
            l.threads, l.kernels, l.mem_read_gbs, l.bf16_gflops, l.bf16_gflops_1, l.f16_gflops, l.f16_gflops_1,
            l.q8_0_gflops, l.q8_0_gflops_1, mx, gguf ? l.mxfp4_gg_gflops : l.mxfp4_gflops,
            gguf ? l.mxfp4_gg_gflops_1 : l.mxfp4_gflops_1);
+    if (hi[0] > 1.15 * lo[0] || hi[1] > 1.15 * lo[1])
+        printf("  (the machine's speed moved during the run, %d measurements: memory read %.1f to %.1f GB/s, bf16 in "
+               "cache %.1f to %.1f GFLOP/s; medians used, read the fractions as approximate)\n",
+               nlim, lo[0], hi[0], lo[1], hi[1]);
     if (d->trunk_flops + d->expert_flops <= 0 || d->weight_bytes <= 0) {
         printf("roofline: the engine's result line has no work figures (an older binary?)\n");
         return;
@@ -530,9 +538,10 @@ int cmd_bench(int argc, char **argv)
         if (b.vs) run_child(ll_argv, "llama.cpp (warm-up)", 1, &w, 0);
         run_child(df_argv, "deltafin (warm-up)", 1, &w, 0);
     }
-    df_limits lim[2];
-    measure_limits(&b, &lim[0]);
-    for (int r = 0; r < b.reps; r++)
+    df_limits lim[MAX_REPS + 1];
+    int nlim = 0;
+    for (int r = 0; r < b.reps; r++) {
+        measure_limits(&b, &lim[nlim++]);
         for (int k = 0; k < 2; k++) {
             int e = (r % 2) ^ k; /* 0 = llama.cpp first on even reps */
             if (!b.vs && !e) continue;
@@ -548,11 +557,12 @@ int cmd_bench(int argc, char **argv)
                     res[e][r].rss_kb / 1024.0, res[e][r].read_per_token / 1e6);
             fflush(stdout);
         }
+    }
     if (helper) {
         kill(helper, SIGKILL);
         waitpid(helper, NULL, 0);
     }
-    measure_limits(&b, &lim[1]);
+    measure_limits(&b, &lim[nlim++]);
     double pf[2], dc[2], rd[2], rss[2];
     for (int e = 0; e < 2; e++) {
         double v[MAX_REPS];
@@ -573,7 +583,7 @@ int cmd_bench(int argc, char **argv)
     if (b.vs)
         printf("%-16s %13.2fx %13.2fx %13.2fx %19s\n", "deltafin/llama", pf[0] > 0 ? pf[1] / pf[0] : 0,
                dc[0] > 0 ? dc[1] / dc[0] : 0, rss[0] > 0 ? rss[1] / rss[0] : 0, "");
-    print_roofline(&b, &res[1][0], lim, pf, dc);
+    print_roofline(&b, &res[1][0], lim, nlim, pf, dc);
     if (!b.vs) return 0;
     int same = !strcmp(res[0][0].ids, res[1][0].ids);
     printf("greedy ids: %s\n", same ? "identical"
