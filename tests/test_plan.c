@@ -620,7 +620,8 @@ static void test_io_auto_probe_is_cold(void)
 }
 
 /* doctor: one screen naming the CPU's kernels, memory, io_uring, the plan,
- * the drive and the speed it allows; K3's config at 24 GiB gets the advice
+ * the drive and the speed it allows, the machine's memory and kernel rates
+ * measured now and the ceilings they set; K3's config at 24 GiB gets the advice
  * its plan implies (the trunk read every token, a small expert cache); a
  * missing model is an error naming it. */
 static void test_cli_doctor(void)
@@ -630,7 +631,9 @@ static void test_cli_doctor(void)
     snprintf(k3, sizeof k3, "%s/k3/config.json", testdata_dir());
     const char *a1[] = {DF, "doctor", "--model", tiny, "--seconds", "1", NULL};
     TCHECKF(cli(a1) == 0, "%s", err_);
-    const char *want[] = {"kernels: ", "memory ", "io_uring ", "plan ", "disk ", "GB/s", "compute-bound", "nothing to change"};
+    const char *want[] = {"kernels: ", "memory ", "io_uring ", "plan ", "disk ", "GB/s", "compute  memory read ",
+                          "GFLOP a position", "no disk read a token", "of weights from memory a token",
+                          "nothing to change"};
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) TCHECKF(strstr(out_, want[i]), "no \"%s\" in: %s", want[i], out_);
     const char *a2[] = {DF, "doctor", "--model", k3, "--mem", "24G", "--seconds", "1", NULL};
     TCHECKF(cli(a2) == 0, "%s", err_);

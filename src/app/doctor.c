@@ -10,7 +10,10 @@
  * size (one expert) and depth (df_iobench, O_DIRECT where the file system
  * allows it).  From the plan's bytes to read per decoded token and the
  * measured bandwidth it gives the decode speed the drive allows (an upper
- * bound: compute is not counted), and then what to change to go faster.
+ * bound: compute is not counted); the processor and memory measured now
+ * (df_measure_limits: memory read bandwidth, the kernels' in-cache rates)
+ * and the prefill and in-memory decode ceilings they set; then what to
+ * change to go faster.
  * With --expert-path (the directories `deltafin place` wrote), each drive
  * is measured on its own and the reads spread over them add up.  A
  * streamed install (setup --stream) is described (remote, disk cache,
@@ -180,6 +183,25 @@ int cmd_doctor(int argc, char **argv)
     if (n_dr > 1 && gbps > 0)
         printf("         together: %.2f GB/s when reads spread over the %d drives (--expert-path)\n", gbps, n_dr);
 
+    /* what the processor and memory allow, measured now (all cores) */
+    df_limits lim;
+    int n_cpu = (int)sysconf(_SC_NPROCESSORS_ONLN);
+    err = (df_error){0};
+    int lrc = df_measure_limits(NULL, n_cpu > 0 ? n_cpu : 1, &lim, &err);
+    if (lrc) {
+        printf("compute  not measured: %s\n", err.msg);
+    } else {
+        printf("compute  memory read %.1f GB/s (%d threads); the %s kernels with their weights in cache, GFLOP/s at a "
+               "prompt chunk / one position: bf16 %.0f / %.0f, q8_0 %.0f / %.0f, mxfp4 %.0f / %.0f\n",
+               lim.mem_read_gbs, lim.threads, lim.kernels, lim.bf16_gflops, lim.bf16_gflops_1, lim.q8_0_gflops,
+               lim.q8_0_gflops_1, lim.mxfp4_gflops, lim.mxfp4_gflops_1);
+        double gf = (double)(info.trunk_flops_per_position + info.expert_flops_per_position) / 1e9;
+        if (gf > 0 && lim.bf16_gflops > 0)
+            printf("         prefill: %.4g GFLOP a position in the weights' products: at most ~%.1f tok/s at the BF16 "
+                   "rate, before attention and reads (`deltafin bench` measures the engine against these limits)\n",
+                   gf, lim.bf16_gflops / gf);
+    }
+
     /* what the drive allows */
     uint64_t per_token = p.expert_read_est + p.trunk_read_per_token;
     printf("decode   per token: %.3f GB of experts with nothing cached, ~%.3f GB at this cache, %.3f GB of trunk\n",
@@ -187,8 +209,12 @@ int cmd_doctor(int argc, char **argv)
     if (prc) {
         printf("         no plan at this budget: give more --mem\n");
     } else if (!per_token) {
-        printf("         everything stays in memory: decode is compute-bound here (measure it with `deltafin run "
-               "--stats`)\n");
+        printf("         everything stays in memory: no disk read a token");
+        if (!lrc && info.weight_bytes_per_token && lim.mem_read_gbs > 0)
+            printf("; it reads %.4g GB of weights from memory a token: at %.1f GB/s at most %.1f tok/s",
+                   (double)info.weight_bytes_per_token / 1e9, lim.mem_read_gbs,
+                   lim.mem_read_gbs * 1e9 / (double)info.weight_bytes_per_token);
+        printf(" (measure it with `deltafin bench` or `deltafin run --stats`)\n");
     } else if (gbps > 0) {
         printf("         at %.2f GB/s the drive allows at most %.2f tok/s (compute not counted)\n", gbps,
                gbps * 1e9 / (double)per_token);
