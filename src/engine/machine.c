@@ -1,8 +1,9 @@
 /* machine.c - the machine's own limits, measured now, for the roofline
  * figures `deltafin bench` prints beside tok/s (engine.h df_measure_limits).
  *
- * Memory: a parallel sum of 64-bit words over a 1 GiB buffer, every thread
- * on its own slices (the way decode streams weights), best of three passes.
+ * Memory: a parallel sum of 64-bit words over a 1 GiB buffer (a quarter of
+ * the available memory when less, at least 256 MiB), every thread on its
+ * own slices (the way decode streams weights), best of three passes.
  * Compute: each weight format's kernel of the selected table (the same
  * kernels the forward pass calls) on a matrix small enough to stay in a
  * core's L2 (192 KiB of weights), with 32 positions (a prompt chunk: what
@@ -24,6 +25,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 enum { LIM_COLS = 1024, LIM_T = 32, LIM_MAXW = 64 };
 
@@ -126,7 +128,13 @@ int df_measure_limits(const char *kernels, int threads, df_limits *out, df_error
     out->threads = threads;
     out->kernels = kt->name;
 
-    size_t words = ((size_t)1 << 30) / 8;
+    /* 1 GiB (far past any cache), or a quarter of the available memory when
+     * that is less, never under 256 MiB */
+    size_t bytes = (size_t)1 << 30;
+    long avp = sysconf(_SC_AVPHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+    if (avp > 0 && psz > 0 && (size_t)avp / 4 * (size_t)psz < bytes) bytes = (size_t)avp / 4 * (size_t)psz;
+    if (bytes < ((size_t)256 << 20)) bytes = (size_t)256 << 20;
+    size_t words = bytes / 8;
     uint64_t *buf = aligned_alloc_raw(words * 8);
     /* the matrices: 192 KiB of BF16 weights at 1024 columns = 96 rows; the
      * other formats take as many rows in about the same bytes or fewer */
@@ -137,7 +145,7 @@ int df_measure_limits(const char *kernels, int threads, df_limits *out, df_error
     if (!buf || !x || !y || !w || !sc) {
         aligned_free(buf), free(x), free(y), free(w), free(sc);
         threadpool_free(pool);
-        return df_err_set(err, DF_ERR_NOMEM, -1, "out of memory for the machine measurement (1 GiB)");
+        return df_err_set(err, DF_ERR_NOMEM, -1, "out of memory for the machine measurement (%zu MiB)", bytes >> 20);
     }
     uint64_t s = 0x9e3779b97f4a7c15ull;
     for (size_t i = 0; i < words; i++) buf[i] = i * 0x9e3779b97f4a7c15ull;
