@@ -331,7 +331,8 @@ typedef struct df_iobench_result {
 int df_iobench(const char *dir, const df_iobench_opts *o, df_iobench_result *r, df_error *err);
 
 /* The machine's own limits, measured now (machine.c), for roofline
- * figures: memory read bandwidth (a parallel sum over 1 GiB, best of three)
+ * figures: memory read bandwidth (a parallel sum over 1 GiB, or a quarter of
+ * the available memory when less; best of three)
  * and, per weight format, the selected kernels' matrix products with the
  * weights in cache (~192 KiB), in GFLOP/s (2 per multiply-add), at 32
  * positions (a prompt chunk) and at one (the _1 fields: decode).  kernels:
