@@ -9,6 +9,7 @@
  */
 #define _GNU_SOURCE
 #include "harness.h"
+#include "json.h"
 #include "kernels.h"
 #include "engine_impl.h"
 #include "threadpool.h"
@@ -562,6 +563,23 @@ static void test_bench_cli(void)
     TCHECKF(fabs(frac - tps / roof) <= 0.006 + 0.002 * frac, "fraction %g != %g / %g", frac, tps, roof);
     TCHECKF(fabs(gbs - dtps * gb) <= 0.006 + 0.002 * gbs + 6e-4 * dtps * gb, "GB/s %g != %g x %g", gbs, dtps, gb);
     TCHECKF(fabs(mfrac - dtps / mroof) <= 0.006 + 0.002 * mfrac, "memory fraction %g != %g / %g", mfrac, dtps, mroof);
+    /* --json: the same figures as a last JSON line */
+    const char *aj[] = {build_bin("deltafin"), "bench", "--model", dir, "--threads", "1", "--prompt-len", "12",
+                        "--gen", "3", "--reps", "1", "--json", NULL};
+    rc = t_run(aj, out, sizeof out, errb, sizeof errb);
+    const char *rl = strstr(out, "{\"roofline\":");
+    df_error je = {0};
+    json_doc *doc = rl ? json_parse(rl, strcspn(rl, "\n"), &je) : NULL;
+    TCHECKF(rc == 0 && doc, "no roofline JSON line (%s): %s", je.msg, out);
+    if (doc) {
+        const json_value *r = json_get(json_root(doc), "roofline"), *dfn = r ? json_get(r, "deltafin") : NULL;
+        double ptps = 0, pof = 0, proof = 0, mem = 0;
+        TCHECK(dfn && !json_get_num(dfn, "prefill_tps", &ptps) && !json_get_num(dfn, "prefill_of_roof", &pof) &&
+               !json_get_num(r, "prefill_roof_tps", &proof) && !json_get_num(r, "mem_read_gbs", &mem));
+        TCHECKF(ptps > 0 && proof > 0 && mem > 0 && fabs(pof - ptps / proof) < 1e-3 * (1 + pof),
+                "roofline JSON: %g of %g tok/s is not %g", ptps, proof, pof);
+        json_free(doc);
+    }
     const char *bad[] = {build_bin("deltafin"), "bench", "--model", "/nonexistent/model", NULL};
     TCHECK(t_run(bad, out, sizeof out, errb, sizeof errb) != 0 && strstr(errb, "/nonexistent/model"));
     const char *none[] = {build_bin("deltafin"), "bench", "--threads", "1", NULL};

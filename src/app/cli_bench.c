@@ -81,7 +81,7 @@ static void bench_usage(FILE *f)
           "                       model does not fit in RAM)\n"
           "  --llama-peer PATH    the llama_peer binary (default: next to deltafin)\n"
           "  --llama-lib DIR      llama.cpp's libraries (default: tests/llama/node_modules/...)\n"
-          "  --json               also print every run as a JSON line\n",
+          "  --json               also print every run as a JSON line, and the roofline figures last\n",
           f);
 }
 
@@ -439,6 +439,19 @@ static void print_roofline(const bench_args *b, const bench_result *d, const df_
     if (d->read_per_token > 1e6)
         printf("  (deltafin read %.1f MB a decoded token from storage: the disk, not memory, is the limit here)\n",
                d->read_per_token / 1e6);
+    if (!b->json) return;
+    /* the same figures as one JSON line (--json), after the runs' lines */
+    printf("{\"roofline\":{\"threads\":%d,\"kernels\":\"%s\",\"measurements\":%d,\"mem_read_gbs\":%.3f,"
+           "\"mem_read_gbs_range\":[%.3f,%.3f],\"bf16_gflops\":%.3f,\"bf16_gflops_range\":[%.3f,%.3f],"
+           "\"trunk_rate_gflops\":%.3f,\"expert_rate_gflops\":%.3f,\"gflop_per_position\":%.6g,"
+           "\"weight_gb_per_token\":%.6g,\"prefill_roof_tps\":%.4f,\"decode_memory_roof_tps\":%.4f,"
+           "\"decode_kernel_roof_tps\":%.4f",
+           l.threads, l.kernels, nlim, l.mem_read_gbs, lo[0], hi[0], l.bf16_gflops, lo[1], hi[1], rt, re, gf, gb, roof,
+           mroof, croof);
+    for (int e = b->vs ? 0 : 1; e < 2; e++)
+        printf(",\"%s\":{\"prefill_tps\":%.4f,\"prefill_of_roof\":%.4f,\"decode_tps\":%.4f,\"decode_of_memory\":%.4f}",
+               e ? "deltafin" : "llama_cpp", pf[e], roof > 0 ? pf[e] / roof : 0, dc[e], mroof > 0 ? dc[e] / mroof : 0);
+    printf("}}\n");
 }
 
 int cmd_bench(int argc, char **argv)
