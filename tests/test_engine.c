@@ -291,7 +291,9 @@ static void test_alloc_guard_trips(void)
             "a thread outside the token loop could not allocate while the guard was held (status %d)", st);
 }
 
-static void test_errors_keep_session(void)
+/* the fixture with default options, quiet; NULL (a failure recorded) when
+ * it does not open */
+static df_engine *open_tiny(void)
 {
     char dir[512];
     snprintf(dir, sizeof dir, "%s/k3-tiny-a/checkpoint", testdata_dir());
@@ -301,9 +303,17 @@ static void test_errors_keep_session(void)
     df_engine *eng;
     df_error err = {0};
     if (df_engine_open(dir, &o, &eng, &err)) {
-        t_fail(__FILE__, __LINE__, "open: %s", err.msg);
-        return;
+        t_fail(__FILE__, __LINE__, "open %s: %s", dir, err.msg);
+        return NULL;
     }
+    return eng;
+}
+
+static void test_errors_keep_session(void)
+{
+    df_engine *eng = open_tiny();
+    if (!eng) return;
+    df_error err = {0};
     df_session_opts so = {.n_ctx = 8, .max_batch = 4};
     df_session *s;
     TCHECK(df_session_new(eng, &so, &s, &err) == 0);
@@ -479,12 +489,9 @@ static void test_work_figures(void)
 {
     char dir[512];
     snprintf(dir, sizeof dir, "%s/k3-tiny-a/checkpoint", testdata_dir());
-    df_engine_opts o;
-    df_engine_opts_default(&o);
-    o.quiet = 1;
-    df_engine *eng;
+    df_engine *eng = open_tiny();
+    if (!eng) return;
     df_error err = {0};
-    if (df_engine_open(dir, &o, &eng, &err)) do { t_fail(__FILE__, __LINE__, "open: %s", err.msg); return; } while (0);
     df_model_info info;
     df_engine_info(eng, &info);
     df_engine_close(eng);

@@ -542,24 +542,13 @@ KERNEL_MXFP4_DRIVERS(matmul_mxfp4_avx2, matmul_mxfp4_gg_avx2, mxfp4_rows_any)
  * and 2^k is normal.  The constants are mathfn.c's. */
 ALWAYS_INLINE __m256d exp4_pd(__m256d x)
 {
-    const __m256d shift = _mm256_set1_pd(6755399441055744.0);
-    const __m256d inv_ln2 = _mm256_set1_pd(1.44269504088896338700e+00);
-    __m256d n = _mm256_sub_pd(_mm256_add_pd(_mm256_mul_pd(x, inv_ln2), shift), shift);
-    __m256d r = _mm256_sub_pd(_mm256_sub_pd(x, _mm256_mul_pd(n, _mm256_set1_pd(6.93147180369123816490e-01))),
-                              _mm256_mul_pd(n, _mm256_set1_pd(1.90821492927058770002e-10)));
-    __m256d p = _mm256_set1_pd(1.0 / 39916800.0);
+    const __m256d shift = _mm256_set1_pd(DF_EXP_SHIFT);
+    __m256d n = _mm256_sub_pd(_mm256_add_pd(_mm256_mul_pd(x, _mm256_set1_pd(DF_EXP_INV_LN2)), shift), shift);
+    __m256d r = _mm256_sub_pd(_mm256_sub_pd(x, _mm256_mul_pd(n, _mm256_set1_pd(DF_EXP_LN2_HI))),
+                              _mm256_mul_pd(n, _mm256_set1_pd(DF_EXP_LN2_LO)));
+    __m256d p = _mm256_set1_pd(DF_EXP_LEAD);
 #define EXP_STEP(C) p = _mm256_add_pd(_mm256_mul_pd(p, r), _mm256_set1_pd(C))
-    EXP_STEP(1.0 / 3628800.0);
-    EXP_STEP(1.0 / 362880.0);
-    EXP_STEP(1.0 / 40320.0);
-    EXP_STEP(1.0 / 5040.0);
-    EXP_STEP(1.0 / 720.0);
-    EXP_STEP(1.0 / 120.0);
-    EXP_STEP(1.0 / 24.0);
-    EXP_STEP(1.0 / 6.0);
-    EXP_STEP(0.5);
-    EXP_STEP(1.0);
-    EXP_STEP(1.0);
+    DF_EXP_STEPS(EXP_STEP);
 #undef EXP_STEP
     __m256i k = _mm256_cvtepi32_epi64(_mm256_cvtpd_epi32(n)); /* n is an integer: exact */
     __m256i bits = _mm256_slli_epi64(_mm256_add_epi64(k, _mm256_set1_epi64x(1023)), 52);

@@ -24,22 +24,37 @@
 #define DF_AVX512_CODE 1
 /* what SIMDe 0.7 lacks, written from the instruction definitions */
 typedef simde__mmask16 __mmask16;
-static inline simde__m512i df_cvtepu8_epi32(simde__m128i v)
-{
-    uint8_t b[16];
-    int32_t o[16];
-    simde_mm_storeu_si128((simde__m128i *)b, v);
-    for (int i = 0; i < 16; i++) o[i] = b[i];
-    return simde_mm512_loadu_si512(o);
-}
-static inline simde__m512i df_cvtepu16_epi32(simde__m256i v)
-{
-    uint16_t b[16];
-    int32_t o[16];
-    simde_mm256_storeu_si256((simde__m256i *)b, v);
-    for (int i = 0; i < 16; i++) o[i] = b[i];
-    return simde_mm512_loadu_si512(o);
-}
+/* a lane-by-lane conversion: STORE puts v's N lanes of EIN in b[], EXPR
+ * makes lane i of the result (EOUT) from b[i], LOAD returns o[] */
+#define SIMDE_CVT(NAME, TIN, TOUT, EIN, EOUT, N, STORE, LOAD, EXPR)                                 \
+    static inline TOUT NAME(TIN v)                                                                \
+    {                                                                                             \
+        EIN b[N];                                                                                 \
+        EOUT o[N];                                                                                \
+        STORE;                                                                                    \
+        for (int i = 0; i < N; i++) o[i] = (EXPR);                                                \
+        return LOAD;                                                                              \
+    }
+SIMDE_CVT(df_cvtepu8_epi32, simde__m128i, simde__m512i, uint8_t, int32_t, 16,
+          simde_mm_storeu_si128((simde__m128i *)b, v), simde_mm512_loadu_si512(o), b[i])
+SIMDE_CVT(df_cvtepu16_epi32, simde__m256i, simde__m512i, uint16_t, int32_t, 16,
+          simde_mm256_storeu_si256((simde__m256i *)b, v), simde_mm512_loadu_si512(o), b[i])
+SIMDE_CVT(df_cvtph_ps, simde__m256i, simde__m512, uint16_t, float, 16, simde_mm256_storeu_si256((simde__m256i *)b, v),
+          simde_mm512_loadu_ps(o), f16_to_f32(b[i]))
+SIMDE_CVT(df_cvtepi8_epi32, simde__m128i, simde__m512i, int8_t, int32_t, 16,
+          simde_mm_storeu_si128((simde__m128i *)b, v), simde_mm512_loadu_si512(o), b[i])
+SIMDE_CVT(df_cvtepi32_ps, simde__m512i, simde__m512, int32_t, float, 16, simde_mm512_storeu_si512(b, v),
+          simde_mm512_loadu_ps(o), (float)b[i])
+/* the conversions of the elementwise kernels */
+SIMDE_CVT(df_cvtps_pd, simde__m256, simde__m512d, float, double, 8, simde_mm256_storeu_ps(b, v),
+          simde_mm512_loadu_pd(o), (double)b[i])
+SIMDE_CVT(df_cvtpd_ps, simde__m512d, simde__m256, double, float, 8, simde_mm512_storeu_pd(b, v),
+          simde_mm256_loadu_ps(o), (float)b[i])
+/* integer-valued doubles only (exp's n) */
+SIMDE_CVT(df_cvtpd_epi32, simde__m512d, simde__m256i, double, int32_t, 8, simde_mm512_storeu_pd(b, v),
+          simde_mm256_loadu_si256(o), (int32_t)b[i])
+SIMDE_CVT(df_cvtepi32_epi64, simde__m256i, simde__m512i, int32_t, int64_t, 8,
+          simde_mm256_storeu_si256((simde__m256i *)b, v), simde_mm512_loadu_si512(o), b[i])
 static inline simde__m512 df_maskz_loadu_ps(__mmask16 m, const void *p)
 {
     float o[16] = {0};
@@ -54,30 +69,6 @@ static inline simde__m256i df_maskz_loadu_epi16(__mmask16 m, const void *p)
         if ((m >> i) & 1) memcpy(&o[i], (const char *)p + 2 * i, 2);
     return simde_mm256_loadu_si256(o);
 }
-static inline simde__m512 df_cvtph_ps(simde__m256i v)
-{
-    uint16_t b[16];
-    float o[16];
-    simde_mm256_storeu_si256((simde__m256i *)b, v);
-    for (int i = 0; i < 16; i++) o[i] = f16_to_f32(b[i]);
-    return simde_mm512_loadu_ps(o);
-}
-static inline simde__m512i df_cvtepi8_epi32(simde__m128i v)
-{
-    int8_t b[16];
-    int32_t o[16];
-    simde_mm_storeu_si128((simde__m128i *)b, v);
-    for (int i = 0; i < 16; i++) o[i] = b[i];
-    return simde_mm512_loadu_si512(o);
-}
-static inline simde__m512 df_cvtepi32_ps(simde__m512i v)
-{
-    int32_t b[16];
-    float o[16];
-    simde_mm512_storeu_si512(b, v);
-    for (int i = 0; i < 16; i++) o[i] = (float)b[i];
-    return simde_mm512_loadu_ps(o);
-}
 /* SIMDe's portable fmadd rounds twice; the instruction rounds once */
 static inline simde__m512 df_fmadd_ps(simde__m512 a, simde__m512 b, simde__m512 c)
 {
@@ -87,40 +78,6 @@ static inline simde__m512 df_fmadd_ps(simde__m512 a, simde__m512 b, simde__m512 
     simde_mm512_storeu_ps(z, c);
     for (int i = 0; i < 16; i++) z[i] = fmaf(x[i], y[i], z[i]);
     return simde_mm512_loadu_ps(z);
-}
-/* the conversions of the elementwise kernels (SIMDe 0.7 lacks them) */
-static inline simde__m512d df_cvtps_pd(simde__m256 v)
-{
-    float b[8];
-    double o[8];
-    simde_mm256_storeu_ps(b, v);
-    for (int i = 0; i < 8; i++) o[i] = (double)b[i];
-    return simde_mm512_loadu_pd(o);
-}
-static inline simde__m256 df_cvtpd_ps(simde__m512d v)
-{
-    double b[8];
-    float o[8];
-    simde_mm512_storeu_pd(b, v);
-    for (int i = 0; i < 8; i++) o[i] = (float)b[i];
-    return simde_mm256_loadu_ps(o);
-}
-/* integer-valued doubles only (exp's n) */
-static inline simde__m256i df_cvtpd_epi32(simde__m512d v)
-{
-    double b[8];
-    int32_t o[8];
-    simde_mm512_storeu_pd(b, v);
-    for (int i = 0; i < 8; i++) o[i] = (int32_t)b[i];
-    return simde_mm256_loadu_si256(o);
-}
-static inline simde__m512i df_cvtepi32_epi64(simde__m256i v)
-{
-    int32_t b[8];
-    int64_t o[8];
-    simde_mm256_storeu_si256((simde__m256i *)b, v);
-    for (int i = 0; i < 8; i++) o[i] = b[i];
-    return simde_mm512_loadu_si512(o);
 }
 #undef _mm512_cvtps_pd
 #define _mm512_cvtps_pd df_cvtps_pd
@@ -666,24 +623,13 @@ static void mla_attend_avx512(const float *cache, size_t row_w, int Rkv, int dr,
  * df_exp's main branch as in kernels_avx2.c's exp4_pd, twice as wide ---- */
 ALWAYS_INLINE __m512d exp8_pd(__m512d x)
 {
-    const __m512d shift = _mm512_set1_pd(6755399441055744.0);
-    __m512d n = _mm512_sub_pd(_mm512_add_pd(_mm512_mul_pd(x, _mm512_set1_pd(1.44269504088896338700e+00)), shift),
-                              shift);
-    __m512d r = _mm512_sub_pd(_mm512_sub_pd(x, _mm512_mul_pd(n, _mm512_set1_pd(6.93147180369123816490e-01))),
-                              _mm512_mul_pd(n, _mm512_set1_pd(1.90821492927058770002e-10)));
-    __m512d p = _mm512_set1_pd(1.0 / 39916800.0);
+    const __m512d shift = _mm512_set1_pd(DF_EXP_SHIFT);
+    __m512d n = _mm512_sub_pd(_mm512_add_pd(_mm512_mul_pd(x, _mm512_set1_pd(DF_EXP_INV_LN2)), shift), shift);
+    __m512d r = _mm512_sub_pd(_mm512_sub_pd(x, _mm512_mul_pd(n, _mm512_set1_pd(DF_EXP_LN2_HI))),
+                              _mm512_mul_pd(n, _mm512_set1_pd(DF_EXP_LN2_LO)));
+    __m512d p = _mm512_set1_pd(DF_EXP_LEAD);
 #define EXP_STEP(C) p = _mm512_add_pd(_mm512_mul_pd(p, r), _mm512_set1_pd(C))
-    EXP_STEP(1.0 / 3628800.0);
-    EXP_STEP(1.0 / 362880.0);
-    EXP_STEP(1.0 / 40320.0);
-    EXP_STEP(1.0 / 5040.0);
-    EXP_STEP(1.0 / 720.0);
-    EXP_STEP(1.0 / 120.0);
-    EXP_STEP(1.0 / 24.0);
-    EXP_STEP(1.0 / 6.0);
-    EXP_STEP(0.5);
-    EXP_STEP(1.0);
-    EXP_STEP(1.0);
+    DF_EXP_STEPS(EXP_STEP);
 #undef EXP_STEP
     __m512i k = _mm512_cvtepi32_epi64(_mm512_cvtpd_epi32(n)); /* n is an integer: exact */
     __m512i bits = _mm512_slli_epi64(_mm512_add_epi64(k, _mm512_set1_epi64(1023)), 52);

@@ -137,6 +137,29 @@
         return _mm_packus_epi16(lo, hi);                                                          \
     }
 
+/* df_exp's main branch (mathfn.c) for the vector files: n = round(x / ln2)
+ * by adding and removing DF_EXP_SHIFT, r = (x - n*ln2_hi) - n*ln2_lo, then
+ * p = DF_EXP_LEAD and DF_EXP_STEPS(STEP), each STEP(C) being p = p * r + C
+ * as a multiply, then an add; the result p * 2^n.  One list of constants for
+ * every ISA, the scalar code's. */
+#define DF_EXP_SHIFT 6755399441055744.0
+#define DF_EXP_INV_LN2 1.44269504088896338700e+00
+#define DF_EXP_LN2_HI 6.93147180369123816490e-01
+#define DF_EXP_LN2_LO 1.90821492927058770002e-10
+#define DF_EXP_LEAD (1.0 / 39916800.0)
+#define DF_EXP_STEPS(STEP)                                                                           \
+    STEP(1.0 / 3628800.0);                                                                           \
+    STEP(1.0 / 362880.0);                                                                            \
+    STEP(1.0 / 40320.0);                                                                             \
+    STEP(1.0 / 5040.0);                                                                              \
+    STEP(1.0 / 720.0);                                                                               \
+    STEP(1.0 / 120.0);                                                                               \
+    STEP(1.0 / 24.0);                                                                                \
+    STEP(1.0 / 6.0);                                                                                 \
+    STEP(0.5);                                                                                       \
+    STEP(1.0);                                                                                       \
+    STEP(1.0)
+
 /* The end of the MLA softmax (kernels.h) in the vector files, whose scores
  * are stored [p][nh] with e_p already in place: each head's sum of its e_p
  * over p in order (double, from +0), inv = (float)(1.0 / sum), then

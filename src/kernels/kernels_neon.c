@@ -343,23 +343,13 @@ KERNEL_MXFP4_DRIVERS(matmul_mxfp4_neon, matmul_mxfp4_gg_neon, mxfp4_rows_any)
  * 708], where df_exp takes its main branch and 2^k is normal ---- */
 ALWAYS_INLINE float64x2_t exp2_pd(float64x2_t x)
 {
-    const float64x2_t shift = vdupq_n_f64(6755399441055744.0);
-    float64x2_t n = vsubq_f64(vaddq_f64(vmulq_f64(x, vdupq_n_f64(1.44269504088896338700e+00)), shift), shift);
-    float64x2_t r = vsubq_f64(vsubq_f64(x, vmulq_f64(n, vdupq_n_f64(6.93147180369123816490e-01))),
-                              vmulq_f64(n, vdupq_n_f64(1.90821492927058770002e-10)));
-    float64x2_t p = vdupq_n_f64(1.0 / 39916800.0);
+    const float64x2_t shift = vdupq_n_f64(DF_EXP_SHIFT);
+    float64x2_t n = vsubq_f64(vaddq_f64(vmulq_f64(x, vdupq_n_f64(DF_EXP_INV_LN2)), shift), shift);
+    float64x2_t r = vsubq_f64(vsubq_f64(x, vmulq_f64(n, vdupq_n_f64(DF_EXP_LN2_HI))),
+                              vmulq_f64(n, vdupq_n_f64(DF_EXP_LN2_LO)));
+    float64x2_t p = vdupq_n_f64(DF_EXP_LEAD);
 #define EXP_STEP(C) p = vaddq_f64(vmulq_f64(p, r), vdupq_n_f64(C))
-    EXP_STEP(1.0 / 3628800.0);
-    EXP_STEP(1.0 / 362880.0);
-    EXP_STEP(1.0 / 40320.0);
-    EXP_STEP(1.0 / 5040.0);
-    EXP_STEP(1.0 / 720.0);
-    EXP_STEP(1.0 / 120.0);
-    EXP_STEP(1.0 / 24.0);
-    EXP_STEP(1.0 / 6.0);
-    EXP_STEP(0.5);
-    EXP_STEP(1.0);
-    EXP_STEP(1.0);
+    DF_EXP_STEPS(EXP_STEP);
 #undef EXP_STEP
     int64x2_t k = vcvtq_s64_f64(n); /* n is an integer: exact */
     int64x2_t bits = vshlq_n_s64(vaddq_s64(k, vdupq_n_s64(1023)), 52);
