@@ -79,6 +79,50 @@ static uint64_t meminfo(const char *key)
     return (uint64_t)v * 1024;
 }
 
+/* A streamed install described (remote, disk cache, verification); returns
+ * df_install_describe's answer: 1 streamed, 0 not, -1 error (printed) */
+static int install_lines(const char *model, df_install_info *ii)
+{
+    df_error err = {0};
+    int streamed = df_install_describe(model, ii, &err);
+    if (streamed < 0) printf("install  %s\n", err.msg);
+    if (streamed > 0) {
+        printf("install  streamed from %s/%s at %.12s: routed experts are fetched on first use into a disk cache\n"
+               "         of %.2f GiB (%d experts, %.2f GiB, in it now)\n",
+               ii->base, ii->repo, ii->commit, gib(ii->cache_max), ii->cache_filled, gib(ii->cache_used));
+        if (ii->experts_hashed == ii->experts)
+            printf("         every fetched expert is checked against its SHA-256 before use\n");
+        else
+            printf("         UNVERIFIED: %zu of %zu experts have a SHA-256; the others are checked for size and bounds\n"
+                   "         and fetched twice to compare the copies (twice the network bytes; a mirror serving the same\n"
+                   "         wrong bytes every time is not caught: set up with --verify for a SHA-256 per expert)\n",
+                   ii->experts_hashed, ii->experts);
+    }
+    return streamed;
+}
+
+/* The processor and memory measured now (all cores) and the prefill
+ * ceiling they set; 0 when measured (lim filled) */
+static int compute_lines(const df_model_info *info, df_limits *lim)
+{
+    int n_cpu = (int)sysconf(_SC_NPROCESSORS_ONLN);
+    df_error err = {0};
+    if (df_measure_limits(NULL, n_cpu > 0 ? n_cpu : 1, lim, &err)) {
+        printf("compute  not measured: %s\n", err.msg);
+        return -1;
+    }
+    printf("compute  memory read %.1f GB/s (%d threads); the %s kernels with their weights in cache, GFLOP/s at a "
+           "prompt chunk / one position: bf16 %.0f / %.0f, q8_0 %.0f / %.0f, mxfp4 %.0f / %.0f\n",
+           lim->mem_read_gbs, lim->threads, lim->kernels, lim->bf16_gflops, lim->bf16_gflops_1, lim->q8_0_gflops,
+           lim->q8_0_gflops_1, lim->mxfp4_gflops, lim->mxfp4_gflops_1);
+    double gf = (double)(info->trunk_flops_per_position + info->expert_flops_per_position) / 1e9;
+    if (gf > 0 && lim->bf16_gflops > 0)
+        printf("         prefill: %.4g GFLOP a position in the weights' products: at most ~%.1f tok/s at the BF16 "
+               "rate, before attention and reads (`deltafin bench` measures the engine against these limits)\n",
+               gf, lim->bf16_gflops / gf);
+    return 0;
+}
+
 int cmd_doctor(int argc, char **argv)
 {
     const char *model = NULL;
@@ -128,21 +172,7 @@ int cmd_doctor(int argc, char **argv)
 
     /* a streamed install */
     df_install_info ii;
-    err = (df_error){0};
-    int streamed = df_install_describe(model, &ii, &err);
-    if (streamed < 0) printf("install  %s\n", err.msg);
-    if (streamed > 0) {
-        printf("install  streamed from %s/%s at %.12s: routed experts are fetched on first use into a disk cache\n"
-               "         of %.2f GiB (%d experts, %.2f GiB, in it now)\n",
-               ii.base, ii.repo, ii.commit, gib(ii.cache_max), ii.cache_filled, gib(ii.cache_used));
-        if (ii.experts_hashed == ii.experts)
-            printf("         every fetched expert is checked against its SHA-256 before use\n");
-        else
-            printf("         UNVERIFIED: %zu of %zu experts have a SHA-256; the others are checked for size and bounds\n"
-                   "         and fetched twice to compare the copies (twice the network bytes; a mirror serving the same\n"
-                   "         wrong bytes every time is not caught: set up with --verify for a SHA-256 per expert)\n",
-                   ii.experts_hashed, ii.experts);
-    }
+    int streamed = install_lines(model, &ii);
     /* the drives the experts are read from */
     struct stat st;
     char dir[4096];
@@ -185,22 +215,7 @@ int cmd_doctor(int argc, char **argv)
 
     /* what the processor and memory allow, measured now (all cores) */
     df_limits lim;
-    int n_cpu = (int)sysconf(_SC_NPROCESSORS_ONLN);
-    err = (df_error){0};
-    int lrc = df_measure_limits(NULL, n_cpu > 0 ? n_cpu : 1, &lim, &err);
-    if (lrc) {
-        printf("compute  not measured: %s\n", err.msg);
-    } else {
-        printf("compute  memory read %.1f GB/s (%d threads); the %s kernels with their weights in cache, GFLOP/s at a "
-               "prompt chunk / one position: bf16 %.0f / %.0f, q8_0 %.0f / %.0f, mxfp4 %.0f / %.0f\n",
-               lim.mem_read_gbs, lim.threads, lim.kernels, lim.bf16_gflops, lim.bf16_gflops_1, lim.q8_0_gflops,
-               lim.q8_0_gflops_1, lim.mxfp4_gflops, lim.mxfp4_gflops_1);
-        double gf = (double)(info.trunk_flops_per_position + info.expert_flops_per_position) / 1e9;
-        if (gf > 0 && lim.bf16_gflops > 0)
-            printf("         prefill: %.4g GFLOP a position in the weights' products: at most ~%.1f tok/s at the BF16 "
-                   "rate, before attention and reads (`deltafin bench` measures the engine against these limits)\n",
-                   gf, lim.bf16_gflops / gf);
-    }
+    int lrc = compute_lines(&info, &lim);
 
     /* what the drive allows */
     uint64_t per_token = p.expert_read_est + p.trunk_read_per_token;
