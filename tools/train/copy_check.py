@@ -83,6 +83,54 @@ def make_windows(rng, nwin, T, V, lo, hi, bos, sep, eos, pad, alphabet=0):
     return torch.from_numpy(x), torch.from_numpy(m), torch.from_numpy(sid), k
 
 
+def parse_schedule(text, conv):
+    """ "V1:S1,V2:S2,V3" -> [(conv(V1), S1), (conv(V2), S2), (conv(V3), None)]: value V1 for steps < S1,
+    V2 for steps < S2, then V3 (the last entry has no step bound; if it has one, its value stays)."""
+    sched = []
+    parts = [q.strip() for q in text.split(",") if q.strip()]
+    for i, q in enumerate(parts):
+        if ":" in q:
+            a, u = q.split(":")
+            sched.append((conv(a), int(u)))
+        else:
+            if i != len(parts) - 1:
+                raise ValueError("only the last schedule entry may lack a step bound: %r" % text)
+            sched.append((conv(q), None))
+    if sched[-1][1] is not None:
+        sched.append((sched[-1][0], None))
+    return sched
+
+
+def value_at(sched, step):
+    for a, u in sched:
+        if u is None or step < u:
+            return a
+    return sched[-1][0]
+
+
+def alphabet_conv(V):
+    """--alphabet-schedule entries: an alphabet >= V-256 or <= 0 means every non-special id (0)"""
+    V0 = V - 256
+    return lambda q: 0 if int(q) <= 0 or int(q) >= V0 else int(q)
+
+
+def copy_spec(c, min_len=4, max_len=24):
+    """make_windows' arguments after (rng, nwin, T) for a text config c: V, lo, hi, bos, sep, eos, pad"""
+    V = c["vocab_size"]
+    return (V, min_len, max_len, c["bos_token_id"], V - 256 + 5, c["eos_token_id"], c["pad_token_id"])
+
+
+def heldout_sets(spec, T, windows, small_windows, alphabets):
+    """the fixed held-out sets: the full id set (seed 10_007) and one per small alphabet (seed 20_000 + A)"""
+    ev = make_windows(np.random.default_rng(10_000 + 7), windows, T, *spec, 0)
+    small = {}
+    if small_windows > 0:
+        for a in alphabets:
+            if a > 0 and a not in small:
+                small[a] = make_windows(np.random.default_rng(20_000 + a), small_windows, T, *spec, a)
+    return ev, small
+
+
 def masked_loss(model, x, m):
     lg = model(x[:, :-1])
     ce = F.cross_entropy(lg.reshape(-1, lg.shape[-1]), x[:, 1:].reshape(-1), reduction="none")
@@ -172,45 +220,25 @@ def main():
     V0 = V - 256
     bos, sep, eos, pad = c["bos_token_id"], V0 + 5, c["eos_token_id"], c["pad_token_id"]
 
-    def norm_a(a):
-        return 0 if a <= 0 or a >= V0 else a
-
+    norm_a = alphabet_conv(V)
     # alphabet schedule: list of (alphabet, until_step) with the last until_step None
-    sched = []
     if args.alphabet_schedule:
-        parts = [q.strip() for q in args.alphabet_schedule.split(",") if q.strip()]
-        for i, q in enumerate(parts):
-            if ":" in q:
-                a, u = q.split(":")
-                sched.append((norm_a(int(a)), int(u)))
-            else:
-                if i != len(parts) - 1:
-                    raise ValueError("only the last --alphabet-schedule entry may lack a step bound")
-                sched.append((norm_a(int(q)), None))
-        if sched[-1][1] is not None:
-            sched.append((sched[-1][0], None))
+        sched = parse_schedule(args.alphabet_schedule, norm_a)
     else:
         sched = [(norm_a(args.alphabet), None)]
 
     def alphabet_at(st_):
-        for a, u in sched:
-            if u is None or st_ < u:
-                return a
-        return sched[-1][0]
+        return value_at(sched, st_)
 
     def spec_for(a):
         return (V, args.min_len, args.max_len, bos, sep, eos, pad, a)
 
-    ev = make_windows(np.random.default_rng(10_000 + 7), args.eval_windows, args.seq, *spec_for(0))
+    ev, small_ev = heldout_sets(spec_for(0)[:-1], args.seq, args.eval_windows, args.small_eval_windows,
+                                [a for a, _ in sched])
     log("held-out (full id set): %d examples in %d windows of %d; copy targets %d" %
         (ev[3], args.eval_windows, args.seq, int(ev[1].sum().item())))
-    small_ev = {}
-    if args.small_eval_windows > 0:
-        for a, _ in sched:
-            if a > 0 and a not in small_ev:
-                small_ev[a] = make_windows(np.random.default_rng(20_000 + a), args.small_eval_windows,
-                                           args.seq, *spec_for(a))
-                log("held-out (alphabet %d): %d examples in %d windows" % (a, small_ev[a][3], args.small_eval_windows))
+    for a, e in small_ev.items():
+        log("held-out (alphabet %d): %d examples in %d windows" % (a, e[3], args.small_eval_windows))
     log("alphabet schedule:", sched)
     rng = np.random.default_rng(args.seed)
 

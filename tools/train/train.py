@@ -176,6 +176,23 @@ def main():
                     help="KDA chunk length of the chunked form (same result; 32 is ~30%% faster at 2K windows; "
                          "64 overflows float32)")
     ap.add_argument("--max-steps", type=int, default=0)
+    ap.add_argument("--max-step-seconds", type=float, default=0.0,
+                    help="count at most this many wall seconds of one step towards --minutes (0: no cap); keeps "
+                         "the schedule on course when the process is paused (SIGSTOP) or starved for a while")
+    ap.add_argument("--copy-frac", type=float, default=0.0,
+                    help="share of each batch's rows that are synthetic copy windows (copy_check.py's generator: "
+                         "[BOS] x1..xn <|sep|> x1..xn <|end_of_msg|> packed, loss on the copied half only); "
+                         "a fractional row count is drawn (floor + Bernoulli)")
+    ap.add_argument("--copy-frac-schedule", default="",
+                    help='e.g. "1.0:600,0.25": copy share 1.0 until step 600, then 0.25 (overrides --copy-frac)')
+    ap.add_argument("--copy-alphabet-schedule", default="",
+                    help='copy ids drawn from ids 0..A-1, e.g. "64:300,512:600,3840" (copy_check.py\'s '
+                         '--alphabet-schedule; empty: every non-special id)')
+    ap.add_argument("--copy-min-len", type=int, default=4)
+    ap.add_argument("--copy-max-len", type=int, default=24)
+    ap.add_argument("--copy-eval-seq", type=int, default=128,
+                    help="held-out copy eval windows (128 x 64: copy_check.py's default held-out set, 236 examples)")
+    ap.add_argument("--copy-eval-windows", type=int, default=64)
     args = ap.parse_args()
 
     torch.set_num_threads(args.threads)
@@ -255,6 +272,51 @@ def main():
         n = len(train.long_reply_ends(V0 + 5, V0 + 2, args.long_min))
         log("long-frac %.2f: %d replies at least %d ids into their conversation" % (args.long_frac, n, args.long_min))
 
+    # synthetic copy rows (copy_check.py), only with --copy-frac / --copy-frac-schedule
+    copy_on = args.copy_frac > 0 or bool(args.copy_frac_schedule)
+    copy_rng, copy_ids, evals = None, 0, []
+    if copy_on:
+        import copy_check as cc
+        copy_spec = cc.copy_spec(c, args.copy_min_len, args.copy_max_len)
+        copy_alpha = cc.parse_schedule(args.copy_alphabet_schedule or "0", cc.alphabet_conv(V))
+        copy_fracs = (cc.parse_schedule(args.copy_frac_schedule, float) if args.copy_frac_schedule
+                      else [(args.copy_frac, None)])
+        copy_ev, copy_small_ev = cc.heldout_sets(copy_spec, args.copy_eval_seq, args.copy_eval_windows, 32,
+                                                 [a for a, _ in copy_alpha])
+        copy_rng = np.random.default_rng(args.seed + 38_000)
+        if state is not None:
+            if state.get("copy_rng"):
+                copy_rng.bit_generator.state = state["copy_rng"]
+            copy_ids = state.get("copy_ids", 0)
+            evals = state.get("evals", [])
+        log("copy rows: share %s, alphabet %s, held-out %d examples (+ %s small-alphabet sets)" %
+            (copy_fracs, copy_alpha, copy_ev[3], sorted(copy_small_ev)))
+
+    def copy_rows_at(st_):
+        f = cc.value_at(copy_fracs, st_) * args.batch
+        n = int(math.floor(f))
+        n += int(copy_rng.random() < f - n)
+        return min(n, args.batch)
+
+    def copy_eval():
+        """copy_check.py's held-out eval: loss, token accuracy, full-copy share (full id set and, while the
+        alphabet is small, that alphabet's set)"""
+        el, ta, fa = cc.evaluate(model, copy_ev, 16)
+        rec = dict(copy_eval_loss=round(el, 4), copy_tok_acc=round(ta, 4), copy_full=round(fa, 4))
+        a = cc.value_at(copy_alpha, max(step - 1, 0))
+        msg = "step %d copy eval loss %.4f tok-acc %.4f full-copy %.4f" % (step, el, ta, fa)
+        if a in copy_small_ev:
+            sl, sa, sf = cc.evaluate(model, copy_small_ev[a], 16)
+            rec.update(small_alphabet=a, small_tok_acc=round(sa, 4), small_full=round(sf, 4))
+            msg += "  | A=%d loss %.4f tok-acc %.4f full-copy %.4f" % (a, sl, sa, sf)
+        log(msg)
+        return rec
+
+    if copy_on and state is None:
+        v0 = evaluate(model, val, args.batch, args.seq, args.eval_batches)
+        log("step 0 val loss %.4f" % v0)
+        evals.append(dict(step=0, minutes=0.0, ids=0, copy_ids=0, val_loss=round(v0, 4), qat=False, **copy_eval()))
+
     budget = args.minutes * 60.0
     t_last = time.time()
     t_ck = time.time()
@@ -278,6 +340,7 @@ def main():
         json.dump({"step": step, "elapsed_minutes": round(elapsed / 60, 2), "ids": step * args.batch * args.seq,
                    "ids_total": prior_ids + step * args.batch * args.seq,
                    "seq": args.seq, "batch": args.batch, "init_from": args.init_from, "qat": qat_on,
+                   **({"copy_ids": copy_ids} if copy_on else {}),
                    "time": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())},
                   open(os.path.join(tmp, "snapshot.json"), "w"), indent=1)
         if os.path.isdir(d):
@@ -291,7 +354,9 @@ def main():
         tmp = os.path.join(args.out, tag + ".pt.tmp")
         torch.save({"config": cfg, "model": model.state_dict(), "opt": opt.state_dict(), "step": step,
                     "elapsed": elapsed, "np_rng": train.rng.bit_generator.state, "args": vars(args),
-                    "qat": qat_on, "prior_ids": prior_ids}, tmp)
+                    "qat": qat_on, "prior_ids": prior_ids,
+                    **({"copy_rng": copy_rng.bit_generator.state, "copy_ids": copy_ids, "evals": evals}
+                       if copy_on else {})}, tmp)
         os.replace(tmp, os.path.join(args.out, tag + ".pt"))
 
     while elapsed < budget and (args.max_steps == 0 or step < args.max_steps):
@@ -305,7 +370,16 @@ def main():
             model.set_qat(qat_on)
             log("MXFP4 QAT", "on" if qat_on else "off", "at step", step)
 
-        xb = train.batch(args.batch, args.seq, chat_frac=args.chat_frac, long_frac=args.long_frac)
+        nc = copy_rows_at(step) if copy_on else 0
+        if nc == 0:
+            xb = train.batch(args.batch, args.seq, chat_frac=args.chat_frac, long_frac=args.long_frac)
+        else:
+            cx, cm, _, _ = cc.make_windows(copy_rng, nc, args.seq, *copy_spec, cc.value_at(copy_alpha, step))
+            copy_ids += nc * args.seq
+            if nc < args.batch:
+                mx, mm = train.batch(args.batch - nc, args.seq, chat_frac=args.chat_frac, long_frac=args.long_frac)
+                cx, cm = torch.cat([cx, mx]), torch.cat([cm, mm])
+            xb = (cx, cm)
         if teacher is None:
             loss = lm_loss(model, xb)
         else:
@@ -329,21 +403,27 @@ def main():
         update_router_bias(model, args.bias_gamma)
         step += 1
         now = time.time()
-        elapsed += now - t_last
+        elapsed += (now - t_last) if args.max_step_seconds <= 0 else min(now - t_last, args.max_step_seconds)
         t_last = now
         run_loss += loss.item()
         run_n += 1
         if step % 20 == 0:
             loads = [m.last_load.float() for m in model.moe_layers()]
             imb = max((l.max() / l.mean()).item() for l in loads) if loads else 0.0
-            log("step %d elapsed %.1fm lr %.2e loss %.4f gnorm %.2f max-load/mean %.2f tok/s %.0f" %
+            log("step %d elapsed %.1fm lr %.2e loss %.4f gnorm %.2f max-load/mean %.2f tok/s %.0f%s" %
                 (step, elapsed / 60, lr, run_loss / run_n, gn.item(), imb,
-                 args.batch * args.seq * run_n / max(1e-9, now - t20)))
+                 args.batch * args.seq * run_n / max(1e-9, now - t20),
+                 " copy-rows %d/%d alphabet %d" % (nc, args.batch, cc.value_at(copy_alpha, step - 1) or V - 256)
+                 if copy_on else ""))
             t20 = now
             run_loss, run_n = 0.0, 0
         if now - t_ev > args.eval_minutes * 60:
             v = evaluate(model, val, args.batch, args.seq, args.eval_batches)
             log("step %d val loss %.4f (qat %s)" % (step, v, qat_on))
+            if copy_on:
+                evals.append(dict(step=step, minutes=round(elapsed / 60, 2), ids=step * args.batch * args.seq,
+                                  copy_ids=copy_ids, val_loss=round(v, 4), qat=qat_on, **copy_eval()))
+                json.dump(evals, open(os.path.join(args.out, "evals.json"), "w"), indent=1)
             t_ev = time.time()
             t_last = t_ev  # evaluation time is not training time
         if now - t_ck > args.ckpt_minutes * 60:
@@ -367,6 +447,11 @@ def main():
     res = {"steps": step, "train_minutes": elapsed / 60, "tokens": step * args.batch * args.seq,
            "val_loss_bf16_experts_fp32": vb, "val_loss_mxfp4_experts": vq, "train_loss_mxfp4_experts": tl,
            "eval_tokens": nb * args.batch * args.seq}
+    if copy_on:
+        res.update(copy_ids=copy_ids, copy_eval_mxfp4=copy_eval())
+        evals.append(dict(step=step, minutes=round(elapsed / 60, 2), ids=step * args.batch * args.seq,
+                          copy_ids=copy_ids, val_loss=round(vq, 4), qat=True, final=True, **res["copy_eval_mxfp4"]))
+        json.dump(evals, open(os.path.join(args.out, "evals.json"), "w"), indent=1)
     json.dump(res, open(os.path.join(args.out, "final.json"), "w"), indent=1)
     log("done", json.dumps(res))
 
