@@ -52,7 +52,7 @@ typedef struct {
     const kernel_table *kt;
     int type;                 /* 0 bf16, 1 f16, 2 q8_0, 3 mxfp4 (packed), 4 mxfp4 (ggml blocks) */
     const uint8_t *w, *scales;
-    int rows, T, iters;
+    int rows, T;
     float *x, *y;             /* per worker: [LIM_MAXW][LIM_T * LIM_COLS], [LIM_MAXW][LIM_T * rows] */
 } mm_ctx;
 
@@ -101,7 +101,6 @@ static uint16_t lim_bf16(float f)
 static double measure_mm(threadpool *pool, mm_ctx *c, double sec)
 {
     int nw = threadpool_size(pool);
-    c->iters = nw;
     parallel_for(pool, (size_t)nw, 1, mm_worker, c); /* warm: pages, caches, clocks */
     double flop_per_call = 2.0 * c->rows * (double)LIM_COLS * c->T;
     size_t n = (size_t)nw * 4;
