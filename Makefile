@@ -107,7 +107,7 @@ $(BUILD)/kernels_avx512.o: src/kernels/kernels_avx512.c | $(BUILD)
 HAVE_SIMDE := $(shell test -f /usr/include/simde/x86/avx512.h && echo 1)
 ifeq ($(HAVE_SIMDE),1)
 $(BUILD)/kernels_avx512_simde.o: src/kernels/kernels_avx512.c | $(BUILD)
-	$(CC) $(CFLAGS) -DDF_AVX512_SIMDE -Wno-missing-prototypes -c $< -o $@
+	$(CC) $(CFLAGS) -DDF_AVX512_SIMDE -Wno-missing-prototypes -Wno-psabi -c $< -o $@
 $(BUILD)/tests/test_kernels: $(BUILD)/tests/test_kernels.o $(BUILD)/tests/harness.o $(BUILD)/kernels_avx512_simde.o $(BUILD)/libdeltafin.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 $(BUILD)/tests/test_kernels.o: EXTRA_CFLAGS += -DDF_TEST_SIMDE

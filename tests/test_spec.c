@@ -651,6 +651,23 @@ static void test_cli_drafts(void)
     const char *bad2[] = {build_bin("deltafin"), "run", "--model", dir, "--prompt-ids", "1,2", "--draft",
                           "model:/nonexistent", NULL};
     TCHECK(t_run(bad2, NULL, 0, err, sizeof err) != 0 && strstr(err, "/nonexistent"));
+    /* the same weights and vocabulary size, two tokens' bytes swapped in the
+     * tokenizer: refused by the tokenizer, not its size (ids 300 and 301 mean
+     * other bytes, so its drafts would be nonsense) */
+    char other[700], sh[6000];
+    snprintf(other, sizeof other, "%s/spec_othertok", test_scratch());
+    snprintf(sh, sizeof sh,
+             "rm -rf '%s' && mkdir '%s' && for f in '%s'/*; do ln -s \"$f\" '%s'/; done && rm '%s/tiktoken.model' && "
+             "awk 'NR==301{a=$1;next} NR==302{print $1\" 300\"; print a\" 301\"; next} {print}' '%s/tiktoken.model' "
+             "> '%s/tiktoken.model'",
+             other, other, dir, other, other, dir, other);
+    const char *mk[] = {"/bin/sh", "-c", sh, NULL};
+    TCHECKF(t_run(mk, NULL, 0, err, sizeof err) == 0, "making the other tokenizer: %s", err);
+    char ospec[720];
+    snprintf(ospec, sizeof ospec, "model:%s", other);
+    const char *bad3[] = {build_bin("deltafin"), "run", "--model", dir, "--prompt-ids", "1,2", "--draft", ospec, NULL};
+    TCHECKF(t_run(bad3, NULL, 0, err, sizeof err) != 0 && strstr(err, "not the target's") && strstr(err, "id 300 "),
+            "a draft model with another tokenizer of the same size: %s", err);
 }
 
 /* Under a grammar (run --json-schema): the same ids and logits with drafts

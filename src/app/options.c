@@ -10,6 +10,7 @@
 #define _GNU_SOURCE
 #include "options.h"
 #include "plan.h"
+#include "tokenizer.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -651,11 +652,45 @@ int draft_rows(const run_args *a)
 
 static size_t draft_share(const run_args *a, size_t total) { return a->draft_mem ? a->draft_mem : total / 8; }
 
+/* A draft model must mean the same bytes by every id as the target (the
+ * engine only sees vocabulary sizes): the two tokenizers' fingerprints
+ * are compared, and the first id that differs is named. */
+static void check_draft_tokenizer(const char *target, const char *draft)
+{
+    tokenizer *tt = NULL, *td = NULL;
+    df_error err = {0};
+    if (tokenizer_load(target, &tt, &err))
+        die("--draft model:%s: cannot read the target's tokenizer to compare with: %s", draft, err.msg);
+    if (tokenizer_load(draft, &td, &err)) {
+        tokenizer_free(tt);
+        die("--draft model:%s: cannot read its tokenizer: %s", draft, err.msg);
+    }
+    uint8_t ft[32], fd[32];
+    tokenizer_fingerprint(tt, ft);
+    tokenizer_fingerprint(td, fd);
+    if (memcmp(ft, fd, sizeof ft)) {
+        int nt = tokenizer_n_vocab(tt), nd = tokenizer_n_vocab(td), id = 0;
+        for (; id < nt && id < nd; id++) {
+            size_t lt, ld;
+            const char *bt = tokenizer_token_bytes(tt, id, &lt), *bd = tokenizer_token_bytes(td, id, &ld);
+            if (lt != ld || memcmp(bt, bd, lt)) break;
+        }
+        tokenizer_free(tt);
+        tokenizer_free(td);
+        die("--draft model:%s: its tokenizer is not the target's (%d ids against %d; id %d is the first that "
+            "differs): a draft model must share the target's tokenizer",
+            draft, nd, nt, id);
+    }
+    tokenizer_free(tt);
+    tokenizer_free(td);
+}
+
 df_drafter *open_drafter(const run_args *a, int vocab, int n_ctx)
 {
     if (!drafting(a)) return NULL;
     /* auto: prompt lookup, which costs no model and no memory */
     const char *spec = !strcmp(a->draft, "auto") ? "ngram" : a->draft;
+    if (!strncmp(spec, "model:", 6) && spec[6]) check_draft_tokenizer(a->model, spec + 6);
     size_t total = a->mem ? a->mem : df_mem_budget_default();
     df_drafter *d;
     df_error err = {0};

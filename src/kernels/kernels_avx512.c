@@ -10,6 +10,7 @@
 #include "kernels.h"
 #include "kernels_drivers.h"
 #include "quant.h"
+#include "util.h"
 
 #if defined(DF_AVX512_SIMDE)
 /* Test build: the same code over SIMDe's portable AVX-512, so that CI
@@ -103,6 +104,15 @@ static inline simde__m512 df_fmadd_ps(simde__m512 a, simde__m512 b, simde__m512 
 #define _mm512_cvtepi8_epi32 df_cvtepi8_epi32
 #define _mm512_maskz_loadu_ps df_maskz_loadu_ps
 #define _mm256_maskz_loadu_epi16 df_maskz_loadu_epi16
+static inline void df_mask_storeu_ps(void *p, __mmask16 m, simde__m512 v)
+{
+    float b[16];
+    simde_mm512_storeu_ps(b, v);
+    for (int i = 0; i < 16; i++)
+        if ((m >> i) & 1) memcpy((char *)p + 4 * i, &b[i], 4);
+}
+#undef _mm512_mask_storeu_ps
+#define _mm512_mask_storeu_ps df_mask_storeu_ps
 #elif defined(__x86_64__) && defined(DF_HAVE_AVX512)
 #include <immintrin.h>
 #define DF_AVX512_CODE 1
@@ -604,21 +614,6 @@ ALWAYS_INLINE void mxfp4_rows_any(const uint8_t *prow, const uint8_t *srow, int 
 
 KERNEL_MXFP4_DRIVERS(matmul_mxfp4_avx512, matmul_mxfp4_gg_avx512, mxfp4_rows_any)
 
-/* MLA attention: the AVX2 code (every AVX-512 CPU has AVX2 and FMA; heads
- * in eight double lanes would double the score rate, not done yet).  The
- * SIMDe test build takes the reference where AVX2 is absent. */
-static const kernel_table *mla_table(void)
-{
-    const kernel_table *t = kernels_avx2();
-    return t && kernels_cpu_has(KERNEL_AVX2) ? t : kernels_ref();
-}
-
-static void mla_attend_avx512(const float *cache, size_t row_w, int Rkv, int dr, int n, const float *ql, size_t qls,
-                              const float *qr, size_t qrs, int nh, float scale, float *sc, float *ctx)
-{
-    mla_table()->mla_attend(cache, row_w, Rkv, dr, n, ql, qls, qr, qrs, nh, scale, sc, ctx);
-}
-
 /* ---- elementwise kernels (kernels_elementwise.h) on eight double lanes:
  * df_exp's main branch as in kernels_avx2.c's exp4_pd, twice as wide ---- */
 ALWAYS_INLINE __m512d exp8_pd(__m512d x)
@@ -664,6 +659,242 @@ typedef __m256 ew_f;
                                                                                     _CMP_LE_OQ)) == 0xFF)
 #define ew_exp_main exp8_pd
 #include "kernels_elementwise.h"
+
+/* ---- MLA attention: mla_attend_ref's contract (kernels.h), bit for bit,
+ * on eight double lanes.
+ *
+ * Queries: every head's query is transposed once per call into qf
+ * ([column][nhp] doubles, nhp = the heads rounded up to eight, padding
+ * lanes zero; all queries are read before ctx is written, so ctx may
+ * overlap them).
+ * Scores: lanes are heads.  A block of 32 positions is taken in chunks of
+ * 64 columns, the chunk of each row widened to double once (rt, [position]
+ * [column]); then per block of sixteen heads (two vectors), or the last
+ * one to eight (one vector, idle lanes on zero queries), eight positions at
+ * a time: per column, the heads' queries, a broadcast of each position's
+ * value and eight or sixteen independent FMA chains, each lane one (head,
+ * position) sum in j order.  A product of two floats is exact in double, so
+ * the FMA rounds as the reference's product-then-add.  Sums run on from
+ * chunk to chunk through `acc`; a block's rows serve every head of the
+ * call.  Finished: s = (float)sum * scale, and mx by `if (s > mx) mx = s`
+ * per lane in position order.
+ * Softmax: the scores, stored [p][head], are one flat array for exp8 (the
+ * scalar df_exp for any group with a lane outside [-708, 708]); then each
+ * head's sum over p in order.
+ * Context: lanes are j; per tile of positions (kept in L2) and block of four
+ * heads, 32 columns of ctx stay in registers while p runs in order:
+ * multiply, then add (-ffp-contract=off keeps the intrinsics apart).
+ * Calls of fewer than eight heads (idle lanes; the AVX2 code puts positions
+ * in its lanes then) and calls whose transposed queries would not fit in
+ * MLA5_QMAX doubles (K3's 576 columns x 32 heads do) take the AVX2 code,
+ * with the same results. */
+enum { MLA5_PB = 32, MLA5_JC = 64, MLA5_QMAX = 18432 };
+
+/* df_exp on eight lanes: exp8_pd when every lane is in its range, else the
+ * scalar function lane by lane */
+ALWAYS_INLINE __m512d exp8_any(__m512d x)
+{
+    unsigned ok = (unsigned)(_mm512_cmp_pd_mask(x, _mm512_set1_pd(-708.0), _CMP_GE_OQ) &
+                             _mm512_cmp_pd_mask(x, _mm512_set1_pd(708.0), _CMP_LE_OQ));
+    if (__builtin_expect(ok == 0xFF, 1)) return exp8_pd(x);
+    double xs[8], es[8];
+    _mm512_storeu_pd(xs, x);
+    for (int l = 0; l < 8; l++) es[l] = df_exp(xs[l]);
+    return _mm512_loadu_pd(es);
+}
+
+/* the first k floats of v to p (k < 8: through a buffer) */
+ALWAYS_INLINE void store_first8(float *p, __m256 v, int k)
+{
+    if (k >= 8) {
+        _mm256_storeu_ps(p, v);
+        return;
+    }
+    float b[8];
+    _mm256_storeu_ps(b, v);
+    memcpy(p, b, (size_t)k * sizeof(float));
+}
+
+/* Score sums of block positions u0 .. u0+7 for the heads h0 .. h0+8*nv-1
+ * over the chunk's jn columns (j0 ..), from acc (first: from +0) back to
+ * acc, or (last chunk) finished into sc and mx for the np live positions.
+ * nv is 1 or 2, constant. */
+ALWAYS_INLINE void mla5_scores(const double *rt, const double *qf, int nhp, int j0, int jn, int nv, int u0,
+                               double *acc, int h0, int first, int last, int np, int nh, float scale, float *sc,
+                               double *mx)
+{
+    __m512d a[8][2];
+    _Pragma("GCC unroll 8") for (int u = 0; u < 8; u++) _Pragma("GCC unroll 2") for (int v = 0; v < nv; v++)
+        a[u][v] = first ? _mm512_setzero_pd() : _mm512_load_pd(acc + (size_t)(u0 + u) * nhp + h0 + 8 * v);
+    const double *q = qf + (size_t)j0 * nhp + h0;
+    const double *r = rt + (size_t)u0 * MLA5_JC;
+    for (int jj = 0; jj < jn; jj++, q += nhp, r++) {
+        __m512d q0 = _mm512_load_pd(q);
+        __m512d q1 = nv == 2 ? _mm512_load_pd(q + 8) : q0;
+        _Pragma("GCC unroll 8") for (int u = 0; u < 8; u++) {
+            __m512d x = _mm512_set1_pd(r[u * MLA5_JC]);
+            a[u][0] = _mm512_fmadd_pd(q0, x, a[u][0]);
+            if (nv == 2) a[u][1] = _mm512_fmadd_pd(q1, x, a[u][1]);
+        }
+    }
+    if (!last) {
+        _Pragma("GCC unroll 8") for (int u = 0; u < 8; u++) _Pragma("GCC unroll 2") for (int v = 0; v < nv; v++)
+            _mm512_store_pd(acc + (size_t)(u0 + u) * nhp + h0 + 8 * v, a[u][v]);
+        return;
+    }
+    const __m256 vs = _mm256_set1_ps(scale);
+    _Pragma("GCC unroll 2") for (int v = 0; v < nv; v++) {
+        int hv = h0 + 8 * v, k = nh - hv;
+        __m512d mxd = _mm512_loadu_pd(mx + hv);
+        _Pragma("GCC unroll 8") for (int u = 0; u < 8; u++) {
+            if (u0 + u >= np) break;
+            __m256 s = _mm256_mul_ps(_mm512_cvtpd_ps(a[u][v]), vs);
+            if (k > 0) store_first8(sc + (size_t)(u0 + u) * nh + hv, s, k);
+            __m512d sd = _mm512_cvtps_pd(s);
+            mxd = _mm512_mask_blend_pd(_mm512_cmp_pd_mask(sd, mxd, _CMP_GT_OQ), mxd, sd); /* if (s > mx) mx = s */
+        }
+        _mm512_storeu_pd(mx + hv, mxd);
+    }
+}
+
+/* columns j0 .. j0+jn-1 of rows p0 .. p0+np-1 as doubles, rt[u][jj]; the
+ * rows of the last group of eight past np are zeros */
+static void mla5_rows_tile(const float *cache, size_t row_w, int p0, int np, int n, int j0, int jn, double *rt)
+{
+    for (int u = 0; u < np; u++) {
+        const float *r = cache + (size_t)(p0 + u) * row_w + j0;
+        double *d = rt + (size_t)u * MLA5_JC;
+        if (p0 + MLA5_PB + u < n) /* the next block's chunk, into L2 meanwhile */
+            for (int k = 0; k < jn; k += 16) _mm_prefetch((const char *)(r + MLA5_PB * row_w + k), _MM_HINT_T1);
+        int jj = 0;
+        for (; jj + 8 <= jn; jj += 8) _mm512_store_pd(d + jj, _mm512_cvtps_pd(_mm256_loadu_ps(r + jj)));
+        for (; jj < jn; jj++) d[jj] = r[jj];
+    }
+    int ne = (np + 7) & ~7;
+    if (ne > np) memset(rt + (size_t)np * MLA5_JC, 0, (size_t)(ne - np) * MLA5_JC * sizeof(double));
+}
+
+/* ctx[h0 + u][j0 .. j0+31] (nu heads, the columns live in m0 / m1)
+ * accumulated over positions p0 .. pe-1; first: start from +0; pn: prefetch
+ * the same columns of the rows pn positions on */
+ALWAYS_INLINE void mla5_ctx32(const float *cache, size_t row_w, int Rkv, const float *sc, int nh, int h0, int nu,
+                              int j0, int p0, int pe, int first, __mmask16 m0, __mmask16 m1, size_t pn, float *ctx)
+{
+    __m512 a[4][2];
+    _Pragma("GCC unroll 4") for (int u = 0; u < nu; u++) {
+        float *c = ctx + (size_t)(h0 + u) * Rkv + j0;
+        a[u][0] = first ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(m0, c);
+        a[u][1] = first ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(m1, c + 16);
+    }
+    const float *row = cache + (size_t)p0 * row_w + j0, *pp = sc + (size_t)p0 * nh + h0;
+    for (int p = p0; p < pe; p++, row += row_w, pp += nh) {
+        if (pn) _mm_prefetch((const char *)(row + pn * row_w), _MM_HINT_T1);
+        __m512 r0 = _mm512_maskz_loadu_ps(m0, row), r1 = _mm512_maskz_loadu_ps(m1, row + 16);
+        _Pragma("GCC unroll 4") for (int u = 0; u < nu; u++) {
+            __m512 b = _mm512_set1_ps(pp[u]);
+            a[u][0] = _mm512_add_ps(a[u][0], _mm512_mul_ps(b, r0));
+            a[u][1] = _mm512_add_ps(a[u][1], _mm512_mul_ps(b, r1));
+        }
+    }
+    _Pragma("GCC unroll 4") for (int u = 0; u < nu; u++) {
+        float *c = ctx + (size_t)(h0 + u) * Rkv + j0;
+        _mm512_mask_storeu_ps(c, m0, a[u][0]);
+        _mm512_mask_storeu_ps(c + 16, m1, a[u][1]);
+    }
+}
+
+/* lanes < k of a 16-lane mask (k may be <= 0 or > 16) */
+static inline __mmask16 mask16_below(int k)
+{
+    return k <= 0 ? 0 : k >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << k) - 1);
+}
+
+/* The AVX2 code, for the calls above (every AVX-512 CPU has AVX2 and FMA);
+ * the SIMDe test build takes the reference where AVX2 is absent. */
+static const kernel_table *mla_table(void)
+{
+    const kernel_table *t = kernels_avx2();
+    return t && kernels_cpu_has(KERNEL_AVX2) ? t : kernels_ref();
+}
+
+static void mla_attend_avx512(const float *cache, size_t row_w, int Rkv, int dr, int n, const float *ql, size_t qls,
+                              const float *qr, size_t qrs, int nh, float scale, float *sc, float *ctx)
+{
+    CHECK(nh >= 1 && nh <= MLA_NH_MAX && n >= 1);
+    int nhp = (nh + 7) & ~7, w = Rkv + dr;
+    if (nh < 8 || (size_t)w * (size_t)nhp > MLA5_QMAX) {
+        mla_table()->mla_attend(cache, row_w, Rkv, dr, n, ql, qls, qr, qrs, nh, scale, sc, ctx);
+        return;
+    }
+    double qf[MLA5_QMAX] __attribute__((aligned(64)));
+    double rt[MLA5_PB * MLA5_JC] __attribute__((aligned(64)));
+    double acc[MLA5_PB * MLA_NH_MAX] __attribute__((aligned(64))); /* [u][nhp], lanes = heads */
+    double mx[MLA_NH_MAX];
+    for (int h = 0; h < MLA_NH_MAX; h++) mx[h] = -INFINITY;
+    for (int h = 0; h < nhp; h++) {
+        double *d = qf + h;
+        if (h >= nh) {
+            for (int j = 0; j < w; j++) d[(size_t)j * nhp] = 0.0;
+            continue;
+        }
+        const float *a = ql + (size_t)h * qls, *b = qr + (size_t)h * qrs;
+        for (int j = 0; j < Rkv; j++) d[(size_t)j * nhp] = a[j];
+        for (int j = 0; j < dr; j++) d[(size_t)(Rkv + j) * nhp] = b[j];
+    }
+
+    /* scores: heads in pairs of vectors, then the last one to eight */
+    for (int p0 = 0; p0 < n; p0 += MLA5_PB) {
+        int np = n - p0 < MLA5_PB ? n - p0 : MLA5_PB;
+        float *scb = sc + (size_t)p0 * nh;
+        for (int j0 = 0; j0 < w; j0 += MLA5_JC) {
+            int jn = w - j0 < MLA5_JC ? w - j0 : MLA5_JC, first = j0 == 0, last = j0 + jn == w;
+            mla5_rows_tile(cache, row_w, p0, np, n, j0, jn, rt);
+            int h0 = 0;
+            for (; h0 + 16 <= nhp; h0 += 16)
+                for (int u0 = 0; u0 < np; u0 += 8)
+                    mla5_scores(rt, qf, nhp, j0, jn, 2, u0, acc, h0, first, last, np, nh, scale, scb, mx);
+            if (h0 < nhp)
+                for (int u0 = 0; u0 < np; u0 += 8)
+                    mla5_scores(rt, qf, nhp, j0, jn, 1, u0, acc, h0, first, last, np, nh, scale, scb, mx);
+        }
+    }
+
+    /* softmax weights: the exp over sc as one flat array (lane i is head
+     * i mod nh; mxe repeats mx so that eight lanes' maxima are one load),
+     * then each head's sum over p in order */
+    double mxe[MLA_NH_MAX + 8];
+    for (int k = 0; k < nh + 8; k++) mxe[k] = mx[k % nh];
+    size_t nall = (size_t)n * nh, i = 0;
+    for (int h = 0; i + 8 <= nall; i += 8) {
+        __m512d x = _mm512_sub_pd(_mm512_cvtps_pd(_mm256_loadu_ps(sc + i)), _mm512_loadu_pd(mxe + h));
+        _mm256_storeu_ps(sc + i, _mm512_cvtpd_ps(exp8_any(x)));
+        for (h += 8; h >= nh;) h -= nh;
+    }
+    for (; i < nall; i++) sc[i] = (float)df_exp((double)sc[i] - mx[i % nh]);
+    mla_weights_normalise(sc, n, nh);
+
+    /* context: tiles of positions that stay in L2 while every head block
+     * and column block passes over them; the first head block fetches the
+     * next tile */
+    int pt = (int)((256u << 10) / (row_w * sizeof(float) + 1));
+    if (pt < 16) pt = 16;
+    for (int p0 = 0; p0 < n; p0 += pt) {
+        int pe = n - p0 < pt ? n : p0 + pt, first = p0 == 0;
+        for (int h0 = 0; h0 < nh; h0 += 4) {
+            int nu = nh - h0 < 4 ? nh - h0 : 4;
+            size_t pn = h0 == 0 && pe + pt <= n ? (size_t)pt : 0;
+            for (int j0 = 0; j0 < Rkv; j0 += 32) {
+                __mmask16 m0 = mask16_below(Rkv - j0), m1 = mask16_below(Rkv - j0 - 16);
+                switch (nu) {
+                case 4: mla5_ctx32(cache, row_w, Rkv, sc, nh, h0, 4, j0, p0, pe, first, m0, m1, pn, ctx); break;
+                case 3: mla5_ctx32(cache, row_w, Rkv, sc, nh, h0, 3, j0, p0, pe, first, m0, m1, pn, ctx); break;
+                case 2: mla5_ctx32(cache, row_w, Rkv, sc, nh, h0, 2, j0, p0, pe, first, m0, m1, pn, ctx); break;
+                default: mla5_ctx32(cache, row_w, Rkv, sc, nh, h0, 1, j0, p0, pe, first, m0, m1, pn, ctx); break;
+                }
+            }
+        }
+    }
+}
 
 static const kernel_table avx512_table = {
     .name = "avx512",

@@ -51,6 +51,7 @@
  */
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include "tokenizer.h"
+#include "sha.h"
 
 #include <limits.h>
 #include <pcre2.h>
@@ -1031,6 +1032,20 @@ void tokenizer_free(tokenizer *t)
 
 int tokenizer_n_vocab(const tokenizer *t) { return t->n_vocab; }
 int tokenizer_n_ranks(const tokenizer *t) { return t->n_ranks; }
+
+void tokenizer_fingerprint(const tokenizer *t, uint8_t out[32])
+{
+    sha256_ctx c;
+    sha256_init(&c);
+    uint32_t head[2] = {(uint32_t)t->n_ranks, (uint32_t)t->n_vocab};
+    sha256_update(&c, head, sizeof head);
+    for (int32_t id = 0; id < t->n_vocab; id++) {
+        uint32_t len = (uint32_t)tok_len(t, id);
+        sha256_update(&c, &len, sizeof len);
+        sha256_update(&c, t->data + t->off[id], len);
+    }
+    sha256_final(&c, out);
+}
 
 int32_t tokenizer_special_id(const tokenizer *t, const char *spelling)
 {

@@ -67,6 +67,12 @@ size_t tok_decoder_flush(tok_decoder *d, char *out, size_t cap);
 /* Ordinary (BPE) tokens: ids 0 .. n_ranks-1; the specials follow. */
 int tokenizer_n_ranks(const tokenizer *t);
 
+/* SHA-256 over the id -> bytes table (ordinary tokens and special
+ * spellings, in id order, each length-prefixed) and the two counts: equal
+ * for two tokenizers exactly when every id means the same bytes, whatever
+ * the files they were read from (a model folder's or a GGUF's). */
+void tokenizer_fingerprint(const tokenizer *t, uint8_t out[32]);
+
 /* The most bytes one tok_decoder_feed or tok_decoder_flush can write for any
  * id of this tokenizer (computed at load).  A buffer this large is always
  * enough.  Note: "token length + 8" above holds for tokens that are pieces of
