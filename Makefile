@@ -34,7 +34,7 @@ ifeq ($(WERROR),1)
 endif
 # src/ in folders along the data path, one layer each (HACKING.md, tools/check_layers.sh):
 # base (L0) formats, text (L1) kernels, store (L2) model (L3) engine (L4) app (L5)
-SRC_DIRS := base formats text grammar kernels store model engine app
+SRC_DIRS := base formats text grammar kernels store model engine research app
 INC     := $(SRC_DIRS:%=-Isrc/%)
 vpath %.c $(SRC_DIRS:%=src/%)
 CFLAGS  = $(CFLAGS_BASE) $(OPT) $(INC) $(EXTRA_CFLAGS)
@@ -80,11 +80,12 @@ ifeq ($(TARGET_ARCH),aarch64)
 endif
 
 LIB_SRC := util clock ab_timing file filehash json json_write threadpool sha http safetensors quant qblock mathfn kernels_ref kernels_avx2 kernels_avx512 kernels_neon \
-           backend_cpu expert_store expert_manifest expert_remote expert_cache model model_load roster attnres kda mla moe moe_cpu ops_cpu ops_ref layer engine engine_info engine_plan expert_paths session session_rollback schedule forward observe observe_debug observe_trace observe_events observe_prompt cachesim heat iobench machine place trunk_stream \
-           grammar grammar_match gr_string json_schema constraint tokenizer chat_template gguf model_gguf plan prefetch expert_fetch sampler generate draft session_file ranks
+           backend_cpu expert_store expert_manifest expert_remote expert_cache model model_load roster attnres kda mla moe moe_cpu ops_cpu ops_ref layer engine engine_info engine_plan expert_paths session session_rollback schedule forward observe observe_debug observe_trace observe_events observe_prompt heat iobench machine place trunk_stream \
+           grammar grammar_match gr_string json_schema constraint tokenizer chat_template gguf model_gguf plan prefetch expert_fetch sampler generate draft session_file ranks \
+           trace cachesim
 LIB_OBJ := $(LIB_SRC:%=$(BUILD)/%.o)
 
-TESTS := test_schedule test_backend test_grammar test_grammar_string test_json_schema test_json test_safetensors test_kernels test_model test_loader test_engine test_generated test_io test_tokenizer test_chat_template test_repl test_gguf test_plan test_prefetch test_prefill test_perplexity test_sampler test_mini test_spec test_session test_sha test_prompt
+TESTS := test_schedule test_backend test_grammar test_grammar_string test_json_schema test_json test_safetensors test_kernels test_model test_loader test_engine test_generated test_io test_tokenizer test_chat_template test_repl test_gguf test_plan test_prefetch test_prefill test_perplexity test_sampler test_mini test_spec test_session test_sha test_prompt test_trace
 TEST_BIN := $(TESTS:%=$(BUILD)/tests/%)
 
 # llama.cpp prebuilt from npm (see the llama_peer rule)
@@ -116,7 +117,7 @@ endif
 $(BUILD)/libdeltafin.a: $(LIB_OBJ)
 	rm -f $@ && ar rcs $@ $^
 
-$(BUILD)/deltafin: $(BUILD)/cli.o $(BUILD)/cli_common.o $(BUILD)/options.o $(BUILD)/cli_bench.o $(BUILD)/cli_chat.o $(BUILD)/cli_kld.o $(BUILD)/quantize.o $(BUILD)/lineedit.o $(BUILD)/server.o \
+$(BUILD)/deltafin: $(BUILD)/cli.o $(BUILD)/cli_common.o $(BUILD)/options.o $(BUILD)/cli_bench.o $(BUILD)/cli_chat.o $(BUILD)/cli_kld.o $(BUILD)/cli_trace.o $(BUILD)/quantize.o $(BUILD)/lineedit.o $(BUILD)/server.o \
                   $(BUILD)/server_request.o $(BUILD)/server_fields.o $(BUILD)/server_anthropic.o $(BUILD)/server_emit.o $(BUILD)/server_responses.o $(BUILD)/server_grammar.o $(BUILD)/server_cache.o $(BUILD)/server_json.o $(BUILD)/setup.o $(BUILD)/setup_fetch.o $(BUILD)/setup_stream.o $(BUILD)/setup_parse.o $(BUILD)/doctor.o $(BUILD)/libdeltafin.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
@@ -209,12 +210,13 @@ qemu-check-all: $(BUILD)/deltafin qemu-tools
 	tests/qemu/run_qemu_tests.sh $(XBUILD) $(BUILD)
 
 FUZZ_TARGETS := fuzz_safetensors fuzz_config fuzz_json fuzz_tokenizer fuzz_chat_parser fuzz_chat_render fuzz_gguf \
-                fuzz_server_request fuzz_setup fuzz_grammar
+                fuzz_server_request fuzz_setup fuzz_grammar fuzz_trace
 FUZZ_CC ?= clang
 fuzz: $(FUZZ_TARGETS:%=build-fuzz/%)
 FUZZ_SRC := util clock file filehash json json_write safetensors model model_gguf roster quant qblock mathfn expert_store expert_manifest \
             expert_remote http sha kernels_ref kernels_avx2 \
-            kernels_avx512 kernels_neon tokenizer chat_template gguf sampler grammar grammar_match gr_string json_schema constraint
+            kernels_avx512 kernels_neon tokenizer chat_template gguf sampler grammar grammar_match gr_string json_schema constraint \
+            trace
 FUZZ_PATHS = $(foreach f,$(FUZZ_SRC),$(wildcard $(SRC_DIRS:%=src/%/$(f).c)))
 build-fuzz/%: fuzz/%.c $(FUZZ_PATHS)
 	mkdir -p build-fuzz

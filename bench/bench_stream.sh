@@ -43,7 +43,7 @@ for cache in ${BENCH_CACHES:-150M 1G 4G}; do
     ev="$dir/events-$cache-$pf.jsonl"
     flag=""; [ "$pf" = off ] && flag="--no-prefetch"
     $DF run --model "$model" --prompt-ids $prompt --max-new "$ntok" --expert-cache "$cache" --threads 2 $flag \
-        --events "$ev" --trace "$dir/trace.jsonl" >/dev/null 2>&1
+        --events "$ev" --trace "$dir/trace.jsonl" --trace-format jsonl >/dev/null 2>&1
     # decode lines only (tokens == 1), skipping the first decode step
     /usr/bin/python3 - "$ev" "$dev" "$cache" "$pf" <<'PY'
 import json, sys

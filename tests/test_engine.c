@@ -11,6 +11,7 @@
 #include "harness.h"
 #include "json.h"
 #include "kernels.h"
+#include "research.h"
 #include "engine_impl.h"
 #include "threadpool.h"
 #include "safetensors.h"

@@ -421,6 +421,55 @@ static void check_exp(const char *isa, const kernel_table *kt)
  * the edges of each branch (1e-4 and 20 for tanh, +-708 for exp), zeros,
  * subnormals, inf and NaN mixed into groups of ordinary lanes; every start
  * offset (tails and unaligned groups) and in place. */
+/* The KDA delta rule's two passes against the reference bit for bit: S,
+ * pred and o, over head sizes around every ISA's block widths (4, 8, 16
+ * lanes, blocks of four vectors), with decays and gates near 0 and 1,
+ * zeros, negative values, subnormal products and infinities in S. */
+static void check_kda(const char *isa, const kernel_table *kt)
+{
+    static const int dks[] = {1, 3, 4, 5, 8, 15, 16, 17, 31, 32, 33, 63, 64, 65, 100, 128, 129};
+    const kernel_table *ref = kernels_ref();
+    int bad = 0, cases = 0;
+    for (size_t di = 0; di < sizeof dks / sizeof dks[0]; di++) {
+        int Dk = dks[di];
+        size_t nS = (size_t)Dk * Dk;
+        float *S0 = malloc(nS * sizeof(float)), *S1 = malloc(nS * sizeof(float));
+        float *dec = malloc((size_t)Dk * 4), *k = malloc((size_t)Dk * 4), *p = malloc((size_t)Dk * 4);
+        float *a0 = malloc((size_t)Dk * 4), *a1 = malloc((size_t)Dk * 4);
+        for (int rep = 0; rep < 3; rep++) {
+            for (size_t i = 0; i < nS; i++) S0[i] = rndf();
+            if (rep == 2) S0[nS / 2] = INFINITY, S0[nS - 1] = 1e-38f, S0[0] = -0.0f;
+            for (int i = 0; i < Dk; i++) {
+                dec[i] = rep == 1 ? (i % 2 ? 0.999999f : 1e-30f) : (float)(rnd() & 0xFFFF) / 65536.0f;
+                k[i] = rndf(), p[i] = rndf();
+                a0[i] = rep ? rndf() : 0.0f;
+            }
+            for (int pass = 0; pass < 2; pass++) {
+                memcpy(S1, S0, nS * sizeof(float));
+                memcpy(a1, a0, (size_t)Dk * 4);
+                float *r0 = malloc(nS * sizeof(float)), *o0 = malloc((size_t)Dk * 4);
+                memcpy(r0, S0, nS * sizeof(float));
+                memcpy(o0, a0, (size_t)Dk * 4);
+                if (pass == 0) {
+                    ref->kda_decay_pred(r0, Dk, dec, k, o0);
+                    kt->kda_decay_pred(S1, Dk, dec, k, a1);
+                } else {
+                    ref->kda_update_out(r0, Dk, dec, p, k, o0);
+                    kt->kda_update_out(S1, Dk, dec, p, k, a1);
+                }
+                cases++;
+                if ((memcmp(r0, S1, nS * sizeof(float)) || memcmp(o0, a1, (size_t)Dk * 4)) && bad++ < 5)
+                    t_fail(__FILE__, __LINE__, "%s kda %s Dk=%d rep %d: not bit-identical", isa,
+                           pass ? "update_out" : "decay_pred", Dk, rep);
+                free(r0);
+                free(o0);
+            }
+        }
+        free(S0), free(S1), free(dec), free(k), free(p), free(a0), free(a1);
+    }
+    fprintf(stderr, "    %s kda: %d cases\n", isa, cases);
+}
+
 static void check_elementwise(const char *isa, const kernel_table *kt)
 {
     enum { N = 40003 };
@@ -492,6 +541,7 @@ static void test_isa(enum kernel_isa isa, const kernel_table *kt, const char *na
     check_mla(name, ref->mla_attend, kt->mla_attend);
     check_exp(name, kt);
     check_elementwise(name, kt);
+    check_kda(name, kt);
 }
 
 #ifdef DF_TEST_SIMDE
@@ -508,6 +558,7 @@ static void test_avx512_simde(void)
     check_mla("avx512 (SIMDe)", ref->mla_attend, kt->mla_attend);
     check_exp("avx512 (SIMDe)", kt);
     check_elementwise("avx512 (SIMDe)", kt);
+    check_kda("avx512 (SIMDe)", kt);
 }
 #else
 static void test_avx512_simde(void) { t_skip("built without SIMDe (libsimde-dev)"); }

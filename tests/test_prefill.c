@@ -188,6 +188,7 @@ static df_engine *open_one_slot(int ctx, const char *trace)
     o.no_prefetch = 1;
     o.plan_ctx = ctx;
     o.trace_path = trace;
+    o.trace_jsonl = 1; /* read below line by line */
     df_engine *eng;
     df_error err = {0};
     TCHECKF(df_engine_open(dir, &o, &eng, &err) == 0, "%s", err.msg);

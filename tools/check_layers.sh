@@ -29,7 +29,7 @@ CIRCLE_ALLOW=(
     "grammar grammar_match: one module over grammar_impl.h cut by concern (build / match): freeing a grammar frees the matcher's token classes, and the matcher asks the builder's gr_viable"
 )
 
-declare -A LAYER=([base]=0 [formats]=1 [text]=1 [grammar]=1 [kernels]=2 [store]=2 [model]=3 [engine]=4 [app]=5)
+declare -A LAYER=([base]=0 [formats]=1 [text]=1 [grammar]=1 [kernels]=2 [store]=2 [model]=3 [engine]=4 [research]=5 [app]=6)
 declare -A H   # header name -> its layer
 bad=0
 for d in src/*/; do

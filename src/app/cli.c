@@ -9,6 +9,7 @@
 #define _GNU_SOURCE
 #include "cli.h"
 #include "engine.h"
+#include "research.h"
 #include "plan.h"
 #include "server.h"
 #include "util.h"
@@ -429,6 +430,7 @@ static int dispatch(int argc, char **argv)
     if (!strcmp(argv[1], "info")) return cmd_info(argc, argv);
     if (!strcmp(argv[1], "plan")) return cmd_plan(argc, argv);
     if (!strcmp(argv[1], "cachesim")) return cmd_cachesim(argc, argv);
+    if (!strcmp(argv[1], "trace")) return cmd_trace(argc, argv);
     if (!strcmp(argv[1], "iobench")) return cmd_iobench(argc, argv);
     if (!strcmp(argv[1], "place")) return cmd_place(argc, argv);
     if (!strcmp(argv[1], "chat")) return cmd_chat(argc, argv);

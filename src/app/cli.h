@@ -59,6 +59,8 @@ int cmd_chat(int argc, char **argv);
 int cmd_setup(int argc, char **argv);
 /* doctor.c: `deltafin doctor`, what this machine can do with a model */
 int cmd_doctor(int argc, char **argv);
+/* cli_trace.c */
+int cmd_trace(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_perplexity(int argc, char **argv);
 /* quantize.c: `deltafin quantize --trunk q8_0 IN.gguf OUT.gguf` */

@@ -98,6 +98,9 @@ void usage(FILE *f)
           "          then run with --expert-path DIR for each\n"
           "  cachesim --trace FILE [--slots 64,256,1024]\n"
           "          replay a route trace through the LRU and LFU caches and Belady's optimal\n"
+          "  trace   dump FILE\n"
+          "          a route trace (--trace, either format) as JSON lines: the header, each\n"
+          "          evaluation's ids, each position's experts, scores and weights\n"
           "  bench   --model MODEL [--vs-llama] [--threads N] [--prompt-len 32] [--gen 16]\n"
           "          [--reps 3] [--mem SIZE] [--kernels ISA] [--squeeze-to SIZE] [--drop-caches]\n"
           "          prefill and decode tok/s (medians), peak RSS, disk bytes per token, and how\n"
@@ -170,7 +173,11 @@ static void usage_options(FILE *f)
           "                       fetched experts (default: what setup recorded)\n"
           "  --expert-path DIR    read experts from a directory written by 'deltafin place' (repeatable)\n"
           "  --cache-policy P     expert cache policy: lfu (default), tlfu (LFU + admission) or lru\n"
-          "  --trace FILE         write the route trace (one JSON line per position and MoE layer)\n"
+          "  --trace FILE         write the route trace: every evaluation's ids, then each position's\n"
+          "                       experts, router scores and weights at every MoE layer, bit for bit\n"
+          "                       (binary; 'deltafin trace dump FILE' prints it)\n"
+          "  --trace-format F     binary (default) or jsonl (the older format: a JSON line per position\n"
+          "                       and MoE layer, experts and weights only)\n"
           "  --heat FILE          expert heat histogram: warms the cache at start, updated at exit\n"
           "  --events FILE        JSON line per forward call: hit rate, bytes read, GB/s, I/O wait, layer ms\n"
           "  --no-prefetch        no router look-ahead prefetch (on by default; it turns itself off\n"
@@ -197,6 +204,13 @@ _Noreturn void die(const char *fmt, ...)
     fprintf(stderr, "\n(run 'deltafin --help' for usage)\n");
     va_end(ap);
     exit(2);
+}
+
+/* --trace-format: 1 for jsonl, 0 for binary */
+static int trace_format_jsonl(const char *v)
+{
+    if (strcmp(v, "binary") && strcmp(v, "jsonl")) die("--trace-format \"%s\": expected binary or jsonl", v);
+    return !strcmp(v, "jsonl");
 }
 
 long parse_long(const char *s, const char *flag, long lo, long hi)
@@ -395,7 +409,7 @@ static const opt_def opts[] = {
     {"--trunk-stream", 1, C_SIZING},  {"--cache-policy", 1, C_SIZING}, {"--kernels", 1, C_ENGINE},
     {"--backend", 1, C_ENGINE},
     {"--io", 1, C_ENGINE},            {"--io-backend", 1, C_ENGINE},   {"--io-depth", 1, C_ENGINE}, {"--disk-cache-max", 1, C_ENGINE},
-    {"--trace", 1, C_ENGINE | C_CACHESIM}, {"--heat", 1, C_ENGINE},    {"--events", 1, C_ENGINE},
+    {"--trace", 1, C_ENGINE | C_CACHESIM}, {"--trace-format", 1, C_ENGINE}, {"--heat", 1, C_ENGINE},    {"--events", 1, C_ENGINE},
     {"--no-prefetch", 0, C_ENGINE},   {"--prefetch-k", 1, C_ENGINE},   {"--expert-path", 1, C_ENGINE},
     {"--prefault", 0, C_ENGINE},      {"--preload", 1, C_ENGINE},      {"--stats", 0, C_ENGINE},
     {"--prompt-ids", 1, C_RUN},       {"--prompt", 1, C_RUN},          {"--prompt-file", 1, C_RUN},          {"--max-new", 1, C_RUN | C_CHAT},
@@ -526,6 +540,7 @@ void parse_common(int argc, char **argv, run_args *a)
         else if (!strcmp(f, "--disk-cache-max")) a->disk_cache_max = parse_size(v, f);
         else if (!strcmp(f, "--cache-policy")) a->policy = v;
         else if (!strcmp(f, "--trace")) a->trace = v;
+        else if (!strcmp(f, "--trace-format")) a->trace_jsonl = trace_format_jsonl(v);
         else if (!strcmp(f, "--heat")) a->heat = v;
         else if (!strcmp(f, "--events")) a->events = v;
         else if (!strcmp(f, "--prefault")) a->prefault = 1;
@@ -769,6 +784,7 @@ df_engine *open_engine(const run_args *a)
     eo.plan_batch = a->batch;
     eo.cache_policy = a->policy;
     eo.trace_path = a->trace;
+    eo.trace_jsonl = a->trace_jsonl;
     eo.heat_path = a->heat;
     eo.events_path = a->events;
     eo.prefault = a->prefault;

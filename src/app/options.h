@@ -28,6 +28,7 @@ typedef struct {
     const char *prompt_file; /* --prompt-file FILE (- = standard input): read into prompt */
     int chat, no_think, special;
     int trunk_stream;
+    int trace_jsonl; /* --trace-format jsonl */
     int preload;    /* --preload: 1 on, -1 off, 0 auto */
     int bench_json; /* run: one JSON line of timings and disk reads (bench --vs-llama) */
     int ctx_plan;   /* the context the engine is planned for (context_for), 0 = --ctx or the default */

@@ -223,18 +223,9 @@ int df_engine_open(const char *model_dir, const df_engine_opts *opts, df_engine 
         setvbuf(eng->events, eng->events_buf, _IOFBF, 1 << 16);
         eng->layer_sec = xcalloc((size_t)eng->m.cfg.NL, sizeof *eng->layer_sec);
     }
-    if (opts->trace_path) {
-        /* own buffer: stdio must not allocate inside the token loop */
-        eng->trace = fopen(opts->trace_path, "w");
-        if (!eng->trace) {
-            df_err_set(err, DF_ERR_IO, -1, "%s: cannot create the route trace: %s", opts->trace_path, strerror(errno));
-            df_engine_close(eng);
-            return -1;
-        }
-        eng->trace_buf = xmalloc(1 << 16);
-        setvbuf(eng->trace, eng->trace_buf, _IOFBF, 1 << 16);
-        fprintf(eng->trace, "{\"trace\":\"deltafin routes\",\"version\":1,\"layers\":%d,\"experts\":%d,\"top_k\":%d}\n",
-                eng->m.cfg.NL, eng->m.cfg.E, eng->m.cfg.k);
+    if (opts->trace_path && trace_open(eng, opts->trace_path, opts->trace_jsonl, model_dir, err)) {
+        df_engine_close(eng);
+        return -1;
     }
     if (!opts->quiet)
         df_log("loaded %s: %d layers (%d KDA, %d MLA), hidden %d, %d experts (top %d); backend %s, %d threads; "

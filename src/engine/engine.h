@@ -48,7 +48,8 @@ typedef struct df_engine_opts {
     int io_depth;               /* expert reads in flight (0 = 32) */
     uint64_t disk_cache_max;    /* a streamed install's disk cache cap (0: what setup recorded) */
     const char *cache_policy;   /* "lfu" (default), "tlfu" or "lru" */
-    const char *trace_path;     /* write the route trace (JSON lines) here, or NULL */
+    const char *trace_path;     /* write the route trace here (trace_format.h), or NULL */
+    int trace_jsonl;            /* ... as JSON lines (the older format) instead */
     const char *events_path;    /* JSON line per forward call: hits, bytes, I/O wait, per-layer ms */
     const char *heat_path;      /* per-expert heat histogram: warms the cache at open, saved at close */
     int no_prefetch;            /* turn the router look-ahead prefetch off */
@@ -257,17 +258,6 @@ int df_session_load(df_session *s, const char *path, int32_t *ids, int cap, int 
  * checked), to choose among files without loading their state. */
 int df_session_file_ids(df_engine *eng, const char *path, int32_t *ids, int cap, int *n, df_error *err);
 
-/* Offline replay of a route trace (written with trace_path) through the
- * cache policies and Belady's optimal, at several cache sizes (in experts). */
-typedef struct df_cachesim_row {
-    int slots;
-    uint64_t steps, accesses;     /* (position, layer) steps; distinct experts used per step, summed */
-    uint64_t hits_lru, hits_lfu, hits_tlfu, hits_belady;
-    uint64_t hits_static;         /* the best fixed set (the trace's most used experts, known in
-                                     advance, each missed once): the ceiling of any policy that
-                                     ranks experts by frequency alone */
-} df_cachesim_row;
-int df_cachesim(const char *trace_path, const int *slots, int n, df_cachesim_row *rows, df_error *err);
 
 /* A model directory installed by `setup --stream`: where its experts come
  * from and what its disk cache holds (read from its install.json,

@@ -61,6 +61,7 @@ struct df_engine {
     prefetch pf;              /* the router look-ahead prefetch (prefetch.c) */
     prompt_stats prompt;      /* the last multi-position eval */
     char *trace_buf;
+    int trace_jsonl;          /* --trace-format jsonl: the older JSON lines */
     df_plan plan;             /* plan.c's decision, acted on at open */
     uint64_t session_room;    /* bytes sessions may take: the planned one + the plan's unused part */
     uint64_t sessions_bytes;  /* taken by the sessions alive now */
@@ -141,6 +142,7 @@ void session_ck_settle(df_session *s, int p0, int p1, int ok);
 void observe_probe(void *ctx, const probe_ev *ev);
 void observe_debug(dbg_record *d, const probe_ev *ev);
 void observe_trace(df_engine *eng, const probe_ev *ev);
+int trace_open(df_engine *eng, const char *path, int jsonl, const char *model, df_error *err);
 void observe_events(df_engine *eng, chunk_obs *o, const probe_ev *ev);
 void observe_prompt(df_session *s, const probe_ev *ev);
 

@@ -196,7 +196,7 @@ static int eval_impl(df_session *s, const int32_t *ids, int n, float *logits, in
     /* rows past what the mark can take back: the mark is dropped */
     if (s->b.rb_mark >= 0 && s->b.pos + n - s->b.rb_mark > s->b.rb_rows) s->b.rb_mark = -1;
     int rc = 0;
-    probe_ev pev = {.point = PROBE_PROMPT_BEGIN, .il = -1, .nt = n, .T = n, .pos0 = s->b.pos};
+    probe_ev pev = {.point = PROBE_PROMPT_BEGIN, .il = -1, .nt = n, .T = n, .pos0 = s->b.pos, .ids = ids};
     observe_probe(s, &pev);
     alloc_guard_enter();
     for (int off = 0; off < n && !rc; off += s->b.max_batch) {

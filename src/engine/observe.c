@@ -28,6 +28,9 @@ void observe_probe(void *ctx, const probe_ev *ev)
     df_engine *eng = s->eng;
     switch (ev->point) {
     case PROBE_PROMPT_BEGIN:
+        if (eng->trace) observe_trace(eng, ev);
+        observe_prompt(s, ev);
+        return;
     case PROBE_PROMPT_END: observe_prompt(s, ev); return;
     case PROBE_EXPERTS:
         observe_prompt(s, ev);

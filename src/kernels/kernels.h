@@ -99,6 +99,14 @@ typedef struct kernel_table {
     void (*sigmoid_n)(const float *x, size_t n, float *y);
     void (*silu_n)(const float *x, size_t n, float *y);
     void (*situ_n)(const float *g, const float *u, size_t n, float b1, float b2, float *out);
+    /* The KDA delta rule's two passes over a head's state S [Dk][Dk]
+     * (kda.c), each element a multiply then an add, never fused, and each
+     * column's sum over d in increasing d (kernels_kda.h writes them once
+     * for every ISA; the results equal kernels_ref.c's bit for bit):
+     *   kda_decay_pred: S[d][v] *= dec[d], then pred[v] += k[d] * S[d][v]
+     *   kda_update_out: S[d][v] += b[d] * p[v], then o[v] += q[d] * S[d][v] */
+    void (*kda_decay_pred)(float *S, int Dk, const float *dec, const float *k, float *pred);
+    void (*kda_update_out)(float *S, int Dk, const float *b, const float *p, const float *q, float *o);
 } kernel_table;
 
 /* The most heads one mla_attend call takes (its per-head state is on the stack). */

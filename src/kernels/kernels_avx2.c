@@ -863,6 +863,17 @@ static void mla_attend_avx2(const float *cache, size_t row_w, int Rkv, int dr, i
     }
 }
 
+/* ---- the KDA delta rule's passes (kernels_kda.h) on 8 floats ---- */
+#define KV __m256
+#define KW 8
+#define kv_load _mm256_loadu_ps
+#define kv_store _mm256_storeu_ps
+#define kv_set1 _mm256_set1_ps
+#define kv_mul _mm256_mul_ps
+#define kv_add _mm256_add_ps
+#define KDA_FN(name) name##_avx2
+#include "kernels_kda.h"
+
 static const kernel_table avx2_table = {
     .name = "avx2",
     .matmul_f32 = matmul_f32_avx2,
@@ -877,6 +888,8 @@ static const kernel_table avx2_table = {
     .sigmoid_n = sigmoid_n_avx2,
     .silu_n = silu_n_avx2,
     .situ_n = situ_n_avx2,
+    .kda_decay_pred = kda_decay_pred_avx2,
+    .kda_update_out = kda_update_out_avx2,
 };
 
 const kernel_table *kernels_avx2(void) { return &avx2_table; }

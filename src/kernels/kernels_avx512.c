@@ -896,6 +896,17 @@ static void mla_attend_avx512(const float *cache, size_t row_w, int Rkv, int dr,
     }
 }
 
+/* ---- the KDA delta rule's passes (kernels_kda.h) on 16 floats ---- */
+#define KV __m512
+#define KW 16
+#define kv_load _mm512_loadu_ps
+#define kv_store _mm512_storeu_ps
+#define kv_set1 _mm512_set1_ps
+#define kv_mul _mm512_mul_ps
+#define kv_add _mm512_add_ps
+#define KDA_FN(name) name##_avx512
+#include "kernels_kda.h"
+
 static const kernel_table avx512_table = {
     .name = "avx512",
     .matmul_f32 = matmul_f32_avx512,
@@ -910,6 +921,8 @@ static const kernel_table avx512_table = {
     .sigmoid_n = sigmoid_n_avx512,
     .silu_n = silu_n_avx512,
     .situ_n = situ_n_avx512,
+    .kda_decay_pred = kda_decay_pred_avx512,
+    .kda_update_out = kda_update_out_avx512,
 };
 
 const kernel_table *kernels_avx512(void);

@@ -561,6 +561,17 @@ static void mla_attend_neon(const float *cache, size_t row_w, int Rkv, int dr, i
     }
 }
 
+/* ---- the KDA delta rule's passes (kernels_kda.h) on four floats ---- */
+#define KV float32x4_t
+#define KW 4
+#define kv_load vld1q_f32
+#define kv_store vst1q_f32
+#define kv_set1 vdupq_n_f32
+#define kv_mul vmulq_f32
+#define kv_add vaddq_f32
+#define KDA_FN(name) name##_neon
+#include "kernels_kda.h"
+
 static const kernel_table neon_table = {
     .name = "neon",
     .matmul_f32 = matmul_f32_neon,
@@ -575,6 +586,8 @@ static const kernel_table neon_table = {
     .sigmoid_n = sigmoid_n_neon,
     .silu_n = silu_n_neon,
     .situ_n = situ_n_neon,
+    .kda_decay_pred = kda_decay_pred_neon,
+    .kda_update_out = kda_update_out_neon,
 };
 
 const kernel_table *kernels_neon(void) { return &neon_table; }

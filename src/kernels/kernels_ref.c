@@ -250,6 +250,29 @@ static void situ_n_ref(const float *g, const float *u, size_t n, float b1, float
     for (size_t i = 0; i < n; i++) out[i] = df_situ(g[i], u[i], b1, b2);
 }
 
+/* The specification of kernels_kda.h's passes: rows d in order, columns v */
+static void kda_decay_pred_ref(float *S, int Dk, const float *dec, const float *k, float *pred)
+{
+    for (int d = 0; d < Dk; d++) {
+        float *row = S + (size_t)d * Dk;
+        for (int v = 0; v < Dk; v++) {
+            row[v] = row[v] * dec[d];
+            pred[v] = pred[v] + k[d] * row[v];
+        }
+    }
+}
+
+static void kda_update_out_ref(float *S, int Dk, const float *b, const float *p, const float *q, float *o)
+{
+    for (int d = 0; d < Dk; d++) {
+        float *row = S + (size_t)d * Dk;
+        for (int v = 0; v < Dk; v++) {
+            row[v] = row[v] + b[d] * p[v];
+            o[v] = o[v] + q[d] * row[v];
+        }
+    }
+}
+
 static const kernel_table ref_table = {
     .name = "ref",
     .matmul_f32 = matmul_f32_ref,
@@ -264,6 +287,8 @@ static const kernel_table ref_table = {
     .sigmoid_n = sigmoid_n_ref,
     .silu_n = silu_n_ref,
     .situ_n = situ_n_ref,
+    .kda_decay_pred = kda_decay_pred_ref,
+    .kda_update_out = kda_update_out_ref,
 };
 
 const kernel_table *kernels_ref(void) { return &ref_table; }

@@ -35,47 +35,6 @@ typedef struct {
     int take_t[KDA_TAKES_MAX], take_entry[KDA_TAKES_MAX]; /* after row take_t, into checkpoint entry take_entry */
 } kda_ctx;
 
-/* 4 floats in a vector register (SSE2 / NEON through the compiler's vector
- * extension); loads and stores through memcpy, so no alignment is assumed. */
-typedef float v4f __attribute__((vector_size(16)));
-static inline v4f ld4(const float *p)
-{
-    v4f v;
-    memcpy(&v, p, sizeof v);
-    return v;
-}
-static inline void st4(float *p, v4f v) { memcpy(p, &v, sizeof v); }
-
-/* row *= dec; acc += kd * row */
-static void row_scale_dot(float *row, float dec, float kd, float *acc, int n)
-{
-    int v = 0;
-    for (; v + 4 <= n; v += 4) {
-        v4f r = ld4(row + v) * dec;
-        st4(row + v, r);
-        st4(acc + v, ld4(acc + v) + kd * r);
-    }
-    for (; v < n; v++) {
-        row[v] *= dec;
-        acc[v] += kd * row[v];
-    }
-}
-
-/* row += b * p; acc += q * row */
-static void row_update_dot(float *row, float b, const float *p, float q, float *acc, int n)
-{
-    int v = 0;
-    for (; v + 4 <= n; v += 4) {
-        v4f r = ld4(row + v) + b * ld4(p + v);
-        st4(row + v, r);
-        st4(acc + v, ld4(acc + v) + q * r);
-    }
-    for (; v < n; v++) {
-        row[v] += b * p[v];
-        acc[v] += q * row[v];
-    }
-}
-
 /* One position of one head: the short convolutions (their history
  * shifted), the normalisations, the gate and the delta-rule update of S;
  * the head's output (before o_proj) into o[0..Dk) when o is not NULL.  The
@@ -120,10 +79,10 @@ static void kda_row(kda_ctx *c, float *wb, float *S, float *hist_layer, size_t h
     float beta = df_sigmoidf(c->b[(size_t)t * Hk + hh]);
     /* S = diag(decay) S; pred = k^T S (each row decayed, then added
      * in row order); S += (beta k) (v - pred)^T; o = q^T S.  Two
-     * passes over S: every element sees the same operations in the
-     * same order as four separate passes would (no fused
-     * multiply-add, sums over d in increasing d), so the 4-wide
-     * vector form is bit-identical to the scalar one. */
+     * passes over S, the kernel table's kda_decay_pred and
+     * kda_update_out: every element sees the same operations in the
+     * same order as four separate passes would (no fused multiply-add,
+     * sums over d in increasing d), at any vector width. */
     /* the row's decay, for now: bk[d] = df_expf(glb * sigmoid(ea * z)), the
      * two exps through the table's exp_n (df_exp bit for bit) */
     for (int d0 = 0; d0 < Dk; d0 += KDA_EXP_CHUNK) {
@@ -139,11 +98,11 @@ static void kda_row(kda_ctx *c, float *wb, float *S, float *hist_layer, size_t h
         for (int i = 0; i < m; i++) bk[d0 + i] = (float)e[i];
     }
     for (int v = 0; v < Dk; v++) pred[v] = 0.0f;
-    for (int d = 0; d < Dk; d++) row_scale_dot(S + (size_t)d * Dk, bk[d], kh[d], pred, Dk);
+    kt->kda_decay_pred(S, Dk, bk, kh, pred);
     for (int v = 0; v < Dk; v++) pred[v] = vh[v] - pred[v];
     for (int d = 0; d < Dk; d++) bk[d] = beta * kh[d];
     for (int v = 0; v < Dk; v++) oh[v] = 0.0f;
-    for (int d = 0; d < Dk; d++) row_update_dot(S + (size_t)d * Dk, bk[d], pred, qh[d], oh, Dk);
+    kt->kda_update_out(S, Dk, bk, pred, qh, oh);
     if (!o) return;
     rmsnorm(oh, L->o_norm, Dk, cf->eps, oh);
     const float *gate = c->rg + (size_t)t * P + c0;

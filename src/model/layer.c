@@ -136,7 +136,8 @@ int k3_layer_forward(const model_ctx *mc, session_bufs *b, const k3_layer *L, co
         if (b->probe) {
             /* before the next layer's routing takes these rows */
             probe_ev ev = {.point = PROBE_ROUTE, .il = lc->il, .t0 = 0, .nt = lc->T, .T = lc->T, .pos0 = lc->pos0,
-                           .ids = b->route_ids, .w = b->route_w, .k = mc->cfg.k, .moe = 1};
+                           .ids = b->route_ids, .w = b->route_w, .score = b->route_s, .k = mc->cfg.k,
+                           .moe = 1};
             b->probe(b->probe_ctx, &ev);
         }
         return 0;

@@ -168,7 +168,7 @@ enum {
     PROBE_ATTN_OUT,                        /* rows: the attention output */
     PROBE_MLP_MIX,                         /* rows: the MLP input; probs */
     PROBE_MLP_OUT,                         /* rows: the MLP or MoE output, rows2 the partial sum after it */
-    PROBE_ROUTE,                           /* ids, w: [T][k] the layer's routes */
+    PROBE_ROUTE,                           /* ids, w, score: [T][k] the layer's routes */
     PROBE_EXPERTS,                         /* experts [n_experts]: the layer's distinct experts, before
                                               they are read (prompt accounting, prefetch scoring) */
     PROBE_PROMPT_BEGIN, PROBE_PROMPT_END,  /* an evaluation of T positions from pos0 (many chunks) */
@@ -186,6 +186,7 @@ typedef struct probe_ev {
     int n_probs;
     const int32_t *ids;
     const float *w;
+    const float *score;                    /* PROBE_ROUTE: [T][k] the routes' router scores */
     int k;
     int moe;                               /* PROBE_MLP_OUT: the MoE (1) or a dense MLP (0) */
     const int *experts;                    /* PROBE_EXPERTS */
@@ -246,6 +247,7 @@ typedef struct session_bufs {
     /* MoE scratch, per position of a chunk (T = max_batch) */
     int *route_ids;           /* [T][k] */
     float *route_w;           /* [T][k] */
+    float *route_s;           /* [T][k] the routes' router scores (traces) */
     float *zp;                /* [T][Lt] reordered latent inputs */
     float *g_x;               /* gathered expert inputs (reordered): [T*k][Lt] when g_x_full (several
                                  ranks: their rows are posted whole), else [g_rows][Lt], a batch's rows
@@ -402,7 +404,8 @@ void cpu_combine(const model_ctx *eng, session_bufs *s, const k3_layer *L, const
 /* Top-k routing of one row's router logits (spec 7.1): ids and weights in
  * descending biased score, ties to the lower id; sig/choice: E floats of
  * scratch each.  Every backend routes with it. */
-void moe_route_row(const k3_config *c, const float *logits, const float *bias, int *ids, float *w, float *sig,
+void moe_route_row(const k3_config *c, const float *logits, const float *bias, int *ids, float *w, float *score,
+                   float *sig,
                    float *choice);
 /* A routed expert's projection p (0 gate, 1 down, 2 up) from its cache slot. */
 wmat moe_expert_mat(const expert_store *st, const expert_loc *loc, const uint8_t *slot, int p, int rows, int cols);

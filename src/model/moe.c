@@ -33,12 +33,14 @@
 #include <math.h>
 #include <string.h>
 
-/* Top-k by biased score, descending; ties go to the lower expert id. */
-void moe_route_row(const k3_config *c, const float *logits, const float *bias, int *ids, float *w, float *sig,
-                   float *choice)
+/* Top-k by biased score, descending; ties go to the lower expert id.
+ * score[j]: the chosen experts' router scores (sig, unbiased). */
+void moe_route_row(const k3_config *c, const float *logits, const float *bias, int *ids, float *w, float *score,
+                   float *sig, float *choice)
 {
     df_router_score(logits, bias, c->E, sig, choice);
     df_topk(choice, c->E, c->k, ids);
+    for (int j = 0; j < c->k; j++) score[j] = sig[ids[j]];
     double sum = 0.0;
     for (int j = 0; j < c->k; j++) sum += sig[ids[j]];
     for (int j = 0; j < c->k; j++) w[j] = (float)((double)sig[ids[j]] / (sum + 1e-20) * (double)c->rsf);

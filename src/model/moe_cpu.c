@@ -206,7 +206,7 @@ void cpu_route(const model_ctx *eng, session_bufs *s, const k3_layer *L, const f
     /* routing; sig/choice scratch in big4/big5 */
     for (int t = 0; t < nt; t++)
         moe_route_row(c, rlog + (size_t)t * E, L->router_bias, s->route_ids + (size_t)(t0 + t) * k,
-                      s->route_w + (size_t)(t0 + t) * k, s->big4, s->big5);
+                      s->route_w + (size_t)(t0 + t) * k, s->route_s + (size_t)(t0 + t) * k, s->big4, s->big5);
     int il = (int)(L - eng->layers);
     for (int t = 0; t < nt; t++) moe_prep_rows(eng->store, il, 0, z + (size_t)t * Lt, Lt, s->zp + (size_t)(t0 + t) * Lt);
 }

@@ -275,7 +275,8 @@ static void ref_route(const model_ctx *mc, session_bufs *s, const k3_layer *L, c
         const float *yt = y + (size_t)t * h;
         size_t tt = (size_t)(t0 + t);
         matvec(L->router, yt, logits);
-        moe_route_row(c, logits, L->router_bias, s->route_ids + tt * c->k, s->route_w + tt * c->k, s->big4, s->big5);
+        moe_route_row(c, logits, L->router_bias, s->route_ids + tt * c->k, s->route_w + tt * c->k,
+                      s->route_s + tt * c->k, s->big4, s->big5);
         matvec(L->lat_down, yt, z);
         moe_prep_rows(mc->store, (int)(L - mc->layers), 0, z, c->Lt, s->zp + tt * c->Lt);
         if (shared && NsI) {

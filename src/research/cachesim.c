@@ -1,6 +1,6 @@
 /* cachesim.c - offline replay of a route trace through the expert cache's
  * policies and Belady's optimal policy (research surface behind
- * `deltafin cachesim`).
+ * `deltafin cachesim`), on a trace of either format (trace.h).
  *
  * A step is one (position, MoE layer) line of the trace; its distinct
  * experts are acquired together (pinned) and then released, exactly as the
@@ -11,9 +11,9 @@
  * "static" keeps the trace's most used experts (known in advance), the
  * ceiling of any policy that ranks experts by frequency alone.
  */
-#include "engine.h"
+#include "research.h"
 #include "expert_cache.h"
-#include "json.h"
+#include "trace.h"
 #include "util.h"
 
 #include <stdlib.h>
@@ -26,81 +26,43 @@ typedef struct {
     int n_layers, n_experts, n_steps, top_k;
 } trace_t;
 
+/* Every route of the trace as steps (trace.h reads either format): one
+ * step per position and MoE layer, its distinct experts keyed layer * E +
+ * expert. */
 static int load_trace(const char *path, trace_t *t, df_error *err)
 {
-    char *text;
-    size_t len;
     memset(t, 0, sizeof *t);
-    if (read_small_file(path, &text, &len, (size_t)1 << 34, err)) return -1;
-    int rc = -1, line = 0;
-    char *p = text;
-    while (*p) {
-        char *nl = strchr(p, '\n');
-        size_t ll = nl ? (size_t)(nl - p) : strlen(p);
-        line++;
-        if (ll) {
-            df_error jerr = {0};
-            json_doc *d = json_parse(p, ll, &jerr);
-            if (!d) {
-                df_err_set(err, DF_ERR_FORMAT, -1, "%s:%d: %s", path, line, jerr.msg);
-                goto done;
-            }
-            const json_value *r = json_root(d);
-            int64_t v;
-            if (line == 1 && json_get(r, "trace")) {
-                if (json_get_int(r, "layers", &v) || v < 1 || v > 65535) goto bad_header;
-                t->n_layers = (int)v;
-                if (json_get_int(r, "experts", &v) || v < 1 || v > 65535) goto bad_header;
-                t->n_experts = (int)v;
-                t->top_k = json_get_int(r, "top_k", &v) || v < 1 || v > 4096 ? 16 : (int)v;
-                json_free(d);
-            } else {
-                const json_value *ex = json_get(r, "experts");
-                int64_t layer;
-                if (!t->n_layers || json_get_int(r, "layer", &layer) || layer < 0 || layer >= t->n_layers || !ex ||
-                    ex->type != JSON_ARRAY) {
-                    json_free(d);
-                    df_err_set(err, DF_ERR_FORMAT, -1, "%s:%d: not a route line of a deltafin trace", path, line);
-                    goto done;
+    df_trace *tr;
+    if (df_trace_open(path, &tr, err)) return -1;
+    const df_trace_info *in = df_trace_header(tr);
+    t->n_layers = in->layers;
+    t->n_experts = in->experts;
+    t->top_k = in->top_k;
+    df_trace_rec r;
+    int rc;
+    while ((rc = df_trace_next(tr, &r, err)) == 1) {
+        if (r.tag != TRACE_ROUTE) continue;
+        for (int p = 0; p < r.n; p++) {
+            size_t start = t->n;
+            for (int j = 0; j < r.k; j++) {
+                int32_t key = (int32_t)(r.layer * t->n_experts + r.ids[(size_t)p * r.k + j]);
+                int dup = 0;
+                for (size_t q = start; q < t->n; q++) dup |= t->key[q] == key;
+                if (dup) continue;
+                if (t->n == t->cap) {
+                    t->cap = t->cap ? t->cap * 2 : 4096;
+                    t->key = xrealloc(t->key, t->cap * sizeof *t->key);
+                    t->step = xrealloc(t->step, t->cap * sizeof *t->step);
                 }
-                size_t start = t->n;
-                for (size_t j = 0; j < ex->len; j++) {
-                    const json_value *e = ex->items[j];
-                    if (e->type != JSON_NUMBER || !e->is_int || e->i < 0 || e->i >= t->n_experts) {
-                        json_free(d);
-                        df_err_set(err, DF_ERR_FORMAT, -1, "%s:%d: expert id out of range", path, line);
-                        goto done;
-                    }
-                    int32_t key = (int32_t)(layer * t->n_experts + e->i);
-                    int dup = 0;
-                    for (size_t q = start; q < t->n; q++) dup |= t->key[q] == key;
-                    if (dup) continue;
-                    if (t->n == t->cap) {
-                        t->cap = t->cap ? t->cap * 2 : 4096;
-                        t->key = xrealloc(t->key, t->cap * sizeof *t->key);
-                        t->step = xrealloc(t->step, t->cap * sizeof *t->step);
-                    }
-                    t->key[t->n] = key;
-                    t->step[t->n] = t->n_steps;
-                    t->n++;
-                }
-                t->n_steps++;
-                json_free(d);
+                t->key[t->n] = key;
+                t->step[t->n] = t->n_steps;
+                t->n++;
             }
+            t->n_steps++;
         }
-        if (!nl) break;
-        p = nl + 1;
     }
-    if (!t->n) {
-        df_err_set(err, DF_ERR_FORMAT, -1, "%s: the trace holds no routes", path);
-        goto done;
-    }
-    rc = 0;
-    goto done;
-bad_header:
-    df_err_set(err, DF_ERR_FORMAT, -1, "%s:1: bad trace header", path);
-done:
-    free(text);
+    df_trace_close(tr);
+    if (!rc && !t->n) rc = df_err_set(err, DF_ERR_FORMAT, -1, "%s: the trace holds no routes", path);
     return rc;
 }
 

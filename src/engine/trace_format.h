@@ -1,0 +1,37 @@
+/* trace_format.h - deltafin's binary route trace, version 1 (the default of
+ * --trace FILE; `--trace-format jsonl` writes the older JSON lines).
+ *
+ * Little-endian throughout (the writer refuses to build elsewhere).  A file:
+ *   magic    8 bytes "DFTRACE\n" (a JSON-lines trace starts with '{', so
+ *            the first byte says which format a file is)
+ *   version  u32 = 1
+ *   hlen     u32, a multiple of 4; then hlen bytes: a JSON object padded
+ *            with spaces, the model's identity:
+ *              {"trace":"deltafin routes","version":1,"model":PATH,
+ *               "layers":NL,"experts":E,"top_k":k,"hidden":h,"vocab":V,
+ *               "shared_experts":Ns,"moe_layers":[il, ...]}
+ *   records, each: u32 tag, u32 len (payload bytes, a multiple of 4), payload
+ *     TRACE_EVAL  = 1: u32 pos0, u32 n, i32 ids[n]
+ *                 one evaluation (a prompt or a chunk of it, a decode step,
+ *                 a verify pass of drafts) of n positions from pos0; the
+ *                 routes that follow, until the next EVAL, are its own
+ *     TRACE_ROUTE = 2: u32 pos0, u32 layer, u32 T, u32 k,
+ *                 i32 ids[T][k], f32 score[T][k], f32 weight[T][k]
+ *                 the routes of positions pos0 .. pos0+T-1 at MoE layer
+ *                 `layer`: each position's k experts in the router's order
+ *                 (highest biased score first), the router's score of each
+ *                 (sigmoid, before the bias) and the weight its output is
+ *                 summed with, as the engine computed them, bit for bit
+ * Readers skip records of tags they do not know (len says how far), so a
+ * later version can add records without breaking them.  The reader is
+ * src/research/trace.c (and tools/router/dftrace.py).
+ */
+#ifndef DF_TRACE_FORMAT_H
+#define DF_TRACE_FORMAT_H
+
+#define TRACE_MAGIC "DFTRACE\n"
+#define TRACE_MAGIC_LEN 8
+#define TRACE_VERSION 1
+enum { TRACE_EVAL = 1, TRACE_ROUTE = 2 };
+
+#endif

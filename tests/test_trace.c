@@ -1,0 +1,349 @@
+/* test_trace.c - route traces (--trace, research/trace.h): the reader's
+ * routes equal the engine's debug records bit for bit; traces are the same
+ * at any thread count and batch width; `deltafin trace dump`, the Python
+ * reader (tools/router/dftrace.py) and cachesim agree on both formats; bad
+ * files are refused by byte, never read past.
+ */
+#include "harness.h"
+#include "engine_impl.h"
+#include "research.h"
+#include "trace.h"
+#include "util.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+enum { N_IDS = 24 };
+
+static const char *model_dir(void)
+{
+    static char dir[512];
+    if (!dir[0] &&
+        gen_model("trace_m", "--preset small --set num_experts=32 --set num_experts_per_token=4 --seed 17", dir,
+                  sizeof dir))
+        dir[0] = 0;
+    return dir[0] ? dir : NULL;
+}
+
+static int32_t id_at(int i) { return (int32_t)((i * 7919 + 31) % 1500 + 5); }
+
+/* One (position, layer) route as the engine reported it. */
+typedef struct {
+    int n;
+    int32_t ids[DBG_MAX_K];
+    uint32_t w[DBG_MAX_K], s[DBG_MAX_K];
+    int have;
+} route;
+
+static df_engine *open_traced(const char *dir, const char *trace, int threads)
+{
+    df_engine_opts o;
+    df_engine_opts_default(&o);
+    o.quiet = 1;
+    o.mem_budget = (size_t)1 << 30;
+    o.n_threads = threads;
+    o.trace_path = trace;
+    df_engine *eng = NULL;
+    df_error err = {0};
+    TCHECKF(df_engine_open(dir, &o, &eng, &err) == 0, "%s", err.msg);
+    return eng;
+}
+
+/* Every (position, layer) route of a trace into r[pos * NL + layer];
+ * checks the evaluation records against want_evals (pos0 of each, in order)
+ * and the token ids against ids.  Returns the number of route rows. */
+static int read_routes(const char *path, int NL, route *r, const int *want_evals, int n_evals)
+{
+    df_trace *t;
+    df_error err = {0};
+    if (df_trace_open(path, &t, &err)) {
+        t_fail(__FILE__, __LINE__, "%s", err.msg);
+        return -1;
+    }
+    const df_trace_info *in = df_trace_header(t);
+    TCHECK(in->binary && in->layers == NL && in->top_k == 4 && in->experts == 32 && strstr(in->model, "trace_m"));
+    df_trace_rec rec;
+    int rc, rows = 0, ev = 0;
+    while ((rc = df_trace_next(t, &rec, &err)) == 1) {
+        if (rec.tag == TRACE_EVAL) {
+            TCHECKF(ev < n_evals && rec.pos0 == want_evals[ev], "evaluation %d starts at %d", ev, rec.pos0);
+            for (int i = 0; i < rec.n; i++)
+                TCHECKF(rec.pos0 + i < N_IDS && rec.ids[i] == id_at(rec.pos0 + i), "evaluated id at %d", rec.pos0 + i);
+            ev++;
+            continue;
+        }
+        TCHECK(rec.tag == TRACE_ROUTE && rec.k == 4 && in->moe[rec.layer]);
+        for (int p = 0; p < rec.n; p++) {
+            int pos = rec.pos0 + p;
+            if (pos < 0 || pos >= N_IDS) {
+                t_fail(__FILE__, __LINE__, "route of position %d", pos);
+                continue;
+            }
+            route *x = &r[pos * NL + rec.layer];
+            TCHECKF(!x->have, "position %d layer %d traced twice", pos, rec.layer);
+            x->have = 1;
+            x->n = rec.k;
+            memcpy(x->ids, rec.ids + (size_t)p * rec.k, (size_t)rec.k * 4);
+            memcpy(x->w, rec.weight + (size_t)p * rec.k, (size_t)rec.k * 4);
+            memcpy(x->s, rec.score + (size_t)p * rec.k, (size_t)rec.k * 4);
+            for (int j = 0; j < rec.k; j++) {
+                float s = rec.score[(size_t)p * rec.k + j];
+                TCHECKF(s > 0.0f && s < 1.0f, "a router score of %g", (double)s);
+            }
+            rows++;
+        }
+    }
+    TCHECKF(rc == 0, "%s", err.msg);
+    TCHECKF(ev == n_evals, "%d evaluation records, %d expected", ev, n_evals);
+    df_trace_close(t);
+    return rows;
+}
+
+/* Tokens one at a time at two threads, the debug record of each position
+ * kept; then the trace read back: the same experts and weight bits.  Then
+ * one thread, the same ids as one evaluation in chunks of 5 rows: the same
+ * routes, scores and weights, bit for bit. */
+static void test_round_trip_and_invariance(void)
+{
+    const char *dir = model_dir();
+    if (!dir) return;
+    char t1[600], t2[600];
+    snprintf(t1, sizeof t1, "%s/one_by_one.trace", test_scratch());
+    snprintf(t2, sizeof t2, "%s/chunked.trace", test_scratch());
+    df_engine *eng = open_traced(dir, t1, 2);
+    if (!eng) return;
+    df_model_info info;
+    df_engine_info(eng, &info);
+    int NL = info.n_layers;
+    route *dbg = calloc((size_t)N_IDS * NL, sizeof *dbg), *r1 = calloc((size_t)N_IDS * NL, sizeof *r1),
+          *r2 = calloc((size_t)N_IDS * NL, sizeof *r2);
+    df_session_opts so;
+    df_session_opts_default(&so);
+    so.max_batch = 8;
+    df_session *s;
+    df_error err = {0};
+    TCHECK(df_session_new(eng, &so, &s, &err) == 0);
+    dbg_record d = {.enabled = 1, .t = -1};
+    d.layers = calloc((size_t)NL, sizeof *d.layers);
+    s->dbg = &d;
+    float *logits = malloc((size_t)info.vocab * sizeof *logits);
+    int evals1[N_IDS], evals2[N_IDS];
+    for (int i = 0; i < N_IDS; i++) {
+        int32_t id = id_at(i);
+        for (int il = 0; il < NL; il++) d.layers[il].n_experts = 0;
+        TCHECK(df_session_eval(s, &id, 1, logits, 0, &err) == 0);
+        evals1[i] = i;
+        for (int il = 0; il < NL; il++) {
+            const dbg_layer *L = &d.layers[il];
+            route *x = &dbg[i * NL + il];
+            x->have = L->n_experts > 0;
+            x->n = L->n_experts;
+            for (int j = 0; j < L->n_experts; j++) {
+                float w = (float)L->expert_weights[j];
+                x->ids[j] = L->expert_ids[j];
+                memcpy(&x->w[j], &w, 4);
+            }
+        }
+    }
+    df_session_free(s);
+    df_engine_close(eng);
+    int rows1 = read_routes(t1, NL, r1, evals1, N_IDS);
+    int moe_rows = 0;
+    for (int i = 0; i < N_IDS * NL; i++) {
+        moe_rows += dbg[i].have;
+        TCHECKF(dbg[i].have == r1[i].have, "position %d layer %d: traced %d, debug %d", i / NL, i % NL, r1[i].have,
+                dbg[i].have);
+        if (!dbg[i].have || !r1[i].have) continue;
+        TCHECKF(!memcmp(dbg[i].ids, r1[i].ids, 16) && !memcmp(dbg[i].w, r1[i].w, 16),
+                "position %d layer %d: the trace's route is not the debug record's", i / NL, i % NL);
+    }
+    TCHECKF(rows1 == moe_rows && moe_rows >= N_IDS, "%d route rows read, %d MoE rows evaluated", rows1, moe_rows);
+
+    eng = open_traced(dir, t2, 1);
+    if (eng) {
+        so.max_batch = 5;
+        TCHECK(df_session_new(eng, &so, &s, &err) == 0);
+        int32_t ids[N_IDS];
+        for (int i = 0; i < N_IDS; i++) ids[i] = id_at(i);
+        TCHECK(df_session_eval(s, ids, N_IDS, logits, 0, &err) == 0);
+        df_session_free(s);
+        df_engine_close(eng);
+        evals2[0] = 0;
+        int rows2 = read_routes(t2, NL, r2, evals2, 1);
+        TCHECK(rows2 == rows1);
+        for (int i = 0; i < N_IDS * NL; i++)
+            TCHECKF(r1[i].have == r2[i].have && !memcmp(r1[i].ids, r2[i].ids, 16) && !memcmp(r1[i].w, r2[i].w, 16) &&
+                        !memcmp(r1[i].s, r2[i].s, 16),
+                    "position %d layer %d: routes differ between 2 threads one by one and 1 thread in chunks of 5",
+                    i / NL, i % NL);
+    }
+    free(logits);
+    free(d.layers);
+    free(dbg);
+    free(r1);
+    free(r2);
+}
+
+/* The CLI: run --trace in both formats; trace dump against the Python
+ * reader (binary) and against the JSON lines (the same experts); cachesim
+ * gives the same table from either file. */
+static void test_cli_formats(void)
+{
+    const char *dir = model_dir();
+    if (!dir) return;
+    char bin[600], jl[600], ids[400] = "";
+    snprintf(bin, sizeof bin, "%s/cli.trace", test_scratch());
+    snprintf(jl, sizeof jl, "%s/cli.jsonl", test_scratch());
+    for (int i = 0; i < 12; i++) snprintf(ids + strlen(ids), sizeof ids - strlen(ids), "%s%d", i ? "," : "", id_at(i));
+    static char out[1 << 20], out2[1 << 20], err[1 << 14];
+    const char *a1[] = {build_bin("deltafin"), "run", "--model", dir, "--prompt-ids", ids, "--max-new", "6",
+                        "--trace", bin, NULL};
+    TCHECKF(t_run(a1, NULL, 0, err, sizeof err) == 0, "%s", err);
+    const char *a2[] = {build_bin("deltafin"), "run", "--model", dir, "--prompt-ids", ids, "--max-new", "6",
+                        "--trace", jl, "--trace-format", "jsonl", "--threads", "1", NULL};
+    TCHECKF(t_run(a2, NULL, 0, err, sizeof err) == 0, "%s", err);
+    const char *d1[] = {build_bin("deltafin"), "trace", "dump", bin, NULL};
+    TCHECKF(t_run(d1, out, sizeof out, err, sizeof err) == 0, "%s", err);
+    TCHECK(strstr(out, "\"format\":\"binary\"") && strstr(out, "{\"eval\":{\"pos0\":0,\"ids\":[") &&
+           strstr(out, "\"scores\":["));
+    if (access("/usr/bin/python3", X_OK) == 0) {
+        const char *py[] = {"/usr/bin/python3", "tools/router/dftrace.py", bin, NULL};
+        int rc = t_run(py, out2, sizeof out2, err, sizeof err);
+        if (rc != 0 && strstr(err, "No module named 'numpy'"))
+            t_skip("the Python reader needs numpy (Debian's python3-numpy)");
+        else
+            TCHECKF(rc == 0 && !strcmp(out, out2), "the Python reader's dump differs from deltafin's: %s", err);
+    } else {
+        t_skip("no /usr/bin/python3: the Python reader is not checked");
+    }
+    /* the JSON lines hold the same experts in the same order */
+    const char *d2[] = {build_bin("deltafin"), "trace", "dump", jl, NULL};
+    TCHECKF(t_run(d2, out2, sizeof out2, err, sizeof err) == 0, "%s", err);
+    int lines = 0;
+    for (const char *p = out, *q = out2;;) {
+        p = strstr(p, "{\"pos\":");
+        q = strstr(q, "{\"pos\":");
+        if (!p || !q) {
+            TCHECKF(!p && !q, "the two formats hold different numbers of routes");
+            break;
+        }
+        const char *pe = strstr(p, "],"), *qe = strstr(q, "],");
+        TCHECKF(pe && qe && pe - p == qe - q && !memcmp(p, q, (size_t)(pe - p)), "route %d differs between formats",
+                lines);
+        lines++;
+        p++, q++;
+    }
+    TCHECK(lines > 12);
+    const char *c1[] = {build_bin("deltafin"), "cachesim", "--trace", bin, "--slots", "8,64", NULL};
+    const char *c2[] = {build_bin("deltafin"), "cachesim", "--trace", jl, "--slots", "8,64", NULL};
+    TCHECKF(t_run(c1, out, sizeof out, err, sizeof err) == 0, "%s", err);
+    TCHECKF(t_run(c2, out2, sizeof out2, err, sizeof err) == 0, "%s", err);
+    const char *b1 = strchr(out, '\n'), *b2 = strchr(out2, '\n');
+    TCHECKF(b1 && b2 && !strcmp(b1, b2), "cachesim differs between the formats");
+    const char *bad[] = {build_bin("deltafin"), "trace", "stats", bin, NULL};
+    TCHECK(t_run(bad, NULL, 0, err, sizeof err) != 0 && strstr(err, "usage"));
+}
+
+/* Every prefix of a real trace, and single corrupted fields: refused with
+ * the byte named, or read to its end; the bytes sit against an unreadable
+ * page, so reading past them faults. */
+static void test_malformed(void)
+{
+    const char *dir = model_dir();
+    if (!dir) return;
+    char path[600], err_s[1 << 12];
+    snprintf(path, sizeof path, "%s/small.trace", test_scratch());
+    const char *a[] = {build_bin("deltafin"), "run", "--model", dir, "--prompt-ids", "5,6,7", "--max-new", "2",
+                       "--trace", path, NULL};
+    TCHECKF(t_run(a, NULL, 0, err_s, sizeof err_s) == 0, "%s", err_s);
+    size_t n = 0;
+    unsigned char *data = (unsigned char *)t_slurp(path, &n);
+    TCHECK(data && n > 64 && n < (200u << 10));
+    if (!data) return;
+    int full = -1;
+    for (size_t len = 0; len <= n; len++) {
+        const unsigned char *p = guard_place(data, len);
+        df_trace *t;
+        df_error err = {0};
+        int rc = df_trace_from_memory(p, len, "x", &t, &err);
+        if (rc == 0) {
+            df_trace_rec r;
+            int routes = 0;
+            while ((rc = df_trace_next(t, &r, &err)) == 1) routes += r.tag == TRACE_ROUTE;
+            df_trace_close(t);
+            if (len == n) full = routes;
+        }
+        if (rc < 0) TCHECKF(strstr(err.msg, "x:") || strstr(err.msg, "x "), "prefix %zu: %s", len, err.msg);
+    }
+    TCHECK(full > 0);
+    /* a record's length past the end; a layer that is not MoE; an expert out of range */
+    uint32_t hlen;
+    memcpy(&hlen, data + 12, 4);
+    size_t rec0 = 16 + hlen;
+    unsigned char *c = malloc(n);
+    struct { size_t off; uint32_t v; const char *want; } cases[] = {
+        {rec0 + 4, 0x7ffffff0u, "does not fit"},
+        {rec0 + 4, 12, "bad evaluation"},
+        {12, 3, "does not fit"},
+        {8, 2, "version 2"},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        memcpy(c, data, n);
+        memcpy(c + cases[k].off, &cases[k].v, 4);
+        df_trace *t;
+        df_error err = {0};
+        int rc = df_trace_from_memory(c, n, "x", &t, &err);
+        if (rc == 0) {
+            df_trace_rec r;
+            while ((rc = df_trace_next(t, &r, &err)) == 1) {}
+            df_trace_close(t);
+        }
+        TCHECKF(rc < 0 && strstr(err.msg, cases[k].want), "case %zu: %s", k, err.msg);
+    }
+    /* the first route record: its layer set to 0 (a dense layer here) */
+    size_t at = rec0;
+    for (;;) {
+        uint32_t tag, len;
+        memcpy(&tag, data + at, 4), memcpy(&len, data + at + 4, 4);
+        if (tag == TRACE_ROUTE) break;
+        at += 8 + len;
+    }
+    memcpy(c, data, n);
+    uint32_t zero = 0, big = 999;
+    memcpy(c + at + 12, &zero, 4);
+    df_trace *t;
+    df_error err = {0};
+    df_trace_rec r;
+    TCHECK(df_trace_from_memory(c, n, "x", &t, &err) == 0);
+    int rc;
+    while ((rc = df_trace_next(t, &r, &err)) == 1) {}
+    df_trace_close(t);
+    TCHECKF(rc < 0 && strstr(err.msg, "bad route record"), "%s", err.msg);
+    memcpy(c, data, n);
+    memcpy(c + at + 24, &big, 4);
+    df_err_clear(&err);
+    TCHECK(df_trace_from_memory(c, n, "x", &t, &err) == 0);
+    while ((rc = df_trace_next(t, &r, &err)) == 1) {}
+    df_trace_close(t);
+    TCHECKF(rc < 0 && strstr(err.msg, "expert id 999"), "%s", err.msg);
+    df_err_clear(&err);
+    TCHECK(df_trace_from_memory("PK\3\4", 4, "x", &t, &err) < 0 && strstr(err.msg, "not a deltafin route trace"));
+    free(c);
+    free(data);
+}
+
+static const test_case tests[] = {
+    {"round_trip_and_invariance", test_round_trip_and_invariance},
+    {"cli_formats", test_cli_formats},
+    {"malformed", test_malformed},
+};
+
+int main(int argc, char **argv)
+{
+    int rc = test_main(tests, NTESTS(tests), argc, argv);
+    test_scratch_remove();
+    return rc;
+}

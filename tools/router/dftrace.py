@@ -1,0 +1,131 @@
+#!/usr/bin/python3
+"""dftrace.py - read deltafin's route traces (src/engine/trace_format.h) with numpy.
+
+    import dftrace
+    tr = dftrace.read("run.trace")
+    tr.header            # dict: model, layers, experts, top_k, hidden, vocab, shared_experts, moe_layers
+    tr.evals             # list of (pos0, ids: int32 array) in file order
+    tr.routes            # structured array, one row per (position, MoE layer), in file order:
+                         #   eval (index into evals), pos, layer, experts[k] int32,
+                         #   scores[k] float32, weights[k] float32 (the engine's bits)
+
+Both formats: the binary default and the older JSON lines (--trace-format
+jsonl, which has no scores: they read as NaN, and its weights are rounded to
+seven digits).  Run as a script, it prints the trace as `deltafin trace dump`
+does (a test compares the two).
+"""
+import json
+import struct
+import sys
+
+import numpy as np
+
+MAGIC = b"DFTRACE\n"
+EVAL, ROUTE = 1, 2
+
+
+class Trace:
+    def __init__(self, header, evals, routes, binary):
+        self.header, self.evals, self.routes, self.binary = header, evals, routes, binary
+
+
+def _route_dtype(k):
+    return np.dtype([("eval", "<i4"), ("pos", "<i4"), ("layer", "<i4"), ("experts", "<i4", (k,)),
+                     ("scores", "<f4", (k,)), ("weights", "<f4", (k,))])
+
+
+def _read_binary(data, path):
+    ver, hlen = struct.unpack_from("<II", data, 8)
+    if ver != 1:
+        raise ValueError(f"{path}: trace version {ver}")
+    header = json.loads(data[16:16 + hlen].decode("utf-8"))
+    k, pos = header["top_k"], 16 + hlen
+    evals, parts = [], []
+    while pos < len(data):
+        if len(data) - pos < 8:
+            raise ValueError(f"{path}: byte {pos}: a record cut short")
+        tag, n = struct.unpack_from("<II", data, pos)
+        body = pos + 8
+        if n % 4 or n > len(data) - body:
+            raise ValueError(f"{path}: byte {pos}: record length {n} does not fit")
+        if tag == EVAL:
+            pos0, cnt = struct.unpack_from("<II", data, body)
+            evals.append((pos0, np.frombuffer(data, "<i4", cnt, body + 8).copy()))
+        elif tag == ROUTE:
+            pos0, layer, T, kk = struct.unpack_from("<IIII", data, body)
+            if kk != k or n != 16 + 12 * T * k:
+                raise ValueError(f"{path}: byte {pos}: a bad route record")
+            a = body + 16
+            r = np.zeros(T, _route_dtype(k))
+            r["eval"] = len(evals) - 1
+            r["pos"] = pos0 + np.arange(T)
+            r["layer"] = layer
+            r["experts"] = np.frombuffer(data, "<i4", T * k, a).reshape(T, k)
+            r["scores"] = np.frombuffer(data, "<f4", T * k, a + 4 * T * k).reshape(T, k)
+            r["weights"] = np.frombuffer(data, "<f4", T * k, a + 8 * T * k).reshape(T, k)
+            parts.append(r)
+        pos = body + n
+    routes = np.concatenate(parts) if parts else np.zeros(0, _route_dtype(k))
+    return Trace(header, evals, routes, True)
+
+
+def _read_jsonl(data, path):
+    lines = data.decode("utf-8").splitlines()
+    header = json.loads(lines[0])
+    rows = [json.loads(l) for l in lines[1:] if l.strip()]
+    k = max((len(r["experts"]) for r in rows), default=header.get("top_k", 16))
+    routes = np.zeros(len(rows), _route_dtype(k))
+    routes["eval"] = -1
+    routes["scores"] = np.nan
+    for i, r in enumerate(rows):
+        routes[i]["pos"], routes[i]["layer"] = r.get("pos", 0), r["layer"]
+        routes[i]["experts"][:len(r["experts"])] = r["experts"]
+        if "weights" in r:
+            routes[i]["weights"][:len(r["weights"])] = r["weights"]
+    return Trace(header, [], routes, False)
+
+
+def read(path):
+    with open(path, "rb") as f:
+        data = f.read()
+    if data.startswith(MAGIC):
+        return _read_binary(data, path)
+    if data.startswith(b"{"):
+        return _read_jsonl(data, path)
+    raise ValueError(f"{path}: not a deltafin route trace")
+
+
+def _g9(x):
+    """C's %.9g for a float32 value"""
+    return "%.9g" % float(x)
+
+
+def dump(tr, out=sys.stdout):
+    h = tr.header
+    head = {"trace": "deltafin routes", "format": "binary" if tr.binary else "jsonl", "model": h.get("model", ""),
+            "layers": h["layers"], "experts": h["experts"], "top_k": h["top_k"]}
+    if tr.binary:
+        head.update(hidden=h["hidden"], vocab=h["vocab"], shared_experts=h["shared_experts"],
+                    moe_layers=h["moe_layers"])
+    out.write(json.dumps(head, separators=(",", ":")) + "\n")
+    shown = -1
+    for r in tr.routes:
+        while tr.binary and shown < r["eval"]:
+            shown += 1
+            pos0, ids = tr.evals[shown]
+            out.write('{"eval":{"pos0":%d,"ids":[%s]}}\n' % (pos0, ",".join(str(int(i)) for i in ids)))
+        line = '{"pos":%d,"layer":%d,"experts":[%s]' % (r["pos"], r["layer"], ",".join(str(int(e)) for e in r["experts"]))
+        if tr.binary:
+            line += ',"scores":[%s]' % ",".join(_g9(x) for x in r["scores"])
+        line += ',"weights":[%s]}' % ",".join(_g9(x) for x in r["weights"])
+        out.write(line + "\n")
+    while tr.binary and shown + 1 < len(tr.evals):
+        shown += 1
+        pos0, ids = tr.evals[shown]
+        out.write('{"eval":{"pos0":%d,"ids":[%s]}}\n' % (pos0, ",".join(str(int(i)) for i in ids)))
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        sys.exit("usage: dftrace.py TRACE  (prints it as `deltafin trace dump` does)")
+    dump(read(sys.argv[1]))
