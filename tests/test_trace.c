@@ -5,6 +5,7 @@
  * files are refused by byte, never read past.
  */
 #include "harness.h"
+#include "json.h"
 #include "engine_impl.h"
 #include "research.h"
 #include "trace.h"
@@ -243,7 +244,7 @@ static void test_cli_formats(void)
     TCHECKF(t_run(c2, out2, sizeof out2, err, sizeof err) == 0, "%s", err);
     const char *b1 = strchr(out, '\n'), *b2 = strchr(out2, '\n');
     TCHECKF(b1 && b2 && !strcmp(b1, b2), "cachesim differs between the formats");
-    const char *bad[] = {build_bin("deltafin"), "trace", "stats", bin, NULL};
+    const char *bad[] = {build_bin("deltafin"), "trace", "plot", bin, NULL};
     TCHECK(t_run(bad, NULL, 0, err, sizeof err) != 0 && strstr(err, "usage"));
 }
 
@@ -335,7 +336,70 @@ static void test_malformed(void)
     free(data);
 }
 
+/* Two JSON documents equal: the same keys in the same order, the same
+ * integers, doubles within 1e-12 relative (two summation orders) */
+static int json_same(const json_value *a, const json_value *b, char *where, size_t n)
+{
+    if (a->type != b->type) return snprintf(where, n, "types differ"), 0;
+    switch (a->type) {
+    case JSON_NUMBER:
+        if (a->is_int && b->is_int) return a->i == b->i || (snprintf(where, n, "%lld != %lld", (long long)a->i, (long long)b->i), 0);
+        if (fabs(a->num - b->num) <= 1e-12 * fabs(a->num) + 1e-300) return 1;
+        return snprintf(where, n, "%.17g != %.17g", a->num, b->num), 0;
+    case JSON_ARRAY:
+    case JSON_OBJECT:
+        if (a->len != b->len) return snprintf(where, n, "%zu entries != %zu", a->len, b->len), 0;
+        for (size_t i = 0; i < a->len; i++) {
+            if (a->type == JSON_OBJECT && strcmp(a->keys[i], b->keys[i]))
+                return snprintf(where, n, "key %s != %s", a->keys[i], b->keys[i]), 0;
+            if (!json_same(a->items[i], b->items[i], where, n)) {
+                size_t l = strlen(where);
+                snprintf(where + l, n - l, " <- %s[%zu]", a->type == JSON_OBJECT ? a->keys[i] : "", i);
+                return 0;
+            }
+        }
+        return 1;
+    default: return 1;
+    }
+}
+
+/* `trace stats --json` and `trace reuse --json` against tools/router/dftrace.py,
+ * which computes every figure again from its own reader (numpy) */
+static void test_stats_against_python(void)
+{
+    const char *dir = model_dir();
+    if (!dir) return;
+    if (access("/usr/bin/python3", X_OK) != 0) TSKIP("no /usr/bin/python3");
+    char path[600], ids[1200] = "";
+    snprintf(path, sizeof path, "%s/stats.trace", test_scratch());
+    for (int i = 0; i < 60; i++) snprintf(ids + strlen(ids), sizeof ids - strlen(ids), "%s%d", i ? "," : "", id_at(i % 17));
+    static char out[1 << 20], out2[1 << 20], err[1 << 14];
+    const char *a[] = {build_bin("deltafin"), "run", "--model", dir, "--prompt-ids", ids, "--max-new", "40",
+                       "--trace", path, NULL};
+    TCHECKF(t_run(a, NULL, 0, err, sizeof err) == 0, "%s", err);
+    const char *verbs[][4] = {{"stats", "--stats", "4", NULL}, {"reuse", "--reuse", "9", "--max-distance"}};
+    for (int v = 0; v < 2; v++) {
+        const char *c[] = {build_bin("deltafin"), "trace", verbs[v][0], path, "--json", verbs[v][3], verbs[v][2], NULL};
+        if (!verbs[v][3]) c[5] = NULL;
+        TCHECKF(t_run(c, out, sizeof out, err, sizeof err) == 0, "%s", err);
+        const char *py[] = {"/usr/bin/python3", "tools/router/dftrace.py", verbs[v][1], verbs[v][2], path, NULL};
+        int rc = t_run(py, out2, sizeof out2, err, sizeof err);
+        if (rc != 0 && strstr(err, "No module named 'numpy'")) TSKIP("the Python reader needs numpy (python3-numpy)");
+        TCHECKF(rc == 0, "%s", err);
+        df_error e1 = {0}, e2 = {0};
+        json_doc *d1 = json_parse(out, strlen(out), &e1), *d2 = json_parse(out2, strlen(out2), &e2);
+        TCHECKF(d1 && d2, "%s / %s", e1.msg, e2.msg);
+        char where[400] = "";
+        if (d1 && d2) TCHECKF(json_same(json_root(d1), json_root(d2), where, sizeof where), "trace %s: %s", verbs[v][0], where);
+        const json_value *L = d1 ? json_get(json_root(d1), "layers") : NULL;
+        TCHECK(L && L->len > 0);
+        json_free(d1);
+        json_free(d2);
+    }
+}
+
 static const test_case tests[] = {
+    {"stats_against_python", test_stats_against_python},
     {"round_trip_and_invariance", test_round_trip_and_invariance},
     {"cli_formats", test_cli_formats},
     {"malformed", test_malformed},

@@ -6,13 +6,22 @@
  *          plus the scores: {"pos","layer","experts","scores","weights"},
  *          floats with nine significant digits (each reads back to the same
  *          f32 bits)
- * Later verbs (stats, reuse, cache, prefetch, diff) go here too.
+ *   stats  per MoE layer and pooled: expert popularity (entropy, max/mean,
+ *          unused, the most used), co-activated pairs, how often consecutive
+ *          positions change experts, reuse at distances 1..4
+ *   reuse  the share of a position's experts also routed d rows earlier,
+ *          d = 1..N (--max-distance, default 16), per layer and pooled
+ * (research/trace_stats.c defines each figure; --json for either).  Later
+ * verbs (cache, prefetch, diff) go here too.
  */
 #include "cli.h"
 #include "json_write.h"
 #include "trace.h"
 
+#include "research.h"
+
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static void put_floats(const char *key, const float *v, int k)
@@ -61,10 +70,114 @@ static int trace_dump(df_trace *t, df_error *err)
     return rc;
 }
 
+static void json_layer(const df_trace_layer_stats *st, int n_reuse, int full)
+{
+    if (st->layer >= 0) printf("{\"layer\":%d,", st->layer);
+    else printf("{");
+    printf("\"rows\":%llu,\"uses\":%llu", (unsigned long long)st->rows, (unsigned long long)st->uses);
+    if (full) {
+        printf(",\"unused\":%d,\"entropy_bits\":%.17g,\"entropy_norm\":%.17g,\"max_over_mean\":%.17g", st->unused,
+               st->entropy_bits, st->entropy_norm, st->max_over_mean);
+        if (st->layer >= 0) {
+            printf(",\"top\":[");
+            for (int t = 0, n = 0; t < DF_TRACE_TOP; t++)
+                if (st->top[t] >= 0) printf("%s[%d,%llu]", n++ ? "," : "", st->top[t], (unsigned long long)st->top_count[t]);
+            printf("],\"pairs\":[");
+            for (int t = 0, n = 0; t < DF_TRACE_TOP; t++)
+                if (st->pair[t][0] >= 0)
+                    printf("%s[%d,%d,%llu]", n++ ? "," : "", st->pair[t][0], st->pair[t][1],
+                           (unsigned long long)st->pair_count[t]);
+            printf("]");
+        }
+        printf(",\"neighbours\":%llu,\"changed\":%llu,\"mean_overlap\":%.17g", (unsigned long long)st->neighbours,
+               (unsigned long long)st->changed, st->mean_overlap);
+    }
+    printf(",\"reuse\":[");
+    for (int d = 0; d < n_reuse; d++) printf("%s%.17g", d ? "," : "", st->reuse[d]);
+    printf("]}");
+}
+
+static void print_stats_text(const df_trace_stats *S)
+{
+    printf("%d MoE layers with routes, %d experts, top %d\n", S->n_layers, S->experts, S->top_k);
+    printf("%6s %8s %7s %8s %8s %8s %9s %10s  %s\n", "layer", "rows", "unused", "H bits", "H/max", "max/mean",
+           "changed", "overlap", "most used (count)");
+    for (int i = 0; i <= S->n_layers; i++) {
+        const df_trace_layer_stats *st = i < S->n_layers ? &S->layers[i] : &S->pooled;
+        char name[16];
+        snprintf(name, sizeof name, i < S->n_layers ? "%d" : "all", st->layer);
+        printf("%6s %8llu %7d %8.3f %8.3f %8.2f %8.1f%% %10.3f ", name, (unsigned long long)st->rows, st->unused,
+               st->entropy_bits, st->entropy_norm, st->max_over_mean,
+               st->neighbours ? 100.0 * (double)st->changed / (double)st->neighbours : 0.0, st->mean_overlap);
+        for (int t = 0; t < DF_TRACE_TOP && st->top[t] >= 0; t++)
+            printf(" %d (%llu)", st->top[t], (unsigned long long)st->top_count[t]);
+        printf("\n");
+    }
+    printf("pairs routed together most often, per layer:\n");
+    for (int i = 0; i < S->n_layers; i++) {
+        const df_trace_layer_stats *st = &S->layers[i];
+        printf("%6d ", st->layer);
+        for (int t = 0; t < DF_TRACE_TOP && st->pair[t][0] >= 0; t++)
+            printf(" %d+%d (%llu)", st->pair[t][0], st->pair[t][1], (unsigned long long)st->pair_count[t]);
+        printf("\n");
+    }
+    printf("changed: consecutive positions whose experts differ; overlap: mean share of experts they keep\n");
+}
+
+static void print_reuse_text(const df_trace_stats *S)
+{
+    printf("share of a position's experts routed d rows earlier at the same layer\n%6s", "layer");
+    for (int d = 1; d <= S->n_reuse; d++) printf(" %6d", d);
+    printf("\n");
+    for (int i = 0; i <= S->n_layers; i++) {
+        const df_trace_layer_stats *st = i < S->n_layers ? &S->layers[i] : &S->pooled;
+        if (i < S->n_layers) printf("%6d", st->layer);
+        else printf("%6s", "all");
+        for (int d = 0; d < S->n_reuse; d++) printf(" %6.3f", st->reuse[d]);
+        printf("\n");
+    }
+}
+
+static int trace_stats(const char *verb, const char *path, int argc, char **argv)
+{
+    int json = 0, reuse = !strcmp(verb, "reuse"), n = reuse ? 16 : 4;
+    for (int i = 0; i < argc; i++) {
+        if (!strcmp(argv[i], "--json")) json = 1;
+        else if (reuse && !strcmp(argv[i], "--max-distance") && i + 1 < argc)
+            n = (int)parse_long(argv[++i], "--max-distance", 1, DF_TRACE_REUSE_MAX);
+        else die("trace %s: unknown option \"%s\"", verb, argv[i]);
+    }
+    df_trace_stats S;
+    df_error err = {0};
+    if (df_trace_stats_compute(path, n, &S, &err)) {
+        fprintf(stderr, "deltafin: %s\n", err.msg);
+        return 1;
+    }
+    if (json) {
+        printf("{\"experts\":%d,\"top_k\":%d,\"layers\":[", S.experts, S.top_k);
+        for (int i = 0; i < S.n_layers; i++) {
+            if (i) printf(",");
+            json_layer(&S.layers[i], n, !reuse);
+        }
+        printf("],\"pooled\":");
+        json_layer(&S.pooled, n, !reuse);
+        printf("}\n");
+    } else if (reuse) {
+        print_reuse_text(&S);
+    } else {
+        print_stats_text(&S);
+    }
+    df_trace_stats_free(&S);
+    return fflush(stdout) ? 1 : 0;
+}
+
 int cmd_trace(int argc, char **argv)
 {
+    if (argc >= 4 && (!strcmp(argv[2], "stats") || !strcmp(argv[2], "reuse")))
+        return trace_stats(argv[2], argv[3], argc - 4, argv + 4);
     if (argc != 4 || strcmp(argv[2], "dump"))
-        die("usage: deltafin trace dump FILE (a route trace written by 'deltafin run --trace FILE')");
+        die("usage: deltafin trace dump|stats|reuse FILE [--json] (a route trace written by 'deltafin run --trace "
+            "FILE')");
     df_error err = {0};
     df_trace *t;
     if (df_trace_open(argv[3], &t, &err)) {

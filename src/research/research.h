@@ -18,4 +18,30 @@ typedef struct df_cachesim_row {
 } df_cachesim_row;
 int df_cachesim(const char *trace_path, const int *slots, int n, df_cachesim_row *rows, df_error *err);
 
+/* What a route trace says about the router, per MoE layer and pooled
+ * (trace_stats.c defines each figure). */
+#define DF_TRACE_TOP 5
+#define DF_TRACE_REUSE_MAX 64
+typedef struct df_trace_layer_stats {
+    int layer;                     /* -1: pooled */
+    uint64_t rows, uses;           /* routes (positions) at the layer; rows * k */
+    int unused;                    /* experts never routed */
+    double entropy_bits, entropy_norm, max_over_mean;
+    int top[DF_TRACE_TOP];         /* the most used experts (-1: none), count descending */
+    uint64_t top_count[DF_TRACE_TOP];
+    int pair[DF_TRACE_TOP][2];     /* the pairs routed together most often */
+    uint64_t pair_count[DF_TRACE_TOP];
+    uint64_t neighbours, changed;  /* consecutive positions' rows; those whose experts differ */
+    double mean_overlap;           /* mean |A n B| / k over the neighbours */
+    double reuse[DF_TRACE_REUSE_MAX]; /* [d-1]: share of a row's experts in the row d earlier */
+} df_trace_layer_stats;
+typedef struct df_trace_stats {
+    int experts, top_k, n_reuse;
+    int n_layers;                  /* MoE layers with routes */
+    df_trace_layer_stats *layers;  /* [n_layers], in layer order */
+    df_trace_layer_stats pooled;
+} df_trace_stats;
+int df_trace_stats_compute(const char *path, int n_reuse, df_trace_stats *out, df_error *err);
+void df_trace_stats_free(df_trace_stats *s);
+
 #endif

@@ -9,10 +9,14 @@
                          #   eval (index into evals), pos, layer, experts[k] int32,
                          #   scores[k] float32, weights[k] float32 (the engine's bits)
 
+    dftrace.stats(tr, n_reuse=4)   # what `deltafin trace stats --json` prints, computed here
+                                   # independently (numpy); full=False: `trace reuse --json`
+
 Both formats: the binary default and the older JSON lines (--trace-format
 jsonl, which has no scores: they read as NaN, and its weights are rounded to
 seven digits).  Run as a script, it prints the trace as `deltafin trace dump`
-does (a test compares the two).
+does, or (--stats N / --reuse N) the figures of `trace stats` / `trace reuse`
+as JSON; a test compares them with deltafin's.
 """
 import json
 import struct
@@ -125,7 +129,89 @@ def dump(tr, out=sys.stdout):
         out.write('{"eval":{"pos0":%d,"ids":[%s]}}\n' % (pos0, ",".join(str(int(i)) for i in ids)))
 
 
+def _layer_stats(rows, pos, E, k, n_reuse, full):
+    """rows: [R][k] sorted expert ids of one layer in file order; pos: [R]"""
+    R = len(rows)
+    st = {"rows": R, "uses": R * k}
+    sets = [set(map(int, r)) for r in rows]
+    hits, tot = np.zeros(n_reuse, np.int64), np.zeros(n_reuse, np.int64)
+    for t in range(R):
+        for d in range(1, min(n_reuse, t) + 1):
+            hits[d - 1] += len(sets[t] & sets[t - d])
+            tot[d - 1] += k
+    reuse = [float(h) / float(n) if n else 0.0 for h, n in zip(hits, tot)]
+    if not full:
+        st["reuse"] = reuse
+        return st, hits, tot, 0
+    cnt = np.bincount(rows.reshape(-1), minlength=E).astype(np.int64)
+    uses = R * k
+    p = cnt[cnt > 0] / uses
+    h = float(-(p * np.log2(p)).sum()) if uses else 0.0
+    st["unused"] = int((cnt == 0).sum())
+    st["entropy_bits"] = h
+    st["entropy_norm"] = h / np.log2(E) if E > 1 and uses else 0.0
+    st["max_over_mean"] = float(cnt.max()) / (uses / E) if uses else 0.0
+    order = sorted((e for e in range(E) if cnt[e]), key=lambda e: (-cnt[e], e))[:5]
+    st["top"] = [[e, int(cnt[e])] for e in order]
+    pc = {}
+    for r in rows:
+        r = [int(x) for x in r]
+        for i in range(k):
+            for j in range(i + 1, k):
+                pc[(r[i], r[j])] = pc.get((r[i], r[j]), 0) + 1
+    st["pairs"] = [[i, j, c] for (i, j), c in sorted(pc.items(), key=lambda x: (-x[1], x[0]))[:5]]
+    nb = ch = ov = 0
+    for t in range(1, R):
+        if pos[t] == pos[t - 1] + 1:
+            o = len(sets[t] & sets[t - 1])
+            nb += 1
+            ch += o != k
+            ov += o
+    st["neighbours"], st["changed"] = nb, ch
+    st["mean_overlap"] = ov / nb / k if nb else 0.0
+    st["reuse"] = reuse
+    return st, hits, tot, ov
+
+
+def stats(tr, n_reuse=4, full=True):
+    """the figures of `deltafin trace stats --json` (full) or `trace reuse --json`"""
+    E = tr.header["experts"]
+    k = tr.routes["experts"].shape[1] if len(tr.routes) else 0
+    layers, P = [], {"rows": 0, "uses": 0}
+    ph, pt = np.zeros(n_reuse, np.int64), np.zeros(n_reuse, np.int64)
+    pov = 0
+    if full:
+        P.update(unused=0, entropy_bits=0.0, entropy_norm=0.0, max_over_mean=0.0, neighbours=0, changed=0)
+    for il in range(tr.header["layers"]):
+        sel = tr.routes[tr.routes["layer"] == il]
+        if not len(sel):
+            continue
+        rows = np.sort(sel["experts"], axis=1)
+        st, hits, tot, ov = _layer_stats(rows, sel["pos"], E, k, n_reuse, full)
+        layers.append(dict(layer=il, **st))
+        ph += hits
+        pt += tot
+        pov += ov
+        P["rows"] += st["rows"]
+        P["uses"] += st["uses"]
+        if full:
+            for key in ("unused", "neighbours", "changed"):
+                P[key] += st[key]
+            for key in ("entropy_bits", "entropy_norm", "max_over_mean"):
+                P[key] += st[key] * st["rows"]
+    if full:
+        for key in ("entropy_bits", "entropy_norm", "max_over_mean"):
+            P[key] = P[key] / P["rows"] if P["rows"] else 0.0
+        P["mean_overlap"] = pov / P["neighbours"] / k if P["neighbours"] else 0.0
+    P["reuse"] = [float(h) / float(n) if n else 0.0 for h, n in zip(ph, pt)]
+    return {"experts": E, "top_k": k, "layers": layers, "pooled": P}
+
+
 if __name__ == "__main__":
-    if len(sys.argv) != 2:
-        sys.exit("usage: dftrace.py TRACE  (prints it as `deltafin trace dump` does)")
-    dump(read(sys.argv[1]))
+    args = sys.argv[1:]
+    if len(args) == 3 and args[0] in ("--stats", "--reuse"):
+        print(json.dumps(stats(read(args[2]), int(args[1]), full=args[0] == "--stats")))
+        sys.exit(0)
+    if len(args) != 1:
+        sys.exit("usage: dftrace.py TRACE | dftrace.py --stats N TRACE | dftrace.py --reuse N TRACE")
+    dump(read(args[0]))
