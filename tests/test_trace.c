@@ -398,7 +398,59 @@ static void test_stats_against_python(void)
     }
 }
 
+/* trace diff: a trace against itself, against its JSON lines (the same
+ * experts, weights rounded to seven digits) and against a prompt that
+ * differs from position 7 on: routes are causal, so positions 0..6 agree
+ * bit for bit and the first difference is at 7 or later. */
+static void test_diff(void)
+{
+    const char *dir = model_dir();
+    if (!dir) return;
+    char p1[600], p2[600], p3[600], ids1[400] = "", ids2[400] = "";
+    snprintf(p1, sizeof p1, "%s/d1.trace", test_scratch());
+    snprintf(p2, sizeof p2, "%s/d2.trace", test_scratch());
+    snprintf(p3, sizeof p3, "%s/d3.jsonl", test_scratch());
+    for (int i = 0; i < 20; i++) {
+        snprintf(ids1 + strlen(ids1), sizeof ids1 - strlen(ids1), "%s%d", i ? "," : "", id_at(i));
+        snprintf(ids2 + strlen(ids2), sizeof ids2 - strlen(ids2), "%s%d", i ? "," : "", i < 7 ? id_at(i) : id_at(i + 50));
+    }
+    static char err[1 << 14];
+    const char *a1[] = {build_bin("deltafin"), "run", "--model", dir, "--prompt-ids", ids1, "--max-new", "4",
+                        "--trace", p1, NULL};
+    const char *a2[] = {build_bin("deltafin"), "run", "--model", dir, "--prompt-ids", ids2, "--max-new", "4",
+                        "--trace", p2, "--threads", "1", NULL};
+    const char *a3[] = {build_bin("deltafin"), "run", "--model", dir, "--prompt-ids", ids1, "--max-new", "4",
+                        "--trace", p3, "--trace-format", "jsonl", NULL};
+    TCHECKF(t_run(a1, NULL, 0, err, sizeof err) == 0, "%s", err);
+    TCHECKF(t_run(a2, NULL, 0, err, sizeof err) == 0, "%s", err);
+    TCHECKF(t_run(a3, NULL, 0, err, sizeof err) == 0, "%s", err);
+    df_trace_diff D;
+    df_error e = {0};
+    TCHECKF(df_trace_diff_compute(p1, p1, &D, &e) == 0, "%s", e.msg);
+    TCHECK(D.pooled.compared >= 24 && !D.pooled.set_differs && !D.pooled.order_differs && !D.pooled.weight_differs &&
+           D.pooled.mean_overlap == 1.0 && D.pooled.first_pos == -1 && !D.only_a && !D.only_b);
+    df_trace_diff_free(&D);
+    TCHECKF(df_trace_diff_compute(p1, p3, &D, &e) == 0, "%s", e.msg);
+    TCHECKF(!D.pooled.set_differs && !D.pooled.order_differs && D.pooled.max_weight_diff < 1e-6 &&
+                D.pooled.first_pos == -1,
+            "binary against its JSON lines: %llu sets, %llu orders differ, max |dw| %g",
+            (unsigned long long)D.pooled.set_differs, (unsigned long long)D.pooled.order_differs,
+            D.pooled.max_weight_diff);
+    df_trace_diff_free(&D);
+    TCHECKF(df_trace_diff_compute(p1, p2, &D, &e) == 0, "%s", e.msg);
+    TCHECKF(D.pooled.first_pos >= 7 && D.pooled.set_differs > 0, "another prompt from position 7: first difference %d",
+            D.pooled.first_pos);
+    /* positions 0..6 held the same: nothing before 7 differs in any layer */
+    for (int i = 0; i < D.n_layers; i++) TCHECK(D.layers[i].first_pos == -1 || D.layers[i].first_pos >= 7);
+    df_trace_diff_free(&D);
+    static char out[1 << 16];
+    const char *c[] = {build_bin("deltafin"), "trace", "diff", p1, p2, "--json", NULL};
+    TCHECKF(t_run(c, out, sizeof out, err, sizeof err) == 0, "%s", err);
+    TCHECK(strstr(out, "\"pooled\":{\"compared\":") != NULL);
+}
+
 static const test_case tests[] = {
+    {"diff", test_diff},
     {"stats_against_python", test_stats_against_python},
     {"round_trip_and_invariance", test_round_trip_and_invariance},
     {"cli_formats", test_cli_formats},

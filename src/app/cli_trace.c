@@ -11,8 +11,11 @@
  *          positions change experts, reuse at distances 1..4
  *   reuse  the share of a position's experts also routed d rows earlier,
  *          d = 1..N (--max-distance, default 16), per layer and pooled
- * (research/trace_stats.c defines each figure; --json for either).  Later
- * verbs (cache, prefetch, diff) go here too.
+ *   diff   A B: where two traces route differently, per layer and pooled
+ *          (the last route of each position and layer compared: experts,
+ *          their order, the weights' bits; research/trace_diff.c)
+ * (research/trace_stats.c defines the figures of stats and reuse; --json for
+ * each).  Later verbs (cache, prefetch) go here too.
  */
 #include "cli.h"
 #include "json_write.h"
@@ -171,13 +174,72 @@ static int trace_stats(const char *verb, const char *path, int argc, char **argv
     return fflush(stdout) ? 1 : 0;
 }
 
+static void diff_row(const df_trace_diff_layer *d, int json)
+{
+    if (json) {
+        if (d->layer >= 0) printf("{\"layer\":%d,", d->layer);
+        else printf("{");
+        printf("\"compared\":%llu,\"set_differs\":%llu,\"order_differs\":%llu,\"weight_differs\":%llu,"
+               "\"mean_overlap\":%.17g,\"max_weight_diff\":%.9g,\"first_pos\":%d}",
+               (unsigned long long)d->compared, (unsigned long long)d->set_differs,
+               (unsigned long long)d->order_differs, (unsigned long long)d->weight_differs, d->mean_overlap,
+               d->max_weight_diff, d->first_pos);
+        return;
+    }
+    char name[16], first[16];
+    snprintf(name, sizeof name, d->layer >= 0 ? "%d" : "all", d->layer);
+    snprintf(first, sizeof first, d->first_pos >= 0 ? "%d" : "-", d->first_pos);
+    printf("%6s %9llu %8.2f%% %8.2f%% %8.2f%% %9.4f %11.3g %9s\n", name, (unsigned long long)d->compared,
+           100.0 * (double)d->set_differs / (double)d->compared, 100.0 * (double)d->order_differs / (double)d->compared,
+           100.0 * (double)d->weight_differs / (double)d->compared, d->mean_overlap, d->max_weight_diff, first);
+}
+
+static int trace_diff(const char *a, const char *b, int argc, char **argv)
+{
+    int json = 0;
+    for (int i = 0; i < argc; i++) {
+        if (!strcmp(argv[i], "--json")) json = 1;
+        else die("trace diff: unknown option \"%s\"", argv[i]);
+    }
+    df_trace_diff D;
+    df_error err = {0};
+    if (df_trace_diff_compute(a, b, &D, &err)) {
+        fprintf(stderr, "deltafin: %s\n", err.msg);
+        return 1;
+    }
+    if (json) {
+        printf("{\"top_k\":%d,\"only_a\":%llu,\"only_b\":%llu,\"layers\":[", D.top_k, (unsigned long long)D.only_a,
+               (unsigned long long)D.only_b);
+        for (int i = 0; i < D.n_layers; i++) {
+            if (i) printf(",");
+            diff_row(&D.layers[i], 1);
+        }
+        printf("],\"pooled\":");
+        diff_row(&D.pooled, 1);
+        printf("}\n");
+    } else {
+        printf("%s against %s: %llu routes compared, %llu only in the first, %llu only in the second\n", a, b,
+               (unsigned long long)D.pooled.compared, (unsigned long long)D.only_a, (unsigned long long)D.only_b);
+        printf("%6s %9s %9s %9s %9s %9s %11s %9s\n", "layer", "compared", "experts", "order", "weights", "overlap",
+               "max |dw|", "first pos");
+        for (int i = 0; i < D.n_layers; i++) diff_row(&D.layers[i], 0);
+        diff_row(&D.pooled, 0);
+        printf("experts: routes whose experts differ; order: the same experts in another order; weights: the same\n"
+               "experts and order, some weight's bits differ; overlap: mean share of experts in common; first pos:\n"
+               "the first position whose experts differ\n");
+    }
+    df_trace_diff_free(&D);
+    return fflush(stdout) ? 1 : 0;
+}
+
 int cmd_trace(int argc, char **argv)
 {
     if (argc >= 4 && (!strcmp(argv[2], "stats") || !strcmp(argv[2], "reuse")))
         return trace_stats(argv[2], argv[3], argc - 4, argv + 4);
+    if (argc >= 5 && !strcmp(argv[2], "diff")) return trace_diff(argv[3], argv[4], argc - 5, argv + 5);
     if (argc != 4 || strcmp(argv[2], "dump"))
-        die("usage: deltafin trace dump|stats|reuse FILE [--json] (a route trace written by 'deltafin run --trace "
-            "FILE')");
+        die("usage: deltafin trace dump|stats|reuse FILE [--json], deltafin trace diff A B [--json] (route traces "
+            "written by 'deltafin run --trace FILE')");
     df_error err = {0};
     df_trace *t;
     if (df_trace_open(argv[3], &t, &err)) {

@@ -102,6 +102,8 @@ void usage(FILE *f)
           "          a route trace (--trace, either format): dump: JSON lines (the header, each\n"
           "          evaluation's ids, each position's experts, scores and weights); stats: per\n"
           "          layer popularity, entropy, pairs, neighbours; reuse: at distances 1..N\n"
+          "  trace   diff A B [--json]\n"
+          "          where two traces route differently: per layer, experts, order, weights\n"
           "  bench   --model MODEL [--vs-llama] [--threads N] [--prompt-len 32] [--gen 16]\n"
           "          [--reps 3] [--mem SIZE] [--kernels ISA] [--squeeze-to SIZE] [--drop-caches]\n"
           "          prefill and decode tok/s (medians), peak RSS, disk bytes per token, and how\n"

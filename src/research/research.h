@@ -44,4 +44,25 @@ typedef struct df_trace_stats {
 int df_trace_stats_compute(const char *path, int n_reuse, df_trace_stats *out, df_error *err);
 void df_trace_stats_free(df_trace_stats *s);
 
+/* Where two traces route differently (trace_diff.c): the last route each
+ * trace holds for a (position, MoE layer), compared where both have one. */
+typedef struct df_trace_diff_layer {
+    int layer;                     /* -1: pooled */
+    uint64_t compared;             /* (position, layer) routes both traces hold */
+    uint64_t set_differs;          /* other experts */
+    uint64_t order_differs;        /* the same experts in another order */
+    uint64_t weight_differs;       /* the same experts and order, some weight's bits differ */
+    double mean_overlap;           /* mean |A n B| / k */
+    double max_weight_diff;        /* largest |w_a - w_b| where the experts and order agree */
+    int first_pos;                 /* the first position whose experts differ (-1: none) */
+} df_trace_diff_layer;
+typedef struct df_trace_diff {
+    int top_k, n_layers;
+    uint64_t only_a, only_b;       /* routes one trace holds and the other not */
+    df_trace_diff_layer *layers;   /* [n_layers] */
+    df_trace_diff_layer pooled;
+} df_trace_diff;
+int df_trace_diff_compute(const char *a, const char *b, df_trace_diff *out, df_error *err);
+void df_trace_diff_free(df_trace_diff *d);
+
 #endif
