@@ -467,6 +467,27 @@ static void test_cachesim_known_answers(void)
             (unsigned long long)rows[0].hits_static, (unsigned long long)rows[0].hits_lru);
     /* every expert fits: only the four first uses miss, for every policy */
     TCHECK(rows[1].hits_belady == 4 && rows[1].hits_static == 4 && rows[1].hits_lru == 4 && rows[1].hits_lfu == 4);
+    /* per layer (trace cache): two layers of that sequence, interleaved;
+     * 4 slots give each layer 2, so each alone has the answers above */
+    char two[600];
+    snprintf(two, sizeof two, "%s/two.trace", test_scratch());
+    f = fopen(two, "w");
+    CHECK(f);
+    fprintf(f, "{\"trace\":\"deltafin routes\",\"version\":1,\"layers\":3,\"experts\":4,\"top_k\":1}\n");
+    for (int i = 0; i < 8; i++)
+        for (int il = 1; il < 3; il++)
+            fprintf(f, "{\"pos\":%d,\"layer\":%d,\"experts\":[%d],\"weights\":[1]}\n", i, il, seq[i]);
+    CHECK(fclose(f) == 0);
+    df_cachesim_row pooled[1], *pl = NULL;
+    int four = 4, lids[3], nl = 0;
+    TCHECKF(df_cachesim_layers(two, &four, 1, pooled, &pl, lids, &nl, &err) == 0, "%s", err.msg);
+    TCHECK(nl == 2 && lids[0] == 1 && lids[1] == 2 && pooled[0].accesses == 16 && pooled[0].steps == 16);
+    for (int j = 0; pl && j < nl; j++)
+        TCHECKF(pl[j].slots == 2 && pl[j].accesses == 8 && pl[j].hits_belady == 4 && pl[j].hits_static == 4 &&
+                    pl[j].hits_lru == 3,
+                "layer %d alone: Belady %llu static %llu LRU %llu", lids[j], (unsigned long long)pl[j].hits_belady,
+                (unsigned long long)pl[j].hits_static, (unsigned long long)pl[j].hits_lru);
+    free(pl);
     f = fopen(bad, "w");
     CHECK(f);
     fprintf(f, "{\"trace\":\"deltafin routes\",\"version\":1,\"layers\":1,\"experts\":4,\"top_k\":1}\n"

@@ -244,6 +244,20 @@ static void test_cli_formats(void)
     TCHECKF(t_run(c2, out2, sizeof out2, err, sizeof err) == 0, "%s", err);
     const char *b1 = strchr(out, '\n'), *b2 = strchr(out2, '\n');
     TCHECKF(b1 && b2 && !strcmp(b1, b2), "cachesim differs between the formats");
+    /* trace cache: the pooled rows are cachesim's, then one entry per MoE layer */
+    const char *c3[] = {build_bin("deltafin"), "trace", "cache", bin, "--slots", "8,64", "--json", NULL};
+    TCHECKF(t_run(c3, out2, sizeof out2, err, sizeof err) == 0, "%s", err);
+    df_error je = {0};
+    json_doc *jd = json_parse(out2, strlen(out2), &je);
+    TCHECKF(jd, "trace cache --json: %s", je.msg);
+    if (jd) {
+        const json_value *po = json_get(json_root(jd), "pooled"), *ly = json_get(json_root(jd), "layers");
+        TCHECK(po && po->len == 2 && ly && ly->len == 7);
+        int64_t lru = -1;
+        if (po && po->len == 2) json_get_int(po->items[1], "hits_lru", &lru);
+        TCHECK(lru >= 0);
+        json_free(jd);
+    }
     const char *bad[] = {build_bin("deltafin"), "trace", "plot", bin, NULL};
     TCHECK(t_run(bad, NULL, 0, err, sizeof err) != 0 && strstr(err, "usage"));
 }

@@ -14,8 +14,12 @@
  *   diff   A B: where two traces route differently, per layer and pooled
  *          (the last route of each position and layer compared: experts,
  *          their order, the weights' bits; research/trace_diff.c)
+ *   cache  hit rates against cache size (--slots, in experts) for LRU, LFU
+ *          (the engine's default), TLFU, the trace's most used experts
+ *          kept (static) and Belady's optimum: pooled, then each MoE layer
+ *          alone with its share of each cache (research/cachesim.c)
  * (research/trace_stats.c defines the figures of stats and reuse; --json for
- * each).  Later verbs (cache, prefetch) go here too.
+ * each).  A later verb (prefetch) goes here too.
  */
 #include "cli.h"
 #include "json_write.h"
@@ -232,14 +236,86 @@ static int trace_diff(const char *a, const char *b, int argc, char **argv)
     return fflush(stdout) ? 1 : 0;
 }
 
+static double pct(uint64_t h, uint64_t n) { return n ? 100.0 * (double)h / (double)n : 0.0; }
+
+static void cache_json(const df_cachesim_row *r)
+{
+    printf("{\"slots\":%d,\"steps\":%llu,\"accesses\":%llu,\"hits_lru\":%llu,\"hits_lfu\":%llu,\"hits_tlfu\":%llu,"
+           "\"hits_static\":%llu,\"hits_belady\":%llu}",
+           r->slots, (unsigned long long)r->steps, (unsigned long long)r->accesses, (unsigned long long)r->hits_lru,
+           (unsigned long long)r->hits_lfu, (unsigned long long)r->hits_tlfu, (unsigned long long)r->hits_static,
+           (unsigned long long)r->hits_belady);
+}
+
+static int trace_cache(const char *path, int argc, char **argv)
+{
+    int json = 0, slots[64], n = 0;
+    const char *list = "16,64,256,1024";
+    for (int i = 0; i < argc; i++) {
+        if (!strcmp(argv[i], "--json")) json = 1;
+        else if (!strcmp(argv[i], "--slots") && i + 1 < argc) list = argv[++i];
+        else die("trace cache: unknown option \"%s\"", argv[i]);
+    }
+    for (const char *p = list; *p && n < 64;) {
+        char *end;
+        long v = strtol(p, &end, 10);
+        if (end == p || v < 1 || v > (1 << 24)) die("--slots: bad cache size near \"%s\"", p);
+        slots[n++] = (int)v;
+        if (*end && *end != ',') die("--slots: expected ',' near \"%s\"", end);
+        p = *end == ',' ? end + 1 : end;
+    }
+    df_cachesim_row rows[64], *pl = NULL;
+    int *ids = malloc(65536 * sizeof *ids), nl = 0; /* a trace has at most 65,535 layers */
+    df_error err = {0};
+    if (!ids) die("out of memory");
+    if (df_cachesim_layers(path, slots, n, rows, &pl, ids, &nl, &err)) {
+        fprintf(stderr, "deltafin: %s\n", err.msg);
+        free(ids);
+        return 1;
+    }
+    if (json) {
+        printf("{\"pooled\":[");
+        for (int i = 0; i < n; i++) printf("%s", i ? "," : ""), cache_json(&rows[i]);
+        printf("],\"layers\":[");
+        for (int j = 0; j < nl; j++) {
+            printf("%s{\"layer\":%d,\"rows\":[", j ? "," : "", ids[j]);
+            for (int i = 0; i < n; i++) printf("%s", i ? "," : ""), cache_json(&pl[(size_t)j * n + i]);
+            printf("]}");
+        }
+        printf("]}\n");
+    } else {
+        printf("%s: %llu steps (position x MoE layer), %llu expert uses; hit %% by policy\n", path,
+               (unsigned long long)rows[0].steps, (unsigned long long)rows[0].accesses);
+        printf("%6s %8s %8s %8s %8s %8s %8s %10s\n", "layer", "slots", "LRU", "LFU", "TLFU", "static", "Belady",
+               "LFU/Belady");
+        for (int j = -1; j < nl; j++)
+            for (int i = 0; i < n; i++) {
+                const df_cachesim_row *r = j < 0 ? &rows[i] : &pl[(size_t)j * n + i];
+                char name[16];
+                snprintf(name, sizeof name, j < 0 ? "all" : "%d", j < 0 ? 0 : ids[j]);
+                printf("%6s %8d %8.2f %8.2f %8.2f %8.2f %8.2f %10.3f\n", name, r->slots, pct(r->hits_lru, r->accesses),
+                       pct(r->hits_lfu, r->accesses), pct(r->hits_tlfu, r->accesses), pct(r->hits_static, r->accesses),
+                       pct(r->hits_belady, r->accesses),
+                       r->hits_belady ? (double)r->hits_lfu / (double)r->hits_belady : 0.0);
+            }
+        printf("all: one cache of `slots` experts for every layer; a layer: that layer alone in slots / %d\n"
+               "static = the trace's most used experts kept from their first use (frequencies known in advance)\n",
+               nl);
+    }
+    free(pl);
+    free(ids);
+    return fflush(stdout) ? 1 : 0;
+}
+
 int cmd_trace(int argc, char **argv)
 {
     if (argc >= 4 && (!strcmp(argv[2], "stats") || !strcmp(argv[2], "reuse")))
         return trace_stats(argv[2], argv[3], argc - 4, argv + 4);
     if (argc >= 5 && !strcmp(argv[2], "diff")) return trace_diff(argv[3], argv[4], argc - 5, argv + 5);
+    if (argc >= 4 && !strcmp(argv[2], "cache")) return trace_cache(argv[3], argc - 4, argv + 4);
     if (argc != 4 || strcmp(argv[2], "dump"))
-        die("usage: deltafin trace dump|stats|reuse FILE [--json], deltafin trace diff A B [--json] (route traces "
-            "written by 'deltafin run --trace FILE')");
+        die("usage: deltafin trace dump|stats|reuse|cache FILE [--json], deltafin trace diff A B [--json] (route "
+            "traces written by 'deltafin run --trace FILE')");
     df_error err = {0};
     df_trace *t;
     if (df_trace_open(argv[3], &t, &err)) {

@@ -102,6 +102,8 @@ void usage(FILE *f)
           "          a route trace (--trace, either format): dump: JSON lines (the header, each\n"
           "          evaluation's ids, each position's experts, scores and weights); stats: per\n"
           "          layer popularity, entropy, pairs, neighbours; reuse: at distances 1..N\n"
+          "  trace   cache FILE [--slots 16,64,256] [--json]\n"
+          "          hit rates by policy and Belady's optimum, pooled and per MoE layer\n"
           "  trace   diff A B [--json]\n"
           "          where two traces route differently: per layer, experts, order, weights\n"
           "  bench   --model MODEL [--vs-llama] [--threads N] [--prompt-len 32] [--gen 16]\n"

@@ -171,27 +171,75 @@ static uint64_t replay_belady(const trace_t *t, int slots)
     return hits;
 }
 
-int df_cachesim(const char *trace_path, const int *slots, int n, df_cachesim_row *rows, df_error *err)
+static void replay_all(const trace_t *t, int slots, df_cachesim_row *r)
+{
+    memset(r, 0, sizeof *r);
+    r->slots = slots < 1 ? 1 : slots;
+    r->accesses = t->n;
+    r->steps = (uint64_t)t->n_steps;
+    r->hits_lru = replay_policy(t, r->slots, CACHE_LRU);
+    r->hits_lfu = replay_policy(t, r->slots, CACHE_LFU);
+    r->hits_tlfu = replay_policy(t, r->slots, CACHE_TLFU);
+    r->hits_belady = replay_belady(t, r->slots);
+    r->hits_static = replay_static(t, r->slots);
+}
+
+/* The steps of one layer (keys kept, steps renumbered from 0) */
+static size_t layer_trace(const trace_t *t, int il, trace_t *o)
+{
+    *o = *t;
+    o->key = xmalloc((t->n ? t->n : 1) * sizeof *o->key);
+    o->step = xmalloc((t->n ? t->n : 1) * sizeof *o->step);
+    o->n = 0;
+    o->n_steps = 0;
+    int last = -1;
+    for (size_t i = 0; i < t->n; i++) {
+        if (t->key[i] / t->n_experts != il) continue;
+        if (t->step[i] != last) last = t->step[i], o->n_steps++;
+        o->key[o->n] = t->key[i];
+        o->step[o->n++] = o->n_steps - 1;
+    }
+    return o->n;
+}
+
+int df_cachesim_layers(const char *trace_path, const int *slots, int n, df_cachesim_row *rows,
+                       df_cachesim_row **per_layer, int *layer_ids, int *n_layers, df_error *err)
 {
     trace_t t;
+    if (per_layer) *per_layer = NULL;
+    if (n_layers) *n_layers = 0;
     if (load_trace(trace_path, &t, err)) {
         free(t.key);
         free(t.step);
         return -1;
     }
-    for (int i = 0; i < n; i++) {
-        df_cachesim_row *r = &rows[i];
-        memset(r, 0, sizeof *r);
-        r->slots = slots[i] < 1 ? 1 : slots[i];
-        r->accesses = t.n;
-        r->steps = (uint64_t)t.n_steps;
-        r->hits_lru = replay_policy(&t, r->slots, CACHE_LRU);
-        r->hits_lfu = replay_policy(&t, r->slots, CACHE_LFU);
-        r->hits_tlfu = replay_policy(&t, r->slots, CACHE_TLFU);
-        r->hits_belady = replay_belady(&t, r->slots);
-        r->hits_static = replay_static(&t, r->slots);
+    for (int i = 0; i < n; i++) replay_all(&t, slots[i], &rows[i]);
+    if (per_layer) {
+        int nl = 0;
+        uint8_t *has = xcalloc((size_t)t.n_layers, 1);
+        for (size_t i = 0; i < t.n; i++) has[t.key[i] / t.n_experts] = 1;
+        for (int il = 0; il < t.n_layers; il++) nl += has[il];
+        df_cachesim_row *pl = xcalloc((size_t)nl * (size_t)n, sizeof *pl);
+        for (int il = 0, j = 0; il < t.n_layers; il++) {
+            if (!has[il]) continue;
+            trace_t lt;
+            layer_trace(&t, il, &lt);
+            for (int i = 0; i < n; i++) replay_all(&lt, slots[i] / nl, &pl[(size_t)j * n + i]);
+            free(lt.key);
+            free(lt.step);
+            if (layer_ids) layer_ids[j] = il;
+            j++;
+        }
+        free(has);
+        *per_layer = pl;
+        *n_layers = nl;
     }
     free(t.key);
     free(t.step);
     return 0;
+}
+
+int df_cachesim(const char *trace_path, const int *slots, int n, df_cachesim_row *rows, df_error *err)
+{
+    return df_cachesim_layers(trace_path, slots, n, rows, NULL, NULL, NULL, err);
 }

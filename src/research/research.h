@@ -17,6 +17,12 @@ typedef struct df_cachesim_row {
                                      ranks experts by frequency alone */
 } df_cachesim_row;
 int df_cachesim(const char *trace_path, const int *slots, int n, df_cachesim_row *rows, df_error *err);
+/* The same, and (per_layer != NULL) each MoE layer alone with its share of
+ * each cache, slots / (layers with routes) (at least 1): per_layer gets a
+ * malloc'd [n_layers][n], layer_ids (room for the trace's layer count) the
+ * layers in order. */
+int df_cachesim_layers(const char *trace_path, const int *slots, int n, df_cachesim_row *rows,
+                       df_cachesim_row **per_layer, int *layer_ids, int *n_layers, df_error *err);
 
 /* What a route trace says about the router, per MoE layer and pooled
  * (trace_stats.c defines each figure). */
