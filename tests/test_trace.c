@@ -463,7 +463,52 @@ static void test_diff(void)
     TCHECK(strstr(out, "\"pooled\":{\"compared\":") != NULL);
 }
 
+/* --svg: the three plots, well formed as far as a count can tell (Chromium
+ * renders them in make server-test), a heat-map cell per layer and expert,
+ * the same bytes when written twice */
+static void test_svg(void)
+{
+    const char *dir = model_dir();
+    if (!dir) return;
+    char path[600], d1[600], d2[600], f[700];
+    snprintf(path, sizeof path, "%s/svg.trace", test_scratch());
+    snprintf(d1, sizeof d1, "%s/svg1", test_scratch());
+    snprintf(d2, sizeof d2, "%s/svg2", test_scratch());
+    static char err[1 << 14];
+    const char *a[] = {build_bin("deltafin"), "run", "--model", dir, "--prompt-ids", "5,6,7,8,9", "--max-new", "20",
+                       "--trace", path, NULL};
+    TCHECKF(t_run(a, NULL, 0, err, sizeof err) == 0, "%s", err);
+    for (int r = 0; r < 2; r++) {
+        const char *o = r ? d2 : d1;
+        const char *s[] = {build_bin("deltafin"), "trace", "stats", path, "--svg", o, NULL};
+        const char *c[] = {build_bin("deltafin"), "trace", "cache", path, "--slots", "4,16,64", "--svg", o, NULL};
+        TCHECKF(t_run(s, NULL, 0, err, sizeof err) == 0, "%s", err);
+        TCHECKF(t_run(c, NULL, 0, err, sizeof err) == 0, "%s", err);
+    }
+    static const char *names[] = {"popularity.svg", "reuse.svg", "cache.svg"};
+    for (int i = 0; i < 3; i++) {
+        size_t n1 = 0, n2 = 0;
+        snprintf(f, sizeof f, "%s/%s", d1, names[i]);
+        char *x = t_slurp(f, &n1);
+        snprintf(f, sizeof f, "%s/%s", d2, names[i]);
+        char *y = t_slurp(f, &n2);
+        TCHECKF(x && y && n1 == n2 && !memcmp(x, y, n1), "%s: not the same bytes twice", names[i]);
+        TCHECKF(x && !strncmp(x, "<svg ", 5) && strstr(x, "</svg>\n"), "%s: not an SVG document", names[i]);
+        if (x && i == 0) {
+            int cells = 0;
+            for (const char *p = x; (p = strstr(p, "class=\"cell\"")); p++) cells++;
+            TCHECKF(cells == 7 * 32, "%d heat-map cells, expected 7 layers x 32 experts", cells);
+        }
+        if (x && i == 2) TCHECK(strstr(x, "class=\"Belady\"") && strstr(x, "class=\"LFU\""));
+        free(x);
+        free(y);
+    }
+    const char *bad[] = {build_bin("deltafin"), "trace", "stats", path, "--svg", "/proc/nope/x", NULL};
+    TCHECK(t_run(bad, NULL, 0, err, sizeof err) != 0 && strstr(err, "--svg /proc/nope/x"));
+}
+
 static const test_case tests[] = {
+    {"svg", test_svg},
     {"diff", test_diff},
     {"stats_against_python", test_stats_against_python},
     {"round_trip_and_invariance", test_round_trip_and_invariance},

@@ -19,7 +19,8 @@
  *          kept (static) and Belady's optimum: pooled, then each MoE layer
  *          alone with its share of each cache (research/cachesim.c)
  * (research/trace_stats.c defines the figures of stats and reuse; --json for
- * each).  A later verb (prefetch) goes here too.
+ * each; --svg DIR writes their plots, research/trace_plot.c).  A later verb
+ * (prefetch) goes here too.
  */
 #include "cli.h"
 #include "json_write.h"
@@ -27,9 +28,11 @@
 
 #include "research.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 static void put_floats(const char *key, const float *v, int k)
 {
@@ -145,11 +148,28 @@ static void print_reuse_text(const df_trace_stats *S)
     }
 }
 
+/* --svg DIR: made when missing; the plot's path in it */
+static void svg_path(const char *dir, const char *name, char *out, size_t n)
+{
+    struct stat st;
+    if (stat(dir, &st) != 0 && mkdir(dir, 0755) != 0) die("--svg %s: cannot make the directory: %s", dir, strerror(errno));
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) die("--svg %s: not a directory", dir);
+    if ((size_t)snprintf(out, n, "%s/%s", dir, name) >= n) die("--svg %s: the path is too long", dir);
+}
+
+static int write_plot(int rc, const df_error *err)
+{
+    if (rc) fprintf(stderr, "deltafin: %s\n", err->msg);
+    return rc ? 1 : 0;
+}
+
 static int trace_stats(const char *verb, const char *path, int argc, char **argv)
 {
     int json = 0, reuse = !strcmp(verb, "reuse"), n = reuse ? 16 : 4;
+    const char *svgdir = NULL;
     for (int i = 0; i < argc; i++) {
         if (!strcmp(argv[i], "--json")) json = 1;
+        else if (!strcmp(argv[i], "--svg") && i + 1 < argc) svgdir = argv[++i];
         else if (reuse && !strcmp(argv[i], "--max-distance") && i + 1 < argc)
             n = (int)parse_long(argv[++i], "--max-distance", 1, DF_TRACE_REUSE_MAX);
         else die("trace %s: unknown option \"%s\"", verb, argv[i]);
@@ -174,8 +194,18 @@ static int trace_stats(const char *verb, const char *path, int argc, char **argv
     } else {
         print_stats_text(&S);
     }
+    int rc = 0;
+    if (svgdir) {
+        char f[4096];
+        if (!reuse) {
+            svg_path(svgdir, "popularity.svg", f, sizeof f);
+            rc |= write_plot(df_plot_popularity(f, &S, &err), &err);
+        }
+        svg_path(svgdir, "reuse.svg", f, sizeof f);
+        rc |= write_plot(df_plot_reuse(f, &S, &err), &err);
+    }
     df_trace_stats_free(&S);
-    return fflush(stdout) ? 1 : 0;
+    return fflush(stdout) || rc ? 1 : 0;
 }
 
 static void diff_row(const df_trace_diff_layer *d, int json)
@@ -250,9 +280,10 @@ static void cache_json(const df_cachesim_row *r)
 static int trace_cache(const char *path, int argc, char **argv)
 {
     int json = 0, slots[64], n = 0;
-    const char *list = "16,64,256,1024";
+    const char *list = "16,64,256,1024", *svgdir = NULL;
     for (int i = 0; i < argc; i++) {
         if (!strcmp(argv[i], "--json")) json = 1;
+        else if (!strcmp(argv[i], "--svg") && i + 1 < argc) svgdir = argv[++i];
         else if (!strcmp(argv[i], "--slots") && i + 1 < argc) list = argv[++i];
         else die("trace cache: unknown option \"%s\"", argv[i]);
     }
@@ -302,9 +333,15 @@ static int trace_cache(const char *path, int argc, char **argv)
                "static = the trace's most used experts kept from their first use (frequencies known in advance)\n",
                nl);
     }
+    int rc = 0;
+    if (svgdir) {
+        char f[4096];
+        svg_path(svgdir, "cache.svg", f, sizeof f);
+        rc = write_plot(df_plot_cache(f, rows, n, &err), &err);
+    }
     free(pl);
     free(ids);
-    return fflush(stdout) ? 1 : 0;
+    return fflush(stdout) || rc ? 1 : 0;
 }
 
 int cmd_trace(int argc, char **argv)

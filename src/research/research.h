@@ -46,6 +46,7 @@ typedef struct df_trace_stats {
     int n_layers;                  /* MoE layers with routes */
     df_trace_layer_stats *layers;  /* [n_layers], in layer order */
     df_trace_layer_stats pooled;
+    uint64_t *counts;              /* [n_layers][experts]: each expert's routes at the layer */
 } df_trace_stats;
 int df_trace_stats_compute(const char *path, int n_reuse, df_trace_stats *out, df_error *err);
 void df_trace_stats_free(df_trace_stats *s);
@@ -70,5 +71,12 @@ typedef struct df_trace_diff {
 } df_trace_diff;
 int df_trace_diff_compute(const char *a, const char *b, df_trace_diff *out, df_error *err);
 void df_trace_diff_free(df_trace_diff *d);
+
+/* Plots as SVG (trace_plot.c): the layer x expert popularity heat map, the
+ * reuse curves (a line a layer, the pooled one bold), hit rate against
+ * cache size per policy with Belady's optimum.  0, or -1 with err set. */
+int df_plot_popularity(const char *path, const df_trace_stats *S, df_error *err);
+int df_plot_reuse(const char *path, const df_trace_stats *S, df_error *err);
+int df_plot_cache(const char *path, const df_cachesim_row *rows, int n, df_error *err);
 
 #endif

@@ -153,6 +153,7 @@ int df_trace_stats_compute(const char *path, int n_reuse, df_trace_stats *out, d
         out->top_k = k;
         out->n_reuse = n_reuse;
         out->layers = xcalloc((size_t)NL, sizeof *out->layers);
+        out->counts = xcalloc((size_t)NL * E, sizeof *out->counts);
         uint32_t *pairs = xmalloc((size_t)E * E * sizeof *pairs);
         uint64_t *cnt = xmalloc((size_t)E * sizeof *cnt);
         uint64_t phits[DF_TRACE_REUSE_MAX] = {0}, ptot[DF_TRACE_REUSE_MAX] = {0}, povl = 0;
@@ -164,6 +165,7 @@ int df_trace_stats_compute(const char *path, int n_reuse, df_trace_stats *out, d
             uint64_t hits[DF_TRACE_REUSE_MAX] = {0}, tot[DF_TRACE_REUSE_MAX] = {0}, ovl = 0;
             st->layer = il;
             layer_compute(&lr[il], E, k, n_reuse, pairs, cnt, st, hits, tot, &ovl);
+            memcpy(out->counts + (size_t)(out->n_layers - 1) * E, cnt, (size_t)E * sizeof *cnt);
             st->mean_overlap = st->neighbours ? (double)ovl / (double)st->neighbours / k : 0.0;
             for (int d = 0; d < n_reuse; d++) {
                 st->reuse[d] = tot[d] ? (double)hits[d] / (double)tot[d] : 0.0;
@@ -196,5 +198,6 @@ int df_trace_stats_compute(const char *path, int n_reuse, df_trace_stats *out, d
 void df_trace_stats_free(df_trace_stats *s)
 {
     free(s->layers);
+    free(s->counts);
     memset(s, 0, sizeof *s);
 }

@@ -136,6 +136,16 @@ kill "${pids[-1]}"; wait "${pids[-1]}" 2>/dev/null || true; unset 'pids[-1]'
 # the chat page in headless Chromium (Debian's chromium; a missing browser fails)
 DELTAFIN_URL=$U NODE_PATH=tests/server/node_modules node --test --test-reporter=spec tests/server/page_test.mjs || fail=1
 
+# the research wing's plots (trace stats|cache --svg) rendered by the same Chromium
+"$BIN" run --model "$MODEL" --prompt "the plots of a route trace" --max-new 40 --trace "$LOG/plots.trace" \
+    >/dev/null 2>"$LOG/plots.log" || { echo "not ok - run --trace"; cat "$LOG/plots.log"; fail=1; }
+"$BIN" trace stats "$LOG/plots.trace" --svg "$LOG/svg" >/dev/null && \
+    "$BIN" trace cache "$LOG/plots.trace" --slots 2,8,32 --svg "$LOG/svg" >/dev/null || { echo "not ok - trace --svg"; fail=1; }
+SHAPE=$("$BIN" trace stats "$LOG/plots.trace" --json | node -e \
+    'let s="";process.stdin.on("data",d=>s+=d).on("end",()=>{const j=JSON.parse(s);console.log(j.layers.length, j.experts)})')
+SVG_DIR=$LOG/svg SVG_LAYERS=${SHAPE% *} SVG_EXPERTS=${SHAPE#* } NODE_PATH=tests/server/node_modules \
+    node --test --test-reporter=spec tests/server/svg_test.mjs || fail=1
+
 DELTAFIN_URL=$U DELTAFIN_URL_KEY=http://127.0.0.1:$P2 DELTAFIN_PID=$RSS_PID DELTAFIN_BIN=$BIN DELTAFIN_MODEL=$MODEL \
     NODE_PATH=tests/server/node_modules node --test --test-reporter=spec tests/server/server_test.mjs || fail=1
 

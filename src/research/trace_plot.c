@@ -1,0 +1,152 @@
+/* trace_plot.c - the research wing's pictures (`--svg DIR` of `deltafin
+ * trace stats|reuse|cache`), written by svg.c:
+ *   popularity.svg  a row per MoE layer, a cell per expert, coloured by its
+ *                   share of the layer's routes against the mean (the mean
+ *                   is the middle of the scale, twice the mean or more the
+ *                   top); each cell's title gives the numbers
+ *   reuse.svg       the share of a position's experts routed d rows earlier,
+ *                   d = 1..N: a thin line per layer, the pooled line bold
+ *   cache.svg       hit rate against cache size (log scale) for LRU, LFU,
+ *                   TLFU, static and Belady's optimum
+ * The same figures give the same bytes (fixed formats, no time stamps).
+ */
+#include "research.h"
+#include "svg.h"
+#include "util.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+static int svg_fail(const char *path, df_error *err)
+{
+    return df_err_set(err, DF_ERR_IO, -1, "%s: cannot write the plot", path);
+}
+
+/* a frame with y ticks from 0 to ymax (as percentages) */
+static void axes(svg *s, double x0, double y0, double w, double h, double ymax, const char *ylabel,
+                 const char *xlabel)
+{
+    svg_line(s, x0, y0 + h, x0 + w, y0 + h, "#333333", 1);
+    svg_line(s, x0, y0, x0, y0 + h, "#333333", 1);
+    char t[64];
+    for (int i = 0; i <= 4; i++) {
+        double y = y0 + h - h * i / 4.0;
+        svg_line(s, x0 - 4, y, x0 + w, y, i ? "#dddddd" : "#333333", i ? 0.5 : 1);
+        snprintf(t, sizeof t, "%.3g%%", 100.0 * ymax * i / 4.0);
+        svg_text(s, x0 - 6, y + 4, 11, "end", t);
+    }
+    svg_text(s, x0 + w / 2, y0 + h + 34, 12, "middle", xlabel);
+    svg_text(s, x0 - 46, y0 - 10, 12, "start", ylabel);
+}
+
+int df_plot_popularity(const char *path, const df_trace_stats *S, df_error *err)
+{
+    int E = S->experts, nl = S->n_layers;
+    double cw = 1200.0 / E, ch = 600.0 / (nl ? nl : 1);
+    if (cw > 14) cw = 14;
+    if (cw < 1) cw = 1;
+    if (ch > 22) ch = 22;
+    if (ch < 4) ch = 4;
+    double x0 = 70, y0 = 50, W = x0 + cw * E + 90, H = y0 + ch * nl + 50;
+    if (W < 720) W = 720;
+    svg s;
+    if (svg_open(&s, path, (int)ceil(W), (int)ceil(H), "expert popularity per layer")) return svg_fail(path, err);
+    svg_text(&s, x0, 24, 14, "start", "expert popularity: routes per expert against the layer's mean");
+    char col[8], tip[160], t[32];
+    for (int j = 0; j < nl; j++) {
+        const df_trace_layer_stats *st = &S->layers[j];
+        double mean = (double)st->uses / E;
+        for (int e = 0; e < E; e++) {
+            uint64_t c = S->counts[(size_t)j * E + e];
+            double r = mean > 0 ? (double)c / mean : 0;
+            svg_scale_colour(r / 2, col);
+            snprintf(tip, sizeof tip, "layer %d, expert %d: %llu routes, %.2f of the mean", st->layer, e,
+                     (unsigned long long)c, r);
+            svg_rect(&s, x0 + cw * e, y0 + ch * j, cw, ch, col, "cell", tip);
+        }
+        if (ch >= 9 || j % (int)ceil(9 / ch) == 0) {
+            snprintf(t, sizeof t, "layer %d", st->layer);
+            svg_text(&s, x0 - 6, y0 + ch * j + ch / 2 + 4, ch < 11 ? ch : 11, "end", t);
+        }
+    }
+    int step = E <= 16 ? 1 : E <= 64 ? 8 : E <= 256 ? 32 : 128;
+    for (int e = 0; e < E; e += step) {
+        snprintf(t, sizeof t, "%d", e);
+        svg_text(&s, x0 + cw * e + cw / 2, y0 + ch * nl + 14, 10, "middle", t);
+    }
+    svg_text(&s, x0 + cw * E / 2, y0 + ch * nl + 34, 12, "middle", "expert");
+    /* the scale */
+    for (int i = 0; i <= 20; i++) {
+        svg_scale_colour(i / 20.0, col);
+        svg_rect(&s, W - 80, y0 + ch * nl - (ch * nl) * (i + 1) / 21.0, 12, (ch * nl) / 21.0, col, NULL, NULL);
+    }
+    svg_text(&s, W - 64, y0 + ch * nl, 10, "start", "0");
+    svg_text(&s, W - 64, y0 + ch * nl / 2 + 4, 10, "start", "mean");
+    svg_text(&s, W - 64, y0 + 8, 10, "start", "2x mean");
+    return svg_close(&s) ? svg_fail(path, err) : 0;
+}
+
+int df_plot_reuse(const char *path, const df_trace_stats *S, df_error *err)
+{
+    int n = S->n_reuse;
+    double ymax = 0;
+    for (int j = 0; j <= S->n_layers; j++) {
+        const df_trace_layer_stats *st = j < S->n_layers ? &S->layers[j] : &S->pooled;
+        for (int d = 0; d < n; d++)
+            if (st->reuse[d] > ymax) ymax = st->reuse[d];
+    }
+    ymax = ymax > 0 ? ceil(ymax * 10) / 10 : 1;
+    double x0 = 80, y0 = 50, w = 640, h = 360;
+    svg s;
+    if (svg_open(&s, path, 760, 470, "expert reuse by distance")) return svg_fail(path, err);
+    svg_text(&s, x0, 24, 14, "start", "reuse: the share of a position's experts routed d rows earlier (same layer)");
+    axes(&s, x0, y0, w, h, ymax, "share", "distance d (rows of the same layer)");
+    double xs[DF_TRACE_REUSE_MAX], ys[DF_TRACE_REUSE_MAX];
+    char t[32];
+    for (int d = 0; d < n; d++) {
+        xs[d] = x0 + (n > 1 ? w * d / (n - 1) : w / 2);
+        if (n <= 16 || d % 4 == 3 || d == 0) {
+            snprintf(t, sizeof t, "%d", d + 1);
+            svg_text(&s, xs[d], y0 + h + 16, 10, "middle", t);
+        }
+    }
+    for (int j = 0; j <= S->n_layers; j++) {
+        const df_trace_layer_stats *st = j < S->n_layers ? &S->layers[j] : &S->pooled;
+        for (int d = 0; d < n; d++) ys[d] = y0 + h - h * st->reuse[d] / ymax;
+        if (j < S->n_layers) svg_polyline(&s, xs, ys, n, "#9bb7d4", 1, "layer");
+        else svg_polyline(&s, xs, ys, n, "#1f3a93", 3, "pooled");
+    }
+    svg_text(&s, x0 + w, y0 - 10, 11, "end", "thin: one layer each; bold: all layers");
+    return svg_close(&s) ? svg_fail(path, err) : 0;
+}
+
+int df_plot_cache(const char *path, const df_cachesim_row *rows, int n, df_error *err)
+{
+    static const char *names[5] = {"LRU", "LFU", "TLFU", "static", "Belady"};
+    static const char *cols[5] = {"#d95f02", "#1b9e77", "#7570b3", "#999999", "#000000"};
+    double x0 = 80, y0 = 50, w = 640, h = 360, lo = log2(rows[0].slots), hi = log2(rows[n - 1].slots);
+    svg s;
+    if (svg_open(&s, path, 760, 470, "hit rate against cache size")) return svg_fail(path, err);
+    svg_text(&s, x0, 24, 14, "start", "expert cache hit rate against its size, by policy, with Belady's optimum");
+    axes(&s, x0, y0, w, h, 1.0, "hit rate", "cache size (experts, log scale)");
+    double xs[64], ys[64];
+    char t[32];
+    for (int i = 0; i < n; i++) {
+        xs[i] = x0 + (hi > lo ? w * (log2(rows[i].slots) - lo) / (hi - lo) : w / 2);
+        snprintf(t, sizeof t, "%d", rows[i].slots);
+        svg_text(&s, xs[i], y0 + h + 16, 10, "middle", t);
+    }
+    for (int p = 0; p < 5; p++) {
+        for (int i = 0; i < n; i++) {
+            const df_cachesim_row *r = &rows[i];
+            uint64_t hits = p == 0 ? r->hits_lru : p == 1 ? r->hits_lfu : p == 2 ? r->hits_tlfu
+                                                         : p == 3 ? r->hits_static : r->hits_belady;
+            ys[i] = y0 + h - h * (r->accesses ? (double)hits / (double)r->accesses : 0);
+        }
+        svg_polyline(&s, xs, ys, n, cols[p], p == 4 ? 2.5 : 1.5, names[p]);
+        svg_rect(&s, x0 + w - 90, y0 + 10 + 16 * p, 12, 3, cols[p], NULL, NULL);
+        svg_text(&s, x0 + w - 72, y0 + 15 + 16 * p, 11, "start", names[p]);
+    }
+    return svg_close(&s) ? svg_fail(path, err) : 0;
+}
