@@ -323,7 +323,7 @@ static void check_mla(const char *isa, mla_fn ref, mla_fn fn)
             size_t nl = (size_t)nh * Rkv, nr = (size_t)nh * qrs + 1;
             float *ql = malloc(nl * sizeof(float)), *qr = malloc(nr * sizeof(float)), *q2 = malloc(nl * sizeof(float));
             float *c0 = malloc(nl * sizeof(float)), *c1 = malloc(nl * sizeof(float));
-            float *sc = malloc((size_t)300 * nh * sizeof(float));
+            float *sc = malloc((size_t)300 * nh * sizeof(float)), *sc2 = malloc((size_t)300 * nh * sizeof(float));
             for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
                 int n = ns[ni];
                 if ((hi + ni + si) % 3 && n > 17 && nh > 5) continue; /* a third of the long ones: time */
@@ -363,7 +363,11 @@ static void check_mla(const char *isa, mla_fn ref, mla_fn fn)
                         }
                         continue;
                     }
-                    fn(cache, row_w, Rkv, dr, n, ql, (size_t)Rkv, qr, qrs, nh, scale, sc, c1);
+                    fn(cache, row_w, Rkv, dr, n, ql, (size_t)Rkv, qr, qrs, nh, scale, sc2, c1);
+                    /* the weights left in sc (attention dumps read them) */
+                    if (memcmp(sc, sc2, (size_t)n * nh * sizeof(float)) && bad++ < 5)
+                        t_fail(__FILE__, __LINE__, "%s mla Rkv=%d dr=%d nh=%d n=%d scale=%g: the weights in sc differ",
+                               isa, Rkv, dr, nh, n, scale);
                     if (memcmp(c0, c1, nl * sizeof(float)) && bad++ < 5)
                         t_fail(__FILE__, __LINE__, "%s mla Rkv=%d dr=%d row_w=%zu nh=%d n=%d scale=%g: %s", isa,
                                Rkv, dr, row_w, nh, n, scale, "not bit-identical");
@@ -382,6 +386,7 @@ static void check_mla(const char *isa, mla_fn ref, mla_fn fn)
             free(c0);
             free(c1);
             free(sc);
+            free(sc2);
         }
     }
     if (!fn) {

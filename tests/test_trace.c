@@ -507,7 +507,111 @@ static void test_svg(void)
     TCHECK(t_run(bad, NULL, 0, err, sizeof err) != 0 && strstr(err, "--svg /proc/nope/x"));
 }
 
+/* Every (position, layer, head) entry of an attention dump, as bytes
+ * (positions then weights), into out[pos][layer][head]; returns entries */
+static int read_attn(const char *path, int NL, int H, int K, char *out, size_t rec)
+{
+    df_trace *t;
+    df_error err = {0};
+    if (df_trace_open(path, &t, &err)) {
+        t_fail(__FILE__, __LINE__, "%s", err.msg);
+        return -1;
+    }
+    df_trace_rec r;
+    int rc, n = 0;
+    while ((rc = df_trace_next(t, &r, &err)) == 1) {
+        if (r.tag != TRACE_ATTN) continue;
+        TCHECK(r.k == K && r.head0 == 0 && r.n_heads == H && r.layer < NL);
+        for (int q = 0; q < r.n; q++)
+            for (int h = 0; h < r.n_heads; h++) {
+                int pos = r.pos0 + q;
+                if (pos >= 40) continue;
+                size_t at = ((size_t)q * r.n_heads + (size_t)h) * (size_t)K;
+                char *o = out + (((size_t)pos * NL + (size_t)r.layer) * H + (size_t)h) * rec;
+                memcpy(o, r.ids + at, (size_t)K * 4);
+                memcpy(o + (size_t)K * 4, r.weight + at, (size_t)K * 4);
+                /* a whole distribution (K >= the context): sorted, sums to 1 */
+                double sum = 0;
+                for (int j = 0; j < K; j++) {
+                    sum += r.weight[at + j];
+                    if (j) TCHECK(r.weight[at + j] <= r.weight[at + j - 1]);
+                    TCHECK(r.ids[at + j] <= pos);
+                }
+                TCHECKF(fabs(sum - 1.0) < 1e-5, "position %d layer %d head %d: weights sum to %.9g", pos, r.layer, h,
+                        sum);
+                n++;
+            }
+    }
+    TCHECKF(rc == 0, "%s", err.msg);
+    df_trace_close(t);
+    return n;
+}
+
+/* --dump-attention: the same weights at two threads in one chunk, one
+ * thread a token at a time, and the reference kernels; every query's
+ * weights (K >= its context) sorted and summing to 1; bad flags refused */
+static void test_attention(void)
+{
+    const char *dir = model_dir();
+    if (!dir) return;
+    enum { K = 48, H_MAX = 64 };
+    char p[3][600], ids[400] = "";
+    for (int i = 0; i < 30; i++) snprintf(ids + strlen(ids), sizeof ids - strlen(ids), "%s%d", i ? "," : "", id_at(i));
+    static const char *variants[3][6] = {{"--threads", "2", NULL},
+                                         {"--threads", "1", "--batch", "1", NULL},
+                                         {"--threads", "2", "--kernels", "ref", NULL}};
+    static char err[1 << 14];
+    for (int v = 0; v < 3; v++) {
+        snprintf(p[v], sizeof p[v], "%s/attn%d.trace", test_scratch(), v);
+        const char *a[20] = {build_bin("deltafin"), "run", "--model", dir, "--prompt-ids", ids, "--max-new", "8",
+                             "--dump-attention", p[v], "--attn-top", "48"};
+        int n = 12;
+        for (int k = 0; variants[v][k]; k++) a[n++] = variants[v][k];
+        a[n] = NULL;
+        TCHECKF(t_run(a, NULL, 0, err, sizeof err) == 0, "%s", err);
+    }
+    df_trace *t;
+    df_error e = {0};
+    if (df_trace_open(p[0], &t, &e)) {
+        t_fail(__FILE__, __LINE__, "%s", e.msg);
+        return;
+    }
+    int NL = df_trace_header(t)->layers;
+    df_trace_close(t);
+    size_t rec = (size_t)K * 8, total = (size_t)40 * NL * H_MAX * rec;
+    char *got[3];
+    int n[3];
+    int H = 0;
+    /* the test model's heads: from the first record */
+    {
+        df_trace_rec r;
+        TCHECK(df_trace_open(p[0], &t, &e) == 0);
+        while (df_trace_next(t, &r, &e) == 1)
+            if (r.tag == TRACE_ATTN) {
+                H = r.n_heads;
+                break;
+            }
+        df_trace_close(t);
+    }
+    TCHECK(H > 0 && H <= H_MAX);
+    if (H <= 0 || H > H_MAX) return;
+    for (int v = 0; v < 3; v++) {
+        got[v] = calloc(1, total);
+        n[v] = read_attn(p[v], NL, H, K, got[v], rec);
+    }
+    TCHECKF(n[0] > 0 && n[0] == n[1] && n[0] == n[2], "entries %d / %d / %d", n[0], n[1], n[2]);
+    TCHECKF(!memcmp(got[0], got[1], total), "attention differs between 2 threads in a chunk and 1 thread one by one");
+    TCHECKF(!memcmp(got[0], got[2], total), "attention differs between the selected kernels and the reference");
+    for (int v = 0; v < 3; v++) free(got[v]);
+    const char *bad[] = {build_bin("deltafin"), "run", "--model", dir, "--prompt-ids", "1,2", "--dump-attention",
+                         p[0], "--attn-layers", "0..0", NULL};
+    TCHECK(t_run(bad, NULL, 0, err, sizeof err) != 0 && strstr(err, "no MLA layer"));
+    const char *bad2[] = {build_bin("deltafin"), "run", "--model", dir, "--prompt-ids", "1,2", "--attn-top", "4", NULL};
+    TCHECK(t_run(bad2, NULL, 0, err, sizeof err) != 0 && strstr(err, "need --dump-attention"));
+}
+
 static const test_case tests[] = {
+    {"attention", test_attention},
     {"svg", test_svg},
     {"diff", test_diff},
     {"stats_against_python", test_stats_against_python},

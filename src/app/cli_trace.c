@@ -3,9 +3,10 @@
  *
  *   dump   the header, then every record as a JSON line: an evaluation as
  *          {"eval":{"pos0":P,"ids":[...]}}, a route as the older format's line
- *          plus the scores: {"pos","layer","experts","scores","weights"},
- *          floats with nine significant digits (each reads back to the same
- *          f32 bits)
+ *          plus the scores: {"pos","layer","experts","scores","weights"}, an
+ *          attention dump's query and head as {"attn":{"pos","layer","head",
+ *          "top":[[position, weight], ...]}}, floats with nine significant
+ *          digits (each reads back to the same f32 bits)
  *   stats  per MoE layer and pooled: expert popularity (entropy, max/mean,
  *          unused, the most used), co-activated pairs, how often consecutive
  *          positions change experts, reuse at distances 1..4
@@ -65,6 +66,18 @@ static int trace_dump(df_trace *t, df_error *err)
             printf("{\"eval\":{\"pos0\":%d,\"ids\":[", r.pos0);
             for (int i = 0; i < r.n; i++) printf("%s%d", i ? "," : "", r.ids[i]);
             printf("]}}\n");
+            continue;
+        }
+        if (r.tag == TRACE_ATTN) {
+            for (int q = 0; q < r.n; q++)
+                for (int h = 0; h < r.n_heads; h++) {
+                    size_t at = ((size_t)q * r.n_heads + (size_t)h) * r.k;
+                    printf("{\"attn\":{\"pos\":%d,\"layer\":%d,\"head\":%d,\"top\":[", r.pos0 + q, r.layer,
+                           r.head0 + h);
+                    for (int j = 0, m = 0; j < r.k; j++)
+                        if (r.ids[at + j] >= 0) printf("%s[%d,%.9g]", m++ ? "," : "", r.ids[at + j], (double)r.weight[at + j]);
+                    printf("]}}\n");
+                }
             continue;
         }
         for (int p = 0; p < r.n; p++) {

@@ -183,6 +183,11 @@ static void usage_options(FILE *f)
           "                       (binary; 'deltafin trace dump FILE' prints it)\n"
           "  --trace-format F     binary (default) or jsonl (the older format: a JSON line per position\n"
           "                       and MoE layer, experts and weights only)\n"
+          "  --dump-attention FILE  every query's largest MLA attention weights (the trace format:\n"
+          "                       'deltafin trace dump FILE' prints them), bit for bit\n"
+          "  --attn-layers L..M   the layers dumped (default all; KDA layers have none)\n"
+          "  --attn-heads A..B    the heads dumped (default all)\n"
+          "  --attn-top K         weights kept per query and head (default 16)\n"
           "  --heat FILE          expert heat histogram: warms the cache at start, updated at exit\n"
           "  --events FILE        JSON line per forward call: hit rate, bytes read, GB/s, I/O wait, layer ms\n"
           "  --no-prefetch        no router look-ahead prefetch (on by default; it turns itself off\n"
@@ -209,6 +214,35 @@ _Noreturn void die(const char *fmt, ...)
     fprintf(stderr, "\n(run 'deltafin --help' for usage)\n");
     va_end(ap);
     exit(2);
+}
+
+/* "A..B" (inclusive) or "A" into lo, hi */
+static void parse_range(const char *v, const char *flag, int *lo, int *hi)
+{
+    char *e;
+    long a = strtol(v, &e, 10), b = a;
+    int ok = e != v;
+    if (ok && e[0] == '.' && e[1] == '.') {
+        char *e2;
+        b = strtol(e + 2, &e2, 10);
+        ok = e2 != e + 2;
+        e = e2;
+    }
+    if (!ok || *e || a < 0 || b < a || b > 1 << 20) die("%s \"%s\": expected N or N..M (0 <= N <= M)", flag, v);
+    *lo = (int)a, *hi = (int)b;
+}
+
+/* --dump-attention FILE, --attn-layers L..M, --attn-heads A..B, --attn-top K */
+static void parse_attn(run_args *a, const char *f, const char *v)
+{
+    if (!strcmp(f, "--dump-attention")) a->attn_path = v;
+    else if (!strcmp(f, "--attn-layers")) {
+        parse_range(v, f, &a->attn_l0, &a->attn_l1);
+        a->attn_l1++; /* exclusive in the engine */
+    } else if (!strcmp(f, "--attn-heads")) {
+        parse_range(v, f, &a->attn_h0, &a->attn_h1);
+        a->attn_h1++;
+    } else a->attn_top = (int)parse_long(v, f, 1, 4096);
 }
 
 /* --trace-format: 1 for jsonl, 0 for binary */
@@ -414,7 +448,8 @@ static const opt_def opts[] = {
     {"--trunk-stream", 1, C_SIZING},  {"--cache-policy", 1, C_SIZING}, {"--kernels", 1, C_ENGINE},
     {"--backend", 1, C_ENGINE},
     {"--io", 1, C_ENGINE},            {"--io-backend", 1, C_ENGINE},   {"--io-depth", 1, C_ENGINE}, {"--disk-cache-max", 1, C_ENGINE},
-    {"--trace", 1, C_ENGINE | C_CACHESIM}, {"--trace-format", 1, C_ENGINE}, {"--heat", 1, C_ENGINE},    {"--events", 1, C_ENGINE},
+    {"--trace", 1, C_ENGINE | C_CACHESIM}, {"--trace-format", 1, C_ENGINE}, {"--dump-attention", 1, C_ENGINE},
+    {"--attn-layers", 1, C_ENGINE}, {"--attn-heads", 1, C_ENGINE}, {"--attn-top", 1, C_ENGINE}, {"--heat", 1, C_ENGINE},    {"--events", 1, C_ENGINE},
     {"--no-prefetch", 0, C_ENGINE},   {"--prefetch-k", 1, C_ENGINE},   {"--expert-path", 1, C_ENGINE},
     {"--prefault", 0, C_ENGINE},      {"--preload", 1, C_ENGINE},      {"--stats", 0, C_ENGINE},
     {"--prompt-ids", 1, C_RUN},       {"--prompt", 1, C_RUN},          {"--prompt-file", 1, C_RUN},          {"--max-new", 1, C_RUN | C_CHAT},
@@ -546,6 +581,7 @@ void parse_common(int argc, char **argv, run_args *a)
         else if (!strcmp(f, "--cache-policy")) a->policy = v;
         else if (!strcmp(f, "--trace")) a->trace = v;
         else if (!strcmp(f, "--trace-format")) a->trace_jsonl = trace_format_jsonl(v);
+        else if (!strcmp(f, "--dump-attention") || !strncmp(f, "--attn-", 7)) parse_attn(a, f, v);
         else if (!strcmp(f, "--heat")) a->heat = v;
         else if (!strcmp(f, "--events")) a->events = v;
         else if (!strcmp(f, "--prefault")) a->prefault = 1;
@@ -790,6 +826,11 @@ df_engine *open_engine(const run_args *a)
     eo.cache_policy = a->policy;
     eo.trace_path = a->trace;
     eo.trace_jsonl = a->trace_jsonl;
+    if ((a->attn_l1 || a->attn_h1 || a->attn_top) && !a->attn_path)
+        die("--attn-layers, --attn-heads and --attn-top need --dump-attention FILE");
+    eo.attn_path = a->attn_path;
+    eo.attn_l0 = a->attn_l0, eo.attn_l1 = a->attn_l1, eo.attn_h0 = a->attn_h0, eo.attn_h1 = a->attn_h1;
+    eo.attn_top = a->attn_top;
     eo.heat_path = a->heat;
     eo.events_path = a->events;
     eo.prefault = a->prefault;

@@ -29,6 +29,8 @@ typedef struct {
     int chat, no_think, special;
     int trunk_stream;
     int trace_jsonl; /* --trace-format jsonl */
+    const char *attn_path; /* --dump-attention FILE */
+    int attn_l0, attn_l1, attn_h0, attn_h1, attn_top;
     int preload;    /* --preload: 1 on, -1 off, 0 auto */
     int bench_json; /* run: one JSON line of timings and disk reads (bench --vs-llama) */
     int ctx_plan;   /* the context the engine is planned for (context_for), 0 = --ctx or the default */

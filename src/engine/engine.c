@@ -227,6 +227,10 @@ int df_engine_open(const char *model_dir, const df_engine_opts *opts, df_engine 
         df_engine_close(eng);
         return -1;
     }
+    if (opts->attn_path && attn_open(eng, opts, model_dir, err)) {
+        df_engine_close(eng);
+        return -1;
+    }
     if (!opts->quiet)
         df_log("loaded %s: %d layers (%d KDA, %d MLA), hidden %d, %d experts (top %d); backend %s, %d threads; "
                "expert reads %s via %s, %d in flight",
@@ -269,6 +273,11 @@ void df_engine_close(df_engine *eng)
         fclose(eng->trace);
         free(eng->trace_buf);
     }
+    if (eng->attn) {
+        fclose(eng->attn);
+        free(eng->attn_buf);
+    }
+    free(eng->attn_on);
     if (eng->events) {
         fclose(eng->events);
         free(eng->events_buf);

@@ -50,6 +50,12 @@ typedef struct df_engine_opts {
     const char *cache_policy;   /* "lfu" (default), "tlfu" or "lru" */
     const char *trace_path;     /* write the route trace here (trace_format.h), or NULL */
     int trace_jsonl;            /* ... as JSON lines (the older format) instead */
+    /* attention dump (trace_format.h's TRACE_ATTN records): the attn_top
+     * largest weights (0 = 16) of every query of heads [attn_h0, attn_h1) at
+     * the MLA layers in [attn_l0, attn_l1) (attn_h1 = 0: to the last head;
+     * attn_l1 = 0: to the last layer) */
+    const char *attn_path;
+    int attn_top, attn_l0, attn_l1, attn_h0, attn_h1;
     const char *events_path;    /* JSON line per forward call: hits, bytes, I/O wait, per-layer ms */
     const char *heat_path;      /* per-expert heat histogram: warms the cache at open, saved at close */
     int no_prefetch;            /* turn the router look-ahead prefetch off */

@@ -62,6 +62,10 @@ struct df_engine {
     prompt_stats prompt;      /* the last multi-position eval */
     char *trace_buf;
     int trace_jsonl;          /* --trace-format jsonl: the older JSON lines */
+    FILE *attn;               /* attention dump (--dump-attention), or NULL */
+    char *attn_buf;
+    uint8_t *attn_on;         /* [NL]: the MLA layers dumped */
+    int attn_h0, attn_nh, attn_top;
     df_plan plan;             /* plan.c's decision, acted on at open */
     uint64_t session_room;    /* bytes sessions may take: the planned one + the plan's unused part */
     uint64_t sessions_bytes;  /* taken by the sessions alive now */
@@ -143,6 +147,12 @@ void observe_probe(void *ctx, const probe_ev *ev);
 void observe_debug(dbg_record *d, const probe_ev *ev);
 void observe_trace(df_engine *eng, const probe_ev *ev);
 int trace_open(df_engine *eng, const char *path, int jsonl, const char *model, df_error *err);
+/* the binary format's header (model identity, then extra: more JSON fields
+ * with their leading comma, or NULL) and an evaluation record */
+int trace_header(df_engine *eng, FILE *f, const char *model, const char *extra);
+void trace_eval(FILE *f, const probe_ev *ev);
+int attn_open(df_engine *eng, const df_engine_opts *o, const char *model, df_error *err);
+void observe_attn(df_engine *eng, const probe_ev *ev);
 void observe_events(df_engine *eng, chunk_obs *o, const probe_ev *ev);
 void observe_prompt(df_session *s, const probe_ev *ev);
 

@@ -27,8 +27,10 @@ void observe_probe(void *ctx, const probe_ev *ev)
     df_session *s = ctx;
     df_engine *eng = s->eng;
     switch (ev->point) {
+    case PROBE_ATTN_PROBS: observe_attn(eng, ev); return;
     case PROBE_PROMPT_BEGIN:
         if (eng->trace) observe_trace(eng, ev);
+        if (eng->attn) observe_attn(eng, ev);
         observe_prompt(s, ev);
         return;
     case PROBE_PROMPT_END: observe_prompt(s, ev); return;

@@ -36,6 +36,12 @@ int trace_open(df_engine *eng, const char *path, int jsonl, const char *model, d
                 c->NL, c->E, c->k);
         return 0;
     }
+    return trace_header(eng, eng->trace, model, NULL) ? df_err_set(err, DF_ERR_IO, -1, "%s: cannot write the route trace", path) : 0;
+}
+
+int trace_header(df_engine *eng, FILE *f, const char *model, const char *extra)
+{
+    const k3_config *c = &eng->m.cfg;
     json_buf h;
     json_buf_init(&h);
     char num[160];
@@ -50,14 +56,26 @@ int trace_open(df_engine *eng, const char *path, int jsonl, const char *model, d
             snprintf(num, sizeof num, "%s%d", n++ ? "," : "", il);
             json_buf_puts(&h, num);
         }
-    json_buf_puts(&h, "]}");
+    json_buf_puts(&h, "]");
+    if (extra) json_buf_puts(&h, extra);
+    json_buf_puts(&h, "}");
     while (h.len % 4) json_buf_putc(&h, ' ');
-    fwrite(TRACE_MAGIC, 1, TRACE_MAGIC_LEN, eng->trace);
-    put_u32(eng->trace, TRACE_VERSION);
-    put_u32(eng->trace, (uint32_t)h.len);
-    fwrite(h.p, 1, h.len, eng->trace);
+    fwrite(TRACE_MAGIC, 1, TRACE_MAGIC_LEN, f);
+    put_u32(f, TRACE_VERSION);
+    put_u32(f, (uint32_t)h.len);
+    fwrite(h.p, 1, h.len, f);
     json_buf_free(&h);
-    return ferror(eng->trace) ? df_err_set(err, DF_ERR_IO, -1, "%s: cannot write the route trace", path) : 0;
+    return ferror(f) ? -1 : 0;
+}
+
+/* An evaluation's record: its ids from pos0 */
+void trace_eval(FILE *f, const probe_ev *ev)
+{
+    put_u32(f, TRACE_EVAL);
+    put_u32(f, 8 + 4 * (uint32_t)ev->T);
+    put_u32(f, (uint32_t)ev->pos0);
+    put_u32(f, (uint32_t)ev->T);
+    fwrite(ev->ids, sizeof(int32_t), (size_t)ev->T, f);
 }
 
 static void trace_jsonl(df_engine *eng, const probe_ev *ev)
@@ -75,12 +93,7 @@ void observe_trace(df_engine *eng, const probe_ev *ev)
 {
     FILE *f = eng->trace;
     if (ev->point == PROBE_PROMPT_BEGIN) {
-        if (eng->trace_jsonl || !ev->ids) return;
-        put_u32(f, TRACE_EVAL);
-        put_u32(f, 8 + 4 * (uint32_t)ev->T);
-        put_u32(f, (uint32_t)ev->pos0);
-        put_u32(f, (uint32_t)ev->T);
-        fwrite(ev->ids, sizeof(int32_t), (size_t)ev->T, f);
+        if (!eng->trace_jsonl && ev->ids) trace_eval(f, ev);
         return;
     }
     if (ev->point != PROBE_ROUTE) return;

@@ -58,6 +58,16 @@ uint64_t checkpoint_bytes(const df_engine *eng)
     return (uint64_t)(kda_state_floats(eng) + kda_hist_floats(eng)) * sizeof(float);
 }
 
+/* The attention dump's part of a session (--dump-attention): its settings,
+ * and the entries its buffers hold for T rows (0 without a dump). */
+static size_t session_attn(df_session *s, const df_engine *eng, int T)
+{
+    if (!eng->attn_on) return 0;
+    s->b.attn_on = eng->attn_on;
+    s->b.attn_h0 = eng->attn_h0, s->b.attn_nh = eng->attn_nh, s->b.attn_top = eng->attn_top;
+    return (size_t)T * (size_t)eng->attn_nh * (size_t)eng->attn_top;
+}
+
 int session_alloc(df_engine *eng, const df_session_opts *opts, int dry, df_session **out, size_t *state_bytes,
                   size_t *scratch_bytes, df_error *err)
 {
@@ -164,6 +174,9 @@ int session_alloc(df_engine *eng, const df_session_opts *opts, int dry, df_sessi
                                   (size_t)c->dv + nh * ((size_t)c->Rkv + (size_t)n_ctx))) +
                     16;
     ALLOC(BUF_WORKER, s->b.worker_buf, (size_t)eng->n_threads * s->b.worker_w);
+    size_t na = session_attn(s, eng, T); /* 0: no attention dump */
+    if (na) ALLOC(BUF_HOST, s->b.attn_pos, na);
+    if (na) ALLOC(BUF_HOST, s->b.attn_p, na);
     size_t Tk = (size_t)T * c->k;
     ALLOC(BUF_HOST, s->b.route_ids, Tk);
     ALLOC(BUF_HOST, s->b.route_w, Tk);
@@ -245,11 +258,11 @@ void df_session_free(df_session *s)
     free(s->b.ck_want);
     float **fl[] = {&s->b.kda_S, &s->b.kda_hist, &s->b.kda_S0, &s->b.kda_hist0, &s->b.kda_rec, &s->b.ck_state, &s->b.mla_cache, &s->b.H, &s->b.anchors, &s->b.ain, &s->b.xn, &s->b.att,
                     &s->b.min, &s->b.y, &s->b.ffn, &s->b.big0, &s->b.big1, &s->b.big2, &s->b.big3, &s->b.big4, &s->b.big5,
-                    &s->b.small0, &s->b.small1, &s->b.probs, &s->b.logits_tmp, &s->b.worker_buf, &s->b.route_w, &s->b.route_s, &s->b.zp,
+                    &s->b.small0, &s->b.small1, &s->b.probs, &s->b.logits_tmp, &s->b.worker_buf, &s->b.route_w, &s->b.route_s, &s->b.attn_p, &s->b.zp,
                     &s->b.g_x, &s->b.g_h1, &s->b.g_h3, &s->b.g_out};
     const k3_backend *bk = &s->eng->bk;
     for (size_t i = 0; i < sizeof fl / sizeof fl[0]; i++) bk->ops->release(bk, *fl[i]);
-    void *other[] = {s->b.route_ids, s->b.uniq, s->b.u_of_e, s->b.row_pos, s->b.row_of, s->b.uniq_first,
+    void *other[] = {s->b.route_ids, s->b.attn_pos, s->b.uniq, s->b.u_of_e, s->b.row_pos, s->b.row_of, s->b.uniq_first,
                      s->b.uniq_count, s->b.uniq_slot, s->b.uniq_state, s->b.ready_list, s->b.seen, s->sched};
     for (size_t i = 0; i < sizeof other / sizeof other[0]; i++) bk->ops->release(bk, other[i]);
     free(s);

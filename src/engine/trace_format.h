@@ -22,6 +22,15 @@
  *                 (highest biased score first), the router's score of each
  *                 (sigmoid, before the bias) and the weight its output is
  *                 summed with, as the engine computed them, bit for bit
+ *     TRACE_ATTN  = 3: u32 pos0, u32 layer, u32 T, u32 head0, u32 nh, u32 K,
+ *                 i32 pos[T][nh][K], f32 weight[T][nh][K]
+ *                 an attention dump's (--dump-attention): for query
+ *                 positions pos0 .. pos0+T-1 at MLA layer `layer`, heads
+ *                 head0 .. head0+nh-1, the K largest attention weights
+ *                 (largest first, ties to the earlier position) and the
+ *                 positions they fall on; -1 / 0 past the query's context.
+ *                 Such a file's header adds "attention":{"top":K,"head0",
+ *                 "heads","layers":[...]}.
  * Readers skip records of tags they do not know (len says how far), so a
  * later version can add records without breaking them.  The reader is
  * src/research/trace.c (and tools/router/dftrace.py).
@@ -32,6 +41,6 @@
 #define TRACE_MAGIC "DFTRACE\n"
 #define TRACE_MAGIC_LEN 8
 #define TRACE_VERSION 1
-enum { TRACE_EVAL = 1, TRACE_ROUTE = 2 };
+enum { TRACE_EVAL = 1, TRACE_ROUTE = 2, TRACE_ATTN = 3 };
 
 #endif

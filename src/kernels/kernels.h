@@ -84,8 +84,10 @@ typedef struct kernel_table {
                           float *y, size_t ys, int r0, int r1);
     /* MLA attention by the contract above.  cache: [n][row_w] floats (row_w >=
      * Rkv + dr).  Head h's query: ql + h*qls (Rkv floats), qr + h*qrs (dr).
-     * sc: n * nh floats of scratch.  ctx: [nh][Rkv] out; it may overlap the queries
-     * (they are all read before ctx is written).  1 <= nh <= MLA_NH_MAX, n >= 1. */
+     * sc: n * nh floats; on return sc[p*nh + h] = pp_p of head h (the weights
+     * the context was summed with: attention dumps read them).  ctx: [nh][Rkv]
+     * out; it may overlap the queries (they are all read before ctx is
+     * written).  1 <= nh <= MLA_NH_MAX, n >= 1. */
     void (*mla_attend)(const float *cache, size_t row_w, int Rkv, int dr, int n, const float *ql, size_t qls,
                        const float *qr, size_t qrs, int nh, float scale, float *sc, float *ctx);
     /* y[i] = df_exp(x[i]) for i < n, bit for bit: the ISA's vector exp, the

@@ -172,9 +172,10 @@ static void mla_attend_ref(const float *cache, size_t row_w, int Rkv, int dr, in
 {
     CHECK(nh >= 1 && nh <= MLA_NH_MAX && n >= 1);
     double mx[MLA_NH_MAX];
-    for (int h = 0; h < nh; h++) { /* scores; sc as [nh][n] here */
+    for (int h = 0; h < nh; h++) { /* scores; head h's at sc[p * nh + h] */
         const float *qa = ql + (size_t)h * qls, *qb = qr + (size_t)h * qrs;
-        float *s = sc + (size_t)h * n;
+        float *sh = sc + h;
+#define s(p) sh[(size_t)(p) * (size_t)nh]
         double m = -INFINITY;
         int p = 0;
         for (; p + 4 <= n; p += 4) {
@@ -194,40 +195,42 @@ static void mla_attend_ref(const float *cache, size_t row_w, int Rkv, int dr, in
                 a2 += q * r2[Rkv + j];
                 a3 += q * r3[Rkv + j];
             }
-            s[p] = (float)a0 * scale;
-            s[p + 1] = (float)a1 * scale;
-            s[p + 2] = (float)a2 * scale;
-            s[p + 3] = (float)a3 * scale;
+            s(p) = (float)a0 * scale;
+            s(p + 1) = (float)a1 * scale;
+            s(p + 2) = (float)a2 * scale;
+            s(p + 3) = (float)a3 * scale;
             for (int u = 0; u < 4; u++)
-                if (s[p + u] > m) m = s[p + u];
+                if (s(p + u) > m) m = s(p + u);
         }
         for (; p < n; p++) {
             const float *row = cache + (size_t)p * row_w;
             double acc = 0.0;
             for (int j = 0; j < Rkv; j++) acc += (double)qa[j] * row[j];
             for (int j = 0; j < dr; j++) acc += (double)qb[j] * row[Rkv + j];
-            s[p] = (float)acc * scale;
-            if (s[p] > m) m = s[p];
+            s(p) = (float)acc * scale;
+            if (s(p) > m) m = s(p);
         }
         mx[h] = m;
     }
     /* ctx may overlap the queries: written only from here on */
     for (int h = 0; h < nh; h++) {
-        float *s = sc + (size_t)h * n;
+        float *sh = sc + h;
         double sum = 0.0;
         for (int p = 0; p < n; p++) {
-            s[p] = (float)df_exp((double)s[p] - mx[h]);
-            sum += s[p];
+            s(p) = (float)df_exp((double)s(p) - mx[h]);
+            sum += s(p);
         }
         float inv = (float)(1.0 / sum);
         float *c = ctx + (size_t)h * Rkv;
         for (int j = 0; j < Rkv; j++) c[j] = 0.0f;
         for (int p = 0; p < n; p++) {
             const float *row = cache + (size_t)p * row_w;
-            float pp = s[p] * inv;
+            float pp = s(p) * inv;
+            s(p) = pp; /* the weights stay in sc (kernels.h) */
             for (int j = 0; j < Rkv; j++) c[j] += pp * row[j];
         }
     }
+#undef s
 }
 
 static void exp_n_ref(const double *x, double *y, size_t n)

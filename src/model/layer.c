@@ -85,6 +85,12 @@ static int layer_rows(const model_ctx *mc, session_bufs *b, const k3_layer *L, c
     else rc = mc->bk->ops->mla_rows(mc, b, L, b->xn, nt, b->att, err);
     b->pos = lc->pos0;
     if (rc) return -1;
+    if (b->probe && b->attn_on && b->attn_on[il]) {
+        probe_ev ev = {.point = PROBE_ATTN_PROBS, .il = il, .t0 = t0, .nt = nt, .T = nt, .pos0 = lc->pos0 + t0,
+                       .ids = b->attn_pos, .w = b->attn_p, .k = b->attn_top, .n_probs = b->attn_nh,
+                       .width = b->attn_h0};
+        b->probe(b->probe_ctx, &ev);
+    }
     if (boundary) mc->bk->ops->copy_rows(mc, H, b->att, nh);
     else mc->bk->ops->add_rows(mc, H, b->att, nh);
     rows_check_finite(b, H, nh, il, L->kind == LAYER_KDA ? "KDA attention" : "MLA attention");

@@ -67,6 +67,25 @@ static int heads_per_call(const k3_config *cf, const session_bufs *s, int n_max,
     return (int)nb;
 }
 
+/* The attention dump's entry for one query row and head: the K largest of
+ * the n weights w[p * stride] (ties: the earlier position), largest first;
+ * slots past n get position -1 and weight 0. */
+static void attn_top(const float *w, size_t stride, int n, int K, int32_t *pos, float *p)
+{
+    for (int r = 0; r < K; r++) pos[r] = -1, p[r] = 0.0f;
+    int have = 0;
+    for (int i = 0; i < n; i++) {
+        float x = w[(size_t)i * stride];
+        if (have == K && !(x > p[K - 1])) continue;
+        int r = have < K ? have++ : K - 1;
+        while (r > 0 && x > p[r - 1]) {
+            pos[r] = pos[r - 1], p[r] = p[r - 1];
+            r--;
+        }
+        pos[r] = i, p[r] = x;
+    }
+}
+
 static void mla_heads(void *vctx, size_t h0, size_t h1, int worker)
 {
     mla_ctx *c = vctx;
@@ -84,6 +103,7 @@ static void mla_heads(void *vctx, size_t h0, size_t h1, int worker)
     int nb = heads_per_call(cf, s, s->pos + c->T, h1 - h0);
     float *oh = s->worker_buf + (size_t)worker * s->worker_w;
     float *q_abs = oh + dv, *ctx = q_abs, *sc = q_abs + (size_t)nb * Rkv;
+    int dump = s->attn_on && s->attn_on[L - eng->layers];
     for (size_t hb = h0; hb < h1; hb += (size_t)nb) {
         int nh = h1 - hb < (size_t)nb ? (int)(h1 - hb) : nb;
         for (int t = 0; t < c->T; t++) {
@@ -102,6 +122,13 @@ static void mla_heads(void *vctx, size_t h0, size_t h1, int worker)
             }
             int n = s->pos + t + 1;
             kt->mla_attend(c->cache, row_w, Rkv, dr, n, q_abs, (size_t)Rkv, qt + dn, qs, nh, scale, sc, ctx);
+            if (dump) /* the weights the kernel left in sc (kernels.h) */
+                for (int b = 0; b < nh; b++) {
+                    int a = (int)(hb + (size_t)b) - s->attn_h0;
+                    if (a < 0 || a >= s->attn_nh) continue;
+                    size_t at = ((size_t)t * s->attn_nh + (size_t)a) * (size_t)s->attn_top;
+                    attn_top(sc + b, (size_t)nh, n, s->attn_top, s->attn_pos + at, s->attn_p + at);
+                }
             for (int b = 0; b < nh; b++) {
                 size_t hh = hb + (size_t)b;
                 size_t kb0 = hh * (size_t)(dn + dv);

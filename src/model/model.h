@@ -175,6 +175,7 @@ enum {
     PROBE_LAYER_END,                       /* a layer's steps are done (its slices may still finish later) */
     PROBE_FINAL_MIX, PROBE_FINAL_NORM,     /* rows: the output mix, the final norm */
     PROBE_LOGITS,                          /* rows: the last position's logits [V] */
+    PROBE_ATTN_PROBS,                      /* an MLA layer's rows: ids / w = session_bufs.attn_pos / attn_p */
     PROBE_CHUNK_END
 };
 typedef struct probe_ev {
@@ -272,6 +273,14 @@ typedef struct session_bufs {
     /* observation (layer.c offers its points when probe is set) */
     probe_fn probe;
     void *probe_ctx;
+    /* the attention dump (--dump-attention): per row of a chunk, each chosen
+     * head's attn_top largest weights (position, weight; -1 / 0 past the
+     * context), [T][attn_nh][attn_top], filled by mla.c at the MLA layers
+     * attn_on marks; attn_on NULL: no dump */
+    const uint8_t *attn_on;
+    int attn_h0, attn_nh, attn_top;
+    int32_t *attn_pos;
+    float *attn_p;
     /* the first layer whose rows held a NaN/infinity in this chunk (-1: the
      * embedding, NL: the output head, INT_MAX: none), and which part */
     int nf_layer;

@@ -162,6 +162,33 @@ int df_trace_open(const char *path, df_trace **out, df_error *err)
 
 const df_trace_info *df_trace_header(const df_trace *t) { return &t->info; }
 
+/* TRACE_ATTN: counts and sizes checked, every position causal (or -1 past
+ * the context), every weight in [0, 1] */
+static int attn_record(df_trace *t, df_trace_rec *r, const uint8_t *p, uint32_t len, size_t at, df_error *err)
+{
+    if (len < 24) return df_err_set(err, DF_ERR_FORMAT, -1, "%s: byte %zu: an attention record cut short", t->name, at);
+    uint32_t pos0 = rd32(p), layer = rd32(p + 4), T = rd32(p + 8), h0 = rd32(p + 12), nh = rd32(p + 16), K = rd32(p + 20);
+    if (layer >= (uint32_t)t->info.layers || T < 1 || nh < 1 || K < 1 || K > 4096 || nh > 65535 || h0 > 65535 ||
+        T > INT32_MAX / 8 / nh / K || (size_t)len != 24 + 8 * (size_t)T * nh * K || pos0 > INT32_MAX - T)
+        return df_err_set(err, DF_ERR_FORMAT, -1, "%s: byte %zu: a bad attention record (layer %u, %u positions, %u "
+                          "heads, top %u)", t->name, at, layer, T, nh, K);
+    size_t n = (size_t)T * nh * K;
+    reserve(t, n);
+    memcpy(t->ids, p + 24, 4 * n);
+    memcpy(t->weight, p + 24 + 4 * n, 4 * n);
+    for (size_t i = 0; i < n; i++) {
+        int64_t q = (int64_t)pos0 + (int64_t)(i / ((size_t)nh * K)); /* the query's position */
+        float w = t->weight[i];
+        if (t->ids[i] < -1 || t->ids[i] > q || !(w >= 0.0f && w <= 1.0f) || (t->ids[i] < 0 && w != 0.0f))
+            return df_err_set(err, DF_ERR_FORMAT, -1,
+                              "%s: byte %zu: attention entry %zu (position %d, weight %g) is not a causal weight",
+                              t->name, at, i, t->ids[i], (double)w);
+    }
+    *r = (df_trace_rec){.tag = TRACE_ATTN, .pos0 = (int)pos0, .n = (int)T, .layer = (int)layer, .k = (int)K,
+                        .head0 = (int)h0, .n_heads = (int)nh, .ids = t->ids, .weight = t->weight, .where = at};
+    return 1;
+}
+
 static int next_binary(df_trace *t, df_trace_rec *r, df_error *err)
 {
     for (;;) {
@@ -188,6 +215,7 @@ static int next_binary(df_trace *t, df_trace_rec *r, df_error *err)
             *r = (df_trace_rec){.tag = TRACE_EVAL, .pos0 = (int)pos0, .n = (int)n, .ids = t->ids, .where = at};
             return 1;
         }
+        if (tag == TRACE_ATTN) return attn_record(t, r, p, len, at, err);
         if (tag != TRACE_ROUTE) continue; /* a later version's record */
         if (len < 16) return df_err_set(err, DF_ERR_FORMAT, -1, "%s: byte %zu: a route record cut short", t->name, at);
         uint32_t pos0 = rd32(p), layer = rd32(p + 4), T = rd32(p + 8), k = rd32(p + 12);

@@ -26,12 +26,13 @@ typedef struct df_trace_info {
 } df_trace_info;
 
 typedef struct df_trace_rec {
-    int tag;                    /* TRACE_EVAL or TRACE_ROUTE */
-    int pos0, n;                /* EVAL: n ids evaluated from pos0; ROUTE: positions pos0 .. pos0+n-1 */
-    int layer, k;               /* ROUTE: the MoE layer, experts per position */
-    const int32_t *ids;         /* EVAL: [n] token ids; ROUTE: [n][k] experts */
+    int tag;                    /* TRACE_EVAL, TRACE_ROUTE or TRACE_ATTN */
+    int pos0, n;                /* EVAL: n ids evaluated from pos0; ROUTE, ATTN: positions pos0 .. pos0+n-1 */
+    int layer, k;               /* ROUTE: the MoE layer, experts per position; ATTN: the MLA layer, weights kept */
+    int head0, n_heads;         /* ATTN: the heads dumped */
+    const int32_t *ids;         /* EVAL: [n] token ids; ROUTE: [n][k] experts; ATTN: [n][n_heads][k] positions */
     const float *score;         /* ROUTE: [n][k] router scores (NULL in JSON lines) */
-    const float *weight;        /* ROUTE: [n][k] weights (NULL when a JSON line has none) */
+    const float *weight;        /* ROUTE: [n][k] weights (NULL when a JSON line has none); ATTN: [n][n_heads][k] */
     size_t where;               /* binary: the record's byte offset; JSON lines: its line number */
 } df_trace_rec;
 

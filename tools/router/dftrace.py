@@ -25,12 +25,14 @@ import sys
 import numpy as np
 
 MAGIC = b"DFTRACE\n"
-EVAL, ROUTE = 1, 2
+EVAL, ROUTE, ATTN = 1, 2, 3
 
 
 class Trace:
-    def __init__(self, header, evals, routes, binary):
+    def __init__(self, header, evals, routes, binary, attn=None, order=None):
         self.header, self.evals, self.routes, self.binary = header, evals, routes, binary
+        self.attn = attn if attn is not None else []   # (pos0, layer, head0, positions[T][nh][K], weights[T][nh][K])
+        self.order = order or []                       # the records in file order: ("eval"|"route"|"attn", index)
 
 
 def _route_dtype(k):
@@ -44,7 +46,7 @@ def _read_binary(data, path):
         raise ValueError(f"{path}: trace version {ver}")
     header = json.loads(data[16:16 + hlen].decode("utf-8"))
     k, pos = header["top_k"], 16 + hlen
-    evals, parts = [], []
+    evals, parts, attn, order, nroutes = [], [], [], [], 0
     while pos < len(data):
         if len(data) - pos < 8:
             raise ValueError(f"{path}: byte {pos}: a record cut short")
@@ -55,6 +57,15 @@ def _read_binary(data, path):
         if tag == EVAL:
             pos0, cnt = struct.unpack_from("<II", data, body)
             evals.append((pos0, np.frombuffer(data, "<i4", cnt, body + 8).copy()))
+            order.append(("eval", len(evals) - 1))
+        elif tag == ATTN:
+            pos0, layer, T, h0, nh, K = struct.unpack_from("<IIIIII", data, body)
+            if n != 24 + 8 * T * nh * K:
+                raise ValueError(f"{path}: byte {pos}: a bad attention record")
+            a = body + 24
+            attn.append((pos0, layer, h0, np.frombuffer(data, "<i4", T * nh * K, a).reshape(T, nh, K),
+                         np.frombuffer(data, "<f4", T * nh * K, a + 4 * T * nh * K).reshape(T, nh, K)))
+            order.append(("attn", len(attn) - 1))
         elif tag == ROUTE:
             pos0, layer, T, kk = struct.unpack_from("<IIII", data, body)
             if kk != k or n != 16 + 12 * T * k:
@@ -68,9 +79,13 @@ def _read_binary(data, path):
             r["scores"] = np.frombuffer(data, "<f4", T * k, a + 4 * T * k).reshape(T, k)
             r["weights"] = np.frombuffer(data, "<f4", T * k, a + 8 * T * k).reshape(T, k)
             parts.append(r)
+            order.append(("route", nroutes))
+            nroutes += 1
         pos = body + n
     routes = np.concatenate(parts) if parts else np.zeros(0, _route_dtype(k))
-    return Trace(header, evals, routes, True)
+    tr = Trace(header, evals, routes, True, attn, order)
+    tr.route_parts = parts
+    return tr
 
 
 def _read_jsonl(data, path):
@@ -104,6 +119,13 @@ def _g9(x):
     return "%.9g" % float(x)
 
 
+def _route_line(r, binary):
+    line = '{"pos":%d,"layer":%d,"experts":[%s]' % (r["pos"], r["layer"], ",".join(str(int(e)) for e in r["experts"]))
+    if binary:
+        line += ',"scores":[%s]' % ",".join(_g9(x) for x in r["scores"])
+    return line + ',"weights":[%s]}' % ",".join(_g9(x) for x in r["weights"])
+
+
 def dump(tr, out=sys.stdout):
     h = tr.header
     head = {"trace": "deltafin routes", "format": "binary" if tr.binary else "jsonl", "model": h.get("model", ""),
@@ -112,21 +134,23 @@ def dump(tr, out=sys.stdout):
         head.update(hidden=h["hidden"], vocab=h["vocab"], shared_experts=h["shared_experts"],
                     moe_layers=h["moe_layers"])
     out.write(json.dumps(head, separators=(",", ":")) + "\n")
-    shown = -1
-    for r in tr.routes:
-        while tr.binary and shown < r["eval"]:
-            shown += 1
-            pos0, ids = tr.evals[shown]
-            out.write('{"eval":{"pos0":%d,"ids":[%s]}}\n' % (pos0, ",".join(str(int(i)) for i in ids)))
-        line = '{"pos":%d,"layer":%d,"experts":[%s]' % (r["pos"], r["layer"], ",".join(str(int(e)) for e in r["experts"]))
-        if tr.binary:
-            line += ',"scores":[%s]' % ",".join(_g9(x) for x in r["scores"])
-        line += ',"weights":[%s]}' % ",".join(_g9(x) for x in r["weights"])
-        out.write(line + "\n")
-    while tr.binary and shown + 1 < len(tr.evals):
-        shown += 1
-        pos0, ids = tr.evals[shown]
-        out.write('{"eval":{"pos0":%d,"ids":[%s]}}\n' % (pos0, ",".join(str(int(i)) for i in ids)))
+    if not tr.binary:
+        for r in tr.routes:
+            out.write(_route_line(r, False) + "\n")
+        return
+    for kind, i in tr.order:
+        if kind == "eval":
+            pos0, ids = tr.evals[i]
+            out.write('{"eval":{"pos0":%d,"ids":[%s]}}\n' % (pos0, ",".join(str(int(x)) for x in ids)))
+        elif kind == "route":
+            for r in tr.route_parts[i]:
+                out.write(_route_line(r, True) + "\n")
+        else:
+            pos0, layer, h0, P, W = tr.attn[i]
+            for q in range(P.shape[0]):
+                for hh in range(P.shape[1]):
+                    top = ",".join("[%d,%s]" % (int(p), _g9(w)) for p, w in zip(P[q, hh], W[q, hh]) if p >= 0)
+                    out.write('{"attn":{"pos":%d,"layer":%d,"head":%d,"top":[%s]}}\n' % (pos0 + q, layer, h0 + hh, top))
 
 
 def _layer_stats(rows, pos, E, k, n_reuse, full):
