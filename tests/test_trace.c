@@ -505,6 +505,40 @@ static void test_svg(void)
     }
     const char *bad[] = {build_bin("deltafin"), "trace", "stats", path, "--svg", "/proc/nope/x", NULL};
     TCHECK(t_run(bad, NULL, 0, err, sizeof err) != 0 && strstr(err, "--svg /proc/nope/x"));
+    /* an attention map: a cell per weight the dump kept for that layer and head */
+    char ap[600], amap[700];
+    snprintf(ap, sizeof ap, "%s/svg.attn", test_scratch());
+    const char *da[] = {build_bin("deltafin"), "run", "--model", dir, "--prompt-ids", "5,6,7,8,9,10,11", "--max-new",
+                        "6", "--dump-attention", ap, "--attn-top", "3", NULL};
+    TCHECKF(t_run(da, NULL, 0, err, sizeof err) == 0, "%s", err);
+    df_trace *t;
+    df_error e = {0};
+    int want = 0, layer = -1;
+    if (df_trace_open(ap, &t, &e) == 0) {
+        df_trace_rec r;
+        while (df_trace_next(t, &r, &e) == 1) {
+            if (r.tag != TRACE_ATTN) continue;
+            if (layer < 0) layer = r.layer;
+            if (r.layer != layer) continue;
+            for (int q = 0; q < r.n; q++)
+                for (int j = 0; j < r.k; j++) want += r.ids[((size_t)q * r.n_heads + 1) * r.k + (size_t)j] >= 0;
+        }
+        df_trace_close(t);
+    }
+    TCHECK(layer >= 0 && want > 6);
+    char ls[16];
+    snprintf(ls, sizeof ls, "%d", layer);
+    const char *am[] = {build_bin("deltafin"), "trace", "attention", ap, "--layer", ls, "--head", "1", "--svg", d1, NULL};
+    TCHECKF(t_run(am, NULL, 0, err, sizeof err) == 0, "%s", err);
+    snprintf(amap, sizeof amap, "%s/attention-%d-1.svg", d1, layer);
+    size_t an = 0;
+    char *x = t_slurp(amap, &an);
+    int cells = 0;
+    for (const char *p = x; p && (p = strstr(p, "class=\"cell\"")); p++) cells++;
+    TCHECKF(x && cells == want, "attention map: %d cells, the dump keeps %d weights", cells, want);
+    free(x);
+    const char *am2[] = {build_bin("deltafin"), "trace", "attention", ap, "--layer", "0", "--svg", d1, NULL};
+    TCHECK(t_run(am2, NULL, 0, err, sizeof err) != 0 && strstr(err, "no attention of layer 0"));
 }
 
 /* Every (position, layer, head) entry of an attention dump, as bytes

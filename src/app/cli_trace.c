@@ -19,6 +19,7 @@
  *          (the engine's default), TLFU, the trace's most used experts
  *          kept (static) and Belady's optimum: pooled, then each MoE layer
  *          alone with its share of each cache (research/cachesim.c)
+ *   attention  an attention dump's map of one MLA layer and head (--svg)
  * (research/trace_stats.c defines the figures of stats and reuse; --json for
  * each; --svg DIR writes their plots, research/trace_plot.c).  A later verb
  * (prefetch) goes here too.
@@ -357,15 +358,39 @@ static int trace_cache(const char *path, int argc, char **argv)
     return fflush(stdout) || rc ? 1 : 0;
 }
 
+/* trace attention DUMP --layer L --head H --svg DIR */
+static int trace_attention(const char *path, int argc, char **argv)
+{
+    int layer = -1, head = 0;
+    const char *svgdir = NULL;
+    for (int i = 0; i < argc; i++) {
+        if (!strcmp(argv[i], "--layer") && i + 1 < argc) layer = (int)parse_long(argv[++i], "--layer", 0, 65535);
+        else if (!strcmp(argv[i], "--head") && i + 1 < argc) head = (int)parse_long(argv[++i], "--head", 0, 65535);
+        else if (!strcmp(argv[i], "--svg") && i + 1 < argc) svgdir = argv[++i];
+        else die("trace attention: unknown option \"%s\"", argv[i]);
+    }
+    if (layer < 0 || !svgdir) die("trace attention needs --layer L and --svg DIR (and --head H, default 0)");
+    char name[64], f[4096];
+    snprintf(name, sizeof name, "attention-%d-%d.svg", layer, head);
+    svg_path(svgdir, name, f, sizeof f);
+    df_error err = {0};
+    int cells = 0;
+    if (df_plot_attention(path, layer, head, f, &cells, &err)) return write_plot(-1, &err);
+    printf("%s: %d weights of layer %d, head %d\n", f, cells, layer, head);
+    return fflush(stdout) ? 1 : 0;
+}
+
 int cmd_trace(int argc, char **argv)
 {
     if (argc >= 4 && (!strcmp(argv[2], "stats") || !strcmp(argv[2], "reuse")))
         return trace_stats(argv[2], argv[3], argc - 4, argv + 4);
     if (argc >= 5 && !strcmp(argv[2], "diff")) return trace_diff(argv[3], argv[4], argc - 5, argv + 5);
     if (argc >= 4 && !strcmp(argv[2], "cache")) return trace_cache(argv[3], argc - 4, argv + 4);
+    if (argc >= 4 && !strcmp(argv[2], "attention")) return trace_attention(argv[3], argc - 4, argv + 4);
     if (argc != 4 || strcmp(argv[2], "dump"))
-        die("usage: deltafin trace dump|stats|reuse|cache FILE [--json], deltafin trace diff A B [--json] (route "
-            "traces written by 'deltafin run --trace FILE')");
+        die("usage: deltafin trace dump|stats|reuse|cache FILE [--json], deltafin trace diff A B [--json], deltafin "
+            "trace attention FILE --layer L [--head H] --svg DIR (traces written by 'deltafin run --trace FILE' or "
+            "--dump-attention FILE)");
     df_error err = {0};
     df_trace *t;
     if (df_trace_open(argv[3], &t, &err)) {

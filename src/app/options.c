@@ -106,6 +106,8 @@ void usage(FILE *f)
           "          hit rates by policy and Belady's optimum, pooled and per MoE layer\n"
           "  trace   diff A B [--json]\n"
           "          where two traces route differently: per layer, experts, order, weights\n"
+          "  trace   attention FILE --layer L [--head H] --svg DIR\n"
+          "          an attention dump's map of one MLA layer and head\n"
           "  bench   --model MODEL [--vs-llama] [--threads N] [--prompt-len 32] [--gen 16]\n"
           "          [--reps 3] [--mem SIZE] [--kernels ISA] [--squeeze-to SIZE] [--drop-caches]\n"
           "          prefill and decode tok/s (medians), peak RSS, disk bytes per token, and how\n"

@@ -78,5 +78,10 @@ void df_trace_diff_free(df_trace_diff *d);
 int df_plot_popularity(const char *path, const df_trace_stats *S, df_error *err);
 int df_plot_reuse(const char *path, const df_trace_stats *S, df_error *err);
 int df_plot_cache(const char *path, const df_cachesim_row *rows, int n, df_error *err);
+/* An attention map of one MLA layer and head from an attention dump
+ * (--dump-attention): query positions down, key positions across, each kept
+ * weight a cell (its share of the largest weight in the map sets the
+ * colour); *cells gets the number drawn. */
+int df_plot_attention(const char *dump, int layer, int head, const char *path, int *cells, df_error *err);
 
 #endif

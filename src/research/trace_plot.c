@@ -8,14 +8,18 @@
  *                   d = 1..N: a thin line per layer, the pooled line bold
  *   cache.svg       hit rate against cache size (log scale) for LRU, LFU,
  *                   TLFU, static and Belady's optimum
+ *   attention-L-H.svg  (`trace attention`) one MLA layer and head of an
+ *                   attention dump: a row per query, a cell per kept weight
  * The same figures give the same bytes (fixed formats, no time stamps).
  */
 #include "research.h"
 #include "svg.h"
+#include "trace.h"
 #include "util.h"
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static int svg_fail(const char *path, df_error *err)
@@ -148,5 +152,72 @@ int df_plot_cache(const char *path, const df_cachesim_row *rows, int n, df_error
         svg_rect(&s, x0 + w - 90, y0 + 10 + 16 * p, 12, 3, cols[p], NULL, NULL);
         svg_text(&s, x0 + w - 72, y0 + 15 + 16 * p, 11, "start", names[p]);
     }
+    return svg_close(&s) ? svg_fail(path, err) : 0;
+}
+
+typedef struct {
+    int q, k;
+    float w;
+} attn_cell;
+
+int df_plot_attention(const char *dump, int layer, int head, const char *path, int *cells, df_error *err)
+{
+    *cells = 0;
+    df_trace *t;
+    if (df_trace_open(dump, &t, err)) return -1;
+    attn_cell *c = NULL;
+    size_t n = 0, cap = 0;
+    int maxq = -1, rc, found = 0;
+    float wmax = 0;
+    df_trace_rec r;
+    while ((rc = df_trace_next(t, &r, err)) == 1) {
+        if (r.tag != TRACE_ATTN || r.layer != layer || head < r.head0 || head >= r.head0 + r.n_heads) continue;
+        found = 1;
+        for (int q = 0; q < r.n; q++) {
+            size_t at = ((size_t)q * r.n_heads + (size_t)(head - r.head0)) * r.k;
+            for (int j = 0; j < r.k; j++) {
+                if (r.ids[at + j] < 0) continue;
+                if (n == cap) c = xrealloc(c, (cap = cap ? 2 * cap : 1024) * sizeof *c);
+                c[n++] = (attn_cell){r.pos0 + q, r.ids[at + j], r.weight[at + j]};
+                if (r.weight[at + j] > wmax) wmax = r.weight[at + j];
+            }
+            if (r.pos0 + q > maxq) maxq = r.pos0 + q;
+        }
+    }
+    df_trace_close(t);
+    if (!rc && !found)
+        rc = df_err_set(err, DF_ERR_ARG, -1, "%s holds no attention of layer %d, head %d", dump, layer, head);
+    if (rc) {
+        free(c);
+        return -1;
+    }
+    int N = maxq + 1;
+    double cs = 600.0 / N;
+    if (cs > 16) cs = 16;
+    double x0 = 70, y0 = 50, side = cs * N, W = x0 + side + 90, H = y0 + side + 50;
+    if (W < 480) W = 480;
+    char title[96], col[8], tip[96];
+    snprintf(title, sizeof title, "attention of layer %d, head %d", layer, head);
+    svg s;
+    if (svg_open(&s, path, (int)ceil(W), (int)ceil(H), title)) {
+        free(c);
+        return svg_fail(path, err);
+    }
+    svg_text(&s, x0, 24, 14, "start", title);
+    svg_rect(&s, x0, y0, side, side, "#f4f4f4", NULL, NULL);
+    for (size_t i = 0; i < n; i++) {
+        svg_scale_colour(wmax > 0 ? c[i].w / wmax : 0, col);
+        snprintf(tip, sizeof tip, "query %d, key %d: %.6g", c[i].q, c[i].k, (double)c[i].w);
+        svg_rect(&s, x0 + cs * c[i].k, y0 + cs * c[i].q, cs, cs, col, "cell", tip);
+    }
+    svg_text(&s, x0 + side / 2, y0 + side + 30, 12, "middle", "key position");
+    svg_text(&s, x0 - 8, y0 + 12, 11, "end", "query");
+    char t0[32];
+    snprintf(t0, sizeof t0, "%d", maxq);
+    svg_text(&s, x0 - 8, y0 + side, 10, "end", t0);
+    svg_text(&s, x0 + side, y0 + side + 14, 10, "middle", t0);
+    svg_text(&s, x0, y0 + side + 14, 10, "middle", "0");
+    free(c);
+    *cells = (int)n;
     return svg_close(&s) ? svg_fail(path, err) : 0;
 }

@@ -143,8 +143,12 @@ DELTAFIN_URL=$U NODE_PATH=tests/server/node_modules node --test --test-reporter=
     "$BIN" trace cache "$LOG/plots.trace" --slots 2,8,32 --svg "$LOG/svg" >/dev/null || { echo "not ok - trace --svg"; fail=1; }
 SHAPE=$("$BIN" trace stats "$LOG/plots.trace" --json | node -e \
     'let s="";process.stdin.on("data",d=>s+=d).on("end",()=>{const j=JSON.parse(s);console.log(j.layers.length, j.experts)})')
-SVG_DIR=$LOG/svg SVG_LAYERS=${SHAPE% *} SVG_EXPERTS=${SHAPE#* } NODE_PATH=tests/server/node_modules \
-    node --test --test-reporter=spec tests/server/svg_test.mjs || fail=1
+"$BIN" run --model "$MODEL" --prompt "an attention map" --max-new 12 --dump-attention "$LOG/plots.attn" \
+    --attn-top 4 >/dev/null 2>>"$LOG/plots.log" || { echo "not ok - run --dump-attention"; fail=1; }
+ALAYER=$("$BIN" trace dump "$LOG/plots.attn" | sed -n 's/^{"attn":{"pos":[0-9]*,"layer":\([0-9]*\),.*/\1/p' | head -1)
+ACELLS=$("$BIN" trace attention "$LOG/plots.attn" --layer "$ALAYER" --svg "$LOG/svg" | sed -n 's/.*: \([0-9]*\) weights.*/\1/p')
+SVG_DIR=$LOG/svg SVG_LAYERS=${SHAPE% *} SVG_EXPERTS=${SHAPE#* } SVG_ATTN=attention-$ALAYER-0.svg SVG_ATTN_CELLS=$ACELLS \
+    NODE_PATH=tests/server/node_modules node --test --test-reporter=spec tests/server/svg_test.mjs || fail=1
 
 DELTAFIN_URL=$U DELTAFIN_URL_KEY=http://127.0.0.1:$P2 DELTAFIN_PID=$RSS_PID DELTAFIN_BIN=$BIN DELTAFIN_MODEL=$MODEL \
     NODE_PATH=tests/server/node_modules node --test --test-reporter=spec tests/server/server_test.mjs || fail=1

@@ -3,8 +3,10 @@
 // them first).  Each file must parse as SVG (no parser error), render at its
 // declared size, and hold what the data says: a heat-map cell per layer and
 // expert, a reuse line per layer plus the pooled one, a hit-rate line per
-// policy.  Environment: SVG_DIR (the plots), SVG_LAYERS, SVG_EXPERTS (the
-// trace's MoE layers and experts), SVG_SHOTS (optional: screenshots there).
+// policy, a cell per kept attention weight.  Environment: SVG_DIR (the
+// plots), SVG_LAYERS, SVG_EXPERTS (the trace's MoE layers and experts),
+// SVG_ATTN and SVG_ATTN_CELLS (an attention map in SVG_DIR and its cells),
+// SVG_SHOTS (optional: screenshots there).
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
@@ -29,6 +31,8 @@ test('trace plots render in Chromium', async () => {
       'reuse.svg': { sel: 'polyline.layer', n: LAYERS, also: 'polyline.pooled' },
       'cache.svg': { sel: 'polyline', n: 5 },
     };
+    // an attention map (trace attention), when the runner made one: a cell per kept weight
+    if (process.env.SVG_ATTN) want[process.env.SVG_ATTN] = { sel: 'rect.cell', n: Number(process.env.SVG_ATTN_CELLS) };
     for (const [name, w] of Object.entries(want)) {
       const file = join(DIR, name);
       assert.ok(existsSync(file), `${file} was not written`);
