@@ -543,7 +543,7 @@ static void test_svg(void)
 
 /* Every (position, layer, head) entry of an attention dump, as bytes
  * (positions then weights), into out[pos][layer][head]; returns entries */
-static int read_attn(const char *path, int NL, int H, int K, char *out, size_t rec)
+static int read_attn(const char *path, int NL, int H, int K, char *out, size_t rec, float *kda, int *n_kda)
 {
     df_trace *t;
     df_error err = {0};
@@ -554,6 +554,15 @@ static int read_attn(const char *path, int NL, int H, int K, char *out, size_t r
     df_trace_rec r;
     int rc, n = 0;
     while ((rc = df_trace_next(t, &r, &err)) == 1) {
+        if (r.tag == TRACE_KDA) { /* [pos][layer][head][4] */
+            TCHECK(r.n_heads <= 64 && r.layer < NL && r.k == 4);
+            for (int q = 0; q < r.n && r.n_heads <= 64; q++)
+                if (r.pos0 + q < 40)
+                    memcpy(kda + (((size_t)(r.pos0 + q) * NL + (size_t)r.layer) * 64) * 4,
+                           r.weight + (size_t)q * r.n_heads * 4, (size_t)r.n_heads * 16);
+            (*n_kda)++;
+            continue;
+        }
         if (r.tag != TRACE_ATTN) continue;
         TCHECK(r.k == K && r.head0 == 0 && r.n_heads == H && r.layer < NL);
         for (int q = 0; q < r.n; q++)
@@ -614,7 +623,8 @@ static void test_attention(void)
     df_trace_close(t);
     size_t rec = (size_t)K * 8, total = (size_t)40 * NL * H_MAX * rec;
     char *got[3];
-    int n[3];
+    float *kda[3];
+    int n[3], nk[3] = {0, 0, 0};
     int H = 0;
     /* the test model's heads: from the first record */
     {
@@ -629,17 +639,35 @@ static void test_attention(void)
     }
     TCHECK(H > 0 && H <= H_MAX);
     if (H <= 0 || H > H_MAX) return;
+    size_t ktotal = (size_t)40 * NL * 64 * 4 * sizeof(float);
     for (int v = 0; v < 3; v++) {
         got[v] = calloc(1, total);
-        n[v] = read_attn(p[v], NL, H, K, got[v], rec);
+        kda[v] = calloc(1, ktotal);
+        n[v] = read_attn(p[v], NL, H, K, got[v], rec, kda[v], &nk[v]);
     }
     TCHECKF(n[0] > 0 && n[0] == n[1] && n[0] == n[2], "entries %d / %d / %d", n[0], n[1], n[2]);
     TCHECKF(!memcmp(got[0], got[1], total), "attention differs between 2 threads in a chunk and 1 thread one by one");
     TCHECKF(!memcmp(got[0], got[2], total), "attention differs between the selected kernels and the reference");
-    for (int v = 0; v < 3; v++) free(got[v]);
+    TCHECKF(nk[0] > 0 && nk[1] > 0 && nk[2] > 0, "KDA records %d / %d / %d", nk[0], nk[1], nk[2]);
+    TCHECKF(!memcmp(kda[0], kda[1], ktotal) && !memcmp(kda[0], kda[2], ktotal),
+            "KDA statistics differ between threads, chunks or kernels");
+    for (int v = 0; v < 3; v++) free(got[v]), free(kda[v]);
+    /* a KDA layer alone: its statistics, no attention record */
+    const char *kd[] = {build_bin("deltafin"), "run", "--model", dir, "--prompt-ids", "1,2,3", "--dump-attention",
+                        p[0], "--attn-layers", "0", NULL};
+    TCHECKF(t_run(kd, NULL, 0, err, sizeof err) == 0, "%s", err);
+    int kinds[5] = {0};
+    if (df_trace_open(p[0], &t, &e) == 0) {
+        df_trace_rec r;
+        while (df_trace_next(t, &r, &e) == 1)
+            if (r.tag >= 1 && r.tag <= 4) kinds[r.tag]++;
+        df_trace_close(t);
+    }
+    TCHECKF(kinds[TRACE_KDA] > 0 && !kinds[TRACE_ATTN] && kinds[TRACE_EVAL] > 0, "layer 0 alone: %d KDA, %d attention",
+            kinds[TRACE_KDA], kinds[TRACE_ATTN]);
     const char *bad[] = {build_bin("deltafin"), "run", "--model", dir, "--prompt-ids", "1,2", "--dump-attention",
-                         p[0], "--attn-layers", "0..0", NULL};
-    TCHECK(t_run(bad, NULL, 0, err, sizeof err) != 0 && strstr(err, "no MLA layer"));
+                         p[0], "--attn-layers", "0..99", NULL};
+    TCHECK(t_run(bad, NULL, 0, err, sizeof err) != 0 && strstr(err, "outside the model"));
     const char *bad2[] = {build_bin("deltafin"), "run", "--model", dir, "--prompt-ids", "1,2", "--attn-top", "4", NULL};
     TCHECK(t_run(bad2, NULL, 0, err, sizeof err) != 0 && strstr(err, "need --dump-attention"));
 }

@@ -69,6 +69,16 @@ static int trace_dump(df_trace *t, df_error *err)
             printf("]}}\n");
             continue;
         }
+        if (r.tag == TRACE_KDA) {
+            for (int q = 0; q < r.n; q++)
+                for (int h = 0; h < r.n_heads; h++) {
+                    const float *x = r.weight + ((size_t)q * r.n_heads + (size_t)h) * 4;
+                    printf("{\"kda\":{\"pos\":%d,\"layer\":%d,\"head\":%d,\"beta\":%.9g,\"decay_mean\":%.9g,"
+                           "\"decay_min\":%.9g,\"gate_mean\":%.9g}}\n",
+                           r.pos0 + q, r.layer, h, (double)x[0], (double)x[1], (double)x[2], (double)x[3]);
+                }
+            continue;
+        }
         if (r.tag == TRACE_ATTN) {
             for (int q = 0; q < r.n; q++)
                 for (int h = 0; h < r.n_heads; h++) {

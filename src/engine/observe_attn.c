@@ -1,7 +1,9 @@
 /* observe_attn.c - the attention dump (--dump-attention FILE): the binary
  * trace format (trace_format.h) with every evaluation's ids and, at each
  * chosen MLA layer, each chosen head's largest attention weights for every
- * query position (TRACE_ATTN records).  mla.c fills the session's buffer
+ * query position (TRACE_ATTN records), and at each chosen KDA layer every
+ * head's beta, decay (mean and min over its channels) and output gate
+ * (mean) per position (TRACE_KDA records, from kda.c).  mla.c fills the session's buffer
  * from the weights the kernel leaves (kernels.h), so a dump is the engine's
  * own weights, the same bits at any thread count and batch width; the
  * layer offers it as PROBE_ATTN_PROBS.
@@ -35,11 +37,15 @@ int attn_open(df_engine *eng, const df_engine_opts *o, const char *model, df_err
                      h1 - h0), any = 0;
     for (int il = l0; il <= l1; il++)
         if (c->layer_kind[il] == LAYER_MLA) {
-            eng->attn_on[il] = 1;
             if (n < (int)sizeof extra - 16) n += snprintf(extra + n, sizeof extra - (size_t)n, "%s%d", any ? "," : "", il);
             any = 1;
         }
-    if (!any) return df_err_set(err, DF_ERR_ARG, -1, "attention dump: no MLA layer in %d..%d", l0, l1);
+    n += snprintf(extra + n, sizeof extra - (size_t)n, "],\"kda_layers\":[");
+    for (int il = l0, m = 0; il <= l1; il++) {
+        eng->attn_on[il] = 1;
+        if (c->layer_kind[il] == LAYER_KDA && n < (int)sizeof extra - 16)
+            n += snprintf(extra + n, sizeof extra - (size_t)n, "%s%d", m++ ? "," : "", il);
+    }
     snprintf(extra + n, sizeof extra - (size_t)n, "]}");
     eng->attn_h0 = h0, eng->attn_nh = h1 - h0, eng->attn_top = top;
     eng->attn = fopen(o->attn_path, "wb");
@@ -58,6 +64,17 @@ void observe_attn(df_engine *eng, const probe_ev *ev)
     if (!f) return;
     if (ev->point == PROBE_PROMPT_BEGIN) {
         if (ev->ids) trace_eval(f, ev);
+        return;
+    }
+    if (!ev->ids) { /* a KDA layer: per row and head, beta, the decay's mean and min, the gate's mean */
+        size_t n = (size_t)ev->T * (size_t)ev->n_probs * 4;
+        put_u32(f, TRACE_KDA);
+        put_u32(f, (uint32_t)(16 + 4 * n));
+        put_u32(f, (uint32_t)ev->pos0);
+        put_u32(f, (uint32_t)ev->il);
+        put_u32(f, (uint32_t)ev->T);
+        put_u32(f, (uint32_t)ev->n_probs);
+        fwrite(ev->w, sizeof(float), n, f);
         return;
     }
     size_t n = (size_t)ev->T * (size_t)ev->n_probs * (size_t)ev->k;

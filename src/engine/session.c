@@ -177,6 +177,7 @@ int session_alloc(df_engine *eng, const df_session_opts *opts, int dry, df_sessi
     size_t na = session_attn(s, eng, T); /* 0: no attention dump */
     if (na) ALLOC(BUF_HOST, s->b.attn_pos, na);
     if (na) ALLOC(BUF_HOST, s->b.attn_p, na);
+    if (na) ALLOC(BUF_HOST, s->b.kda_stat, (size_t)T * c->Hk * 4);
     size_t Tk = (size_t)T * c->k;
     ALLOC(BUF_HOST, s->b.route_ids, Tk);
     ALLOC(BUF_HOST, s->b.route_w, Tk);
@@ -258,7 +259,7 @@ void df_session_free(df_session *s)
     free(s->b.ck_want);
     float **fl[] = {&s->b.kda_S, &s->b.kda_hist, &s->b.kda_S0, &s->b.kda_hist0, &s->b.kda_rec, &s->b.ck_state, &s->b.mla_cache, &s->b.H, &s->b.anchors, &s->b.ain, &s->b.xn, &s->b.att,
                     &s->b.min, &s->b.y, &s->b.ffn, &s->b.big0, &s->b.big1, &s->b.big2, &s->b.big3, &s->b.big4, &s->b.big5,
-                    &s->b.small0, &s->b.small1, &s->b.probs, &s->b.logits_tmp, &s->b.worker_buf, &s->b.route_w, &s->b.route_s, &s->b.attn_p, &s->b.zp,
+                    &s->b.small0, &s->b.small1, &s->b.probs, &s->b.logits_tmp, &s->b.worker_buf, &s->b.route_w, &s->b.route_s, &s->b.attn_p, &s->b.kda_stat, &s->b.zp,
                     &s->b.g_x, &s->b.g_h1, &s->b.g_h3, &s->b.g_out};
     const k3_backend *bk = &s->eng->bk;
     for (size_t i = 0; i < sizeof fl / sizeof fl[0]; i++) bk->ops->release(bk, *fl[i]);

@@ -29,8 +29,13 @@
  *                 head0 .. head0+nh-1, the K largest attention weights
  *                 (largest first, ties to the earlier position) and the
  *                 positions they fall on; -1 / 0 past the query's context.
+ *     TRACE_KDA   = 4: u32 pos0, u32 layer, u32 T, u32 Hk, f32 stat[T][Hk][4]
+ *                 the dump's KDA layers: per position and head, beta (the
+ *                 delta rule's write strength), the decay's mean and min
+ *                 over the head's channels, the output gate's mean (means
+ *                 summed in channel order in double)
  *                 Such a file's header adds "attention":{"top":K,"head0",
- *                 "heads","layers":[...]}.
+ *                 "heads","layers":[MLA layers],"kda_layers":[...]}.
  * Readers skip records of tags they do not know (len says how far), so a
  * later version can add records without breaking them.  The reader is
  * src/research/trace.c (and tools/router/dftrace.py).
@@ -41,6 +46,6 @@
 #define TRACE_MAGIC "DFTRACE\n"
 #define TRACE_MAGIC_LEN 8
 #define TRACE_VERSION 1
-enum { TRACE_EVAL = 1, TRACE_ROUTE = 2, TRACE_ATTN = 3 };
+enum { TRACE_EVAL = 1, TRACE_ROUTE = 2, TRACE_ATTN = 3, TRACE_KDA = 4 };
 
 #endif

@@ -40,7 +40,7 @@ typedef struct {
  * the head's output (before o_proj) into o[0..Dk) when o is not NULL.  The
  * forward pass and the rollback replay (kda_replay) both run this, so a
  * replayed state is the evaluated one, bit for bit. */
-static void kda_row(kda_ctx *c, float *wb, float *S, float *hist_layer, size_t hh, int t, float *o)
+static void kda_row(kda_ctx *c, float *wb, float *S, float *hist_layer, size_t hh, int t, float *o, float *stat)
 {
     const k3_config *cf = &c->eng->cfg;
     const k3_layer *L = c->L;
@@ -97,6 +97,12 @@ static void kda_row(kda_ctx *c, float *wb, float *S, float *hist_layer, size_t h
         kt->exp_n(e, e, (size_t)m);
         for (int i = 0; i < m; i++) bk[d0 + i] = (float)e[i];
     }
+    if (stat) { /* the attention dump's statistics (session_bufs.kda_stat), sums in d order */
+        double sum = 0.0;
+        float mn = bk[0];
+        for (int d = 0; d < Dk; d++) sum += bk[d], mn = bk[d] < mn ? bk[d] : mn;
+        stat[0] = beta, stat[1] = (float)(sum / Dk), stat[2] = mn;
+    }
     for (int v = 0; v < Dk; v++) pred[v] = 0.0f;
     kt->kda_decay_pred(S, Dk, bk, kh, pred);
     for (int v = 0; v < Dk; v++) pred[v] = vh[v] - pred[v];
@@ -107,6 +113,11 @@ static void kda_row(kda_ctx *c, float *wb, float *S, float *hist_layer, size_t h
     rmsnorm(oh, L->o_norm, Dk, cf->eps, oh);
     const float *gate = c->rg + (size_t)t * P + c0;
     kt->sigmoid_n(gate, (size_t)Dk, o);
+    if (stat) {
+        double sum = 0.0;
+        for (int d = 0; d < Dk; d++) sum += o[d];
+        stat[3] = (float)(sum / Dk);
+    }
     for (int d = 0; d < Dk; d++) o[d] = oh[d] * o[d];
 }
 
@@ -149,11 +160,13 @@ static void kda_heads(void *vctx, size_t h0, size_t h1, int worker)
     float *wb = s->worker_buf + (size_t)worker * s->worker_w;
     float *S_layer = s->kda_S + (size_t)c->L->kda_idx * (size_t)Hk * Dk * Dk;
     float *hist_layer = s->kda_hist + (size_t)c->L->kda_idx * 3 * (size_t)(Wc - 1) * P;
+    int stats = c->out && s->attn_on && s->attn_on[c->L - c->eng->layers];
     for (size_t hh = h0; hh < h1; hh++) {
         float *S = S_layer + hh * (size_t)Dk * Dk;
         int k = 0;
         for (int t = 0; t < c->T; t++) {
-            kda_row(c, wb, S, hist_layer, hh, t, c->out ? c->out + (size_t)t * P + hh * (size_t)Dk : NULL);
+            kda_row(c, wb, S, hist_layer, hh, t, c->out ? c->out + (size_t)t * P + hh * (size_t)Dk : NULL,
+                    stats ? s->kda_stat + ((size_t)t * Hk + hh) * 4 : NULL);
             for (; k < c->n_take && c->take_t[k] == t; k++)
                 kda_take_head(cf, s, c->L, S, hist_layer, hh, c->take_entry[k]);
         }

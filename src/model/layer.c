@@ -86,9 +86,10 @@ static int layer_rows(const model_ctx *mc, session_bufs *b, const k3_layer *L, c
     b->pos = lc->pos0;
     if (rc) return -1;
     if (b->probe && b->attn_on && b->attn_on[il]) {
+        int mla = L->kind == LAYER_MLA;
         probe_ev ev = {.point = PROBE_ATTN_PROBS, .il = il, .t0 = t0, .nt = nt, .T = nt, .pos0 = lc->pos0 + t0,
-                       .ids = b->attn_pos, .w = b->attn_p, .k = b->attn_top, .n_probs = b->attn_nh,
-                       .width = b->attn_h0};
+                       .ids = mla ? b->attn_pos : NULL, .w = mla ? b->attn_p : b->kda_stat, .k = b->attn_top,
+                       .n_probs = mla ? b->attn_nh : c->Hk, .width = mla ? b->attn_h0 : 0};
         b->probe(b->probe_ctx, &ev);
     }
     if (boundary) mc->bk->ops->copy_rows(mc, H, b->att, nh);

@@ -175,7 +175,8 @@ enum {
     PROBE_LAYER_END,                       /* a layer's steps are done (its slices may still finish later) */
     PROBE_FINAL_MIX, PROBE_FINAL_NORM,     /* rows: the output mix, the final norm */
     PROBE_LOGITS,                          /* rows: the last position's logits [V] */
-    PROBE_ATTN_PROBS,                      /* an MLA layer's rows: ids / w = session_bufs.attn_pos / attn_p */
+    PROBE_ATTN_PROBS,                      /* an MLA layer's rows: ids / w = session_bufs.attn_pos / attn_p;
+                                              a KDA layer's: w = session_bufs.kda_stat, ids NULL */
     PROBE_CHUNK_END
 };
 typedef struct probe_ev {
@@ -281,6 +282,8 @@ typedef struct session_bufs {
     int attn_h0, attn_nh, attn_top;
     int32_t *attn_pos;
     float *attn_p;
+    float *kda_stat;          /* the dump at KDA layers: [T][Hk][4] beta, the decay's mean and min, the
+                               * output gate's mean (kda.c) */
     /* the first layer whose rows held a NaN/infinity in this chunk (-1: the
      * embedding, NL: the output head, INT_MAX: none), and which part */
     int nf_layer;

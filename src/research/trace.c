@@ -189,6 +189,28 @@ static int attn_record(df_trace *t, df_trace_rec *r, const uint8_t *p, uint32_t 
     return 1;
 }
 
+/* TRACE_KDA: sizes checked, every statistic in [0, 1] (sigmoids, and
+ * decays that are exps of non-positive numbers) */
+static int kda_record(df_trace *t, df_trace_rec *r, const uint8_t *p, uint32_t len, size_t at, df_error *err)
+{
+    if (len < 16) return df_err_set(err, DF_ERR_FORMAT, -1, "%s: byte %zu: a KDA record cut short", t->name, at);
+    uint32_t pos0 = rd32(p), layer = rd32(p + 4), T = rd32(p + 8), nh = rd32(p + 12);
+    if (layer >= (uint32_t)t->info.layers || T < 1 || nh < 1 || nh > 65535 || T > INT32_MAX / 16 / nh ||
+        (size_t)len != 16 + 16 * (size_t)T * nh || pos0 > INT32_MAX - T)
+        return df_err_set(err, DF_ERR_FORMAT, -1, "%s: byte %zu: a bad KDA record (layer %u, %u positions, %u heads)",
+                          t->name, at, layer, T, nh);
+    size_t n = (size_t)T * nh * 4;
+    reserve(t, n);
+    memcpy(t->weight, p + 16, 4 * n);
+    for (size_t i = 0; i < n; i++)
+        if (!(t->weight[i] >= 0.0f && t->weight[i] <= 1.0f))
+            return df_err_set(err, DF_ERR_FORMAT, -1, "%s: byte %zu: KDA statistic %zu is %g, outside [0, 1]", t->name,
+                              at, i, (double)t->weight[i]);
+    *r = (df_trace_rec){.tag = TRACE_KDA, .pos0 = (int)pos0, .n = (int)T, .layer = (int)layer, .k = 4,
+                        .n_heads = (int)nh, .weight = t->weight, .where = at};
+    return 1;
+}
+
 static int next_binary(df_trace *t, df_trace_rec *r, df_error *err)
 {
     for (;;) {
@@ -216,6 +238,7 @@ static int next_binary(df_trace *t, df_trace_rec *r, df_error *err)
             return 1;
         }
         if (tag == TRACE_ATTN) return attn_record(t, r, p, len, at, err);
+        if (tag == TRACE_KDA) return kda_record(t, r, p, len, at, err);
         if (tag != TRACE_ROUTE) continue; /* a later version's record */
         if (len < 16) return df_err_set(err, DF_ERR_FORMAT, -1, "%s: byte %zu: a route record cut short", t->name, at);
         uint32_t pos0 = rd32(p), layer = rd32(p + 4), T = rd32(p + 8), k = rd32(p + 12);

@@ -26,13 +26,14 @@ typedef struct df_trace_info {
 } df_trace_info;
 
 typedef struct df_trace_rec {
-    int tag;                    /* TRACE_EVAL, TRACE_ROUTE or TRACE_ATTN */
+    int tag;                    /* TRACE_EVAL, TRACE_ROUTE, TRACE_ATTN or TRACE_KDA */
     int pos0, n;                /* EVAL: n ids evaluated from pos0; ROUTE, ATTN: positions pos0 .. pos0+n-1 */
     int layer, k;               /* ROUTE: the MoE layer, experts per position; ATTN: the MLA layer, weights kept */
     int head0, n_heads;         /* ATTN: the heads dumped */
     const int32_t *ids;         /* EVAL: [n] token ids; ROUTE: [n][k] experts; ATTN: [n][n_heads][k] positions */
     const float *score;         /* ROUTE: [n][k] router scores (NULL in JSON lines) */
-    const float *weight;        /* ROUTE: [n][k] weights (NULL when a JSON line has none); ATTN: [n][n_heads][k] */
+    const float *weight;        /* ROUTE: [n][k] weights (NULL when a JSON line has none); ATTN: [n][n_heads][k];
+                                 * KDA: [n][n_heads][4] beta, decay mean, decay min, gate mean (k = 4) */
     size_t where;               /* binary: the record's byte offset; JSON lines: its line number */
 } df_trace_rec;
 

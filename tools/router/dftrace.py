@@ -25,14 +25,15 @@ import sys
 import numpy as np
 
 MAGIC = b"DFTRACE\n"
-EVAL, ROUTE, ATTN = 1, 2, 3
+EVAL, ROUTE, ATTN, KDA = 1, 2, 3, 4
 
 
 class Trace:
     def __init__(self, header, evals, routes, binary, attn=None, order=None):
         self.header, self.evals, self.routes, self.binary = header, evals, routes, binary
         self.attn = attn if attn is not None else []   # (pos0, layer, head0, positions[T][nh][K], weights[T][nh][K])
-        self.order = order or []                       # the records in file order: ("eval"|"route"|"attn", index)
+        self.order = order or []                       # the records in file order: ("eval"|"route"|"attn"|"kda", index)
+        self.kda = []                                  # (pos0, layer, stats[T][Hk][4]: beta, decay mean, decay min, gate mean)
 
 
 def _route_dtype(k):
@@ -46,7 +47,7 @@ def _read_binary(data, path):
         raise ValueError(f"{path}: trace version {ver}")
     header = json.loads(data[16:16 + hlen].decode("utf-8"))
     k, pos = header["top_k"], 16 + hlen
-    evals, parts, attn, order, nroutes = [], [], [], [], 0
+    evals, parts, attn, order, nroutes, kda = [], [], [], [], 0, []
     while pos < len(data):
         if len(data) - pos < 8:
             raise ValueError(f"{path}: byte {pos}: a record cut short")
@@ -66,6 +67,12 @@ def _read_binary(data, path):
             attn.append((pos0, layer, h0, np.frombuffer(data, "<i4", T * nh * K, a).reshape(T, nh, K),
                          np.frombuffer(data, "<f4", T * nh * K, a + 4 * T * nh * K).reshape(T, nh, K)))
             order.append(("attn", len(attn) - 1))
+        elif tag == KDA:
+            pos0, layer, T, nh = struct.unpack_from("<IIII", data, body)
+            if n != 16 + 16 * T * nh:
+                raise ValueError(f"{path}: byte {pos}: a bad KDA record")
+            kda.append((pos0, layer, np.frombuffer(data, "<f4", T * nh * 4, body + 16).reshape(T, nh, 4)))
+            order.append(("kda", len(kda) - 1))
         elif tag == ROUTE:
             pos0, layer, T, kk = struct.unpack_from("<IIII", data, body)
             if kk != k or n != 16 + 12 * T * k:
@@ -85,6 +92,7 @@ def _read_binary(data, path):
     routes = np.concatenate(parts) if parts else np.zeros(0, _route_dtype(k))
     tr = Trace(header, evals, routes, True, attn, order)
     tr.route_parts = parts
+    tr.kda = kda
     return tr
 
 
@@ -145,6 +153,13 @@ def dump(tr, out=sys.stdout):
         elif kind == "route":
             for r in tr.route_parts[i]:
                 out.write(_route_line(r, True) + "\n")
+        elif kind == "kda":
+            pos0, layer, st = tr.kda[i]
+            for q in range(st.shape[0]):
+                for hh in range(st.shape[1]):
+                    b, dm, dn, g = (_g9(x) for x in st[q, hh])
+                    out.write('{"kda":{"pos":%d,"layer":%d,"head":%d,"beta":%s,"decay_mean":%s,"decay_min":%s,'
+                              '"gate_mean":%s}}\n' % (pos0 + q, layer, hh, b, dm, dn, g))
         else:
             pos0, layer, h0, P, W = tr.attn[i]
             for q in range(P.shape[0]):
