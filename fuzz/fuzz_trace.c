@@ -20,10 +20,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     int rc;
     volatile long sum = 0;
     while ((rc = df_trace_next(t, &r, &err)) == 1) {
-        size_t n = r.tag == TRACE_ROUTE ? (size_t)r.n * (size_t)r.k : (size_t)r.n;
+        size_t n = r.tag == TRACE_EVAL ? (size_t)r.n : (size_t)r.n * (size_t)(r.n_heads ? r.n_heads : 1) * (size_t)r.k;
         for (size_t i = 0; i < n; i++) {
             if (r.tag == TRACE_ROUTE && (r.ids[i] < 0 || r.ids[i] >= in->experts)) abort();
-            sum += r.ids[i];
+            if (r.ids) sum += r.ids[i];
+            if (r.weight && r.weight[i] != r.weight[i]) abort(); /* a NaN let through */
         }
     }
     if (rc < 0 && !err.msg[0]) abort();

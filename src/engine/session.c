@@ -87,9 +87,7 @@ int session_alloc(df_engine *eng, const df_session_opts *opts, int dry, df_sessi
     if (Tb > T) Tb = T;
     df_session *s = xcalloc(1, sizeof *s);
     s->eng = eng;
-    s->b.n_ctx = n_ctx;
-    s->b.max_batch = T;
-    s->b.row_slice = Tb;
+    s->b.n_ctx = n_ctx, s->b.max_batch = T, s->b.row_slice = Tb;
     size_t bytes = 0, h = (size_t)c->h;
     s->b.n_anchor_max = (c->NL + c->B - 1) / c->B;
     if (s->b.n_anchor_max > DBG_MAX_ANCHORS) {

@@ -14,6 +14,7 @@
 #include "json.h"
 #include "util.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -252,10 +253,14 @@ static int next_binary(df_trace *t, df_trace_rec *r, df_error *err)
         memcpy(t->ids, p + 16, 4 * n);
         memcpy(t->score, p + 16 + 4 * n, 4 * n);
         memcpy(t->weight, p + 16 + 8 * n, 4 * n);
-        for (size_t i = 0; i < n; i++)
+        for (size_t i = 0; i < n; i++) {
             if (t->ids[i] < 0 || t->ids[i] >= t->info.experts)
                 return df_err_set(err, DF_ERR_FORMAT, -1, "%s: byte %zu: expert id %d out of range", t->name, at,
                                   t->ids[i]);
+            if (!(t->score[i] >= 0.0f && t->score[i] <= 1.0f && t->weight[i] >= 0.0f && t->weight[i] < INFINITY))
+                return df_err_set(err, DF_ERR_FORMAT, -1, "%s: byte %zu: route %zu has score %g, weight %g", t->name,
+                                  at, i, (double)t->score[i], (double)t->weight[i]);
+        }
         *r = (df_trace_rec){.tag = TRACE_ROUTE, .pos0 = (int)pos0, .n = (int)T, .layer = (int)layer, .k = (int)k,
                             .ids = t->ids, .score = t->score, .weight = t->weight, .where = at};
         return 1;
