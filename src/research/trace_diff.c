@@ -17,6 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+enum { DIFF_MAX_POS = 1 << 22 }; /* positions a diff holds (4M: 16 GB of K3 routes would be more) */
+
 typedef struct {
     int layers, experts, k, max_pos;   /* max_pos: positions held, [0, max_pos) */
     int32_t *ids;                      /* [max_pos][layers][k]; -1: no route */
@@ -41,6 +43,11 @@ static int load_last(const char *path, last_routes *L, df_error *err)
             break;
         }
         size_t per = (size_t)L->layers * L->k;
+        if (r.pos0 + r.n > DIFF_MAX_POS) {
+            rc = df_err_set(err, DF_ERR_LIMIT, -1, "%s: position %d: trace diff compares the first %d positions only",
+                            path, r.pos0 + r.n - 1, DIFF_MAX_POS);
+            break;
+        }
         if (r.pos0 + r.n > L->max_pos) {
             int np = r.pos0 + r.n + 256;
             L->ids = xrealloc(L->ids, (size_t)np * per * sizeof *L->ids);

@@ -7,7 +7,8 @@
  *     distribution in bits (p_e = count_e / (rows * k)) and over log2(E);
  *     the largest count over the mean; the experts never routed; the five
  *     most used (ties: the lower id);
- *   co-activation: the five pairs of experts routed together most often;
+ *   co-activation: the five pairs of experts routed together most often
+ *     (up to 4,096 experts a layer: K3 has 896);
  *   neighbours: pairs of consecutive rows whose positions are consecutive,
  *     those whose expert sets differ, and the mean share |A n B| / k;
  *   reuse at distance d (1 .. n_reuse): the share of a row's experts also
@@ -53,12 +54,12 @@ static void layer_compute(const layer_rows *lr, int E, int k, int n_reuse, uint3
                           df_trace_layer_stats *st, uint64_t *hits, uint64_t *tot, uint64_t *ovl)
 {
     memset(cnt, 0, (size_t)E * sizeof *cnt);
-    memset(pairs, 0, (size_t)E * E * sizeof *pairs);
+    if (pairs) memset(pairs, 0, (size_t)E * E * sizeof *pairs);
     for (size_t r = 0; r < lr->rows; r++) {
         const int32_t *a = lr->ids + r * k;
         for (int i = 0; i < k; i++) {
             cnt[a[i]]++;
-            for (int j = i + 1; j < k; j++) pairs[(size_t)a[i] * E + a[j]]++; /* sorted: a[i] < a[j] */
+            for (int j = i + 1; pairs && j < k; j++) pairs[(size_t)a[i] * E + a[j]]++; /* sorted: a[i] < a[j] */
         }
         if (r && lr->pos[r] == lr->pos[r - 1] + 1) {
             int o = overlap(a, a - k, k);
@@ -95,7 +96,7 @@ static void layer_compute(const layer_rows *lr, int E, int k, int n_reuse, uint3
                 st->top[t] = e, st->top_count[t] = cnt[e];
                 break;
             }
-    for (int i = 0; i < E; i++)
+    for (int i = 0; pairs && i < E; i++)
         for (int j = i + 1; j < E; j++) {
             uint32_t c = pairs[(size_t)i * E + j];
             for (int t = 0; c && t < DF_TRACE_TOP; t++)
@@ -154,7 +155,8 @@ int df_trace_stats_compute(const char *path, int n_reuse, df_trace_stats *out, d
         out->n_reuse = n_reuse;
         out->layers = xcalloc((size_t)NL, sizeof *out->layers);
         out->counts = xcalloc((size_t)NL * E, sizeof *out->counts);
-        uint32_t *pairs = xmalloc((size_t)E * E * sizeof *pairs);
+        /* co-activation counts: E x E, up to 4,096 experts (64 MiB); none past that */
+        uint32_t *pairs = E <= 4096 ? xmalloc((size_t)E * E * sizeof *pairs) : NULL;
         uint64_t *cnt = xmalloc((size_t)E * sizeof *cnt);
         uint64_t phits[DF_TRACE_REUSE_MAX] = {0}, ptot[DF_TRACE_REUSE_MAX] = {0}, povl = 0;
         df_trace_layer_stats *P = &out->pooled;
