@@ -193,6 +193,17 @@ def main():
     ap.add_argument("--copy-eval-seq", type=int, default=128,
                     help="held-out copy eval windows (128 x 64: copy_check.py's default held-out set, 236 examples)")
     ap.add_argument("--copy-eval-windows", type=int, default=64)
+    ap.add_argument("--span-frac", type=float, default=0.0,
+                    help="share of each batch's rows that are synthetic span-copy windows (copy_span.py: 1-3 values "
+                         "inside a random-id sentence, framed per example, copied after <|sep|> each behind its key "
+                         "and closed by an end id; loss on the copied ids and end ids only); floor + Bernoulli")
+    ap.add_argument("--span-frac-schedule", default="",
+                    help='e.g. "0.5:400,0.2": span share 0.5 until step 400, then 0.2 (overrides --span-frac)')
+    ap.add_argument("--span-min-len", type=int, default=1)
+    ap.add_argument("--span-max-len", type=int, default=6)
+    ap.add_argument("--span-max-values", type=int, default=3)
+    ap.add_argument("--span-eval-seq", type=int, default=128)
+    ap.add_argument("--span-eval-windows", type=int, default=64)
     args = ap.parse_args()
 
     torch.set_num_threads(args.threads)
@@ -292,6 +303,39 @@ def main():
         log("copy rows: share %s, alphabet %s, held-out %d examples (+ %s small-alphabet sets)" %
             (copy_fracs, copy_alpha, copy_ev[3], sorted(copy_small_ev)))
 
+    # synthetic span-copy rows (copy_span.py), only with --span-frac
+    span_on = args.span_frac > 0 or bool(args.span_frac_schedule)
+    span_rng, span_ids = None, 0
+    if span_on:
+        import copy_check as cc
+        import copy_span as cs
+        span_spec = cs.span_spec(c, args.span_min_len, args.span_max_len, args.span_max_values)
+        span_ev = cs.heldout_set(span_spec, args.span_eval_seq, args.span_eval_windows)
+        span_fracs = (cc.parse_schedule(args.span_frac_schedule, float) if args.span_frac_schedule
+                      else [(args.span_frac, None)])
+        span_rng = np.random.default_rng(args.seed + 39_000)
+        if state is not None:
+            if state.get("span_rng"):
+                span_rng.bit_generator.state = state["span_rng"]
+            span_ids = state.get("span_ids", 0)
+            evals = state.get("evals", [])
+        log("span rows: share %s, values 1-%d of %d-%d ids, held-out %d examples" %
+            (span_fracs, args.span_max_values, args.span_min_len, args.span_max_len, span_ev[3]))
+
+    def span_rows_at(st_, budget_rows):
+        f = cc.value_at(span_fracs, st_) * args.batch
+        n = int(math.floor(f))
+        n += int(span_rng.random() < f - n)
+        return min(n, budget_rows)
+
+    def span_eval():
+        el, ta, fa = cc.evaluate(model, span_ev, 16)
+        log("step %d span eval loss %.4f tok-acc %.4f full-copy %.4f" % (step, el, ta, fa))
+        return dict(span_eval_loss=round(el, 4), span_tok_acc=round(ta, 4), span_full=round(fa, 4))
+
+    def synth_evals():
+        return {**(copy_eval() if copy_on else {}), **(span_eval() if span_on else {})}
+
     def copy_rows_at(st_):
         f = cc.value_at(copy_fracs, st_) * args.batch
         n = int(math.floor(f))
@@ -312,10 +356,11 @@ def main():
         log(msg)
         return rec
 
-    if copy_on and state is None:
+    if (copy_on or span_on) and state is None:
         v0 = evaluate(model, val, args.batch, args.seq, args.eval_batches)
         log("step 0 val loss %.4f" % v0)
-        evals.append(dict(step=0, minutes=0.0, ids=0, copy_ids=0, val_loss=round(v0, 4), qat=False, **copy_eval()))
+        evals.append(dict(step=0, minutes=0.0, ids=0, copy_ids=0, **({"span_ids": 0} if span_on else {}),
+                          val_loss=round(v0, 4), qat=False, **synth_evals()))
 
     budget = args.minutes * 60.0
     t_last = time.time()
@@ -341,6 +386,7 @@ def main():
                    "ids_total": prior_ids + step * args.batch * args.seq,
                    "seq": args.seq, "batch": args.batch, "init_from": args.init_from, "qat": qat_on,
                    **({"copy_ids": copy_ids} if copy_on else {}),
+                   **({"span_ids": span_ids} if span_on else {}),
                    "time": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())},
                   open(os.path.join(tmp, "snapshot.json"), "w"), indent=1)
         if os.path.isdir(d):
@@ -356,7 +402,9 @@ def main():
                     "elapsed": elapsed, "np_rng": train.rng.bit_generator.state, "args": vars(args),
                     "qat": qat_on, "prior_ids": prior_ids,
                     **({"copy_rng": copy_rng.bit_generator.state, "copy_ids": copy_ids, "evals": evals}
-                       if copy_on else {})}, tmp)
+                       if copy_on else {}),
+                    **({"span_rng": span_rng.bit_generator.state, "span_ids": span_ids, "evals": evals}
+                       if span_on else {})}, tmp)
         os.replace(tmp, os.path.join(args.out, tag + ".pt"))
 
     while elapsed < budget and (args.max_steps == 0 or step < args.max_steps):
@@ -371,15 +419,23 @@ def main():
             log("MXFP4 QAT", "on" if qat_on else "off", "at step", step)
 
         nc = copy_rows_at(step) if copy_on else 0
-        if nc == 0:
+        ns = span_rows_at(step, args.batch - nc) if span_on else 0
+        if nc == 0 and ns == 0:
             xb = train.batch(args.batch, args.seq, chat_frac=args.chat_frac, long_frac=args.long_frac)
         else:
-            cx, cm, _, _ = cc.make_windows(copy_rng, nc, args.seq, *copy_spec, cc.value_at(copy_alpha, step))
-            copy_ids += nc * args.seq
-            if nc < args.batch:
-                mx, mm = train.batch(args.batch - nc, args.seq, chat_frac=args.chat_frac, long_frac=args.long_frac)
-                cx, cm = torch.cat([cx, mx]), torch.cat([cm, mm])
-            xb = (cx, cm)
+            parts = []
+            if nc > 0:
+                cx, cm, _, _ = cc.make_windows(copy_rng, nc, args.seq, *copy_spec, cc.value_at(copy_alpha, step))
+                copy_ids += nc * args.seq
+                parts.append((cx, cm))
+            if ns > 0:
+                sx, sm, _, _ = cs.make_span_windows(span_rng, ns, args.seq, *span_spec)
+                span_ids += ns * args.seq
+                parts.append((sx, sm))
+            if nc + ns < args.batch:
+                parts.append(train.batch(args.batch - nc - ns, args.seq, chat_frac=args.chat_frac,
+                                         long_frac=args.long_frac))
+            xb = (torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts]))
         if teacher is None:
             loss = lm_loss(model, xb)
         else:
@@ -414,15 +470,16 @@ def main():
                 (step, elapsed / 60, lr, run_loss / run_n, gn.item(), imb,
                  args.batch * args.seq * run_n / max(1e-9, now - t20),
                  " copy-rows %d/%d alphabet %d" % (nc, args.batch, cc.value_at(copy_alpha, step - 1) or V - 256)
-                 if copy_on else ""))
+                 if copy_on else "") + (" span-rows %d/%d" % (ns, args.batch) if span_on else ""))
             t20 = now
             run_loss, run_n = 0.0, 0
         if now - t_ev > args.eval_minutes * 60:
             v = evaluate(model, val, args.batch, args.seq, args.eval_batches)
             log("step %d val loss %.4f (qat %s)" % (step, v, qat_on))
-            if copy_on:
+            if copy_on or span_on:
                 evals.append(dict(step=step, minutes=round(elapsed / 60, 2), ids=step * args.batch * args.seq,
-                                  copy_ids=copy_ids, val_loss=round(v, 4), qat=qat_on, **copy_eval()))
+                                  copy_ids=copy_ids, **({"span_ids": span_ids} if span_on else {}),
+                                  val_loss=round(v, 4), qat=qat_on, **synth_evals()))
                 json.dump(evals, open(os.path.join(args.out, "evals.json"), "w"), indent=1)
             t_ev = time.time()
             t_last = t_ev  # evaluation time is not training time
@@ -447,10 +504,15 @@ def main():
     res = {"steps": step, "train_minutes": elapsed / 60, "tokens": step * args.batch * args.seq,
            "val_loss_bf16_experts_fp32": vb, "val_loss_mxfp4_experts": vq, "train_loss_mxfp4_experts": tl,
            "eval_tokens": nb * args.batch * args.seq}
-    if copy_on:
-        res.update(copy_ids=copy_ids, copy_eval_mxfp4=copy_eval())
+    if copy_on or span_on:
+        if copy_on:
+            res.update(copy_ids=copy_ids, copy_eval_mxfp4=copy_eval())
+        if span_on:
+            res.update(span_ids=span_ids, span_eval_mxfp4=span_eval())
         evals.append(dict(step=step, minutes=round(elapsed / 60, 2), ids=step * args.batch * args.seq,
-                          copy_ids=copy_ids, val_loss=round(vq, 4), qat=True, final=True, **res["copy_eval_mxfp4"]))
+                          copy_ids=copy_ids, **({"span_ids": span_ids} if span_on else {}),
+                          val_loss=round(vq, 4), qat=True, final=True,
+                          **res.get("copy_eval_mxfp4", {}), **res.get("span_eval_mxfp4", {})))
         json.dump(evals, open(os.path.join(args.out, "evals.json"), "w"), indent=1)
     json.dump(res, open(os.path.join(args.out, "final.json"), "w"), indent=1)
     log("done", json.dumps(res))
