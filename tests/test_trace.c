@@ -672,7 +672,52 @@ static void test_attention(void)
     TCHECK(t_run(bad2, NULL, 0, err, sizeof err) != 0 && strstr(err, "need --dump-attention"));
 }
 
+/* --trace-lookahead and trace prefetch: the predictions are the same bits at
+ * 2 threads in one chunk and 1 thread one token at a time; the figures
+ * equal tools/router/dftrace.py's, computed from its own reader */
+static void test_prefetch(void)
+{
+    const char *dir = model_dir();
+    if (!dir) return;
+    char p[2][600], ids[400] = "";
+    for (int i = 0; i < 24; i++) snprintf(ids + strlen(ids), sizeof ids - strlen(ids), "%s%d", i ? "," : "", id_at(i));
+    static char out[2][1 << 16], err[1 << 14];
+    for (int v = 0; v < 2; v++) {
+        snprintf(p[v], sizeof p[v], "%s/la%d.trace", test_scratch(), v);
+        const char *a[] = {build_bin("deltafin"), "run", "--model", dir, "--prompt-ids", ids, "--max-new", "8",
+                           "--trace", p[v], "--trace-lookahead", "2", "--threads", v ? "1" : "2",
+                           v ? "--batch" : NULL, "1", NULL};
+        TCHECKF(t_run(a, NULL, 0, err, sizeof err) == 0, "%s", err);
+        const char *c[] = {build_bin("deltafin"), "trace", "prefetch", p[v], "--json", NULL};
+        TCHECKF(t_run(c, out[v], sizeof out[v], err, sizeof err) == 0, "%s", err);
+    }
+    TCHECKF(!strcmp(out[0], out[1]), "the look-ahead differs between 2 threads in a chunk and 1 thread one by one");
+    TCHECK(strstr(out[0], "\"d\":2,\"layer\":-1") != NULL);
+    if (access("/usr/bin/python3", X_OK) == 0) {
+        static char py_out[1 << 16];
+        const char *py[] = {"/usr/bin/python3", "tools/router/dftrace.py", "--prefetch", p[0], NULL};
+        int rc = t_run(py, py_out, sizeof py_out, err, sizeof err);
+        if (rc != 0 && strstr(err, "No module named 'numpy'")) TSKIP("the Python reader needs numpy");
+        TCHECKF(rc == 0, "%s", err);
+        df_error e1 = {0}, e2 = {0};
+        json_doc *d1 = json_parse(out[0], strlen(out[0]), &e1), *d2 = json_parse(py_out, strlen(py_out), &e2);
+        char where[400] = "";
+        TCHECKF(d1 && d2 && json_same(json_root(d1), json_root(d2), where, sizeof where), "trace prefetch: %s %s %s",
+                where, e1.msg, e2.msg);
+        json_free(d1);
+        json_free(d2);
+    }
+    char plain[600];
+    snprintf(plain, sizeof plain, "%s/plain.trace", test_scratch());
+    const char *a[] = {build_bin("deltafin"), "run", "--model", dir, "--prompt-ids", "5,6", "--max-new", "2", "--trace",
+                       plain, NULL};
+    TCHECKF(t_run(a, NULL, 0, err, sizeof err) == 0, "%s", err);
+    const char *c[] = {build_bin("deltafin"), "trace", "prefetch", plain, NULL};
+    TCHECK(t_run(c, NULL, 0, err, sizeof err) != 0 && strstr(err, "--trace-lookahead"));
+}
+
 static const test_case tests[] = {
+    {"prefetch", test_prefetch},
     {"attention", test_attention},
     {"svg", test_svg},
     {"diff", test_diff},

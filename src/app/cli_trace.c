@@ -20,9 +20,10 @@
  *          kept (static) and Belady's optimum: pooled, then each MoE layer
  *          alone with its share of each cache (research/cachesim.c)
  *   attention  an attention dump's map of one MLA layer and head (--svg)
+ *   prefetch   the router look-ahead (a trace written with --trace-lookahead)
+ *          against the routes: recall and precision per distance and layer
  * (research/trace_stats.c defines the figures of stats and reuse; --json for
- * each; --svg DIR writes their plots, research/trace_plot.c).  A later verb
- * (prefetch) goes here too.
+ * each; --svg DIR writes their plots, research/trace_plot.c).
  */
 #include "cli.h"
 #include "json_write.h"
@@ -368,6 +369,47 @@ static int trace_cache(const char *path, int argc, char **argv)
     return fflush(stdout) || rc ? 1 : 0;
 }
 
+/* trace prefetch FILE [--json]: the look-ahead's recall and precision */
+static int trace_prefetch(const char *path, int argc, char **argv)
+{
+    int json = 0;
+    for (int i = 0; i < argc; i++) {
+        if (!strcmp(argv[i], "--json")) json = 1;
+        else die("trace prefetch: unknown option \"%s\"", argv[i]);
+    }
+    df_trace_prefetch P;
+    df_error err = {0};
+    if (df_trace_prefetch_compute(path, &P, &err)) {
+        fprintf(stderr, "deltafin: %s\n", err.msg);
+        return 1;
+    }
+    int k = P.top_k, m = k / 2 > 0 ? k / 2 : 1;
+    if (json) printf("{\"top_k\":%d,\"m\":%d,\"rows\":[", k, m);
+    else
+        printf("the router look-ahead: the d-th MoE layer's router on the hidden state, its top %d (what the\n"
+               "prefetcher reads) and top %d against the experts each position then routed to\n"
+               "%4s %6s %9s %12s %15s %12s\n",
+               m, k, "d", "layer", "compared", "recall@m", "precision@m", "recall@k");
+    for (int i = 0; i < P.n_rows; i++) {
+        const df_trace_prefetch_row *r = &P.rows[i];
+        double n = (double)r->compared;
+        if (json)
+            printf("%s{\"d\":%d,\"layer\":%d,\"compared\":%llu,\"hits_m\":%llu,\"hits_k\":%llu}", i ? "," : "", r->dist,
+                   r->layer, (unsigned long long)r->compared, (unsigned long long)r->hits_half,
+                   (unsigned long long)r->hits_full);
+        else {
+            char name[16];
+            snprintf(name, sizeof name, r->layer < 0 ? "all" : "%d", r->layer);
+            printf("%4d %6s %9llu %12.3f %15.3f %12.3f\n", r->dist, name, (unsigned long long)r->compared,
+                   n ? (double)r->hits_half / (n * k) : 0, n ? (double)r->hits_half / (n * m) : 0,
+                   n ? (double)r->hits_full / (n * k) : 0);
+        }
+    }
+    if (json) printf("]}\n");
+    df_trace_prefetch_free(&P);
+    return fflush(stdout) ? 1 : 0;
+}
+
 /* trace attention DUMP --layer L --head H --svg DIR */
 static int trace_attention(const char *path, int argc, char **argv)
 {
@@ -397,8 +439,9 @@ int cmd_trace(int argc, char **argv)
     if (argc >= 5 && !strcmp(argv[2], "diff")) return trace_diff(argv[3], argv[4], argc - 5, argv + 5);
     if (argc >= 4 && !strcmp(argv[2], "cache")) return trace_cache(argv[3], argc - 4, argv + 4);
     if (argc >= 4 && !strcmp(argv[2], "attention")) return trace_attention(argv[3], argc - 4, argv + 4);
+    if (argc >= 4 && !strcmp(argv[2], "prefetch")) return trace_prefetch(argv[3], argc - 4, argv + 4);
     if (argc != 4 || strcmp(argv[2], "dump"))
-        die("usage: deltafin trace dump|stats|reuse|cache FILE [--json], deltafin trace diff A B [--json], deltafin "
+        die("usage: deltafin trace dump|stats|reuse|cache|prefetch FILE [--json], deltafin trace diff A B [--json], deltafin "
             "trace attention FILE --layer L [--head H] --svg DIR (traces written by 'deltafin run --trace FILE' or "
             "--dump-attention FILE)");
     df_error err = {0};

@@ -185,6 +185,8 @@ static void usage_options(FILE *f)
           "                       (binary; 'deltafin trace dump FILE' prints it)\n"
           "  --trace-format F     binary (default) or jsonl (the older format: a JSON line per position\n"
           "                       and MoE layer, experts and weights only)\n"
+          "  --trace-lookahead D  with --trace: after each layer, the next D MoE layers' routers on the\n"
+          "                       hidden state, as the prefetcher applies them ('trace prefetch')\n"
           "  --dump-attention FILE  every query's largest MLA attention weights (the trace format:\n"
           "                       'deltafin trace dump FILE' prints them), bit for bit\n"
           "  --attn-layers L..M   the layers dumped (default all; a KDA layer gives each head's beta,\n"
@@ -235,10 +237,12 @@ static void parse_range(const char *v, const char *flag, int *lo, int *hi)
     *lo = (int)a, *hi = (int)b;
 }
 
-/* --dump-attention FILE, --attn-layers L..M, --attn-heads A..B, --attn-top K */
+/* --dump-attention FILE, --attn-layers L..M, --attn-heads A..B, --attn-top K;
+ * --trace-lookahead D */
 static void parse_attn(run_args *a, const char *f, const char *v)
 {
     if (!strcmp(f, "--dump-attention")) a->attn_path = v;
+    else if (!strcmp(f, "--trace-lookahead")) a->trace_lookahead = (int)parse_long(v, f, 1, 8);
     else if (!strcmp(f, "--attn-layers")) {
         parse_range(v, f, &a->attn_l0, &a->attn_l1);
         a->attn_l1++; /* exclusive in the engine */
@@ -452,7 +456,8 @@ static const opt_def opts[] = {
     {"--backend", 1, C_ENGINE},
     {"--io", 1, C_ENGINE},            {"--io-backend", 1, C_ENGINE},   {"--io-depth", 1, C_ENGINE}, {"--disk-cache-max", 1, C_ENGINE},
     {"--trace", 1, C_ENGINE | C_CACHESIM}, {"--trace-format", 1, C_ENGINE}, {"--dump-attention", 1, C_ENGINE},
-    {"--attn-layers", 1, C_ENGINE}, {"--attn-heads", 1, C_ENGINE}, {"--attn-top", 1, C_ENGINE}, {"--heat", 1, C_ENGINE},    {"--events", 1, C_ENGINE},
+    {"--attn-layers", 1, C_ENGINE}, {"--attn-heads", 1, C_ENGINE}, {"--attn-top", 1, C_ENGINE},
+    {"--trace-lookahead", 1, C_ENGINE}, {"--heat", 1, C_ENGINE},    {"--events", 1, C_ENGINE},
     {"--no-prefetch", 0, C_ENGINE},   {"--prefetch-k", 1, C_ENGINE},   {"--expert-path", 1, C_ENGINE},
     {"--prefault", 0, C_ENGINE},      {"--preload", 1, C_ENGINE},      {"--stats", 0, C_ENGINE},
     {"--prompt-ids", 1, C_RUN},       {"--prompt", 1, C_RUN},          {"--prompt-file", 1, C_RUN},          {"--max-new", 1, C_RUN | C_CHAT},
@@ -584,7 +589,8 @@ void parse_common(int argc, char **argv, run_args *a)
         else if (!strcmp(f, "--cache-policy")) a->policy = v;
         else if (!strcmp(f, "--trace")) a->trace = v;
         else if (!strcmp(f, "--trace-format")) a->trace_jsonl = trace_format_jsonl(v);
-        else if (!strcmp(f, "--dump-attention") || !strncmp(f, "--attn-", 7)) parse_attn(a, f, v);
+        else if (!strcmp(f, "--dump-attention") || !strncmp(f, "--attn-", 7) || !strcmp(f, "--trace-lookahead"))
+            parse_attn(a, f, v);
         else if (!strcmp(f, "--heat")) a->heat = v;
         else if (!strcmp(f, "--events")) a->events = v;
         else if (!strcmp(f, "--prefault")) a->prefault = 1;
@@ -829,6 +835,9 @@ df_engine *open_engine(const run_args *a)
     eo.cache_policy = a->policy;
     eo.trace_path = a->trace;
     eo.trace_jsonl = a->trace_jsonl;
+    if (a->trace_lookahead && (!a->trace || a->trace_jsonl))
+        die("--trace-lookahead needs --trace FILE in the binary format");
+    eo.trace_lookahead = a->trace_lookahead;
     if ((a->attn_l1 || a->attn_h1 || a->attn_top) && !a->attn_path)
         die("--attn-layers, --attn-heads and --attn-top need --dump-attention FILE");
     eo.attn_path = a->attn_path;

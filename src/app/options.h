@@ -29,6 +29,7 @@ typedef struct {
     int chat, no_think, special;
     int trunk_stream;
     int trace_jsonl; /* --trace-format jsonl */
+    int trace_lookahead; /* --trace-lookahead D */
     const char *attn_path; /* --dump-attention FILE */
     int attn_l0, attn_l1, attn_h0, attn_h1, attn_top;
     int preload;    /* --preload: 1 on, -1 off, 0 auto */

@@ -223,6 +223,7 @@ int df_engine_open(const char *model_dir, const df_engine_opts *opts, df_engine 
         setvbuf(eng->events, eng->events_buf, _IOFBF, 1 << 16);
         eng->layer_sec = xcalloc((size_t)eng->m.cfg.NL, sizeof *eng->layer_sec);
     }
+    eng->trace_lookahead = opts->trace_path && !opts->trace_jsonl ? opts->trace_lookahead : 0;
     if (opts->trace_path && trace_open(eng, opts->trace_path, opts->trace_jsonl, model_dir, err)) {
         df_engine_close(eng);
         return -1;
@@ -278,6 +279,7 @@ void df_engine_close(df_engine *eng)
         free(eng->attn_buf);
     }
     free(eng->attn_on);
+    free(eng->la_xn), free(eng->la_logits), free(eng->la_choice), free(eng->la_top);
     if (eng->events) {
         fclose(eng->events);
         free(eng->events_buf);

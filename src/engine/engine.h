@@ -50,6 +50,8 @@ typedef struct df_engine_opts {
     const char *cache_policy;   /* "lfu" (default), "tlfu" or "lru" */
     const char *trace_path;     /* write the route trace here (trace_format.h), or NULL */
     int trace_jsonl;            /* ... as JSON lines (the older format) instead */
+    int trace_lookahead;        /* binary trace: at each layer's end, the top k of the next 1..D MoE
+                                 * layers' routers on the hidden state (TRACE_PREDICT; 0 = none) */
     /* attention dump (trace_format.h's TRACE_ATTN records): the attn_top
      * largest weights (0 = 16) of every query of heads [attn_h0, attn_h1) at
      * the MLA layers in [attn_l0, attn_l1) (attn_h1 = 0: to the last head;

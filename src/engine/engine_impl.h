@@ -62,6 +62,9 @@ struct df_engine {
     prompt_stats prompt;      /* the last multi-position eval */
     char *trace_buf;
     int trace_jsonl;          /* --trace-format jsonl: the older JSON lines */
+    int trace_lookahead;      /* --trace-lookahead D, and its scratch (observe_trace.c) */
+    float *la_xn, *la_logits, *la_choice;
+    int *la_top;
     FILE *attn;               /* attention dump (--dump-attention), or NULL */
     char *attn_buf;
     uint8_t *attn_on;         /* [NL]: the MLA layers dumped */
@@ -151,6 +154,7 @@ int trace_open(df_engine *eng, const char *path, int jsonl, const char *model, d
  * with their leading comma, or NULL) and an evaluation record */
 int trace_header(df_engine *eng, FILE *f, const char *model, const char *extra);
 void trace_eval(FILE *f, const probe_ev *ev);
+void observe_lookahead(df_engine *eng, const probe_ev *ev);
 int attn_open(df_engine *eng, const df_engine_opts *o, const char *model, df_error *err);
 void observe_attn(df_engine *eng, const probe_ev *ev);
 void observe_events(df_engine *eng, chunk_obs *o, const probe_ev *ev);

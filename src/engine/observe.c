@@ -42,5 +42,6 @@ void observe_probe(void *ctx, const probe_ev *ev)
     }
     if (s->dbg && s->dbg->enabled) observe_debug(s->dbg, ev);
     if (eng->trace && ev->point == PROBE_ROUTE) observe_trace(eng, ev);
+    if (eng->trace_lookahead && ev->point == PROBE_MLP_OUT) observe_lookahead(eng, ev);
     if (eng->events) observe_events(eng, &s->obs, ev);
 }

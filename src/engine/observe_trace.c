@@ -8,6 +8,8 @@
  */
 #include "engine_impl.h"
 #include "json_write.h"
+#include "backend_cpu.h"
+#include "mathfn.h"
 #include "trace_format.h"
 #include "util.h"
 
@@ -36,7 +38,17 @@ int trace_open(df_engine *eng, const char *path, int jsonl, const char *model, d
                 c->NL, c->E, c->k);
         return 0;
     }
-    return trace_header(eng, eng->trace, model, NULL) ? df_err_set(err, DF_ERR_IO, -1, "%s: cannot write the route trace", path) : 0;
+    char extra[64] = "";
+    if (eng->trace_lookahead) {
+        if (eng->trace_lookahead < 0 || eng->trace_lookahead > 8)
+            return df_err_set(err, DF_ERR_ARG, -1, "trace look-ahead %d: 1 to 8 layers", eng->trace_lookahead);
+        snprintf(extra, sizeof extra, ",\"lookahead\":%d", eng->trace_lookahead);
+        eng->la_xn = xmalloc((size_t)c->h * sizeof *eng->la_xn);
+        eng->la_logits = xmalloc((size_t)c->E * sizeof *eng->la_logits);
+        eng->la_choice = xmalloc((size_t)c->E * sizeof *eng->la_choice);
+        eng->la_top = xmalloc((size_t)c->k * sizeof *eng->la_top);
+    }
+    return trace_header(eng, eng->trace, model, extra) ? df_err_set(err, DF_ERR_IO, -1, "%s: cannot write the route trace", path) : 0;
 }
 
 int trace_header(df_engine *eng, FILE *f, const char *model, const char *extra)
@@ -86,6 +98,38 @@ static void trace_jsonl(df_engine *eng, const probe_ev *ev)
         fprintf(eng->trace, "],\"weights\":[");
         for (int j = 0; j < ev->k; j++) fprintf(eng->trace, "%s%.7g", j ? "," : "", (double)ev->w[t * ev->k + j]);
         fprintf(eng->trace, "]}\n");
+    }
+}
+
+/* --trace-lookahead D, at a layer's end (PROBE_MLP_OUT: rows2 is the hidden
+ * state after it): for each of the next D MoE layers, that layer's router
+ * on each row as the prefetcher applies it (prefetch.c: RMSNorm with the
+ * layer's post_ln, the router, the biased scores), its top k in order */
+void observe_lookahead(df_engine *eng, const probe_ev *ev)
+{
+    const k3_config *c = &eng->m.cfg;
+    FILE *f = eng->trace;
+    int nl = ev->il;
+    for (int d = 1; d <= eng->trace_lookahead; d++) {
+        do nl++;
+        while (nl < c->NL && !c->layer_moe[nl]);
+        if (nl >= c->NL) return;
+        const k3_layer *N = &eng->m.layers[nl];
+        put_u32(f, TRACE_PREDICT);
+        put_u32(f, 24 + 4 * (uint32_t)ev->nt * (uint32_t)c->k);
+        put_u32(f, (uint32_t)(ev->pos0 + ev->t0));
+        put_u32(f, (uint32_t)ev->il);
+        put_u32(f, (uint32_t)nl);
+        put_u32(f, (uint32_t)d);
+        put_u32(f, (uint32_t)ev->nt);
+        put_u32(f, (uint32_t)c->k);
+        for (int t = 0; t < ev->nt; t++) {
+            rmsnorm(ev->rows2 + (size_t)t * c->h, N->post_ln, c->h, c->eps, eng->la_xn);
+            mm_rows(eng->bk.kt, N->router, eng->la_xn, eng->la_logits, 0, c->E);
+            df_router_score(eng->la_logits, N->router_bias, c->E, NULL, eng->la_choice);
+            df_topk(eng->la_choice, c->E, c->k, eng->la_top);
+            fwrite(eng->la_top, sizeof(int32_t), (size_t)c->k, f);
+        }
     }
 }
 

@@ -36,6 +36,14 @@
  *                 summed in channel order in double)
  *                 Such a file's header adds "attention":{"top":K,"head0",
  *                 "heads","layers":[MLA layers],"kda_layers":[...]}.
+ *     TRACE_PREDICT = 5: u32 pos0, u32 from, u32 to, u32 d, u32 T, u32 k,
+ *                 i32 ids[T][k]
+ *                 --trace-lookahead D: after layer `from`, the router of the
+ *                 d-th MoE layer after it (`to`) applied to the hidden state
+ *                 of positions pos0 .. pos0+T-1 as the prefetcher applies it
+ *                 (prefetch.c), its top k by biased score in order (the
+ *                 prefetcher's m experts are the first m); the header adds
+ *                 "lookahead":D
  * Readers skip records of tags they do not know (len says how far), so a
  * later version can add records without breaking them.  The reader is
  * src/research/trace.c (and tools/router/dftrace.py).
@@ -46,6 +54,6 @@
 #define TRACE_MAGIC "DFTRACE\n"
 #define TRACE_MAGIC_LEN 8
 #define TRACE_VERSION 1
-enum { TRACE_EVAL = 1, TRACE_ROUTE = 2, TRACE_ATTN = 3, TRACE_KDA = 4 };
+enum { TRACE_EVAL = 1, TRACE_ROUTE = 2, TRACE_ATTN = 3, TRACE_KDA = 4, TRACE_PREDICT = 5 };
 
 #endif

@@ -51,6 +51,33 @@ typedef struct df_trace_stats {
 int df_trace_stats_compute(const char *path, int n_reuse, df_trace_stats *out, df_error *err);
 void df_trace_stats_free(df_trace_stats *s);
 
+/* The last route a trace holds for every (position, MoE layer)
+ * (trace_diff.c; a rolled-back draft's rows replaced by what the position
+ * finally got), up to 4M positions. */
+typedef struct df_trace_routes {
+    int layers, experts, k, max_pos;   /* max_pos: positions held, [0, max_pos) */
+    int32_t *ids;                      /* [max_pos][layers][k]; -1: no route */
+    float *w;                          /* same shape */
+} df_trace_routes;
+int df_trace_last_routes(const char *path, df_trace_routes *L, df_error *err);
+void df_trace_routes_free(df_trace_routes *L);
+
+/* The router look-ahead against the routes (trace_prefetch.c), from a
+ * trace written with --trace-lookahead: per distance d and target layer,
+ * the predictions compared and, for the prefetcher's top m = k/2 and for
+ * all k, the predicted experts the position then routed to. */
+typedef struct df_trace_prefetch_row {
+    int dist, layer;               /* layer -1: every layer at that distance */
+    uint64_t compared;             /* predictions whose position has a route there */
+    uint64_t hits_half, hits_full; /* |top m n routed|, |top k n routed|, summed */
+} df_trace_prefetch_row;
+typedef struct df_trace_prefetch {
+    int top_k, n_rows;
+    df_trace_prefetch_row *rows;   /* pooled rows first for each distance, then its layers */
+} df_trace_prefetch;
+int df_trace_prefetch_compute(const char *path, df_trace_prefetch *out, df_error *err);
+void df_trace_prefetch_free(df_trace_prefetch *p);
+
 /* Where two traces route differently (trace_diff.c): the last route each
  * trace holds for a (position, MoE layer), compared where both have one. */
 typedef struct df_trace_diff_layer {

@@ -212,6 +212,29 @@ static int kda_record(df_trace *t, df_trace_rec *r, const uint8_t *p, uint32_t l
     return 1;
 }
 
+/* TRACE_PREDICT: the target an MoE layer after `from`, k the model's, the
+ * ids in range */
+static int predict_record(df_trace *t, df_trace_rec *r, const uint8_t *p, uint32_t len, size_t at, df_error *err)
+{
+    if (len < 24) return df_err_set(err, DF_ERR_FORMAT, -1, "%s: byte %zu: a look-ahead record cut short", t->name, at);
+    uint32_t pos0 = rd32(p), from = rd32(p + 4), to = rd32(p + 8), d = rd32(p + 12), T = rd32(p + 16), k = rd32(p + 20);
+    if (to >= (uint32_t)t->info.layers || !t->moe[to] || from >= to || d < 1 || d > to - from ||
+        k != (uint32_t)t->info.top_k || T < 1 || T > INT32_MAX / 4 / k || (size_t)len != 24 + 4 * (size_t)T * k ||
+        pos0 > INT32_MAX - T)
+        return df_err_set(err, DF_ERR_FORMAT, -1, "%s: byte %zu: a bad look-ahead record (layer %u -> %u, d %u)",
+                          t->name, at, from, to, d);
+    size_t n = (size_t)T * k;
+    reserve(t, n);
+    memcpy(t->ids, p + 24, 4 * n);
+    for (size_t i = 0; i < n; i++)
+        if (t->ids[i] < 0 || t->ids[i] >= t->info.experts)
+            return df_err_set(err, DF_ERR_FORMAT, -1, "%s: byte %zu: predicted expert %d out of range", t->name, at,
+                              t->ids[i]);
+    *r = (df_trace_rec){.tag = TRACE_PREDICT, .pos0 = (int)pos0, .n = (int)T, .layer = (int)to, .k = (int)k,
+                        .from = (int)from, .dist = (int)d, .ids = t->ids, .where = at};
+    return 1;
+}
+
 static int next_binary(df_trace *t, df_trace_rec *r, df_error *err)
 {
     for (;;) {
@@ -240,6 +263,7 @@ static int next_binary(df_trace *t, df_trace_rec *r, df_error *err)
         }
         if (tag == TRACE_ATTN) return attn_record(t, r, p, len, at, err);
         if (tag == TRACE_KDA) return kda_record(t, r, p, len, at, err);
+        if (tag == TRACE_PREDICT) return predict_record(t, r, p, len, at, err);
         if (tag != TRACE_ROUTE) continue; /* a later version's record */
         if (len < 16) return df_err_set(err, DF_ERR_FORMAT, -1, "%s: byte %zu: a route record cut short", t->name, at);
         uint32_t pos0 = rd32(p), layer = rd32(p + 4), T = rd32(p + 8), k = rd32(p + 12);

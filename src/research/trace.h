@@ -26,10 +26,12 @@ typedef struct df_trace_info {
 } df_trace_info;
 
 typedef struct df_trace_rec {
-    int tag;                    /* TRACE_EVAL, TRACE_ROUTE, TRACE_ATTN or TRACE_KDA */
+    int tag;                    /* TRACE_EVAL, TRACE_ROUTE, TRACE_ATTN, TRACE_KDA or TRACE_PREDICT */
     int pos0, n;                /* EVAL: n ids evaluated from pos0; ROUTE, ATTN: positions pos0 .. pos0+n-1 */
     int layer, k;               /* ROUTE: the MoE layer, experts per position; ATTN: the MLA layer, weights kept */
     int head0, n_heads;         /* ATTN: the heads dumped */
+    int from, dist;             /* PREDICT: made after layer `from`, for `layer`, the dist-th MoE layer on
+                                 * (ids: [n][k], the top k in order) */
     const int32_t *ids;         /* EVAL: [n] token ids; ROUTE: [n][k] experts; ATTN: [n][n_heads][k] positions */
     const float *score;         /* ROUTE: [n][k] router scores (NULL in JSON lines) */
     const float *weight;        /* ROUTE: [n][k] weights (NULL when a JSON line has none); ATTN: [n][n_heads][k];

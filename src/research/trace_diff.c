@@ -19,13 +19,7 @@
 
 enum { DIFF_MAX_POS = 1 << 22 }; /* positions a diff holds (4M: 16 GB of K3 routes would be more) */
 
-typedef struct {
-    int layers, experts, k, max_pos;   /* max_pos: positions held, [0, max_pos) */
-    int32_t *ids;                      /* [max_pos][layers][k]; -1: no route */
-    float *w;                          /* same shape */
-} last_routes;
-
-static int load_last(const char *path, last_routes *L, df_error *err)
+int df_trace_last_routes(const char *path, df_trace_routes *L, df_error *err)
 {
     memset(L, 0, sizeof *L);
     df_trace *t;
@@ -68,7 +62,7 @@ static int load_last(const char *path, last_routes *L, df_error *err)
     return rc ? -1 : 0;
 }
 
-static void free_last(last_routes *L)
+void df_trace_routes_free(df_trace_routes *L)
 {
     free(L->ids);
     free(L->w);
@@ -110,14 +104,14 @@ static void add_pair(df_trace_diff_layer *d, const int32_t *a, const int32_t *b,
 int df_trace_diff_compute(const char *a, const char *b, df_trace_diff *out, df_error *err)
 {
     memset(out, 0, sizeof *out);
-    last_routes A, B;
-    if (load_last(a, &A, err)) {
-        free_last(&A);
+    df_trace_routes A, B;
+    if (df_trace_last_routes(a, &A, err)) {
+        df_trace_routes_free(&A);
         return -1;
     }
-    if (load_last(b, &B, err)) {
-        free_last(&A);
-        free_last(&B);
+    if (df_trace_last_routes(b, &B, err)) {
+        df_trace_routes_free(&A);
+        df_trace_routes_free(&B);
         return -1;
     }
     int rc = 0;
@@ -159,8 +153,8 @@ int df_trace_diff_compute(const char *a, const char *b, df_trace_diff *out, df_e
         free(ovl);
         if (!P->compared) rc = df_err_set(err, DF_ERR_ARG, -1, "%s and %s hold no position and layer in common", a, b);
     }
-    free_last(&A);
-    free_last(&B);
+    df_trace_routes_free(&A);
+    df_trace_routes_free(&B);
     if (rc) df_trace_diff_free(out);
     return rc ? -1 : 0;
 }

@@ -25,7 +25,7 @@ import sys
 import numpy as np
 
 MAGIC = b"DFTRACE\n"
-EVAL, ROUTE, ATTN, KDA = 1, 2, 3, 4
+EVAL, ROUTE, ATTN, KDA, PREDICT = 1, 2, 3, 4, 5
 
 
 class Trace:
@@ -34,6 +34,7 @@ class Trace:
         self.attn = attn if attn is not None else []   # (pos0, layer, head0, positions[T][nh][K], weights[T][nh][K])
         self.order = order or []                       # the records in file order: ("eval"|"route"|"attn"|"kda", index)
         self.kda = []                                  # (pos0, layer, stats[T][Hk][4]: beta, decay mean, decay min, gate mean)
+        self.predict = []                              # (pos0, from, to, d, top[T][k]): --trace-lookahead
 
 
 def _route_dtype(k):
@@ -47,7 +48,7 @@ def _read_binary(data, path):
         raise ValueError(f"{path}: trace version {ver}")
     header = json.loads(data[16:16 + hlen].decode("utf-8"))
     k, pos = header["top_k"], 16 + hlen
-    evals, parts, attn, order, nroutes, kda = [], [], [], [], 0, []
+    evals, parts, attn, order, nroutes, kda, predict = [], [], [], [], 0, [], []
     while pos < len(data):
         if len(data) - pos < 8:
             raise ValueError(f"{path}: byte {pos}: a record cut short")
@@ -67,6 +68,11 @@ def _read_binary(data, path):
             attn.append((pos0, layer, h0, np.frombuffer(data, "<i4", T * nh * K, a).reshape(T, nh, K),
                          np.frombuffer(data, "<f4", T * nh * K, a + 4 * T * nh * K).reshape(T, nh, K)))
             order.append(("attn", len(attn) - 1))
+        elif tag == PREDICT:
+            pos0, frm, to, d, T, kk = struct.unpack_from("<IIIIII", data, body)
+            if n != 24 + 4 * T * kk:
+                raise ValueError(f"{path}: byte {pos}: a bad look-ahead record")
+            predict.append((pos0, frm, to, d, np.frombuffer(data, "<i4", T * kk, body + 24).reshape(T, kk)))
         elif tag == KDA:
             pos0, layer, T, nh = struct.unpack_from("<IIII", data, body)
             if n != 16 + 16 * T * nh:
@@ -93,6 +99,7 @@ def _read_binary(data, path):
     tr = Trace(header, evals, routes, True, attn, order)
     tr.route_parts = parts
     tr.kda = kda
+    tr.predict = predict
     return tr
 
 
@@ -246,11 +253,41 @@ def stats(tr, n_reuse=4, full=True):
     return {"experts": E, "top_k": k, "layers": layers, "pooled": P}
 
 
+def prefetch(tr):
+    """what `deltafin trace prefetch --json` prints, from the look-ahead records and each
+    position's last route"""
+    k = tr.header["top_k"]
+    m = max(k // 2, 1)
+    last = {}
+    for r in tr.routes:
+        last[(int(r["pos"]), int(r["layer"]))] = set(int(e) for e in r["experts"])
+    acc = {}
+    for pos0, frm, to, d, top in tr.predict:
+        for q in range(top.shape[0]):
+            route = last.get((pos0 + q, to))
+            if route is None:
+                continue
+            h = sum(1 for e in top[q] if int(e) in route)
+            hm = sum(1 for e in top[q][:m] if int(e) in route)
+            for key in ((d, -1), (d, to)):
+                a = acc.setdefault(key, [0, 0, 0])
+                a[0] += 1
+                a[1] += hm
+                a[2] += h
+    rows = [{"d": d, "layer": l, "compared": a[0], "hits_m": a[1], "hits_k": a[2]}
+            for (d, l), a in sorted(acc.items())]
+    return {"top_k": k, "m": m, "rows": rows}
+
+
 if __name__ == "__main__":
     args = sys.argv[1:]
+    if len(args) == 2 and args[0] == "--prefetch":
+        print(json.dumps(prefetch(read(args[1]))))
+        sys.exit(0)
     if len(args) == 3 and args[0] in ("--stats", "--reuse"):
         print(json.dumps(stats(read(args[2]), int(args[1]), full=args[0] == "--stats")))
         sys.exit(0)
     if len(args) != 1:
-        sys.exit("usage: dftrace.py TRACE | dftrace.py --stats N TRACE | dftrace.py --reuse N TRACE")
+        sys.exit("usage: dftrace.py TRACE | dftrace.py --stats N TRACE | dftrace.py --reuse N TRACE | "
+                 "dftrace.py --prefetch TRACE")
     dump(read(args[0]))
