@@ -377,6 +377,64 @@ static int json_same(const json_value *a, const json_value *b, char *where, size
     }
 }
 
+/* Every key of the Python document in deltafin's, with the same values
+ * (json_same's rules); deltafin may have more (the cache replay's LFU and
+ * TLFU, which are the engine's own cache code) */
+static int json_within(const json_value *py, const json_value *c, char *where, size_t n)
+{
+    if (py->type != JSON_OBJECT && py->type != JSON_ARRAY) return json_same(py, c, where, n);
+    if (py->type != c->type) return snprintf(where, n, "types differ"), 0;
+    if (py->type == JSON_ARRAY && py->len != c->len) return snprintf(where, n, "%zu entries != %zu", py->len, c->len), 0;
+    for (size_t i = 0; i < py->len; i++) {
+        const json_value *cv = py->type == JSON_ARRAY ? c->items[i] : json_get(c, py->keys[i]);
+        if (!cv) return snprintf(where, n, "no %s", py->keys[i]), 0;
+        if (!json_within(py->items[i], cv, where, n)) return 0;
+    }
+    return 1;
+}
+
+/* The committed traces (testdata/traces: the default model's answers to
+ * "What is 23 + 45?" and "... + 46?", with --trace-lookahead 2): every verb's
+ * --json against tools/router/dftrace.py, which computes each figure again
+ * from its own reader */
+static void test_committed_against_python(void)
+{
+    if (access("/usr/bin/python3", X_OK) != 0) TSKIP("no /usr/bin/python3");
+    char a[600], b[600];
+    snprintf(a, sizeof a, "%s/traces/a.trace", testdata_dir());
+    snprintf(b, sizeof b, "%s/traces/b.trace", testdata_dir());
+    /* deltafin's arguments after "trace", then dftrace.py's; "A" and "B" are the two traces */
+    static const char *cases[][2][7] = {
+        {{"stats", "A", "--json", NULL}, {"--stats", "4", "A", NULL}},
+        {{"reuse", "A", "--json", "--max-distance", "12", NULL}, {"--reuse", "12", "A", NULL}},
+        {{"prefetch", "B", "--json", NULL}, {"--prefetch", "B", NULL}},
+        {{"cache", "A", "--json", "--slots", "4,8,28,112", NULL}, {"--cache", "4,8,28,112", "A", NULL}},
+        {{"diff", "A", "B", "--json", NULL}, {"--diff", "A", "B", NULL}},
+    };
+    static char out[1 << 20], py_out[1 << 20], err[1 << 14];
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const char *argv[12] = {build_bin("deltafin"), "trace"}, *pv[8] = {"/usr/bin/python3", "tools/router/dftrace.py"};
+        int n = 2, m = 2;
+        for (int j = 0; cases[i][0][j]; j++)
+            argv[n++] = !strcmp(cases[i][0][j], "A") ? a : !strcmp(cases[i][0][j], "B") ? b : cases[i][0][j];
+        for (int j = 0; cases[i][1][j]; j++)
+            pv[m++] = !strcmp(cases[i][1][j], "A") ? a : !strcmp(cases[i][1][j], "B") ? b : cases[i][1][j];
+        const char *const *cs = cases[i][0];
+        argv[n] = NULL, pv[m] = NULL;
+        TCHECKF(t_run(argv, out, sizeof out, err, sizeof err) == 0, "trace %s: %s", cs[0], err);
+        int rc = t_run(pv, py_out, sizeof py_out, err, sizeof err);
+        if (rc != 0 && strstr(err, "No module named 'numpy'")) TSKIP("the Python reader needs numpy (python3-numpy)");
+        TCHECKF(rc == 0, "dftrace.py %s: %s", pv[2], err);
+        df_error e1 = {0}, e2 = {0};
+        json_doc *d1 = json_parse(out, strlen(out), &e1), *d2 = json_parse(py_out, strlen(py_out), &e2);
+        char where[400] = "";
+        TCHECKF(d1 && d2 && json_within(json_root(d2), json_root(d1), where, sizeof where), "trace %s: %s %s %s",
+                cs[0], where, e1.msg, e2.msg);
+        json_free(d1);
+        json_free(d2);
+    }
+}
+
 /* `trace stats --json` and `trace reuse --json` against tools/router/dftrace.py,
  * which computes every figure again from its own reader (numpy) */
 static void test_stats_against_python(void)
@@ -717,6 +775,7 @@ static void test_prefetch(void)
 }
 
 static const test_case tests[] = {
+    {"committed_against_python", test_committed_against_python},
     {"prefetch", test_prefetch},
     {"attention", test_attention},
     {"svg", test_svg},

@@ -239,7 +239,7 @@ static void diff_row(const df_trace_diff_layer *d, int json)
         if (d->layer >= 0) printf("{\"layer\":%d,", d->layer);
         else printf("{");
         printf("\"compared\":%llu,\"set_differs\":%llu,\"order_differs\":%llu,\"weight_differs\":%llu,"
-               "\"mean_overlap\":%.17g,\"max_weight_diff\":%.9g,\"first_pos\":%d}",
+               "\"mean_overlap\":%.17g,\"max_weight_diff\":%.17g,\"first_pos\":%d}",
                (unsigned long long)d->compared, (unsigned long long)d->set_differs,
                (unsigned long long)d->order_differs, (unsigned long long)d->weight_differs, d->mean_overlap,
                d->max_weight_diff, d->first_pos);

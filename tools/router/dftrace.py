@@ -279,8 +279,148 @@ def prefetch(tr):
     return {"top_k": k, "m": m, "rows": rows}
 
 
+def _steps(tr, layer=None):
+    """the cache replay's steps: each route row's distinct experts, keyed layer * E + expert, in file order"""
+    E = tr.header["experts"]
+    out = []
+    for r in tr.routes:
+        if layer is not None and int(r["layer"]) != layer:
+            continue
+        keys = []
+        for e in r["experts"]:
+            key = int(r["layer"]) * E + int(e)
+            if key not in keys:
+                keys.append(key)
+        out.append(keys)
+    return out
+
+
+def _lru(steps, slots):
+    """as the engine's cache: a step's experts pinned together, slots at a time when more"""
+    res, hits, tick = {}, 0, 0      # key -> last use
+    groups = [keys[g:g + slots] for keys in steps for g in range(0, len(keys), slots)]
+    for keys in groups:
+        pinned = set()
+        for key in keys:
+            tick += 1
+            if key in res:
+                hits += 1
+            elif len(res) >= slots:
+                free = [k for k in res if k not in pinned]
+                if not free:
+                    continue
+                del res[min(free, key=lambda k: res[k])]
+            res[key] = tick
+            pinned.add(key)
+    return hits
+
+
+def _static(steps, slots):
+    cnt = {}
+    for keys in steps:
+        for key in keys:
+            cnt[key] = cnt.get(key, 0) + 1
+    top = sorted(cnt, key=lambda k: (-cnt[k], k))[:slots]
+    return sum(cnt[k] - 1 for k in top)
+
+
+def _belady(steps, slots):
+    flat = [(i, key) for i, keys in enumerate(steps) for key in keys]
+    nxt, last = [0] * len(flat), {}
+    for j in range(len(flat) - 1, -1, -1):
+        key = flat[j][1]
+        nxt[j] = last.get(key, float("inf"))
+        last[key] = j
+    res, hits = {}, 0               # key -> [next use, step]
+    for j, (step, key) in enumerate(flat):
+        if key in res:
+            hits += 1
+            res[key] = [nxt[j], step]
+            continue
+        if len(res) >= slots:
+            cand = [k for k in res if res[k][1] != step]
+            if not cand:
+                continue
+            far = max(cand, key=lambda k: res[k][0])
+            if nxt[j] > res[far][0]:
+                continue
+            del res[far]
+        res[key] = [nxt[j], step]
+    return hits
+
+
+def cache(tr, slots):
+    """`deltafin trace cache --json`'s LRU, static and Belady figures, pooled and per layer
+    (LFU and TLFU are the engine's own cache code: test_engine works them out by hand)"""
+    def row(steps, s):
+        s = max(s, 1)
+        return {"slots": s, "steps": len(steps), "accesses": sum(len(k) for k in steps),
+                "hits_lru": _lru(steps, s), "hits_static": _static(steps, s), "hits_belady": _belady(steps, s)}
+    layers = sorted(set(int(l) for l in tr.routes["layer"]))
+    pooled = _steps(tr)
+    return {"pooled": [row(pooled, s) for s in slots],
+            "layers": [{"layer": l, "rows": [row(_steps(tr, l), s // len(layers)) for s in slots]} for l in layers]}
+
+
+def diff(ta, tb):
+    """`deltafin trace diff A B --json`"""
+    def last(tr):
+        out = {}
+        for r in tr.routes:
+            out[(int(r["pos"]), int(r["layer"]))] = (list(map(int, r["experts"])), r["weights"].copy())
+        return out
+    A, B = last(ta), last(tb)
+    k = ta.header["top_k"]
+    per, only_a, only_b = {}, 0, 0
+    for key in sorted(set(A) | set(B)):
+        if key not in B:
+            only_a += 1
+            continue
+        if key not in A:
+            only_b += 1
+            continue
+        (ea, wa), (eb, wb) = A[key], B[key]
+        d = per.setdefault(key[1], {"layer": key[1], "compared": 0, "set_differs": 0, "order_differs": 0,
+                                    "weight_differs": 0, "ovl": 0, "max_weight_diff": 0.0, "first_pos": -1})
+        o = len(set(ea) & set(eb))
+        d["compared"] += 1
+        d["ovl"] += o
+        if o != k:
+            d["set_differs"] += 1
+            if d["first_pos"] < 0 or key[0] < d["first_pos"]:
+                d["first_pos"] = key[0]
+            continue
+        if ea != eb:
+            d["order_differs"] += 1
+            continue
+        if wa.tobytes() != wb.tobytes():
+            d["weight_differs"] += 1
+        d["max_weight_diff"] = max(d["max_weight_diff"], float(np.max(np.abs(wa.astype(np.float64) - wb.astype(np.float64)))))
+    layers = [per[l] for l in sorted(per)]
+    P = {"compared": 0, "set_differs": 0, "order_differs": 0, "weight_differs": 0, "ovl": 0, "max_weight_diff": 0.0,
+         "first_pos": -1}
+    for d in layers:
+        for key in ("compared", "set_differs", "order_differs", "weight_differs", "ovl"):
+            P[key] += d[key]
+        P["max_weight_diff"] = max(P["max_weight_diff"], d["max_weight_diff"])
+        if d["first_pos"] >= 0 and (P["first_pos"] < 0 or d["first_pos"] < P["first_pos"]):
+            P["first_pos"] = d["first_pos"]
+    def fin(d):
+        ovl = d.pop("ovl")
+        d["mean_overlap"] = ovl / d["compared"] / k if d["compared"] else 0.0
+        return {key: d[key] for key in (["layer"] if "layer" in d else []) + ["compared", "set_differs",
+                "order_differs", "weight_differs", "mean_overlap", "max_weight_diff", "first_pos"]}
+    return {"top_k": k, "only_a": only_a, "only_b": only_b, "layers": [fin(d) for d in layers], "pooled": fin(P)}
+
+
 if __name__ == "__main__":
     args = sys.argv[1:]
+    if len(args) == 3 and args[0] == "--cache":
+        print(json.dumps(cache(read(args[2]), [int(s) for s in args[1].split(",")])))
+        sys.exit(0)
+    if len(args) == 3 and args[0] == "--diff":
+        print(json.dumps(diff(read(args[1]), read(args[2]))))
+        sys.exit(0)
     if len(args) == 2 and args[0] == "--prefetch":
         print(json.dumps(prefetch(read(args[1]))))
         sys.exit(0)
@@ -289,5 +429,5 @@ if __name__ == "__main__":
         sys.exit(0)
     if len(args) != 1:
         sys.exit("usage: dftrace.py TRACE | dftrace.py --stats N TRACE | dftrace.py --reuse N TRACE | "
-                 "dftrace.py --prefetch TRACE")
+                 "dftrace.py --prefetch TRACE | dftrace.py --cache SLOTS TRACE | dftrace.py --diff A B")
     dump(read(args[0]))
