@@ -728,6 +728,9 @@ static void test_attention(void)
     TCHECK(t_run(bad, NULL, 0, err, sizeof err) != 0 && strstr(err, "outside the model"));
     const char *bad2[] = {build_bin("deltafin"), "run", "--model", dir, "--prompt-ids", "1,2", "--attn-top", "4", NULL};
     TCHECK(t_run(bad2, NULL, 0, err, sizeof err) != 0 && strstr(err, "need --dump-attention"));
+    const char *bad3[] = {build_bin("deltafin"), "run", "--model", dir, "--prompt-ids", "1,2", "--dump-attention", p[0],
+                          "--backend", "ref", NULL};
+    TCHECK(t_run(bad3, NULL, 0, err, sizeof err) != 0 && strstr(err, "needs the cpu backend"));
 }
 
 /* --trace-lookahead and trace prefetch: the predictions are the same bits at

@@ -31,6 +31,10 @@ int attn_open(df_engine *eng, const df_engine_opts *o, const char *model, df_err
         return df_err_set(err, DF_ERR_ARG, -1, "attention dump: heads %d..%d outside the model's 0..%d", h0, h1 - 1,
                           c->Hm - 1);
     if (top < 1 || top > 4096) return df_err_set(err, DF_ERR_ARG, -1, "attention dump: top %d outside 1..4096", top);
+    /* mla.c and kda.c fill the dump's buffers: the reference backend (ops_ref.c) has its own loops */
+    if (strcmp(eng->bk.ops->name, "cpu"))
+        return df_err_set(err, DF_ERR_UNSUPPORTED, -1, "attention dump: needs the cpu backend, not %s",
+                          eng->bk.ops->name);
     eng->attn_on = xcalloc((size_t)c->NL, 1);
     char extra[8192];
     int n = snprintf(extra, sizeof extra, ",\"attention\":{\"top\":%d,\"head0\":%d,\"heads\":%d,\"layers\":[", top, h0,
