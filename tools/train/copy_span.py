@@ -1,0 +1,145 @@
+"""Synthetic span-copy rows shaped like a tool call's arguments (train.py --span-frac).
+
+copy_check.py's rows copy a whole span right after <|sep|>. A tool argument is a span found INSIDE a
+sentence, one of several, ended at the right id. Each example here is
+
+    [BOS] prefix  (key_1 [conn] open v_1 close filler) .. (key_k [conn] open v_k close filler)  suffix
+          <|sep|>  key_a v_a END  key_b v_b END ..  [EOS]
+
+* k = 1..--max-values values; each v_i is 1..--max-len random non-special ids;
+* prefix / filler / suffix / conn are random non-special ids ("a sentence");
+* key_i is a random id that occurs exactly once before <|sep|>: the value is the span after it;
+* the framing varies per example: "quote" (open = close = one random id, like "..."), "pair" (a random
+  open id and a different random close id, the same for every value of the example) or "punct" (no open
+  id; each value is closed by a boundary token: . , ? ! ) : ; \\n " and to in or; those ids never occur
+  inside a value then), so the end must be read from the sentence;
+* the answer lists the values in sentence order or (half of the examples) shuffled, each led by its key
+  (teacher-forced, no loss) and closed by END (the id of '"', as in a JSON string);
+* loss only on the copied ids and their END markers.
+
+Examples are packed into windows of T+1 ids like copy_check.make_windows (the rest is PAD) and returned
+in the same form (x, mask, example id per target, number of examples), so copy_check.evaluate scores
+them (token accuracy over values + END, full-copy = every value of the example right).
+"""
+import numpy as np
+import torch
+
+# boundary tokens of the k3-mini tokenizer (tiktoken ids): . , ? ! ) " : ; \n .\n and to in or
+PUNCT = np.array([13, 11, 30, 0, 8, 1, 25, 26, 198, 325, 331, 339, 322, 510], dtype=np.int64)
+END = 1  # '"'
+
+
+def span_spec(c, min_len=1, max_len=6, max_values=3):
+    """make_span_windows' arguments after (rng, nwin, T) for a text config c"""
+    V = c["vocab_size"]
+    return (V, min_len, max_len, max_values, c["bos_token_id"], V - 256 + 5, c["eos_token_id"],
+            c["pad_token_id"])
+
+
+def _draw(rng, nsym, n, bad):
+    """n random ids in 0..nsym-1 avoiding the ids in the set bad"""
+    out = rng.integers(0, nsym, size=n)
+    if bad:
+        for i in range(n):
+            while int(out[i]) in bad:
+                out[i] = rng.integers(0, nsym)
+    return out
+
+
+def make_example(rng, nsym, lo, hi, max_values, bos, sep, eos):
+    """-> ids (np int64), target mask over ids[1:] (float32, 1 = predicted id is a copied id or END)"""
+    k = int(rng.integers(1, max_values + 1))
+    mode = rng.choice(3, p=[0.35, 0.2, 0.45])  # quote, pair, punct
+    punct = set(int(p) for p in PUNCT)
+    bad = {END}
+    if mode == 0:
+        q = int(_draw(rng, nsym, 1, punct | bad)[0])
+        opn, cls = q, q
+        bad |= {q}
+    elif mode == 1:
+        opn = int(_draw(rng, nsym, 1, punct | bad)[0])
+        cls = int(_draw(rng, nsym, 1, punct | bad | {opn})[0])
+        bad |= {opn, cls}
+    else:
+        opn, cls = None, None
+        bad |= punct
+    vals = [_draw(rng, nsym, int(rng.integers(lo, hi + 1)), bad) for _ in range(k)]
+    keys = []
+    used = set(bad)
+    for v in vals:
+        used |= set(int(t) for t in v)
+    for _ in range(k):
+        key = int(_draw(rng, nsym, 1, used)[0])
+        used.add(key)
+        keys.append(key)
+    # filler: never a key (keys are unique in the sentence); punct ids allowed except inside values
+    fill_bad = set(keys) | ({opn, cls} - {None}) | {END}
+    sent = [bos]
+    sent += list(_draw(rng, nsym, int(rng.integers(1, 7)), fill_bad))
+    for i in range(k):
+        sent.append(keys[i])
+        if rng.random() < 0.5:
+            sent += list(_draw(rng, nsym, 1, fill_bad))
+        if opn is not None:
+            sent.append(opn)
+        sent += [int(t) for t in vals[i]]
+        sent.append(cls if cls is not None else int(PUNCT[rng.integers(len(PUNCT))]))
+        sent += list(_draw(rng, nsym, int(rng.integers(0, 5)), fill_bad))
+    sent += list(_draw(rng, nsym, int(rng.integers(0, 4)), fill_bad))
+    sent.append(sep)
+    order = list(range(k))
+    if rng.random() < 0.5:
+        rng.shuffle(order)
+    ids = list(sent)
+    tgt = [0.0] * (len(ids) - 1)
+    for i in order:
+        ids.append(keys[i])
+        tgt.append(0.0)           # predicting the key: no loss
+        for t in vals[i]:
+            ids.append(int(t))
+            tgt.append(1.0)
+        ids.append(END)
+        tgt.append(1.0)
+    ids.append(eos)
+    tgt.append(0.0)
+    return np.array(ids, dtype=np.int64), np.array(tgt, dtype=np.float32)
+
+
+def make_span_windows(rng, nwin, T, V, lo, hi, max_values, bos, sep, eos, pad):
+    """-> x [nwin, T+1] int64, mask [nwin, T], seqid [nwin, T] (-1 where no target), number of examples"""
+    nsym = V - 256
+    x = np.full((nwin, T + 1), pad, dtype=np.int64)
+    m = np.zeros((nwin, T), dtype=np.float32)
+    sid = np.full((nwin, T), -1, dtype=np.int64)
+    kx = 0
+    for w in range(nwin):
+        p = 0
+        while True:
+            ids, tg = make_example(rng, nsym, lo, hi, max_values, bos, sep, eos)
+            L = len(ids)
+            if p + L > T + 1:
+                if p == 0:
+                    raise ValueError("window too short for a span example")
+                break
+            x[w, p:p + L] = ids
+            # target at t predicts x[t+1]; tg[j] belongs to predicting ids[j+1]
+            m[w, p:p + L - 1] = tg
+            sid[w, p:p + L - 1][tg > 0] = kx
+            kx += 1
+            p += L
+    return torch.from_numpy(x), torch.from_numpy(m), torch.from_numpy(sid), kx
+
+
+def heldout_set(spec, T, windows):
+    """the fixed held-out span set (seed 30_011; training draws from train.py's seed + 39_000)"""
+    return make_span_windows(np.random.default_rng(30_011), windows, T, *spec)
+
+
+if __name__ == "__main__":
+    rng = np.random.default_rng(0)
+    for _ in range(3):
+        ids, tg = make_example(rng, 3840, 1, 6, 3, 3840, 3845, 3842)
+        print(list(ids))
+        print([int(ids[j + 1]) for j in range(len(tg)) if tg[j] > 0])
+    x, m, sid, k = make_span_windows(rng, 4, 512, 4096, 1, 6, 3, 3840, 3845, 3842, 4095)
+    print(x.shape, m.sum().item(), k, (sid >= 0).sum().item())

@@ -1,0 +1,128 @@
+#!/usr/bin/python3
+"""Tool conversations with random made-up argument values (issue 38, stage H; deterministic, seed 38051).
+
+tools38.py (stage D) drew values from wider but fixed pools (a few hundred places, tickers, files); the
+model still copies values only in part (`GOG` for GOOG, `tml/notes.html` for scripts/notes.html, a
+leading space). Here every row gets fresh values: random letter strings (mixed case, digits, dots,
+dashes, underscores, slashes), so a value is never memorised and its ids (after a space in the request,
+without it inside the JSON string) can only come from the request. The structure (offered tools,
+phrasings, call markup, result, answer) is make_corpus38's tool_conv; half the rows rename the tools
+and keys as tools38.py does.
+
+Only training phrasings are used (make_corpus38.split_asks); held-out phrasings, pairs and the
+evaluation's tool lists are untouched (check_heldout38.py checks the output).
+
+  /usr/bin/python3 tools/train/corpus/toolspan38.py OUT.jsonl [--n 20000]
+"""
+import argparse
+import json
+import os
+import random
+import string
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import make_corpus38 as m38  # noqa: E402
+import tools38  # noqa: E402
+
+LOW, UP, DIG = string.ascii_lowercase, string.ascii_uppercase, string.digits
+CV_C, CV_V = "bcdfghjklmnprstvwz", "aeiou"
+
+
+def rword(rng, lo=2, hi=9):
+    """a random word: letters (sometimes pronounceable), sometimes with digits"""
+    n = rng.randint(lo, hi)
+    r = rng.random()
+    if r < 0.4:
+        s = "".join(rng.choice(CV_C) + rng.choice(CV_V) for _ in range((n + 1) // 2))[:n]
+    elif r < 0.8:
+        s = "".join(rng.choice(LOW) for _ in range(n))
+    else:
+        s = "".join(rng.choice(LOW + DIG) for _ in range(n))
+    return s
+
+
+def rplace(rng):
+    s = rword(rng, 3, 10)
+    s = s[0].upper() + s[1:] if rng.random() < 0.85 else s
+    if rng.random() < 0.2:
+        w = rword(rng, 2, 7)
+        s += " " + w[0].upper() + w[1:]
+    return s
+
+
+def rname(rng):
+    """folder / file stem: word, word_word, word-word, word.word, CamelWord"""
+    s = rword(rng)
+    r = rng.random()
+    if r < 0.25:
+        s += rng.choice("_-.") + rword(rng, 2, 7)
+    elif r < 0.35:
+        s = s[0].upper() + s[1:]
+    return s
+
+
+def rfolder(rng):
+    s = rname(rng)
+    if rng.random() < 0.3:
+        s += "/" + rname(rng)
+    return s
+
+
+def rcode(rng, lo, hi):
+    return "".join(rng.choice(UP) for _ in range(rng.randint(lo, hi)))
+
+
+def remail(rng):
+    dom = rword(rng, 3, 8) + "." + rng.choice(["com", "org", "net", "io", "test", "example", "dev"])
+    local = rword(rng, 2, 8) + (rng.choice("._") + rword(rng, 2, 6) if rng.random() < 0.4 else "")
+    return local + "@" + dom
+
+
+def rphrase(rng, lo, hi):
+    return " ".join(rword(rng, 2, 8) if rng.random() < 0.7 else rng.choice(tools38.WORDS)
+                    for _ in range(rng.randint(lo, hi)))
+
+
+def rebind(rng):
+    """fresh one-row value pools for make_corpus38.tool_case"""
+    m38.CITIES = [rplace(rng)]
+    m38.TIMEZONE_CITIES = m38.CITIES
+    m38.FOLDERS = [rfolder(rng)]
+    m38.FILE_STEMS = [rname(rng) for _ in range(5)]
+    m38.TICKERS = [rcode(rng, 2, 5)]
+    c1 = rcode(rng, 3, 3)
+    c2 = rcode(rng, 3, 3)
+    while c2 == c1:
+        c2 = rcode(rng, 3, 3)
+    m38.CURRENCIES = [c1, c2]
+    m38.TOPICS = [rphrase(rng, 1, 4)]
+    m38.PEOPLE = [remail(rng)]
+    w = rphrase(rng, 1, 4)
+    m38.SUBJECTS = [w[0].upper() + w[1:]]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("out")
+    ap.add_argument("--n", type=int, default=20000)
+    ap.add_argument("--seed", type=int, default=38051)
+    a = ap.parse_args()
+    rng = random.Random(a.seed)
+    n = {"tool": 0, "renamed": 0}
+    with open(a.out, "w", encoding="utf-8") as g:
+        for i in range(a.n):
+            think = rng.random() < 0.5
+            rebind(rng)
+            msgs, tools, _ = m38.tool_conv(rng, None)
+            if rng.random() < 0.5:
+                msgs, tools = tools38.rename(rng, msgs, tools)
+                n["renamed"] += 1
+            g.write(json.dumps({"messages": msgs, "think": think, "tools": tools}, ensure_ascii=False) + "\n")
+            n["tool"] += 1
+    print("toolspan38:", json.dumps(n))
+
+
+if __name__ == "__main__":
+    main()
