@@ -200,11 +200,13 @@ static void test_cli_formats(void)
     snprintf(jl, sizeof jl, "%s/cli.jsonl", test_scratch());
     for (int i = 0; i < 12; i++) snprintf(ids + strlen(ids), sizeof ids - strlen(ids), "%s%d", i ? "," : "", id_at(i));
     static char out[1 << 20], out2[1 << 20], err[1 << 14];
+    /* one position per evaluation (--batch 1): a binary trace's record is then one cachesim step,
+     * as each JSON line is */
     const char *a1[] = {build_bin("deltafin"), "run", "--model", dir, "--prompt-ids", ids, "--max-new", "6",
-                        "--trace", bin, NULL};
+                        "--trace", bin, "--batch", "1", NULL};
     TCHECKF(t_run(a1, NULL, 0, err, sizeof err) == 0, "%s", err);
     const char *a2[] = {build_bin("deltafin"), "run", "--model", dir, "--prompt-ids", ids, "--max-new", "6",
-                        "--trace", jl, "--trace-format", "jsonl", "--threads", "1", NULL};
+                        "--trace", jl, "--trace-format", "jsonl", "--threads", "1", "--batch", "1", NULL};
     TCHECKF(t_run(a2, NULL, 0, err, sizeof err) == 0, "%s", err);
     const char *d1[] = {build_bin("deltafin"), "trace", "dump", bin, NULL};
     TCHECKF(t_run(d1, out, sizeof out, err, sizeof err) == 0, "%s", err);

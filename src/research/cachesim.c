@@ -2,10 +2,13 @@
  * policies and Belady's optimal policy (research surface behind
  * `deltafin cachesim`), on a trace of either format (trace.h).
  *
- * A step is one (position, MoE layer) line of the trace; its distinct
- * experts are acquired together (pinned) and then released, exactly as the
- * MoE layer does for a batch of one, so the hit rates are the engine's true
- * hit rates for that trace and cache size.  LRU and LFU run the real
+ * A step is what the MoE layer acquires together (pinned) and then
+ * releases: one evaluated chunk's distinct experts at one layer, so a
+ * binary trace's route record of T positions (a prompt chunk, a verify
+ * pass) is one step with the union of their experts, and a decode step's
+ * record one position; a JSON-lines trace, which has no chunks, gives a
+ * step per line.  So the hit rates are the engine's true hit rates for
+ * that trace and cache size.  LRU and LFU run the real
  * expert_cache code (slots are address space only, never touched); Belady
  * evicts the unpinned resident expert whose next use is farthest away;
  * "static" keeps the trace's most used experts (known in advance), the
@@ -27,8 +30,8 @@ typedef struct {
 } trace_t;
 
 /* Every route of the trace as steps (trace.h reads either format): one
- * step per position and MoE layer, its distinct experts keyed layer * E +
- * expert. */
+ * step per route record (a chunk's positions at one MoE layer; a JSON line
+ * is one position), its distinct experts keyed layer * E + expert. */
 static int load_trace(const char *path, trace_t *t, df_error *err)
 {
     memset(t, 0, sizeof *t);
@@ -42,8 +45,8 @@ static int load_trace(const char *path, trace_t *t, df_error *err)
     int rc;
     while ((rc = df_trace_next(tr, &r, err)) == 1) {
         if (r.tag != TRACE_ROUTE) continue;
+        size_t start = t->n;
         for (int p = 0; p < r.n; p++) {
-            size_t start = t->n;
             for (int j = 0; j < r.k; j++) {
                 int32_t key = (int32_t)(r.layer * t->n_experts + r.ids[(size_t)p * r.k + j]);
                 int dup = 0;
@@ -58,8 +61,8 @@ static int load_trace(const char *path, trace_t *t, df_error *err)
                 t->step[t->n] = t->n_steps;
                 t->n++;
             }
-            t->n_steps++;
         }
+        t->n_steps++;
     }
     df_trace_close(tr);
     if (!rc && !t->n) rc = df_err_set(err, DF_ERR_FORMAT, -1, "%s: the trace holds no routes", path);

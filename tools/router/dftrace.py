@@ -280,17 +280,20 @@ def prefetch(tr):
 
 
 def _steps(tr, layer=None):
-    """the cache replay's steps: each route row's distinct experts, keyed layer * E + expert, in file order"""
+    """the cache replay's steps: each route record's distinct experts (a chunk's positions at one layer;
+    a JSON line is one position), keyed layer * E + expert, in file order"""
     E = tr.header["experts"]
+    parts = tr.route_parts if tr.binary else [tr.routes[i:i + 1] for i in range(len(tr.routes))]
     out = []
-    for r in tr.routes:
-        if layer is not None and int(r["layer"]) != layer:
+    for part in parts:
+        if not len(part) or (layer is not None and int(part["layer"][0]) != layer):
             continue
         keys = []
-        for e in r["experts"]:
-            key = int(r["layer"]) * E + int(e)
-            if key not in keys:
-                keys.append(key)
+        for r in part:
+            for e in r["experts"]:
+                key = int(r["layer"]) * E + int(e)
+                if key not in keys:
+                    keys.append(key)
         out.append(keys)
     return out
 
