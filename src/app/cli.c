@@ -377,16 +377,7 @@ static int cmd_cachesim(int argc, char **argv)
     run_args a;
     parse_common(argc, argv, &a);
     if (!a.trace) die("cachesim needs --trace FILE (written by 'deltafin run --trace FILE')");
-    int slots[64], n = 0;
-    const char *p = a.slots ? a.slots : "16,64,256,1024";
-    while (*p && n < 64) {
-        char *end;
-        long v = strtol(p, &end, 10);
-        if (end == p || v < 1 || v > (1 << 24)) die("--slots: bad cache size near \"%s\"", p);
-        slots[n++] = (int)v;
-        p = *end == ',' ? end + 1 : end;
-        if (*end && *end != ',') die("--slots: expected ',' near \"%s\"", end);
-    }
+    int slots[64], n = parse_slots(a.slots, slots);
     df_cachesim_row rows[64];
     df_error err = {0};
     if (df_cachesim(a.trace, slots, n, rows, &err)) {

@@ -59,6 +59,8 @@ int cmd_chat(int argc, char **argv);
 int cmd_setup(int argc, char **argv);
 /* doctor.c: `deltafin doctor`, what this machine can do with a model */
 int cmd_doctor(int argc, char **argv);
+/* cli_common.c: --slots LIST (cache sizes in experts; NULL: 16,64,256,1024), at most 64 */
+int parse_slots(const char *list, int slots[64]);
 /* cli_trace.c */
 int cmd_trace(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);

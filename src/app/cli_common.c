@@ -281,3 +281,19 @@ unsigned long long proc_read_bytes(void)
     fclose(f);
     return v;
 }
+
+/* --slots LIST for cachesim and trace cache (cli.h) */
+int parse_slots(const char *list, int slots[64])
+{
+    int n = 0;
+    const char *p = list ? list : "16,64,256,1024";
+    while (*p && n < 64) {
+        char *end;
+        long v = strtol(p, &end, 10);
+        if (end == p || v < 1 || v > (1 << 24)) die("--slots: bad cache size near \"%s\"", p);
+        slots[n++] = (int)v;
+        p = *end == ',' ? end + 1 : end;
+        if (*end && *end != ',') die("--slots: expected ',' near \"%s\"", end);
+    }
+    return n;
+}

@@ -304,22 +304,15 @@ static void cache_json(const df_cachesim_row *r)
 
 static int trace_cache(const char *path, int argc, char **argv)
 {
-    int json = 0, slots[64], n = 0;
-    const char *list = "16,64,256,1024", *svgdir = NULL;
+    int json = 0, slots[64];
+    const char *list = NULL, *svgdir = NULL;
     for (int i = 0; i < argc; i++) {
         if (!strcmp(argv[i], "--json")) json = 1;
         else if (!strcmp(argv[i], "--svg") && i + 1 < argc) svgdir = argv[++i];
         else if (!strcmp(argv[i], "--slots") && i + 1 < argc) list = argv[++i];
         else die("trace cache: unknown option \"%s\"", argv[i]);
     }
-    for (const char *p = list; *p && n < 64;) {
-        char *end;
-        long v = strtol(p, &end, 10);
-        if (end == p || v < 1 || v > (1 << 24)) die("--slots: bad cache size near \"%s\"", p);
-        slots[n++] = (int)v;
-        if (*end && *end != ',') die("--slots: expected ',' near \"%s\"", end);
-        p = *end == ',' ? end + 1 : end;
-    }
+    int n = parse_slots(list, slots);
     df_cachesim_row rows[64], *pl = NULL;
     int *ids = malloc(65536 * sizeof *ids), nl = 0; /* a trace has at most 65,535 layers */
     df_error err = {0};

@@ -154,6 +154,7 @@ int trace_open(df_engine *eng, const char *path, int jsonl, const char *model, d
  * with their leading comma, or NULL) and an evaluation record */
 int trace_header(df_engine *eng, FILE *f, const char *model, const char *extra);
 void trace_eval(FILE *f, const probe_ev *ev);
+void put_u32(FILE *f, uint32_t v); /* the trace format's little-endian u32 (observe_trace.c) */
 void observe_lookahead(df_engine *eng, const probe_ev *ev);
 int attn_open(df_engine *eng, const df_engine_opts *o, const char *model, df_error *err);
 void observe_attn(df_engine *eng, const probe_ev *ev);

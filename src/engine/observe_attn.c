@@ -17,8 +17,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void put_u32(FILE *f, uint32_t v) { fwrite(&v, sizeof v, 1, f); }
-
 int attn_open(df_engine *eng, const df_engine_opts *o, const char *model, df_error *err)
 {
     const k3_config *c = &eng->m.cfg;

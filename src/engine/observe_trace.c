@@ -22,7 +22,7 @@
 #error "the binary route trace is written in the host's byte order: little-endian only"
 #endif
 
-static void put_u32(FILE *f, uint32_t v) { fwrite(&v, sizeof v, 1, f); }
+void put_u32(FILE *f, uint32_t v) { fwrite(&v, sizeof v, 1, f); }
 
 int trace_open(df_engine *eng, const char *path, int jsonl, const char *model, df_error *err)
 {
