@@ -15,6 +15,8 @@
 #include "engine_impl.h"
 #include "threadpool.h"
 #include "safetensors.h"
+#include "heat.h"
+#include "trace_format.h"
 #include "util.h"
 
 #include <fcntl.h>
@@ -439,6 +441,113 @@ static void test_nonfinite_named(void)
     test_scratch_remove();
 }
 
+static void put_u32s(FILE *f, const uint32_t *v, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        unsigned char b[4] = {(unsigned char)v[i], (unsigned char)(v[i] >> 8), (unsigned char)(v[i] >> 16),
+                              (unsigned char)(v[i] >> 24)};
+        CHECK(fwrite(b, 1, 4, f) == 4);
+    }
+}
+
+/* One route record of T positions at layer 1, top_k 1 (scores and weights 1) */
+static void put_route(FILE *f, uint32_t pos0, const uint32_t *route, uint32_t T)
+{
+    uint32_t h[6] = {TRACE_ROUTE, 16 + 12 * T, pos0, 1, T, 1}, one = 0x3f800000u;
+    put_u32s(f, h, 6);
+    put_u32s(f, route, T);
+    for (uint32_t i = 0; i < 2 * T; i++) put_u32s(f, &one, 1);
+}
+
+/* The policies the study added (trace cache), worked out by hand on a
+ * binary trace: layer 1 of 4 experts, top_k 1, 2 slots; step A a chunk of
+ * four positions routed 0 0 0 1, then one position each: B 2, C 0, D 1,
+ * E 0; before B the look-ahead predicts expert 1.
+ *   LFU (rows): A adds 3 rows / 2 mean = 1.5 to 0, 0.5 to 1; B evicts 1;
+ *     C hits 0; D evicts 2 (count 1 < 2.5); E hits: 2 hits.
+ *   LFU counting steps: 0 and 1 tie at 1, B evicts 0 (older); C evicts 1;
+ *     D evicts 2; E hits: 1.  LRU the same: 1.
+ *   LFU + look-ahead: B spares the predicted 1 and evicts 0; C evicts 1
+ *     (0.5); D evicts 2; E hits: 1.
+ *   static {0, 1}: 2 + 1 = 3.  Belady streams 2 through: C, D, E hit: 3.
+ *   Belady reading every expert into the cache: B evicts 1 (used after 0),
+ *     C hits, D evicts 2 (never used again), E hits: 2.
+ *   prior (expert 1 counted 10 times, as a JSON-lines trace or a heat
+ *     file): LFU starts 0 at 1.5, 1 at 10.5; B evicts 0, C evicts 2, D and
+ *     E hit: 2; the prior's hot set {1}: D hits: 1; per layer: layer 1 gets
+ *     the one slot, every use misses: 0. */
+static void test_cachesim_policies(void)
+{
+    char path[600], prior[600], heat[600];
+    snprintf(path, sizeof path, "%s/policies.trace", test_scratch());
+    snprintf(prior, sizeof prior, "%s/prior.trace", test_scratch());
+    snprintf(heat, sizeof heat, "%s/prior.heat", test_scratch());
+    FILE *f = fopen(path, "wb");
+    CHECK(f);
+    char hdr[256];
+    int hl = snprintf(hdr, sizeof hdr,
+                      "{\"trace\":\"deltafin routes\",\"version\":1,\"model\":\"by hand\",\"layers\":2,\"experts\":4,"
+                      "\"top_k\":1,\"hidden\":8,\"vocab\":16,\"shared_experts\":0,\"moe_layers\":[1]}");
+    while (hl % 4) hdr[hl++] = ' ';
+    CHECK(fwrite(TRACE_MAGIC, 1, TRACE_MAGIC_LEN, f) == TRACE_MAGIC_LEN);
+    uint32_t vh[2] = {TRACE_VERSION, (uint32_t)hl};
+    put_u32s(f, vh, 2);
+    CHECK(fwrite(hdr, 1, (size_t)hl, f) == (size_t)hl);
+    static const uint32_t a[4] = {0, 0, 0, 1}, b = 2, c = 0, d = 1, e = 0;
+    put_route(f, 0, a, 4);
+    uint32_t pred[9] = {TRACE_PREDICT, 28, 4, 0, 1, 1, 1, 1, 1}; /* pos 4, layer 0 -> 1, d 1, T 1, k 1: expert 1 */
+    put_u32s(f, pred, 9);
+    put_route(f, 4, &b, 1);
+    put_route(f, 5, &c, 1);
+    put_route(f, 6, &d, 1);
+    put_route(f, 7, &e, 1);
+    CHECK(fclose(f) == 0);
+    f = fopen(prior, "w");
+    CHECK(f);
+    fprintf(f, "{\"trace\":\"deltafin routes\",\"version\":1,\"layers\":2,\"experts\":4,\"top_k\":1}\n");
+    for (int i = 0; i < 10; i++) fprintf(f, "{\"pos\":%d,\"layer\":1,\"experts\":[1],\"weights\":[1]}\n", i);
+    CHECK(fclose(f) == 0);
+    float counts[8] = {0, 0, 0, 0, 0, 10, 0, 0};
+    df_error err = {0};
+    TCHECKF(heat_save(heat, 2, 4, counts, &err) == 0, "%s", err.msg);
+    const char *priors[3] = {NULL, prior, heat};
+    for (int pi = 0; pi < 3; pi++) {
+        int two = 2;
+        df_cachesim_row r;
+        TCHECKF(df_cachesim_layers(path, priors[pi], &two, 1, &r, NULL, NULL, NULL, &err) == 0, "%s", err.msg);
+        TCHECKF(r.steps == 5 && r.accesses == 6 && r.hits_lfu == 2 && r.hits_lfu_steps == 1 && r.hits_lru == 1 &&
+                    r.has_lookahead && r.hits_lookahead == 1 && r.hits_static == 3 && r.hits_belady == 3 &&
+                    r.hits_belady_demand == 2,
+                "steps %llu accesses %llu: LFU %llu, LFU steps %llu, LRU %llu, look-ahead %llu, static %llu, Belady "
+                "%llu, demand %llu",
+                (unsigned long long)r.steps, (unsigned long long)r.accesses, (unsigned long long)r.hits_lfu,
+                (unsigned long long)r.hits_lfu_steps, (unsigned long long)r.hits_lru,
+                (unsigned long long)r.hits_lookahead, (unsigned long long)r.hits_static,
+                (unsigned long long)r.hits_belady, (unsigned long long)r.hits_belady_demand);
+        TCHECK(r.has_prior == (pi > 0));
+        if (pi)
+            TCHECKF(r.hits_prior == 2 && r.hits_prior_static == 1 && r.hits_prior_layers == 0,
+                    "prior %s: LFU %llu, static %llu, per layer %llu", priors[pi], (unsigned long long)r.hits_prior,
+                    (unsigned long long)r.hits_prior_static, (unsigned long long)r.hits_prior_layers);
+    }
+    /* a prior of another shape, and one that is neither a trace nor a heat file */
+    int two = 2;
+    df_cachesim_row r;
+    f = fopen(prior, "w");
+    CHECK(f);
+    fprintf(f, "{\"trace\":\"deltafin routes\",\"version\":1,\"layers\":3,\"experts\":4,\"top_k\":1}\n"
+               "{\"pos\":0,\"layer\":1,\"experts\":[1],\"weights\":[1]}\n");
+    CHECK(fclose(f) == 0);
+    df_err_clear(&err);
+    TCHECK(df_cachesim_layers(path, prior, &two, 1, &r, NULL, NULL, NULL, &err) == -1 && strstr(err.msg, "another shape"));
+    f = fopen(prior, "w");
+    CHECK(f && fputs("not a trace\n", f) >= 0 && fclose(f) == 0);
+    df_err_clear(&err);
+    TCHECK(df_cachesim_layers(path, prior, &two, 1, &r, NULL, NULL, NULL, &err) == -1 &&
+           strstr(err.msg, "neither a heat file"));
+    test_scratch_remove();
+}
+
 /* deltafin cachesim on a trace whose answers are worked out by hand:
  * one layer, uses 0 1 0 2 0 1 0 3, two slots.
  *   Belady: misses 0, 1; hit 0; 2 is never used again, so it streams through
@@ -480,7 +589,7 @@ static void test_cachesim_known_answers(void)
     CHECK(fclose(f) == 0);
     df_cachesim_row pooled[1], *pl = NULL;
     int four = 4, lids[3], nl = 0;
-    TCHECKF(df_cachesim_layers(two, &four, 1, pooled, &pl, lids, &nl, &err) == 0, "%s", err.msg);
+    TCHECKF(df_cachesim_layers(two, NULL, &four, 1, pooled, &pl, lids, &nl, &err) == 0, "%s", err.msg);
     TCHECK(nl == 2 && lids[0] == 1 && lids[1] == 2 && pooled[0].accesses == 16 && pooled[0].steps == 16);
     for (int j = 0; pl && j < nl; j++)
         TCHECKF(pl[j].slots == 2 && pl[j].accesses == 8 && pl[j].hits_belady == 4 && pl[j].hits_static == 4 &&
@@ -617,6 +726,7 @@ static void test_bench_cli(void)
 
 static const test_case tests[] = {
     {"cachesim_known_answers", test_cachesim_known_answers},
+    {"cachesim_policies", test_cachesim_policies},
     {"batch_vs_sequential_bit_identical", test_batch_vs_sequential},
     {"thread_counts_bit_identical", test_thread_counts},
     {"kernel_sets_bit_identical", test_kernel_sets},

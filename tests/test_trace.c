@@ -7,6 +7,7 @@
 #include "harness.h"
 #include "json.h"
 #include "engine_impl.h"
+#include "heat.h"
 #include "research.h"
 #include "trace.h"
 #include "util.h"
@@ -779,9 +780,64 @@ static void test_prefetch(void)
     TCHECK(t_run(c, NULL, 0, err, sizeof err) != 0 && strstr(err, "--trace-lookahead"));
 }
 
+/* The engine's cache counts rows (moe.c): after a prompt of 40 ids in one
+ * chunk and 3 decoded, the heat file written at exit holds, per expert, the
+ * sum over the trace's route records of its rows x the record's distinct
+ * experts / (positions x k) (a decode record: 1); `--cache-policy
+ * lfu-steps` holds the number of records the expert is in. */
+static void test_rows_counted(void)
+{
+    const char *dir = model_dir();
+    if (!dir) return;
+    char ids[400] = "", err[1 << 12];
+    for (int i = 0; i < 40; i++) snprintf(ids + strlen(ids), sizeof ids - strlen(ids), "%s%d", i ? "," : "", id_at(i));
+    static const char *pols[2] = {"lfu", "lfu-steps"};
+    for (int pi = 0; pi < 2; pi++) {
+        char tr[600], heat[600];
+        snprintf(tr, sizeof tr, "%s/rows-%d.trace", test_scratch(), pi);
+        snprintf(heat, sizeof heat, "%s/rows-%d.heat", test_scratch(), pi);
+        const char *a[] = {build_bin("deltafin"), "run", "--model", dir, "--prompt-ids", ids, "--max-new", "3",
+                           "--batch", "64", "--threads", "1", "--cache-policy", pols[pi], "--trace", tr, "--heat",
+                           heat, NULL};
+        TCHECKF(t_run(a, NULL, 0, err, sizeof err) == 0, "%s", err);
+        df_trace *t;
+        df_error e = {0};
+        TCHECKF(df_trace_open(tr, &t, &e) == 0, "%s", e.msg);
+        if (!t) return;
+        const df_trace_info *in = df_trace_header(t);
+        size_t nk = (size_t)in->layers * (size_t)in->experts;
+        double *want = calloc(nk, sizeof *want);
+        float *got = calloc(nk, sizeof *got);
+        int *cnt = calloc((size_t)in->experts, sizeof *cnt), chunks = 0;
+        CHECK(want && got && cnt);
+        df_trace_rec r;
+        while (df_trace_next(t, &r, &e) == 1) {
+            if (r.tag != TRACE_ROUTE) continue;
+            memset(cnt, 0, (size_t)in->experts * sizeof *cnt);
+            int distinct = 0;
+            for (int q = 0; q < r.n * r.k; q++) distinct += cnt[r.ids[q]]++ == 0;
+            for (int x = 0; x < in->experts; x++)
+                if (cnt[x]) want[(size_t)r.layer * in->experts + x] += pi ? 1.0 : (double)cnt[x] * distinct / (r.n * r.k);
+            chunks += r.n > 1;
+        }
+        df_trace_close(t);
+        TCHECKF(heat_load(heat, in->layers, in->experts, got, &e) == 0, "%s", e.msg);
+        int bad = 0, uneven = 0;
+        for (size_t key = 0; key < nk; key++) {
+            bad += fabs(got[key] - want[key]) > 1e-4 * (1 + want[key]);
+            uneven += want[key] != floor(want[key]);
+        }
+        TCHECKF(!bad, "%s: %d experts' counts differ from the trace's rows", pols[pi], bad);
+        /* the prompt was one chunk, and row counts made some counts fractional */
+        TCHECK(chunks > 0 && (pi ? !uneven : uneven > 0));
+        free(want), free(got), free(cnt);
+    }
+}
+
 static const test_case tests[] = {
     {"committed_against_python", test_committed_against_python},
     {"prefetch", test_prefetch},
+    {"rows_counted", test_rows_counted},
     {"attention", test_attention},
     {"svg", test_svg},
     {"diff", test_diff},

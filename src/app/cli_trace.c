@@ -293,23 +293,100 @@ static int trace_diff(const char *a, const char *b, int argc, char **argv)
 
 static double pct(uint64_t h, uint64_t n) { return n ? 100.0 * (double)h / (double)n : 0.0; }
 
+/* The policies of a row: name, hits, whether the row has them */
+typedef struct {
+    const char *name;
+    uint64_t hits;
+    int on;
+} cache_col;
+
+static int cache_cols(const df_cachesim_row *r, cache_col *c)
+{
+    int n = 0;
+    c[n++] = (cache_col){"lru", r->hits_lru, 1};
+    c[n++] = (cache_col){"lfu_steps", r->hits_lfu_steps, 1};
+    c[n++] = (cache_col){"lfu", r->hits_lfu, 1};
+    c[n++] = (cache_col){"tlfu", r->hits_tlfu, 1};
+    c[n++] = (cache_col){"lfu_lookahead", r->hits_lookahead, r->has_lookahead};
+    c[n++] = (cache_col){"prior_lfu", r->hits_prior, r->has_prior};
+    c[n++] = (cache_col){"prior_static", r->hits_prior_static, r->has_prior};
+    c[n++] = (cache_col){"prior_layers", r->hits_prior_layers, r->has_prior};
+    c[n++] = (cache_col){"static", r->hits_static, 1};
+    c[n++] = (cache_col){"belady_demand", r->hits_belady_demand, 1};
+    c[n++] = (cache_col){"belady", r->hits_belady, 1};
+    return n;
+}
+
 static void cache_json(const df_cachesim_row *r)
 {
-    printf("{\"slots\":%d,\"steps\":%llu,\"accesses\":%llu,\"hits_lru\":%llu,\"hits_lfu\":%llu,\"hits_tlfu\":%llu,"
-           "\"hits_static\":%llu,\"hits_belady\":%llu}",
-           r->slots, (unsigned long long)r->steps, (unsigned long long)r->accesses, (unsigned long long)r->hits_lru,
-           (unsigned long long)r->hits_lfu, (unsigned long long)r->hits_tlfu, (unsigned long long)r->hits_static,
-           (unsigned long long)r->hits_belady);
+    cache_col c[16];
+    int n = cache_cols(r, c);
+    printf("{\"slots\":%d,\"steps\":%llu,\"accesses\":%llu", r->slots, (unsigned long long)r->steps,
+           (unsigned long long)r->accesses);
+    for (int i = 0; i < n; i++)
+        if (c[i].on) printf(",\"hits_%s\":%llu", c[i].name, (unsigned long long)c[i].hits);
+    printf("}");
+}
+
+static void cache_text(const char *path, const df_cachesim_row *rows, const df_cachesim_row *pl, int n,
+                       const int *ids, int nl)
+{
+    cache_col c[16];
+    int nc = cache_cols(&rows[0], c);
+    printf("%s: %llu steps (an evaluated chunk x MoE layer), %llu expert uses; hit %% by policy\n", path,
+           (unsigned long long)rows[0].steps, (unsigned long long)rows[0].accesses);
+    printf("%6s %7s", "layer", "slots");
+    for (int i = 0; i < nc; i++)
+        if (c[i].on) printf(" %*s", (int)(strlen(c[i].name) > 7 ? strlen(c[i].name) : 7), c[i].name);
+    printf("\n");
+    for (int j = -1; j < nl; j++)
+        for (int i = 0; i < n; i++) {
+            const df_cachesim_row *r = j < 0 ? &rows[i] : &pl[(size_t)j * n + i];
+            cache_col v[16];
+            cache_cols(r, v);
+            char name[16];
+            snprintf(name, sizeof name, j < 0 ? "all" : "%d", j < 0 ? 0 : ids[j]);
+            printf("%6s %7d", name, r->slots);
+            for (int q = 0; q < nc; q++)
+                if (c[q].on) {
+                    int w = (int)(strlen(c[q].name) > 7 ? strlen(c[q].name) : 7);
+                    if (v[q].on) printf(" %*.2f", w, pct(v[q].hits, r->accesses));
+                    else printf(" %*s", w, "-");
+                }
+            printf("\n");
+        }
+    printf("fraction of Belady's hits (all layers, one cache):\n%7s", "slots");
+    for (int i = 0; i < nc - 1; i++)
+        if (c[i].on) printf(" %*s", (int)(strlen(c[i].name) > 7 ? strlen(c[i].name) : 7), c[i].name);
+    printf("\n");
+    for (int i = 0; i < n; i++) {
+        cache_col v[16];
+        cache_cols(&rows[i], v);
+        printf("%7d", rows[i].slots);
+        for (int q = 0; q < nc - 1; q++)
+            if (c[q].on)
+                printf(" %*.3f", (int)(strlen(c[q].name) > 7 ? strlen(c[q].name) : 7),
+                       rows[i].hits_belady ? (double)v[q].hits / (double)rows[i].hits_belady : 0.0);
+        printf("\n");
+    }
+    printf("all: one cache of `slots` experts for every layer; a layer: that layer alone in slots / %d\n"
+           "lfu_rows: counts grow by the positions routed to the expert in the chunk (one in decode);\n"
+           "lfu_lookahead: the router look-ahead's predicted experts (first k/2 a position) evicted last;\n"
+           "prior_*: from --prior (another run's heat file or trace): LFU seeded with it, its hottest kept\n"
+           "fixed, LFU per layer sized by the layer's share of its hottest; static: this trace's most used\n"
+           "experts kept (frequencies known in advance); Belady: the optimum (the future known)\n",
+           nl);
 }
 
 static int trace_cache(const char *path, int argc, char **argv)
 {
     int json = 0, slots[64];
-    const char *list = NULL, *svgdir = NULL;
+    const char *list = NULL, *svgdir = NULL, *prior = NULL;
     for (int i = 0; i < argc; i++) {
         if (!strcmp(argv[i], "--json")) json = 1;
         else if (!strcmp(argv[i], "--svg") && i + 1 < argc) svgdir = argv[++i];
         else if (!strcmp(argv[i], "--slots") && i + 1 < argc) list = argv[++i];
+        else if (!strcmp(argv[i], "--prior") && i + 1 < argc) prior = argv[++i];
         else die("trace cache: unknown option \"%s\"", argv[i]);
     }
     int n = parse_slots(list, slots);
@@ -317,7 +394,7 @@ static int trace_cache(const char *path, int argc, char **argv)
     int *ids = malloc(65536 * sizeof *ids), nl = 0; /* a trace has at most 65,535 layers */
     df_error err = {0};
     if (!ids) die("out of memory");
-    if (df_cachesim_layers(path, slots, n, rows, &pl, ids, &nl, &err)) {
+    if (df_cachesim_layers(path, prior, slots, n, rows, &pl, ids, &nl, &err)) {
         fprintf(stderr, "deltafin: %s\n", err.msg);
         free(ids);
         return 1;
@@ -333,23 +410,7 @@ static int trace_cache(const char *path, int argc, char **argv)
         }
         printf("]}\n");
     } else {
-        printf("%s: %llu steps (position x MoE layer), %llu expert uses; hit %% by policy\n", path,
-               (unsigned long long)rows[0].steps, (unsigned long long)rows[0].accesses);
-        printf("%6s %8s %8s %8s %8s %8s %8s %10s\n", "layer", "slots", "LRU", "LFU", "TLFU", "static", "Belady",
-               "LFU/Belady");
-        for (int j = -1; j < nl; j++)
-            for (int i = 0; i < n; i++) {
-                const df_cachesim_row *r = j < 0 ? &rows[i] : &pl[(size_t)j * n + i];
-                char name[16];
-                snprintf(name, sizeof name, j < 0 ? "all" : "%d", j < 0 ? 0 : ids[j]);
-                printf("%6s %8d %8.2f %8.2f %8.2f %8.2f %8.2f %10.3f\n", name, r->slots, pct(r->hits_lru, r->accesses),
-                       pct(r->hits_lfu, r->accesses), pct(r->hits_tlfu, r->accesses), pct(r->hits_static, r->accesses),
-                       pct(r->hits_belady, r->accesses),
-                       r->hits_belady ? (double)r->hits_lfu / (double)r->hits_belady : 0.0);
-            }
-        printf("all: one cache of `slots` experts for every layer; a layer: that layer alone in slots / %d\n"
-               "static = the trace's most used experts kept from their first use (frequencies known in advance)\n",
-               nl);
+        cache_text(path, rows, pl, n, ids, nl);
     }
     int rc = 0;
     if (svgdir) {

@@ -79,10 +79,18 @@ static int cmp_heat(const void *a, const void *b, void *counts)
     return *(const int32_t *)a - *(const int32_t *)b;
 }
 
-/* Warming is not use: hit, miss and read counters restart afterwards. */
+/* Warming is not use: hit, miss and read counters restart afterwards, and
+ * the use counts (the policy's, the heat file's) stay what routing made them. */
 static long read_into_cache(df_engine *eng, const int32_t *keys, size_t n, df_error *err)
 {
+    size_t nk = (size_t)eng->m.cfg.NL * (size_t)eng->m.cfg.E;
+    float *freq = xmalloc(nk * sizeof *freq);
+    memcpy(freq, eng->cache.freq, nk * sizeof *freq);
+    uint64_t since = eng->cache.since_aging;
     long done = fetch_warm(&eng->mc, keys, n, err);
+    memcpy(eng->cache.freq, freq, nk * sizeof *freq);
+    eng->cache.since_aging = since;
+    free(freq);
     eng->cache.hits = eng->cache.misses = 0;
     memset(&eng->m.store.st, 0, sizeof eng->m.store.st);
     return done;

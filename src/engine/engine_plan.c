@@ -148,7 +148,7 @@ static int decide_plan(df_engine *eng, const df_session_opts *so, int n_sessions
                        df_plan *p, df_error *err)
 {
     if (expert_cache_policy_parse(cache_policy, pol))
-        return df_err_set(err, DF_ERR_ARG, -1, "unknown cache policy \"%s\" (expected lfu, tlfu or lru)", cache_policy);
+        return df_err_set(err, DF_ERR_ARG, -1, "unknown cache policy \"%s\" (expected lfu, tlfu, lru or lfu-steps)", cache_policy);
     plan_request rq = {.budget = mem_budget ? mem_budget : default_budget(),
                        .budget_given = mem_budget > 0,
                        .trunk_stream = stream_trunk,

@@ -160,6 +160,15 @@ int moe_experts(const model_ctx *eng, session_bufs *s, int il, const k3_layer *L
         if (s->g_x_full) memcpy(s->g_x + (size_t)row * Lt, s->zp + (size_t)(i / k) * Lt, (size_t)Lt * sizeof(float));
     }
     for (int u = 0; u < n_u; u++) s->u_of_e[s->uniq[u]] = -1;
+    /* the cache's use counts follow the rows: each expert gets its share of
+     * the chunk's rows over the mean share, so a chunk adds as much in all
+     * as one count per expert (a long prompt does not outweigh the decode
+     * after it) but an expert 200 of its rows route to counts more than one
+     * with 2 (issue 43's policy study); a decode step adds one to each */
+    for (int u = 0; u < n_local; u++) {
+        float w = (float)s->uniq_count[u] * (float)n_u / (float)(T * k);
+        if (w != 1.0f) expert_cache_add_uses(eng->cache, il, s->uniq[u], w - 1.0f);
+    }
 
     if (s->probe) {
         /* observers: prompt accounting, the prefetcher's scoring */

@@ -11,17 +11,27 @@
 typedef struct df_cachesim_row {
     int slots;
     uint64_t steps, accesses;     /* (position, layer) steps; distinct experts used per step, summed */
-    uint64_t hits_lru, hits_lfu, hits_tlfu, hits_belady;
+    uint64_t hits_lru, hits_lfu, hits_tlfu, hits_belady; /* LFU, TLFU: counting rows (the engine's) */
     uint64_t hits_static;         /* the best fixed set (the trace's most used experts, known in
                                      advance, each missed once): the ceiling of any policy that
                                      ranks experts by frequency alone */
+    uint64_t hits_lfu_steps;      /* LFU counting one use per acquire (chunk), not its rows */
+    uint64_t hits_belady_demand;  /* Belady where every expert used is read into the budget
+                                     (hits_belady streams one through outside it for free) */
+    int has_lookahead;            /* the trace has look-ahead predictions (--trace-lookahead) */
+    uint64_t hits_lookahead;      /* LFU sparing the look-ahead's predicted experts */
+    int has_prior;                /* a prior was given (another run's heat or trace) */
+    uint64_t hits_prior;          /* LFU with its counts seeded from the prior */
+    uint64_t hits_prior_static;   /* the prior's hottest experts kept (a fixed set) */
+    uint64_t hits_prior_layers;   /* LFU per layer, each sized by its share of the prior's hottest */
 } df_cachesim_row;
 int df_cachesim(const char *trace_path, const int *slots, int n, df_cachesim_row *rows, df_error *err);
 /* The same, and (per_layer != NULL) each MoE layer alone with its share of
  * each cache, slots / (layers with routes) (at least 1): per_layer gets a
  * malloc'd [n_layers][n], layer_ids (room for the trace's layer count) the
- * layers in order. */
-int df_cachesim_layers(const char *trace_path, const int *slots, int n, df_cachesim_row *rows,
+ * layers in order.  prior_path (or NULL): a heat file (--heat) or another
+ * trace of the same model, the counts the prior columns start from. */
+int df_cachesim_layers(const char *trace_path, const char *prior_path, const int *slots, int n, df_cachesim_row *rows,
                        df_cachesim_row **per_layer, int *layer_ids, int *n_layers, df_error *err);
 
 /* What a route trace says about the router, per MoE layer and pooled

@@ -125,10 +125,33 @@ int df_plot_reuse(const char *path, const df_trace_stats *S, df_error *err)
     return svg_close(&s) ? svg_fail(path, err) : 0;
 }
 
+/* The policies a row has, in the order cli_trace.c prints them */
+static int cache_lines(const df_cachesim_row *r, const char **names, uint64_t *hits)
+{
+    int n = 0;
+#define LINE(nm, h, on) \
+    do {                \
+        if (on) names[n] = nm, hits[n++] = h; \
+    } while (0)
+    LINE("LRU", r->hits_lru, 1);
+    LINE("LFU-steps", r->hits_lfu_steps, 1);
+    LINE("LFU", r->hits_lfu, 1);
+    LINE("TLFU", r->hits_tlfu, 1);
+    LINE("LFU+look-ahead", r->hits_lookahead, r->has_lookahead);
+    LINE("prior-LFU", r->hits_prior, r->has_prior);
+    LINE("prior-static", r->hits_prior_static, r->has_prior);
+    LINE("prior-layers", r->hits_prior_layers, r->has_prior);
+    LINE("static", r->hits_static, 1);
+    LINE("Belady-demand", r->hits_belady_demand, 1);
+    LINE("Belady", r->hits_belady, 1);
+#undef LINE
+    return n;
+}
+
 int df_plot_cache(const char *path, const df_cachesim_row *rows, int n, df_error *err)
 {
-    static const char *names[5] = {"LRU", "LFU", "TLFU", "static", "Belady"};
-    static const char *cols[5] = {"#d95f02", "#1b9e77", "#7570b3", "#999999", "#000000"};
+    static const char *cols[11] = {"#d95f02", "#a6cee3", "#1b9e77", "#7570b3", "#e7298a", "#66a61e",
+                                   "#e6ab02", "#a6761d", "#999999", "#555555", "#000000"};
     double x0 = 80, y0 = 50, w = 640, h = 360, lo = log2(rows[0].slots), hi = log2(rows[n - 1].slots);
     svg s;
     if (svg_open(&s, path, 760, 470, "hit rate against cache size")) return svg_fail(path, err);
@@ -141,16 +164,19 @@ int df_plot_cache(const char *path, const df_cachesim_row *rows, int n, df_error
         snprintf(t, sizeof t, "%d", rows[i].slots);
         svg_text(&s, xs[i], y0 + h + 16, 10, "middle", t);
     }
-    for (int p = 0; p < 5; p++) {
+    const char *names[11];
+    uint64_t hits[11];
+    int np = cache_lines(&rows[0], names, hits);
+    for (int p = 0; p < np; p++) {
         for (int i = 0; i < n; i++) {
             const df_cachesim_row *r = &rows[i];
-            uint64_t hits = p == 0 ? r->hits_lru : p == 1 ? r->hits_lfu : p == 2 ? r->hits_tlfu
-                                                         : p == 3 ? r->hits_static : r->hits_belady;
-            ys[i] = y0 + h - h * (r->accesses ? (double)hits / (double)r->accesses : 0);
+            cache_lines(r, names, hits);
+            ys[i] = y0 + h - h * (r->accesses ? (double)hits[p] / (double)r->accesses : 0);
         }
-        svg_polyline(&s, xs, ys, n, cols[p], p == 4 ? 2.5 : 1.5, names[p]);
-        svg_rect(&s, x0 + w - 90, y0 + 10 + 16 * p, 12, 3, cols[p], NULL, NULL);
-        svg_text(&s, x0 + w - 72, y0 + 15 + 16 * p, 11, "start", names[p]);
+        int belady = !strcmp(names[p], "Belady");
+        svg_polyline(&s, xs, ys, n, cols[p], belady ? 2.5 : 1.5, names[p]);
+        svg_rect(&s, x0 + w - 120, y0 + 10 + 16 * p, 12, 3, cols[p], NULL, NULL);
+        svg_text(&s, x0 + w - 102, y0 + 15 + 16 * p, 11, "start", names[p]);
     }
     return svg_close(&s) ? svg_fail(path, err) : 0;
 }

@@ -41,6 +41,7 @@ int expert_cache_init(expert_cache *c, int n_layers, int n_experts, int n_slots,
     size_t nk = (size_t)n_layers * (size_t)n_experts;
     c->map = xmalloc(nk * sizeof *c->map);
     c->freq = xcalloc(nk, sizeof *c->freq);
+    c->soon = xcalloc(nk, 1);
     for (int s = 0; s < n_slots; s++) c->slot_key[s] = -1;
     for (size_t k = 0; k < nk; k++) c->map[k] = -1;
     /* halve the counts after about ten cache-fulls of acquires */
@@ -90,6 +91,7 @@ void expert_cache_deinit(expert_cache *c)
     free(c->last_use);
     free(c->map);
     free(c->freq);
+    free(c->soon);
     memset(c, 0, sizeof *c);
 }
 
@@ -111,6 +113,12 @@ static int pick_victim(const expert_cache *c)
         if (c->slot_key[i] < 0) return i;
         if (victim < 0) {
             victim = i;
+            continue;
+        }
+        /* an expert the look-ahead expects goes last */
+        int si = c->soon[c->slot_key[i]], sv = c->soon[c->slot_key[victim]];
+        if (si != sv) {
+            if (si < sv) victim = i;
             continue;
         }
         if (c->policy != CACHE_LRU) {
@@ -136,6 +144,11 @@ static void take_slot(expert_cache *c, int victim, int32_t key)
     c->slot_key[victim] = key;
     c->map[key] = victim;
     c->ready[victim] = 0;
+}
+
+void expert_cache_add_uses(expert_cache *c, int il, int e, float n)
+{
+    if (c->policy == CACHE_LFU || c->policy == CACHE_TLFU) c->freq[il * c->n_experts + e] += n;
 }
 
 int expert_cache_acquire(expert_cache *c, int il, int e, uint8_t **slot)
@@ -250,7 +263,7 @@ int expert_cache_resident(const expert_cache *c, int il, int e)
 
 const char *expert_cache_policy_name(enum cache_policy p)
 {
-    return p == CACHE_LFU ? "lfu" : p == CACHE_TLFU ? "tlfu" : "lru";
+    return p == CACHE_LFU ? "lfu" : p == CACHE_TLFU ? "tlfu" : p == CACHE_LFU_STEPS ? "lfu-steps" : "lru";
 }
 
 int expert_cache_policy_parse(const char *s, enum cache_policy *out)
@@ -258,6 +271,7 @@ int expert_cache_policy_parse(const char *s, enum cache_policy *out)
     if (!s || !*s || !strcmp(s, "lfu")) *out = CACHE_LFU;
     else if (!strcmp(s, "lru")) *out = CACHE_LRU;
     else if (!strcmp(s, "tlfu")) *out = CACHE_TLFU;
+    else if (!strcmp(s, "lfu-steps")) *out = CACHE_LFU_STEPS;
     else return -1;
     return 0;
 }

@@ -8,10 +8,16 @@
  *         expert), not per slot, so they survive eviction; every
  *         `aging_period` acquires all counts are halved, so the policy
  *         follows shifts in what the model routes to.
+ *         Counts grow by the rows that route to the expert in the acquiring
+ *         chunk (expert_cache_add_uses), one for a decode step.
+ *   LFU_STEPS - LFU whose counts grow by one per acquire whatever the rows
+ *         (the policy before rows were counted; kept for comparisons).
  *   TLFU - LFU eviction plus TinyLFU-style admission: a missed expert whose
  *         count does not exceed the victim's is read into one of the
  *         n_transient extra slots and dropped on release, so one-off experts
  *         do not push out hot ones.
+ * Every policy spares experts marked `soon` (the router look-ahead's
+ * predictions for the next layers) while any other slot is unpinned.
  * Does no I/O: on a miss it hands back a reserved slot that the caller fills
  * (from the expert_store) and publishes with expert_cache_filled, or drops
  * with expert_cache_abort.  A hit is counted only when the expert was
@@ -29,7 +35,7 @@
 #include <stdint.h>
 
 enum { EC_MISS = 0, EC_HIT = 1, EC_FULL = -1, EC_PENDING = 2 };
-enum cache_policy { CACHE_LRU, CACHE_LFU, CACHE_TLFU };
+enum cache_policy { CACHE_LRU, CACHE_LFU, CACHE_TLFU, CACHE_LFU_STEPS };
 
 typedef struct expert_cache {
     int n_layers, n_experts, n_slots;
@@ -45,6 +51,9 @@ typedef struct expert_cache {
     atomic_int *pins;
     uint64_t *last_use;
     float *freq;              /* [n_layers * n_experts] decayed use counts */
+    uint8_t *soon;            /* [n_layers * n_experts] 1: the router look-ahead expects it within the
+                               * next layers; eviction takes such an expert only when nothing else
+                               * is unpinned (the caller sets and clears these) */
     uint64_t aging_period, since_aging;
     uint64_t tick;
     uint64_t hits, misses;
@@ -68,6 +77,11 @@ void expert_cache_deinit(expert_cache *c);
  * it; *slot is pinned, wait for that read (counted as a miss: the expert was
  * not resident when asked for).  EC_FULL: every slot is pinned. */
 int expert_cache_acquire(expert_cache *c, int il, int e, uint8_t **slot);
+/* An acquired expert served n more rows of the evaluated chunk than the one
+ * its acquire counted: LFU and TLFU add them to its use count (a prompt
+ * chunk's routed rows say how much each expert is wanted; a decode step is
+ * one row, so nothing to add); LFU_STEPS and LRU ignore them. */
+void expert_cache_add_uses(expert_cache *c, int il, int e, float n);
 /* A prefetch: EC_MISS reserves a pinned slot marked pending (fill it, then
  * expert_cache_filled and release); EC_HIT means resident or already
  * pending (nothing to do, nothing pinned); EC_FULL: no unpinned slot.

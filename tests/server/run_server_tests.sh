@@ -137,10 +137,10 @@ kill "${pids[-1]}"; wait "${pids[-1]}" 2>/dev/null || true; unset 'pids[-1]'
 DELTAFIN_URL=$U NODE_PATH=tests/server/node_modules node --test --test-reporter=spec tests/server/page_test.mjs || fail=1
 
 # the research wing's plots (trace stats|cache --svg) rendered by the same Chromium
-"$BIN" run --model "$MODEL" --prompt "the plots of a route trace" --max-new 40 --trace "$LOG/plots.trace" \
+"$BIN" run --model "$MODEL" --prompt "the plots of a route trace" --max-new 40 --trace "$LOG/plots.trace" --trace-lookahead 2 \
     >/dev/null 2>"$LOG/plots.log" || { echo "not ok - run --trace"; cat "$LOG/plots.log"; fail=1; }
 "$BIN" trace stats "$LOG/plots.trace" --svg "$LOG/svg" >/dev/null && \
-    "$BIN" trace cache "$LOG/plots.trace" --slots 2,8,32 --svg "$LOG/svg" >/dev/null || { echo "not ok - trace --svg"; fail=1; }
+    "$BIN" trace cache "$LOG/plots.trace" --slots 2,8,32 --prior "$LOG/plots.trace" --svg "$LOG/svg" >/dev/null || { echo "not ok - trace --svg"; fail=1; }
 SHAPE=$("$BIN" trace stats "$LOG/plots.trace" --json | node -e \
     'let s="";process.stdin.on("data",d=>s+=d).on("end",()=>{const j=JSON.parse(s);console.log(j.layers.length, j.experts)})')
 "$BIN" run --model "$MODEL" --prompt "an attention map" --max-new 12 --dump-attention "$LOG/plots.attn" \

@@ -29,7 +29,8 @@ test('trace plots render in Chromium', async () => {
     const want = {
       'popularity.svg': { sel: 'rect.cell', n: LAYERS * EXPERTS },
       'reuse.svg': { sel: 'polyline.layer', n: LAYERS, also: 'polyline.pooled' },
-      'cache.svg': { sel: 'polyline', n: 5 },
+      // every policy: the runner's trace has look-ahead records and a --prior, so all eleven
+      'cache.svg': { sel: 'polyline', n: 11 },
     };
     // an attention map (trace attention), when the runner made one: a cell per kept weight
     if (process.env.SVG_ATTN) want[process.env.SVG_ATTN] = { sel: 'rect.cell', n: Number(process.env.SVG_ATTN_CELLS) };

@@ -352,13 +352,36 @@ def _belady(steps, slots):
     return hits
 
 
+def _belady_demand(steps, slots):
+    """Belady where every expert used is read into the cache (no streaming around it): a step in
+    groups of `slots`, a miss evicts the resident outside its group used farthest ahead"""
+    flat = [(gi, key) for gi, keys in enumerate(g for keys in steps for g in
+                                              [keys[i:i + slots] for i in range(0, len(keys), slots)])
+            for key in keys]
+    nxt, last = [0] * len(flat), {}
+    for j in range(len(flat) - 1, -1, -1):
+        key = flat[j][1]
+        nxt[j] = last.get(key, float("inf"))
+        last[key] = j
+    res, hits = {}, 0               # key -> [next use, group]
+    for j, (group, key) in enumerate(flat):
+        if key in res:
+            hits += 1
+        elif len(res) >= slots:
+            far = max((k for k in res if res[k][1] != group), key=lambda k: res[k][0])
+            del res[far]
+        res[key] = [nxt[j], group]
+    return hits
+
+
 def cache(tr, slots):
-    """`deltafin trace cache --json`'s LRU, static and Belady figures, pooled and per layer
+    """`deltafin trace cache --json`'s LRU, static and both Belady figures, pooled and per layer
     (LFU and TLFU are the engine's own cache code: test_engine works them out by hand)"""
     def row(steps, s):
         s = max(s, 1)
         return {"slots": s, "steps": len(steps), "accesses": sum(len(k) for k in steps),
-                "hits_lru": _lru(steps, s), "hits_static": _static(steps, s), "hits_belady": _belady(steps, s)}
+                "hits_lru": _lru(steps, s), "hits_static": _static(steps, s), "hits_belady": _belady(steps, s),
+                "hits_belady_demand": _belady_demand(steps, s)}
     layers = sorted(set(int(l) for l in tr.routes["layer"]))
     pooled = _steps(tr)
     return {"pooled": [row(pooled, s) for s in slots],
