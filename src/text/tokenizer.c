@@ -51,10 +51,12 @@
  */
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include "tokenizer.h"
+#include "tokenizer_impl.h"
 #include "sha.h"
 
 #include <limits.h>
 #include <pcre2.h>
+#include <utf8proc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -65,33 +67,12 @@
 
 #include <sys/stat.h>
 
-#define N_SPECIAL 256
 #define SLICE_MAX_SCALARS 400000
 #define RUN_MAX_CHARS 25000
 #define BPE_SMALL 128
 /* K3's file is ~2.5 MB; anything beyond this is not a tokenizer file. */
 #define TIKTOKEN_MAX_BYTES ((size_t)1 << 30)
 #define CONFIG_MAX_BYTES ((size_t)64 << 20)
-
-typedef struct rank_slot {
-    uint32_t hash;
-    int32_t rank; /* -1 = empty */
-} rank_slot;
-
-struct tokenizer {
-    int n_ranks;            /* ordinary tokens: ids 0 .. n_ranks-1 */
-    int n_vocab;            /* n_ranks + 256 */
-    unsigned char *data;    /* every token's bytes, each followed by a NUL */
-    size_t *off;            /* [n_vocab + 1] offsets into data */
-    rank_slot *slots;       /* open addressing, linear probing; [mask + 1] */
-    size_t mask;
-    size_t max_tok_len;     /* longest ordinary token, a lookup fast path */
-    int32_t byte_rank[256];
-    int32_t *special_sorted;   /* [256] special ids sorted by spelling bytes */
-    unsigned char special_first[256]; /* 1 if some spelling starts with the byte */
-    size_t max_dec_out;     /* most bytes one tok_decoder call can write */
-    pcre2_code *re;
-};
 
 /* ------------------------------------------------------------------ UTF-8 */
 
@@ -144,7 +125,7 @@ static char *utf8_repair(const unsigned char *s, size_t n, size_t *out_len)
 
 /* ------------------------------------------------------------- hash map */
 
-static uint64_t hash_bytes(const unsigned char *p, size_t n)
+uint64_t tok_hash_bytes(const unsigned char *p, size_t n)
 {
     uint64_t h = 0x9e3779b97f4a7c15ull ^ (n * 0xff51afd7ed558ccdull);
     while (n >= 8) {
@@ -164,15 +145,13 @@ static uint64_t hash_bytes(const unsigned char *p, size_t n)
     return h;
 }
 
-static const unsigned char *tok_ptr(const tokenizer *t, int32_t id) { return t->data + t->off[id]; }
-static size_t tok_len(const tokenizer *t, int32_t id) { return t->off[id + 1] - t->off[id] - 1; }
 
 /* Rank of the byte string p[0..n), or -1. */
-static int32_t rank_of(const tokenizer *t, const unsigned char *p, size_t n)
+int32_t tok_rank_of(const tokenizer *t, const unsigned char *p, size_t n)
 {
     if (n == 1) return t->byte_rank[p[0]];
     if (n == 0 || n > t->max_tok_len) return -1;
-    uint64_t h64 = hash_bytes(p, n);
+    uint64_t h64 = tok_hash_bytes(p, n);
     uint32_t h = (uint32_t)h64;
     for (size_t i = (size_t)(h64 >> 32) & t->mask;; i = (i + 1) & t->mask) {
         const rank_slot *s = &t->slots[i];
@@ -192,6 +171,16 @@ static void ids_push(int32_t **ids, size_t *n, size_t *cap, int32_t id)
     (*ids)[(*n)++] = id;
 }
 
+/* The rank of joining p[a..m) and p[m..b), or -1: any split making a token
+ * (tiktoken), or only the pair a merge lists (Hugging Face BPE). */
+static int32_t pair_rank(const tokenizer *t, const unsigned char *p, size_t a, size_t m, size_t b)
+{
+    int32_t r = tok_rank_of(t, p + a, b - a);
+    if (r < 0 || !t->merge_left) return r;
+    if (t->merge_left[r] != tok_rank_of(t, p + a, m - a) || t->merge_right[r] != tok_rank_of(t, p + m, b - m)) return -1;
+    return r;
+}
+
 typedef struct bpe_part {
     size_t start;
     int32_t rank; /* rank of this part joined with the next, or INT32_MAX */
@@ -204,7 +193,7 @@ static void bpe_reference(const tokenizer *t, const unsigned char *p, size_t n, 
 {
     size_t np = 0;
     for (size_t i = 0; i + 1 < n; i++) {
-        int32_t r = rank_of(t, p + i, 2);
+        int32_t r = pair_rank(t, p, i, i + 1, i + 2);
         parts[np++] = (bpe_part){i, r < 0 ? INT32_MAX : r};
     }
     parts[np++] = (bpe_part){n - 1, INT32_MAX};
@@ -221,17 +210,16 @@ static void bpe_reference(const tokenizer *t, const unsigned char *p, size_t n, 
         /* the merged part mi now ends at parts[mi + 2]; its pair with the
          * following part ends at parts[mi + 3] (indices before removal) */
         if (mi > 0) {
-            int32_t r = mi + 2 < np ? rank_of(t, p + parts[mi - 1].start, parts[mi + 2].start - parts[mi - 1].start)
-                                    : -1;
+            int32_t r = mi + 2 < np ? pair_rank(t, p, parts[mi - 1].start, parts[mi].start, parts[mi + 2].start) : -1;
             parts[mi - 1].rank = r < 0 ? INT32_MAX : r;
         }
-        int32_t r = mi + 3 < np ? rank_of(t, p + parts[mi].start, parts[mi + 3].start - parts[mi].start) : -1;
+        int32_t r = mi + 3 < np ? pair_rank(t, p, parts[mi].start, parts[mi + 2].start, parts[mi + 3].start) : -1;
         parts[mi].rank = r < 0 ? INT32_MAX : r;
         memmove(&parts[mi + 1], &parts[mi + 2], (np - mi - 2) * sizeof *parts);
         np--;
     }
     for (size_t i = 0; i + 1 < np; i++) {
-        int32_t r = rank_of(t, p + parts[i].start, parts[i + 1].start - parts[i].start);
+        int32_t r = tok_rank_of(t, p + parts[i].start, parts[i + 1].start - parts[i].start);
         CHECK(r >= 0);
         ids_push(ids, nid, cap, r);
     }
@@ -288,7 +276,7 @@ static void bpe_heap(const tokenizer *t, const unsigned char *p, size_t n, int32
         alive[i] = 1;
     }
     for (size_t i = 0; i + 1 < n; i++) {
-        int32_t r = rank_of(t, p + i, 2);
+        int32_t r = pair_rank(t, p, i, i + 1, i + 2);
         if (r >= 0) heap_push(heap, &hn, (heap_ent){r, (uint32_t)i, (uint32_t)(i + 2)});
     }
     while (hn) {
@@ -305,17 +293,17 @@ static void bpe_heap(const tokenizer *t, const unsigned char *p, size_t n, int32
         }
         if (next[i] < n) {
             uint32_t end = next[next[i]];
-            int32_t r = rank_of(t, p + i, end - i);
+            int32_t r = pair_rank(t, p, i, next[i], end);
             if (r >= 0) heap_push(heap, &hn, (heap_ent){r, i, end});
         }
         if (prev[i] != UINT32_MAX) {
             uint32_t k = prev[i], end = next[i];
-            int32_t r = rank_of(t, p + k, end - k);
+            int32_t r = pair_rank(t, p, k, i, end);
             if (r >= 0) heap_push(heap, &hn, (heap_ent){r, k, end});
         }
     }
     for (uint32_t i = 0; i < n; i = next[i]) {
-        int32_t r = rank_of(t, p + i, next[i] - i);
+        int32_t r = tok_rank_of(t, p + i, next[i] - i);
         CHECK(r >= 0);
         ids_push(ids, nid, cap, r);
     }
@@ -327,7 +315,8 @@ static void bpe_heap(const tokenizer *t, const unsigned char *p, size_t n, int32
 
 static void bpe_piece(const tokenizer *t, const unsigned char *p, size_t n, int32_t **ids, size_t *nid, size_t *cap)
 {
-    int32_t r = rank_of(t, p, n);
+    /* tiktoken takes a piece that is a token whole; merges-only BPE does not */
+    int32_t r = t->merge_left && n > 1 ? -1 : tok_rank_of(t, p, n);
     if (r >= 0) {
         ids_push(ids, nid, cap, r);
     } else if (n <= BPE_SMALL) {
@@ -342,7 +331,7 @@ int tokenizer_bpe(const tokenizer *t, const unsigned char *piece, size_t len, in
                   size_t *n, size_t *cap)
 {
     if (len == 0) return 0;
-    int32_t r = rank_of(t, piece, len);
+    int32_t r = t->merge_left && len > 1 ? -1 : tok_rank_of(t, piece, len);
     if (r >= 0) {
         ids_push(ids, n, cap, r);
     } else if (reference) {
@@ -357,26 +346,6 @@ int tokenizer_bpe(const tokenizer *t, const unsigned char *piece, size_t len, in
 
 /* ------------------------------------------------------------- pre-tokenizer */
 
-/* Unicode White_Space, written out (see the file comment). */
-#define WS \
-    "\\t\\n\\x{0B}\\f\\r\\x{20}\\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}\\x{205F}\\x{3000}"
-/* Han: Script=Han plus CJK extensions H and I, unassigned before Unicode 15. */
-#define HAN_NEW "\\x{31350}-\\x{323AF}\\x{2EBF0}-\\x{2EE5D}"
-#define HAN "\\p{sc:Han}" HAN_NEW
-/* [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]] and [\p{Ll}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]] */
-#define UPPERISH "[^\\p{Ll}\\p{N}\\p{P}\\p{S}\\p{Z}\\p{C}" HAN "]"
-#define LOWERISH "[^\\p{Lu}\\p{Lt}\\p{N}\\p{P}\\p{S}\\p{Z}\\p{C}" HAN "]"
-#define CONTRACTION "(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
-
-static const char k3_pattern[] =
-    /* 1 */ "[" HAN "]+"
-    /* 2 */ "|[^\\r\\n\\p{L}\\p{N}" HAN_NEW "]?" UPPERISH "*" LOWERISH "+" CONTRACTION
-    /* 3 */ "|[^\\r\\n\\p{L}\\p{N}" HAN_NEW "]?" UPPERISH "+" LOWERISH "*" CONTRACTION
-    /* 4 */ "|\\p{N}{1,3}"
-    /* 5 */ "| ?[^" WS "\\p{L}\\p{N}" HAN_NEW "]+[\\r\\n]*"
-    /* 6 */ "|[" WS "]*[\\r\\n]+"
-    /* 7 */ "|[" WS "]+(?![^" WS "])"
-    /* 8 */ "|[" WS "]+";
 
 typedef struct piece_sink {
     const tokenizer *t;
@@ -433,7 +402,7 @@ static int spell_cmp(const tokenizer *t, int32_t a, int32_t b)
 /* The special whose spelling is the longest prefix of s[0..n), or -1. */
 static int32_t special_at(const tokenizer *t, const unsigned char *s, size_t n, size_t *mlen)
 {
-    size_t lo = 0, hi = N_SPECIAL;
+    size_t lo = 0, hi = (size_t)t->n_special;
     int32_t best = -1;
     /* invariant: the spellings in sorted[lo..hi) all start with s[0..k);
      * one of exactly length k would sort first */
@@ -464,6 +433,30 @@ static int32_t special_at(const tokenizer *t, const unsigned char *s, size_t n, 
     return best;
 }
 
+/* Ordinary text between specials: NFC first where the family normalises
+ * (Hugging Face normalises what its added tokens leave), then split. */
+static int encode_segment(const tokenizer *t, const unsigned char *s, size_t n, pcre2_match_data *md, piece_sink *k,
+                          df_error *err)
+{
+    int ascii = 1;
+    for (size_t i = 0; i < n && ascii; i++) ascii = s[i] < 0x80;
+    if (!t->fam->nfc || ascii || !n) return encode_ordinary(s, n, md, k, err);
+    utf8proc_uint8_t *nfc = NULL;
+    utf8proc_ssize_t m = utf8proc_map(s, (utf8proc_ssize_t)n, &nfc, UTF8PROC_STABLE | UTF8PROC_COMPOSE);
+    if (m < 0) {
+        free(nfc);
+        return df_err_set(err, DF_ERR_LIMIT, (int64_t)k->base, "tokenizer: NFC normalisation failed: %s",
+                          utf8proc_errmsg(m));
+    }
+    int rc;
+    if (k->ends && ((size_t)m != n || memcmp(nfc, s, n)))
+        rc = df_err_set(err, DF_ERR_UNSUPPORTED, (int64_t)k->base,
+                        "tokenizer_split: the text changes under NFC, so piece ends would not be its offsets");
+    else rc = encode_ordinary(nfc, (size_t)m, md, k, err);
+    free(nfc);
+    return rc;
+}
+
 static int encode_slice(const tokenizer *t, const unsigned char *s, size_t n, int allow_special,
                         pcre2_match_data *md, piece_sink *k, df_error *err)
 {
@@ -475,7 +468,7 @@ static int encode_slice(const tokenizer *t, const unsigned char *s, size_t n, in
             int32_t id = special_at(t, s + i, n - i, &mlen);
             if (id < 0) continue;
             k->base += start;
-            int rc = encode_ordinary(s + start, i - start, md, k, err);
+            int rc = encode_segment(t, s + start, i - start, md, k, err);
             k->base -= start;
             if (rc) return rc;
             if (!k->ends) ids_push(k->ids, k->n, k->cap, id);
@@ -484,7 +477,7 @@ static int encode_slice(const tokenizer *t, const unsigned char *s, size_t n, in
         }
     }
     k->base += start;
-    int rc = encode_ordinary(s + start, n - start, md, k, err);
+    int rc = encode_segment(t, s + start, n - start, md, k, err);
     k->base -= start;
     return rc;
 }
@@ -498,6 +491,10 @@ static int encode_text(const tokenizer *t, const unsigned char *s, size_t n, int
     size_t base0 = k->base;
     int rc = 0;
     size_t pos = 0;
+    if (!t->fam->kimi_slices) {
+        rc = encode_slice(t, s, n, allow_special, md, k, err);
+        pos = n;
+    }
     while (pos < n && !rc) {
         /* one slice of at most SLICE_MAX_SCALARS scalars, cut into pieces
          * with no class run longer than RUN_MAX_CHARS */
@@ -598,7 +595,6 @@ static int build_map(tokenizer *t, const uint64_t *h64, int32_t *a, int32_t *b)
     return rc;
 }
 
-static int finish_ranks(tokenizer *t, int32_t rank, const uint64_t *h64, const char *path, df_error *err);
 
 /* Parse tiktoken.model into the arena, offsets and hash map. */
 static int load_ranks(tokenizer *t, const char *path, df_error *err)
@@ -610,13 +606,13 @@ static int load_ranks(tokenizer *t, const char *path, df_error *err)
     size_t n_lines = 0;
     for (const unsigned char *q = s; (q = memchr(q, '\n', len - (size_t)(q - s))) != NULL; q++) n_lines++;
     n_lines += len && s[len - 1] != '\n';
-    if (n_lines > (size_t)INT32_MAX - N_SPECIAL - 1) {
+    if (n_lines > (size_t)INT32_MAX - TOK_K3_SPECIALS - 1) {
         free(buf);
         return df_err_set(err, DF_ERR_FORMAT, -1, "%s: too many lines", path);
     }
     /* base64 never expands, so len bytes (+ a NUL per line) hold every token */
     t->data = xmalloc(len + n_lines + 1);
-    t->off = xmalloc((n_lines + N_SPECIAL + 1) * sizeof *t->off);
+    t->off = xmalloc((n_lines + TOK_K3_SPECIALS + 1) * sizeof *t->off);
     uint64_t *h64 = xmalloc((n_lines + 1) * sizeof *h64);
     for (int b = 0; b < 256; b++) t->byte_rank[b] = -1;
     t->off[0] = 0;
@@ -664,7 +660,7 @@ static int load_ranks(tokenizer *t, const char *path, df_error *err)
                             path, line, (long long)r, rank);
             break;
         }
-        h64[rank] = hash_bytes(t->data + used, (size_t)nb);
+        h64[rank] = tok_hash_bytes(t->data + used, (size_t)nb);
         if (nb == 1 && t->byte_rank[t->data[used]] < 0) t->byte_rank[t->data[used]] = rank;
         if ((size_t)nb > t->max_tok_len) t->max_tok_len = (size_t)nb;
         used += (size_t)nb;
@@ -673,14 +669,14 @@ static int load_ranks(tokenizer *t, const char *path, df_error *err)
         pos = eol + 1;
     }
     free(buf);
-    if (!rc) rc = finish_ranks(t, rank, h64, path, err);
+    if (!rc) rc = tok_finish_ranks(t, rank, h64, path, err);
     free(h64);
     return rc;
 }
 
 /* After the ordinary tokens are in the arena (h64: their hashes): the hash
  * map, duplicate and byte-coverage checks. */
-static int finish_ranks(tokenizer *t, int32_t rank, const uint64_t *h64, const char *path, df_error *err)
+int tok_finish_ranks(tokenizer *t, int32_t rank, const uint64_t *h64, const char *path, df_error *err)
 {
     int rc = 0;
     {
@@ -703,7 +699,7 @@ static int finish_ranks(tokenizer *t, int32_t rank, const uint64_t *h64, const c
 }
 
 /* Strict decimal id string. */
-static int parse_id(const char *s, int64_t *out)
+int tok_parse_id(const char *s, int64_t *out)
 {
     if (!*s || (s[0] == '0' && s[1]) || strlen(s) > 12) return -1;
     int64_t v = 0;
@@ -715,8 +711,6 @@ static int parse_id(const char *s, int64_t *out)
     return 0;
 }
 
-static int install_specials(tokenizer *t, const char **spell, size_t *spell_len, const char *path, df_error *err);
-static int finish_load(tokenizer *t, df_error *err);
 
 /* Spellings from tokenizer_config.json's added_tokens_decoder, appended to
  * the arena as ids n_ranks .. n_ranks+255. */
@@ -731,8 +725,8 @@ static int load_specials(tokenizer *t, const char *path, df_error *err)
         df_err_prefix(err, "%s", path);
         return -1;
     }
-    const char *spell[N_SPECIAL] = {0};
-    size_t spell_len[N_SPECIAL] = {0};
+    const char *spell[TOK_K3_SPECIALS] = {0};
+    size_t spell_len[TOK_K3_SPECIALS] = {0};
     int rc = 0;
     const json_value *atd = json_get(json_root(doc), "added_tokens_decoder");
     if (!atd || atd->type != JSON_OBJECT) {
@@ -742,15 +736,15 @@ static int load_specials(tokenizer *t, const char *path, df_error *err)
     for (size_t i = 0; i < atd->len; i++) {
         int64_t id;
         const json_value *v = atd->items[i];
-        if (parse_id(atd->keys[i], &id)) {
+        if (tok_parse_id(atd->keys[i], &id)) {
             rc = df_err_set(err, DF_ERR_FORMAT, v->pos, "%s: added_tokens_decoder key \"%.40s\" is not an id", path,
                             atd->keys[i]);
             goto done;
         }
-        if (id < t->n_ranks || id >= (int64_t)t->n_ranks + N_SPECIAL) {
+        if (id < t->n_ranks || id >= (int64_t)t->n_ranks + TOK_K3_SPECIALS) {
             rc = df_err_set(err, DF_ERR_FORMAT, v->pos,
                             "%s: added_tokens_decoder id %lld is outside the reserved range [%d, %d)", path,
-                            (long long)id, t->n_ranks, t->n_ranks + N_SPECIAL);
+                            (long long)id, t->n_ranks, t->n_ranks + TOK_K3_SPECIALS);
             goto done;
         }
         const json_value *c = v->type == JSON_OBJECT ? json_get(v, "content") : NULL;
@@ -763,19 +757,20 @@ static int load_specials(tokenizer *t, const char *path, df_error *err)
         spell[id - t->n_ranks] = c->str;
         spell_len[id - t->n_ranks] = c->len;
     }
-    rc = install_specials(t, spell, spell_len, path, err);
+    rc = tok_install_specials(t, spell, spell_len, path, err);
 done:
     json_free(doc);
     return rc;
 }
 
-/* Append the 256 special spellings (NULL: <|reserved_token_ID|>) to the arena
- * as ids n_ranks .. n_ranks+255 and index them. */
-static int install_specials(tokenizer *t, const char **spell, size_t *spell_len, const char *path, df_error *err)
+/* Append the t->n_special spellings (NULL: <|reserved_token_ID|>) to the
+ * arena as ids n_ranks .. n_vocab-1 and index them. */
+int tok_install_specials(tokenizer *t, const char **spell, size_t *spell_len, const char *path, df_error *err)
 {
+    int ns = t->n_special;
     size_t extra = 0;
-    char dflt[N_SPECIAL][40];
-    for (int i = 0; i < N_SPECIAL; i++) {
+    char (*dflt)[40] = xmalloc((size_t)(ns ? ns : 1) * sizeof *dflt);
+    for (int i = 0; i < ns; i++) {
         if (!spell[i]) {
             snprintf(dflt[i], sizeof dflt[i], "<|reserved_token_%d|>", t->n_ranks + i);
             spell[i] = dflt[i];
@@ -784,16 +779,17 @@ static int install_specials(tokenizer *t, const char **spell, size_t *spell_len,
         extra += spell_len[i] + 1;
     }
     size_t used = t->off[t->n_ranks];
-    t->data = xrealloc(t->data, used + extra);
-    for (int i = 0; i < N_SPECIAL; i++) {
+    t->data = xrealloc(t->data, used + extra + 1);
+    for (int i = 0; i < ns; i++) {
         memcpy(t->data + used, spell[i], spell_len[i]);
         used += spell_len[i];
         t->data[used++] = 0;
         t->off[t->n_ranks + i + 1] = used;
     }
-    t->special_sorted = xmalloc(N_SPECIAL * sizeof *t->special_sorted);
-    for (int i = 0; i < N_SPECIAL; i++) {
-        /* insertion sort: 256 entries, load time only */
+    free(dflt); /* spell[] may point into it: copied above, not used again */
+    t->special_sorted = xmalloc((size_t)(ns ? ns : 1) * sizeof *t->special_sorted);
+    for (int i = 0; i < ns; i++) {
+        /* insertion sort: a few hundred entries, load time only */
         int32_t id = t->n_ranks + i;
         int j = i;
         while (j > 0 && spell_cmp(t, t->special_sorted[j - 1], id) > 0) {
@@ -803,7 +799,7 @@ static int install_specials(tokenizer *t, const char **spell, size_t *spell_len,
         t->special_sorted[j] = id;
         t->special_first[tok_ptr(t, id)[0]] = 1;
     }
-    for (int i = 1; i < N_SPECIAL; i++)
+    for (int i = 1; i < ns; i++)
         if (!spell_cmp(t, t->special_sorted[i - 1], t->special_sorted[i]))
             return df_err_set(err, DF_ERR_FORMAT, -1, "%s: ids %d and %d have the same spelling \"%s\"", path,
                               t->special_sorted[i - 1], t->special_sorted[i],
@@ -815,7 +811,7 @@ static int install_specials(tokenizer *t, const char **spell, size_t *spell_len,
  * store token bytes as text: the printable bytes 33..126, 161..172 and
  * 174..255 stand for themselves, the other 68 bytes for U+0100 + their
  * index in byte order.  Returns the byte of code point cp, or -1. */
-static int byte_of_level_cp(uint32_t cp)
+int tok_byte_of_level_cp(uint32_t cp)
 {
     if ((cp >= 33 && cp <= 126) || (cp >= 161 && cp <= 172) || (cp >= 174 && cp <= 255)) return (int)cp;
     if (cp < 256 || cp >= 256 + 68) return -1;
@@ -841,6 +837,14 @@ static int load_gguf_vocab(tokenizer *t, const gguf_file *gp, df_error *err)
     size_t mlen;
     const gguf_kv *tok = gguf_find_kv(&g, "tokenizer.ggml.tokens"), *typ = gguf_find_kv(&g, "tokenizer.ggml.token_type");
     if (gguf_get_str(&g, "tokenizer.ggml.model", &model, &mlen, err)) goto out;
+    const gguf_kv *pre = gguf_find_kv(&g, "tokenizer.ggml.pre");
+    if (pre && pre->type == GGUF_KV_STRING && pre->len == 5 && !memcmp(pre->data, "qwen2", 5)) {
+        df_err_set(err, DF_ERR_UNSUPPORTED, -1,
+                   "%s: a Qwen2 vocabulary (tokenizer.ggml.pre \"qwen2\") in a GGUF is not read yet; give the "
+                   "model folder's tokenizer.json",
+                   path);
+        goto out;
+    }
     if (mlen != 4 || memcmp(model, "gpt2", 4)) {
         df_err_set(err, DF_ERR_UNSUPPORTED, -1, "%s: tokenizer.ggml.model is \"%.*s\"; K3's vocabulary is \"gpt2\"",
                    path, (int)(mlen > 32 ? 32 : mlen), model);
@@ -852,7 +856,7 @@ static int load_gguf_vocab(tokenizer *t, const gguf_file *gp, df_error *err)
         goto out;
     }
     size_t n = (size_t)tok->n, n_ranks = 0, bytes = 0;
-    if (n > (size_t)INT32_MAX - N_SPECIAL - 1) {
+    if (n > (size_t)INT32_MAX - TOK_K3_SPECIALS - 1) {
         df_err_set(err, DF_ERR_FORMAT, -1, "%s: %zu tokens", path, n);
         goto out;
     }
@@ -872,13 +876,14 @@ static int load_gguf_vocab(tokenizer *t, const gguf_file *gp, df_error *err)
             goto out;
         }
     free(types);
-    if (n - n_ranks > N_SPECIAL) {
-        df_err_set(err, DF_ERR_UNSUPPORTED, -1, "%s: %zu special tokens; K3 reserves %d", path, n - n_ranks, N_SPECIAL);
+    if (n - n_ranks > TOK_K3_SPECIALS) {
+        df_err_set(err, DF_ERR_UNSUPPORTED, -1, "%s: %zu special tokens; K3 reserves %d", path, n - n_ranks,
+                   TOK_K3_SPECIALS);
         goto out;
     }
     for (size_t i = 0; i < n_ranks; i++) bytes += (size_t)tok->str_len[i] + 1;
     t->data = xmalloc(bytes + 1);
-    t->off = xmalloc((n_ranks + N_SPECIAL + 1) * sizeof *t->off);
+    t->off = xmalloc((n_ranks + TOK_K3_SPECIALS + 1) * sizeof *t->off);
     h64 = xmalloc((n_ranks + 1) * sizeof *h64);
     for (int b = 0; b < 256; b++) t->byte_rank[b] = -1;
     t->off[0] = 0;
@@ -888,7 +893,7 @@ static int load_gguf_vocab(tokenizer *t, const gguf_file *gp, df_error *err)
         size_t len = (size_t)tok->str_len[i], start = used;
         for (size_t k = 0; k < len;) {
             int sub, cl = utf8_char(s + k, len - k, &sub);
-            int b = cl ? byte_of_level_cp(utf8_cp(s + k, cl)) : -1;
+            int b = cl ? tok_byte_of_level_cp(utf8_cp(s + k, cl)) : -1;
             if (b < 0) {
                 df_err_set(err, DF_ERR_FORMAT, -1, "%s: token %zu (\"%.*s\") is not in the byte-level alphabet", path, i,
                            (int)(len > 40 ? 40 : len), (const char *)s);
@@ -902,15 +907,15 @@ static int load_gguf_vocab(tokenizer *t, const gguf_file *gp, df_error *err)
             df_err_set(err, DF_ERR_FORMAT, -1, "%s: token %zu is empty", path, i);
             goto out;
         }
-        h64[i] = hash_bytes(t->data + start, nb);
+        h64[i] = tok_hash_bytes(t->data + start, nb);
         if (nb == 1 && t->byte_rank[t->data[start]] < 0) t->byte_rank[t->data[start]] = (int32_t)i;
         if (nb > t->max_tok_len) t->max_tok_len = nb;
         t->data[used++] = 0;
         t->off[i + 1] = used;
     }
-    if (finish_ranks(t, (int32_t)n_ranks, h64, path, err)) goto out;
-    const char *spell[N_SPECIAL] = {0};
-    size_t spell_len[N_SPECIAL] = {0};
+    if (tok_finish_ranks(t, (int32_t)n_ranks, h64, path, err)) goto out;
+    const char *spell[TOK_K3_SPECIALS] = {0};
+    size_t spell_len[TOK_K3_SPECIALS] = {0};
     for (size_t i = n_ranks; i < n; i++) {
         spell[i - n_ranks] = (const char *)tok->data + tok->str_off[i];
         spell_len[i - n_ranks] = (size_t)tok->str_len[i];
@@ -919,7 +924,7 @@ static int load_gguf_vocab(tokenizer *t, const gguf_file *gp, df_error *err)
             goto out;
         }
     }
-    rc = install_specials(t, spell, spell_len, path, err);
+    rc = tok_install_specials(t, spell, spell_len, path, err);
 out:
     free(h64);
     return rc;
@@ -945,45 +950,29 @@ static size_t fresh_decode_len(const unsigned char *p, size_t n)
     return o;
 }
 
-int tokenizer_load(const char *model_dir, tokenizer **out, df_error *err)
+int tok_load_tiktoken(tokenizer *t, const char *model_dir, df_error *err)
 {
-    *out = NULL;
-    if (!model_dir) return df_err_set(err, DF_ERR_ARG, -1, "tokenizer_load: NULL model_dir");
-    struct stat sb;
-    if (stat(model_dir, &sb) == 0 && S_ISREG(sb.st_mode)) {
-        gguf_file g;
-        if (gguf_open(model_dir, &g, err)) {
-            df_err_prefix(err, "tokenizer");
-            return -1;
-        }
-        int rc = tokenizer_from_gguf(&g, out, err);
-        gguf_deinit(&g);
-        return rc;
-    }
-    tokenizer *t = xcalloc(1, sizeof *t);
+    t->fam = &tok_family_k3;
+    t->n_special = TOK_K3_SPECIALS;
     size_t dl = strlen(model_dir);
     char *path = xmalloc(dl + 32);
     snprintf(path, dl + 32, "%s/tiktoken.model", model_dir);
-    if (load_ranks(t, path, err)) goto fail;
-    snprintf(path, dl + 32, "%s/tokenizer_config.json", model_dir);
-    if (load_specials(t, path, err)) goto fail;
+    int rc = load_ranks(t, path, err);
+    if (!rc) {
+        snprintf(path, dl + 32, "%s/tokenizer_config.json", model_dir);
+        rc = load_specials(t, path, err);
+    }
     free(path);
-    path = NULL;
-    if (finish_load(t, err)) goto fail;
-    *out = t;
-    return 0;
-fail:
-    df_err_prefix(err, "tokenizer");
-    free(path);
-    tokenizer_free(t);
-    return -1;
+    return rc;
 }
 
 int tokenizer_from_gguf(const gguf_file *g, tokenizer **out, df_error *err)
 {
     *out = NULL;
     tokenizer *t = xcalloc(1, sizeof *t);
-    if (load_gguf_vocab(t, g, err) || finish_load(t, err)) {
+    t->fam = &tok_family_k3;
+    t->n_special = TOK_K3_SPECIALS;
+    if (load_gguf_vocab(t, g, err) || tok_finish_load(t, err)) {
         df_err_prefix(err, "tokenizer");
         tokenizer_free(t);
         return -1;
@@ -993,9 +982,9 @@ int tokenizer_from_gguf(const gguf_file *g, tokenizer **out, df_error *err)
 }
 
 /* After the vocabulary: the decoder bound and the pre-tokenizer. */
-static int finish_load(tokenizer *t, df_error *err)
+int tok_finish_load(tokenizer *t, df_error *err)
 {
-    t->n_vocab = t->n_ranks + N_SPECIAL;
+    t->n_vocab = t->n_ranks + t->n_special;
 
     /* The bound tok_decoder_max_out reports: a pending prefix resolves to at
      * most 3 bytes, then the token decodes as from an empty state. */
@@ -1007,7 +996,7 @@ static int finish_load(tokenizer *t, df_error *err)
 
     int ec;
     PCRE2_SIZE eo;
-    t->re = pcre2_compile((PCRE2_SPTR)k3_pattern, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP, &ec, &eo, NULL);
+    t->re = pcre2_compile((PCRE2_SPTR)t->fam->pattern, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP, &ec, &eo, NULL);
     if (!t->re) {
         PCRE2_UCHAR msg[128];
         pcre2_get_error_message(ec, msg, sizeof msg);
@@ -1027,6 +1016,8 @@ void tokenizer_free(tokenizer *t)
     free(t->off);
     free(t->slots);
     free(t->special_sorted);
+    free(t->merge_left);
+    free(t->merge_right);
     free(t);
 }
 
@@ -1039,6 +1030,9 @@ void tokenizer_fingerprint(const tokenizer *t, uint8_t out[32])
     sha256_init(&c);
     uint32_t head[2] = {(uint32_t)t->n_ranks, (uint32_t)t->n_vocab};
     sha256_update(&c, head, sizeof head);
+    /* another family encodes the same tables differently (K3's value is
+     * unchanged: its name is not hashed) */
+    if (t->fam != &tok_family_k3) sha256_update(&c, t->fam->name, strlen(t->fam->name) + 1);
     for (int32_t id = 0; id < t->n_vocab; id++) {
         uint32_t len = (uint32_t)tok_len(t, id);
         sha256_update(&c, &len, sizeof len);
@@ -1049,7 +1043,7 @@ void tokenizer_fingerprint(const tokenizer *t, uint8_t out[32])
 
 int32_t tokenizer_special_id(const tokenizer *t, const char *spelling)
 {
-    size_t n = strlen(spelling), lo = 0, hi = N_SPECIAL;
+    size_t n = strlen(spelling), lo = 0, hi = (size_t)t->n_special;
     while (lo < hi) {
         size_t m = lo + (hi - lo) / 2;
         int32_t id = t->special_sorted[m];

@@ -1,5 +1,7 @@
-/* tokenizer.h - K3's tokenizer: tiktoken-style byte-level BPE over K3's
- * pre-tokenizer regex, plus the 256 reserved special tokens (spec section 9).
+/* tokenizer.h - byte-level BPE tokenizers: K3's (tiktoken-style over K3's
+ * pre-tokenizer regex, plus the 256 reserved special tokens, spec section 9)
+ * and Hugging Face tokenizer.json files of a known family (Qwen3's: its
+ * regex, NFC, merges-only BPE, its added tokens; tokenizer_impl.h).
  *
  * Owns: loading `tiktoken.model` (base64 bytes + rank per line) and the
  * special spellings of `tokenizer_config.json`; encoding text to ids (special
@@ -19,15 +21,22 @@
 
 typedef struct tokenizer tokenizer;
 
-/* Load model_dir/tiktoken.model and model_dir/tokenizer_config.json, or,
+/* Load model_dir/tiktoken.model and model_dir/tokenizer_config.json (K3),
+ * or, without tiktoken.model, model_dir/tokenizer.json (Hugging Face), or,
  * when model_dir is a file, the "gpt2" vocabulary of a llama.cpp GGUF
  * (tokenizer.ggml.tokens in GPT-2's byte-level alphabet + token_type).
- * The vocabulary is n_ranks BPE tokens followed by 256 specials. */
+ * The vocabulary is n_ranks BPE tokens followed by the specials (K3: 256;
+ * a tokenizer.json: its added tokens). */
 int tokenizer_load(const char *model_dir, tokenizer **out, df_error *err);
 /* The vocabulary of an already parsed GGUF (what tokenizer_load does for a
  * GGUF path). */
 struct gguf_file;
 int tokenizer_from_gguf(const struct gguf_file *g, tokenizer **out, df_error *err);
+/* A Hugging Face tokenizer.json held in memory (name: for messages), as
+ * tokenizer_load reads model_dir/tokenizer.json when the folder has no
+ * tiktoken.model: byte-level BPE of a family deltafin implements (Qwen2 and
+ * Qwen3's; tokenizer_hf.c lists what it accepts). */
+int tokenizer_load_hf_json(const char *json, size_t len, const char *name, tokenizer **out, df_error *err);
 void tokenizer_free(tokenizer *t);
 int tokenizer_n_vocab(const tokenizer *t);
 
