@@ -18,7 +18,8 @@
 # expert in RAM, once streaming (--expert-cache 120K: 6 of its 224 experts, the
 # rest read on each miss).  Part 2 (BENCH_K3=1, the default): a K3-shaped model
 # (k3gen bench1g, ~1.2 GB of MXFP4 experts) whose experts stream from disk at
-# --mem 600M, drafts off / ngram / suffix on a repeating prompt.
+# --mem 600M, drafts off / ngram / suffix on a repeating prompt, and ngram / suffix
+# again with the guard's state (--spec-state) from one earlier run of each.
 # Env: BENCH_REPS (5), BENCH_CHAT_REPS (3 x BENCH_REPS: the chat answers are
 # short, so timing noise is a larger share of each), BENCH_NEW (tokens per run, 96), BENCH_THREADS, BENCH_K3,
 # BENCH_DIR / BENCH_KEEP (part 2's scratch model under /var/tmp), BENCH_ONLY
@@ -44,19 +45,34 @@ run_block() {
     [ -z "${BENCH_ONLY:-}" ] || [[ $label == *"$BENCH_ONLY"* ]] || return 0
     local tmp; tmp=$(mktemp -d)
     local nd=${#drafters[@]}
+    # a drafter spelled X+state runs with --spec-state: a copy, in every run,
+    # of what one earlier run of X (before the rounds, not measured) learned
+    for d in "${drafters[@]}"; do
+        [[ $d == *+state ]] || continue
+        # shellcheck disable=SC2086
+        build/deltafin run --model "$model" "${pa[@]}" $extra --max-new "$new" --threads "$threads" --draft "${d%+state}" \
+            --spec-state "$tmp/learned.$(echo "${d%+state}" | tr ':/' '__').json" >/dev/null 2>&1
+    done
     for r in $(seq 1 "$reps"); do
         # each round starts at another drafter, so no row always runs first
         for j in $(seq 0 $((nd - 1))); do
             d=${drafters[$(( (j + r) % nd ))]}
             dd=$d; [ "$d" = off-again ] && dd=none
+            local st=()
+            if [[ $d == *+state ]]; then
+                dd=${d%+state}
+                cp "$tmp/learned.$(echo "$dd" | tr ':/' '__').json" "$tmp/run.json"
+                st=(--spec-state "$tmp/run.json")
+            fi
             # shellcheck disable=SC2086
             out=$(build/deltafin run --model "$model" "${pa[@]}" $extra --max-new "$new" --threads "$threads" --draft "$dd" \
-                  --bench-json 2>/dev/null | tail -1)
-            echo "$out" | ids_of >"$tmp/ids.$r.${d//[:\/]/_}"
+                  "${st[@]}" --bench-json 2>/dev/null | tail -1)
+            echo "$out" | ids_of >"$tmp/ids.$r.${d//[:\/+]/_}"
             n=$(echo "$out" | field decode_steps); s=$(echo "$out" | field decode_s)
             p=$(echo "$out" | field decode_passes); b=$(echo "$out" | field decode_expert_bytes)
             pr=$(echo "$out" | field draft_proposed); ac=$(echo "$out" | field draft_accepted)
-            echo "$d $n $s $p $b $pr $ac $r" >>"$tmp/rows"
+            fd=$(echo "$out" | sed -n 's/.*"first_draft_pass":\(-*[0-9]*\).*/\1/p')
+            echo "$d $n $s $p $b $pr $ac $r ${fd:--1}" >>"$tmp/rows"
         done
     done
     local ref="$tmp/ids.1.none"
@@ -64,23 +80,26 @@ run_block() {
         if ! cmp -s "$ref" "$f"; then echo "  !! $label: $(basename "$f") differs from drafts off"; fail=1; fi
     done
     echo "== $label"
-    printf '  %-34s %9s %8s %15s %10s %12s %10s\n' drafter "tok/s" "vs off" "round range" "tok/pass" "KiB/token" \
-        "accepted"
+    printf '  %-34s %9s %8s %15s %10s %12s %10s %12s\n' drafter "tok/s" "vs off" "round range" "tok/pass" "KiB/token" \
+        "accepted" "1st draft"
     awk -v order="${drafters[*]}" '
         function med(a, n,   i, j, t) { for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
                                        return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2 }
         { k = $1; c[k]++; tps[k, c[k]] = ($3 > 0 ? $2 / $3 : 0); tpp[k, c[k]] = ($4 > 0 ? $2 / $4 : 0)
           kib[k, c[k]] = ($2 > 0 ? $5 / 1024 / $2 : 0); prop[k] += $6; acc[k] += $7; round[k, c[k]] = $8
-          rt[k, $8] = tps[k, c[k]] }
+          fdp[k, c[k]] = ($9 >= 0 ? $9 : 1e9); rt[k, $8] = tps[k, c[k]] }
         END { n = split(order, o, " ")
-              for (i = 1; i <= n; i++) { k = o[i]; for (j = 1; j <= c[k]; j++) { a1[j] = tps[k, j]; a2[j] = tpp[k, j]; a3[j] = kib[k, j] }
-                  m1[k] = med(a1, c[k]); m2[k] = med(a2, c[k]); m3[k] = med(a3, c[k])
+              for (i = 1; i <= n; i++) { k = o[i]; for (j = 1; j <= c[k]; j++) { a1[j] = tps[k, j]; a2[j] = tpp[k, j]; a3[j] = kib[k, j]; a4[j] = fdp[k, j] }
+                  m1[k] = med(a1, c[k]); m2[k] = med(a2, c[k]); m3[k] = med(a3, c[k]); m4[k] = med(a4, c[k])
                   lo[k] = 1e9; hi[k] = 0
                   for (j = 1; j <= c[k]; j++) { r = round[k, j]; if (rt["none", r] > 0) { q = tps[k, j] / rt["none", r]
                       if (q < lo[k]) lo[k] = q; if (q > hi[k]) hi[k] = q } } }
               for (i = 1; i <= n; i++) { k = o[i]
-                  printf "  %-34s %9.1f %7.2fx %6.2f-%5.2fx %10.2f %12.1f %9.0f%%\n", k, m1[k], (m1["none"] > 0 ? m1[k] / m1["none"] : 0),
-                         lo[k], hi[k], m2[k], m3[k], (prop[k] ? 100 * acc[k] / prop[k] : 0) }
+                  printf "  %-34s %9.1f %7.2fx %6.2f-%5.2fx %10.2f %12.1f %9.0f%% %12s\n", k, m1[k], (m1["none"] > 0 ? m1[k] / m1["none"] : 0),
+                         lo[k], hi[k], m2[k], m3[k], (prop[k] ? 100 * acc[k] / prop[k] : 0),
+                         (k == "none" || k == "off-again" ? "-" : m4[k] >= 1e9 ? "never" : sprintf("pass %d", m4[k])) }
+              print "  1st draft: the median index of the first target pass with drafts (from 0; \"never\": none in the answer);"
+              print "  X+state: with --spec-state, a copy of what one earlier run of X learned, in every run"
               if (hi["off-again"] > 0)
                   printf "  noise floor: drafts off against itself spans %.2f-%.2fx per round; a smaller difference is not resolved\n",
                          lo["off-again"], hi["off-again"] }' "$tmp/rows"
@@ -95,8 +114,8 @@ echo "deltafin speculative decoding, $threads threads, $reps rounds of $new toke
 for mode in ram stream; do
     mem=""
     [ "$mode" = stream ] && mem="--expert-cache 120K --no-prefetch"
-    run_block "$M" "k3-mini, code prompt, $mode" text "$(printf "$code")" "$mem" none off-again ngram suffix "$D"
-    run_block "$M" "k3-mini, repeated structure, $mode" text "$list" "$mem" none off-again ngram suffix "$D"
+    run_block "$M" "k3-mini, code prompt, $mode" text "$(printf "$code")" "$mem" none off-again ngram suffix "$D" ngram+state "$D+state"
+    run_block "$M" "k3-mini, repeated structure, $mode" text "$list" "$mem" none off-again ngram suffix "$D" ngram+state "$D+state"
     # a chat answer is ~20 tokens (a few ms): more rounds for the same confidence
     reps=$chat_reps run_block "$M" "k3-mini, chat answer (with reasoning), $mode, $chat_reps rounds" chat \
         "Tell me about the sea and the ships on it." "$mem" none off-again ngram suffix "$D"
@@ -112,6 +131,6 @@ if [ "${BENCH_K3:-1}" = 1 ]; then
     [ -f "$dir/m/config.json" ] || build/k3gen --out "$dir/m" --preset bench1g >/dev/null
     rep=$(awk 'BEGIN { for (i = 0; i < 48; i++) printf "%s%d", (i ? "," : ""), 100 + (i % 6) * 37 }')
     run_block "$dir/m" "K3-shaped bench1g ($(du -sh "$dir/m" | cut -f1)), experts streamed at --mem 600M, repeating prompt" \
-        ids "$rep" "--mem 600M" none off-again ngram suffix
+        ids "$rep" "--mem 600M" none off-again ngram suffix ngram+state suffix+state
 fi
 exit "$fail"

@@ -20,8 +20,11 @@
 #include "generate.h"
 #include "sampler.h"
 #include "tokenizer.h"
+#include "util.h"
 
+#include <limits.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -674,6 +677,68 @@ static void test_cli_drafts(void)
  * as without, and at 1 and 2 threads.  The drafter here is the model
  * itself without the grammar, so many drafts are tokens the grammar
  * refuses: each must be a rejected draft, never a token. */
+/* --spec-state (spec_state.c, gen_memory): an earlier run's cost model and
+ * guard put drafts at the first pass when they paid there and hold them off
+ * when they did not; the ids never change; the file keeps other entries, is
+ * rewritten after the answer, and one that is not a state file is named,
+ * ignored and left as it was. */
+static void test_cli_spec_state(void)
+{
+    const char *dir = model_dir();
+    if (!dir) return;
+    char ids[256] = "", self[600], st[600], real[4096];
+    for (int i = 0; i < 16; i++)
+        snprintf(ids + strlen(ids), sizeof ids - strlen(ids), "%s%d", i ? "," : "", (int)tok_at(i % 5));
+    snprintf(self, sizeof self, "model:%s", dir);
+    snprintf(st, sizeof st, "%s/spec_state.json", test_scratch());
+    TCHECK(realpath(dir, real) != NULL);
+    static char out0[1 << 16], out1[1 << 16], err[1 << 14];
+    const char *a0[] = {build_bin("deltafin"), "run", "--model", dir, "--prompt-ids", ids, "--max-new", "24", "--bench-json",
+                        NULL};
+    TCHECKF(t_run(a0, out0, sizeof out0, err, sizeof err) == 0, "%s", err);
+    /* a state in which every width cost one pass and every draft was right,
+     * the guard holding drafts on; and an entry of another model to keep */
+    static const char *verdicts[2] = {"\"choice\":1,\"rounds\":2,\"last\":1", "\"choice\":0,\"rounds\":2,\"last\":0"};
+    for (int v = 0; v < 2; v++) {
+        FILE *f = fopen(st, "w");
+        CHECK(f);
+        fprintf(f,
+                "{\"deltafin_spec_state\":1,\"entries\":[{\"model\":\"/elsewhere\",\"drafter\":\"ngram\",\"kmax\":1},\n"
+                "{\"model\":\"%s\",\"drafter\":\"%s\",\"kmax\":8,\"t_pass\":[0,0.01,0.01,0.01,0.01,0.01,0.01,0.01,0.01,"
+                "0.01],\"t_count\":[0,9,9,9,9,9,9,9,9,9],\"acc\":1,\"acc_w\":40,\"draft_tok_sec\":0,\"sh_cost\":0,"
+                "\"guard\":{\"hold\":5000,\"hold_len\":5000,%s,\"mean\":[0.01,0.005]}}]}\n",
+                real, self, verdicts[v]);
+        CHECK(fclose(f) == 0);
+        const char *a1[] = {build_bin("deltafin"), "run", "--model", dir, "--prompt-ids", ids, "--max-new", "24",
+                            "--bench-json", "--draft", self, "--spec-state", st, NULL};
+        TCHECKF(t_run(a1, out1, sizeof out1, err, sizeof err) == 0, "%s", err);
+        const char *i0 = strstr(out0, "\"ids\":["), *i1 = strstr(out1, "\"ids\":[");
+        TCHECK(i0 && i1 && !strncmp(i0, i1, (size_t)(strchr(i0, ']') - i0)));
+        const char *fd = strstr(out1, "\"first_draft_pass\":"), *pr = strstr(out1, "\"draft_proposed\":");
+        TCHECK(fd && pr);
+        if (!fd || !pr) continue;
+        if (v == 0) TCHECKF(atol(fd + 19) == 0 && atol(pr + 17) > 0, "drafts paid: first draft at pass %ld", atol(fd + 19));
+        else TCHECKF(atol(pr + 17) == 0 && atol(fd + 19) == -1, "drafts held off: %ld proposed", atol(pr + 17));
+        size_t n = 0;
+        char *body = t_slurp(st, &n);
+        TCHECKF(body && strstr(body, "\"model\":\"/elsewhere\"") && strstr(body, real) &&
+                    !strstr(body, "\"hold\":5000,\"hold_len\":5000"),
+                "the state file after the run: %s", body ? body : "(none)");
+        free(body);
+    }
+    /* not a state file: named, ignored, left as it was */
+    FILE *f = fopen(st, "w");
+    CHECK(f && fputs("{\"something\":\"else\"}\n", f) >= 0 && fclose(f) == 0);
+    const char *a2[] = {build_bin("deltafin"), "run", "--model", dir, "--prompt-ids", ids, "--max-new", "8", "--draft",
+                        "ngram", "--spec-state", st, NULL};
+    TCHECKF(t_run(a2, NULL, 0, err, sizeof err) == 0 && strstr(err, "ignoring --spec-state") && strstr(err, st),
+            "%s", err);
+    size_t n = 0;
+    char *body = t_slurp(st, &n);
+    TCHECK(body && !strcmp(body, "{\"something\":\"else\"}\n"));
+    free(body);
+}
+
 static void test_cli_grammar_drafts(void)
 {
     const char *dir = model_dir();
@@ -730,6 +795,7 @@ static const test_case tests[] = {
     {"cli_grammar_drafts", test_cli_grammar_drafts},
     {"model_drafter_window", test_model_drafter_window},
     {"cli_drafts", test_cli_drafts},
+    {"cli_spec_state", test_cli_spec_state},
     {"lookup_proposals", test_lookup_proposals},
     {"draft_guard", test_draft_guard},
     {"truncate_equals_shorter", test_truncate_equals_shorter},

@@ -8,6 +8,7 @@
  */
 #define _GNU_SOURCE
 #include "cli.h"
+#include "spec_state.h"
 #include "engine.h"
 #include "research.h"
 #include "plan.h"
@@ -93,6 +94,7 @@ static int cmd_run(int argc, char **argv)
     }
     double t2 = now_sec();
     unsigned long long rb2 = proc_read_bytes();
+    spec_state_save(&a, &gl);
     if (full)
         fprintf(stderr, "deltafin: the context is full (--ctx %d): stopped after %d of %d new tokens\n", ctx, n_gen,
                 a.max_new);

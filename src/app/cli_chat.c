@@ -14,6 +14,7 @@
 #define _GNU_SOURCE
 #include "chat_template.h"
 #include "cli.h"
+#include "spec_state.h"
 #include "grammar.h"
 #include "json_schema.h"
 #include "json.h"
@@ -215,6 +216,7 @@ static int generate(gen_ctx *g, int chat, int repl)
     printf("\n");
     fflush(stdout);
     status_update(g, 1);
+    if (!rc) spec_state_save(g->a, &g->gl);
     return rc;
 }
 

@@ -189,9 +189,10 @@ void print_bench_json(df_engine *eng, int n_prompt, double prefill_s, unsigned l
            mi.kernels, (unsigned long long)mi.trunk_flops_per_position, (unsigned long long)mi.expert_flops_per_position,
            (unsigned long long)mi.weight_bytes_per_token);
     printf(",\"draft_proposed\":%llu,\"draft_accepted\":%llu,\"verify_passes\":%llu,\"decode_passes\":%llu,"
-           "\"decode_expert_bytes\":%llu,\"ranks\":%d,\"rank_expert_calls\":[",
+           "\"first_draft_pass\":%lld,\"decode_expert_bytes\":%llu,\"ranks\":%d,\"rank_expert_calls\":[",
            (unsigned long long)gs->proposed, (unsigned long long)gs->accepted, (unsigned long long)gs->draft_passes,
-           (unsigned long long)gs->passes, (unsigned long long)gs->expert_bytes, df_ranks_size());
+           (unsigned long long)gs->passes, (long long)gs->first_draft_pass, (unsigned long long)gs->expert_bytes,
+           df_ranks_size());
     /* experts computed by each rank (one process: the expert computations of its misses and hits) */
     df_rank_stats rs[256];
     int nr = df_ranks_stats(eng, rs, 256);

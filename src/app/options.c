@@ -10,6 +10,7 @@
 #define _GNU_SOURCE
 #include "options.h"
 #include "plan.h"
+#include "spec_state.h"
 #include "tokenizer.h"
 
 #include <errno.h>
@@ -156,6 +157,9 @@ static void usage_options(FILE *f)
           "                       from measured pass times and acceptance, 0 when drafts do not pay\n"
           "  --draft-k N          exactly N drafts per step instead\n"
           "  --draft-mem SIZE     a draft model's share of --mem (default an eighth)\n"
+          "  --spec-state FILE    keep what the drafts' cost model and guard learned (pass times,\n"
+          "                       acceptance, the guard's verdict) per model and drafter in FILE: read\n"
+          "                       at start, written after each answer, so drafts that paid start at once\n"
           "  --session FILE       resume from FILE (a prompt extending its tokens evaluates only the\n"
           "                       rest; chat: the conversation goes on) and save to it at the end\n"
           "                       (chat: after every reply); a file of another model, truncated or\n"
@@ -472,7 +476,8 @@ static const opt_def opts[] = {
     {"--temp", 1, C_RUN | C_CHAT},    {"--top-p", 1, C_RUN | C_CHAT},  {"--top-k", 1, C_RUN | C_CHAT},
     {"--seed", 1, C_RUN | C_CHAT},    {"--draft", 1, C_RUN | C_CHAT | C_SERVE},
     {"--draft-max", 1, C_RUN | C_CHAT | C_SERVE}, {"--draft-k", 1, C_RUN | C_CHAT | C_SERVE},
-    {"--draft-mem", 1, C_RUN | C_CHAT | C_SERVE}, {"--session", 1, C_RUN | C_CHAT},    {"--file", 1, C_PERPLEXITY},      {"--window", 1, C_PERPLEXITY},
+    {"--draft-mem", 1, C_RUN | C_CHAT | C_SERVE}, {"--spec-state", 1, C_RUN | C_CHAT | C_SERVE},
+    {"--session", 1, C_RUN | C_CHAT},    {"--file", 1, C_PERPLEXITY},      {"--window", 1, C_PERPLEXITY},
     {"--kl-divergence", 1, C_PERPLEXITY}, {"--save-logits", 1, C_PERPLEXITY},   {"--json", 0, C_PLAN | C_PERPLEXITY}, {"--ranks", 1, C_PLAN}, {"--trunk", 1, C_PLAN}, {"--disk-gbps", 1, C_PLAN},
     {"--serve", 0, C_PLAN},           {"--parallel", 1, C_PLAN},
 };
@@ -509,6 +514,28 @@ static void parse_gbps(const char *v, run_args *a)
         a->disk_gbps[a->n_disk_gbps++] = g;
         p = *end ? end + 1 : end;
     }
+}
+
+/* The speculative-decoding flags: 1 when f is one (parse_common). */
+static int draft_flag(run_args *a, const char *f, const char *v)
+{
+    if (!strcmp(f, "--draft")) {
+        if (strcmp(v, "none") && strcmp(v, "ngram") && strcmp(v, "suffix") && strcmp(v, "auto") &&
+            (strncmp(v, "model:", 6) || !v[6]))
+            die("--draft wants none, ngram, suffix, auto or model:PATH, not \"%s\"", v);
+        a->draft = v;
+    } else if (!strcmp(f, "--draft-max")) {
+        a->draft_max = (int)parse_long(v, f, 1, GEN_MAX_DRAFT);
+    } else if (!strcmp(f, "--spec-state")) {
+        a->spec_state = v;
+    } else if (!strcmp(f, "--draft-k")) {
+        a->draft_k = (int)parse_long(v, f, 1, GEN_MAX_DRAFT);
+    } else if (!strcmp(f, "--draft-mem")) {
+        a->draft_mem = parse_size(v, f);
+    } else {
+        return 0;
+    }
+    return 1;
 }
 
 void parse_common(int argc, char **argv, run_args *a)
@@ -560,15 +587,7 @@ void parse_common(int argc, char **argv, run_args *a)
             a->seed_set = 1;
         }
         else if (!strcmp(f, "--stop-eos")) a->stop_eos = 1;
-        else if (!strcmp(f, "--draft")) {
-            if (strcmp(v, "none") && strcmp(v, "ngram") && strcmp(v, "suffix") && strcmp(v, "auto") &&
-                (strncmp(v, "model:", 6) || !v[6]))
-                die("--draft wants none, ngram, suffix, auto or model:PATH, not \"%s\"", v);
-            a->draft = v;
-        }
-        else if (!strcmp(f, "--draft-max")) a->draft_max = (int)parse_long(v, f, 1, GEN_MAX_DRAFT);
-        else if (!strcmp(f, "--draft-k")) a->draft_k = (int)parse_long(v, f, 1, GEN_MAX_DRAFT);
-        else if (!strcmp(f, "--draft-mem")) a->draft_mem = parse_size(v, f);
+        else if (draft_flag(a, f, v)) {}
         else if (!strcmp(f, "--session")) a->session = v;
         else if (!strcmp(f, "--threads")) a->threads = (int)parse_long(v, f, 1, 256);
         else if (!strcmp(f, "--ctx")) a->ctx = (int)parse_long(v, f, 1, 1 << 24);
@@ -780,6 +799,7 @@ void gen_from_args(gen_loop *g, const run_args *a, df_engine *eng, df_session *s
         fprintf(stderr, "deltafin: %s\n", err.msg);
         exit(1);
     }
+    spec_state_load(a, g);
 }
 
 void print_draft_stats(const gen_stats *st)

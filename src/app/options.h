@@ -50,6 +50,8 @@ typedef struct {
     const char *draft;   /* --draft none|ngram|suffix|model:PATH|auto (NULL = none) */
     int draft_max, draft_k;
     size_t draft_mem;    /* a draft model's share of --mem (0 = an eighth) */
+    const char *spec_state; /* --spec-state FILE: what the drafts' cost model and guard learned, kept
+                               across runs (gen_memory, spec_state.c) */
     int checkpoints;     /* conversation checkpoints per session (serve --checkpoints) */
     int plan_sessions;   /* sessions planned before the expert cache (serve, plan --parallel N; 0 = 1) */
     int serve;           /* without --ctx, serve's default context (plan.c plan_serve_ctx): serve,

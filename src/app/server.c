@@ -67,6 +67,7 @@
 #include "server.h"
 #include "chat_template.h"
 #include "options.h"
+#include "spec_state.h"
 #include "engine.h"
 #include "json.h"
 #include "json_write.h"
@@ -432,6 +433,7 @@ static void generate_reply(srv *S, job *j, seat *sl, int rc, double *t_first_out
         snprintf(j->errmsg, sizeof j->errmsg, "%s", gerr.msg);
         rc = -1;
     }
+    if (!rc) spec_state_save(&S->a, &sl->gl);
     if (rc == 2) {
         j->fin = FIN_TIMEOUT;
         rc = 0;

@@ -64,7 +64,50 @@ int gen_init(gen_loop *g, df_engine *eng, df_session *s, sampler *smp, df_drafte
     g->st.last_k = 0;
     draft_guard_init(&g->guard);
     g->st.guard_on = -1;
+    g->st.first_draft_pass = -1;
     return 0;
+}
+
+void gen_memory_get(const gen_loop *g, gen_memory *m)
+{
+    memset(m, 0, sizeof *m);
+    m->kmax = g->kmax;
+    for (int T = 1; T <= g->kmax + 1; T++) m->t_pass[T] = g->t_pass[T], m->t_count[T] = g->t_count[T];
+    m->acc = g->acc;
+    m->acc_w = g->acc_w;
+    m->draft_tok_sec = g->draft_tok_sec;
+    m->sh_cost = g->sh_cost;
+    /* a round in progress is not kept: the next run starts between rounds */
+    m->guard_hold = g->guard.hold;
+    m->guard_hold_len = g->guard.hold_len;
+    m->guard_choice = g->guard.choice;
+    m->guard_rounds = g->guard.rounds;
+    m->guard_last = g->guard.last;
+    m->guard_mean[0] = g->guard.mean[0];
+    m->guard_mean[1] = g->guard.mean[1];
+}
+
+static int finite_nonneg(double x) { return x >= 0 && x < 1e9; }
+
+void gen_memory_put(gen_loop *g, const gen_memory *m)
+{
+    for (int T = 1; T <= g->kmax + 1 && T <= m->kmax + 1 && T < GEN_MAX_DRAFT + 2; T++)
+        if (finite_nonneg(m->t_pass[T])) g->t_pass[T] = m->t_pass[T], g->t_count[T] = m->t_count[T];
+    if (m->acc >= 0 && m->acc <= 1 && finite_nonneg(m->acc_w)) g->acc = m->acc, g->acc_w = m->acc_w;
+    if (finite_nonneg(m->draft_tok_sec)) g->draft_tok_sec = m->draft_tok_sec;
+    if (finite_nonneg(m->sh_cost)) g->sh_cost = m->sh_cost;
+    if (m->guard_rounds > 0 && (m->guard_choice == 0 || m->guard_choice == 1) && m->guard_hold_len <= DG_HOLD_MAX) {
+        draft_guard_init(&g->guard);
+        g->guard.hold = m->guard_hold < m->guard_hold_len ? m->guard_hold : m->guard_hold_len;
+        g->guard.hold_len = m->guard_hold_len;
+        g->guard.choice = m->guard_choice;
+        g->guard.rounds = m->guard_rounds;
+        g->guard.last = m->guard_last;
+        g->guard.mean[0] = m->guard_mean[0];
+        g->guard.mean[1] = m->guard_mean[1];
+        g->st.guard_rounds = m->guard_rounds;
+        g->st.guard_on = m->guard_last;
+    }
 }
 
 void gen_constrain(gen_loop *g, const gen_constraint *c)
@@ -393,6 +436,7 @@ static int step(gen_loop *g, df_error *err)
     g->st.expert_bytes += st1.expert_bytes_read - st0.expert_bytes_read;
     g->st.last_k = nd;
     if (nd > 0) {
+        if (g->st.first_draft_pass < 0) g->st.first_draft_pass = (int64_t)g->st.passes - 1;
         g->st.draft_passes++;
         g->st.proposed += (uint64_t)nd;
         g->st.accepted += (uint64_t)a;

@@ -86,6 +86,7 @@ typedef struct gen_opts {
 
 typedef struct gen_stats {
     uint64_t passes;          /* target passes that produced tokens (decode steps and verify passes) */
+    int64_t first_draft_pass; /* index (from 0) among those of the first with drafts; -1 none yet */
     uint64_t draft_passes;    /* of those, with drafts */
     uint64_t proposed, accepted;
     uint64_t emitted;         /* tokens given to the caller */
@@ -166,6 +167,27 @@ typedef struct gen_loop {
 
 int gen_init(gen_loop *g, df_engine *eng, df_session *s, sampler *smp, df_drafter *dr, const gen_opts *o,
              df_error *err);
+
+/* What the cost model and the guard have learned: a gen_loop keeps it
+ * across answers (gen_reset leaves it); gen_memory_get / gen_memory_put
+ * carry it across runs (the front ends' --spec-state file).  A loop given an
+ * earlier run's memory drafts from its first steps when drafts paid there,
+ * and holds them off when they did not, instead of measuring again.  It
+ * never changes a token, only when drafts are tried. */
+typedef struct gen_memory {
+    int kmax;                             /* widths 1 .. kmax + 1 below */
+    double t_pass[GEN_MAX_DRAFT + 2];
+    unsigned t_count[GEN_MAX_DRAFT + 2];
+    double acc, acc_w, draft_tok_sec, sh_cost;
+    /* the guard, between rounds: the arm held and for how many more tokens */
+    uint64_t guard_hold, guard_hold_len;
+    int guard_choice, guard_rounds, guard_last;
+    double guard_mean[2];
+} gen_memory;
+void gen_memory_get(const gen_loop *g, gen_memory *m);
+/* Takes what fits this loop (widths up to its kmax + 1); values out of
+ * range are ignored. */
+void gen_memory_put(gen_loop *g, const gen_memory *m);
 void gen_free(gen_loop *g);
 /* Forget the history and reset the session (and the drafter). */
 void gen_reset(gen_loop *g);
