@@ -827,7 +827,7 @@ int tok_byte_of_level_cp(uint32_t cp)
  * leading NORMAL tokens (type 1) are the BPE ranks in id order, their
  * strings in the byte-level alphabet; the tokens after them are the
  * specials, stored verbatim. */
-static int load_gguf_vocab(tokenizer *t, const gguf_file *gp, df_error *err)
+int tok_load_gguf_k3(tokenizer *t, const gguf_file *gp, df_error *err)
 {
     const gguf_file g = *gp; /* a shallow copy: the getters only read */
     const char *path = g.path;
@@ -837,14 +837,6 @@ static int load_gguf_vocab(tokenizer *t, const gguf_file *gp, df_error *err)
     size_t mlen;
     const gguf_kv *tok = gguf_find_kv(&g, "tokenizer.ggml.tokens"), *typ = gguf_find_kv(&g, "tokenizer.ggml.token_type");
     if (gguf_get_str(&g, "tokenizer.ggml.model", &model, &mlen, err)) goto out;
-    const gguf_kv *pre = gguf_find_kv(&g, "tokenizer.ggml.pre");
-    if (pre && pre->type == GGUF_KV_STRING && pre->len == 5 && !memcmp(pre->data, "qwen2", 5)) {
-        df_err_set(err, DF_ERR_UNSUPPORTED, -1,
-                   "%s: a Qwen2 vocabulary (tokenizer.ggml.pre \"qwen2\") in a GGUF is not read yet; give the "
-                   "model folder's tokenizer.json",
-                   path);
-        goto out;
-    }
     if (mlen != 4 || memcmp(model, "gpt2", 4)) {
         df_err_set(err, DF_ERR_UNSUPPORTED, -1, "%s: tokenizer.ggml.model is \"%.*s\"; K3's vocabulary is \"gpt2\"",
                    path, (int)(mlen > 32 ? 32 : mlen), model);
@@ -966,20 +958,6 @@ int tok_load_tiktoken(tokenizer *t, const char *model_dir, df_error *err)
     return rc;
 }
 
-int tokenizer_from_gguf(const gguf_file *g, tokenizer **out, df_error *err)
-{
-    *out = NULL;
-    tokenizer *t = xcalloc(1, sizeof *t);
-    t->fam = &tok_family_k3;
-    t->n_special = TOK_K3_SPECIALS;
-    if (load_gguf_vocab(t, g, err) || tok_finish_load(t, err)) {
-        df_err_prefix(err, "tokenizer");
-        tokenizer_free(t);
-        return -1;
-    }
-    *out = t;
-    return 0;
-}
 
 /* After the vocabulary: the decoder bound and the pre-tokenizer. */
 int tok_finish_load(tokenizer *t, df_error *err)

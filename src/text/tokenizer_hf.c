@@ -19,6 +19,7 @@
  * the tiktoken core with one extra check, exact by construction.
  */
 #include "tokenizer_impl.h"
+#include "gguf.h"
 #include "json.h"
 #include "util.h"
 
@@ -87,35 +88,26 @@ static int hf_family(const json_value *root, tokenizer *t, const char *path, df_
                       strlen(re) > 80 ? "..." : "");
 }
 
-/* model.vocab into the arena in id order, then the rank map. */
-static int hf_vocab(const json_value *vocab, tokenizer *t, size_t n_added, const char *path, df_error *err)
+/* The BPE tokens by id (strings in the byte-level alphabet, by_id[i] of
+ * by_len[i] bytes) into the arena, then the rank map; room for n_added
+ * specials after them. */
+static int set_vocab(tokenizer *t, const char *const *by_id, const size_t *by_len, size_t n, size_t n_added,
+                     const char *path, df_error *err)
 {
-    size_t n = vocab->len, bytes = 0;
-    if (n < 256 || n > (size_t)INT32_MAX / 2)
-        return df_err_set(err, DF_ERR_FORMAT, vocab->pos, "%s: model.vocab holds %zu tokens", path, n);
-    const char **by_id = xcalloc(n, sizeof *by_id);
-    int rc = 0;
-    for (size_t i = 0; i < n && !rc; i++) {
-        const json_value *v = vocab->items[i];
-        if (v->type != JSON_NUMBER || !v->is_int || v->i < 0 || (size_t)v->i >= n || by_id[v->i])
-            rc = df_err_set(err, DF_ERR_FORMAT, v->pos, "%s: model.vocab[\"%.40s\"]: ids must be 0..%zu, each once", path,
-                            vocab->keys[i], n - 1);
-        else by_id[v->i] = vocab->keys[i], bytes += strlen(vocab->keys[i]) + 1;
-    }
-    uint64_t *h64 = NULL;
-    if (!rc) {
-        t->data = xmalloc(bytes + 1);
-        t->off = xmalloc((n + n_added + 1) * sizeof *t->off);
-        h64 = xmalloc(n * sizeof *h64);
-        for (int b = 0; b < 256; b++) t->byte_rank[b] = -1;
-        t->off[0] = 0;
-    }
+    size_t bytes = 0;
+    for (size_t i = 0; i < n; i++) bytes += by_len[i] + 1;
+    t->data = xmalloc(bytes + 1);
+    t->off = xmalloc((n + n_added + 1) * sizeof *t->off);
+    uint64_t *h64 = xmalloc((n ? n : 1) * sizeof *h64);
+    for (int b = 0; b < 256; b++) t->byte_rank[b] = -1;
+    t->off[0] = 0;
     size_t used = 0;
+    int rc = 0;
     for (size_t id = 0; id < n && !rc; id++) {
-        long nb = level_bytes(by_id[id], strlen(by_id[id]), t->data + used);
+        long nb = level_bytes(by_id[id], by_len[id], t->data + used);
         if (nb <= 0) {
-            rc = df_err_set(err, DF_ERR_FORMAT, -1, "%s: token %zu (\"%.40s\") is empty or not in the byte-level alphabet",
-                            path, id, by_id[id]);
+            rc = df_err_set(err, DF_ERR_FORMAT, -1, "%s: token %zu (\"%.*s\") is empty or not in the byte-level alphabet",
+                            path, id, (int)(by_len[id] > 40 ? 40 : by_len[id]), by_id[id]);
             break;
         }
         h64[id] = tok_hash_bytes(t->data + used, (size_t)nb);
@@ -127,25 +119,37 @@ static int hf_vocab(const json_value *vocab, tokenizer *t, size_t n_added, const
     }
     if (!rc) rc = tok_finish_ranks(t, (int32_t)n, h64, path, err);
     free(h64);
-    free(by_id);
     return rc;
 }
 
-/* One merge's two sides as ids (a string "a b" or a pair ["a", "b"]). */
-static int merge_sides(const json_value *m, const tokenizer *t, unsigned char *buf, int32_t *a, int32_t *b)
+/* model.vocab: ids 0..n-1, each once */
+static int hf_vocab(const json_value *vocab, tokenizer *t, size_t n_added, const char *path, df_error *err)
 {
-    const char *sa, *sb;
-    size_t la, lb;
-    if (m->type == JSON_STRING) {
-        const char *sp = memchr(m->str, ' ', m->len);
-        if (!sp || memchr(sp + 1, ' ', m->len - (size_t)(sp + 1 - m->str))) return -1;
-        sa = m->str, la = (size_t)(sp - m->str), sb = sp + 1, lb = m->len - la - 1;
-    } else if (m->type == JSON_ARRAY && m->len == 2 && m->items[0]->type == JSON_STRING &&
-               m->items[1]->type == JSON_STRING) {
-        sa = m->items[0]->str, la = m->items[0]->len, sb = m->items[1]->str, lb = m->items[1]->len;
-    } else {
-        return -1;
+    size_t n = vocab->len;
+    if (n < 256 || n > (size_t)INT32_MAX / 2)
+        return df_err_set(err, DF_ERR_FORMAT, vocab->pos, "%s: model.vocab holds %zu tokens", path, n);
+    const char **by_id = xcalloc(n, sizeof *by_id);
+    size_t *by_len = xcalloc(n, sizeof *by_len);
+    int rc = 0;
+    for (size_t i = 0; i < n && !rc; i++) {
+        const json_value *v = vocab->items[i];
+        if (v->type != JSON_NUMBER || !v->is_int || v->i < 0 || (size_t)v->i >= n || by_id[v->i])
+            rc = df_err_set(err, DF_ERR_FORMAT, v->pos, "%s: model.vocab[\"%.40s\"]: ids must be 0..%zu, each once", path,
+                            vocab->keys[i], n - 1);
+        else by_id[v->i] = vocab->keys[i], by_len[v->i] = strlen(vocab->keys[i]);
     }
+    if (!rc) rc = set_vocab(t, by_id, by_len, n, n_added, path, err);
+    free(by_id);
+    free(by_len);
+    return rc;
+}
+
+/* One merge's two sides as ids, and the id of their join; -1 when a side
+ * or the join is not a token (buf holds both sides' bytes). */
+static int32_t merge_ids(const tokenizer *t, const char *sa, size_t la, const char *sb, size_t lb, unsigned char *buf,
+                         int32_t *a, int32_t *b)
+{
+    if (la + lb > 4 * t->max_tok_len) return -1; /* sides longer than any token are no tokens */
     long na = level_bytes(sa, la, buf), nb = na > 0 ? level_bytes(sb, lb, buf + na) : -1;
     if (na <= 0 || nb <= 0) return -1;
     *a = tok_rank_of(t, buf, (size_t)na);
@@ -154,9 +158,29 @@ static int merge_sides(const json_value *m, const tokenizer *t, unsigned char *b
     return tok_rank_of(t, buf, (size_t)(na + nb));
 }
 
-/* model.merges: each makes a later token than the one before, every token
- * longer than a byte comes from exactly one. */
-static int hf_merges(const json_value *merges, tokenizer *t, const char *path, df_error *err)
+/* One merge as its two sides: a string "a b" or a pair ["a", "b"] */
+static int merge_of_json(const json_value *m, const char **sa, size_t *la, const char **sb, size_t *lb)
+{
+    if (m->type == JSON_STRING) {
+        const char *sp = memchr(m->str, ' ', m->len);
+        if (!sp || memchr(sp + 1, ' ', m->len - (size_t)(sp + 1 - m->str))) return -1;
+        *sa = m->str, *la = (size_t)(sp - m->str), *sb = sp + 1, *lb = m->len - *la - 1;
+        return 0;
+    }
+    if (m->type == JSON_ARRAY && m->len == 2 && m->items[0]->type == JSON_STRING && m->items[1]->type == JSON_STRING) {
+        *sa = m->items[0]->str, *la = m->items[0]->len, *sb = m->items[1]->str, *lb = m->items[1]->len;
+        return 0;
+    }
+    return -1;
+}
+
+/* The merges in order (side(i) gives merge i's two sides, or -1): each
+ * makes a later token than the one before, and every token longer than a
+ * byte comes from exactly one. */
+typedef int (*merge_side_fn)(const void *src, size_t i, const char **sa, size_t *la, const char **sb, size_t *lb);
+
+static int set_merges(tokenizer *t, const void *src, size_t n_merges, merge_side_fn side, int64_t pos,
+                      const char *path, df_error *err)
 {
     size_t n = (size_t)t->n_ranks;
     t->merge_left = xmalloc(n * sizeof *t->merge_left);
@@ -165,19 +189,14 @@ static int hf_merges(const json_value *merges, tokenizer *t, const char *path, d
     unsigned char *buf = xmalloc(4 * t->max_tok_len + 16);
     int32_t last = -1;
     int rc = 0;
-    for (size_t i = 0; i < merges->len && !rc; i++) {
-        const json_value *m = merges->items[i];
-        int32_t a, b, r = -1;
-        /* sides longer than any token cannot be tokens */
-        size_t span = m->type == JSON_STRING ? m->len : m->type == JSON_ARRAY && m->len == 2 && m->items[0]->type == JSON_STRING &&
-                                                                  m->items[1]->type == JSON_STRING
-                                                              ? m->items[0]->len + m->items[1]->len
-                                                              : 0;
-        if (span && span <= 4 * t->max_tok_len) r = merge_sides(m, t, buf, &a, &b);
+    for (size_t i = 0; i < n_merges && !rc; i++) {
+        const char *sa, *sb;
+        size_t la, lb;
+        int32_t a, b, r = side(src, i, &sa, &la, &sb, &lb) ? -1 : merge_ids(t, sa, la, sb, lb, buf, &a, &b);
         if (r < 0)
-            rc = df_err_set(err, DF_ERR_FORMAT, m->pos, "%s: merge %zu does not join two tokens into a token", path, i);
+            rc = df_err_set(err, DF_ERR_FORMAT, pos, "%s: merge %zu does not join two tokens into a token", path, i);
         else if (r <= last)
-            rc = df_err_set(err, DF_ERR_UNSUPPORTED, m->pos,
+            rc = df_err_set(err, DF_ERR_UNSUPPORTED, pos,
                             "%s: merge %zu makes token %d after merge %zu made %d: deltafin needs the merges in the "
                             "vocabulary's order",
                             path, i, r, i - 1, last);
@@ -189,6 +208,16 @@ static int hf_merges(const json_value *merges, tokenizer *t, const char *path, d
                             tok_len(t, (int32_t)r));
     free(buf);
     return rc;
+}
+
+static int json_merge_side(const void *src, size_t i, const char **sa, size_t *la, const char **sb, size_t *lb)
+{
+    return merge_of_json(((const json_value *)src)->items[i], sa, la, sb, lb);
+}
+
+static int hf_merges(const json_value *merges, tokenizer *t, const char *path, df_error *err)
+{
+    return set_merges(t, merges, merges->len, json_merge_side, merges->pos, path, err);
 }
 
 /* added_tokens: the specials, ids n_ranks.. in order. */
@@ -276,4 +305,80 @@ int tokenizer_load_hf_json(const char *json, size_t len, const char *name, token
     }
     *out = t;
     return 0;
+}
+
+/* ---- a llama.cpp GGUF's Qwen2 vocabulary (tokenizer.ggml.pre "qwen2") ---- */
+
+typedef struct {
+    const gguf_kv *kv;
+} gguf_merges;
+
+static int gguf_merge_side(const void *src, size_t i, const char **sa, size_t *la, const char **sb, size_t *lb)
+{
+    const gguf_kv *kv = ((const gguf_merges *)src)->kv;
+    const char *m = (const char *)kv->data + kv->str_off[i];
+    size_t len = (size_t)kv->str_len[i];
+    const char *sp = memchr(m, ' ', len);
+    if (!sp || memchr(sp + 1, ' ', len - (size_t)(sp + 1 - m))) return -1;
+    *sa = m, *la = (size_t)(sp - m), *sb = sp + 1, *lb = len - *la - 1;
+    return 0;
+}
+
+/* As llama.cpp's converter writes it: the BPE tokens (NORMAL) first, then
+ * the added tokens (CONTROL or USER_DEFINED), then UNUSED padding, which
+ * is left out (the model's vocabulary may be larger than its tokenizer's,
+ * as with tokenizer.json).  NFC as the family's tokenizer.json has it
+ * (llama.cpp itself applies none). */
+int tok_load_gguf_qwen2(tokenizer *t, const gguf_file *g, df_error *err)
+{
+    const char *path = g->path;
+    const gguf_kv *tok = gguf_find_kv(g, "tokenizer.ggml.tokens"), *typ = gguf_find_kv(g, "tokenizer.ggml.token_type");
+    const gguf_kv *mer = gguf_find_kv(g, "tokenizer.ggml.merges");
+    t->fam = &tok_family_qwen2;
+    if (!tok || tok->type != GGUF_KV_ARRAY || tok->arr_type != GGUF_KV_STRING || !typ || typ->type != GGUF_KV_ARRAY ||
+        typ->n != tok->n || !mer || mer->type != GGUF_KV_ARRAY || mer->arr_type != GGUF_KV_STRING)
+        return df_err_set(err, DF_ERR_FORMAT, -1,
+                          "%s: a qwen2 vocabulary needs tokenizer.ggml.tokens, a token_type per token and "
+                          "tokenizer.ggml.merges (strings)",
+                          path);
+    size_t n = (size_t)tok->n, got = 0, n_bpe = 0, n_added = 0;
+    if (n > (size_t)INT32_MAX / 2) return df_err_set(err, DF_ERR_FORMAT, -1, "%s: %zu tokens", path, n);
+    int64_t *types = xmalloc((n ? n : 1) * sizeof *types);
+    if (gguf_get_arr_int(g, "tokenizer.ggml.token_type", types, n, &got, err)) {
+        free(types);
+        return -1;
+    }
+    while (n_bpe < n && types[n_bpe] == 1) n_bpe++;
+    while (n_bpe + n_added < n && (types[n_bpe + n_added] == 3 || types[n_bpe + n_added] == 4)) n_added++;
+    size_t rest = n_bpe + n_added;
+    while (rest < n && types[rest] == 5) rest++;
+    free(types);
+    if (rest != n || n_bpe < 256)
+        return df_err_set(err, DF_ERR_UNSUPPORTED, -1,
+                          "%s: token %zu breaks the layout deltafin reads (BPE tokens, then added tokens, then unused "
+                          "padding)",
+                          path, rest);
+    const char **by_id = xmalloc((n ? n : 1) * sizeof *by_id);
+    size_t *by_len = xmalloc((n ? n : 1) * sizeof *by_len);
+    for (size_t i = 0; i < n; i++)
+        by_id[i] = (const char *)tok->data + tok->str_off[i], by_len[i] = (size_t)tok->str_len[i];
+    int rc = set_vocab(t, by_id, by_len, n_bpe, n_added, path, err);
+    gguf_merges gm = {mer};
+    if (!rc) rc = set_merges(t, &gm, (size_t)mer->n, gguf_merge_side, -1, path, err);
+    if (!rc) {
+        const char **spell = xcalloc(n_added + 1, sizeof *spell);
+        size_t *spell_len = xcalloc(n_added + 1, sizeof *spell_len);
+        for (size_t i = 0; i < n_added && !rc; i++) {
+            spell[i] = by_id[n_bpe + i], spell_len[i] = by_len[n_bpe + i];
+            if (!spell_len[i] || memchr(spell[i], 0, spell_len[i]))
+                rc = df_err_set(err, DF_ERR_FORMAT, -1, "%s: added token %zu is empty or holds a NUL", path, n_bpe + i);
+        }
+        t->n_special = (int)n_added;
+        if (!rc) rc = tok_install_specials(t, spell, spell_len, path, err);
+        free(spell);
+        free(spell_len);
+    }
+    free(by_id);
+    free(by_len);
+    return rc;
 }

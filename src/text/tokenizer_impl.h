@@ -87,5 +87,11 @@ int tok_load_tiktoken(tokenizer *t, const char *model_dir, df_error *err);
 /* A Hugging Face tokenizer.json (byte-level BPE of a known family) into t
  * (tokenizer_hf.c). */
 int tok_load_hf(tokenizer *t, const char *path, df_error *err);
+/* A llama.cpp GGUF's "gpt2" vocabulary: K3's (ranks, up to 256 specials;
+ * tokenizer.c) or Qwen2's (tokenizer.ggml.pre "qwen2": its merges, its
+ * added tokens, the UNUSED padding left out; tokenizer_hf.c). */
+struct gguf_file;
+int tok_load_gguf_k3(tokenizer *t, const struct gguf_file *g, df_error *err);
+int tok_load_gguf_qwen2(tokenizer *t, const struct gguf_file *g, df_error *err);
 
 #endif

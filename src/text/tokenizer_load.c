@@ -1,6 +1,7 @@
 /* tokenizer_load.c - tokenizer_load (tokenizer.h): which loader reads a
  * model's tokenizer.  A file is a llama.cpp GGUF (its "gpt2" vocabulary); a
- * folder with tiktoken.model is K3's (tokenizer.c); a folder with only
+ * folder with tiktoken.model is K3's (tokenizer.c); a GGUF's vocabulary is
+ * K3's or, with tokenizer.ggml.pre "qwen2", Qwen's; a folder with only
  * tokenizer.json is a Hugging Face file of a family deltafin implements
  * (tokenizer_hf.c: Qwen2/Qwen3's).  Every error names the path.
  */
@@ -13,6 +14,23 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+
+int tokenizer_from_gguf(const gguf_file *g, tokenizer **out, df_error *err)
+{
+    *out = NULL;
+    tokenizer *t = xcalloc(1, sizeof *t);
+    t->fam = &tok_family_k3;
+    t->n_special = TOK_K3_SPECIALS;
+    const gguf_kv *pre = gguf_find_kv(g, "tokenizer.ggml.pre");
+    int qwen2 = pre && pre->type == GGUF_KV_STRING && pre->len == 5 && !memcmp(pre->data, "qwen2", 5);
+    if ((qwen2 ? tok_load_gguf_qwen2(t, g, err) : tok_load_gguf_k3(t, g, err)) || tok_finish_load(t, err)) {
+        df_err_prefix(err, "tokenizer");
+        tokenizer_free(t);
+        return -1;
+    }
+    *out = t;
+    return 0;
+}
 
 int tokenizer_load(const char *model_dir, tokenizer **out, df_error *err)
 {

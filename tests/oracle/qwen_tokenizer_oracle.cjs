@@ -29,6 +29,8 @@
 // (the drafter notes list the ways it differs from Hugging Face), so it is
 // given each text's NFC form.  Named exceptions: it treats "</s>" as a
 // control token, and it spells (?i:'s|...) as '[sS]|... (U+017F, U+212A).
+// With --gguf, deltafin also reads the vocabulary from that GGUF (tokenizer.ggml.pre
+// "qwen2"), which must give the same ids and decodes as tokenizer.json.
 // Exit status 1 on any failure.
 "use strict";
 const fs = require("fs");
@@ -157,4 +159,16 @@ if (llamaPeer) {
     `(${lnfc} of them changed by NFC), ${lexc} differ where llama.cpp treats </s> as control or spells (?i:) [sS], ` +
     `${lfail} failures`);
 }
-process.exit(failures || lfail ? 1 : 0);
+// deltafin reading the same vocabulary from the GGUF must give the same ids and decodes
+let gfail = 0;
+if (gguf) {
+  const gout = execFileSync(tokDump, [gguf, path.join(work, "qwen_cases.txt")], { maxBuffer: 1 << 30 }).toString().split("\n");
+  for (let i = 0; i < cases.length; i++) {
+    if ((gout[i] || "") === (out[i] || "")) continue;
+    gfail++;
+    if (gfail <= 5) console.error(`GGUF case ${i}: ${JSON.stringify(cases[i]).slice(0, 120)}\n  gguf ${gout[i]}\n  json ${out[i]}`);
+  }
+  console.log(`qwen3 tokenizer: ${cases.length} cases, deltafin on the GGUF's vocabulary ${gfail ? "differs " + gfail + " times" : "identical"} ` +
+    "to deltafin on tokenizer.json");
+}
+process.exit(failures || lfail || gfail ? 1 : 0);
