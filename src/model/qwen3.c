@@ -1,0 +1,456 @@
+/* qwen3.c - see qwen3.h.  The scalar reference of the Qwen3 forward pass:
+ * each row's matrix products, norms, RoPE and attention accumulate in
+ * double in index order, so a position's logits depend only on the ids
+ * before it, never on how the ids were chunked.  Weights are f32 in memory
+ * (BF16/F16 widened exactly); faster kernels come with the family seam.
+ */
+#define _GNU_SOURCE
+#include "qwen3.h"
+#include "json.h"
+#include "quant.h"
+#include "safetensors.h"
+#include "util.h"
+
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+typedef struct q3_layer {
+    float *attn_norm, *q, *k, *v, *o, *q_norm, *k_norm, *ffn_norm, *gate, *up, *down;
+} q3_layer;
+
+struct qwen3_model {
+    qwen3_config c;
+    float *embed, *norm, *head; /* head == embed when tied */
+    q3_layer *l;
+    double *inv_freq;           /* [head_dim / 2] */
+};
+
+struct qwen3_state {
+    int n_ctx, pos;
+    float *k, *v;               /* [layers][n_ctx][kv_heads][head_dim] */
+    /* scratch for one position */
+    double *x, *h, *q, *kk, *vv, *att, *o, *g, *u, *sc;
+};
+
+static int cfg_int(const json_value *r, const char *k, int lo, int *out, const char *path, df_error *err)
+{
+    int64_t v;
+    if (json_get_int(r, k, &v) || v < lo || v > (1 << 24))
+        return df_err_set(err, DF_ERR_FORMAT, -1, "%s: \"%s\" is missing or out of range", path, k);
+    *out = (int)v;
+    return 0;
+}
+
+static int load_config(const char *dir, qwen3_config *c, df_error *err)
+{
+    char path[4096], *buf = NULL;
+    size_t len;
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    if (read_small_file(path, &buf, &len, (size_t)1 << 20, err)) return -1;
+    json_doc *d = json_parse(buf, len, err);
+    free(buf);
+    if (!d) {
+        df_err_prefix(err, "%s", path);
+        return -1;
+    }
+    const json_value *r = json_root(d), *rp = json_get(r, "rope_parameters");
+    const char *mt = json_get_str(r, "model_type");
+    int rc = -1, tied = 0;
+    memset(c, 0, sizeof *c);
+    if (!mt || strcmp(mt, "qwen3")) {
+        df_err_set(err, DF_ERR_UNSUPPORTED, -1, "%s: model_type \"%s\" is not qwen3", path, mt ? mt : "(none)");
+        goto out;
+    }
+    if (cfg_int(r, "hidden_size", 1, &c->hidden, path, err) || cfg_int(r, "num_hidden_layers", 1, &c->layers, path, err) ||
+        cfg_int(r, "num_attention_heads", 1, &c->heads, path, err) ||
+        cfg_int(r, "num_key_value_heads", 1, &c->kv_heads, path, err) ||
+        cfg_int(r, "intermediate_size", 1, &c->ffn, path, err) || cfg_int(r, "vocab_size", 1, &c->vocab, path, err))
+        goto out;
+    if (json_get(r, "head_dim") ? cfg_int(r, "head_dim", 2, &c->head_dim, path, err) : 0) goto out;
+    if (!c->head_dim) c->head_dim = c->hidden / c->heads;
+    if (c->heads % c->kv_heads || c->head_dim % 2) {
+        df_err_set(err, DF_ERR_FORMAT, -1, "%s: %d heads over %d kv heads, head_dim %d: not a Qwen3 attention", path,
+                   c->heads, c->kv_heads, c->head_dim);
+        goto out;
+    }
+    /* no silent defaults for what changes every logit */
+    if (json_get_num(r, "rms_norm_eps", &c->eps) || !(c->eps > 0 && c->eps < 1)) {
+        df_err_set(err, DF_ERR_FORMAT, -1, "%s: \"rms_norm_eps\" is missing or out of range", path);
+        goto out;
+    }
+    if ((json_get_num(r, "rope_theta", &c->theta) && (!rp || json_get_num(rp, "rope_theta", &c->theta))) ||
+        !(c->theta > 1)) {
+        df_err_set(err, DF_ERR_FORMAT, -1, "%s: \"rope_theta\" is missing or out of range", path);
+        goto out;
+    }
+    if (rp && json_get_str(rp, "rope_type") && strcmp(json_get_str(rp, "rope_type"), "default")) {
+        df_err_set(err, DF_ERR_UNSUPPORTED, -1, "%s: rope_type \"%s\" (deltafin implements the default RoPE)", path,
+                   json_get_str(rp, "rope_type"));
+        goto out;
+    }
+    const json_value *rs = json_get(r, "rope_scaling");
+    if (rs && rs->type != JSON_NULL) {
+        df_err_set(err, DF_ERR_UNSUPPORTED, -1, "%s: rope_scaling is set (deltafin implements the default RoPE)", path);
+        goto out;
+    }
+    const char *act = json_get_str(r, "hidden_act");
+    if (act && strcmp(act, "silu")) {
+        df_err_set(err, DF_ERR_UNSUPPORTED, -1, "%s: hidden_act \"%s\" is not silu", path, act);
+        goto out;
+    }
+    if (!json_get_bool(r, "attention_bias", &tied) && tied) {
+        df_err_set(err, DF_ERR_UNSUPPORTED, -1, "%s: attention_bias is true (Qwen3 has none)", path);
+        goto out;
+    }
+    tied = 0;
+    json_get_bool(r, "tie_word_embeddings", &tied); /* absent: false, as transformers' default */
+    c->tied = tied;
+    rc = 0;
+out:
+    json_free(d);
+    return rc;
+}
+
+/* The shard files: model.safetensors, or those the index names */
+typedef struct shards {
+    st_file *f;
+    int *fd;
+    int n;
+} shards;
+
+static void shards_free(shards *s)
+{
+    for (int i = 0; i < s->n; i++) {
+        if (s->fd[i] >= 0) close(s->fd[i]);
+        st_deinit(&s->f[i]);
+    }
+    free(s->f);
+    free(s->fd);
+    memset(s, 0, sizeof *s);
+}
+
+static int shard_add(shards *s, const char *path, df_error *err)
+{
+    s->f = xrealloc(s->f, (size_t)(s->n + 1) * sizeof *s->f);
+    s->fd = xrealloc(s->fd, (size_t)(s->n + 1) * sizeof *s->fd);
+    s->fd[s->n] = -1;
+    if (st_open(path, &s->f[s->n], err)) return -1;
+    s->fd[s->n] = open(path, O_RDONLY | O_CLOEXEC);
+    s->n++;
+    if (s->fd[s->n - 1] < 0) return df_err_set(err, DF_ERR_IO, -1, "%s: cannot open it", path);
+    return 0;
+}
+
+static int open_shards(const char *dir, shards *s, df_error *err)
+{
+    memset(s, 0, sizeof *s);
+    char path[4096];
+    struct stat sb;
+    snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
+    if (stat(path, &sb) != 0) {
+        snprintf(path, sizeof path, "%s/model.safetensors", dir);
+        return shard_add(s, path, err);
+    }
+    char *buf;
+    size_t len;
+    if (read_small_file(path, &buf, &len, (size_t)64 << 20, err)) return -1;
+    json_doc *d = json_parse(buf, len, err);
+    free(buf);
+    if (!d) {
+        df_err_prefix(err, "%s", path);
+        return -1;
+    }
+    const json_value *wm = json_get(json_root(d), "weight_map");
+    int rc = wm && wm->type == JSON_OBJECT ? 0 : df_err_set(err, DF_ERR_FORMAT, -1, "%s: no weight_map", path);
+    for (size_t i = 0; !rc && i < wm->len; i++) {
+        const json_value *v = wm->items[i];
+        if (v->type != JSON_STRING || strchr(v->str, '/')) {
+            rc = df_err_set(err, DF_ERR_FORMAT, v->pos, "%s: weight_map[\"%s\"] is not a file name", path, wm->keys[i]);
+            break;
+        }
+        int seen = 0;
+        for (size_t j = 0; j < i && !seen; j++) seen = !strcmp(wm->items[j]->str, v->str);
+        if (seen) continue;
+        char sp[4096];
+        snprintf(sp, sizeof sp, "%s/%s", dir, v->str);
+        rc = shard_add(s, sp, err);
+    }
+    json_free(d);
+    return rc;
+}
+
+/* Tensor `name` of the given shape into new f32 memory */
+static float *load_tensor(const shards *s, const char *name, int64_t d0, int64_t d1, df_error *err)
+{
+    for (int i = 0; i < s->n; i++) {
+        const st_tensor *t = st_find(&s->f[i], name);
+        if (!t) continue;
+        int ok = (d1 ? t->n_dims == 2 && t->shape[1] == d1 : t->n_dims == 1) && t->shape[0] == d0;
+        if (!ok) {
+            df_err_set(err, DF_ERR_FORMAT, -1, "%s: %s has the wrong shape (expected [%lld%s%lld])", s->f[i].path, name,
+                       (long long)d0, d1 ? ", " : "", d1 ? (long long)d1 : 0LL);
+            return NULL;
+        }
+        if (t->dtype != ST_F32 && t->dtype != ST_BF16 && t->dtype != ST_F16) {
+            df_err_set(err, DF_ERR_UNSUPPORTED, -1, "%s: %s is %s (deltafin reads F32, BF16 and F16)", s->f[i].path, name,
+                       st_dtype_name(t->dtype));
+            return NULL;
+        }
+        size_t n = (size_t)d0 * (size_t)(d1 ? d1 : 1), es = st_dtype_size(t->dtype);
+        uint8_t *raw = xmalloc(n * es);
+        float *out = xmalloc(n * sizeof *out);
+        if (pread(s->fd[i], raw, n * es, (off_t)t->offset) != (ssize_t)(n * es)) {
+            free(raw);
+            free(out);
+            df_err_set(err, DF_ERR_IO, -1, "%s: reading %s failed", s->f[i].path, name);
+            return NULL;
+        }
+        for (size_t j = 0; j < n; j++) {
+            uint16_t h;
+            if (t->dtype == ST_F32) {
+                memcpy(&out[j], raw + 4 * j, 4);
+                continue;
+            }
+            memcpy(&h, raw + 2 * j, 2);
+            out[j] = t->dtype == ST_BF16 ? bf16_to_f32(h) : f16_to_f32(h);
+        }
+        free(raw);
+        return out;
+    }
+    df_err_set(err, DF_ERR_FORMAT, -1, "the model has no tensor %s", name);
+    return NULL;
+}
+
+static int load_layer(const shards *s, const qwen3_config *c, int il, q3_layer *L, df_error *err)
+{
+    int64_t E = c->hidden, HD = (int64_t)c->heads * c->head_dim, KD = (int64_t)c->kv_heads * c->head_dim, F = c->ffn;
+    char n[160];
+#define T(field, suffix, a, b)                                                   \
+    do {                                                                         \
+        snprintf(n, sizeof n, "model.layers.%d.%s", il, suffix);                 \
+        if (!(L->field = load_tensor(s, n, a, b, err))) return -1;               \
+    } while (0)
+    T(attn_norm, "input_layernorm.weight", E, 0);
+    T(q, "self_attn.q_proj.weight", HD, E);
+    T(k, "self_attn.k_proj.weight", KD, E);
+    T(v, "self_attn.v_proj.weight", KD, E);
+    T(o, "self_attn.o_proj.weight", E, HD);
+    T(q_norm, "self_attn.q_norm.weight", c->head_dim, 0);
+    T(k_norm, "self_attn.k_norm.weight", c->head_dim, 0);
+    T(ffn_norm, "post_attention_layernorm.weight", E, 0);
+    T(gate, "mlp.gate_proj.weight", F, E);
+    T(up, "mlp.up_proj.weight", F, E);
+    T(down, "mlp.down_proj.weight", E, F);
+#undef T
+    return 0;
+}
+
+int qwen3_open(const char *dir, qwen3_model **out, df_error *err)
+{
+    *out = NULL;
+    qwen3_model *m = xcalloc(1, sizeof *m);
+    shards s = {0};
+    int rc = load_config(dir, &m->c, err) || open_shards(dir, &s, err) ? -1 : 0;
+    const qwen3_config *c = &m->c;
+    if (!rc) {
+        m->l = xcalloc((size_t)c->layers, sizeof *m->l);
+        if (!(m->embed = load_tensor(&s, "model.embed_tokens.weight", c->vocab, c->hidden, err)) ||
+            !(m->norm = load_tensor(&s, "model.norm.weight", c->hidden, 0, err)))
+            rc = -1;
+        for (int il = 0; !rc && il < c->layers; il++) rc = load_layer(&s, c, il, &m->l[il], err);
+    }
+    if (!rc) {
+        if (c->tied) m->head = m->embed;
+        else if (!(m->head = load_tensor(&s, "lm_head.weight", c->vocab, c->hidden, err))) rc = -1;
+    }
+    shards_free(&s);
+    if (rc) {
+        df_err_prefix(err, "qwen3 %s", dir);
+        qwen3_free(m);
+        return -1;
+    }
+    m->inv_freq = xmalloc((size_t)(c->head_dim / 2) * sizeof *m->inv_freq);
+    for (int i = 0; i < c->head_dim / 2; i++) m->inv_freq[i] = 1.0 / pow(c->theta, 2.0 * i / c->head_dim);
+    *out = m;
+    return 0;
+}
+
+void qwen3_free(qwen3_model *m)
+{
+    if (!m) return;
+    for (int il = 0; m->l && il < m->c.layers; il++) {
+        q3_layer *L = &m->l[il];
+        free(L->attn_norm), free(L->q), free(L->k), free(L->v), free(L->o), free(L->q_norm), free(L->k_norm);
+        free(L->ffn_norm), free(L->gate), free(L->up), free(L->down);
+    }
+    if (m->head != m->embed) free(m->head);
+    free(m->embed);
+    free(m->norm);
+    free(m->l);
+    free(m->inv_freq);
+    free(m);
+}
+
+const qwen3_config *qwen3_cfg(const qwen3_model *m) { return &m->c; }
+
+int qwen3_state_new(const qwen3_model *m, int n_ctx, qwen3_state **out, df_error *err)
+{
+    const qwen3_config *c = &m->c;
+    if (n_ctx < 1) return df_err_set(err, DF_ERR_ARG, -1, "qwen3: a context of %d positions", n_ctx);
+    qwen3_state *s = xcalloc(1, sizeof *s);
+    size_t kv = (size_t)c->layers * (size_t)n_ctx * (size_t)c->kv_heads * (size_t)c->head_dim;
+    s->n_ctx = n_ctx;
+    s->k = xmalloc(kv * sizeof *s->k);
+    s->v = xmalloc(kv * sizeof *s->v);
+    size_t E = (size_t)c->hidden, HD = (size_t)c->heads * (size_t)c->head_dim;
+    size_t KD = (size_t)c->kv_heads * (size_t)c->head_dim, F = (size_t)c->ffn;
+    s->x = xmalloc(E * sizeof *s->x);
+    s->h = xmalloc(E * sizeof *s->h);
+    s->q = xmalloc(HD * sizeof *s->q);
+    s->kk = xmalloc(KD * sizeof *s->kk);
+    s->vv = xmalloc(KD * sizeof *s->vv);
+    s->att = xmalloc(HD * sizeof *s->att);
+    s->o = xmalloc(E * sizeof *s->o);
+    s->g = xmalloc(F * sizeof *s->g);
+    s->u = xmalloc(F * sizeof *s->u);
+    s->sc = xmalloc((size_t)n_ctx * sizeof *s->sc);
+    *out = s;
+    return 0;
+}
+
+void qwen3_state_free(qwen3_state *s)
+{
+    if (!s) return;
+    free(s->k), free(s->v), free(s->x), free(s->h), free(s->q), free(s->kk), free(s->vv), free(s->att);
+    free(s->o), free(s->g), free(s->u), free(s->sc);
+    free(s);
+}
+
+int qwen3_state_pos(const qwen3_state *s) { return s->pos; }
+
+void qwen3_truncate(qwen3_state *s, int pos)
+{
+    if (pos >= 0 && pos < s->pos) s->pos = pos;
+}
+
+/* y[o] = sum_i W[o][i] x[i], in index order, in double */
+static void matvec(const float *W, const double *x, double *y, int out, int in)
+{
+    for (int o = 0; o < out; o++) {
+        const float *w = W + (size_t)o * (size_t)in;
+        double a = 0;
+        for (int i = 0; i < in; i++) a += (double)w[i] * x[i];
+        y[o] = a;
+    }
+}
+
+static void rmsnorm(const double *x, const float *w, double *y, int n, double eps)
+{
+    double ss = 0;
+    for (int i = 0; i < n; i++) ss += x[i] * x[i];
+    double r = 1.0 / sqrt(ss / n + eps);
+    for (int i = 0; i < n; i++) y[i] = x[i] * r * (double)w[i];
+}
+
+/* NeoX rotate-half: pairs (i, i + D/2) */
+static void rope(double *x, int D, int pos, const double *inv_freq)
+{
+    for (int i = 0; i < D / 2; i++) {
+        double a = pos * inv_freq[i], cs = cos(a), sn = sin(a), x1 = x[i], x2 = x[i + D / 2];
+        x[i] = x1 * cs - x2 * sn;
+        x[i + D / 2] = x2 * cs + x1 * sn;
+    }
+}
+
+static void attention(const qwen3_model *m, qwen3_state *s, int il)
+{
+    const qwen3_config *c = &m->c;
+    int D = c->head_dim, KV = c->kv_heads, rep = c->heads / c->kv_heads, n = s->pos + 1;
+    const float *K = s->k + (size_t)il * s->n_ctx * KV * D, *V = s->v + (size_t)il * s->n_ctx * KV * D;
+    double scale = 1.0 / sqrt((double)D);
+    for (int h = 0; h < c->heads; h++) {
+        int g = h / rep; /* repeat_kv: query head h reads kv head h / (H / KV) */
+        const double *q = s->q + (size_t)h * D;
+        double mx = -INFINITY;
+        for (int p = 0; p < n; p++) {
+            const float *k = K + ((size_t)p * KV + g) * D;
+            double a = 0;
+            for (int i = 0; i < D; i++) a += q[i] * (double)k[i];
+            s->sc[p] = a * scale;
+            if (s->sc[p] > mx) mx = s->sc[p];
+        }
+        double sum = 0;
+        for (int p = 0; p < n; p++) sum += (s->sc[p] = exp(s->sc[p] - mx));
+        double *o = s->att + (size_t)h * D;
+        for (int i = 0; i < D; i++) o[i] = 0;
+        for (int p = 0; p < n; p++) {
+            const float *v = V + ((size_t)p * KV + g) * D;
+            double w = s->sc[p] / sum;
+            for (int i = 0; i < D; i++) o[i] += w * (double)v[i];
+        }
+    }
+}
+
+static void layer(const qwen3_model *m, qwen3_state *s, int il)
+{
+    const qwen3_config *c = &m->c;
+    const q3_layer *L = &m->l[il];
+    int E = c->hidden, D = c->head_dim, HD = c->heads * D, KD = c->kv_heads * D, F = c->ffn;
+    rmsnorm(s->x, L->attn_norm, s->h, E, c->eps);
+    matvec(L->q, s->h, s->q, HD, E);
+    matvec(L->k, s->h, s->kk, KD, E);
+    matvec(L->v, s->h, s->vv, KD, E);
+    /* per head: QK-norm, then RoPE */
+    for (int h = 0; h < c->heads; h++) {
+        rmsnorm(s->q + (size_t)h * D, L->q_norm, s->q + (size_t)h * D, D, c->eps);
+        rope(s->q + (size_t)h * D, D, s->pos, m->inv_freq);
+    }
+    size_t at = (((size_t)il * s->n_ctx + (size_t)s->pos) * c->kv_heads) * D;
+    for (int h = 0; h < c->kv_heads; h++) {
+        rmsnorm(s->kk + (size_t)h * D, L->k_norm, s->kk + (size_t)h * D, D, c->eps);
+        rope(s->kk + (size_t)h * D, D, s->pos, m->inv_freq);
+    }
+    for (int i = 0; i < KD; i++) s->k[at + i] = (float)s->kk[i], s->v[at + i] = (float)s->vv[i];
+    attention(m, s, il);
+    matvec(L->o, s->att, s->o, E, HD);
+    for (int i = 0; i < E; i++) s->x[i] += s->o[i];
+    rmsnorm(s->x, L->ffn_norm, s->h, E, c->eps);
+    matvec(L->gate, s->h, s->g, F, E);
+    matvec(L->up, s->h, s->u, F, E);
+    for (int i = 0; i < F; i++) s->g[i] = s->g[i] / (1.0 + exp(-s->g[i])) * s->u[i];
+    matvec(L->down, s->g, s->o, E, F);
+    for (int i = 0; i < E; i++) s->x[i] += s->o[i];
+}
+
+int qwen3_eval(const qwen3_model *m, qwen3_state *s, const int32_t *ids, int n, float *logits, df_error *err)
+{
+    const qwen3_config *c = &m->c;
+    if (n < 0 || s->pos + n > s->n_ctx)
+        return df_err_set(err, DF_ERR_LIMIT, -1, "qwen3: %d positions past %d do not fit a context of %d", n, s->pos,
+                          s->n_ctx);
+    for (int i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= c->vocab)
+            return df_err_set(err, DF_ERR_ARG, i, "qwen3: id %d is outside the vocabulary (%d)", ids[i], c->vocab);
+    for (int t = 0; t < n; t++) {
+        const float *e = m->embed + (size_t)ids[t] * (size_t)c->hidden;
+        for (int i = 0; i < c->hidden; i++) s->x[i] = (double)e[i];
+        for (int il = 0; il < c->layers; il++) layer(m, s, il);
+        if (logits) {
+            rmsnorm(s->x, m->norm, s->h, c->hidden, c->eps);
+            float *row = logits + (size_t)t * (size_t)c->vocab;
+            for (int o = 0; o < c->vocab; o++) {
+                const float *w = m->head + (size_t)o * (size_t)c->hidden;
+                double a = 0;
+                for (int i = 0; i < c->hidden; i++) a += (double)w[i] * s->h[i];
+                row[o] = (float)a;
+            }
+        }
+        s->pos++;
+    }
+    return 0;
+}

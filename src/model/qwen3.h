@@ -1,0 +1,46 @@
+/* qwen3.h - Qwen3 dense models (Qwen3-0.6B / 1.7B, the drafters K3 users
+ * have; issue 42), as transformers' modeling_qwen3.py defines them:
+ * pre-norm blocks, RMSNorm, GQA with per-head QK-norm before NeoX
+ * (rotate-half) RoPE, scale head_dim^-0.5, SiLU MLP, tied or untied
+ * lm_head.
+ *
+ * Owns: reading a Hugging Face folder (config.json with model_type "qwen3";
+ * model.safetensors or model.safetensors.index.json shards; F32, BF16 or
+ * F16 tensors, widened to f32 once at load), the KV cache, evaluation.
+ * Every product and sum runs in a fixed order per row with double
+ * accumulation (the scalar reference), so logits are the same bits
+ * whatever the chunking of the ids: a prefill, one id at a time, or a
+ * truncation and re-evaluation.  Not yet behind the engine's family
+ * interface (the model-family seam of issue 42 is still to come).
+ */
+#ifndef DF_QWEN3_H
+#define DF_QWEN3_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "df_error.h"
+
+typedef struct qwen3_config {
+    int hidden, layers, heads, kv_heads, head_dim, ffn, vocab;
+    double eps, theta;
+    int tied;        /* lm_head is embed_tokens */
+} qwen3_config;
+
+typedef struct qwen3_model qwen3_model;
+typedef struct qwen3_state qwen3_state;
+
+/* Every error names the file and the field or tensor. */
+int qwen3_open(const char *dir, qwen3_model **out, df_error *err);
+void qwen3_free(qwen3_model *m);
+const qwen3_config *qwen3_cfg(const qwen3_model *m);
+
+/* A KV cache of n_ctx positions. */
+int qwen3_state_new(const qwen3_model *m, int n_ctx, qwen3_state **out, df_error *err);
+void qwen3_state_free(qwen3_state *s);
+int qwen3_state_pos(const qwen3_state *s);
+/* Forget the positions from pos on (pos <= the current position). */
+void qwen3_truncate(qwen3_state *s, int pos);
+/* Evaluate n ids at the state's position; logits (or NULL) gets [n][vocab]. */
+int qwen3_eval(const qwen3_model *m, qwen3_state *s, const int32_t *ids, int n, float *logits, df_error *err);
+
+#endif

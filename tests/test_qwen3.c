@@ -1,0 +1,193 @@
+/* test_qwen3.c - the Qwen3 dense forward pass (src/model/qwen3.c) against an
+ * independent float64 reference (tools/qwen3/qwen3_toy.py, numpy) on random
+ * models it generates: tied and untied embeddings, H*D != E and == E,
+ * GQA and plain multi-head, F32 and BF16 tensors, several sizes.  Logits of
+ * every position within 1e-4; the same model computed with a deliberate
+ * architecture mistake (GPT-J interleaved RoPE, RoPE before the QK-norm,
+ * kv head h % KV) lies far outside that, so the comparison would catch
+ * each.  Evaluating the ids in one chunk, one at a time, in chunks of 5 and
+ * after a truncation gives the same bits.  Bad folders are refused with the
+ * file and field named.  Skipped (said so) without python3-numpy.
+ */
+#define _GNU_SOURCE
+#include "harness.h"
+#include "qwen3.h"
+#include "util.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { N_IDS = 12 };
+static const int32_t IDS[N_IDS] = {5, 17, 300, 42, 7, 99, 5, 17, 250, 3, 488, 61};
+static const char IDS_S[] = "5,17,300,42,7,99,5,17,250,3,488,61";
+
+static int have_numpy(void)
+{
+    return system("/usr/bin/python3 -c 'import numpy' >/dev/null 2>&1") == 0;
+}
+
+static int py(const char *args)
+{
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "/usr/bin/python3 tools/qwen3/qwen3_toy.py %s", args);
+    return system(cmd);
+}
+
+static double *read_f64(const char *path, size_t n)
+{
+    size_t len = 0;
+    char *b = t_slurp(path, &len);
+    if (!b || len != n * sizeof(double)) {
+        free(b);
+        return NULL;
+    }
+    return (double *)b;
+}
+
+static double max_diff(const float *a, const double *b, size_t n)
+{
+    double m = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - b[i]);
+        if (!(d <= m)) m = d; /* NaN counts as infinitely far */
+    }
+    return m;
+}
+
+static float *eval_chunks(const qwen3_model *m, int chunk, int truncate_at)
+{
+    const qwen3_config *c = qwen3_cfg(m);
+    qwen3_state *s = NULL;
+    df_error err = {0};
+    float *lg = xmalloc((size_t)N_IDS * (size_t)c->vocab * sizeof *lg);
+    CHECK(qwen3_state_new(m, 64, &s, &err) == 0);
+    if (truncate_at) { /* evaluate past it, then take it back */
+        CHECK(qwen3_eval(m, s, IDS, N_IDS, lg, &err) == 0);
+        qwen3_truncate(s, truncate_at);
+        CHECK(qwen3_state_pos(s) == truncate_at);
+        CHECK(qwen3_eval(m, s, IDS + truncate_at, N_IDS - truncate_at, lg + (size_t)truncate_at * c->vocab, &err) == 0);
+    } else {
+        for (int i = 0; i < N_IDS; i += chunk) {
+            int n = i + chunk <= N_IDS ? chunk : N_IDS - i;
+            CHECK(qwen3_eval(m, s, IDS + i, n, lg + (size_t)i * c->vocab, &err) == 0);
+        }
+    }
+    qwen3_state_free(s);
+    return lg;
+}
+
+static void check_model(const char *name, const char *make_args, int mistakes)
+{
+    char dir[600], args[1600], ref[700];
+    snprintf(dir, sizeof dir, "%s/%s", test_scratch(), name);
+    snprintf(args, sizeof args, "make %s %s", dir, make_args);
+    TCHECKF(py(args) == 0, "%s: qwen3_toy.py make failed", name);
+    snprintf(ref, sizeof ref, "%s/ref.f64", dir);
+    snprintf(args, sizeof args, "ref %s %s %s", dir, IDS_S, ref);
+    TCHECKF(py(args) == 0, "%s: qwen3_toy.py ref failed", name);
+    qwen3_model *m = NULL;
+    df_error err = {0};
+    TCHECKF(qwen3_open(dir, &m, &err) == 0, "%s: %s", name, err.msg);
+    if (!m) return;
+    const qwen3_config *c = qwen3_cfg(m);
+    size_t n = (size_t)N_IDS * (size_t)c->vocab;
+    double *want = read_f64(ref, n);
+    TCHECK(want != NULL);
+    float *all = eval_chunks(m, N_IDS, 0);
+    double d = want ? max_diff(all, want, n) : INFINITY;
+    TCHECKF(d <= 1e-4, "%s: logits differ from the float64 reference by %.3g", name, d);
+    printf("    %s: max |logit - float64 reference| %.2e\n", name, d);
+    /* the chunking never changes a bit */
+    static const int chunks[3] = {1, 5, 7};
+    for (int i = 0; i < 3; i++) {
+        float *lg = eval_chunks(m, chunks[i], 0);
+        TCHECKF(!memcmp(lg, all, n * sizeof *lg), "%s: chunks of %d give other bits", name, chunks[i]);
+        free(lg);
+    }
+    float *tr = eval_chunks(m, N_IDS, 7);
+    TCHECKF(!memcmp(tr, all, n * sizeof *tr), "%s: truncated and re-evaluated gives other bits", name);
+    free(tr);
+    /* each deliberate mistake is far outside the tolerance */
+    static const char *mistake[3] = {"interleaved-rope", "rope-before-norm", "kv-mod"};
+    for (int i = 0; i < mistakes; i++) {
+        char wrong[700];
+        snprintf(wrong, sizeof wrong, "%s/wrong.f64", dir);
+        snprintf(args, sizeof args, "ref %s %s %s --mistake %s", dir, IDS_S, wrong, mistake[i]);
+        TCHECK(py(args) == 0);
+        double *w = read_f64(wrong, n);
+        double dw = w ? max_diff(all, w, n) : 0;
+        TCHECKF(dw > 1e-2, "%s: the %s model is within %.3g: the test would not catch it", name, mistake[i], dw);
+        printf("    %s, %s: %.3g away\n", name, mistake[i], dw);
+        free(w);
+    }
+    free(all);
+    free(want);
+    qwen3_free(m);
+}
+
+static void test_against_reference(void)
+{
+    if (!have_numpy()) TSKIP("the float64 reference needs python3-numpy (/usr/bin/python3)");
+    /* GQA, H*D = 128 != E = 64, tied, F32 */
+    check_model("gqa_tied_f32", "--layers 2 --hidden 64 --heads 4 --kv-heads 2 --head-dim 32 --ffn 96", 3);
+    /* untied, BF16, E 48, 6 heads of 16 over 2 kv heads, 3 layers */
+    check_model("untied_bf16", "--layers 3 --hidden 48 --heads 6 --kv-heads 2 --head-dim 16 --ffn 80 --untied "
+                               "--dtype bf16 --seed 2",
+                0);
+    /* plain multi-head, H*D == E */
+    check_model("mha_f32", "--layers 1 --hidden 64 --heads 4 --kv-heads 4 --head-dim 16 --ffn 64 --seed 3", 0);
+}
+
+static void test_refused(void)
+{
+    if (!have_numpy()) TSKIP("the models are written by tools/qwen3/qwen3_toy.py (python3-numpy)");
+    char dir[600], args[1200], sh[2400];
+    snprintf(dir, sizeof dir, "%s/bad", test_scratch());
+    snprintf(args, sizeof args, "make %s --layers 1 --hidden 32 --heads 2 --kv-heads 1 --head-dim 16 --ffn 32", dir);
+    TCHECK(py(args) == 0);
+    static const char *const cases[][3] = {
+        {"\"model_type\": \"qwen3\"", "\"model_type\": \"llama\"", "is not qwen3"},
+        {"\"rope_theta\": 1000000.0,", "", "rope_theta"},
+        {"\"rms_norm_eps\": 1e-06,", "", "rms_norm_eps"},
+        {"\"num_key_value_heads\": 1", "\"num_key_value_heads\": 3", "kv heads"},
+        {"\"vocab_size\": 512", "\"vocab_size\": 513", "model.embed_tokens.weight has the wrong shape"},
+        {"\"num_hidden_layers\": 1", "\"num_hidden_layers\": 2", "no tensor model.layers.1."},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        snprintf(sh, sizeof sh, "cp %s/config.json %s/config.orig && /usr/bin/python3 -c \"import sys; p='%s/config.json'; "
+                               "s=open(p).read(); assert sys.argv[1] in s; open(p,'w').write(s.replace(sys.argv[1], "
+                               "sys.argv[2], 1))\" '%s' '%s'",
+                 dir, dir, dir, cases[i][0], cases[i][1]);
+        TCHECKF(system(sh) == 0, "editing config.json for case %zu", i);
+        qwen3_model *m = NULL;
+        df_error err = {0};
+        TCHECKF(qwen3_open(dir, &m, &err) == -1 && !m && strstr(err.msg, cases[i][2]) && strstr(err.msg, dir),
+                "case %zu: \"%s\" (expected \"%s\")", i, err.msg, cases[i][2]);
+        qwen3_free(m);
+        snprintf(sh, sizeof sh, "mv %s/config.orig %s/config.json", dir, dir);
+        TCHECK(system(sh) == 0);
+    }
+    /* an id outside the vocabulary, and more ids than the context holds */
+    qwen3_model *m = NULL;
+    qwen3_state *s = NULL;
+    df_error err = {0};
+    TCHECKF(qwen3_open(dir, &m, &err) == 0, "%s", err.msg);
+    if (!m) return;
+    TCHECK(qwen3_state_new(m, 4, &s, &err) == 0);
+    int32_t bad = 512, five[5] = {1, 2, 3, 4, 5};
+    TCHECK(qwen3_eval(m, s, &bad, 1, NULL, &err) == -1 && strstr(err.msg, "outside the vocabulary"));
+    df_err_clear(&err);
+    TCHECK(qwen3_eval(m, s, five, 5, NULL, &err) == -1 && strstr(err.msg, "context"));
+    qwen3_state_free(s);
+    qwen3_free(m);
+    test_scratch_remove();
+}
+
+static const test_case tests[] = {
+    {"against_reference", test_against_reference},
+    {"refused", test_refused},
+};
+
+int main(int argc, char **argv) { return test_main(tests, NTESTS(tests), argc, argv); }
