@@ -138,6 +138,10 @@ $(BUILD)/llama_peer: tools/llama_peer.c src/base/clock.c src/base/clock.h | $(BU
 	$(CC) -std=c11 -O2 -Wall -Wextra $(if $(filter 1,$(WERROR)),-Werror) -Isrc/base -o $@ $(filter %.c,$^) -L$(LLAMA_LIB) \
 	    -l:libllama.v0.4.0.so -l:libggml.v0.4.0.so -lggml-base -Wl,-rpath,$(abspath $(LLAMA_LIB))
 
+# Qwen3's logits for the llama.cpp oracle (tests/llama/run_llama_oracle.sh)
+$(BUILD)/qwen3_dump: tools/qwen3/qwen3_dump.c $(BUILD)/libdeltafin.a
+	$(CC) $(CFLAGS) $(INC) $(LDFLAGS) -o $@ $< $(BUILD)/libdeltafin.a $(LDLIBS)
+
 $(BUILD)/tests/%.o: tests/%.c | $(BUILD)/tests
 	$(CC) $(CFLAGS) $(INC) -Itests -c $< -o $@
 $(BUILD)/tests/%: $(BUILD)/tests/%.o $(BUILD)/tests/harness.o $(BUILD)/libdeltafin.a
@@ -302,7 +306,7 @@ mpi-test: $(BUILD)/deltafin $(BUILD)/k3gen
 # llama.cpp v0.4.0 (npm) as the oracle of the forward pass on generated GGUF
 # files, and deltafin's GGUF path against its safetensors path (needs
 # `npm ci --prefix tests/llama`)
-llama-oracle: $(BUILD)/llama_peer $(BUILD)/deltafin $(BUILD)/k3gen
+llama-oracle: $(BUILD)/llama_peer $(BUILD)/deltafin $(BUILD)/k3gen $(BUILD)/qwen3_dump
 	BUILD=$(BUILD) tests/llama/run_llama_oracle.sh
 
 bench: all $(BUILD)/bench_core

@@ -6,7 +6,9 @@
  */
 #define _GNU_SOURCE
 #include "qwen3.h"
+#include "gguf.h"
 #include "json.h"
+#include "qblock.h"
 #include "quant.h"
 #include "safetensors.h"
 #include "util.h"
@@ -250,14 +252,156 @@ static int load_layer(const shards *s, const qwen3_config *c, int il, q3_layer *
     return 0;
 }
 
+/* ---- a llama.cpp GGUF (general.architecture "qwen3") ---- */
+
+static int g_u32(const gguf_file *g, const char *key, int lo, int *out, df_error *err)
+{
+    uint32_t v;
+    if (gguf_get_u32(g, key, &v, err)) return -1;
+    if (v < (uint32_t)lo || v > (1u << 24)) return df_err_set(err, DF_ERR_FORMAT, -1, "%s: %s = %u is out of range", g->path, key, v);
+    *out = (int)v;
+    return 0;
+}
+
+static int gguf_config(const gguf_file *g, qwen3_config *c, df_error *err)
+{
+    const char *arch;
+    size_t al;
+    memset(c, 0, sizeof *c);
+    if (gguf_get_str(g, "general.architecture", &arch, &al, err)) return -1;
+    if (al != 5 || memcmp(arch, "qwen3", 5))
+        return df_err_set(err, DF_ERR_UNSUPPORTED, -1, "%s: general.architecture \"%.*s\" is not qwen3", g->path,
+                          (int)(al > 32 ? 32 : al), arch);
+    float eps, theta;
+    /* what llama.cpp would default silently (rope.freq_base 10,000; key_length E/H) is required here */
+    if (g_u32(g, "qwen3.block_count", 1, &c->layers, err) || g_u32(g, "qwen3.embedding_length", 1, &c->hidden, err) ||
+        g_u32(g, "qwen3.feed_forward_length", 1, &c->ffn, err) || g_u32(g, "qwen3.attention.head_count", 1, &c->heads, err) ||
+        g_u32(g, "qwen3.attention.head_count_kv", 1, &c->kv_heads, err) ||
+        g_u32(g, "qwen3.attention.key_length", 2, &c->head_dim, err) ||
+        gguf_get_f32(g, "qwen3.rope.freq_base", &theta, err) ||
+        gguf_get_f32(g, "qwen3.attention.layer_norm_rms_epsilon", &eps, err))
+        return -1;
+    c->theta = theta, c->eps = eps;
+    if (c->heads % c->kv_heads || c->head_dim % 2 || !(c->theta > 1) || !(c->eps > 0 && c->eps < 1))
+        return df_err_set(err, DF_ERR_FORMAT, -1, "%s: not a Qwen3 attention (heads, kv heads, head_dim, theta, eps)",
+                          g->path);
+    const gguf_tensor *emb = gguf_find_tensor(g, "token_embd.weight");
+    if (!emb || emb->n_dims != 2) return df_err_set(err, DF_ERR_FORMAT, -1, "%s: no 2-D token_embd.weight", g->path);
+    c->vocab = (int)emb->ne[1];
+    c->tied = !gguf_find_tensor(g, "output.weight");
+    if (gguf_find_tensor(g, "blk.0.attn_qkv.weight"))
+        return df_err_set(err, DF_ERR_UNSUPPORTED, -1, "%s: a fused blk.N.attn_qkv.weight is not read yet", g->path);
+    return 0;
+}
+
+/* GGUF tensor `name` ({in, out} in ggml order: rows of `in` values) into new f32 memory */
+static float *gguf_tensor_f32(const gguf_file *g, int fd, const char *name, int64_t out_dim, int64_t in_dim, df_error *err)
+{
+    const gguf_tensor *t = gguf_find_tensor(g, name);
+    if (!t) {
+        df_err_set(err, DF_ERR_FORMAT, -1, "%s: no tensor %s", g->path, name);
+        return NULL;
+    }
+    int ok = in_dim ? t->n_dims == 2 && t->ne[0] == in_dim && t->ne[1] == out_dim : t->n_dims == 1 && t->ne[0] == out_dim;
+    if (!ok) {
+        df_err_set(err, DF_ERR_FORMAT, -1, "%s: %s has the wrong shape (expected {%lld%s%lld})", g->path, name,
+                   (long long)(in_dim ? in_dim : out_dim), in_dim ? ", " : "", in_dim ? (long long)out_dim : 0LL);
+        return NULL;
+    }
+    size_t n = (size_t)out_dim * (size_t)(in_dim ? in_dim : 1);
+    const qblock_fmt *q = NULL;
+    if (t->type != GGML_TYPE_F32 && t->type != GGML_TYPE_F16 && t->type != GGML_TYPE_BF16 &&
+        (!(q = qblock_fmt_of_ggml(t->type)) || (in_dim ? in_dim : out_dim) % q->block)) {
+        df_err_set(err, DF_ERR_UNSUPPORTED, -1, "%s: %s has ggml type %u (deltafin reads F32, F16, BF16, %s)", g->path,
+                   name, t->type, qblock_names());
+        return NULL;
+    }
+    size_t bytes = q ? n / (size_t)q->block * (size_t)q->bytes : n * (t->type == GGML_TYPE_F32 ? 4 : 2);
+    if (bytes != t->nbytes) {
+        df_err_set(err, DF_ERR_FORMAT, -1, "%s: %s holds %llu bytes, its type and shape say %zu", g->path, name,
+                   (unsigned long long)t->nbytes, bytes);
+        return NULL;
+    }
+    uint8_t *raw = xmalloc(bytes);
+    float *o = xmalloc(n * sizeof *o);
+    if (pread(fd, raw, bytes, (off_t)t->offset) != (ssize_t)bytes) {
+        free(raw), free(o);
+        df_err_set(err, DF_ERR_IO, -1, "%s: reading %s failed", g->path, name);
+        return NULL;
+    }
+    for (size_t j = 0; q && j < n / (size_t)q->block; j++) q->decode(raw + j * (size_t)q->bytes, o + j * (size_t)q->block);
+    for (size_t j = 0; !q && j < n; j++) {
+        uint16_t h;
+        if (t->type == GGML_TYPE_F32) {
+            memcpy(&o[j], raw + 4 * j, 4);
+            continue;
+        }
+        memcpy(&h, raw + 2 * j, 2);
+        o[j] = t->type == GGML_TYPE_BF16 ? bf16_to_f32(h) : f16_to_f32(h);
+    }
+    free(raw);
+    return o;
+}
+
+static int gguf_weights(qwen3_model *m, const gguf_file *g, int fd, df_error *err)
+{
+    const qwen3_config *c = &m->c;
+    int64_t E = c->hidden, HD = (int64_t)c->heads * c->head_dim, KD = (int64_t)c->kv_heads * c->head_dim, F = c->ffn;
+    if (!(m->embed = gguf_tensor_f32(g, fd, "token_embd.weight", c->vocab, E, err)) ||
+        !(m->norm = gguf_tensor_f32(g, fd, "output_norm.weight", E, 0, err)))
+        return -1;
+    m->l = xcalloc((size_t)c->layers, sizeof *m->l);
+    char n[96];
+    for (int il = 0; il < c->layers; il++) {
+        q3_layer *L = &m->l[il];
+#define T(field, suffix, a, b)                                                  \
+    do {                                                                        \
+        snprintf(n, sizeof n, "blk.%d.%s", il, suffix);                         \
+        if (!(L->field = gguf_tensor_f32(g, fd, n, a, b, err))) return -1;      \
+    } while (0)
+        T(attn_norm, "attn_norm.weight", E, 0);
+        T(q, "attn_q.weight", HD, E);
+        T(k, "attn_k.weight", KD, E);
+        T(v, "attn_v.weight", KD, E);
+        T(o, "attn_output.weight", E, HD);
+        T(q_norm, "attn_q_norm.weight", c->head_dim, 0);
+        T(k_norm, "attn_k_norm.weight", c->head_dim, 0);
+        T(ffn_norm, "ffn_norm.weight", E, 0);
+        T(gate, "ffn_gate.weight", F, E);
+        T(up, "ffn_up.weight", F, E);
+        T(down, "ffn_down.weight", E, F);
+#undef T
+    }
+    m->head = c->tied ? m->embed : gguf_tensor_f32(g, fd, "output.weight", c->vocab, E, err);
+    return m->head ? 0 : -1;
+}
+
+static int open_gguf(const char *path, qwen3_model *m, df_error *err)
+{
+    gguf_file g;
+    if (gguf_open(path, &g, err)) return -1;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int rc = fd < 0 ? df_err_set(err, DF_ERR_IO, -1, "%s: cannot open it", path) : 0;
+    if (!rc) rc = gguf_config(&g, &m->c, err) || gguf_weights(m, &g, fd, err) ? -1 : 0;
+    if (fd >= 0) close(fd);
+    gguf_deinit(&g);
+    return rc;
+}
+
 int qwen3_open(const char *dir, qwen3_model **out, df_error *err)
 {
     *out = NULL;
     qwen3_model *m = xcalloc(1, sizeof *m);
     shards s = {0};
-    int rc = load_config(dir, &m->c, err) || open_shards(dir, &s, err) ? -1 : 0;
-    const qwen3_config *c = &m->c;
+    struct stat sb;
+    int rc;
+    if (stat(dir, &sb) == 0 && S_ISREG(sb.st_mode)) {
+        rc = open_gguf(dir, m, err);
+        goto loaded;
+    }
+    rc = load_config(dir, &m->c, err) || open_shards(dir, &s, err) ? -1 : 0;
     if (!rc) {
+        const qwen3_config *c = &m->c;
         m->l = xcalloc((size_t)c->layers, sizeof *m->l);
         if (!(m->embed = load_tensor(&s, "model.embed_tokens.weight", c->vocab, c->hidden, err)) ||
             !(m->norm = load_tensor(&s, "model.norm.weight", c->hidden, 0, err)))
@@ -265,15 +409,17 @@ int qwen3_open(const char *dir, qwen3_model **out, df_error *err)
         for (int il = 0; !rc && il < c->layers; il++) rc = load_layer(&s, c, il, &m->l[il], err);
     }
     if (!rc) {
-        if (c->tied) m->head = m->embed;
-        else if (!(m->head = load_tensor(&s, "lm_head.weight", c->vocab, c->hidden, err))) rc = -1;
+        if (m->c.tied) m->head = m->embed;
+        else if (!(m->head = load_tensor(&s, "lm_head.weight", m->c.vocab, m->c.hidden, err))) rc = -1;
     }
     shards_free(&s);
+loaded:
     if (rc) {
         df_err_prefix(err, "qwen3 %s", dir);
         qwen3_free(m);
         return -1;
     }
+    const qwen3_config *c = &m->c;
     m->inv_freq = xmalloc((size_t)(c->head_dim / 2) * sizeof *m->inv_freq);
     for (int i = 0; i < c->head_dim / 2; i++) m->inv_freq[i] = 1.0 / pow(c->theta, 2.0 * i / c->head_dim);
     *out = m;

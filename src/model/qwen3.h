@@ -6,7 +6,9 @@
  *
  * Owns: reading a Hugging Face folder (config.json with model_type "qwen3";
  * model.safetensors or model.safetensors.index.json shards; F32, BF16 or
- * F16 tensors, widened to f32 once at load), the KV cache, evaluation.
+ * F16 tensors) or a llama.cpp GGUF (general.architecture "qwen3"; F32, F16,
+ * BF16 or any block format qblock.h reads, Q8_0 included), widened to f32
+ * once at load; the KV cache; evaluation.
  * Every product and sum runs in a fixed order per row with double
  * accumulation (the scalar reference), so logits are the same bits
  * whatever the chunking of the ids: a prefill, one id at a time, or a
@@ -29,7 +31,8 @@ typedef struct qwen3_config {
 typedef struct qwen3_model qwen3_model;
 typedef struct qwen3_state qwen3_state;
 
-/* Every error names the file and the field or tensor. */
+/* path: a folder (safetensors) or a GGUF file.  Every error names the file
+ * and the field or tensor. */
 int qwen3_open(const char *dir, qwen3_model **out, df_error *err);
 void qwen3_free(qwen3_model *m);
 const qwen3_config *qwen3_cfg(const qwen3_model *m);

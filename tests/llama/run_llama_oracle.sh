@@ -347,5 +347,55 @@ else
     echo "FAIL m4-q4_k_m-mix: the plan line, info or --bench-json do not name its requantized experts: $(head -c 300 "$tmp/bj.out") $(grep plan: "$tmp/bj.err")" >&2; fail=1
 fi
 [ "$fail" != "$qfail" ] || echo "ok   llama.cpp's quantized files, each the same logits at 2 threads, 1 thread in batches of 3, a 1 MiB expert cache, --backend ref and as gguf-py's F32 copy: ${qdone[*]}"
+# Qwen3 dense (src/model/qwen3.c, issue 42's drafters): generated models (tools/qwen3/qwen3_toy.py)
+# written by gguf-py as llama.cpp's converter would, in F32, F16, BF16 and Q8_0.  deltafin on each
+# GGUF against a float64 reference of the weights gguf-py dequantizes (1e-4), the F32 file's logits
+# bit-identical to the safetensors', and llama.cpp on the F32 file within 5e-5 (measured 6.7e-6:
+# f32 summation order), same top-1.  llama.cpp on the F16/BF16/Q8_0 files rounds its activations
+# (its arithmetic, not a disagreement about Qwen3): those differences are printed, not bounded.
+gpy=$(BUILD="$build" "$here/get_gguf_py.sh")
+qids=5,17,300,42,7,99,5,17,250,3,488,61
+for qm in "gqa-tied --layers 2 --hidden 64 --heads 4 --kv-heads 2 --head-dim 32 --ffn 96 --seed 11" \
+          "untied --layers 2 --hidden 64 --heads 6 --kv-heads 2 --head-dim 16 --ffn 96 --untied --seed 12"; do
+    qn=${qm%% *}
+    qd="$tmp/qwen3-$qn"
+    # shellcheck disable=SC2086
+    /usr/bin/python3 tools/qwen3/qwen3_toy.py make "$qd" ${qm#* } &&
+        "$build/qwen3_dump" "$qd" "$qids" "$qd/st.f32" || { echo "FAIL qwen3 $qn: making the model" >&2; fail=1; continue; }
+    for qt in f32 f16 bf16 q8_0; do
+        if PYTHONPATH="$gpy" /usr/bin/python3 tools/qwen3/qwen3_toy.py gguf "$qd" "$qd/$qt.gguf" --type "$qt" &&
+            PYTHONPATH="$gpy" /usr/bin/python3 tools/qwen3/qwen3_toy.py ref "$qd/$qt.gguf" "$qids" "$qd/$qt.f64" &&
+            "$build/qwen3_dump" "$qd/$qt.gguf" "$qids" "$qd/$qt.f32" &&
+            "$build/llama_peer" --lib "$lib" --model "$qd/$qt.gguf" --prompt-ids "$qids" --dump-logits "$qd/$qt.llama" \
+                >/dev/null 2>"$qd/$qt.err" &&
+            out=$(/usr/bin/python3 - "$qd" "$qt" <<'PY'
+import sys
+import numpy as np
+d, t = sys.argv[1], sys.argv[2]
+ref = np.fromfile("%s/%s.f64" % (d, t))
+n = 12
+ref = ref.reshape(n, -1)
+df = np.fromfile("%s/%s.f32" % (d, t), "<f4").astype(np.float64).reshape(n, -1)
+st = np.fromfile("%s/st.f32" % d, "<f4").reshape(n, -1)
+ll = np.fromfile("%s/%s.llama" % (d, t), "<f4").astype(np.float64).reshape(n, -1)
+dr, dl = np.abs(df - ref).max(), np.abs(df - ll).max()
+same = (df.argmax(1) == ll.argmax(1)).all()
+ok = dr <= 1e-4
+msg = "deltafin vs float64 %.1e, vs llama.cpp %.1e (top-1 %s)" % (dr, dl, "same" if same else "differs")
+if t == "f32":
+    bit = (df.astype("<f4") == st).all()
+    ok = ok and bit and dl <= 5e-5 and same
+    msg += ", bit-identical to safetensors" if bit else ", NOT the safetensors' bits"
+print(msg)
+sys.exit(0 if ok else 1)
+PY
+            ); then
+            echo "ok   qwen3 $qn $qt: $out"
+        else
+            echo "FAIL qwen3 $qn $qt: ${out:-a step failed} $(tail -2 "$qd/$qt.err" 2>/dev/null)" >&2; fail=1
+        fi
+        out=""
+    done
+done
 if [ "$fail" = 0 ]; then echo "llama oracle: all comparisons passed"; else echo "llama oracle: FAILED" >&2; fi
 exit "$fail"

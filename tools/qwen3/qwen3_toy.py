@@ -6,7 +6,12 @@ float64 reference logits, for deltafin's Qwen3 tests (tests/test_qwen3.c).
                             --ffn 96 --vocab 512 --untied --dtype f32|bf16 --seed 1]
       config.json (model_type qwen3) and model.safetensors: weights N(0, 1/fan_in), norm weights
       1 + N(0, 0.1), embeddings N(0, 0.5); tied embeddings unless --untied (then lm_head.weight).
-  qwen3_toy.py ref MODEL_DIR IDS OUT.f64 [--mistake interleaved-rope|rope-before-norm|kv-mod]
+  qwen3_toy.py gguf MODEL_DIR OUT.gguf [--type f32|f16|bf16|q8_0]
+      the same model as llama.cpp's converter writes it (conversion/qwen.py: general.architecture
+      qwen3, its keys, blk.N.* tensor names, no output.weight when tied) with the weights in that
+      type (1-D norms stay F32); a minimal "gpt2" vocabulary of byte tokens so llama.cpp loads it.
+      Needs gguf-py (PYTHONPATH; tests/llama/get_gguf_py.sh).
+  qwen3_toy.py ref MODEL_DIR|FILE.gguf IDS OUT.f64 [--mistake interleaved-rope|rope-before-norm|kv-mod]
       the logits of every position of the comma-separated ids, float64 [n][vocab], computed from
       the stored weights (bf16 widened exactly) as transformers' modeling_qwen3.py defines the
       model: pre-norm blocks, RMSNorm (eps from config) then weight, q/k RMS-normed per head
@@ -123,9 +128,40 @@ def rope(x, pos, theta, interleaved):
     return np.concatenate([x1 * c - x2 * s, x2 * c + x1 * s], axis=-1)
 
 
+def read_gguf(path):
+    """config and HF-named float64 weights of a qwen3 GGUF, dequantized by gguf-py (not by deltafin)"""
+    import gguf
+    r = gguf.GGUFReader(path)
+    f = lambda k: r.fields[k].parts[r.fields[k].data[0]][0]
+    cfg = {"hidden_size": int(f("qwen3.embedding_length")), "num_hidden_layers": int(f("qwen3.block_count")),
+           "num_attention_heads": int(f("qwen3.attention.head_count")),
+           "num_key_value_heads": int(f("qwen3.attention.head_count_kv")),
+           "head_dim": int(f("qwen3.attention.key_length")), "rope_theta": float(f("qwen3.rope.freq_base")),
+           "rms_norm_eps": float(f("qwen3.attention.layer_norm_rms_epsilon"))}
+    back = {"token_embd.weight": "model.embed_tokens.weight", "output_norm.weight": "model.norm.weight",
+            "output.weight": "lm_head.weight"}
+    per = {"attn_norm": "input_layernorm", "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj",
+           "attn_v": "self_attn.v_proj", "attn_output": "self_attn.o_proj", "attn_q_norm": "self_attn.q_norm",
+           "attn_k_norm": "self_attn.k_norm", "ffn_norm": "post_attention_layernorm", "ffn_gate": "mlp.gate_proj",
+           "ffn_up": "mlp.up_proj", "ffn_down": "mlp.down_proj"}
+    W = {}
+    for t in r.tensors:
+        shape = [int(x) for x in reversed(t.shape)]
+        a = gguf.quants.dequantize(t.data, t.tensor_type).astype(np.float64).reshape(shape)
+        if t.name in back:
+            W[back[t.name]] = a
+        else:
+            parts = t.name.split(".")
+            W["model.layers.%s.%s.weight" % (parts[1], per[parts[2]])] = a
+    return cfg, W
+
+
 def ref(model_dir, ids, out, mistake):
-    cfg = json.load(open(model_dir + "/config.json"))
-    W = read_safetensors(model_dir + "/model.safetensors")
+    if model_dir.endswith(".gguf"):
+        cfg, W = read_gguf(model_dir)
+    else:
+        cfg = json.load(open(model_dir + "/config.json"))
+        W = read_safetensors(model_dir + "/model.safetensors")
     E, L, H, KV = cfg["hidden_size"], cfg["num_hidden_layers"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
     D = cfg.get("head_dim", E // H)
     eps, theta = cfg["rms_norm_eps"], cfg["rope_theta"]
@@ -161,10 +197,66 @@ def ref(model_dir, ids, out, mistake):
     (x @ head.T).astype("<f8").tofile(out)
 
 
+def to_gguf(model_dir, out, qtype):
+    import gguf
+    cfg = json.load(open(model_dir + "/config.json"))
+    W = read_safetensors(model_dir + "/model.safetensors")
+    E, L, H, KV = cfg["hidden_size"], cfg["num_hidden_layers"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    D, V = cfg.get("head_dim", E // H), cfg["vocab_size"]
+    w = gguf.GGUFWriter(out, "qwen3")
+    w.add_block_count(L)
+    w.add_context_length(cfg.get("max_position_embeddings", 4096))
+    w.add_embedding_length(E)
+    w.add_feed_forward_length(cfg["intermediate_size"])
+    w.add_head_count(H)
+    w.add_head_count_kv(KV)
+    w.add_key_length(D)
+    w.add_value_length(D)
+    w.add_rope_freq_base(cfg["rope_theta"])
+    w.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
+    w.add_file_type({"f32": 0, "f16": 1, "bf16": 32, "q8_0": 7}[qtype])
+    # a vocabulary llama.cpp accepts: V tokens, byte-level strings of distinct ids, no merges needed beyond one
+    toks = ["<t%d>" % i for i in range(V)]
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("qwen2")
+    w.add_token_list(toks)
+    w.add_token_types([1] * V)
+    w.add_token_merges(["< t"])
+    w.add_bos_token_id(0)
+    w.add_eos_token_id(1)
+    w.add_add_bos_token(False)
+    qt = {"f32": gguf.GGMLQuantizationType.F32, "f16": gguf.GGMLQuantizationType.F16,
+          "bf16": gguf.GGMLQuantizationType.BF16, "q8_0": gguf.GGMLQuantizationType.Q8_0}[qtype]
+    names = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight",
+             "lm_head.weight": "output.weight"}
+    per = {"input_layernorm": "attn_norm", "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k",
+           "self_attn.v_proj": "attn_v", "self_attn.o_proj": "attn_output", "self_attn.q_norm": "attn_q_norm",
+           "self_attn.k_norm": "attn_k_norm", "post_attention_layernorm": "ffn_norm", "mlp.gate_proj": "ffn_gate",
+           "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down"}
+    for name, arr in W.items():
+        if name in names:
+            gname = names[name]
+        else:
+            parts = name.split(".")
+            gname = "blk.%s.%s.weight" % (parts[2], per[".".join(parts[3:-1])])
+        a = arr.astype(np.float32)
+        if a.ndim == 1 or qtype == "f32":
+            w.add_tensor(gname, a)
+        else:
+            q = gguf.quants.quantize(a, qt)
+            w.add_tensor(gname, q, raw_shape=q.shape if qtype == "f16" else None, raw_dtype=qt)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
 if __name__ == "__main__":
     a = sys.argv[1:]
     if len(a) >= 2 and a[0] == "make":
         make(a[1], a[2:])
+    elif len(a) >= 3 and a[0] == "gguf":
+        to_gguf(a[1], a[2], arg(a, "--type", "f32"))
     elif len(a) >= 4 and a[0] == "ref":
         ref(a[1], [int(t) for t in a[2].split(",")], a[3], arg(a, "--mistake", ""))
     else:
