@@ -142,40 +142,46 @@ static int is_entry(const json_value *e, const char *model, const char *drafter)
     return m && d && !strcmp(m, model) && !strcmp(d, drafter);
 }
 
+/* This run's key and the file's entries */
+typedef struct state_view {
+    char model[PATH_MAX + 1];
+    const char *drafter;
+    json_doc *doc;
+    const json_value *entries;
+} state_view;
+
+static int view_open(const run_args *a, state_view *v, df_error *err)
+{
+    key_of(a, v->model, sizeof v->model, &v->drafter);
+    return read_state(a->spec_state, &v->doc, &v->entries, err);
+}
+
 void spec_state_load(const run_args *a, gen_loop *g)
 {
     if (!applies(a, g)) return;
-    char model[PATH_MAX + 1];
-    const char *drafter;
-    key_of(a, model, sizeof model, &drafter);
-    json_doc *doc;
-    const json_value *entries;
+    state_view v;
     df_error err = {0};
-    if (read_state(a->spec_state, &doc, &entries, &err)) {
+    if (view_open(a, &v, &err)) {
         fprintf(stderr, "deltafin: ignoring --spec-state (it is left unchanged): %s\n", err.msg);
         g_unreadable = 1;
         return;
     }
-    for (size_t i = 0; entries && i < entries->len; i++)
-        if (is_entry(entries->items[i], model, drafter)) {
+    for (size_t i = 0; v.entries && i < v.entries->len; i++)
+        if (is_entry(v.entries->items[i], v.model, v.drafter)) {
             gen_memory m;
-            entry_to_memory(entries->items[i], &m);
+            entry_to_memory(v.entries->items[i], &m);
             gen_memory_put(g, &m);
             break;
         }
-    json_free(doc);
+    json_free(v.doc);
 }
 
 int spec_state_save(const run_args *a, const gen_loop *g)
 {
     if (!applies(a, g) || g_unreadable) return 0;
-    char model[PATH_MAX + 1];
-    const char *drafter;
-    key_of(a, model, sizeof model, &drafter);
-    json_doc *doc;
-    const json_value *entries;
+    state_view v;
     df_error err = {0};
-    if (read_state(a->spec_state, &doc, &entries, &err)) {
+    if (view_open(a, &v, &err)) {
         fprintf(stderr, "deltafin: --spec-state not written (the file is left unchanged): %s\n", err.msg);
         return -1;
     }
@@ -184,14 +190,14 @@ int spec_state_save(const run_args *a, const gen_loop *g)
     json_buf_puts(&b, "{\"deltafin_spec_state\":1,\"entries\":[\n");
     gen_memory m;
     gen_memory_get(g, &m);
-    memory_to_json(&b, model, drafter, &m);
-    for (size_t i = 0; entries && i < entries->len; i++) {
-        if (is_entry(entries->items[i], model, drafter)) continue;
+    memory_to_json(&b, v.model, v.drafter, &m);
+    for (size_t i = 0; v.entries && i < v.entries->len; i++) {
+        if (is_entry(v.entries->items[i], v.model, v.drafter)) continue;
         json_buf_puts(&b, ",\n");
-        json_write_value(&b, entries->items[i], 0);
+        json_write_value(&b, v.entries->items[i], 0);
     }
     json_buf_puts(&b, "\n]}\n");
-    json_free(doc);
+    json_free(v.doc);
     atomic_file af;
     int rc = atomic_file_open(&af, a->spec_state, &err);
     if (!rc && atomic_file_write(&af, b.p, b.len, &err)) {

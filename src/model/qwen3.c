@@ -15,6 +15,7 @@
 
 #include <fcntl.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -228,28 +229,55 @@ static float *load_tensor(const shards *s, const char *name, int64_t d0, int64_t
     return NULL;
 }
 
-static int load_layer(const shards *s, const qwen3_config *c, int il, q3_layer *L, df_error *err)
+/* A layer's tensors: the field, the safetensors and GGUF names after the
+ * layer's prefix, and the shape (rows, row length; 0: a vector), both
+ * loaders walk it. */
+enum { D_E = 1, D_HD, D_KD, D_F, D_HEAD };
+static const struct {
+    size_t field;
+    const char *hf, *gguf;
+    int out, in;
+} q3_roster[] = {
+    {offsetof(q3_layer, attn_norm), "input_layernorm.weight", "attn_norm.weight", D_E, 0},
+    {offsetof(q3_layer, q), "self_attn.q_proj.weight", "attn_q.weight", D_HD, D_E},
+    {offsetof(q3_layer, k), "self_attn.k_proj.weight", "attn_k.weight", D_KD, D_E},
+    {offsetof(q3_layer, v), "self_attn.v_proj.weight", "attn_v.weight", D_KD, D_E},
+    {offsetof(q3_layer, o), "self_attn.o_proj.weight", "attn_output.weight", D_E, D_HD},
+    {offsetof(q3_layer, q_norm), "self_attn.q_norm.weight", "attn_q_norm.weight", D_HEAD, 0},
+    {offsetof(q3_layer, k_norm), "self_attn.k_norm.weight", "attn_k_norm.weight", D_HEAD, 0},
+    {offsetof(q3_layer, ffn_norm), "post_attention_layernorm.weight", "ffn_norm.weight", D_E, 0},
+    {offsetof(q3_layer, gate), "mlp.gate_proj.weight", "ffn_gate.weight", D_F, D_E},
+    {offsetof(q3_layer, up), "mlp.up_proj.weight", "ffn_up.weight", D_F, D_E},
+    {offsetof(q3_layer, down), "mlp.down_proj.weight", "ffn_down.weight", D_E, D_F},
+};
+
+static int64_t roster_dim(const qwen3_config *c, int d)
 {
-    int64_t E = c->hidden, HD = (int64_t)c->heads * c->head_dim, KD = (int64_t)c->kv_heads * c->head_dim, F = c->ffn;
+    return d == D_E ? c->hidden : d == D_HD ? (int64_t)c->heads * c->head_dim
+         : d == D_KD ? (int64_t)c->kv_heads * c->head_dim : d == D_F ? c->ffn : d == D_HEAD ? c->head_dim : 0;
+}
+
+/* Loads one tensor by its full name (a safetensors folder's or a GGUF's) */
+typedef float *(*tensor_loader)(const void *src, const char *name, int64_t out, int64_t in, df_error *err);
+
+static int load_layers(qwen3_model *m, const void *src, tensor_loader load, int gguf, df_error *err)
+{
+    const qwen3_config *c = &m->c;
+    m->l = xcalloc((size_t)c->layers, sizeof *m->l);
     char n[160];
-#define T(field, suffix, a, b)                                                   \
-    do {                                                                         \
-        snprintf(n, sizeof n, "model.layers.%d.%s", il, suffix);                 \
-        if (!(L->field = load_tensor(s, n, a, b, err))) return -1;               \
-    } while (0)
-    T(attn_norm, "input_layernorm.weight", E, 0);
-    T(q, "self_attn.q_proj.weight", HD, E);
-    T(k, "self_attn.k_proj.weight", KD, E);
-    T(v, "self_attn.v_proj.weight", KD, E);
-    T(o, "self_attn.o_proj.weight", E, HD);
-    T(q_norm, "self_attn.q_norm.weight", c->head_dim, 0);
-    T(k_norm, "self_attn.k_norm.weight", c->head_dim, 0);
-    T(ffn_norm, "post_attention_layernorm.weight", E, 0);
-    T(gate, "mlp.gate_proj.weight", F, E);
-    T(up, "mlp.up_proj.weight", F, E);
-    T(down, "mlp.down_proj.weight", E, F);
-#undef T
+    for (int il = 0; il < c->layers; il++)
+        for (size_t r = 0; r < sizeof q3_roster / sizeof q3_roster[0]; r++) {
+            snprintf(n, sizeof n, gguf ? "blk.%d.%s" : "model.layers.%d.%s", il, gguf ? q3_roster[r].gguf : q3_roster[r].hf);
+            float *w = load(src, n, roster_dim(c, q3_roster[r].out), roster_dim(c, q3_roster[r].in), err);
+            if (!w) return -1;
+            *(float **)((char *)&m->l[il] + q3_roster[r].field) = w;
+        }
     return 0;
+}
+
+static float *st_loader(const void *src, const char *name, int64_t out, int64_t in, df_error *err)
+{
+    return load_tensor(src, name, out, in, err);
 }
 
 /* ---- a llama.cpp GGUF (general.architecture "qwen3") ---- */
@@ -343,36 +371,26 @@ static float *gguf_tensor_f32(const gguf_file *g, int fd, const char *name, int6
     return o;
 }
 
+typedef struct {
+    const gguf_file *g;
+    int fd;
+} gguf_src;
+
+static float *gguf_loader(const void *src, const char *name, int64_t out, int64_t in, df_error *err)
+{
+    const gguf_src *s = src;
+    return gguf_tensor_f32(s->g, s->fd, name, out, in, err);
+}
+
 static int gguf_weights(qwen3_model *m, const gguf_file *g, int fd, df_error *err)
 {
     const qwen3_config *c = &m->c;
-    int64_t E = c->hidden, HD = (int64_t)c->heads * c->head_dim, KD = (int64_t)c->kv_heads * c->head_dim, F = c->ffn;
-    if (!(m->embed = gguf_tensor_f32(g, fd, "token_embd.weight", c->vocab, E, err)) ||
-        !(m->norm = gguf_tensor_f32(g, fd, "output_norm.weight", E, 0, err)))
+    gguf_src src = {g, fd};
+    if (!(m->embed = gguf_tensor_f32(g, fd, "token_embd.weight", c->vocab, c->hidden, err)) ||
+        !(m->norm = gguf_tensor_f32(g, fd, "output_norm.weight", c->hidden, 0, err)) ||
+        load_layers(m, &src, gguf_loader, 1, err))
         return -1;
-    m->l = xcalloc((size_t)c->layers, sizeof *m->l);
-    char n[96];
-    for (int il = 0; il < c->layers; il++) {
-        q3_layer *L = &m->l[il];
-#define T(field, suffix, a, b)                                                  \
-    do {                                                                        \
-        snprintf(n, sizeof n, "blk.%d.%s", il, suffix);                         \
-        if (!(L->field = gguf_tensor_f32(g, fd, n, a, b, err))) return -1;      \
-    } while (0)
-        T(attn_norm, "attn_norm.weight", E, 0);
-        T(q, "attn_q.weight", HD, E);
-        T(k, "attn_k.weight", KD, E);
-        T(v, "attn_v.weight", KD, E);
-        T(o, "attn_output.weight", E, HD);
-        T(q_norm, "attn_q_norm.weight", c->head_dim, 0);
-        T(k_norm, "attn_k_norm.weight", c->head_dim, 0);
-        T(ffn_norm, "ffn_norm.weight", E, 0);
-        T(gate, "ffn_gate.weight", F, E);
-        T(up, "ffn_up.weight", F, E);
-        T(down, "ffn_down.weight", E, F);
-#undef T
-    }
-    m->head = c->tied ? m->embed : gguf_tensor_f32(g, fd, "output.weight", c->vocab, E, err);
+    m->head = c->tied ? m->embed : gguf_tensor_f32(g, fd, "output.weight", c->vocab, c->hidden, err);
     return m->head ? 0 : -1;
 }
 
@@ -402,11 +420,9 @@ int qwen3_open(const char *dir, qwen3_model **out, df_error *err)
     rc = load_config(dir, &m->c, err) || open_shards(dir, &s, err) ? -1 : 0;
     if (!rc) {
         const qwen3_config *c = &m->c;
-        m->l = xcalloc((size_t)c->layers, sizeof *m->l);
         if (!(m->embed = load_tensor(&s, "model.embed_tokens.weight", c->vocab, c->hidden, err)) ||
-            !(m->norm = load_tensor(&s, "model.norm.weight", c->hidden, 0, err)))
+            !(m->norm = load_tensor(&s, "model.norm.weight", c->hidden, 0, err)) || load_layers(m, &s, st_loader, 0, err))
             rc = -1;
-        for (int il = 0; !rc && il < c->layers; il++) rc = load_layer(&s, c, il, &m->l[il], err);
     }
     if (!rc) {
         if (m->c.tied) m->head = m->embed;

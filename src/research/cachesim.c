@@ -260,6 +260,20 @@ static uint64_t replay_belady(const trace_t *t, int slots)
     return hits;
 }
 
+/* keep[k] = 1 for the (at most) slots experts the prior ranks highest
+ * (counts above 0; ties to the lower key); keep is [layers * experts]. */
+static void prior_top(const trace_t *t, int slots, const float *prior, uint8_t *keep)
+{
+    size_t nk = (size_t)t->n_layers * (size_t)t->n_experts;
+    for (int s = 0; s < slots; s++) {
+        size_t best = nk;
+        for (size_t k = 0; k < nk; k++)
+            if (!keep[k] && prior[k] > 0 && (best == nk || prior[k] > prior[best])) best = k;
+        if (best == nk) break;
+        keep[best] = 1;
+    }
+}
+
 /* The slots experts ranked highest by a prior (another run's heat), kept
  * from their first use: a fixed set chosen without this trace. */
 static uint64_t replay_prior_static(const trace_t *t, int slots, const float *prior)
@@ -268,13 +282,7 @@ static uint64_t replay_prior_static(const trace_t *t, int slots, const float *pr
     uint64_t *cnt = xcalloc(nk, sizeof *cnt), hits = 0;
     uint8_t *keep = xcalloc(nk, 1);
     for (size_t i = 0; i < t->n; i++) cnt[t->key[i]]++;
-    for (int s = 0; s < slots; s++) {
-        size_t best = nk;
-        for (size_t k = 0; k < nk; k++)
-            if (!keep[k] && prior[k] > 0 && (best == nk || prior[k] > prior[best])) best = k;
-        if (best == nk) break;
-        keep[best] = 1;
-    }
+    prior_top(t, slots, prior, keep);
     for (size_t k = 0; k < nk; k++)
         if (keep[k] && cnt[k]) hits += cnt[k] - 1;
     free(cnt);
@@ -291,14 +299,8 @@ static uint64_t replay_prior_layers(const trace_t *t, int slots, const float *pr
     size_t nk = (size_t)t->n_layers * (size_t)t->n_experts;
     uint8_t *keep = xcalloc(nk, 1);
     int *quota = xcalloc((size_t)t->n_layers, sizeof *quota);
-    for (int s = 0; s < slots; s++) {
-        size_t best = nk;
-        for (size_t k = 0; k < nk; k++)
-            if (!keep[k] && prior[k] > 0 && (best == nk || prior[k] > prior[best])) best = k;
-        if (best == nk) break;
-        keep[best] = 1;
-        quota[best / (size_t)t->n_experts]++;
-    }
+    prior_top(t, slots, prior, keep);
+    for (size_t k = 0; k < nk; k++) quota[k / (size_t)t->n_experts] += keep[k];
     uint64_t hits = 0;
     sim_cfg cfg = {.pol = CACHE_LFU, .prior = prior};
     for (int il = 0; il < t->n_layers; il++) {

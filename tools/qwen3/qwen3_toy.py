@@ -27,6 +27,15 @@ import sys
 import numpy as np
 
 
+# Hugging Face tensor names -> llama.cpp's (gguf-py tensor_mapping.py)
+GGUF_TOP = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight",
+            "lm_head.weight": "output.weight"}
+GGUF_LAYER = {"input_layernorm": "attn_norm", "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k",
+              "self_attn.v_proj": "attn_v", "self_attn.o_proj": "attn_output", "self_attn.q_norm": "attn_q_norm",
+              "self_attn.k_norm": "attn_k_norm", "post_attention_layernorm": "ffn_norm", "mlp.gate_proj": "ffn_gate",
+              "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down"}
+
+
 def bf16_round(a):
     """float32 -> the bf16 bit patterns (round to nearest even), as uint16"""
     u = a.astype(np.float32).view(np.uint32).astype(np.uint64)
@@ -138,12 +147,8 @@ def read_gguf(path):
            "num_key_value_heads": int(f("qwen3.attention.head_count_kv")),
            "head_dim": int(f("qwen3.attention.key_length")), "rope_theta": float(f("qwen3.rope.freq_base")),
            "rms_norm_eps": float(f("qwen3.attention.layer_norm_rms_epsilon"))}
-    back = {"token_embd.weight": "model.embed_tokens.weight", "output_norm.weight": "model.norm.weight",
-            "output.weight": "lm_head.weight"}
-    per = {"attn_norm": "input_layernorm", "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj",
-           "attn_v": "self_attn.v_proj", "attn_output": "self_attn.o_proj", "attn_q_norm": "self_attn.q_norm",
-           "attn_k_norm": "self_attn.k_norm", "ffn_norm": "post_attention_layernorm", "ffn_gate": "mlp.gate_proj",
-           "ffn_up": "mlp.up_proj", "ffn_down": "mlp.down_proj"}
+    back = {v: k for k, v in GGUF_TOP.items()}
+    per = {v: k for k, v in GGUF_LAYER.items()}
     W = {}
     for t in r.tensors:
         shape = [int(x) for x in reversed(t.shape)]
@@ -227,18 +232,12 @@ def to_gguf(model_dir, out, qtype):
     w.add_add_bos_token(False)
     qt = {"f32": gguf.GGMLQuantizationType.F32, "f16": gguf.GGMLQuantizationType.F16,
           "bf16": gguf.GGMLQuantizationType.BF16, "q8_0": gguf.GGMLQuantizationType.Q8_0}[qtype]
-    names = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight",
-             "lm_head.weight": "output.weight"}
-    per = {"input_layernorm": "attn_norm", "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k",
-           "self_attn.v_proj": "attn_v", "self_attn.o_proj": "attn_output", "self_attn.q_norm": "attn_q_norm",
-           "self_attn.k_norm": "attn_k_norm", "post_attention_layernorm": "ffn_norm", "mlp.gate_proj": "ffn_gate",
-           "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down"}
     for name, arr in W.items():
-        if name in names:
-            gname = names[name]
+        if name in GGUF_TOP:
+            gname = GGUF_TOP[name]
         else:
             parts = name.split(".")
-            gname = "blk.%s.%s.weight" % (parts[2], per[".".join(parts[3:-1])])
+            gname = "blk.%s.%s.weight" % (parts[2], GGUF_LAYER[".".join(parts[3:-1])])
         a = arr.astype(np.float32)
         if a.ndim == 1 or qtype == "f32":
             w.add_tensor(gname, a)

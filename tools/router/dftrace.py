@@ -327,13 +327,19 @@ def _static(steps, slots):
     return sum(cnt[k] - 1 for k in top)
 
 
-def _belady(steps, slots):
-    flat = [(i, key) for i, keys in enumerate(steps) for key in keys]
+def _next_use(flat):
+    """for each (group, key) access, the index of that key's next access (inf: none)"""
     nxt, last = [0] * len(flat), {}
     for j in range(len(flat) - 1, -1, -1):
         key = flat[j][1]
         nxt[j] = last.get(key, float("inf"))
         last[key] = j
+    return nxt
+
+
+def _belady(steps, slots):
+    flat = [(i, key) for i, keys in enumerate(steps) for key in keys]
+    nxt = _next_use(flat)
     res, hits = {}, 0               # key -> [next use, step]
     for j, (step, key) in enumerate(flat):
         if key in res:
@@ -358,11 +364,7 @@ def _belady_demand(steps, slots):
     flat = [(gi, key) for gi, keys in enumerate(g for keys in steps for g in
                                               [keys[i:i + slots] for i in range(0, len(keys), slots)])
             for key in keys]
-    nxt, last = [0] * len(flat), {}
-    for j in range(len(flat) - 1, -1, -1):
-        key = flat[j][1]
-        nxt[j] = last.get(key, float("inf"))
-        last[key] = j
+    nxt = _next_use(flat)
     res, hits = {}, 0               # key -> [next use, group]
     for j, (group, key) in enumerate(flat):
         if key in res:
