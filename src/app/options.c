@@ -10,6 +10,8 @@
 #define _GNU_SOURCE
 #include "options.h"
 #include "plan.h"
+#include "draft_xtok.h"
+#include "qwen3.h"
 #include "spec_state.h"
 #include "tokenizer.h"
 
@@ -777,10 +779,18 @@ df_drafter *open_drafter(const run_args *a, int vocab, int n_ctx)
     if (!drafting(a)) return NULL;
     /* auto: prompt lookup, which costs no model and no memory */
     const char *spec = !strcmp(a->draft, "auto") ? "ngram" : a->draft;
-    if (!strncmp(spec, "model:", 6) && spec[6]) check_draft_tokenizer(a->model, spec + 6);
-    size_t total = a->mem ? a->mem : df_mem_budget_default();
     df_drafter *d;
     df_error err = {0};
+    if (!strncmp(spec, "model:", 6) && spec[6] && qwen3_probe(spec + 6)) {
+        /* a Qwen3 model: another tokenizer, drafts translated (draft_xtok.c) */
+        if (df_drafter_open_xtok(spec + 6, a->model, n_ctx, &d, &err)) {
+            fprintf(stderr, "deltafin: %s\n", err.msg);
+            exit(1);
+        }
+        return d;
+    }
+    if (!strncmp(spec, "model:", 6) && spec[6]) check_draft_tokenizer(a->model, spec + 6);
+    size_t total = a->mem ? a->mem : df_mem_budget_default();
     /* a draft model runs on one thread: drafting is latency-bound on small
      * models, and a second worker pool's spinning would compete with the
      * target's on every pass */

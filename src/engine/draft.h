@@ -16,6 +16,8 @@
  *              rollback (df_session_mark / df_session_truncate); after a gap
  *              of over 256 ids (drafting held off), it restarts on the last
  *              256 instead of evaluating the gap.
+ * A Qwen3 model as model:PATH drafts across tokenizers instead
+ * (draft_xtok.h; the front end opens it).
  */
 #ifndef DF_DRAFT_H
 #define DF_DRAFT_H

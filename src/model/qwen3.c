@@ -589,7 +589,49 @@ static void layer(const qwen3_model *m, qwen3_state *s, int il)
     for (int i = 0; i < E; i++) s->x[i] += s->o[i];
 }
 
+static int eval_rows(const qwen3_model *m, qwen3_state *s, const int32_t *ids, int n, float *logits, int last_only,
+                     df_error *err);
+
 int qwen3_eval(const qwen3_model *m, qwen3_state *s, const int32_t *ids, int n, float *logits, df_error *err)
+{
+    return eval_rows(m, s, ids, n, logits, 0, err);
+}
+
+int qwen3_eval_last(const qwen3_model *m, qwen3_state *s, const int32_t *ids, int n, float *last, df_error *err)
+{
+    if (n < 1) return df_err_set(err, DF_ERR_ARG, -1, "qwen3: no ids to evaluate");
+    return eval_rows(m, s, ids, n, last, 1, err);
+}
+
+int qwen3_probe(const char *path)
+{
+    struct stat sb;
+    if (stat(path, &sb) != 0) return 0;
+    if (S_ISREG(sb.st_mode)) {
+        gguf_file g;
+        df_error e = {0};
+        if (gguf_open(path, &g, &e)) return 0;
+        const char *a;
+        size_t al;
+        int yes = !gguf_get_str(&g, "general.architecture", &a, &al, &e) && al == 5 && !memcmp(a, "qwen3", 5);
+        gguf_deinit(&g);
+        return yes;
+    }
+    char p[4096], *buf = NULL;
+    size_t len;
+    df_error e = {0};
+    snprintf(p, sizeof p, "%s/config.json", path);
+    if (read_small_file(p, &buf, &len, (size_t)1 << 20, &e)) return 0;
+    json_doc *d = json_parse(buf, len, &e);
+    free(buf);
+    const char *mt = d ? json_get_str(json_root(d), "model_type") : NULL;
+    int yes = mt && !strcmp(mt, "qwen3");
+    json_free(d);
+    return yes;
+}
+
+static int eval_rows(const qwen3_model *m, qwen3_state *s, const int32_t *ids, int n, float *logits, int last_only,
+                     df_error *err)
 {
     const qwen3_config *c = &m->c;
     if (n < 0 || s->pos + n > s->n_ctx)
@@ -602,9 +644,9 @@ int qwen3_eval(const qwen3_model *m, qwen3_state *s, const int32_t *ids, int n, 
         const float *e = m->embed + (size_t)ids[t] * (size_t)c->hidden;
         for (int i = 0; i < c->hidden; i++) s->x[i] = (double)e[i];
         for (int il = 0; il < c->layers; il++) layer(m, s, il);
-        if (logits) {
+        if (logits && (!last_only || t == n - 1)) {
             rmsnorm(s->x, m->norm, s->h, c->hidden, c->eps);
-            float *row = logits + (size_t)t * (size_t)c->vocab;
+            float *row = logits + (last_only ? 0 : (size_t)t * (size_t)c->vocab);
             for (int o = 0; o < c->vocab; o++) {
                 const float *w = m->head + (size_t)o * (size_t)c->hidden;
                 double a = 0;

@@ -45,5 +45,10 @@ int qwen3_state_pos(const qwen3_state *s);
 void qwen3_truncate(qwen3_state *s, int pos);
 /* Evaluate n ids at the state's position; logits (or NULL) gets [n][vocab]. */
 int qwen3_eval(const qwen3_model *m, qwen3_state *s, const int32_t *ids, int n, float *logits, df_error *err);
+/* The same, the logits of the last id only (last: [vocab]; n >= 1). */
+int qwen3_eval_last(const qwen3_model *m, qwen3_state *s, const int32_t *ids, int n, float *last, df_error *err);
+/* Whether path is a Qwen3 model qwen3_open would try (a folder whose
+ * config.json says model_type "qwen3", or a GGUF of architecture qwen3). */
+int qwen3_probe(const char *path);
 
 #endif

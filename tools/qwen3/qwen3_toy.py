@@ -3,9 +3,16 @@
 float64 reference logits, for deltafin's Qwen3 tests (tests/test_qwen3.c).
 
   qwen3_toy.py make OUT_DIR [--layers 2 --hidden 64 --heads 4 --kv-heads 2 --head-dim 32
-                            --ffn 96 --vocab 512 --untied --dtype f32|bf16 --seed 1]
+                            --ffn 96 --vocab 512 --untied --dtype f32|bf16 --seed 1 --embed-scale 0.5]
       config.json (model_type qwen3) and model.safetensors: weights N(0, 1/fan_in), norm weights
-      1 + N(0, 0.1), embeddings N(0, 0.5); tied embeddings unless --untied (then lm_head.weight).
+      1 + N(0, 0.1), embeddings N(0, embed-scale^2) (a large scale makes a confident drafter); tied embeddings unless --untied (then lm_head.weight).
+  qwen3_toy.py scripted OUT_DIR IDS --vocab V [--wrong-at J]
+      a Qwen3 model that proposes a known chain: after chain id i it predicts chain id i + 1 with
+      probability ~1 (one layer whose attention and MLP outputs are zero, so the hidden state is
+      the embedding: chain id i's row is the one-hot e_i, scaled; the untied lm_head maps e_i to
+      the next id; any other id gives all-zero logits, so no confident token).  Each chain id
+      must have one successor (the caller cuts the chain where that stops holding).  --wrong-at J
+      makes the successor of chain id J another id (a drafter that diverges there).
   qwen3_toy.py gguf MODEL_DIR OUT.gguf [--type f32|f16|bf16|q8_0]
       the same model as llama.cpp's converter writes it (conversion/qwen.py: general.architecture
       qwen3, its keys, blk.N.* tensor names, no output.weight when tied) with the weights in that
@@ -97,7 +104,7 @@ def make(out, args):
     rng = np.random.default_rng(seed)
     w = lambda o, i: (rng.standard_normal((o, i)) / np.sqrt(i)).astype(np.float32)
     nw = lambda n: (1 + 0.1 * rng.standard_normal(n)).astype(np.float32)
-    t = [("model.embed_tokens.weight", (0.5 * rng.standard_normal((V, E))).astype(np.float32))]
+    t = [("model.embed_tokens.weight", (arg(args, "--embed-scale", 0.5) * rng.standard_normal((V, E))).astype(np.float32))]
     for l in range(L):
         p = "model.layers.%d." % l
         t += [(p + "input_layernorm.weight", nw(E)), (p + "self_attn.q_proj.weight", w(H * D, E)),
@@ -116,6 +123,37 @@ def make(out, args):
            "vocab_size": V, "rms_norm_eps": 1e-6, "rope_theta": 1000000.0, "tie_word_embeddings": tied,
            "hidden_act": "silu", "attention_bias": False, "max_position_embeddings": 4096,
            "torch_dtype": "bfloat16" if dtype == "bf16" else "float32", "bos_token_id": 0, "eos_token_id": 1}
+    json.dump(cfg, open(out + "/config.json", "w"), indent=1)
+
+
+def scripted(out, chain, V, wrong_at):
+    import os
+    n = len(chain)
+    E = max(16, ((n + 15) // 16) * 16)
+    D, F = 16, 16
+    emb = np.zeros((V, E), np.float32)
+    head = np.zeros((V, E), np.float32)
+    for i, t in enumerate(chain):
+        emb[t, i] = 1.0
+        if i + 1 < n:
+            nxt = chain[i + 1] if i != wrong_at else (chain[i + 1] + 1) % V
+            head[nxt, i] = 8.0
+    p = "model.layers.0."
+    z = lambda o, i: np.zeros((o, i), np.float32)
+    one = lambda k: np.ones(k, np.float32)
+    t = [("model.embed_tokens.weight", emb), (p + "input_layernorm.weight", one(E)),
+         (p + "self_attn.q_proj.weight", z(D, E)), (p + "self_attn.k_proj.weight", z(D, E)),
+         (p + "self_attn.v_proj.weight", z(D, E)), (p + "self_attn.o_proj.weight", z(E, D)),
+         (p + "self_attn.q_norm.weight", one(D)), (p + "self_attn.k_norm.weight", one(D)),
+         (p + "post_attention_layernorm.weight", one(E)), (p + "mlp.gate_proj.weight", z(F, E)),
+         (p + "mlp.up_proj.weight", z(F, E)), (p + "mlp.down_proj.weight", z(E, F)),
+         ("model.norm.weight", one(E)), ("lm_head.weight", head)]
+    os.makedirs(out, exist_ok=True)
+    write_safetensors(out + "/model.safetensors", t, "f32")
+    cfg = {"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": E, "num_hidden_layers": 1,
+           "num_attention_heads": 1, "num_key_value_heads": 1, "head_dim": D, "intermediate_size": F,
+           "vocab_size": V, "rms_norm_eps": 1e-6, "rope_theta": 1000000.0, "tie_word_embeddings": False,
+           "hidden_act": "silu", "torch_dtype": "float32"}
     json.dump(cfg, open(out + "/config.json", "w"), indent=1)
 
 
@@ -254,6 +292,8 @@ if __name__ == "__main__":
     a = sys.argv[1:]
     if len(a) >= 2 and a[0] == "make":
         make(a[1], a[2:])
+    elif len(a) >= 3 and a[0] == "scripted":
+        scripted(a[1], [int(t) for t in a[2].split(",")], arg(a, "--vocab", 151936), arg(a, "--wrong-at", -1))
     elif len(a) >= 3 and a[0] == "gguf":
         to_gguf(a[1], a[2], arg(a, "--type", "f32"))
     elif len(a) >= 4 and a[0] == "ref":

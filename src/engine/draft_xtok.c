@@ -1,0 +1,215 @@
+/* draft_xtok.c - a drafter with another tokenizer (issue 42: Qwen3 drafting
+ * for K3), behind the df_drafter interface: the history is kept as bytes,
+ * re-encoded for the drafter, and only the draft is translated back into
+ * the target's ids, never the history through a lossy string.
+ *
+ * A proposal, for the target ids hist[0..n):
+ *  1. The text: the bytes of the target ids after the last special token
+ *     (the current message; markup is the target's, not text the drafter
+ *     knows).  A text ending inside a UTF-8 character proposes nothing.
+ *  2. The drafter's ids: the text encoded by its tokenizer (NFC and its
+ *     regex, tokenizer.h).  Its KV cache is kept over the longest common
+ *     prefix with the ids it last evaluated; only the rest is evaluated.
+ *  3. Up to k + 2 greedy drafter tokens, stopping before the first whose
+ *     own probability is under XT_CONFIDENCE.
+ *  4. The draft's bytes, less a trailing partial character, appended to
+ *     the bytes of the last XT_TAIL target ids (fewer if a special is
+ *     nearer) and encoded by the target's tokenizer: when that reproduces
+ *     those tail ids first, the ids after them are the proposal, less the
+ *     last one (it may be an unfinished word that more text would merge
+ *     into another token), at most k.  Otherwise nothing is proposed and
+ *     the translation counter grows.
+ * Proposals never change a token: the target verifies each (generate.c).
+ * The drafter is the Qwen3 scalar reference (qwen3.c).
+ */
+#include "draft_xtok.h"
+#include "qwen3.h"
+#include "util.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define XT_TAIL 4
+#define XT_CONFIDENCE 0.30
+
+typedef struct xtok {
+    tokenizer *tt, *dt;         /* the target's and the drafter's */
+    qwen3_model *m;
+    qwen3_state *s;
+    int n_ctx, V;
+    int32_t *qids;              /* the drafter ids its state holds, [n_ctx] */
+    int n_q;
+    float *logits;              /* [V] */
+    unsigned char *text;        /* the history's bytes */
+    size_t text_cap;
+    int32_t *enc;               /* encodings (grown by tokenizer_encode) */
+    size_t enc_cap;
+    xtok_stats st;
+} xtok;
+
+static int utf8_complete(const unsigned char *p, size_t n)
+{
+    /* the last lead byte's sequence must be whole */
+    size_t i = n;
+    while (i > 0 && (p[i - 1] & 0xC0) == 0x80 && n - i < 3) i--;
+    if (i == 0) return n == 0;
+    unsigned char c = p[i - 1];
+    size_t need = c < 0x80 ? 1 : c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
+    return n - (i - 1) >= need;
+}
+
+static size_t cut_partial(const unsigned char *p, size_t n)
+{
+    while (n && !utf8_complete(p, n)) n--;
+    return n;
+}
+
+static void text_put(xtok *x, size_t *len, const char *b, size_t n)
+{
+    if (*len + n + 1 > x->text_cap) {
+        x->text_cap = (*len + n + 1) * 2;
+        x->text = xrealloc(x->text, x->text_cap);
+    }
+    memcpy(x->text + *len, b, n);
+    *len += n;
+}
+
+/* Greedy drafter tokens after the state's ids: at most m, stopping before a
+ * token under the confidence; the logits of the state's last id are in x->logits. */
+static int generate(xtok *x, int m, int32_t *gen, df_error *err)
+{
+    int g = 0;
+    while (g < m && x->n_q < x->n_ctx) {
+        int best = 0;
+        for (int i = 1; i < x->V; i++)
+            if (x->logits[i] > x->logits[best]) best = i;
+        double z = 0;
+        for (int i = 0; i < x->V; i++) z += exp((double)x->logits[i] - (double)x->logits[best]);
+        if (1.0 / z < XT_CONFIDENCE || tokenizer_is_special(x->dt, best) || best >= tokenizer_n_vocab(x->dt)) break;
+        gen[g++] = best;
+        if (qwen3_eval_last(x->m, x->s, &gen[g - 1], 1, x->logits, err)) return -1;
+        x->qids[x->n_q++] = gen[g - 1];
+    }
+    return g;
+}
+
+static int xt_propose(df_drafter *d, const int32_t *hist, size_t n, int32_t *out, int k, df_error *err)
+{
+    xtok *x = d->state;
+    /* 1. the current message's bytes */
+    size_t from = n;
+    while (from > 0 && !tokenizer_is_special(x->tt, hist[from - 1])) from--;
+    size_t len = 0;
+    for (size_t i = from; i < n; i++) {
+        size_t bl;
+        const char *b = tokenizer_token_bytes(x->tt, hist[i], &bl);
+        if (b) text_put(x, &len, b, bl);
+    }
+    if (!len || !utf8_complete(x->text, len)) {
+        x->st.boundary += len != 0;
+        return 0;
+    }
+    /* 2. the drafter's ids, its cache kept over the common prefix */
+    size_t ne = 0;
+    if (tokenizer_encode(x->dt, (const char *)x->text, len, 0, &x->enc, &ne, &x->enc_cap, err)) return -1;
+    if (ne + (size_t)k + 3 > (size_t)x->n_ctx) return 0; /* past the drafter's context */
+    int same = 0;
+    while (same < x->n_q && (size_t)same < ne && x->qids[same] == x->enc[same]) same++;
+    if ((size_t)same == ne) same--; /* the last id is evaluated again for its logits */
+    qwen3_truncate(x->s, same);
+    if (qwen3_eval_last(x->m, x->s, x->enc + same, (int)ne - same, x->logits, err)) return -1;
+    memcpy(x->qids + same, x->enc + same, (ne - (size_t)same) * sizeof *x->qids);
+    x->n_q = (int)ne;
+    /* 3. greedy drafter tokens */
+    int32_t gen[GEN_MAX_DRAFT + 2];
+    int g = generate(x, k + 2 < GEN_MAX_DRAFT + 2 ? k + 2 : GEN_MAX_DRAFT + 2, gen, err);
+    if (g < 0) return -1;
+    x->st.drafter_tokens += (uint64_t)g;
+    if (!g) return 0;
+    /* 4. the draft's bytes after the tail's, in the target's ids */
+    size_t tail0 = n - (n - from < XT_TAIL ? n - from : XT_TAIL), dl = 0;
+    for (size_t i = tail0; i < n; i++) {
+        size_t bl;
+        const char *b = tokenizer_token_bytes(x->tt, hist[i], &bl);
+        text_put(x, &dl, b, bl);
+    }
+    size_t tail_bytes = dl;
+    for (int i = 0; i < g; i++) {
+        size_t bl;
+        const char *b = tokenizer_token_bytes(x->dt, gen[i], &bl);
+        if (b) text_put(x, &dl, b, bl);
+    }
+    dl = tail_bytes + cut_partial(x->text + tail_bytes, dl - tail_bytes);
+    ne = 0;
+    if (tokenizer_encode(x->tt, (const char *)x->text, dl, 0, &x->enc, &ne, &x->enc_cap, err)) return -1;
+    size_t nt = n - tail0;
+    if (ne < nt || memcmp(x->enc, hist + tail0, nt * sizeof *hist)) {
+        x->st.untranslated++;
+        return 0;
+    }
+    int np = (int)(ne - nt) - 1; /* the last may be an unfinished word */
+    if (np > k) np = k;
+    for (int i = 0; i < np; i++) out[i] = x->enc[nt + (size_t)i];
+    x->st.proposals += np > 0;
+    return np > 0 ? np : 0;
+}
+
+static void xt_reset(df_drafter *d)
+{
+    xtok *x = d->state;
+    qwen3_truncate(x->s, 0);
+    x->n_q = 0;
+}
+
+static void xt_destroy(df_drafter *d)
+{
+    xtok *x = d->state;
+    if (!x) return;
+    tokenizer_free(x->tt);
+    tokenizer_free(x->dt);
+    qwen3_state_free(x->s);
+    qwen3_free(x->m);
+    free(x->qids), free(x->logits), free(x->text), free(x->enc);
+    free(x);
+    d->state = NULL;
+}
+
+int df_drafter_open_xtok(const char *path, const char *target_model, int n_ctx, df_drafter **out, df_error *err)
+{
+    *out = NULL;
+    xtok *x = xcalloc(1, sizeof *x);
+    df_drafter *d = xcalloc(1, sizeof *d);
+    d->name = "xtok";
+    d->state = x;
+    d->propose = xt_propose;
+    d->reset = xt_reset;
+    d->destroy = xt_destroy;
+    x->n_ctx = n_ctx;
+    if (tokenizer_load(target_model, &x->tt, err) || tokenizer_load(path, &x->dt, err) || qwen3_open(path, &x->m, err) ||
+        qwen3_state_new(x->m, n_ctx, &x->s, err)) {
+        df_err_prefix(err, "--draft model:%s", path);
+        xt_destroy(d);
+        free(d);
+        return -1;
+    }
+    x->V = qwen3_cfg(x->m)->vocab;
+    if (x->V < tokenizer_n_vocab(x->dt)) {
+        df_err_set(err, DF_ERR_FORMAT, -1, "--draft model:%s: the model's vocabulary (%d) is smaller than its tokenizer's (%d)",
+                   path, x->V, tokenizer_n_vocab(x->dt));
+        xt_destroy(d);
+        free(d);
+        return -1;
+    }
+    x->qids = xmalloc((size_t)n_ctx * sizeof *x->qids);
+    x->logits = xmalloc((size_t)x->V * sizeof *x->logits);
+    *out = d;
+    return 0;
+}
+
+int df_drafter_xtok_stats(const df_drafter *d, xtok_stats *st)
+{
+    if (!d || d->propose != xt_propose) return -1;
+    *st = ((const xtok *)d->state)->st;
+    return 0;
+}
