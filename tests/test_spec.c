@@ -826,6 +826,14 @@ static void test_cli_xtok(void)
         if (!wrong) TCHECKF(acc == prop, "an always-right drafter had %ld of %ld accepted", acc, prop);
         else TCHECKF(acc < prop, "a drafter wrong once had all %ld accepted", prop);
     }
+    /* a drafter that does not fit its share of --mem is refused with the numbers */
+    char spec[700];
+    snprintf(spec, sizeof spec, "model:%s", qdir);
+    const char *small[] = {build_bin("deltafin"), "run", "--model", mini, "--prompt-ids", ids, "--max-new", "2",
+                           "--draft", spec, "--draft-mem", "64K", NULL};
+    TCHECKF(t_run(small, NULL, 0, errs, sizeof errs) != 0 && strstr(errs, "the Qwen3 drafter needs") &&
+                strstr(errs, "--draft-mem"),
+            "%s", errs);
     free(pid);
     free(q);
     tokenizer_free(tt);

@@ -783,7 +783,8 @@ df_drafter *open_drafter(const run_args *a, int vocab, int n_ctx)
     df_error err = {0};
     if (!strncmp(spec, "model:", 6) && spec[6] && qwen3_probe(spec + 6)) {
         /* a Qwen3 model: another tokenizer, drafts translated (draft_xtok.c) */
-        if (df_drafter_open_xtok(spec + 6, a->model, n_ctx, &d, &err)) {
+        size_t total = a->mem ? a->mem : df_mem_budget_default();
+        if (df_drafter_open_xtok(spec + 6, a->model, n_ctx, draft_share(a, total), &d, &err)) {
             fprintf(stderr, "deltafin: %s\n", err.msg);
             exit(1);
         }

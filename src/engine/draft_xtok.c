@@ -175,9 +175,22 @@ static void xt_destroy(df_drafter *d)
     d->state = NULL;
 }
 
-int df_drafter_open_xtok(const char *path, const char *target_model, int n_ctx, df_drafter **out, df_error *err)
+int df_drafter_open_xtok(const char *path, const char *target_model, int n_ctx, size_t mem_budget, df_drafter **out,
+                         df_error *err)
 {
     *out = NULL;
+    if (n_ctx > XT_MAX_CTX) n_ctx = XT_MAX_CTX;
+    qwen3_config qc;
+    if (qwen3_read_config(path, &qc, err)) {
+        df_err_prefix(err, "--draft model:%s", path);
+        return -1;
+    }
+    size_t need = qwen3_bytes(&qc, n_ctx);
+    if (need > mem_budget)
+        return df_err_set(err, DF_ERR_LIMIT, -1,
+                          "--draft model:%s: the Qwen3 drafter needs %.2f GiB (f32 weights and a KV cache of %d "
+                          "positions); its share of --mem is %.2f GiB (--draft-mem)",
+                          path, need / 1073741824.0, n_ctx, mem_budget / 1073741824.0);
     xtok *x = xcalloc(1, sizeof *x);
     df_drafter *d = xcalloc(1, sizeof *d);
     d->name = "xtok";

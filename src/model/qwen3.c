@@ -460,6 +460,29 @@ void qwen3_free(qwen3_model *m)
 
 const qwen3_config *qwen3_cfg(const qwen3_model *m) { return &m->c; }
 
+int qwen3_read_config(const char *path, qwen3_config *c, df_error *err)
+{
+    struct stat sb;
+    if (stat(path, &sb) == 0 && S_ISREG(sb.st_mode)) {
+        gguf_file g;
+        if (gguf_open(path, &g, err)) return -1;
+        int rc = gguf_config(&g, c, err);
+        gguf_deinit(&g);
+        return rc;
+    }
+    return load_config(path, c, err);
+}
+
+size_t qwen3_bytes(const qwen3_config *c, int n_ctx)
+{
+    size_t E = (size_t)c->hidden, HD = (size_t)c->heads * (size_t)c->head_dim;
+    size_t KD = (size_t)c->kv_heads * (size_t)c->head_dim, F = (size_t)c->ffn, V = (size_t)c->vocab;
+    size_t layer = 2 * E + 2 * (size_t)c->head_dim + HD * E * 2 + KD * E * 2 + 3 * F * E;
+    size_t weights = (V * E * (c->tied ? 1 : 2) + E + layer * (size_t)c->layers) * sizeof(float);
+    size_t kv = 2 * (size_t)c->layers * (size_t)n_ctx * KD * sizeof(float);
+    return weights + kv;
+}
+
 int qwen3_state_new(const qwen3_model *m, int n_ctx, qwen3_state **out, df_error *err)
 {
     const qwen3_config *c = &m->c;

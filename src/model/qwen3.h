@@ -34,6 +34,10 @@ typedef struct qwen3_state qwen3_state;
 /* path: a folder (safetensors) or a GGUF file.  Every error names the file
  * and the field or tensor. */
 int qwen3_open(const char *dir, qwen3_model **out, df_error *err);
+/* The configuration alone (no weights read), and the bytes qwen3_open and
+ * a state of n_ctx positions take (f32 weights, the KV cache). */
+int qwen3_read_config(const char *path, qwen3_config *c, df_error *err);
+size_t qwen3_bytes(const qwen3_config *c, int n_ctx);
 void qwen3_free(qwen3_model *m);
 const qwen3_config *qwen3_cfg(const qwen3_model *m);
 
