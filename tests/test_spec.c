@@ -810,8 +810,10 @@ static void test_cli_xtok(void)
         char spec[700];
         snprintf(spec, sizeof spec, "model:%s", qdir);
         const char *a1[] = {build_bin("deltafin"), "run", "--model", mini, "--prompt-ids", ids, "--max-new", "12",
-                            "--bench-json", "--dump-logits", dump1, "--draft", spec, "--draft-k", "4", NULL};
+                            "--bench-json", "--dump-logits", dump1, "--draft", spec, "--draft-k", "4", "--stats", NULL};
         TCHECKF(t_run(a1, out1, sizeof out1, errs, sizeof errs) == 0, "%s", errs);
+        TCHECKF(strstr(errs, "cross-tokenizer drafter: ") && strstr(errs, "did not translate"),
+                "--stats has no cross-tokenizer line");
         const char *i0 = strstr(out0, "\"ids\":["), *i1 = strstr(out1, "\"ids\":[");
         TCHECK(i0 && i1 && !strncmp(i0, i1, (size_t)(strchr(i0, ']') - i0)));
         size_t n0 = 0, n1 = 0;

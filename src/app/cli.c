@@ -108,7 +108,7 @@ static int cmd_run(int argc, char **argv)
     if (sink_commit(&sink)) return 1;
     if (a.session && session_store(&gl, s, a.session)) return 1;
     if (a.stats) print_run_stats(eng, n_prompt, t1 - t0, n_gen, t2 - t1);
-    if (a.stats && dr) print_draft_stats(&gl.st);
+    if (a.stats && dr) print_draft_stats(&gl.st), print_xtok_stats(dr);
     gen_free(&gl);
     df_drafter_free(dr);
     sampler_free(&smp);

@@ -452,7 +452,7 @@ int run_text(run_args *a)
     if (!rc && sink_commit(&g.sink)) rc = 1;
     if (!rc && a->session && session_store(&g.gl, g.s, a->session)) rc = 1;
     if (!rc && a->stats) print_run_stats(g.eng, g.prompt_tokens, t1 - g.t_start, g.gen_tokens, t2 - t1);
-    if (!rc && a->stats && g.dr) print_draft_stats(&g.gl.st);
+    if (!rc && a->stats && g.dr) print_draft_stats(&g.gl.st), print_xtok_stats(g.dr);
 done:
     teardown(&g);
     return rc;

@@ -813,6 +813,17 @@ void gen_from_args(gen_loop *g, const run_args *a, df_engine *eng, df_session *s
     spec_state_load(a, g);
 }
 
+void print_xtok_stats(const df_drafter *dr)
+{
+    xtok_stats x;
+    if (df_drafter_xtok_stats(dr, &x)) return;
+    fprintf(stderr,
+            "deltafin: cross-tokenizer drafter: %llu proposals from %llu drafter tokens; %llu drafts did not translate "
+            "at the history's tail, %llu histories ended inside a character\n",
+            (unsigned long long)x.proposals, (unsigned long long)x.drafter_tokens, (unsigned long long)x.untranslated,
+            (unsigned long long)x.boundary);
+}
+
 void print_draft_stats(const gen_stats *st)
 {
     if (st->shadow_scored)

@@ -94,5 +94,7 @@ df_drafter *open_drafter(const run_args *a, int vocab, int n_ctx);
 void gen_from_args(gen_loop *g, const run_args *a, df_engine *eng, df_session *s, sampler *smp, df_drafter *dr);
 /* The drafting counters of a run, one line on stderr (--stats). */
 void print_draft_stats(const gen_stats *st);
+/* A cross-tokenizer drafter's counters (draft_xtok.h); nothing for others. */
+void print_xtok_stats(const df_drafter *dr);
 
 #endif
