@@ -17,6 +17,15 @@ sentence, one of several, ended at the right id. Each example here is
   (teacher-forced, no loss) and closed by END (the id of '"', as in a JSON string);
 * loss only on the copied ids and their END markers.
 
+Stage I additions (defaults keep the stage-H generator and its held-out set exactly):
+* a fourth framing, "word" (--modes ...,word:P): the value is ONE WORD of the tokenizer: a space-led
+  letter id (` Bei`) then 0..2 letter ids without a space (`jing`); it is closed by the next word (a
+  space-led id; 1 in 4 times a boundary token instead), so the end must be read from the word
+  boundary, as in "weather in Beijing today"; no connector. Half the time (when the tokenizer has
+  it) the copy starts with the same piece WITHOUT its space (`Bei`), as a JSON string value does;
+* clean=True: a connector id only in the quote / pair framings (behind the key, before the open id);
+  without an open id, a connector made the value's first id ambiguous (the connector or the value?).
+
 Examples are packed into windows of T+1 ids like copy_check.make_windows (the rest is PAD) and returned
 in the same form (x, mask, example id per target, number of examples), so copy_check.evaluate scores
 them (token accuracy over values + END, full-copy = every value of the example right).
@@ -27,13 +36,54 @@ import torch
 # boundary tokens of the k3-mini tokenizer (tiktoken ids): . , ? ! ) " : ; \n .\n and to in or
 PUNCT = np.array([13, 11, 30, 0, 8, 1, 25, 26, 198, 325, 331, 339, 322, 510], dtype=np.int64)
 END = 1  # '"'
+MODES = ("quote", "pair", "punct", "word")
+DEFAULT_MODES = (0.35, 0.2, 0.45, 0.0)
+_WORDS = None
 
 
-def span_spec(c, min_len=1, max_len=6, max_values=3):
+def word_ids():
+    """(space-led letter ids, letter ids without a space, {space-led id: the same piece without its space})
+    of the k3-mini tokenizer (models/k3-mini/tiktoken.model: base64 piece + id per line)"""
+    global _WORDS
+    if _WORDS is None:
+        import base64
+        import os
+        path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "models", "k3-mini",
+                            "tiktoken.model")
+        toks = {}
+        for line in open(path):
+            b, r = line.split()
+            toks[int(r)] = base64.b64decode(b)
+        inv = {t: i for i, t in toks.items()}
+        start = sorted(i for i, t in toks.items() if len(t) > 1 and t[:1] == b" " and t[1:].isalpha())
+        cont = sorted(i for i, t in toks.items() if t.isalpha())
+        strip = {i: inv[toks[i][1:]] for i in start if toks[i][1:] in inv}
+        _WORDS = (np.array(start, dtype=np.int64), np.array(cont, dtype=np.int64), strip)
+    return _WORDS
+
+
+def parse_modes(text):
+    """ "quote:0.25,pair:0.15,punct:0.2,word:0.4" -> probabilities in MODES order (normalised)"""
+    if not text:
+        return DEFAULT_MODES
+    d = {}
+    for q in text.split(","):
+        k, v = q.split(":")
+        if k.strip() not in MODES:
+            raise ValueError("unknown span mode %r (one of %s)" % (k, MODES))
+        d[k.strip()] = float(v)
+    p = np.array([d.get(k, 0.0) for k in MODES])
+    return tuple(float(x) for x in p / p.sum())
+
+
+def span_spec(c, min_len=1, max_len=6, max_values=3, modes=None, clean=False):
     """make_span_windows' arguments after (rng, nwin, T) for a text config c"""
     V = c["vocab_size"]
-    return (V, min_len, max_len, max_values, c["bos_token_id"], V - 256 + 5, c["eos_token_id"],
+    spec = (V, min_len, max_len, max_values, c["bos_token_id"], V - 256 + 5, c["eos_token_id"],
             c["pad_token_id"])
+    if (modes is None or tuple(modes) == DEFAULT_MODES) and not clean:
+        return spec                      # the stage-H generator (same random stream)
+    return spec + (tuple(modes or DEFAULT_MODES), bool(clean))
 
 
 def _draw(rng, nsym, n, bad):
@@ -46,10 +96,15 @@ def _draw(rng, nsym, n, bad):
     return out
 
 
-def make_example(rng, nsym, lo, hi, max_values, bos, sep, eos):
+def make_example(rng, nsym, lo, hi, max_values, bos, sep, eos, modes=None, clean=False):
     """-> ids (np int64), target mask over ids[1:] (float32, 1 = predicted id is a copied id or END)"""
     k = int(rng.integers(1, max_values + 1))
-    mode = rng.choice(3, p=[0.35, 0.2, 0.45])  # quote, pair, punct
+    if modes is None:
+        mode = rng.choice(3, p=[0.35, 0.2, 0.45])  # quote, pair, punct (the stage-H stream)
+    else:
+        mode = rng.choice(4, p=list(modes))        # quote, pair, punct, word
+    if mode == 3:
+        return _word_example(rng, nsym, k, hi, bos, sep, eos)
     punct = set(int(p) for p in PUNCT)
     bad = {END}
     if mode == 0:
@@ -78,7 +133,7 @@ def make_example(rng, nsym, lo, hi, max_values, bos, sep, eos):
     sent += list(_draw(rng, nsym, int(rng.integers(1, 7)), fill_bad))
     for i in range(k):
         sent.append(keys[i])
-        if rng.random() < 0.5:
+        if (not clean or opn is not None) and rng.random() < 0.5:
             sent += list(_draw(rng, nsym, 1, fill_bad))
         if opn is not None:
             sent.append(opn)
@@ -105,7 +160,61 @@ def make_example(rng, nsym, lo, hi, max_values, bos, sep, eos):
     return np.array(ids, dtype=np.int64), np.array(tgt, dtype=np.float32)
 
 
-def make_span_windows(rng, nwin, T, V, lo, hi, max_values, bos, sep, eos, pad):
+def _answer(rng, sent, keys, vals, outs, sep, eos):
+    ids = list(sent) + [sep]
+    tgt = [0.0] * (len(ids) - 1)
+    order = list(range(len(keys)))
+    if rng.random() < 0.5:
+        rng.shuffle(order)
+    for i in order:
+        ids.append(keys[i])
+        tgt.append(0.0)           # predicting the key: no loss
+        for t in outs[i]:
+            ids.append(int(t))
+            tgt.append(1.0)
+        ids.append(END)
+        tgt.append(1.0)
+    ids.append(eos)
+    tgt.append(0.0)
+    return np.array(ids, dtype=np.int64), np.array(tgt, dtype=np.float32)
+
+
+def _word_example(rng, nsym, k, hi, bos, sep, eos):
+    """the "word" framing: key, then a one-word value (space-led id + 0..2 letter ids), closed by the
+    next word (a space-led id) or, 1 in 4, a boundary token; the copy drops the space half the time"""
+    start, cont, strip = word_ids()
+    start, cont = start[start < nsym], cont[cont < nsym]
+    keys, vals, outs = [], [], []
+    used = {END}
+    for _ in range(k):
+        n = int(rng.integers(1, min(hi, 3) + 1))
+        v = [int(start[rng.integers(len(start))])] + [int(cont[rng.integers(len(cont))]) for _ in range(n - 1)]
+        vals.append(v)
+        o = list(v)
+        if v[0] in strip and rng.random() < 0.5:
+            o[0] = strip[v[0]]
+        outs.append(o)
+    for v in vals:
+        used |= set(v)
+    for _ in range(k):
+        key = int(_draw(rng, nsym, 1, used)[0])
+        used.add(key)
+        keys.append(key)
+    fill_bad = set(keys) | {END}
+    sent = [bos] + list(_draw(rng, nsym, int(rng.integers(1, 7)), fill_bad))
+    for i in range(k):
+        sent.append(keys[i])
+        sent += vals[i]
+        if rng.random() < 0.75:
+            sent.append(int(start[rng.integers(len(start))]))
+        else:
+            sent.append(int(PUNCT[rng.integers(len(PUNCT))]))
+        sent += list(_draw(rng, nsym, int(rng.integers(0, 5)), fill_bad))
+    sent += list(_draw(rng, nsym, int(rng.integers(0, 4)), fill_bad))
+    return _answer(rng, sent, keys, vals, outs, sep, eos)
+
+
+def make_span_windows(rng, nwin, T, V, lo, hi, max_values, bos, sep, eos, pad, modes=None, clean=False):
     """-> x [nwin, T+1] int64, mask [nwin, T], seqid [nwin, T] (-1 where no target), number of examples"""
     nsym = V - 256
     x = np.full((nwin, T + 1), pad, dtype=np.int64)
@@ -115,7 +224,7 @@ def make_span_windows(rng, nwin, T, V, lo, hi, max_values, bos, sep, eos, pad):
     for w in range(nwin):
         p = 0
         while True:
-            ids, tg = make_example(rng, nsym, lo, hi, max_values, bos, sep, eos)
+            ids, tg = make_example(rng, nsym, lo, hi, max_values, bos, sep, eos, modes, clean)
             L = len(ids)
             if p + L > T + 1:
                 if p == 0:
@@ -131,8 +240,14 @@ def make_span_windows(rng, nwin, T, V, lo, hi, max_values, bos, sep, eos, pad):
 
 
 def heldout_set(spec, T, windows):
-    """the fixed held-out span set (seed 30_011; training draws from train.py's seed + 39_000)"""
-    return make_span_windows(np.random.default_rng(30_011), windows, T, *spec)
+    """the fixed held-out span set (seed 30_011; training draws from train.py's seed + 39_000); always the
+    stage-H generator (spec[:8]), so its numbers compare across stages"""
+    return make_span_windows(np.random.default_rng(30_011), windows, T, *spec[:8])
+
+
+def heldout_word_set(spec, T, windows):
+    """a fixed held-out set of the "word" framing only (seed 30_012)"""
+    return make_span_windows(np.random.default_rng(30_012), windows, T, *spec[:8], (0.0, 0.0, 0.0, 1.0), True)
 
 
 if __name__ == "__main__":

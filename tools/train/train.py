@@ -202,6 +202,12 @@ def main():
     ap.add_argument("--span-min-len", type=int, default=1)
     ap.add_argument("--span-max-len", type=int, default=6)
     ap.add_argument("--span-max-values", type=int, default=3)
+    ap.add_argument("--span-modes", default="",
+                    help='span framings and their shares, e.g. "quote:0.25,pair:0.15,punct:0.2,word:0.4" (copy_span.py; '
+                         'empty: the stage-H mix quote 0.35 / pair 0.2 / punct 0.45); with word > 0 a held-out '
+                         'word-framing set is logged too ("span-word eval")')
+    ap.add_argument("--span-clean", action="store_true",
+                    help="span rows: a connector id only before an open id (quote / pair framings)")
     ap.add_argument("--span-eval-seq", type=int, default=128)
     ap.add_argument("--span-eval-windows", type=int, default=64)
     args = ap.parse_args()
@@ -309,8 +315,12 @@ def main():
     if span_on:
         import copy_check as cc
         import copy_span as cs
-        span_spec = cs.span_spec(c, args.span_min_len, args.span_max_len, args.span_max_values)
+        span_modes = cs.parse_modes(args.span_modes)
+        span_spec = cs.span_spec(c, args.span_min_len, args.span_max_len, args.span_max_values, span_modes,
+                                 args.span_clean)
         span_ev = cs.heldout_set(span_spec, args.span_eval_seq, args.span_eval_windows)
+        span_word_ev = (cs.heldout_word_set(span_spec, args.span_eval_seq, args.span_eval_windows)
+                        if span_modes[3] > 0 else None)
         span_fracs = (cc.parse_schedule(args.span_frac_schedule, float) if args.span_frac_schedule
                       else [(args.span_frac, None)])
         span_rng = np.random.default_rng(args.seed + 39_000)
@@ -319,8 +329,10 @@ def main():
                 span_rng.bit_generator.state = state["span_rng"]
             span_ids = state.get("span_ids", 0)
             evals = state.get("evals", [])
-        log("span rows: share %s, values 1-%d of %d-%d ids, held-out %d examples" %
-            (span_fracs, args.span_max_values, args.span_min_len, args.span_max_len, span_ev[3]))
+        log("span rows: share %s, values 1-%d of %d-%d ids, framings %s%s, held-out %d examples%s" %
+            (span_fracs, args.span_max_values, args.span_min_len, args.span_max_len, span_modes,
+             " (clean)" if args.span_clean else "", span_ev[3],
+             " + %d word-framing examples" % span_word_ev[3] if span_word_ev is not None else ""))
 
     def span_rows_at(st_, budget_rows):
         f = cc.value_at(span_fracs, st_) * args.batch
@@ -331,7 +343,12 @@ def main():
     def span_eval():
         el, ta, fa = cc.evaluate(model, span_ev, 16)
         log("step %d span eval loss %.4f tok-acc %.4f full-copy %.4f" % (step, el, ta, fa))
-        return dict(span_eval_loss=round(el, 4), span_tok_acc=round(ta, 4), span_full=round(fa, 4))
+        rec = dict(span_eval_loss=round(el, 4), span_tok_acc=round(ta, 4), span_full=round(fa, 4))
+        if span_word_ev is not None:
+            el, ta, fa = cc.evaluate(model, span_word_ev, 16)
+            log("step %d span-word eval loss %.4f tok-acc %.4f full-copy %.4f" % (step, el, ta, fa))
+            rec.update(span_word_eval_loss=round(el, 4), span_word_tok_acc=round(ta, 4), span_word_full=round(fa, 4))
+        return rec
 
     def synth_evals():
         return {**(copy_eval() if copy_on else {}), **(span_eval() if span_on else {})}

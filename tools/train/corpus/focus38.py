@@ -11,6 +11,8 @@ check_heldout38.py. Deterministic (seed 38039).
 
 usage: focus38.py IN.jsonl OUT.jsonl [--prose-frac 0.15]
        focus38.py IN.jsonl OUT.jsonl --arith [--tool-frac 0.3 --chat-frac 0.25 --prose-frac 0.05]
+       [--arith-kinds sub,mul,add_nothink]   (stage I: keep only these arithmetic kinds; default all:
+       add_think, add_nothink, sub, mul; rows are otherwise chosen exactly as without the option)
 """
 import argparse
 import json
@@ -28,6 +30,8 @@ def main():
     ap.add_argument("--arith", action="store_true", help="the arithmetic stage")
     ap.add_argument("--tool-frac", type=float, default=0.3)
     ap.add_argument("--chat-frac", type=float, default=0.25)
+    ap.add_argument("--arith-kinds", default="",
+                    help="with --arith: keep only these arithmetic rows (add_think, add_nothink, sub, mul)")
     ap.add_argument("--long-chars", type=int, default=2000,
                     help="a system message longer than this marks a long-context row (dropped)")
     a = ap.parse_args()
@@ -53,6 +57,12 @@ def main():
                     if rng.random() >= keep:
                         n["dropped"] += 1
                         continue
+                    if is_arith and a.arith_kinds:
+                        op = m[1]["content"].split()[1]
+                        ak = {"+": "add_think" if r.get("think") else "add_nothink", "-": "sub", "*": "mul"}[op]
+                        if ak not in a.arith_kinds.split(","):
+                            n["dropped"] += 1
+                            continue
                     n[kind] += 1
                 else:
                     n["chat"] += 1

@@ -12,7 +12,7 @@ and keys as tools38.py does.
 Only training phrasings are used (make_corpus38.split_asks); held-out phrasings, pairs and the
 evaluation's tool lists are untouched (check_heldout38.py checks the output).
 
-  /usr/bin/python3 tools/train/corpus/toolspan38.py OUT.jsonl [--n 20000]
+  /usr/bin/python3 tools/train/corpus/toolspan38.py OUT.jsonl [--n 20000] [--seed 38051] [--one-word-frac 0]
 """
 import argparse
 import json
@@ -85,8 +85,26 @@ def rphrase(rng, lo, hi):
                     for _ in range(rng.randint(lo, hi)))
 
 
-def rebind(rng):
-    """fresh one-row value pools for make_corpus38.tool_case"""
+def rebind(rng, one_word=0.0):
+    """fresh one-row value pools for make_corpus38.tool_case; with probability one_word (stage I,
+    --one-word-frac) the row's place, topic and subject are ONE word (no extra draw when it is 0)"""
+    if one_word > 0 and rng.random() < one_word:
+        w = rword(rng, 3, 10)
+        m38.CITIES = [w[0].upper() + w[1:] if rng.random() < 0.85 else w]
+        m38.TIMEZONE_CITIES = m38.CITIES
+        m38.FOLDERS = [rname(rng)]
+        m38.FILE_STEMS = [rname(rng) for _ in range(5)]
+        m38.TICKERS = [rcode(rng, 2, 5)]
+        c1 = rcode(rng, 3, 3)
+        c2 = rcode(rng, 3, 3)
+        while c2 == c1:
+            c2 = rcode(rng, 3, 3)
+        m38.CURRENCIES = [c1, c2]
+        m38.TOPICS = [rphrase(rng, 1, 1)]
+        m38.PEOPLE = [remail(rng)]
+        w = rphrase(rng, 1, 1)
+        m38.SUBJECTS = [w[0].upper() + w[1:]]
+        return
     m38.CITIES = [rplace(rng)]
     m38.TIMEZONE_CITIES = m38.CITIES
     m38.FOLDERS = [rfolder(rng)]
@@ -108,13 +126,16 @@ def main():
     ap.add_argument("out")
     ap.add_argument("--n", type=int, default=20000)
     ap.add_argument("--seed", type=int, default=38051)
+    ap.add_argument("--one-word-frac", type=float, default=0.0,
+                    help="share of rows whose place / topic / subject / folder is one word (stage I: 0.6; "
+                         "0 = the stage-H rows exactly)")
     a = ap.parse_args()
     rng = random.Random(a.seed)
     n = {"tool": 0, "renamed": 0}
     with open(a.out, "w", encoding="utf-8") as g:
         for i in range(a.n):
             think = rng.random() < 0.5
-            rebind(rng)
+            rebind(rng, a.one_word_frac)
             msgs, tools, _ = m38.tool_conv(rng, None)
             if rng.random() < 0.5:
                 msgs, tools = tools38.rename(rng, msgs, tools)
