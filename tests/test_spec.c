@@ -27,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 /* a cleared error for the next call (the first error set is kept) */
@@ -169,12 +170,18 @@ typedef struct truth {
     int mode;                 /* 0 all right, 1 all wrong, 2 right for a random count */
     uint64_t rng;
     int V;
+    int slow_first;           /* the first proposal takes 200 ms (as if the OS preempted it) */
 } truth;
 
 static int truth_propose(df_drafter *d, const int32_t *h, size_t n, int32_t *out, int k, df_error *err)
 {
     (void)err;
     truth *t = d->state;
+    if (t->slow_first) {
+        struct timespec ts = {0, 200000000};
+        nanosleep(&ts, NULL);
+        t->slow_first = 0;
+    }
     size_t at = n - t->prompt_n; /* ids of the continuation already in the history */
     int right = k;
     if (t->mode == 1) right = 0;
@@ -356,6 +363,23 @@ static void test_shadow_scoring(void)
                     (unsigned long long)st->passes, GEN_N + 1);
         }
         free(got.rows);
+    }
+    /* an always-right drafter whose first (shadow) proposal was preempted:
+     * its cost looks too high to shadow, but it is measured again after
+     * SHADOW_RETRY steps, and then drafts */
+    {
+        truth tr = {.ids = ref.ids, .prompt_n = 12, .mode = 0, .V = V, .slow_first = 1};
+        df_drafter d = {.name = "truth", .propose = truth_propose, .state = &tr};
+        run_out got = {0};
+        if (!generate(eng, &d, 0, GEN_N, 0, &got)) {
+            compare(&ref, &got, V, "always right, first proposal preempted");
+            fprintf(stderr, "    first proposal preempted: %llu shadows scored, %llu draft passes, %llu passes\n",
+                    (unsigned long long)got.st.shadow_scored, (unsigned long long)got.st.draft_passes,
+                    (unsigned long long)got.st.passes);
+            TCHECKF(got.st.draft_passes >= 1 && got.st.accepted == got.st.proposed,
+                    "a preempted first proposal ended drafting: %llu draft passes", (unsigned long long)got.st.draft_passes);
+            free(got.rows);
+        }
     }
     /* the guard holding drafts off: no draft, no shadow; --draft-k ignores it */
     after_init = guard_holds_off;

@@ -21,8 +21,12 @@
  * the drafter has been right) */
 #define ACC_PRIOR 0.0
 #define ACC_PRIOR_W 2.0
-/* shadow proposals while they cost at most this share of a one-row pass */
+/* shadow proposals while they cost at most this share of a one-row pass;
+ * past it, one id is asked again after SHADOW_RETRY steps, the wait
+ * doubling up to SHADOW_RETRY_MAX */
 #define SHADOW_SHARE 0.01
+#define SHADOW_RETRY 16
+#define SHADOW_RETRY_MAX 1024
 
 void draft_guard_init(draft_guard *d)
 {
@@ -345,14 +349,26 @@ static void score_shadow(gen_loop *g)
 static int shadow_propose(gen_loop *g, df_error *err)
 {
     if (g->sh_n || g->k_fixed || !g->dr || !g->kmax || !draft_guard_on(&g->guard)) return 0;
-    if (g->sh_cost > 0 && g->sh_cost * g->kmax > SHADOW_SHARE * g->t_pass[1]) return 0;
+    int retry = 0;
+    if (g->sh_cost > 0 && g->sh_cost * g->kmax > SHADOW_SHARE * g->t_pass[1]) {
+        /* too costly to shadow: measured again now and then (one id, the
+         * wait doubling), so that one proposal the OS preempted does not
+         * end shadowing for the rest of the answer */
+        if (g->step_no < g->sh_retry_at) return 0;
+        g->sh_retry_wait = !g->sh_retry_wait ? SHADOW_RETRY
+                           : g->sh_retry_wait * 2 < SHADOW_RETRY_MAX ? g->sh_retry_wait * 2 : SHADOW_RETRY_MAX;
+        g->sh_retry_at = g->step_no + g->sh_retry_wait;
+        retry = 1;
+    } else {
+        g->sh_retry_wait = 0;
+    }
     /* the history as the next step will see it: with the token this step decided */
     size_t at = g->n_hist + (size_t)g->q_len;
     if (at > g->cap) return 0;
     for (int i = 0; i < g->q_len; i++) g->hist[g->n_hist + (size_t)i] = g->queue[g->q_head + i];
     /* while its cost is unknown, one id: a costly drafter then costs one
      * of its passes to find out */
-    int want = g->sh_cost > 0 ? g->kmax : 1;
+    int want = g->sh_cost > 0 && !retry ? g->kmax : 1;
     double t0 = now_sec();
     int n = g->dr->propose(g->dr, g->hist, at, g->sh_ids, want, err);
     double dt = now_sec() - t0;

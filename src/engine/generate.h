@@ -154,6 +154,7 @@ typedef struct gen_loop {
     double acc, acc_w;        /* acceptance per drafted id (decayed mean) and its weight */
     double draft_tok_sec;     /* drafter seconds per proposed id (decayed) */
     double sh_cost;           /* its recent cheapest seconds per id (shadow proposals' gate) */
+    uint64_t sh_retry_at, sh_retry_wait; /* past the gate: the next re-measuring step, and the wait */
     uint64_t step_no;
     uint64_t explore_at, explore_wait; /* the next retry of drafting when it does not pay */
     draft_guard guard;        /* the outcome check (not with --draft-k) */
