@@ -820,8 +820,9 @@ static void test_rows_counted(void)
                 if (cnt[x]) want[(size_t)r.layer * in->experts + x] += pi ? 1.0 : (double)cnt[x] * distinct / (r.n * r.k);
             chunks += r.n > 1;
         }
+        int layers = in->layers, experts = in->experts; /* the header goes with the trace */
         df_trace_close(t);
-        TCHECKF(heat_load(heat, in->layers, in->experts, got, &e) == 0, "%s", e.msg);
+        TCHECKF(heat_load(heat, layers, experts, got, &e) == 0, "%s", e.msg);
         int bad = 0, uneven = 0;
         for (size_t key = 0; key < nk; key++) {
             bad += fabs(got[key] - want[key]) > 1e-4 * (1 + want[key]);
