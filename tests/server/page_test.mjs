@@ -5,21 +5,61 @@
 // reply grow until the response ends, and takes a screenshot.  Playwright's
 // own browser download does not work offline, so the system browser is used;
 // a missing browser is a failure, not a skip (CI installs the chromium package).
+// The browser talks to the server through a small pacing proxy started here:
+// it forwards everything unchanged but passes the reply's SSE events on one at
+// a time, 15 ms apart, so that a loaded machine (where a busy browser could
+// read a whole fast reply in one piece) cannot make "the reply grew while
+// streaming" fail for a reason that is not the page's.
 // Environment: DELTAFIN_URL  base URL of a running server.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import http from 'node:http';
 import { chromium } from 'playwright-core';
 
 const URL_ = process.env.DELTAFIN_URL ?? 'http://127.0.0.1:8080';
 const BROWSER = process.env.CHROMIUM ?? '/usr/bin/chromium';
 
+// pacing proxy: a port on 127.0.0.1 that forwards to URL_; event streams pass event by event
+function startProxy() {
+  const up = new URL(URL_);
+  const server = http.createServer((req, res) => {
+    const preq = http.request({ host: up.hostname, port: up.port, method: req.method, path: req.url, headers: req.headers },
+      (pres) => {
+        res.writeHead(pres.statusCode, pres.headers);
+        if (!String(pres.headers['content-type'] ?? '').startsWith('text/event-stream')) { pres.pipe(res); return; }
+        let buf = '', queue = [], ended = false, busy = false;
+        const pump = () => {
+          if (busy) return;
+          const ev = queue.shift();
+          if (ev === undefined) { if (ended) res.end(); return; }
+          busy = true;
+          res.write(ev, () => setTimeout(() => { busy = false; pump(); }, 15));
+        };
+        pres.setEncoding('utf8');
+        pres.on('data', (d) => {
+          buf += d;
+          let i;
+          while ((i = buf.indexOf('\n\n')) >= 0) { queue.push(buf.slice(0, i + 2)); buf = buf.slice(i + 2); }
+          pump();
+        });
+        pres.on('end', () => { if (buf) queue.push(buf); ended = true; pump(); });
+      });
+    preq.on('error', (e) => { res.destroy(e); });
+    res.on('close', () => preq.destroy());
+    req.pipe(preq);
+  });
+  return new Promise((resolve) => server.listen(0, '127.0.0.1', () => resolve(server)));
+}
+
 test('chat page: a typed message gets a streamed reply (headless Chromium)', async () => {
   assert.ok(existsSync(BROWSER), `${BROWSER} not found: install Debian's chromium package ` +
     '(apt-get install -y chromium) or set CHROMIUM to a Chromium binary');
   const dir = mkdtempSync(join(tmpdir(), 'deltafin-page-'));
+  const proxy = await startProxy();
+  const base = `http://127.0.0.1:${proxy.address().port}`;
   const browser = await chromium.launch({
     executablePath: BROWSER,
     headless: true,
@@ -30,7 +70,7 @@ test('chat page: a typed message gets a streamed reply (headless Chromium)', asy
     const page = await browser.newPage({ viewport: { width: 900, height: 700 } });
     const errors = [];
     page.on('pageerror', (e) => errors.push(String(e)));
-    await page.goto(`${URL_}/`);
+    await page.goto(`${base}/`);
     assert.equal(await page.title(), 'deltafin');
     await page.fill('#mt', '120');
     // every change of the log, as the page sees it: [ms, text length of the reply box]
@@ -80,6 +120,8 @@ test('chat page: a typed message gets a streamed reply (headless Chromium)', asy
       `screenshot ${b.length} bytes`);
   } finally {
     await browser.close();
+    proxy.closeAllConnections();
+    proxy.close();
     rmSync(dir, { recursive: true, force: true });
   }
 });
