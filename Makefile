@@ -85,7 +85,7 @@ LIB_SRC := util clock ab_timing file filehash json json_write threadpool sha htt
            trace trace_stats trace_diff trace_prefetch trace_plot svg cachesim qwen3
 LIB_OBJ := $(LIB_SRC:%=$(BUILD)/%.o)
 
-TESTS := test_schedule test_backend test_grammar test_grammar_string test_json_schema test_json test_safetensors test_kernels test_model test_loader test_engine test_generated test_io test_tokenizer test_tokenizer_hf test_chat_template test_repl test_gguf test_plan test_prefetch test_prefill test_perplexity test_sampler test_mini test_spec test_session test_sha test_prompt test_trace test_qwen3
+TESTS := test_schedule test_backend test_grammar test_grammar_string test_json_schema test_json test_safetensors test_kernels test_model test_loader test_engine test_generated test_io test_tokenizer test_tokenizer_hf test_chat_template test_repl test_gguf test_plan test_prefetch test_prefill test_perplexity test_sampler test_mini test_spec test_session test_sha test_prompt test_trace test_qwen3 test_document
 TEST_BIN := $(TESTS:%=$(BUILD)/tests/%)
 
 # llama.cpp prebuilt from npm (see the llama_peer rule)
@@ -118,7 +118,7 @@ $(BUILD)/libdeltafin.a: $(LIB_OBJ)
 	rm -f $@ && ar rcs $@ $^
 
 $(BUILD)/deltafin: $(BUILD)/cli.o $(BUILD)/cli_common.o $(BUILD)/options.o $(BUILD)/spec_state.o $(BUILD)/cli_bench.o $(BUILD)/cli_chat.o $(BUILD)/cli_kld.o $(BUILD)/cli_trace.o $(BUILD)/quantize.o $(BUILD)/lineedit.o $(BUILD)/server.o \
-                  $(BUILD)/server_request.o $(BUILD)/server_fields.o $(BUILD)/server_anthropic.o $(BUILD)/server_emit.o $(BUILD)/server_responses.o $(BUILD)/server_grammar.o $(BUILD)/server_cache.o $(BUILD)/server_json.o $(BUILD)/setup.o $(BUILD)/setup_fetch.o $(BUILD)/setup_stream.o $(BUILD)/setup_parse.o $(BUILD)/doctor.o $(BUILD)/libdeltafin.a
+                  $(BUILD)/server_request.o $(BUILD)/server_fields.o $(BUILD)/server_anthropic.o $(BUILD)/server_emit.o $(BUILD)/server_responses.o $(BUILD)/server_grammar.o $(BUILD)/server_cache.o $(BUILD)/server_json.o $(BUILD)/server_docs.o $(BUILD)/document.o $(BUILD)/setup.o $(BUILD)/setup_fetch.o $(BUILD)/setup_stream.o $(BUILD)/setup_parse.o $(BUILD)/doctor.o $(BUILD)/libdeltafin.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 # the tools compile the one clock (src/base/clock.c), and k3gen the block
@@ -145,6 +145,9 @@ $(BUILD)/qwen3_dump: tools/qwen3/qwen3_dump.c $(BUILD)/libdeltafin.a
 $(BUILD)/tests/%.o: tests/%.c | $(BUILD)/tests
 	$(CC) $(CFLAGS) $(INC) -Itests -c $< -o $@
 $(BUILD)/tests/%: $(BUILD)/tests/%.o $(BUILD)/tests/harness.o $(BUILD)/libdeltafin.a
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) -lutil
+# documents live in the front ends' layer (src/app), outside libdeltafin.a
+$(BUILD)/tests/test_document: $(BUILD)/tests/test_document.o $(BUILD)/tests/harness.o $(BUILD)/document.o $(BUILD)/libdeltafin.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) -lutil
 
 $(BUILD) $(BUILD)/tests:
@@ -230,7 +233,7 @@ build-fuzz/%: fuzz/%.c $(FUZZ_PATHS)
 	    $(FUZZ_PATHS) -pthread -lm -lpcre2-8 -lutf8proc -lcurl
 build-fuzz/fuzz_chat_render: fuzz/fuzz_chat_parser.c
 # only what validation needs: no HTTP, worker, engine or command line to stub
-SERVER_SRC := src/app/server_json.c src/app/server_fields.c src/app/server_request.c src/app/server_anthropic.c src/app/server_emit.c src/app/server_responses.c src/app/server_grammar.c
+SERVER_SRC := src/app/server_json.c src/app/server_fields.c src/app/server_request.c src/app/server_anthropic.c src/app/server_emit.c src/app/server_responses.c src/app/server_grammar.c src/app/server_docs.c src/app/document.c
 build-fuzz/fuzz_server_request: fuzz/fuzz_server_request.c $(SERVER_SRC) $(FUZZ_PATHS)
 	mkdir -p build-fuzz
 	$(FUZZ_CC) -std=c11 -g -O1 -ffp-contract=off -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all $(INC) -o $@ $< \

@@ -287,7 +287,17 @@ static int encode_turn(gen_ctx *g, const char *user)
         json_buf_puts(&j, "},");
     }
     json_buf_puts(&j, "{\"role\":\"user\",\"content\":");
-    json_write_string(&j, user, strlen(user));
+    if (!g->n_turns && g->a->attach_text) {
+        /* the documents first, as the server renders a user message [document, text] */
+        json_buf u;
+        json_buf_init(&u);
+        json_buf_puts(&u, g->a->attach_text);
+        json_buf_puts(&u, user);
+        json_write_string(&j, u.p, u.len);
+        json_buf_free(&u);
+    } else {
+        json_write_string(&j, user, strlen(user));
+    }
     json_buf_puts(&j, "}]");
     df_error err = {0};
     json_doc *d = json_parse(j.p, j.len, &err);
@@ -392,7 +402,18 @@ int run_text(run_args *a)
         if (encode_turn(&g, a->prompt)) goto done;
     } else {
         df_error err = {0};
-        if (tokenizer_encode(g.tok, a->prompt, strlen(a->prompt), 0, &g.ids, &g.n_ids, &g.cap_ids, &err)) {
+        const char *text = a->prompt;
+        json_buf with_docs;
+        json_buf_init(&with_docs);
+        if (a->attach_text) {
+            json_buf_puts(&with_docs, a->attach_text);
+            json_buf_puts(&with_docs, a->prompt);
+            json_buf_putc(&with_docs, 0);
+            text = with_docs.p;
+        }
+        int erc = tokenizer_encode(g.tok, text, strlen(text), 0, &g.ids, &g.n_ids, &g.cap_ids, &err);
+        json_buf_free(&with_docs);
+        if (erc) {
             fprintf(stderr, "deltafin: %s\n", err.msg);
             goto done;
         }

@@ -9,6 +9,7 @@
  */
 #define _GNU_SOURCE
 #include "options.h"
+#include "document.h"
 #include "plan.h"
 #include "draft_xtok.h"
 #include "qwen3.h"
@@ -39,6 +40,9 @@ void usage(FILE *f)
           "          print the token ids of a text, or the text of ids\n"
           "  serve   --model DIR [--host 127.0.0.1] [--port 8080] [--queue 16] [--api-key KEY]\n"
           "          [--max-request-bytes 128M] [--max-tokens N] [--name NAME]\n"
+          "          [--max-document-bytes 32M] (a document's bytes: text, Markdown or PDF sent as an\n"
+          "          Anthropic document block, an OpenAI file part or a Responses input_file; PDFs\n"
+          "          need poppler's pdftotext)\n"
           "          [--timeout SEC] (a job's limit, prompt and reply: finish reason \"timeout\"; default none)\n"
           "          [--conn-timeout 600] (an idle connection's limit; streams send keep-alives)\n"
           "          [--ping-ms 2000] (SSE keep-alive after this long without output: a comment,\n"
@@ -141,6 +145,9 @@ static void usage_options(FILE *f)
           "                       --chat; the supported keywords: docs in src/grammar/json_schema.c)\n"
           "  --prompt-file FILE   the prompt's text from FILE (- for standard input): for prompts\n"
           "                       longer than one argument (the kernel's limit is 128 KiB)\n"
+          "  --attach FILE        a document before the prompt (run) or the first message (chat):\n"
+          "                       text, Markdown or PDF (poppler's pdftotext), rendered as the server\n"
+          "                       renders a document block; repeatable, 32 MiB each\n"
           "  --prompt-ids LIST    comma-separated token ids, e.g. 12,7,99; @FILE reads them from FILE\n"
           "                       (separated by commas and/or white space; @- standard input)\n"
           "  --max-new N          tokens to generate (default 16 with --prompt-ids, else 512)\n"
@@ -469,7 +476,7 @@ static const opt_def opts[] = {
     {"--trace-lookahead", 1, C_ENGINE}, {"--heat", 1, C_ENGINE},    {"--events", 1, C_ENGINE},
     {"--no-prefetch", 0, C_ENGINE},   {"--prefetch-k", 1, C_ENGINE},   {"--expert-path", 1, C_ENGINE},
     {"--prefault", 0, C_ENGINE},      {"--preload", 1, C_ENGINE},      {"--stats", 0, C_ENGINE},
-    {"--prompt-ids", 1, C_RUN},       {"--prompt", 1, C_RUN},          {"--prompt-file", 1, C_RUN},          {"--max-new", 1, C_RUN | C_CHAT},
+    {"--prompt-ids", 1, C_RUN},       {"--prompt", 1, C_RUN},          {"--prompt-file", 1, C_RUN},          {"--attach", 1, C_RUN | C_CHAT},          {"--max-new", 1, C_RUN | C_CHAT},
     {"--print-ids", 0, C_RUN},        {"--dump-logits", 1, C_RUN},     {"--greedy", 0, C_RUN},
     {"--stop-eos", 0, C_RUN},         {"--bench-json", 0, C_RUN},      {"--chat", 0, C_RUN},
     {"--system", 1, C_RUN | C_CHAT},  {"--json-schema", 1, C_RUN},  {"--reasoning-effort", 1, C_RUN | C_CHAT},
@@ -538,6 +545,54 @@ static int draft_flag(run_args *a, const char *f, const char *v)
         return 0;
     }
     return 1;
+}
+
+/* run's prompt options, checked (and --prompt-file read) once all are parsed */
+static void check_run(run_args *a)
+{
+    if ((a->prompt != NULL) + (a->prompt_ids != NULL) + (a->prompt_file != NULL) > 1)
+        die("--prompt, --prompt-file and --prompt-ids cannot be combined (give the prompt once)");
+    if (a->prompt_file) {
+        size_t n;
+        /* held for the whole run (a static keeps it reachable at exit) */
+        static char *volatile prompt_text;
+        prompt_text = read_prompt_file(a->prompt_file, "--prompt-file", &n);
+        a->prompt = prompt_text;
+        if (!n) die("--prompt-file %s is empty", a->prompt_file);
+    }
+    if (a->chat && a->prompt_ids) die("--chat takes --prompt \"text\", not --prompt-ids");
+    if (a->n_attach && a->prompt_ids) die("--attach goes with --prompt or --prompt-file, not --prompt-ids");
+    if (!a->prompt && !a->prompt_ids)
+        die("run needs --prompt \"text\", --prompt-file FILE or --prompt-ids LIST|@FILE");
+    if (!a->chat && (a->system || a->effort || a->no_think))
+        die("--system, --reasoning-effort and --no-think need --chat");
+    if (a->session) check_session_path(a->session);
+    if (a->session && a->dump)
+        die("--session cannot be combined with --dump-logits (a resumed prompt's rows are not evaluated again)");
+}
+
+static void add_attach(run_args *a, const char *path)
+{
+    if (a->n_attach == (int)(sizeof a->attach / sizeof a->attach[0]))
+        die("--attach: at most %d documents", (int)(sizeof a->attach / sizeof a->attach[0]));
+    a->attach[a->n_attach++] = path;
+}
+
+/* --attach: the documents rendered once, as the server renders document blocks */
+static void render_attachments(run_args *a)
+{
+    json_buf b;
+    json_buf_init(&b);
+    doc_limits lim = {0};
+    for (int i = 0; i < a->n_attach; i++) {
+        df_error err = {0};
+        if (doc_render_file(&lim, a->attach[i], &b, &err)) die("%s", err.msg);
+    }
+    json_buf_putc(&b, 0);
+    /* held for the whole run (a static keeps it reachable at exit) */
+    static char *volatile held;
+    held = b.p;
+    a->attach_text = held;
 }
 
 void parse_common(int argc, char **argv, run_args *a)
@@ -632,6 +687,7 @@ void parse_common(int argc, char **argv, run_args *a)
         else if (!strcmp(f, "--slots")) a->slots = v;
         else if (!strcmp(f, "--prompt")) a->prompt = v;
         else if (!strcmp(f, "--prompt-file")) a->prompt_file = v;
+        else if (!strcmp(f, "--attach")) add_attach(a, v);
         else if (!strcmp(f, "--system")) a->system = v;
         else if (!strcmp(f, "--chat")) a->chat = 1;
         else if (!strcmp(f, "--json-schema")) a->json_schema = v, a->chat = 1;
@@ -660,28 +716,10 @@ void parse_common(int argc, char **argv, run_args *a)
         die("--top-p, --top-k and --seed choose among samples: they need --temp > 0 (the default is greedy)");
     if (!a->model && (cmd & C_MODEL)) a->model = default_model();
     if (!a->model && (cmd & C_MODEL)) die("--model DIR is required (no default model found)");
-    if (cmd == C_RUN) {
-        if ((a->prompt != NULL) + (a->prompt_ids != NULL) + (a->prompt_file != NULL) > 1)
-            die("--prompt, --prompt-file and --prompt-ids cannot be combined (give the prompt once)");
-        if (a->prompt_file) {
-            size_t n;
-            /* held for the whole run (a static keeps it reachable at exit) */
-            static char *volatile prompt_text;
-            prompt_text = read_prompt_file(a->prompt_file, "--prompt-file", &n);
-            a->prompt = prompt_text;
-            if (!n) die("--prompt-file %s is empty", a->prompt_file);
-        }
-        if (a->chat && a->prompt_ids) die("--chat takes --prompt \"text\", not --prompt-ids");
-        if (!a->prompt && !a->prompt_ids)
-            die("run needs --prompt \"text\", --prompt-file FILE or --prompt-ids LIST|@FILE");
-        if (!a->chat && (a->system || a->effort || a->no_think))
-            die("--system, --reasoning-effort and --no-think need --chat");
-        if (a->session) check_session_path(a->session);
-        if (a->session && a->dump)
-            die("--session cannot be combined with --dump-logits (a resumed prompt's rows are not evaluated again)");
-    }
+    if (cmd == C_RUN) check_run(a);
     if (cmd == C_CHAT && a->session) check_session_path(a->session);
     if (a->max_new_set == 0 && (a->chat || a->prompt)) a->max_new = 512;
+    if (a->n_attach) render_attachments(a);
 }
 
 /* The default model when --model is omitted: the bundled trained model,

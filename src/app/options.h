@@ -26,6 +26,9 @@ typedef struct {
     const char *prompt, *system, *effort, *decode, *text;
     const char *json_schema;  /* run --json-schema FILE: the reply is JSON valid against it (implies --chat) */
     const char *prompt_file; /* --prompt-file FILE (- = standard input): read into prompt */
+    const char *attach[16];  /* --attach FILE (repeatable): documents before the first user text */
+    int n_attach;
+    char *attach_text;       /* the documents rendered (document.c), NULL without --attach */
     int chat, no_think, special;
     int trunk_stream;
     int trace_jsonl; /* --trace-format jsonl */

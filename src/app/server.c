@@ -768,7 +768,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
             r->too_big = 1;
             rq_err e = {0};
             rq_fail(&e, 413, NULL, "the request body is larger than %zu bytes (%s)", (size_t)S->max_body,
-                    S->max_body_set ? "--max-request-bytes" : "derived from --ctx: 1 MiB + 8 x the text it holds; --max-request-bytes overrides");
+                    S->max_body_set ? "--max-request-bytes" : "derived from --ctx: 1 MiB + 8 x the text it holds + a document's base64; --max-request-bytes overrides");
             return reply_error(c, api, &e);
         }
         return MHD_YES;
@@ -785,7 +785,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     rq_err e = {0};
     if (r->too_big) {
         rq_fail(&e, 413, NULL, "the request body is larger than %zu bytes (%s)", (size_t)S->max_body,
-                    S->max_body_set ? "--max-request-bytes" : "derived from --ctx: 1 MiB + 8 x the text it holds; --max-request-bytes overrides");
+                    S->max_body_set ? "--max-request-bytes" : "derived from --ctx: 1 MiB + 8 x the text it holds + a document's base64; --max-request-bytes overrides");
         return reply_error(c, api, &e);
     }
     const char *path = !strncmp(url, "/v1/", 4) ? url + 3 : url;
@@ -889,6 +889,7 @@ static char **serve_options(srv *S, int argc, char **argv, int *parallel_out)
             S->max_body = parse_size(argv[++i], f);
             S->max_body_set = 1;
         }
+        else if (SERVE_OPT("--max-document-bytes")) S->doc.max_bytes = parse_size(argv[++i], f);
         else if (SERVE_OPT("--max-tokens")) S->max_tokens_cap = (int)parse_long(argv[++i], f, 1, 1 << 24);
         else if (SERVE_OPT("--timeout")) S->timeout = (double)parse_long(argv[++i], f, 0, 1 << 24);
         else if (SERVE_OPT("--conn-timeout")) S->conn_timeout = (int)parse_long(argv[++i], f, 1, 1 << 24);

@@ -262,9 +262,13 @@ static int tool_result_text(anth_conv *cv, const json_value *v, const char *wher
         }
         const json_value *x = t && !strcmp(t, "text") ? json_get(b, "text") : NULL;
         if (!t) return rq_fail(e, 400, where, "%s[%zu]: a block needs a type", where, i);
+        if (!strcmp(t, "document")) {
+            if (anth_document(cv->S, b, where, i, out, e)) return -1;
+            continue;
+        }
         if (strcmp(t, "text"))
-            return rq_fail(e, 400, where, "%s[%zu]: block type \"%.*s\" is not supported in a tool result (text and "
-                           "tool_reference)", where, i, (int)utf8_cut(t, strlen(t), 40), t);
+            return rq_fail(e, 400, where, "%s[%zu]: block type \"%.*s\" is not supported in a tool result (text, "
+                           "document and tool_reference)", where, i, (int)utf8_cut(t, strlen(t), 40), t);
         if (!x || x->type != JSON_STRING) return rq_fail(e, 400, where, "%s[%zu].text: expected a string", where, i);
         json_buf_put(out, x->str, x->len);
     }
@@ -326,6 +330,9 @@ static int anth_convert(const json_value *o, anth_conv *cv, json_buf *d, rq_err 
             if (!strcmp(t, "text")) {
                 const json_value *x = json_get(b, "text");
                 json_buf_put(&text, x->str, x->len);
+                has_text = 1;
+            } else if (user && !strcmp(t, "document")) {
+                rc = anth_document(cv->S, b, where, k, &text, e);
                 has_text = 1;
             } else if (!user && !strcmp(t, "thinking")) {
                 rc = thinking_text(b, where, k, &think, e);
@@ -491,6 +498,8 @@ static int anth_check(const json_value *o, anth_conv *cv, rq_err *e)
                 if (!id || !name || !in || in->type != JSON_OBJECT)
                     return rq_fail(e, 400, where, "%s.content[%zu]: tool_use needs id, name and an input object", where,
                                    k);
+            } else if (user && !strcmp(t, "document")) {
+                /* checked where it is rendered (server_docs.c) */
             } else if (user && !strcmp(t, "tool_result")) {
                 if (!json_get_str(b, "tool_use_id"))
                     return rq_fail(e, 400, where, "%s.content[%zu].tool_use_id: missing", where, k);

@@ -132,8 +132,11 @@ void server_set_caps(srv *S)
         if (tokenizer_token_bytes(S->tok, id, &len) && len > longest) longest = len;
     }
     S->max_text = (size_t)(S->n_ctx > 0 ? S->n_ctx : 1) * longest;
+    S->doc.max_text = S->max_text;
     if (!S->max_body_set) {
-        size_t cap = ((size_t)1 << 20) + 8 * S->max_text;
+        /* a document travels as base64: 4 / 3 of its bytes */
+        size_t doc = S->doc.max_bytes ? S->doc.max_bytes : DOC_MAX_BYTES_DEFAULT;
+        size_t cap = ((size_t)1 << 20) + 8 * S->max_text + doc / 3 * 4;
         S->max_body = cap < ((size_t)128 << 20) ? cap : ((size_t)128 << 20);
     }
 }

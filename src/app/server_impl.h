@@ -9,6 +9,7 @@
 #define DF_SERVER_IMPL_H
 
 #include "server.h"
+#include "document.h"
 #include "chat_template.h"
 #include "options.h"
 #include "engine.h"
@@ -71,6 +72,7 @@ typedef struct srv {
     _Atomic size_t max_body;   /* written once the context is known, read by connection threads */
     int max_body_set;           /* --max-request-bytes given (else derived from the context) */
     size_t max_text;            /* prompt text bytes the context can hold: n_ctx x the longest token */
+    doc_limits doc;             /* documents: --max-document-bytes, PDF text at most max_text */
     double timeout;             /* --timeout: a job's limit, prompt and reply (0: none) */
     int conn_timeout;           /* --conn-timeout: libmicrohttpd's idle connection limit */
     run_args a;
@@ -249,5 +251,10 @@ int pcache_save(srv *S, seat *sl);
 /* The longest saved conversation that is a proper prefix of j's prompt and
  * longer than `longer_than`: its length (path in path), or 0. */
 int pcache_find(srv *S, const job *j, size_t longer_than, char *path, size_t n_path);
+
+/* server_docs.c: documents in the three APIs, rendered by document.c */
+int anth_document(srv *S, const json_value *b, const char *where, size_t k, json_buf *out, rq_err *e);
+int chat_expand_files(srv *S, const json_value *msgs, json_doc **doc, rq_err *e);
+int resp_input_file(srv *S, const json_value *p, const char *where, size_t k, json_buf *out, rq_err *e);
 
 #endif

@@ -153,7 +153,11 @@ static int parse_chat(srv *S, job *j, const json_value *o, rq_err *e)
     const json_value *pck = field(o, "prompt_cache_key");
     if (pck && pck->type != JSON_STRING) return rq_fail(e, 400, "prompt_cache_key", "prompt_cache_key: expected a string");
     j->conv_key = conv_key(pck);
-    if (render_encode(S, j, msgs, &co, e)) return -1;
+    json_doc *ex = NULL; /* the messages with their file parts as text, when there are any */
+    if (chat_expand_files(S, msgs, &ex, e)) return -1;
+    int rc = render_encode(S, j, ex ? json_root(ex) : msgs, &co, e);
+    json_free(ex);
+    if (rc) return -1;
     return set_max_tokens(S, j, mt_set ? (field(o, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens")
                                        : "max_tokens", mt, mt_set, e);
 }

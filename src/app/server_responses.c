@@ -161,6 +161,7 @@ static int b64_get(const char *s, size_t n, json_buf *out)
 
 /* The pending assistant message (reasoning, content, tool calls). */
 typedef struct asst {
+    srv *S;                     /* the server (its document limits) */
     int open, has_reason, has_content;
     json_buf reason, content, calls;
     int n_calls;
@@ -193,7 +194,7 @@ static void asst_flush(asst *a, json_buf *conv)
 
 /* Text of a string or an array of text parts (input_text, output_text;
  * allow_output: output_text too).  where names the value in errors. */
-static int item_text(const json_value *v, const char *where, json_buf *out, rq_err *e)
+static int item_text(srv *S, const json_value *v, const char *where, json_buf *out, rq_err *e)
 {
     if (v && v->type == JSON_STRING) {
         json_buf_put(out, v->str, v->len);
@@ -203,9 +204,13 @@ static int item_text(const json_value *v, const char *where, json_buf *out, rq_e
     for (size_t k = 0; k < v->len; k++) {
         const char *t = json_get_str(v->items[k], "type");
         if (!t) return rq_fail(e, 400, "input", "%s[%zu].type: missing", where, k);
+        if (!strcmp(t, "input_file") && S) {
+            if (resp_input_file(S, v->items[k], where, k, out, e)) return -1;
+            continue;
+        }
         if (strcmp(t, "input_text") && strcmp(t, "output_text"))
-            return rq_fail(e, 400, "input", "%s[%zu].type: \"%.*s\" parts are not supported (K3 here is text-only: "
-                           "input_text and output_text)", where, k, (int)utf8_cut(t, strlen(t), 40), t);
+            return rq_fail(e, 400, "input", "%s[%zu].type: \"%.*s\" parts are not supported (K3 here reads text: "
+                           "input_text, output_text and input_file)", where, k, (int)utf8_cut(t, strlen(t), 40), t);
         const json_value *x = json_get(v->items[k], "text");
         if (!x || x->type != JSON_STRING) return rq_fail(e, 400, "input", "%s[%zu].text: expected a string", where, k);
         json_buf_put(out, x->str, x->len);
@@ -242,7 +247,7 @@ static int convert_item(const json_value *it, size_t i, asst *a, json_buf *conv,
         snprintf(cw, sizeof cw, "%s.content", where);
         json_buf text;
         json_buf_init(&text);
-        int rc = item_text(json_get(it, "content"), cw, &text, e);
+        int rc = item_text(a->S, json_get(it, "content"), cw, &text, e);
         if (!rc && !strcmp(role, "assistant")) {
             /* joins the reasoning before it; after content or calls it is a new message */
             if (a->open && (a->has_content || a->n_calls)) asst_flush(a, conv);
@@ -313,7 +318,7 @@ static int convert_item(const json_value *it, size_t i, asst *a, json_buf *conv,
         snprintf(ow, sizeof ow, "%s.output", where);
         json_buf text;
         json_buf_init(&text);
-        int rc = item_text(json_get(it, "output"), ow, &text, e);
+        int rc = item_text(a->S, json_get(it, "output"), ow, &text, e);
         if (!rc) {
             asst_flush(a, conv);
             put_sep(conv);
@@ -611,7 +616,7 @@ static int resp_conversation(srv *S, resp_job *r, const json_value *o, const jso
     } else if (in->type != JSON_ARRAY) {
         rc = rq_fail(e, 400, "input", "input: expected a string or an array of items");
     } else {
-        asst a = {0};
+        asst a = {.S = S};
         for (size_t i = 0; i < in->len && !rc; i++) rc = convert_item(in->items[i], i, &a, &r->conv, e);
         if (!rc) asst_flush(&a, &r->conv);
         json_buf_free(&a.reason);

@@ -152,6 +152,9 @@ SVG_DIR=$LOG/svg SVG_LAYERS=${SHAPE% *} SVG_EXPERTS=${SHAPE#* } SVG_ATTN=attenti
 
 DELTAFIN_URL=$U DELTAFIN_URL_KEY=http://127.0.0.1:$P2 DELTAFIN_PID=$RSS_PID DELTAFIN_BIN=$BIN DELTAFIN_MODEL=$MODEL \
     NODE_PATH=tests/server/node_modules node --test --test-reporter=spec tests/server/server_test.mjs || fail=1
+# documents (text, Markdown, PDF through poppler's pdftotext) in the three APIs and `run --attach`
+DELTAFIN_URL=$U DELTAFIN_BIN=$BIN DELTAFIN_MODEL=$MODEL \
+    NODE_PATH=tests/server/node_modules node --test --test-reporter=spec tests/server/docs_test.mjs || fail=1
 
 # the Responses API: a context that holds the Codex-shaped fixture (5.2K tokens on this
 # tokenizer), a --max-tokens cap (Codex sends no max_output_tokens; the random model never
