@@ -219,7 +219,7 @@ qemu-check-all: $(BUILD)/deltafin qemu-tools
 	tests/qemu/run_qemu_tests.sh $(XBUILD) $(BUILD)
 
 FUZZ_TARGETS := fuzz_safetensors fuzz_config fuzz_json fuzz_tokenizer fuzz_chat_parser fuzz_chat_render fuzz_gguf \
-                fuzz_server_request fuzz_setup fuzz_grammar fuzz_trace fuzz_tokenizer_hf
+                fuzz_server_request fuzz_setup fuzz_grammar fuzz_trace fuzz_tokenizer_hf fuzz_document
 FUZZ_CC ?= clang
 fuzz: $(FUZZ_TARGETS:%=build-fuzz/%)
 FUZZ_SRC := util clock file filehash json json_write safetensors model model_gguf roster quant qblock mathfn expert_store expert_manifest \
@@ -238,6 +238,10 @@ build-fuzz/fuzz_server_request: fuzz/fuzz_server_request.c $(SERVER_SRC) $(FUZZ_
 	mkdir -p build-fuzz
 	$(FUZZ_CC) -std=c11 -g -O1 -ffp-contract=off -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all $(INC) -o $@ $< \
 	    $(SERVER_SRC) $(FUZZ_PATHS) -pthread -lm -lpcre2-8 -lutf8proc -lmicrohttpd -lcurl
+build-fuzz/fuzz_document: fuzz/fuzz_document.c src/app/document.c $(FUZZ_PATHS)
+	mkdir -p build-fuzz
+	$(FUZZ_CC) -std=c11 -g -O1 -ffp-contract=off -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all $(INC) -o $@ $< \
+	    src/app/document.c $(FUZZ_PATHS) -pthread -lm -lpcre2-8 -lutf8proc -lcurl
 SETUP_FUZZ_SRC := src/app/setup_parse.c
 build-fuzz/fuzz_setup: fuzz/fuzz_setup.c $(SETUP_FUZZ_SRC) $(FUZZ_PATHS)
 	mkdir -p build-fuzz

@@ -14,6 +14,7 @@
 #define _GNU_SOURCE
 #include "chat_template.h"
 #include "cli.h"
+#include "document.h"
 #include "spec_state.h"
 #include "grammar.h"
 #include "json_schema.h"
@@ -51,6 +52,7 @@ typedef struct {
     char *dbuf;
     size_t dcap;
     int n_turns;
+    json_buf docs;            /* documents (--attach, chat's /attach) for the next user message */
     /* statistics of the last reply */
     int gen_tokens, prompt_tokens;
     double t_start, t_first, t_end;
@@ -225,6 +227,8 @@ static int setup_tokenizer(gen_ctx *g, run_args *a)
     memset(g, 0, sizeof *g);
     g->a = a;
     g->out_tty = isatty(1);
+    json_buf_init(&g->docs);
+    if (a->attach_text) json_buf_puts(&g->docs, a->attach_text);
     return load_tokenizer(a->model, &g->tok);
 }
 
@@ -256,6 +260,7 @@ static int setup_engine(gen_ctx *g, run_args *a)
 
 static void teardown(gen_ctx *g)
 {
+    json_buf_free(&g->docs);
     gr_matcher_free(g->gm);
     gr_grammar_free(g->gram);
     gr_vocab_free(g->gvocab);
@@ -287,14 +292,11 @@ static int encode_turn(gen_ctx *g, const char *user)
         json_buf_puts(&j, "},");
     }
     json_buf_puts(&j, "{\"role\":\"user\",\"content\":");
-    if (!g->n_turns && g->a->attach_text) {
+    if (g->docs.len) {
         /* the documents first, as the server renders a user message [document, text] */
-        json_buf u;
-        json_buf_init(&u);
-        json_buf_puts(&u, g->a->attach_text);
-        json_buf_puts(&u, user);
-        json_write_string(&j, u.p, u.len);
-        json_buf_free(&u);
+        json_buf_puts(&g->docs, user);
+        json_write_string(&j, g->docs.p, g->docs.len);
+        g->docs.len = 0;
     } else {
         json_write_string(&j, user, strlen(user));
     }
@@ -498,6 +500,21 @@ static void print_stats(gen_ctx *g)
     }
 }
 
+/* /attach FILE: a document (text, Markdown, PDF) for the next message */
+static void attach_command(gen_ctx *g, const char *path)
+{
+    while (*path == ' ') path++;
+    df_error err = {0};
+    size_t before = g->docs.len;
+    doc_limits lim = {0};
+    if (doc_render_file(&lim, path, &g->docs, &err)) {
+        g->docs.len = before;
+        printf("(%s)\n", err.msg);
+        return;
+    }
+    printf("(attached %s: %zu bytes of text, sent with your next message)\n", path, g->docs.len - before);
+}
+
 int cmd_chat(int argc, char **argv)
 {
     run_args a;
@@ -516,7 +533,7 @@ int cmd_chat(int argc, char **argv)
     lineedit le;
     lineedit_init(&le);
     if (g.out_tty)
-        printf("deltafin chat: %d layers, %d experts; /reset, /stats, /quit; Ctrl-C stops a reply\n",
+        printf("deltafin chat: %d layers, %d experts; /attach FILE, /reset, /stats, /quit; Ctrl-C stops a reply\n",
                g.info.n_layers, g.info.n_experts);
     status_begin(&g);
     for (;;) {
@@ -537,8 +554,10 @@ int cmd_chat(int argc, char **argv)
             printf("(conversation reset)\n");
         } else if (!strcmp(line, "/stats")) {
             print_stats(&g);
+        } else if (!strncmp(line, "/attach ", 8)) {
+            attach_command(&g, line + 8);
         } else if (line[0] == '/') {
-            printf("unknown command %s (try /reset, /stats, /quit)\n", line);
+            printf("unknown command %s (try /attach FILE, /reset, /stats, /quit)\n", line);
         } else {
             interrupted = 0; /* a Ctrl-C from here on stops this reply, even during the prompt */
             int r = encode_turn(&g, line);

@@ -92,6 +92,17 @@ test('OpenAI chat: a PDF file part is its rendered text, and equals `run --chat 
     assert.equal(pm.status, 0, pm.stderr);
     assert.equal((md.choices[0].message.reasoning_content ?? '') + '|' + (md.choices[0].message.content ?? ''),
       pm.stderr.replace(/^deltafin: plan: .*\n/, '') + '|' + pm.stdout.replace(/\n$/, ''));
+    // chat: /attach FILE puts the document before the next message, as run --attach does
+    const pr = spawnSync(BIN, ['run', '--model', MODEL, '--chat', '--no-think', '--attach', join(dir, 'notes.md'),
+      '--prompt', Q, '--max-new', String(N)], { encoding: 'utf8' });
+    const pc = spawnSync(BIN, ['chat', '--model', MODEL, '--no-think', '--max-new', String(N)], { encoding: 'utf8',
+      input: `/attach ${join(dir, 'nope.md')}\n/attach ${join(dir, 'notes.md')}\n${Q}\n/quit\n` });
+    assert.equal(pr.status, 0, pr.stderr);
+    assert.equal(pc.status, 0, pc.stderr);
+    assert.match(pc.stdout, /\(--attach .*nope\.md: No such file or directory\)/);
+    assert.match(pc.stdout, /\(attached .*notes\.md: 61 bytes of text, sent with your next message\)/);
+    const answer = pr.stdout.replace(/\n$/, '');
+    assert.ok(answer.length > 0 && pc.stdout.includes(answer), `chat's reply differs from run's:\n${pc.stdout}\n---\n${answer}`);
     // run --attach refuses what the server refuses, naming the file
     writeFileSync(join(dir, 'broken.pdf'), PDF.subarray(0, 300));
     const pb = spawnSync(BIN, ['run', '--model', MODEL, '--chat', '--attach', join(dir, 'broken.pdf'), '--prompt', Q],
