@@ -155,6 +155,9 @@ DELTAFIN_URL=$U DELTAFIN_URL_KEY=http://127.0.0.1:$P2 DELTAFIN_PID=$RSS_PID DELT
 # documents (text, Markdown, PDF through poppler's pdftotext) in the three APIs and `run --attach`
 DELTAFIN_URL=$U DELTAFIN_BIN=$BIN DELTAFIN_MODEL=$MODEL \
     NODE_PATH=tests/server/node_modules node --test --test-reporter=spec tests/server/docs_test.mjs || fail=1
+# --spec-state in serve and chat: the learned state followed by the first request, and written back
+DELTAFIN_BIN=$BIN DELTAFIN_MODEL=$MODEL \
+    NODE_PATH=tests/server/node_modules node --test --test-reporter=spec tests/server/spec_state_test.mjs || fail=1
 
 # the Responses API: a context that holds the Codex-shaped fixture (5.2K tokens on this
 # tokenizer), a --max-tokens cap (Codex sends no max_output_tokens; the random model never
