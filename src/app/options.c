@@ -857,9 +857,10 @@ void print_xtok_stats(const df_drafter *dr)
     if (df_drafter_xtok_stats(dr, &x)) return;
     fprintf(stderr,
             "deltafin: cross-tokenizer drafter: %llu proposals from %llu drafter tokens; %llu drafts did not translate "
-            "at the history's tail, %llu histories ended inside a character\n",
+            "at the history's tail, %llu histories ended inside a character, %llu drafts were cut at a partial "
+            "character\n",
             (unsigned long long)x.proposals, (unsigned long long)x.drafter_tokens, (unsigned long long)x.untranslated,
-            (unsigned long long)x.boundary);
+            (unsigned long long)x.boundary, (unsigned long long)x.cut_char);
 }
 
 void print_draft_stats(const gen_stats *st)

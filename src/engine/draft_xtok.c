@@ -27,6 +27,7 @@
 #include "util.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -94,6 +95,51 @@ static int generate(xtok *x, int m, int32_t *gen, df_error *err)
     return g;
 }
 
+/* Step 4: the drafter ids gen[0..g), after the target ids tail[0..nt), as
+ * at most k target ids in out; 0 when nothing translates. */
+static int translate(xtok *x, const int32_t *tail, size_t nt, const int32_t *gen, int g, int k, int32_t *out,
+                     df_error *err)
+{
+    size_t dl = 0;
+    for (size_t i = 0; i < nt; i++) {
+        size_t bl;
+        const char *b = tokenizer_token_bytes(x->tt, tail[i], &bl);
+        if (b) text_put(x, &dl, b, bl);
+    }
+    size_t tail_bytes = dl;
+    for (int i = 0; i < g; i++) {
+        size_t bl;
+        const char *b = tokenizer_token_bytes(x->dt, gen[i], &bl);
+        if (b) text_put(x, &dl, b, bl);
+    }
+    size_t whole = tail_bytes + cut_partial(x->text + tail_bytes, dl - tail_bytes);
+    x->st.cut_char += whole != dl;
+    size_t ne = 0;
+    if (tokenizer_encode(x->tt, (const char *)x->text, whole, 0, &x->enc, &ne, &x->enc_cap, err)) return -1;
+    if (ne < nt || memcmp(x->enc, tail, nt * sizeof *tail)) {
+        x->st.untranslated++;
+        return 0;
+    }
+    int np = (int)(ne - nt) - 1; /* the last may be an unfinished word */
+    if (np > k) np = k;
+    for (int i = 0; i < np; i++) out[i] = x->enc[nt + (size_t)i];
+    return np > 0 ? np : 0;
+}
+
+int xtok_translate(const tokenizer *target, const tokenizer *drafter, const int32_t *tail, size_t nt,
+                   const int32_t *gen, int g, int k, int32_t *out, xtok_stats *st, df_error *err)
+{
+    xtok x;
+    memset(&x, 0, sizeof x);
+    x.tt = (tokenizer *)(uintptr_t)target;
+    x.dt = (tokenizer *)(uintptr_t)drafter;
+    int np = translate(&x, tail, nt, gen, g, k, out, err);
+    free(x.text);
+    free(x.enc);
+    if (st) *st = x.st;
+    return np;
+}
+
 static int xt_propose(df_drafter *d, const int32_t *hist, size_t n, int32_t *out, int k, df_error *err)
 {
     xtok *x = d->state;
@@ -128,31 +174,10 @@ static int xt_propose(df_drafter *d, const int32_t *hist, size_t n, int32_t *out
     x->st.drafter_tokens += (uint64_t)g;
     if (!g) return 0;
     /* 4. the draft's bytes after the tail's, in the target's ids */
-    size_t tail0 = n - (n - from < XT_TAIL ? n - from : XT_TAIL), dl = 0;
-    for (size_t i = tail0; i < n; i++) {
-        size_t bl;
-        const char *b = tokenizer_token_bytes(x->tt, hist[i], &bl);
-        text_put(x, &dl, b, bl);
-    }
-    size_t tail_bytes = dl;
-    for (int i = 0; i < g; i++) {
-        size_t bl;
-        const char *b = tokenizer_token_bytes(x->dt, gen[i], &bl);
-        if (b) text_put(x, &dl, b, bl);
-    }
-    dl = tail_bytes + cut_partial(x->text + tail_bytes, dl - tail_bytes);
-    ne = 0;
-    if (tokenizer_encode(x->tt, (const char *)x->text, dl, 0, &x->enc, &ne, &x->enc_cap, err)) return -1;
-    size_t nt = n - tail0;
-    if (ne < nt || memcmp(x->enc, hist + tail0, nt * sizeof *hist)) {
-        x->st.untranslated++;
-        return 0;
-    }
-    int np = (int)(ne - nt) - 1; /* the last may be an unfinished word */
-    if (np > k) np = k;
-    for (int i = 0; i < np; i++) out[i] = x->enc[nt + (size_t)i];
+    size_t tail0 = n - (n - from < XT_TAIL ? n - from : XT_TAIL);
+    int np = translate(x, hist + tail0, n - tail0, gen, g, k, out, err);
     x->st.proposals += np > 0;
-    return np > 0 ? np : 0;
+    return np;
 }
 
 static void xt_reset(df_drafter *d)

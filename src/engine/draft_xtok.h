@@ -12,6 +12,7 @@ typedef struct xtok_stats {
     uint64_t drafter_tokens; /* drafter tokens generated */
     uint64_t untranslated;   /* drafts whose bytes did not re-encode after the history's tail */
     uint64_t boundary;       /* histories ending inside a UTF-8 character (nothing proposed) */
+    uint64_t cut_char;       /* drafts whose bytes ended inside a character (the partial one cut) */
 } xtok_stats;
 
 /* path: a Qwen3 model (qwen3.h) with its tokenizer (tokenizer.json, or the
@@ -25,5 +26,14 @@ int df_drafter_open_xtok(const char *path, const char *target_model, int n_ctx, 
                          df_error *err);
 /* A cross-tokenizer drafter's counters; -1 for another drafter. */
 int df_drafter_xtok_stats(const df_drafter *d, xtok_stats *st);
+
+/* Step 4 of a proposal on its own (tests): the drafter ids gen[0..g) after
+ * the target ids tail[0..nt) as at most k target ids in out: their bytes
+ * less a trailing partial character, encoded by the target after the
+ * tail's bytes, the last id held back (an unfinished word).  Returns the
+ * count (0 when the tail is not reproduced), -1 with err; st (may be NULL)
+ * gets the counters this call moved.  Allocates: not for the token loop. */
+int xtok_translate(const tokenizer *target, const tokenizer *drafter, const int32_t *tail, size_t nt,
+                   const int32_t *gen, int g, int k, int32_t *out, xtok_stats *st, df_error *err);
 
 #endif
