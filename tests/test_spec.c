@@ -17,6 +17,7 @@
 #include "harness.h"
 #include "draft.h"
 #include "draft_xtok.h"
+#include "qwen3.h"
 #include "engine.h"
 #include "generate.h"
 #include "sampler.h"
@@ -943,6 +944,21 @@ static void test_cli_xtok(void)
     TCHECKF(t_run(small, NULL, 0, errs, sizeof errs) != 0 && strstr(errs, "the Qwen3 drafter needs") &&
                 strstr(errs, "--draft-mem"),
             "%s", errs);
+    /* plan charges it: an eighth of --mem off the model's budget, the drafter sized in it (f32 weights,
+     * a KV cache of the target's context), refused with the numbers when it does not fit */
+    qwen3_config qcfg;
+    TCHECKF(qwen3_read_config(qdir, &qcfg, &err) == 0, "%s", err.msg);
+    char want[900];
+    snprintf(want, sizeof want, "draft model %s: %.2f GiB of its 0.12 GiB share of --mem (--draft-mem) (Qwen3, %d layers",
+             qdir, (double)qwen3_bytes(&qcfg, 4096) / (double)(1u << 30), qcfg.layers);
+    const char *pl[] = {build_bin("deltafin"), "plan", "--model", mini, "--mem", "1G", "--ctx", "4096", "--draft", spec,
+                        NULL};
+    TCHECKF(t_run(pl, out1, sizeof out1, errs, sizeof errs) == 0 && strstr(out1, want) &&
+                strstr(out1, "memory plan for --mem 0.88 GiB"),
+            "plan --draft: %s%s (wanted: %s)", out1, errs, want);
+    const char *pl2[] = {build_bin("deltafin"), "plan", "--model", mini, "--mem", "1G", "--draft", spec, "--draft-mem",
+                         "64K", NULL};
+    TCHECKF(t_run(pl2, out1, sizeof out1, errs, sizeof errs) != 0 && strstr(errs, "raise --draft-mem"), "%s", errs);
     free(pid);
     free(q);
     tokenizer_free(tt);

@@ -12,6 +12,8 @@
 #include "engine.h"
 #include "research.h"
 #include "plan.h"
+#include "qwen3.h"
+#include "draft_xtok.h"
 #include "server.h"
 #include "util.h"
 
@@ -135,6 +137,7 @@ static void plan_opts_from(const run_args *a, df_plan_opts *o, size_t mem)
     o->n_sessions = a->plan_sessions;
     o->checkpoints = a->serve ? -1 : 0; /* serve's default rule */
     o->trunk_type = a->trunk_type;
+    if (drafting(a)) o->rollback_rows = draft_rows(a); /* the rows a verify pass can take back */
 }
 
 static double gib_(uint64_t b) { return (double)b / (double)(1ull << 30); }
@@ -215,6 +218,54 @@ static void plan_json(const df_plan *p, int ok, const char *msg)
     printf("}\n");
 }
 
+static double gib_(uint64_t b);
+
+/* plan --draft model:PATH: a draft model's share of --mem (--draft-mem,
+ * else an eighth) is taken off the target's budget, as run and serve take
+ * it, and the drafter is sized in it: a Qwen3 drafter by its f32 weights
+ * and a KV cache of the target's context (at most XT_MAX_CTX), a drafter
+ * of the target's family by its own plan at that share.  Prints one line;
+ * returns -1 (said why) when it does not fit. */
+static int plan_draft(const run_args *a, size_t total, int n_ctx, FILE *out)
+{
+    const char *path = a->draft + 6;
+    size_t share = draft_share(a, total), need = 0;
+    df_error err = {0};
+    char what[200];
+    if (qwen3_probe(path)) {
+        qwen3_config qc;
+        if (qwen3_read_config(path, &qc, &err)) {
+            fprintf(stderr, "deltafin: --draft model:%s: %s\n", path, err.msg);
+            return -1;
+        }
+        int ctx = n_ctx < XT_MAX_CTX ? n_ctx : XT_MAX_CTX;
+        need = qwen3_bytes(&qc, ctx);
+        snprintf(what, sizeof what, "Qwen3, %d layers, %d wide: f32 weights and a KV cache of %d positions", qc.layers,
+                 qc.hidden, ctx);
+    } else {
+        df_plan_opts o;
+        plan_opts_from(a, &o, share);
+        o.n_ctx = n_ctx;
+        df_plan p;
+        if (df_plan_model(path, &o, &p, NULL, &err)) {
+            fprintf(stderr, "deltafin: --draft model:%s at its share of --mem (%.2f GiB, --draft-mem): %s\n", path,
+                    gib_(share), err.msg);
+            return -1;
+        }
+        need = p.used;
+        snprintf(what, sizeof what, "its own plan at that share: trunk %s, %.2f GiB of experts cached",
+                 p.trunk_mode == DF_TRUNK_RESIDENT ? "resident" : "streamed", gib_(p.cache_bytes));
+    }
+    fprintf(out, "draft model %s: %.2f GiB of its %.2f GiB share of --mem (--draft-mem) (%s)\n", path, gib_(need),
+            gib_(share), what);
+    if (need > share) {
+        fprintf(stderr, "deltafin: the draft model needs %.2f GiB; its share of --mem is %.2f GiB: raise --draft-mem\n",
+                gib_(need), gib_(share));
+        return -1;
+    }
+    return 0;
+}
+
 /* plan: where the model goes at --mem, or at several machine sizes when
  * --mem is not given; from a model directory, a .gguf or a config.json
  * alone, never reading a weight. */
@@ -242,9 +293,17 @@ static int cmd_plan(int argc, char **argv)
         }
         printf("\n");
     }
+    int draft_model = drafting(&a) && !strncmp(a.draft, "model:", 6);
     for (int i = 0; i < n; i++) {
         df_plan_opts o;
         plan_opts_from(&a, &o, sizes[i]);
+        if (draft_model) {
+            if (draft_share(&a, sizes[i]) >= sizes[i]) {
+                fprintf(stderr, "deltafin: --draft-mem leaves nothing of --mem %.2f GiB for the model\n", gib_(sizes[i]));
+                return 1;
+            }
+            o.mem_budget = sizes[i] - draft_share(&a, sizes[i]);
+        }
         df_plan p;
         df_error err = {0};
         int rc = df_plan_model(a.model, &o, &p, NULL, &err);
@@ -282,6 +341,7 @@ static int cmd_plan(int argc, char **argv)
         }
         bad |= rc != 0;
         cold = p.expert_read_cold;
+        if (draft_model && !a.json && !rc) bad |= plan_draft(&a, sizes[i], p.n_ctx, stdout) != 0;
     }
     if (a.ranks > 1 && !a.json) {
         /* mpirun -np N: the default round-robin partition, each rank at this --mem */

@@ -79,6 +79,8 @@ void usage(FILE *f)
           "  info    --model DIR: the model's dimensions and its memory plan (reads no weights)\n"
           "  plan    --model DIR|FILE.gguf|config.json [--mem SIZE] [--ctx N] [--json] [--ranks N]\n"
           "          [--serve [--parallel N]] [--trunk bf16|f16|q8_0] [--disk-gbps 7,28]\n"
+          "          [--draft model:PATH [--draft-mem SIZE]] (the draft model's share taken off --mem and\n"
+          "          the drafter sized in it, as run and serve do)\n"
           "          where the model goes at --mem (or at 24/64/128/512 GiB) and the bytes read per\n"
           "          token, from the config and headers alone; --ranks: each MPI rank's share;\n"
           "          --serve: the context serve picks without --ctx, and why; --trunk: a config.json's\n"
@@ -483,9 +485,9 @@ static const opt_def opts[] = {
     {"--no-think", 0, C_RUN | C_CHAT}, {"--special", 0, C_TOKENIZE},   {"--decode", 1, C_TOKENIZE},
     {"--to", 1, C_PLACE},             {"--stripe", 0, C_PLACE},        {"--slots", 1, C_CACHESIM},
     {"--temp", 1, C_RUN | C_CHAT},    {"--top-p", 1, C_RUN | C_CHAT},  {"--top-k", 1, C_RUN | C_CHAT},
-    {"--seed", 1, C_RUN | C_CHAT},    {"--draft", 1, C_RUN | C_CHAT | C_SERVE},
-    {"--draft-max", 1, C_RUN | C_CHAT | C_SERVE}, {"--draft-k", 1, C_RUN | C_CHAT | C_SERVE},
-    {"--draft-mem", 1, C_RUN | C_CHAT | C_SERVE}, {"--spec-state", 1, C_RUN | C_CHAT | C_SERVE},
+    {"--seed", 1, C_RUN | C_CHAT},    {"--draft", 1, C_RUN | C_CHAT | C_SERVE | C_PLAN},
+    {"--draft-max", 1, C_RUN | C_CHAT | C_SERVE | C_PLAN}, {"--draft-k", 1, C_RUN | C_CHAT | C_SERVE | C_PLAN},
+    {"--draft-mem", 1, C_RUN | C_CHAT | C_SERVE | C_PLAN}, {"--spec-state", 1, C_RUN | C_CHAT | C_SERVE},
     {"--session", 1, C_RUN | C_CHAT},    {"--file", 1, C_PERPLEXITY},      {"--window", 1, C_PERPLEXITY},
     {"--kl-divergence", 1, C_PERPLEXITY}, {"--save-logits", 1, C_PERPLEXITY},   {"--json", 0, C_PLAN | C_PERPLEXITY}, {"--ranks", 1, C_PLAN}, {"--trunk", 1, C_PLAN}, {"--disk-gbps", 1, C_PLAN},
     {"--serve", 0, C_PLAN},           {"--parallel", 1, C_PLAN},
@@ -777,7 +779,7 @@ int draft_rows(const run_args *a)
     return k + 1;
 }
 
-static size_t draft_share(const run_args *a, size_t total) { return a->draft_mem ? a->draft_mem : total / 8; }
+size_t draft_share(const run_args *a, size_t total) { return a->draft_mem ? a->draft_mem : total / 8; }
 
 /* A draft model must mean the same bytes by every id as the target (the
  * engine only sees vocabulary sizes): the two tokenizers' fingerprints

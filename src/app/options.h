@@ -92,6 +92,8 @@ df_session *open_session(df_engine *eng, const run_args *a);
 int drafting(const run_args *a);
 /* The rollback rows a session needs for --draft: one step's drafts + 1. */
 int draft_rows(const run_args *a);
+/* A draft model's share of the total memory: --draft-mem, else an eighth. */
+size_t draft_share(const run_args *a, size_t total);
 df_drafter *open_drafter(const run_args *a, int vocab, int n_ctx);
 /* gen_init with the --draft-k / --draft-max options (exits on error). */
 void gen_from_args(gen_loop *g, const run_args *a, df_engine *eng, df_session *s, sampler *smp, df_drafter *dr);
