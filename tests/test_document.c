@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include "clock.h"
@@ -222,6 +223,16 @@ static void child_limits(void)
     TCHECK(doc_render(&lim, "application/pdf", NULL, NULL, (unsigned char *)big, sizeof big, &b, NULL, &err) == -1);
     TCHECK(strstr(err.msg, "not a readable PDF (pdftotext: I/O Error: gave up)") != NULL);
     df_err_clear(&err);
+    /* the caller's descriptors stay with the caller (a server's sockets and model files) */
+    int fd = open("/dev/null", O_RDONLY); /* no O_CLOEXEC */
+    char script[200];
+    snprintf(script, sizeof script, "if [ -e /proc/$$/fd/%d ]; then echo 'fd %d inherited' >&2; else echo 'fd %d closed' >&2; fi; exit 1",
+             fd, fd, fd);
+    lim = (doc_limits){.pdftotext = stand_in("fds", script)};
+    TCHECK(doc_render(&lim, "application/pdf", NULL, NULL, (unsigned char *)pdf, n, &b, NULL, &err) == -1);
+    TCHECKF(strstr(err.msg, "closed)") != NULL, "%s", err.msg);
+    df_err_clear(&err);
+    close(fd);
     TCHECK(b.len == 0);
     json_buf_free(&b);
 }

@@ -116,6 +116,9 @@ static int spawn_pdftotext(char *tool, child *c, df_error *err)
     posix_spawn_file_actions_adddup2(&fa, pin[0], 0);
     posix_spawn_file_actions_adddup2(&fa, pout[1], 1);
     posix_spawn_file_actions_adddup2(&fa, perr[1], 2);
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 34))
+    posix_spawn_file_actions_addclosefrom_np(&fa, 3); /* the server's sockets and model files stay in the server */
+#endif
     posix_spawnattr_t at;
     posix_spawnattr_init(&at);
     sigset_t none, dfl;
