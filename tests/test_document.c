@@ -8,6 +8,7 @@
  * fail, naming it, rather than pass.
  */
 #define _GNU_SOURCE
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -237,6 +238,45 @@ static void child_limits(void)
     json_buf_free(&b);
 }
 
+/* Three PDFs at once: two children run, the third waits for a slot. */
+typedef struct {
+    doc_limits lim;
+    const char *pdf;
+    size_t n;
+    df_error err;
+    int rc;
+} burst_arg;
+
+static void *burst_one(void *p)
+{
+    burst_arg *a = p;
+    json_buf b;
+    json_buf_init(&b);
+    a->rc = doc_render(&a->lim, "application/pdf", NULL, NULL, (const unsigned char *)a->pdf, a->n, &b, NULL, &a->err);
+    json_buf_free(&b);
+    return NULL;
+}
+
+static void child_burst(void)
+{
+    static char pdf[4096];
+    const char *one[] = {"x"};
+    size_t n = make_pdf(one, 1, pdf, sizeof pdf);
+    const char *slow = stand_in("slow", "cat >/dev/null; sleep 1; echo 'slow: gave up' >&2; exit 1");
+    burst_arg args[3];
+    pthread_t th[3];
+    double t0 = now_sec();
+    for (int i = 0; i < 3; i++) {
+        args[i] = (burst_arg){.lim = {.pdftotext = slow, .timeout_ms = 1800}, .pdf = pdf, .n = n};
+        TCHECK(pthread_create(&th[i], NULL, burst_one, &args[i]) == 0);
+    }
+    for (int i = 0; i < 3; i++) pthread_join(th[i], NULL);
+    double dt = now_sec() - t0;
+    for (int i = 0; i < 3; i++)
+        TCHECKF(args[i].rc == -1 && strstr(args[i].err.msg, "pdftotext: slow: gave up"), "%d: %s", i, args[i].err.msg);
+    TCHECKF(dt > 1.9 && dt < 5, "three 1 s children took %.2f s: not two at a time", dt);
+}
+
 static void attach_files(void)
 {
     char path[600];
@@ -266,7 +306,7 @@ static void attach_files(void)
 
 static const test_case tests[] = {
     {"text_documents", text_documents}, {"decoding", decoding}, {"pdfs", pdfs},
-    {"child_limits", child_limits},     {"attach_files", attach_files},
+    {"child_limits", child_limits},     {"child_burst", child_burst},       {"attach_files", attach_files},
 };
 
 int main(int argc, char **argv)

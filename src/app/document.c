@@ -11,7 +11,9 @@
  * server goes on.  A PDF whose pages hold no text (scanned images) is an
  * error, not an empty document: a model answering about nothing would be
  * worse.  pdftotext ends each page with a form feed: they count the pages
- * and are dropped from the text.
+ * and are dropped from the text.  At most two children run at once (each
+ * may take 2 GiB); a burst of PDF requests waits its turn within its own
+ * deadline.
  */
 #define _GNU_SOURCE
 #include "document.h"
@@ -203,6 +205,37 @@ static void first_line(char *s)
     s[utf8_cut(s, l, 200)] = 0;
 }
 
+/* At most DOC_MAX_CHILDREN pdftotext children at once (each may take 2 GiB):
+ * a burst of PDF requests waits its turn, up to its own deadline. */
+#define DOC_MAX_CHILDREN 2
+static pthread_mutex_t children_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t children_cv = PTHREAD_COND_INITIALIZER;
+static int children;
+
+static int child_slot(int timeout_ms)
+{
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += timeout_ms / 1000;
+    until.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+    if (until.tv_nsec >= 1000000000L) until.tv_sec++, until.tv_nsec -= 1000000000L;
+    pthread_mutex_lock(&children_mu);
+    int rc = 0;
+    while (children >= DOC_MAX_CHILDREN && rc == 0) rc = pthread_cond_timedwait(&children_cv, &children_mu, &until);
+    int got = children < DOC_MAX_CHILDREN;
+    children += got;
+    pthread_mutex_unlock(&children_mu);
+    return got ? 0 : -1;
+}
+
+static void child_slot_free(void)
+{
+    pthread_mutex_lock(&children_mu);
+    children--;
+    pthread_cond_signal(&children_cv);
+    pthread_mutex_unlock(&children_mu);
+}
+
 static int pdf_text(const doc_limits *lim, const unsigned char *data, size_t n, json_buf *text, int *pages,
                     df_error *err)
 {
@@ -214,20 +247,28 @@ static int pdf_text(const doc_limits *lim, const unsigned char *data, size_t n, 
                           : "not on PATH");
     if (n < 5 || memcmp(data, "%PDF-", 5))
         return df_err_set(err, DF_ERR_ARG, 0, "not a PDF (it does not start with %%PDF-)");
+    int timeout_ms = lim && lim->timeout_ms ? lim->timeout_ms : 60000;
+    if (child_slot(timeout_ms))
+        return df_err_set(err, DF_ERR_LIMIT, 0, "%d PDFs are being read already and none finished within %d ms: try "
+                          "again", DOC_MAX_CHILDREN, timeout_ms);
     child c;
-    if (spawn_pdftotext(tool, &c, err)) return -1;
+    if (spawn_pdftotext(tool, &c, err)) {
+        child_slot_free();
+        return -1;
+    }
     char emsg[512] = "";
     /* a child that stops reading must not raise SIGPIPE in this thread */
     sigset_t pipe_set, old;
     sigemptyset(&pipe_set);
     sigaddset(&pipe_set, SIGPIPE);
     pthread_sigmask(SIG_BLOCK, &pipe_set, &old);
-    int pr = pump(&c, data, n, cap_text(lim), lim && lim->timeout_ms ? lim->timeout_ms : 60000, text, emsg, sizeof emsg);
+    int pr = pump(&c, data, n, cap_text(lim), timeout_ms, text, emsg, sizeof emsg);
     if (c.in >= 0) close(c.in);
     close(c.out), close(c.errfd);
     if (pr) kill(c.pid, SIGKILL);
     int status = 0;
     while (waitpid(c.pid, &status, 0) < 0 && errno == EINTR) {}
+    child_slot_free();
     struct timespec zero = {0, 0};
     while (sigtimedwait(&pipe_set, NULL, &zero) > 0) {}
     pthread_sigmask(SIG_SETMASK, &old, NULL);
@@ -235,8 +276,7 @@ static int pdf_text(const doc_limits *lim, const unsigned char *data, size_t n, 
     if (pr == 1)
         return df_err_set(err, DF_ERR_ARG, 0, "the PDF's text passes %zu bytes, more than a prompt can hold",
                           cap_text(lim));
-    if (pr == 2) return df_err_set(err, DF_ERR_ARG, 0, "pdftotext did not finish this PDF in time (%d ms)",
-                                   lim && lim->timeout_ms ? lim->timeout_ms : 60000);
+    if (pr == 2) return df_err_set(err, DF_ERR_ARG, 0, "pdftotext did not finish this PDF in time (%d ms)", timeout_ms);
     if (WIFSIGNALED(status))
         return df_err_set(err, DF_ERR_ARG, 0, "pdftotext was stopped by signal %d on this PDF (%s)",
                           WTERMSIG(status), WTERMSIG(status) == SIGXCPU ? "its CPU limit" :

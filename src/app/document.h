@@ -9,8 +9,9 @@
  * server); data: URLs and strict base64.
  * Invariants: a rendered document is
  *     <document name="NAME" pages="N">\nTEXT\n</document>\n\n
- * (name and pages only when known), TEXT valid UTF-8 without NUL; nothing
- * here keeps state between calls.
+ * (name and pages only when known), TEXT valid UTF-8 without NUL; the only
+ * state kept between calls is the count of running pdftotext children
+ * (at most two; thread-safe).
  */
 #ifndef DF_DOCUMENT_H
 #define DF_DOCUMENT_H
