@@ -78,7 +78,7 @@ int doc_decode(const char *s, size_t n, const doc_limits *lim, char *type, size_
 
 /* ---- pdftotext in a child ------------------------------------------------- */
 
-static int find_tool(const doc_limits *lim, char *path, size_t cap)
+static int find_pdftotext(const doc_limits *lim, char *path, size_t cap)
 {
     const char *p = lim && lim->pdftotext ? lim->pdftotext : getenv("DELTAFIN_PDFTOTEXT");
     if (p && *p) {
@@ -240,7 +240,7 @@ static int pdf_text(const doc_limits *lim, const unsigned char *data, size_t n, 
                     df_error *err)
 {
     char tool[4096];
-    if (find_tool(lim, tool, sizeof tool))
+    if (find_pdftotext(lim, tool, sizeof tool))
         return df_err_set(err, DF_ERR_UNSUPPORTED, 0, "PDF documents need poppler's pdftotext, which is not installed "
                           "here (%s): apt-get install poppler-utils (text and Markdown documents work without it)",
                           lim && lim->pdftotext ? lim->pdftotext : getenv("DELTAFIN_PDFTOTEXT") ? getenv("DELTAFIN_PDFTOTEXT")

@@ -17,6 +17,8 @@
 #include "../../src/app/server_responses.c"
 #include "../../src/app/server_grammar.c"
 #include "../../src/app/server_json.c"
+#include "../../src/app/server_docs.c"
+#include "../../src/app/document.c"
 #include "harness.h"
 
 #include "server_stubs.h"
