@@ -74,6 +74,7 @@
 #include "sampler.h"
 #include "tokenizer.h"
 #include "util.h"
+#include "web_page.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -112,6 +113,9 @@ static int feed(seat *sl, job *j, const int32_t *ids, size_t n)
             return -1;
         }
         o += k;
+        pthread_mutex_lock(&j->mu);
+        j->prompt_done = (int)(ids - j->ids + o);
+        pthread_mutex_unlock(&j->mu);
     }
     return 0;
 }
@@ -367,6 +371,11 @@ static int feed_prompt(srv *S, job *j, seat *sl, size_t from)
     size_t cut = n_at ? at[0] : 0; /* the last message's end */
     for (int k = n_at - 1; k >= 0; k--) df_session_checkpoint_at(sl->s, (int)at[k], &rerr);
     if (sys) df_session_checkpoint_at(sl->s, (int)sys, &rerr);
+    pthread_mutex_lock(&j->mu);
+    j->prompt_reused = j->prompt_done = (int)from;
+    j->prompt_total = (int)j->n_ids;
+    j->prompt_t0 = now_sec();
+    pthread_mutex_unlock(&j->mu);
     int rc = feed(sl, j, j->ids + from, j->n_ids - from);
     if (!rc && cut) sl->ck_pos = (int)cut;
     if (rc > 0) {
@@ -567,6 +576,23 @@ static enum MHD_Result reply_error(struct MHD_Connection *c, int api, rq_err *e)
     return reply_json(c, e->status, &b);
 }
 
+/* A comment ping that says how far the prompt is (the chat page's progress
+ * bar): ": ping {"prompt_done":D,"prompt_total":T,"prompt_reused":R,
+ * "seconds":S}", D of the prompt's T ids evaluated (R of them reused from the
+ * conversation kept), S seconds since the evaluation began; still an SSE
+ * comment, which every client skips.  With j->mu held; 0 when the prompt is
+ * done (or not begun) or the line does not fit: the plain ping then. */
+static size_t progress_ping(job *j, char *buf, size_t max)
+{
+    if (j->prompt_total <= 0 || j->prompt_done >= j->prompt_total) return 0;
+    char tmp[160];
+    int n = snprintf(tmp, sizeof tmp, ": ping {\"prompt_done\":%d,\"prompt_total\":%d,\"prompt_reused\":%d,\"seconds\":%.1f}\n\n",
+                     j->prompt_done, j->prompt_total, j->prompt_reused, now_sec() - j->prompt_t0);
+    if (n <= 0 || (size_t)n >= sizeof tmp || (size_t)n > max) return 0;
+    memcpy(buf, tmp, (size_t)n);
+    return (size_t)n;
+}
+
 static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
 {
     (void)pos;
@@ -582,6 +608,7 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
             /* prefill or a slow token: a keep-alive clients count: an SSE comment, Anthropic's
              * own ping event on /v1/messages, a keepalive event on /v1/responses */
             size_t k = j->api == API_RESPONSES ? resp_keepalive(j, buf, max) : 0;
+            if (!k && j->api != API_MESSAGES) k = progress_ping(j, buf, max);
             pthread_mutex_unlock(&j->mu);
             if (k) return (ssize_t)k;
             static const char comment[] = ": ping\n\n", anth[] = "event: ping\ndata: {\"type\":\"ping\"}\n\n";
@@ -665,6 +692,59 @@ static enum MHD_Result serve_metrics(srv *S, struct MHD_Connection *c)
             (unsigned long long)st.expert_bytes_read, (unsigned long long)st.expert_reads, st.io_wait_sec);
     enum MHD_Result rc = reply(c, 200, "text/plain; version=0.0.4", b.p, b.len);
     json_buf_free(&b);
+    return rc;
+}
+
+/* Does an Accept-Encoding value take gzip?  RFC 9110 12.5.3: a list of codings,
+ * each with an optional ";q=" weight; gzip (or x-gzip) named with a weight
+ * above 0, or not named and "*" with a weight above 0.  No header: no. */
+static int accepts_gzip(const char *ae)
+{
+    int gzip = -1, star = -1; /* -1: not named; else whether its weight is above 0 */
+    while (ae && *ae) {
+        while (*ae == ' ' || *ae == '\t' || *ae == ',') ae++;
+        const char *t = ae;
+        while (*ae && *ae != ',' && *ae != ';' && *ae != ' ' && *ae != '\t') ae++;
+        size_t n = (size_t)(ae - t);
+        int ok = 1;
+        while (*ae && *ae != ',') { /* parameters: only q matters */
+            if (*ae == ';') {
+                ae++;
+                while (*ae == ' ' || *ae == '\t') ae++;
+                if ((*ae == 'q' || *ae == 'Q') && ae[1] == '=') ok = strtod(ae + 2, NULL) > 0;
+            } else ae++;
+        }
+        if ((n == 4 && !strncasecmp(t, "gzip", 4)) || (n == 6 && !strncasecmp(t, "x-gzip", 6))) gzip = ok;
+        else if (n == 1 && *t == '*') star = ok;
+    }
+    return gzip >= 0 ? gzip : star > 0;
+}
+
+/* GET /: the chat page, the committed gzip bundle as it is (web_page.h).  A
+ * client that does not take gzip (curl without --compressed, a script) gets a
+ * short page saying so, not the compressed bytes and not a 406: every browser
+ * sends Accept-Encoding: gzip. */
+static enum MHD_Result serve_page(struct MHD_Connection *c)
+{
+    const char *ae = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Accept-Encoding");
+    struct MHD_Response *r;
+    if (accepts_gzip(ae)) {
+        r = MHD_create_response_from_buffer(web_page_gz_len, (void *)(uintptr_t)web_page_gz, MHD_RESPMEM_PERSISTENT);
+        MHD_add_response_header(r, "Content-Encoding", "gzip");
+    } else {
+        static const char plain[] =
+            "<!doctype html><html><head><meta charset=\"utf-8\"><title>deltafin</title></head><body>\n"
+            "<p>deltafin's chat page is sent gzip-compressed, and this client did not accept gzip "
+            "(its Accept-Encoding header). Every browser does; with curl, add --compressed.</p>\n"
+            "<p>The APIs answer as usual: /v1/chat/completions, /v1/messages, /v1/responses, /v1/models, /metrics.</p>\n"
+            "</body></html>\n";
+        r = MHD_create_response_from_buffer(sizeof plain - 1, (void *)(uintptr_t)plain, MHD_RESPMEM_PERSISTENT);
+    }
+    MHD_add_response_header(r, "Content-Type", "text/html; charset=utf-8");
+    MHD_add_response_header(r, "Vary", "Accept-Encoding");
+    MHD_add_response_header(r, "Cache-Control", "no-cache");
+    enum MHD_Result rc = MHD_queue_response(c, 200, r);
+    MHD_destroy_response(r);
     return rc;
 }
 
@@ -790,7 +870,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     }
     const char *path = !strncmp(url, "/v1/", 4) ? url + 3 : url;
     if (!strcmp(url, "/") && !strcmp(method, "GET"))
-        return reply(c, 200, "text/html; charset=utf-8", server_page_html, strlen(server_page_html));
+        return serve_page(c);
     if (!strcmp(path, "/health")) {
         int ok = atomic_load(&S->ready);
         const char *b = ok ? "{\"status\":\"ok\"}" : "{\"status\":\"loading\"}";
@@ -1110,55 +1190,3 @@ int cmd_serve(int argc, char **argv)
     free(rest);
     return 0;
 }
-
-/* ---- the chat page (GET /): self-contained, no external resources ------- */
-
-const char server_page_html[] =
-    "<!doctype html><html><head><meta charset=\"utf-8\"><title>deltafin</title>\n"
-    "<meta name=\"viewport\" content=\"width=device-width,initial-scale=1\">\n"
-    "<style>body{font:15px/1.45 system-ui,sans-serif;max-width:820px;margin:0 auto;padding:12px;background:#fafafa}"
-    "#log{min-height:60vh}.m{white-space:pre-wrap;margin:10px 0;padding:8px 10px;border-radius:8px}"
-    ".user{background:#dde8ff}.assistant{background:#fff;border:1px solid #ddd}details{color:#666;font-size:13px}"
-    "details pre{white-space:pre-wrap;margin:4px 0}#bar{display:flex;gap:6px}textarea{flex:1;height:60px}"
-    "#st{color:#666;font-size:13px;margin:6px 0}input{width:140px}</style></head><body>\n"
-    "<h3>deltafin</h3><div id=\"log\"></div><div id=\"st\"></div>\n"
-    "<div id=\"bar\"><textarea id=\"q\" placeholder=\"Message (Enter sends, Shift+Enter: new line)\"></textarea>"
-    "<div><button id=\"go\">Send</button><br><button id=\"stop\">Stop</button><br><button id=\"clr\">Clear</button>"
-    "</div></div><p><label>API key <input id=\"key\" type=\"password\"></label> "
-    "<label>effort <select id=\"eff\"><option>max</option><option>high</option><option>low</option>"
-    "<option>none</option></select></label> <label>max tokens <input id=\"mt\" value=\"1024\" size=6></label></p>\n"
-    "<script>\n"
-    "const $=id=>document.getElementById(id);let hist=[],ctl=null;\n"
-    "function add(cls){const d=document.createElement('div');d.className='m '+cls;$('log').appendChild(d);return d}\n"
-    "async function send(){const text=$('q').value.trim();if(!text||ctl)return;$('q').value='';\n"
-    " add('user').textContent=text;hist.push({role:'user',content:text});\n"
-    " const box=add('assistant'),det=document.createElement('details'),sum=document.createElement('summary'),"
-    "pre=document.createElement('pre'),ans=document.createElement('div');\n"
-    " sum.textContent='reasoning';det.appendChild(sum);det.appendChild(pre);box.appendChild(det);box.appendChild(ans);\n"
-    " ctl=new AbortController();let n=0,t0=performance.now(),t1=0,reasoning='',content='';\n"
-    " const body={messages:hist,stream:true,stream_options:{include_usage:true},max_tokens:+$('mt').value||1024,"
-    "reasoning_effort:$('eff').value};\n"
-    " const h={'Content-Type':'application/json'};if($('key').value)h.Authorization='Bearer '+$('key').value;\n"
-    " try{const r=await fetch('/v1/chat/completions',{method:'POST',headers:h,body:JSON.stringify(body),signal:ctl.signal});\n"
-    "  if(!r.ok){ans.textContent='error '+r.status+': '+await r.text();hist.pop();return}\n"
-    "  const rd=r.body.getReader(),dec=new TextDecoder();let buf='';\n"
-    "  for(;;){const {done,value}=await rd.read();if(done)break;buf+=dec.decode(value,{stream:true});let i;\n"
-    "   while((i=buf.indexOf('\\n\\n'))>=0){const ev=buf.slice(0,i);buf=buf.slice(i+2);\n"
-    "    for(const line of ev.split('\\n')){if(!line.startsWith('data: '))continue;const d=line.slice(6);if(d==='[DONE]')continue;\n"
-    "     const j=JSON.parse(d);if(j.error){ans.textContent+='\\n[error: '+j.error.message+']';continue}\n"
-    "     const c=j.choices&&j.choices[0];if(!c||!c.delta)continue;\n"
-    "     if(c.delta.reasoning_content){reasoning+=c.delta.reasoning_content;pre.textContent=reasoning;n++}\n"
-    "     if(c.delta.content){content+=c.delta.content;ans.textContent=content;n++}\n"
-    "     if(c.delta.tool_calls)ans.textContent+=' [tool call] '+JSON.stringify(c.delta.tool_calls);\n"
-    "     if(!t1&&n)t1=performance.now();const dt=(performance.now()-t1)/1000;\n"
-    "     $('st').textContent=n+' chunks'+(dt>0&&n>1?', '+((n-1)/dt).toFixed(1)+' tok/s':'')+', first token '+((t1-t0)/1000).toFixed(2)+' s'}}}\n"
-    "  hist.push({role:'assistant',content:content,reasoning_content:reasoning});\n"
-    " }catch(e){ans.textContent+=' ['+e.name+']';hist.push({role:'assistant',content:content})}\n"
-    " finally{ctl=null;if(!reasoning)det.remove();stats()}}\n"
-    "async function stats(){try{const h={};if($('key').value)h.Authorization='Bearer '+$('key').value;\n"
-    " const t=await (await fetch('/metrics',{headers:h})).text();const g=k=>{const m=t.match(new RegExp('^'+k+' (\\\\S+)','m'));return m?+m[1]:null};\n"
-    " const hr=g('deltafin_expert_cache_hit_ratio'),mb=g('deltafin_expert_bytes_read_total');\n"
-    " if(hr!==null)$('st').textContent+=', expert cache hits '+(100*hr).toFixed(1)+'%'+(mb!==null?', '+(mb/1048576).toFixed(1)+' MiB read':'')}catch(e){}}\n"
-    "$('go').onclick=send;$('stop').onclick=()=>ctl&&ctl.abort();$('clr').onclick=()=>{hist=[];$('log').innerHTML=''};\n"
-    "$('q').addEventListener('keydown',e=>{if(e.key==='Enter'&&!e.shiftKey){e.preventDefault();send()}});\n"
-    "</script></body></html>\n";

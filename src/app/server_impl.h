@@ -45,8 +45,6 @@ enum { BLK_NONE, BLK_THINK, BLK_TEXT, BLK_TOOL };
 #define MAX_STOPS 16
 #define MAX_TOP_LOGPROBS 20
 
-extern const char server_page_html[];
-
 typedef struct job job;
 typedef struct resp_job resp_job;     /* server_responses.c: a Responses job's state */
 typedef struct resp_store resp_store; /* server_responses.c: stored conversations */
@@ -140,6 +138,9 @@ struct job {
     json_buf out;
     size_t sent;
     int status, done, refs;
+    /* the prompt's evaluation so far (the progress pings): ids done of total, reused, started at */
+    int prompt_done, prompt_total, prompt_reused;
+    double prompt_t0;
     atomic_int cancelled, delivered;
     job *next;
     /* worker-only output state */

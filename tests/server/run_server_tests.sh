@@ -29,7 +29,7 @@ SAN=
 if grep -qa __asan_init "$BIN"; then SAN="-fsanitize=address,undefined"; fi
 LIBS=$(make -s --no-print-directory print-ldlibs) # what libdeltafin.a needs (curl, uring, MPI where built in)
 ${CC:-cc} -std=c11 -O1 -g -pthread $SAN -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wpointer-arith \
-    -Wcast-qual -Wvla -Wformat=2 -Werror $(for d in src/*/; do printf -- "-I%s " "${d%/}"; done) -Itests tests/server/test_server_emit.c tests/harness.c "$BDIR/libdeltafin.a" \
+    -Wcast-qual -Wvla -Wformat=2 -Werror $(for d in src/*/; do printf -- "-I%s " "${d%/}"; done) -Itests tests/server/test_server_emit.c tests/harness.c "$BDIR/libdeltafin.a" "$BDIR/web_page.o" \
     $LIBS -lutil \
     -o "$LOG/test_server_emit"
 "$LOG/test_server_emit" || fail=1
@@ -58,6 +58,19 @@ check() { # check NAME EXPECTED ACTUAL
 }
 check "health 200" 200 "$(curl -s -o /dev/null -w '%{http_code}' "$U/health")"
 check "page at /" 200 "$(curl -s -o /dev/null -w '%{http_code}' "$U/")"
+# the page is the committed bundle (web/dist/index.html.gz, compiled in) sent as it is to a client
+# taking gzip; one that does not take it gets a page saying so (200, never the compressed bytes)
+gzip -dc web/dist/index.html.gz >"$LOG/page.want"
+check "page at / with gzip: the committed bundle" "gzip same" \
+    "$(curl -s -D "$LOG/page.hdr" --compressed -o "$LOG/page.got" "$U/" && grep -qi '^content-encoding: gzip' "$LOG/page.hdr" && echo gzip || echo plain) $(cmp -s "$LOG/page.want" "$LOG/page.got" && echo same || echo differs)"
+check "page at / without gzip: a page naming --compressed" "200 1" \
+    "$(curl -s -o "$LOG/page.plain" -w '%{http_code}' "$U/") $(grep -c -- '--compressed' "$LOG/page.plain")"
+for ae in 'gzip;q=0' 'identity' '*;q=0, deflate'; do
+    check "Accept-Encoding: $ae: not gzip" 0 "$(curl -s -D - -o /dev/null -H "Accept-Encoding: $ae" "$U/" | grep -ci '^content-encoding: gzip')"
+done
+for ae in 'br, gzip;q=0.5' 'x-gzip' '*' 'GZIP'; do
+    check "Accept-Encoding: $ae: gzip" 1 "$(curl -s -D - -o /dev/null -H "Accept-Encoding: $ae" "$U/" | grep -ci '^content-encoding: gzip')"
+done
 check "metrics has tokens" 1 "$(curl -s "$U/metrics" | grep -c '^deltafin_generated_tokens_total ')"
 check "malformed JSON 400" 400 "$(curl -s -o /dev/null -w '%{http_code}' -d '{"messages":' "$U/v1/chat/completions")"
 check "413 over --max-request-bytes" 413 "$(head -c 2000000 /dev/zero | tr '\0' a | curl -s -o /dev/null -w '%{http_code}' --data-binary @- "$U/v1/chat/completions")"
@@ -107,9 +120,22 @@ if grep -qa __asan_init "$BIN"; then RSS_PID=; echo "# sanitizer build: RSS chec
 # keep-alive: a long prefill one position at a time must send SSE comment pings
 P3=$(free_port); start "$P3" --batch 1 --threads 1 --ping-ms 100
 node -e 'console.log(JSON.stringify({prompt: "hello world ".repeat(300), max_tokens: 2, stream: true}))' >"$LOG/long.json"
-pings=$(curl -sN -d @"$LOG/long.json" "http://127.0.0.1:$P3/v1/completions" | grep -c '^: ping' || true)
+curl -sN -d @"$LOG/long.json" "http://127.0.0.1:$P3/v1/completions" >"$LOG/long.sse" || true
+pings=$(grep -c '^: ping' "$LOG/long.sse" || true)
 check "SSE pings during a long prefill" yes "$([ "$pings" -ge 1 ] && echo yes || echo "no ($pings)")"
-kill "${pids[-1]}"; wait "${pids[-1]}" 2>/dev/null || true; unset 'pids[-1]'
+# ... and they say how far the prompt is (server.c progress_ping; the chat page's progress bar):
+# one total (the prompt's ids, as /v1/completions counts them), ids done never going back, some
+# pings inside the prompt
+check "the pings carry the prompt's progress" ok "$(node -e '
+const fs = require("fs"), t = fs.readFileSync(process.argv[1], "utf8");
+const p = t.split("\n").filter((l) => l.startsWith(": ping {")).map((l) => JSON.parse(l.slice(7)));
+const tot = new Set(p.map((x) => x.prompt_total)), usage = JSON.parse(fs.readFileSync(process.argv[2], "utf8"));
+let ok = p.length >= 1 && tot.size === 1 && p[0].prompt_total === usage.prompt_tokens && p.some((x) => x.prompt_done > 0 && x.prompt_done < x.prompt_total);
+for (let i = 1; i < p.length; i++) ok = ok && p[i].prompt_done >= p[i - 1].prompt_done && p[i].seconds >= p[i - 1].seconds;
+console.log(ok ? "ok" : "bad: " + JSON.stringify(p.slice(0, 5)) + " of " + p.length);
+' "$LOG/long.sse" <(curl -s -d "$(sed 's/"stream":true/"stream":false/' "$LOG/long.json")" "http://127.0.0.1:$P3/v1/completions" | node -e '
+let s = ""; process.stdin.on("data", (d) => s += d).on("end", () => console.log(JSON.stringify(JSON.parse(s).usage)))'))"
+PID3=${pids[-1]} # kept for the chat page's progress test (page_test.mjs), stopped after it
 
 # /v1/messages/count_tokens: the prompt /v1/messages renders, counted (no max_tokens needed)
 CT=$(curl -s "$U/v1/messages/count_tokens" -d '{"model":"m","system":"be brief","messages":[{"role":"user","content":"count me"}]}' \
@@ -134,8 +160,11 @@ DELTAFIN_URL_SLOW=http://127.0.0.1:$P4 NODE_PATH=tests/server/node_modules node 
 kill -0 "${pids[-1]}" 2>/dev/null || { echo "not ok - the --timeout 2 server died"; cat "$LOG/server-$P4.log"; fail=1; }
 kill "${pids[-1]}"; wait "${pids[-1]}" 2>/dev/null || true; unset 'pids[-1]'
 
-# the chat page in headless Chromium (Debian's chromium; a missing browser fails)
-DELTAFIN_URL=$U NODE_PATH=tests/server/node_modules node --test --test-reporter=spec tests/server/page_test.mjs || fail=1
+# the chat page (web/) in headless Chromium (Debian's chromium; a missing browser fails)
+# (screenshots of its main states: $BUILD/page-shots)
+DELTAFIN_URL=$U DELTAFIN_URL_PREFILL=http://127.0.0.1:$P3 PAGE_SHOTS=$BDIR/page-shots \
+    NODE_PATH=tests/server/node_modules node --test --test-reporter=spec tests/server/page_test.mjs || fail=1
+kill "$PID3"; wait "$PID3" 2>/dev/null || true
 
 # the research wing's plots (trace stats|cache --svg) rendered by the same Chromium
 "$BIN" run --model "$MODEL" --prompt "the plots of a route trace" --max-new 40 --trace "$LOG/plots.trace" --trace-lookahead 2 \

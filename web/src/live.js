@@ -1,0 +1,92 @@
+// live.js - the live view: GET /metrics polled once a second while a reply
+// runs (and once when it ends, or when the view opens), its counters shown as
+// they are.  Each cell carries the metric it shows (data-metric) and the raw
+// value read (data-value), and its text is that value formatted here, so a
+// test can check the numbers against /metrics.  The figures of the reply
+// running (expert MiB per token) are differences of two readings.
+import { metrics } from './api.js';
+
+const pct = (v) => (100 * v).toFixed(1) + ' %';
+const mib = (v) => (v / 1048576).toFixed(1) + ' MiB';
+const int = (v) => String(Math.round(v));
+
+// [metric, label, format]; the order on the page
+export const CELLS = [
+  ['deltafin_decode_tokens_per_second', 'decode tok/s', (v) => v.toFixed(2)],
+  ['deltafin_expert_cache_hit_ratio', 'expert cache hits', pct],
+  ['deltafin_prompt_cache_hit_ratio', 'prompt tokens reused', pct],
+  ['deltafin_expert_bytes_read_total', 'experts read', mib],
+  ['deltafin_expert_reads_total', 'expert reads', int],
+  ['deltafin_io_wait_seconds_total', 'I/O wait', (v) => v.toFixed(3) + ' s'],
+  ['deltafin_positions_evaluated_total', 'positions evaluated', int],
+  ['deltafin_generated_tokens_total', 'tokens generated', int],
+  ['deltafin_prompt_tokens_total', 'prompt tokens', int],
+  ['deltafin_verify_passes_total', 'draft verify passes', int],
+  ['deltafin_draft_accepted_total', 'drafts accepted', int],
+  ['deltafin_draft_proposed_total', 'drafts proposed', int],
+  ['deltafin_queue_length', 'queued', int],
+  ['deltafin_requests_total', 'requests', int],
+];
+
+export function formatCell(name, v) {
+  const c = CELLS.find((x) => x[0] === name);
+  return c ? c[2](v) : String(v);
+}
+
+export class Live {
+  constructor(grid, when, getKey) {
+    this.grid = grid; this.when = when; this.getKey = getKey;
+    this.timer = null; this.base = null; this.last = null; this.reads = 0; this.asked = 0; this.shown = 0;
+    for (const [name, label] of CELLS) {
+      const d = document.createElement('div');
+      d.className = 'cell'; d.dataset.metric = name;
+      d.innerHTML = '<span class="v">–</span><span class="k"></span>';
+      d.querySelector('.k').textContent = label;
+      grid.appendChild(d);
+    }
+    const extra = document.createElement('div');
+    extra.className = 'cell derived'; extra.id = 'live-derived';
+    extra.innerHTML = '<span class="v">–</span><span class="k">acceptance · MiB/token (this reply)</span>';
+    grid.appendChild(extra);
+  }
+
+  async poll() {
+    // readings answered out of order: only a later request's answer replaces the cells
+    const seq = ++this.asked;
+    let m;
+    try { m = await metrics(this.getKey()); } catch (e) { this.when.textContent = 'metrics: ' + e.message; return null; }
+    if (seq < this.shown) return m;
+    this.shown = seq; this.last = m; this.reads++;
+    for (const cell of this.grid.querySelectorAll('[data-metric]')) {
+      const v = m[cell.dataset.metric];
+      if (v === undefined) continue;
+      cell.dataset.value = String(v);
+      cell.querySelector('.v').textContent = formatCell(cell.dataset.metric, v);
+    }
+    const acc = m.deltafin_draft_proposed_total ? pct(m.deltafin_draft_accepted_total / m.deltafin_draft_proposed_total) : 'no drafts';
+    let per = '–';
+    if (this.base) {
+      const dt = m.deltafin_positions_evaluated_total - this.base.deltafin_positions_evaluated_total;
+      const db = m.deltafin_expert_bytes_read_total - this.base.deltafin_expert_bytes_read_total;
+      if (dt > 0) per = (db / dt / 1048576).toFixed(2);
+    }
+    this.grid.querySelector('#live-derived .v').textContent = acc + ' · ' + per;
+    this.when.textContent = `read ${this.reads} time${this.reads === 1 ? '' : 's'}, last ${new Date().toLocaleTimeString()}`;
+    return m;
+  }
+
+  // a reply starts: a first reading as the base of its differences, then one a second
+  async start() {
+    this.stop();
+    this.base = null;
+    this.timer = setInterval(() => this.poll(), 1000);
+    this.base = await this.poll();
+  }
+
+  async end() {
+    this.stop();
+    return this.poll();
+  }
+
+  stop() { if (this.timer) clearInterval(this.timer); this.timer = null; }
+}
