@@ -43,7 +43,7 @@ if grep -qa __asan_init "$BIN"; then SAN="-fsanitize=address,undefined"; fi
 LIBS=$(make -s --no-print-directory print-ldlibs)
 ${CC:-cc} -std=c11 -O1 -g -pthread $SAN -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wpointer-arith \
     -Wcast-qual -Wvla -Wformat=2 -Werror $(for d in src/*/; do printf -- "-I%s " "${d%/}"; done) -Itests \
-    tests/agents/test_agent_requests.c tests/harness.c "$BDIR/libdeltafin.a" $LIBS -lutil -o "$T/test_agent_requests"
+    tests/agents/test_agent_requests.c tests/harness.c "$BDIR/libdeltafin.a" "$BDIR/web_page.o" $LIBS -lutil -o "$T/test_agent_requests"
 "$T/test_agent_requests" || fail=1
 
 free_port() { node -e 'const s=require("net").createServer();s.listen(0,"127.0.0.1",()=>{console.log(s.address().port);s.close()})'; }
