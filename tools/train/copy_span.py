@@ -26,6 +26,13 @@ Stage I additions (defaults keep the stage-H generator and its held-out set exac
 * clean=True: a connector id only in the quote / pair framings (behind the key, before the open id);
   without an open id, a connector made the value's first id ambiguous (the connector or the value?).
 
+Stage J addition (off by default: common=0 draws nothing extra, so the stage-I stream is unchanged):
+* common=P (train.py --span-common-next P): in the "word" framing, with probability P the word that
+  closes a value is a FREQUENT English word (` today`, ` doing`, ` worth`, ` now`, ` the`, ...; the
+  space-led single ids of COMMON_WORDS), not a random one: the engine's run-ons (`Beijing today`,
+  `GOOG doing`) end before a known word, and random next words rarely look like one. The fixed
+  word-framing set with common next words (seed 30_013) is logged as "span-common eval".
+
 Examples are packed into windows of T+1 ids like copy_check.make_windows (the rest is PAD) and returned
 in the same form (x, mask, example id per target, number of examples), so copy_check.evaluate scores
 them (token accuracy over values + END, full-copy = every value of the example right).
@@ -39,6 +46,15 @@ END = 1  # '"'
 MODES = ("quote", "pair", "punct", "word")
 DEFAULT_MODES = (0.35, 0.2, 0.45, 0.0)
 _WORDS = None
+_COMMON = None
+COMMON_WORDS = """today doing worth now right please there here the a an is are was be to of in on at for with by
+from and or but not this that these those it its my me your our their his her share shares stock price cost
+costs trading market weather time folder directory file files tonight tomorrow morning evening week
+again also too then so just still already very much many more most some any all what how when where which who
+why do does did have has had will would can could should may might get got go going make like know think see
+look find tell say said use used want need help thanks thank currently these days ago later soon yet first
+last next new old good great big small long little same other only own up down out over under about into
+through after before between during without""".split()
 
 
 def word_ids():
@@ -62,6 +78,23 @@ def word_ids():
     return _WORDS
 
 
+def common_ids():
+    """the space-led single ids of COMMON_WORDS (` today`, ` doing`, ...) in the k3-mini tokenizer"""
+    global _COMMON
+    if _COMMON is None:
+        import base64
+        import os
+        path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "models", "k3-mini",
+                            "tiktoken.model")
+        inv = {}
+        for line in open(path):
+            b, r = line.split()
+            inv[base64.b64decode(b)] = int(r)
+        _COMMON = np.array(sorted({inv[(" " + w).encode()] for w in COMMON_WORDS if (" " + w).encode() in inv}),
+                           dtype=np.int64)
+    return _COMMON
+
+
 def parse_modes(text):
     """ "quote:0.25,pair:0.15,punct:0.2,word:0.4" -> probabilities in MODES order (normalised)"""
     if not text:
@@ -76,14 +109,16 @@ def parse_modes(text):
     return tuple(float(x) for x in p / p.sum())
 
 
-def span_spec(c, min_len=1, max_len=6, max_values=3, modes=None, clean=False):
+def span_spec(c, min_len=1, max_len=6, max_values=3, modes=None, clean=False, common=0.0):
     """make_span_windows' arguments after (rng, nwin, T) for a text config c"""
     V = c["vocab_size"]
     spec = (V, min_len, max_len, max_values, c["bos_token_id"], V - 256 + 5, c["eos_token_id"],
             c["pad_token_id"])
     if (modes is None or tuple(modes) == DEFAULT_MODES) and not clean:
         return spec                      # the stage-H generator (same random stream)
-    return spec + (tuple(modes or DEFAULT_MODES), bool(clean))
+    if not common:
+        return spec + (tuple(modes or DEFAULT_MODES), bool(clean))   # the stage-I generator
+    return spec + (tuple(modes or DEFAULT_MODES), bool(clean), float(common))
 
 
 def _draw(rng, nsym, n, bad):
@@ -96,7 +131,7 @@ def _draw(rng, nsym, n, bad):
     return out
 
 
-def make_example(rng, nsym, lo, hi, max_values, bos, sep, eos, modes=None, clean=False):
+def make_example(rng, nsym, lo, hi, max_values, bos, sep, eos, modes=None, clean=False, common=0.0):
     """-> ids (np int64), target mask over ids[1:] (float32, 1 = predicted id is a copied id or END)"""
     k = int(rng.integers(1, max_values + 1))
     if modes is None:
@@ -104,7 +139,7 @@ def make_example(rng, nsym, lo, hi, max_values, bos, sep, eos, modes=None, clean
     else:
         mode = rng.choice(4, p=list(modes))        # quote, pair, punct, word
     if mode == 3:
-        return _word_example(rng, nsym, k, hi, bos, sep, eos)
+        return _word_example(rng, nsym, k, hi, bos, sep, eos, common)
     punct = set(int(p) for p in PUNCT)
     bad = {END}
     if mode == 0:
@@ -179,11 +214,13 @@ def _answer(rng, sent, keys, vals, outs, sep, eos):
     return np.array(ids, dtype=np.int64), np.array(tgt, dtype=np.float32)
 
 
-def _word_example(rng, nsym, k, hi, bos, sep, eos):
+def _word_example(rng, nsym, k, hi, bos, sep, eos, common=0.0):
     """the "word" framing: key, then a one-word value (space-led id + 0..2 letter ids), closed by the
-    next word (a space-led id) or, 1 in 4, a boundary token; the copy drops the space half the time"""
+    next word (a space-led id) or, 1 in 4, a boundary token; the copy drops the space half the time;
+    common > 0: the next word is one of common_ids() with probability common (one extra draw per value)"""
     start, cont, strip = word_ids()
     start, cont = start[start < nsym], cont[cont < nsym]
+    freq = common_ids() if common else None
     keys, vals, outs = [], [], []
     used = {END}
     for _ in range(k):
@@ -206,7 +243,10 @@ def _word_example(rng, nsym, k, hi, bos, sep, eos):
         sent.append(keys[i])
         sent += vals[i]
         if rng.random() < 0.75:
-            sent.append(int(start[rng.integers(len(start))]))
+            if common and rng.random() < common:
+                sent.append(int(freq[rng.integers(len(freq))]))
+            else:
+                sent.append(int(start[rng.integers(len(start))]))
         else:
             sent.append(int(PUNCT[rng.integers(len(PUNCT))]))
         sent += list(_draw(rng, nsym, int(rng.integers(0, 5)), fill_bad))
@@ -214,7 +254,7 @@ def _word_example(rng, nsym, k, hi, bos, sep, eos):
     return _answer(rng, sent, keys, vals, outs, sep, eos)
 
 
-def make_span_windows(rng, nwin, T, V, lo, hi, max_values, bos, sep, eos, pad, modes=None, clean=False):
+def make_span_windows(rng, nwin, T, V, lo, hi, max_values, bos, sep, eos, pad, modes=None, clean=False, common=0.0):
     """-> x [nwin, T+1] int64, mask [nwin, T], seqid [nwin, T] (-1 where no target), number of examples"""
     nsym = V - 256
     x = np.full((nwin, T + 1), pad, dtype=np.int64)
@@ -224,7 +264,7 @@ def make_span_windows(rng, nwin, T, V, lo, hi, max_values, bos, sep, eos, pad, m
     for w in range(nwin):
         p = 0
         while True:
-            ids, tg = make_example(rng, nsym, lo, hi, max_values, bos, sep, eos, modes, clean)
+            ids, tg = make_example(rng, nsym, lo, hi, max_values, bos, sep, eos, modes, clean, common)
             L = len(ids)
             if p + L > T + 1:
                 if p == 0:
@@ -248,6 +288,11 @@ def heldout_set(spec, T, windows):
 def heldout_word_set(spec, T, windows):
     """a fixed held-out set of the "word" framing only (seed 30_012)"""
     return make_span_windows(np.random.default_rng(30_012), windows, T, *spec[:8], (0.0, 0.0, 0.0, 1.0), True)
+
+
+def heldout_common_set(spec, T, windows):
+    """a fixed held-out set of the "word" framing whose next words are all frequent words (seed 30_013)"""
+    return make_span_windows(np.random.default_rng(30_013), windows, T, *spec[:8], (0.0, 0.0, 0.0, 1.0), True, 1.0)
 
 
 if __name__ == "__main__":

@@ -208,6 +208,10 @@ def main():
                          'word-framing set is logged too ("span-word eval")')
     ap.add_argument("--span-clean", action="store_true",
                     help="span rows: a connector id only before an open id (quote / pair framings)")
+    ap.add_argument("--span-common-next", type=float, default=0.0,
+                    help="word-framing span rows: share of values closed by a frequent English word (` today`, "
+                         "` doing`; copy_span.COMMON_WORDS) instead of a random word; > 0 also logs a held-out "
+                         "set of such rows (\"span-common eval\"); 0 = the stage-I rows exactly")
     ap.add_argument("--span-eval-seq", type=int, default=128)
     ap.add_argument("--span-eval-windows", type=int, default=64)
     args = ap.parse_args()
@@ -317,10 +321,12 @@ def main():
         import copy_span as cs
         span_modes = cs.parse_modes(args.span_modes)
         span_spec = cs.span_spec(c, args.span_min_len, args.span_max_len, args.span_max_values, span_modes,
-                                 args.span_clean)
+                                 args.span_clean, args.span_common_next)
         span_ev = cs.heldout_set(span_spec, args.span_eval_seq, args.span_eval_windows)
         span_word_ev = (cs.heldout_word_set(span_spec, args.span_eval_seq, args.span_eval_windows)
                         if span_modes[3] > 0 else None)
+        span_common_ev = (cs.heldout_common_set(span_spec, args.span_eval_seq, args.span_eval_windows)
+                          if span_modes[3] > 0 and args.span_common_next > 0 else None)
         span_fracs = (cc.parse_schedule(args.span_frac_schedule, float) if args.span_frac_schedule
                       else [(args.span_frac, None)])
         span_rng = np.random.default_rng(args.seed + 39_000)
@@ -333,6 +339,9 @@ def main():
             (span_fracs, args.span_max_values, args.span_min_len, args.span_max_len, span_modes,
              " (clean)" if args.span_clean else "", span_ev[3],
              " + %d word-framing examples" % span_word_ev[3] if span_word_ev is not None else ""))
+        if span_common_ev is not None:
+            log("span rows: word-framing values closed by a frequent word with p %.2f (%d word ids), held-out "
+                "%d such examples" % (args.span_common_next, len(cs.common_ids()), span_common_ev[3]))
 
     def span_rows_at(st_, budget_rows):
         f = cc.value_at(span_fracs, st_) * args.batch
@@ -348,6 +357,11 @@ def main():
             el, ta, fa = cc.evaluate(model, span_word_ev, 16)
             log("step %d span-word eval loss %.4f tok-acc %.4f full-copy %.4f" % (step, el, ta, fa))
             rec.update(span_word_eval_loss=round(el, 4), span_word_tok_acc=round(ta, 4), span_word_full=round(fa, 4))
+        if span_common_ev is not None:
+            el, ta, fa = cc.evaluate(model, span_common_ev, 16)
+            log("step %d span-common eval loss %.4f tok-acc %.4f full-copy %.4f" % (step, el, ta, fa))
+            rec.update(span_common_eval_loss=round(el, 4), span_common_tok_acc=round(ta, 4),
+                       span_common_full=round(fa, 4))
         return rec
 
     def synth_evals():

@@ -13,6 +13,15 @@ Only training phrasings are used (make_corpus38.split_asks); held-out phrasings,
 evaluation's tool lists are untouched (check_heldout38.py checks the output).
 
   /usr/bin/python3 tools/train/corpus/toolspan38.py OUT.jsonl [--n 20000] [--seed 38051] [--one-word-frac 0]
+      [--tail-frac 0] [--multi-frac 0]
+
+Stage J (both off by default; with both at 0 the rows are byte-identical to before):
+* --tail-frac F: with probability F the request is one of TAIL_ASKS (training-only phrasings in which
+  ordinary words FOLLOW the value: "What is the weather like in {city} today?", "How are {ticker} shares
+  doing this week?", "I am flying to {city}. How is the weather?"), so the call must end the value at a
+  word boundary before a known word (stage I's run-ons: `Beijing today`, `GOOG doing`, `Osaka. What`);
+* --multi-frac F: with probability F the row offers 2 or 3 tools (else 1-3 as make_corpus38 draws), so
+  more rows need the tool picked from the request (stage I: wrong tool / no call 4 -> 10 of 100).
 """
 import argparse
 import json
@@ -121,6 +130,40 @@ def rebind(rng, one_word=0.0):
     m38.SUBJECTS = [w[0].upper() + w[1:]]
 
 
+# Stage J (--tail-frac): training phrasings with words after the value. None matches a held-out phrasing of
+# heldout38.json (check_heldout38.py checks the rows).
+TAIL_ASKS = {
+    "weather": ["What is the weather like in {city} today?", "Is it cold in {city} this morning?",
+                "Tell me the weather in {city} tonight.", "What's the forecast for {city} this week?",
+                "Is it sunny in {city} at the moment?", "Weather in {city} now, please.",
+                "I am flying to {city}. How is the weather?", "I live in {city}. Is it raining?",
+                "How warm is {city} these days?", "Check the weather in {city} before I go."],
+    "get_time": ["What time is it in {city} right now?", "Tell me the time in {city} please.",
+                 "What is the local time in {city} today?", "I have a call with {city}. What time is it there?",
+                 "Is it late in {city} now?", "How late is it in {city} at the moment?",
+                 "Give me the time in {city} so I can call.", "What hour is it in {city} this evening?"],
+    "list_files": ["List the files in {folder} please.", "What files does {folder} have now?",
+                   "Show me what {folder} contains today.", "Open {folder} and list the files.",
+                   "Which files are in {folder} at the moment?", "I need the files in {folder}. List them."],
+    "read_file": ["Read {file} for me please.", "What does {file} contain now?",
+                  "Show me {file} so I can check it.", "Open {file}. What does it say?",
+                  "Print {file} to the chat please.", "What is written in {file} today?"],
+    "search_web": ["Search for {topic} please.", "Look up {topic} for me.", "Find pages about {topic} today.",
+                   "Search the web for {topic} and tell me the top result.",
+                   "I need {topic}. Can you search?", "Find {topic} on the internet now."],
+    "send_email": ["Email {to} now with the subject {subject}.", "Send {to} an email today, subject: {subject}.",
+                   "Write to {to} please, the subject is {subject}.", "Mail {to} for me with subject {subject}."],
+    "convert_currency": ["Convert {amount} {cur1} to {cur2} for me.", "How much is {amount} {cur1} in {cur2} today?",
+                         "Change {amount} {cur1} to {cur2} now please.",
+                         "What would {amount} {cur1} be in {cur2} at the current rate?",
+                         "I have {amount} {cur1}. How much is that in {cur2}?"],
+    "stock_price": ["How are {ticker} shares doing this week?", "What is {ticker} trading at today?",
+                    "Is {ticker} up or down today?", "Tell me the price of {ticker} now.",
+                    "What is {ticker} worth at the moment?", "I own {ticker}. What is the price?",
+                    "Check {ticker} for me please."],
+}
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("out")
@@ -129,6 +172,10 @@ def main():
     ap.add_argument("--one-word-frac", type=float, default=0.0,
                     help="share of rows whose place / topic / subject / folder is one word (stage I: 0.6; "
                          "0 = the stage-H rows exactly)")
+    ap.add_argument("--tail-frac", type=float, default=0.0,
+                    help="share of rows asked with a TAIL_ASKS phrasing (words after the value; stage J)")
+    ap.add_argument("--multi-frac", type=float, default=0.0,
+                    help="share of rows offering 2-3 tools (stage J); 0 = make_corpus38's 1-3 draw only")
     a = ap.parse_args()
     rng = random.Random(a.seed)
     n = {"tool": 0, "renamed": 0}
@@ -136,7 +183,21 @@ def main():
         for i in range(a.n):
             think = rng.random() < 0.5
             rebind(rng, a.one_word_frac)
-            msgs, tools, _ = m38.tool_conv(rng, None)
+            if a.tail_frac > 0 or a.multi_frac > 0:
+                kind = rng.choice(m38.TOOL_KINDS)
+                n_tools = rng.choice([2, 3]) if a.multi_frac > 0 and rng.random() < a.multi_frac else None
+                tail = a.tail_frac > 0 and rng.random() < a.tail_frac
+                saved = m38.TOOLS[kind]["asks"]
+                if tail:
+                    m38.TOOLS[kind]["asks"] = TAIL_ASKS[kind]
+                    n["tail"] = n.get("tail", 0) + 1
+                try:
+                    msgs, tools, _ = m38.tool_conv(rng, None, n_tools=n_tools, kind=kind)
+                finally:
+                    m38.TOOLS[kind]["asks"] = saved
+                n["offered_%d" % len(tools)] = n.get("offered_%d" % len(tools), 0) + 1
+            else:
+                msgs, tools, _ = m38.tool_conv(rng, None)
             if rng.random() < 0.5:
                 msgs, tools = tools38.rename(rng, msgs, tools)
                 n["renamed"] += 1
