@@ -14,6 +14,9 @@
 //     fakes with page.route: only here) shows Markdown, highlighted code with a
 //     copy button, no raw HTML, no image; export gives the conversation back
 //   - light / dark / phone width: colours, no sideways scrolling, the list folded
+//   - documents: a PDF attached and a Markdown file dropped show the tokens the
+//     server counts, a scan shows the server's refusal and is left out, the
+//     others go as OpenAI file parts and stay with the message after a reload
 // Every page is watched: no request leaves the server's origin, no page error.
 // The browser talks to the server through a small pacing proxy started here: it
 // forwards everything unchanged but passes the reply's SSE events on one at a
@@ -30,6 +33,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import http from 'node:http';
 import { chromium } from 'playwright-core';
+import { makePdf } from './pdf_gen.mjs';
 
 const URL_ = process.env.DELTAFIN_URL ?? 'http://127.0.0.1:8080';
 const BROWSER = process.env.CHROMIUM ?? '/usr/bin/chromium';
@@ -413,6 +417,73 @@ test('a long prompt shows its progress (ids done of the total, from the server\'
   assert.equal(await p.isHidden('#pbar'), true, 'the bar stays after the prompt');
   console.log(`# prompt progress: ${prog.length} updates, ${prog[0][0]} .. ${prog.at(-1)[0]} of ${total}`);
   await c.close();
+});
+
+// the tokens a document adds to a user message, as the server counts them (what the page shows)
+async function docCost(type, data, name) {
+  const count = async (content) => (await (await fetch(`${URL_}/v1/messages/count_tokens`, {
+    method: 'POST', headers: { 'Content-Type': 'application/json' },
+    body: JSON.stringify({ model: 'm', messages: [{ role: 'user', content }] }),
+  })).json()).input_tokens;
+  const probe = { type: 'text', text: '?' };
+  return await count([{ type: 'document', title: name, source: { type: 'base64', media_type: type, data } }, probe]) -
+    await count([probe]);
+}
+
+test('documents: a PDF attached and a Markdown file dropped, counted by the server, sent as file parts; a scan refused by name; kept on reload', async () => {
+  const pdf = makePdf(['The launch code is 4417.']), md = Buffer.from('# Notes\n\n- one\n- two\n');
+  await page.click('#new');
+  await page.setInputFiles('#attach', [
+    { name: 'code.pdf', mimeType: 'application/pdf', buffer: pdf },
+    { name: 'scan.pdf', mimeType: 'application/pdf', buffer: makePdf([], { blank: 2 }) },
+  ]);
+  // a drop anywhere on the page
+  await page.evaluate((b64) => {
+    const dt = new DataTransfer();
+    dt.items.add(new File([Uint8Array.from(atob(b64), (c) => c.charCodeAt(0))], 'notes.md', { type: 'text/markdown' }));
+    document.getElementById('log').dispatchEvent(new DragEvent('drop', { dataTransfer: dt, bubbles: true, cancelable: true }));
+  }, md.toString('base64'));
+  await page.waitForFunction(() => window.deltafin.pending.length === 3 &&
+    window.deltafin.pending.every((x) => x.tokens != null || x.error), null, { timeout: 30000 });
+  const pend = await page.evaluate(() => window.deltafin.pending.map((x) => [x.name, x.tokens ?? null, x.error ?? null]));
+  const nPdf = await docCost('application/pdf', pdf.toString('base64'), 'code.pdf');
+  const nMd = await docCost('text/markdown', md.toString('base64'), 'notes.md');
+  assert.ok(nPdf > 5 && nMd > 5, `${nPdf} ${nMd}`);
+  // in the order they arrived: the drop's file is counted while the scan still waits for its refusal
+  const byName = Object.fromEntries(pend.map(([n, t, e]) => [n, [t, e]]));
+  assert.deepEqual(Object.keys(byName).sort(), ['code.pdf', 'notes.md', 'scan.pdf']);
+  assert.deepEqual([byName['code.pdf'][0], byName['notes.md'][0], byName['scan.pdf'][0]], [nPdf, nMd, null]);
+  assert.match(byName['scan.pdf'][1], /^the PDF has 2 pages but no text layer/);
+  const chips = (await page.locator('#pending .doc').allTextContents()).join('\n');
+  assert.match(chips, new RegExp(`code\\.pdf · ${nPdf} tokens`));
+  assert.match(chips, new RegExp(`notes\\.md · ${nMd} tokens`));
+  assert.match(chips, /scan\.pdf · .*no text layer/);
+  // the browser logs the refused count (400) as a failed load: that one is expected
+  const refused = errors.findIndex((e) => /status of 400/.test(e));
+  assert.ok(refused >= 0, `no 400 logged for the scan: ${errors}`);
+  errors.splice(refused, 1);
+  await shot(page, 'documents');
+  // the refused one is left out of the message; the others go first, as file parts
+  const done = page.waitForEvent('requestfinished', { predicate: (r) => r.url().endsWith('/v1/chat/completions'), timeout: 60000 });
+  await page.fill('#q', 'What is the launch code?');
+  await page.click('#go');
+  const req = await done;
+  assert.equal((await req.response()).status(), 200);
+  const last = JSON.parse(req.postData()).messages.at(-1);
+  assert.deepEqual(last.content.map((x) => x.type), ['file', 'file', 'text']);
+  const files = Object.fromEntries(last.content.slice(0, 2).map((x) => [x.file.filename, x.file.file_data]));
+  assert.deepEqual(files, { 'code.pdf': 'data:application/pdf;base64,' + pdf.toString('base64'),
+    'notes.md': 'data:text/markdown;base64,' + md.toString('base64') });
+  assert.equal(last.content[2].text, 'What is the launch code?');
+  await idle(page);
+  const m = await lastMsg(page);
+  assert.ok(m.stats.usage.prompt_tokens > nPdf + nMd, JSON.stringify(m.stats.usage));
+  assert.equal(await page.evaluate(() => window.deltafin.pending.length), 0);
+  assert.ok(await page.isHidden('#pending'));
+  // the message keeps its documents, also after a reload
+  await page.reload();
+  assert.deepEqual((await page.locator('.m.user .doc').allTextContents()).sort(),
+    [`code.pdf · ${nPdf} tokens`, `notes.md · ${nMd} tokens`]);
 });
 
 test('no request left the server origin and no page error', () => {

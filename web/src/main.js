@@ -18,6 +18,7 @@ import { renderMarkdown, renderStreaming } from './markdown.js';
 import { chatBody, modelInfo, streamChat } from './api.js';
 import { exportJson, importJson, loadConversations, loadSettings, newId, saveConversations, saveSettings, titleOf } from './store.js';
 import { Live } from './live.js';
+import { ACCEPT, docTokens, readDoc, userContent } from './docs.js';
 
 const $ = (id) => document.getElementById(id);
 const el = (tag, cls, text) => {
@@ -33,6 +34,7 @@ const FIELDS = { system: 'system', temperature: 'temperature', top_p: 'top_p', s
 let convs = loadConversations();
 let cur = null;
 let run = null;
+let pending = []; // documents for the next message: { name, type, data, size, tokens | error }
 const settings = loadSettings(DEFAULTS);
 const live = new Live($('live-grid'), $('live-when'), () => settings.key);
 
@@ -94,6 +96,11 @@ function messageEl(m, i, c) {
   const d = el('div', 'm ' + m.role);
   d.dataset.i = i;
   if (m.role === 'user') {
+    if (m.docs && m.docs.length) {
+      const ds = el('div', 'docs');
+      for (const x of m.docs) ds.appendChild(el('span', 'doc', `${x.name}${x.tokens != null ? ` · ${x.tokens} tokens` : ''}`));
+      d.appendChild(ds);
+    }
     d.appendChild(el('div', 'text', m.content));
     const acts = el('div', 'acts');
     const ed = el('button', 'edit', 'Edit');
@@ -164,8 +171,9 @@ function editMessage(d, c, i) {
     const text = ta.value.trim();
     if (!text) return;
     if (run) { run.ctl.abort(); await run.done; } // the reply running ends first (kept, then cut below)
+    const docs = c.messages[i].docs;
     c.messages = c.messages.slice(0, i);
-    c.messages.push({ role: 'user', content: text });
+    c.messages.push(docs ? { role: 'user', content: text, docs } : { role: 'user', content: text });
     generate(c);
   };
   ok.onclick = save;
@@ -195,10 +203,13 @@ async function copyText(text, btn) {
 
 function send() {
   const text = $('q').value.trim();
-  if (!text || run) return;
+  const docs = pending.filter((x) => x.tokens != null);
+  if ((!text && !docs.length) || run || pending.some((x) => x.tokens == null && !x.error)) return;
   const c = conv() || newConversation();
   $('q').value = '';
-  c.messages.push({ role: 'user', content: text });
+  pending = [];
+  renderPending();
+  c.messages.push(docs.length ? { role: 'user', content: text, docs } : { role: 'user', content: text });
   if (c.messages.length === 1) c.title = titleOf(c.messages);
   generate(c);
 }
@@ -208,7 +219,7 @@ function apiMessages(history) {
   const out = [];
   if (settings.system.trim()) out.push({ role: 'system', content: settings.system });
   for (const m of history) {
-    const x = { role: m.role, content: m.content };
+    const x = { role: m.role, content: m.role === 'user' ? userContent(m) : m.content };
     if (m.role === 'assistant' && m.reasoning) x.reasoning_content = m.reasoning;
     out.push(x);
   }
@@ -300,6 +311,40 @@ function setRunning(on) {
   document.body.classList.toggle('running', on);
 }
 
+/* ---- documents for the next message ---- */
+
+// the chips above the message box: name, size and the tokens the server counts, or its refusal
+function renderPending() {
+  const box = $('pending');
+  box.replaceChildren();
+  box.hidden = !pending.length;
+  for (const x of pending) {
+    const chip = el('span', 'doc' + (x.error ? ' bad' : ''));
+    chip.append(el('span', 'name', x.name),
+      el('span', 'cost', x.error ? ` · ${x.error}` : x.tokens == null ? ' · counting…' : ` · ${x.tokens} tokens`));
+    const rm = el('button', 'icon remove', '×');
+    rm.title = 'Remove'; rm.setAttribute('aria-label', `Remove ${x.name}`);
+    rm.onclick = () => { pending = pending.filter((y) => y !== x); renderPending(); };
+    chip.appendChild(rm);
+    box.appendChild(chip);
+  }
+}
+
+async function attach(files) {
+  for (const f of files) {
+    const x = { name: f.name, size: f.size, tokens: null };
+    pending.push(x);
+    renderPending();
+    try {
+      Object.assign(x, await readDoc(f));
+      x.tokens = await docTokens(x, settings.key);
+    } catch (e) {
+      x.error = e.message;
+    }
+    renderPending();
+  }
+}
+
 /* ---- settings, theme, panels ---- */
 
 function bindSettings() {
@@ -367,6 +412,21 @@ function bind() {
   $('side-open').onclick = () => document.body.classList.add('side-shown');
   $('side-close').onclick = () => document.body.classList.remove('side-shown');
   $('export').onclick = () => download('deltafin-conversations.json', exportJson(convs));
+  // documents: the Attach button, a drop anywhere on the page, a paste of files
+  $('attach').accept = ACCEPT;
+  $('attach').onchange = (e) => { const fs = [...e.target.files]; e.target.value = ''; attach(fs); };
+  document.addEventListener('dragover', (e) => { if (e.dataTransfer?.types?.includes('Files')) { e.preventDefault(); document.body.classList.add('dropping'); } });
+  document.addEventListener('dragleave', (e) => { if (!e.relatedTarget) document.body.classList.remove('dropping'); });
+  document.addEventListener('drop', (e) => {
+    document.body.classList.remove('dropping');
+    if (!e.dataTransfer?.files?.length) return;
+    e.preventDefault();
+    attach([...e.dataTransfer.files]);
+  });
+  $('q').addEventListener('paste', (e) => {
+    const fs = [...(e.clipboardData?.files ?? [])];
+    if (fs.length) { e.preventDefault(); attach(fs); }
+  });
   $('import').onchange = async (e) => {
     const f = e.target.files[0];
     e.target.value = '';
@@ -387,4 +447,4 @@ applyTheme(localStorage.getItem('deltafin.theme') || 'system');
 select(convs.length ? [...convs].sort((a, b) => b.updated - a.updated)[0].id : null);
 showModel();
 // for the tests and the curious: the page's state, read-only in spirit
-window.deltafin = { get convs() { return convs; }, get running() { return !!run; }, live };
+window.deltafin = { get convs() { return convs; }, get running() { return !!run; }, get pending() { return pending; }, live };
