@@ -115,6 +115,26 @@ int anth_document(srv *S, const json_value *b, const char *where, size_t k, json
 
 /* ---- OpenAI chat ------------------------------------------------------------ */
 
+/* OpenAI's file_data and filename (chat file parts and Responses input_file
+ * alike): checked, decoded and rendered into out.  param and w name the
+ * part in errors, wd its fields' object ("x.file" or "x"). */
+static int file_data(srv *S, const json_value *o, const char *param, const char *w, const char *wd, json_buf *out,
+                     rq_err *e)
+{
+    const json_value *data = field(o, "file_data"), *name = field(o, "filename");
+    if (!data || data->type != JSON_STRING)
+        return rq_fail(e, 400, param, "%s.file_data: expected a string (data:TYPE;base64,DATA)", wd);
+    if (name && name->type != JSON_STRING) return rq_fail(e, 400, param, "%s.filename: expected a string", wd);
+    df_error err = {0};
+    unsigned char *bytes = NULL;
+    size_t nb = 0;
+    char type[96];
+    int rc = doc_decode(data->str, data->len, &S->doc, type, sizeof type, &bytes, &nb, &err);
+    if (!rc) rc = doc_render(&S->doc, type, name ? name->str : NULL, NULL, bytes, nb, out, NULL, &err);
+    free(bytes);
+    return rc ? doc_fail(e, param, w, &err) : 0;
+}
+
 static int file_part(srv *S, const json_value *f, const char *w, json_buf *text, rq_err *e)
 {
     static const char *const allowed[] = {"file_data", "filename", "file_id", NULL};
@@ -124,18 +144,9 @@ static int file_part(srv *S, const json_value *f, const char *w, json_buf *text,
     if (field(f, "file_id"))
         return rq_fail(e, 400, "messages", "%s.file.file_id: files by id are not supported (this server keeps no "
                        "uploaded files): send file_data", w);
-    const json_value *data = field(f, "file_data"), *name = field(f, "filename");
-    if (!data || data->type != JSON_STRING)
-        return rq_fail(e, 400, "messages", "%s.file.file_data: expected a string (data:TYPE;base64,DATA)", w);
-    if (name && name->type != JSON_STRING) return rq_fail(e, 400, "messages", "%s.file.filename: expected a string", w);
-    df_error err = {0};
-    unsigned char *bytes = NULL;
-    size_t nb = 0;
-    char type[96];
-    int rc = doc_decode(data->str, data->len, &S->doc, type, sizeof type, &bytes, &nb, &err);
-    if (!rc) rc = doc_render(&S->doc, type, name ? name->str : NULL, NULL, bytes, nb, text, NULL, &err);
-    free(bytes);
-    return rc ? doc_fail(e, "messages", w, &err) : 0;
+    char wd[112];
+    snprintf(wd, sizeof wd, "%s.file", w);
+    return file_data(S, f, "messages", w, wd, text, e);
 }
 
 /* A content array with its file parts as text parts. */
@@ -229,16 +240,5 @@ int resp_input_file(srv *S, const json_value *p, const char *where, size_t k, js
     if (field(p, "file_id") || field(p, "file_url"))
         return rq_fail(e, 400, "input", "%s: files by id or URL are not supported (this server fetches nothing and "
                        "keeps no uploaded files): send file_data", w);
-    const json_value *data = field(p, "file_data"), *name = field(p, "filename");
-    if (!data || data->type != JSON_STRING)
-        return rq_fail(e, 400, "input", "%s.file_data: expected a string (data:TYPE;base64,DATA)", w);
-    if (name && name->type != JSON_STRING) return rq_fail(e, 400, "input", "%s.filename: expected a string", w);
-    df_error err = {0};
-    unsigned char *bytes = NULL;
-    size_t nb = 0;
-    char type[96];
-    int rc = doc_decode(data->str, data->len, &S->doc, type, sizeof type, &bytes, &nb, &err);
-    if (!rc) rc = doc_render(&S->doc, type, name ? name->str : NULL, NULL, bytes, nb, out, NULL, &err);
-    free(bytes);
-    return rc ? doc_fail(e, "input", w, &err) : 0;
+    return file_data(S, p, "input", w, w, out, e);
 }
