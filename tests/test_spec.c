@@ -766,6 +766,19 @@ static void test_cli_spec_state(void)
     free(body);
 }
 
+/* The raw bytes of ids (no UTF-8 repair: a draft may end inside a
+ * character), as many as fit in buf. */
+static size_t ids_bytes(const tokenizer *t, const int32_t *ids, size_t n, char *buf, size_t cap)
+{
+    size_t len = 0;
+    for (size_t i = 0; i < n; i++) {
+        size_t l;
+        const char *b = tokenizer_token_bytes(t, ids[i], &l);
+        if (b && len + l < cap) memcpy(buf + len, b, l), len += l;
+    }
+    return len;
+}
+
 /* The translation of a cross-tokenizer draft (draft_xtok.c step 4) at
  * every cut of a drafter's ids: mid-character (inside an emoji that Qwen
  * splits over three ids), mid-word and whole.  Each result, after the
@@ -796,12 +809,7 @@ static void test_xtok_translation(void)
     int mid_char = 0, mid_word = 0, proposed = 0;
     for (size_t g = 1; g <= ng; g++) {
         char bytes[256];
-        size_t bl = 0;
-        for (size_t i = 0; i < g; i++) {
-            size_t l;
-            const char *b = tokenizer_token_bytes(qt, gen[i], &l);
-            if (b && bl + l < sizeof bytes) memcpy(bytes + bl, b, l), bl += l;
-        }
+        size_t bl = ids_bytes(qt, gen, g, bytes, sizeof bytes);
         int partial = !utf8_valid(bytes, bl);
         mid_char += partial;
         mid_word += !partial && bl < strlen(draft) && draft[bl] != ' ' && draft[bl] != ',';
@@ -820,12 +828,7 @@ static void test_xtok_translation(void)
                     bytes, i, out[i], whole[nt + (size_t)i]);
         /* the draft's own bytes (a target id may hold part of a character, as the target's tokenizer splits it) */
         char ob[256];
-        size_t ol = 0;
-        for (int i = 0; i < np; i++) {
-            size_t l;
-            const char *b = tokenizer_token_bytes(tt, out[i], &l);
-            if (b && ol + l < sizeof ob) memcpy(ob + ol, b, l), ol += l;
-        }
+        size_t ol = ids_bytes(tt, out, (size_t)np, ob, sizeof ob);
         TCHECKF(ol <= bl && !memcmp(ob, bytes, ol), "cut %zu: [%.*s] [%.*s]", g, (int)ol, ob, (int)bl, bytes);
     }
     TCHECKF(mid_char >= 1 && mid_word >= 1 && proposed >= 3, "cuts inside a character %d, inside a word %d, proposals %d",
