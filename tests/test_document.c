@@ -224,6 +224,11 @@ static void child_limits(void)
     TCHECK(doc_render(&lim, "application/pdf", NULL, NULL, (unsigned char *)big, sizeof big, &b, NULL, &err) == -1);
     TCHECK(strstr(err.msg, "not a readable PDF (pdftotext: I/O Error: gave up)") != NULL);
     df_err_clear(&err);
+    /* the limits the child runs under: 2 GiB of address space (ulimit -v in KiB), 30 s of CPU */
+    lim = (doc_limits){.pdftotext = stand_in("limits", "echo \"limits $(ulimit -v) $(ulimit -t)\" >&2; exit 1")};
+    TCHECK(doc_render(&lim, "application/pdf", NULL, NULL, (unsigned char *)pdf, n, &b, NULL, &err) == -1);
+    TCHECKF(strstr(err.msg, "limits 2097152 30)") != NULL, "%s", err.msg);
+    df_err_clear(&err);
     /* the caller's descriptors stay with the caller (a server's sockets and model files) */
     int fd = open("/dev/null", O_RDONLY); /* no O_CLOEXEC */
     char script[200];

@@ -112,6 +112,10 @@ rm -f "$LOG/big.json"
 B30=$(head -c 135000000 /dev/zero | tr '\0' a | curl -s -w ' %{http_code}' --data-binary @- "http://127.0.0.1:$P2/v1/completions")
 check "135 MB body, no --max-request-bytes: 413 naming --ctx" "413 ctx" \
     "$(echo "$B30" | grep -o '[0-9]*$') $(echo "$B30" | grep -q 'derived from --ctx' && echo ctx || echo "$B30" | head -c 200)"
+# the derived cap counts a document's base64 (4 / 3 of 32 MiB): a 20 MB body passes the size
+# check (the key is asked for next: 401), where 1 MiB + 8 x the text alone (~9 MB at 64K) refused it
+B20=$(head -c 20000000 /dev/zero | tr '\0' a | curl -s -o /dev/null -w '%{http_code}' --data-binary @- "http://127.0.0.1:$P2/v1/completions")
+check "20 MB body, no --max-request-bytes: within the cap a document needs (401: the key)" 401 "$B20"
 check "alive after the 200 MiB bodies" 200 "$(curl -s -o /dev/null -w '%{http_code}' -d '{"max_tokens":2,"messages":[{"role":"user","content":"hi"}]}' "$U/v1/chat/completions")"
 
 # RSS is meaningless under AddressSanitizer (freed memory sits in its quarantine)
