@@ -213,6 +213,18 @@ def main():
                          "` doing`; copy_span.COMMON_WORDS) instead of a random word; > 0 also logs a held-out "
                          "set of such rows (\"span-common eval\"); 0 = the stage-I rows exactly")
     ap.add_argument("--span-eval-seq", type=int, default=128)
+    ap.add_argument("--long-every", type=int, default=0,
+                    help="every K-th step is a long step instead (0: none): --long-batch windows of one of "
+                         "--long-seqs ids from --long-train, each ending at the last reply of a conversation at "
+                         "least --long-min ids long (a long system prompt, then the question); no copy / span rows")
+    ap.add_argument("--long-train", default="", help="token file of the long steps (default: --train)")
+    ap.add_argument("--long-seqs", default="2048",
+                    help='window lengths of the long steps, one drawn per step, e.g. "2048,4096,4096" (repeat to weight)')
+    ap.add_argument("--long-batch", type=int, default=1)
+    ap.add_argument("--long-prompt-weight", type=float, default=0.0,
+                    help="long steps: loss = mean over the reply ids (mask 1) + W * mean over the other ids of the "
+                         "window (the documentation of the system prompt, the question): W > 0 also trains the "
+                         "language model at long positions")
     ap.add_argument("--span-eval-windows", type=int, default=64)
     args = ap.parse_args()
 
@@ -292,6 +304,34 @@ def main():
             train.conversation_starts(V0 + 3, V0 + 2, 301, 303)
         n = len(train.long_reply_ends(V0 + 5, V0 + 2, args.long_min))
         log("long-frac %.2f: %d replies at least %d ids into their conversation" % (args.long_frac, n, args.long_min))
+    long_on = args.long_every > 0
+    long_rng, long_ids = None, 0
+    if long_on:
+        V0 = V - 256
+        long_seqs = [int(t) for t in args.long_seqs.split(",")]
+        ldata = Data(args.long_train or args.train, V, args.seed + 40_000, not args.no_mask)
+        ldata.conversation_starts(V0 + 3, V0 + 2, 301, 303)
+        n = len(ldata.long_reply_ends(V0 + 5, V0 + 2, args.long_min))
+        long_rng = np.random.default_rng(args.seed + 41_000)
+        if state is not None:
+            if state.get("long_rng"):
+                long_rng.bit_generator.state = state["long_rng"]
+                ldata.rng.bit_generator.state = state["long_data_rng"]
+            long_ids = state.get("long_ids", 0)
+        log("long steps: every %d steps, %d x %s ids from %s, %d replies at least %d ids into their conversation, "
+            "prompt weight %.2f" % (args.long_every, args.long_batch, long_seqs, args.long_train or args.train, n,
+                                    args.long_min, args.long_prompt_weight))
+
+    def long_loss(xb):
+        x, m = xb
+        lg = model(x[:, :-1])
+        ce = F.cross_entropy(lg.reshape(-1, lg.shape[-1]), x[:, 1:].reshape(-1), reduction="none")
+        m = m.reshape(-1)
+        loss = (ce * m).sum() / m.sum().clamp(min=1.0)
+        if args.long_prompt_weight > 0:
+            mp = 1.0 - m
+            loss = loss + args.long_prompt_weight * (ce * mp).sum() / mp.sum().clamp(min=1.0)
+        return loss
 
     # synthetic copy rows (copy_check.py), only with --copy-frac / --copy-frac-schedule
     copy_on = args.copy_frac > 0 or bool(args.copy_frac_schedule)
@@ -399,6 +439,7 @@ def main():
     t_ev = time.time()
     t_ex = time.time()
     run_loss, run_n = 0.0, 0
+    step_ids = 0  # ids of the steps since the last log line (long steps have other shapes)
     qat_on = False
     t20 = time.time()
 
@@ -418,6 +459,8 @@ def main():
                    "seq": args.seq, "batch": args.batch, "init_from": args.init_from, "qat": qat_on,
                    **({"copy_ids": copy_ids} if copy_on else {}),
                    **({"span_ids": span_ids} if span_on else {}),
+                   **({"long_ids": long_ids, "long_seqs": args.long_seqs, "long_every": args.long_every}
+                      if long_on else {}),
                    "time": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())},
                   open(os.path.join(tmp, "snapshot.json"), "w"), indent=1)
         if os.path.isdir(d):
@@ -435,9 +478,12 @@ def main():
                     **({"copy_rng": copy_rng.bit_generator.state, "copy_ids": copy_ids, "evals": evals}
                        if copy_on else {}),
                     **({"span_rng": span_rng.bit_generator.state, "span_ids": span_ids, "evals": evals}
-                       if span_on else {})}, tmp)
+                       if span_on else {}),
+                    **({"long_rng": long_rng.bit_generator.state, "long_data_rng": ldata.rng.bit_generator.state,
+                        "long_ids": long_ids} if long_on else {})}, tmp)
         os.replace(tmp, os.path.join(args.out, tag + ".pt"))
 
+    is_long = False
     while elapsed < budget and (args.max_steps == 0 or step < args.max_steps):
         frac = elapsed / budget
         lr = lr_at(args, step, frac)
@@ -449,9 +495,15 @@ def main():
             model.set_qat(qat_on)
             log("MXFP4 QAT", "on" if qat_on else "off", "at step", step)
 
-        nc = copy_rows_at(step) if copy_on else 0
-        ns = span_rows_at(step, args.batch - nc) if span_on else 0
-        if nc == 0 and ns == 0:
+        is_long = long_on and step % args.long_every == args.long_every - 1
+        nc = copy_rows_at(step) if copy_on and not is_long else 0
+        ns = span_rows_at(step, args.batch - nc) if span_on and not is_long else 0
+        if is_long:
+            T_long = long_seqs[int(long_rng.integers(0, len(long_seqs)))]
+            xb = ldata.batch(args.long_batch, T_long, long_frac=1.0)
+            long_ids += args.long_batch * T_long
+            step_ids += args.long_batch * T_long
+        elif nc == 0 and ns == 0:
             xb = train.batch(args.batch, args.seq, chat_frac=args.chat_frac, long_frac=args.long_frac)
         else:
             parts = []
@@ -467,7 +519,11 @@ def main():
                 parts.append(train.batch(args.batch - nc - ns, args.seq, chat_frac=args.chat_frac,
                                          long_frac=args.long_frac))
             xb = (torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts]))
-        if teacher is None:
+        if not is_long:
+            step_ids += args.batch * args.seq
+        if is_long:
+            loss = long_loss(xb)
+        elif teacher is None:
             loss = lm_loss(model, xb)
         else:
             x, msk = xb
@@ -499,11 +555,12 @@ def main():
             imb = max((l.max() / l.mean()).item() for l in loads) if loads else 0.0
             log("step %d elapsed %.1fm lr %.2e loss %.4f gnorm %.2f max-load/mean %.2f tok/s %.0f%s" %
                 (step, elapsed / 60, lr, run_loss / run_n, gn.item(), imb,
-                 args.batch * args.seq * run_n / max(1e-9, now - t20),
+                 step_ids / max(1e-9, now - t20),
                  " copy-rows %d/%d alphabet %d" % (nc, args.batch, cc.value_at(copy_alpha, step - 1) or V - 256)
-                 if copy_on else "") + (" span-rows %d/%d" % (ns, args.batch) if span_on else ""))
+                 if copy_on else "") + (" span-rows %d/%d" % (ns, args.batch) if span_on else "")
+                + (" long-ids %d" % long_ids if long_on else ""))
             t20 = now
-            run_loss, run_n = 0.0, 0
+            run_loss, run_n, step_ids = 0.0, 0, 0
         if now - t_ev > args.eval_minutes * 60:
             v = evaluate(model, val, args.batch, args.seq, args.eval_batches)
             log("step %d val loss %.4f (qat %s)" % (step, v, qat_on))
