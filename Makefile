@@ -80,7 +80,7 @@ ifeq ($(TARGET_ARCH),aarch64)
 endif
 
 LIB_SRC := util clock ab_timing file filehash json json_write threadpool sha http safetensors quant qblock mathfn kernels_ref kernels_avx2 kernels_avx512 kernels_neon \
-           backend_cpu expert_store expert_manifest expert_remote expert_cache model model_load roster attnres kda mla moe moe_cpu ops_cpu ops_ref layer engine engine_info engine_plan expert_paths session session_rollback schedule forward observe observe_debug observe_trace observe_attn observe_events observe_prompt heat iobench machine place trunk_stream \
+           backend_cpu expert_store expert_manifest expert_remote expert_cache model model_load roster attnres kda mla moe moe_cpu ops_cpu ops_ref layer engine engine_info engine_plan expert_paths session session_rollback schedule forward observe observe_debug observe_trace observe_attn observe_events observe_prompt observe_routes heat iobench machine place trunk_stream \
            grammar grammar_match gr_string json_schema constraint tokenizer tokenizer_hf tokenizer_families tokenizer_load chat_template gguf model_gguf plan prefetch expert_fetch sampler generate draft draft_xtok session_file ranks \
            trace trace_stats trace_diff trace_prefetch trace_plot svg cachesim qwen3
 LIB_OBJ := $(LIB_SRC:%=$(BUILD)/%.o)

@@ -128,6 +128,10 @@ static void test_round_trip_and_invariance(void)
     df_session *s;
     df_error err = {0};
     TCHECK(df_session_new(eng, &so, &s, &err) == 0);
+    TCHECK(df_session_count_routes(s, &err) == 0);
+    int E = info.n_experts;
+    uint32_t *cnt1 = calloc((size_t)NL * E, sizeof *cnt1), *cnt2 = calloc((size_t)NL * E, sizeof *cnt2);
+    uint64_t crows1 = 0, crows2 = 0;
     dbg_record d = {.enabled = 1, .t = -1};
     d.layers = calloc((size_t)NL, sizeof *d.layers);
     s->dbg = &d;
@@ -150,6 +154,13 @@ static void test_round_trip_and_invariance(void)
             }
         }
     }
+    memcpy(cnt1, df_session_route_counts(s, &crows1), (size_t)NL * E * sizeof *cnt1);
+    df_session_route_counts_reset(s);
+    uint64_t zr = 1;
+    const uint32_t *z = df_session_route_counts(s, &zr);
+    int nonzero = 0;
+    for (int i = 0; i < NL * E; i++) nonzero += z[i] != 0;
+    TCHECKF(zr == 0 && !nonzero, "after a reset: %d counts and %llu rows left", nonzero, (unsigned long long)zr);
     df_session_free(s);
     df_engine_close(eng);
     int rows1 = read_routes(t1, NL, r1, evals1, N_IDS);
@@ -170,7 +181,9 @@ static void test_round_trip_and_invariance(void)
         TCHECK(df_session_new(eng, &so, &s, &err) == 0);
         int32_t ids[N_IDS];
         for (int i = 0; i < N_IDS; i++) ids[i] = id_at(i);
+        TCHECK(df_session_count_routes(s, &err) == 0);
         TCHECK(df_session_eval(s, ids, N_IDS, logits, 0, &err) == 0);
+        memcpy(cnt2, df_session_route_counts(s, &crows2), (size_t)NL * E * sizeof *cnt2);
         df_session_free(s);
         df_engine_close(eng);
         evals2[0] = 0;
@@ -182,6 +195,18 @@ static void test_round_trip_and_invariance(void)
                     "position %d layer %d: routes differ between 2 threads one by one and 1 thread in chunks of 5",
                     i / NL, i % NL);
     }
+    /* the route counts (observe_routes.c, the server's GET /v1/routes): the trace's routes counted
+     * per layer and expert, the same one by one and in chunks of 5 */
+    uint32_t *want = calloc((size_t)NL * E, sizeof *want);
+    for (int i = 0; i < N_IDS * NL; i++)
+        for (int j = 0; r1[i].have && j < r1[i].n; j++) want[(i % NL) * E + r1[i].ids[j]]++;
+    int bad = 0;
+    for (int i = 0; i < NL * E; i++) bad += cnt1[i] != want[i] || cnt2[i] != want[i];
+    TCHECKF(!bad && crows1 == N_IDS && crows2 == N_IDS, "%d counts differ from the trace's; rows %llu, %llu of %d", bad,
+            (unsigned long long)crows1, (unsigned long long)crows2, N_IDS);
+    free(want);
+    free(cnt1);
+    free(cnt2);
     free(logits);
     free(d.layers);
     free(dbg);

@@ -179,45 +179,6 @@ static int cmd_info(int argc, char **argv)
     return 0;
 }
 
-static void json_str_field(const char *name, const char *msg)
-{
-    printf(",\"%s\":\"", name);
-    for (const char *c = msg; *c; c++) {
-        if (*c == '"' || *c == '\\') putchar('\\');
-        if ((unsigned char)*c >= 0x20) putchar(*c);
-    }
-    putchar('"');
-}
-
-static void plan_json(const df_plan *p, int ok, const char *msg)
-{
-    printf("{\"ok\":%s,\"budget\":%llu,\"trunk\":\"%s\",\"trunk_bytes\":%llu,\"embed_bytes\":%llu,"
-           "\"trunk_used\":%llu,\"state_bytes\":%llu,\"scratch_bytes\":%llu,\"reserve_bytes\":%llu,"
-           "\"vec_bytes\":%llu,\"cache_bytes\":%llu,\"cache_slots\":%llu,\"experts\":%llu,\"used\":%llu,"
-           "\"ctx\":%d,\"trunk_read_per_token\":%llu,\"expert_read_cold\":%llu,\"expert_read_est\":%llu,"
-           "\"resident_from\":%llu,\"mpi_bytes\":%llu,\"remote_bytes\":%llu,\"trunk_layers\":%d,"
-           "\"trunk_resident_layers\":%d,\"trunk_resident_bytes\":%llu,\"whole_stream_read_per_token\":%llu",
-           ok ? "true" : "false", (unsigned long long)p->budget,
-           p->trunk_mode == DF_TRUNK_RESIDENT ? "resident" : p->trunk_resident_n ? "partial" : "streamed",
-           (unsigned long long)p->trunk_bytes,
-           (unsigned long long)p->embed_bytes, (unsigned long long)p->trunk_used, (unsigned long long)p->state_bytes,
-           (unsigned long long)p->scratch_bytes, (unsigned long long)p->reserve_bytes,
-           (unsigned long long)p->vec_bytes, (unsigned long long)p->cache_bytes,
-           (unsigned long long)(p->n_slots + p->n_transient), (unsigned long long)p->n_experts,
-           (unsigned long long)p->used, p->n_ctx, (unsigned long long)p->trunk_read_per_token,
-           (unsigned long long)p->expert_read_cold, (unsigned long long)p->expert_read_est,
-           (unsigned long long)p->resident_from, (unsigned long long)p->mpi_bytes,
-           (unsigned long long)p->remote_bytes, p->trunk_layers, p->trunk_resident_n,
-           (unsigned long long)p->trunk_resident_bytes,
-           (unsigned long long)(p->trunk_mode == DF_TRUNK_STREAMED ? p->alt_stream_all_read : 0));
-    printf(",\"checkpoints\":%d,\"checkpoint_bytes\":%llu", p->checkpoints, (unsigned long long)p->checkpoint_bytes);
-    char why[320];
-    df_plan_ctx_reason(p, why, sizeof why);
-    if (*why) json_str_field("ctx_reason", why);
-    if (!ok) json_str_field("error", msg);
-    printf("}\n");
-}
-
 static double gib_(uint64_t b);
 
 /* plan --draft model:PATH: a draft model's share of --mem (--draft-mem,
@@ -311,7 +272,7 @@ static int cmd_plan(int argc, char **argv)
             fprintf(stderr, "deltafin: %s\n", err.msg);
             return 1;
         }
-        if (a.json) plan_json(&p, !rc, err.msg);
+        if (a.json) plan_json(stdout, &p, !rc, err.msg);
         else if (a.mem) {
             if (rc) {
                 fprintf(stderr, "deltafin: %s\n", err.msg);

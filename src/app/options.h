@@ -102,4 +102,7 @@ void print_draft_stats(const gen_stats *st);
 /* A cross-tokenizer drafter's counters (draft_xtok.h); nothing for others. */
 void print_xtok_stats(const df_drafter *dr);
 
+/* The plan as one JSON object and a newline (plan --json, serve's GET /v1/plan); msg: why not ok. */
+void plan_json(FILE *out, const df_plan *p, int ok, const char *msg);
+
 #endif

@@ -67,6 +67,7 @@
 #include "server.h"
 #include "chat_template.h"
 #include "options.h"
+#include "plan.h"
 #include "spec_state.h"
 #include "engine.h"
 #include "json.h"
@@ -95,6 +96,39 @@
 
 /* ---- the worker ------------------------------------------------------- */
 
+/* The seats' generation counters summed into S->gstats; with S->mu held. */
+static void sum_gen_stats(srv *S)
+{
+    memset(&S->gstats, 0, sizeof S->gstats);
+    for (int i = 0; i < S->n_seats; i++) {
+        const gen_stats *g = &S->seats[i].gl.st;
+        S->gstats.passes += g->passes;
+        S->gstats.draft_passes += g->draft_passes;
+        S->gstats.proposed += g->proposed;
+        S->gstats.accepted += g->accepted;
+    }
+}
+
+/* /metrics while a job runs: the engine's counters (positions, expert reads,
+ * I/O wait), the drafts' and the running job's progress, refreshed between
+ * forward passes by the worker (the only thread that drives the engine), at
+ * most every --ping-ms / 4 (the page polls once a second) or when force is
+ * set.  t_first: when the reply's first token came (0: none yet). */
+static void live_refresh(srv *S, const job *j, double t_first, int force)
+{
+    double t = now_sec();
+    if (!force && t - S->live_t < S->ping_ms / 4000.0) return;
+    pthread_mutex_lock(&S->mu);
+    S->live_t = t;
+    df_engine_stats(S->eng, &S->stats);
+    sum_gen_stats(S);
+    S->run_prompt_done = j ? j->prompt_done : 0;
+    S->run_prompt_total = j ? j->prompt_total : 0;
+    S->run_gen = j ? j->n_gen : 0;
+    S->run_tps = j && j->n_gen > 1 && t_first > 0 && t > t_first ? (j->n_gen - 1) / (t - t_first) : 0;
+    pthread_mutex_unlock(&S->mu);
+}
+
 /* Feed a prompt's ids in pieces, so a cancelled job (1) or one past its
  * --timeout (2) stops soon. */
 static int feed(seat *sl, job *j, const int32_t *ids, size_t n)
@@ -116,6 +150,7 @@ static int feed(seat *sl, job *j, const int32_t *ids, size_t n)
         pthread_mutex_lock(&j->mu);
         j->prompt_done = (int)(ids - j->ids + o);
         pthread_mutex_unlock(&j->mu);
+        live_refresh(j->S, j, 0, 0);
     }
     return 0;
 }
@@ -416,6 +451,7 @@ static void generate_reply(srv *S, job *j, seat *sl, int rc, double *t_first_out
             break;
         }
         if (!j->n_gen++) t_first = now_sec();
+        live_refresh(S, j, t_first, 0);
         size_t tl = 0;
         if (j->logprobs) tokenizer_token_bytes(S->tok, next, &tl);
         if (j->logprobs) record_logprobs(S, j, gen_logits(&sl->gl), next, tl);
@@ -484,14 +520,23 @@ static void account_job(srv *S, const job *j, size_t from, double t0, double t_f
     if (j->n_gen > 1 && t_first > 0 && t1 > t_first) S->last_tps = (j->n_gen - 1) / (t1 - t_first);
     if (j->fin == FIN_ERROR) S->n_errors++;
     df_engine_stats(S->eng, &S->stats);
-    memset(&S->gstats, 0, sizeof S->gstats);
-    for (int i = 0; i < S->n_seats; i++) {
-        const gen_stats *g = &S->seats[i].gl.st;
-        S->gstats.passes += g->passes;
-        S->gstats.draft_passes += g->draft_passes;
-        S->gstats.proposed += g->proposed;
-        S->gstats.accepted += g->accepted;
-    }
+    sum_gen_stats(S);
+    S->run_prompt_done = S->run_prompt_total = S->run_gen = 0;
+    S->run_tps = 0;
+    pthread_mutex_unlock(&S->mu);
+}
+
+/* The job's route counts kept with its seat for GET /v1/routes (the
+ * session's table is reset by the seat's next job). */
+static void keep_routes(srv *S, const job *j, seat *sl)
+{
+    uint64_t rows;
+    const uint32_t *c = df_session_route_counts(sl->s, &rows);
+    if (!c) return;
+    pthread_mutex_lock(&S->mu);
+    memcpy(sl->routes, c, (size_t)S->info.n_layers * (size_t)S->info.n_experts * sizeof *c);
+    sl->routes_rows = rows;
+    snprintf(sl->routes_id, sizeof sl->routes_id, "%s", j->id);
     pthread_mutex_unlock(&S->mu);
 }
 
@@ -500,12 +545,14 @@ static void run_job(srv *S, job *j)
     double t0 = now_sec();
     size_t from;
     seat *sl = pick_seat(S, j, &from);
+    df_session_route_counts_reset(sl->s);
     from = sync_seat(S, j, sl, from);
     emit_begin(j);
     int rc = feed_prompt(S, j, sl, from);
     double t_first;
     generate_reply(S, j, sl, rc, &t_first);
     account_job(S, j, from, t0, t_first);
+    keep_routes(S, j, sl);
     if (j->fin == FIN_ERROR) {
         gen_reset(&sl->gl);
     } else if (j->prompt_cut) {
@@ -607,15 +654,23 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
         if (pthread_cond_timedwait(&j->cv, &j->mu, &ts) == ETIMEDOUT) {
             /* prefill or a slow token: a keep-alive clients count: an SSE comment, Anthropic's
              * own ping event on /v1/messages, a keepalive event on /v1/responses */
-            size_t k = j->api == API_RESPONSES ? resp_keepalive(j, buf, max) : 0;
-            if (!k && j->api != API_MESSAGES) k = progress_ping(j, buf, max);
+            /* while the prompt is evaluated, the progress comment first (every API: a comment is
+             * skipped by every SSE reader, the SDKs' included), then the API's own keep-alive */
+            size_t k = progress_ping(j, buf, max);
+            if (j->api == API_RESPONSES) {
+                size_t ka = resp_keepalive(j, buf + k, max - k);
+                k += ka;
+                if (!ka) k = 0; /* no room for the keepalive event: the progress alone goes next time */
+            }
             pthread_mutex_unlock(&j->mu);
-            if (k) return (ssize_t)k;
             static const char comment[] = ": ping\n\n", anth[] = "event: ping\ndata: {\"type\":\"ping\"}\n\n";
-            const char *ping = j->api == API_MESSAGES ? anth : comment;
-            size_t len = j->api == API_MESSAGES ? sizeof anth - 1 : sizeof comment - 1;
-            size_t n = len < max ? len : max;
-            memcpy(buf, ping, n);
+            if (j->api == API_MESSAGES && k + sizeof anth - 1 <= max) {
+                memcpy(buf + k, anth, sizeof anth - 1);
+                return (ssize_t)(k + sizeof anth - 1);
+            }
+            if (k) return (ssize_t)k;
+            size_t n = sizeof comment - 1 < max ? sizeof comment - 1 : max;
+            memcpy(buf, comment, n);
             return (ssize_t)n;
         }
     }
@@ -674,6 +729,12 @@ static enum MHD_Result serve_metrics(srv *S, struct MHD_Connection *c)
             S->last_tps, S->gen_seconds, S->n_waiting, S->running);
     bprintf(&b, "# TYPE deltafin_prompt_cache_hit_ratio gauge\ndeltafin_prompt_cache_hit_ratio %.4f\n",
             prompt_all ? (double)S->tok_reused / (double)prompt_all : 0.0);
+    /* the job running, refreshed between its forward passes (live_refresh); 0 when none */
+    bprintf(&b, "# TYPE deltafin_running_prompt_done gauge\ndeltafin_running_prompt_done %d\n"
+            "# TYPE deltafin_running_prompt_total gauge\ndeltafin_running_prompt_total %d\n"
+            "# TYPE deltafin_running_generated_tokens gauge\ndeltafin_running_generated_tokens %d\n"
+            "# TYPE deltafin_running_tokens_per_second gauge\ndeltafin_running_tokens_per_second %.3f\n",
+            S->run_prompt_done, S->run_prompt_total, S->run_gen, S->run_tps);
     gen_stats gs = S->gstats;
     pthread_mutex_unlock(&S->mu);
     bprintf(&b, "# TYPE deltafin_conversations_kept gauge\ndeltafin_conversations_kept %d\n", S->n_seats);
@@ -693,6 +754,101 @@ static enum MHD_Result serve_metrics(srv *S, struct MHD_Connection *c)
     enum MHD_Result rc = reply(c, 200, "text/plain; version=0.0.4", b.p, b.len);
     json_buf_free(&b);
     return rc;
+}
+
+/* GET /v1/routes[?id=ID]: the route counts of the rows a finished job
+ * evaluated (its prompt less the prefix reused, its reply, verify passes'
+ * rows included): the job named, else the last one finished.  404 when no
+ * seat keeps it (a later job on the same seat replaced it). */
+static enum MHD_Result serve_routes(srv *S, struct MHD_Connection *c)
+{
+    const char *id = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "id");
+    rq_err e = {0};
+    json_buf b;
+    json_buf_init(&b);
+    pthread_mutex_lock(&S->mu);
+    const seat *best = NULL;
+    for (int i = 0; i < S->n_seats; i++) {
+        const seat *sl = &S->seats[i];
+        if (!sl->routes_id[0] || (id && strcmp(sl->routes_id, id))) continue;
+        if (!best || sl->used > best->used) best = sl;
+    }
+    if (best) {
+        int NL = S->info.n_layers, E = S->info.n_experts;
+        json_buf_puts(&b, "{\"id\":");
+        put_str(&b, best->routes_id);
+        bprintf(&b, ",\"rows\":%llu,\"layers\":%d,\"experts\":%d,\"top_k\":%d,\"moe_layers\":[",
+                (unsigned long long)best->routes_rows, NL, E, S->info.n_experts_used);
+        for (int il = 0, n = 0; il < NL; il++)
+            if (S->info.layer_moe[il]) bprintf(&b, "%s%d", n++ ? "," : "", il);
+        json_buf_puts(&b, "],\"counts\":[");
+        for (int il = 0, n = 0; il < NL; il++) {
+            if (!S->info.layer_moe[il]) continue;
+            json_buf_puts(&b, n++ ? ",[" : "[");
+            for (int x = 0; x < E; x++) bprintf(&b, "%s%u", x ? "," : "", best->routes[(size_t)il * E + x]);
+            json_buf_puts(&b, "]");
+        }
+        json_buf_puts(&b, "]}");
+    }
+    pthread_mutex_unlock(&S->mu);
+    if (best) return reply_json(c, 200, &b);
+    json_buf_free(&b);
+    if (id) rq_fail(&e, 404, NULL, "no routes kept for %.*s: a seat keeps its last finished reply's only", (int)utf8_cut(id, strlen(id), 60), id);
+    else rq_fail(&e, 404, NULL, "no reply has finished yet");
+    return reply_error(c, API_CHAT, &e);
+}
+
+/* GET /v1/plan: the plan the server runs under (plan --json's object and
+ * its text), the model's numbers, and its card (the model directory's
+ * README.md, at most 256 KiB; null when there is none). */
+static enum MHD_Result serve_plan(srv *S, struct MHD_Connection *c)
+{
+    if (!atomic_load(&S->ready)) {
+        rq_err e = {0};
+        rq_fail(&e, 503, NULL, "the model is still loading");
+        return reply_error(c, API_CHAT, &e);
+    }
+    df_plan p;
+    df_engine_plan(S->eng, &p);
+    char *pj = NULL, *pt = NULL;
+    size_t pjn = 0, ptn = 0;
+    FILE *f = open_memstream(&pj, &pjn);
+    if (f) plan_json(f, &p, 1, "");
+    if (f) fclose(f);
+    f = open_memstream(&pt, &ptn);
+    if (f) df_plan_print(&p, "", f);
+    if (f) fclose(f);
+    json_buf b;
+    json_buf_init(&b);
+    json_buf_puts(&b, "{\"model\":");
+    put_str(&b, S->name);
+    json_buf_puts(&b, ",\"path\":");
+    put_str(&b, S->a.model);
+    const df_model_info *i = &S->info;
+    bprintf(&b, ",\"info\":{\"layers\":%d,\"kda_layers\":%d,\"mla_layers\":%d,\"hidden\":%d,\"vocab\":%d,"
+            "\"experts\":%d,\"experts_per_token\":%d,\"expert_bytes\":%llu,\"trunk\":\"%s\",\"expert_type\":\"%s\","
+            "\"kernels\":",
+            i->n_layers, i->n_kda_layers, i->n_mla_layers, i->hidden, i->vocab, i->n_experts, i->n_experts_used,
+            (unsigned long long)i->expert_bytes, i->trunk, i->experts);
+    put_str(&b, i->backend ? i->backend : "");
+    bprintf(&b, ",\"threads\":%d,\"context\":%d}", i->n_threads, S->n_ctx);
+    json_buf_puts(&b, ",\"plan\":");
+    if (pj && pjn) json_buf_put(&b, pj, pjn - (pj[pjn - 1] == '\n'));
+    else json_buf_puts(&b, "null");
+    json_buf_puts(&b, ",\"plan_text\":");
+    put_str(&b, pt ? pt : "");
+    free(pj);
+    free(pt);
+    char path[4200], *card = NULL;
+    size_t card_len = 0;
+    df_error err = {0};
+    snprintf(path, sizeof path, "%s/README.md", S->a.model);
+    json_buf_puts(&b, ",\"card\":");
+    if (!read_small_file(path, &card, &card_len, 256 << 10, &err)) json_write_string(&b, card, card_len);
+    else json_buf_puts(&b, "null");
+    free(card);
+    json_buf_puts(&b, "}");
+    return reply_json(c, 200, &b);
 }
 
 /* Does an Accept-Encoding value take gzip?  RFC 9110 12.5.3: a list of codings,
@@ -882,6 +1038,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         return reply_error(c, api, &e);
     }
     if (!strcmp(path, "/metrics") && !strcmp(method, "GET")) return serve_metrics(S, c);
+    if (!strcmp(path, "/routes") && !strcmp(method, "GET")) return serve_routes(S, c);
+    if (!strcmp(path, "/plan") && !strcmp(method, "GET")) return serve_plan(S, c);
     if (!strcmp(path, "/models") && !strcmp(method, "GET")) {
         json_buf b;
         json_buf_init(&b);
@@ -1060,6 +1218,12 @@ static int open_seats(srv *S, const df_session_opts *so, int parallel)
             break;
         }
         S->n_seats++;
+        /* the page's router plot: each job's route counts (observe_routes.c) */
+        if (df_session_count_routes(S->seats[i].s, &err)) {
+            fprintf(stderr, "deltafin: session %d: %s\n", i + 1, err.msg);
+            return 1;
+        }
+        S->seats[i].routes = xcalloc((size_t)S->info.n_layers * (size_t)S->info.n_experts, sizeof(uint32_t));
     }
     return 0;
 }
@@ -1090,6 +1254,7 @@ static void serve_stop(srv *S, struct MHD_Daemon *d, pthread_t worker)
     for (int i = 0; i < S->n_seats; i++) {
         gen_free(&S->seats[i].gl);
         df_session_free(S->seats[i].s);
+        free(S->seats[i].routes);
     }
     free(S->seats);
     free(S->pc_ids);

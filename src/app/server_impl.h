@@ -61,6 +61,11 @@ typedef struct seat {
     uint64_t used;              /* when it last ran a job (LRU among equals) */
     int ck_pos;                 /* the last conversation checkpoint taken (0 none) */
     uint64_t key;               /* the conversation key of the job that left it (0 none) */
+    /* the route counts of the rows its last finished job evaluated (GET /v1/routes), a copy made
+     * under the server's mu as the job ends: [layers][experts], the rows, the job's id */
+    uint32_t *routes;
+    uint64_t routes_rows;
+    char routes_id[64];
 } seat;
 
 typedef struct srv {
@@ -85,9 +90,14 @@ typedef struct srv {
     int n_waiting, running, stop;
     /* counters, guarded by mu */
     uint64_t n_requests, n_rejected, n_errors, tok_prompt, tok_gen, tok_reused;
-    df_stats stats;             /* engine counters, snapshot by the worker after each job */
+    df_stats stats;             /* engine counters, snapshot by the worker after each job and, while
+                                 * one runs, every --ping-ms/4 at most (live_refresh) */
     gen_stats gstats;           /* generation loop counters (drafts), likewise */
     double gen_seconds, last_tps;
+    /* the job running (0 when none): its prompt's ids evaluated of the total,
+     * the tokens of its reply so far and their rate; when /metrics was last refreshed */
+    int run_prompt_done, run_prompt_total, run_gen;
+    double run_tps, live_t;
     atomic_ulong job_counter;
     /* worker-only */
     struct seat *seats;         /* --parallel: the conversations kept */

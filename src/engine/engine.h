@@ -91,6 +91,8 @@ typedef struct df_session_opts {
 typedef struct df_model_info {
     int vocab, hidden, n_layers, n_mla_layers, n_kda_layers;
     int n_experts, n_experts_used;
+    const uint8_t *layer_moe;     /* [n_layers] 1 where the layer routes to experts (the engine's, valid
+                                     while it is open; NULL from a plan) */
     int bos_id, eos_id, pad_id;
     uint64_t expert_bytes;        /* one routed expert (six tensors) */
     uint64_t ctx_bytes_per_token; /* MLA latent cache per token of context */
@@ -199,6 +201,14 @@ void df_session_free(df_session *s);
 void df_session_reset(df_session *s);
 /* Called between the chunks of a long eval (done positions of total), on
  * the evaluating thread, outside the allocation guard; NULL to stop. */
+/* Route counts (observe_routes.c): after df_session_count_routes, every row
+ * the session evaluates adds its k experts at each MoE layer to a [layers]
+ * [experts] table (a verify pass's rows included), until reset.  The table
+ * (layers x experts x 4 bytes) is outside the memory plan's session bytes. */
+int df_session_count_routes(df_session *s, df_error *err);
+void df_session_route_counts_reset(df_session *s);
+/* The table ([n_layers][n_experts], dense layers' rows 0), NULL when not counting; *rows: rows counted. */
+const uint32_t *df_session_route_counts(const df_session *s, uint64_t *rows);
 typedef void (*df_progress_fn)(void *ctx, int done, int total);
 void df_session_set_progress(df_session *s, df_progress_fn fn, void *ctx);
 int df_session_pos(const df_session *s);

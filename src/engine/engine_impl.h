@@ -101,6 +101,8 @@ struct df_session {
     size_t sched_cap;
     chunk_obs obs;            /* the events observer's counters at the chunk's start (observe_events.c) */
     prompt_obs pobs;          /* the prompt accounting observer's (observe_prompt.c) */
+    uint32_t *route_counts;   /* [NL][E] routes per layer and expert (observe_routes.c), or NULL */
+    uint64_t route_rows;      /* rows they count */
 };
 
 /* session_file.c: the model's identity (config, trunk table, the content
@@ -149,6 +151,7 @@ void session_ck_settle(df_session *s, int p0, int p1, int ok);
 void observe_probe(void *ctx, const probe_ev *ev);
 void observe_debug(dbg_record *d, const probe_ev *ev);
 void observe_trace(df_engine *eng, const probe_ev *ev);
+void observe_routes(df_session *s, const probe_ev *ev);
 int trace_open(df_engine *eng, const char *path, int jsonl, const char *model, df_error *err);
 /* the binary format's header (model identity, then extra: more JSON fields
  * with their leading comma, or NULL) and an evaluation record */

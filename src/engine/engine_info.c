@@ -109,6 +109,7 @@ void df_engine_info(const df_engine *eng, df_model_info *info)
     info->n_kda_layers = eng->m.n_kda;
     info->n_experts = c->E;
     info->n_experts_used = c->k;
+    info->layer_moe = c->layer_moe;
     info->bos_id = c->bos;
     info->eos_id = c->eos;
     info->pad_id = c->pad;

@@ -9,6 +9,7 @@
  *   - the debug record (observe_debug.c: test_model's per-layer norms, mix
  *     weights and routes of the chunk's last position);
  *   - the route trace (observe_trace.c, --trace);
+ *   - a session's route counts (observe_routes.c: the server page's router plot);
  *   - the events line with layer timings (observe_events.c, --events);
  *   - prompt accounting (observe_prompt.c: distinct experts, reads and
  *     time of a prompt, for --stats);
@@ -42,6 +43,7 @@ void observe_probe(void *ctx, const probe_ev *ev)
     }
     if (s->dbg && s->dbg->enabled) observe_debug(s->dbg, ev);
     if (eng->trace && ev->point == PROBE_ROUTE) observe_trace(eng, ev);
+    if (s->route_counts && ev->point == PROBE_ROUTE) observe_routes(s, ev);
     if (eng->trace_lookahead && ev->point == PROBE_MLP_OUT) observe_lookahead(eng, ev);
     if (eng->events) observe_events(eng, &s->obs, ev);
 }

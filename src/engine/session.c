@@ -252,6 +252,7 @@ void df_session_free(df_session *s)
 {
     if (!s) return;
     s->eng->sessions_bytes -= s->bytes;
+    free(s->route_counts);
     free(s->b.ck_pos);
     free(s->b.ck_age);
     free(s->b.ck_want);

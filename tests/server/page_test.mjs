@@ -17,6 +17,9 @@
 //   - documents: a PDF attached and a Markdown file dropped show the tokens the
 //     server counts, a scan shows the server's refusal and is left out, the
 //     others go as OpenAI file parts and stay with the message after a reload
+//   - the Model panel: /v1/plan's plan and card, the last reply's routes as /v1/routes has them
+//   - a reply keeps streaming while another conversation is shown, and is whole when shown again
+//   - an 8 MB PDF survives a reload (its bytes in IndexedDB; localStorage stays small)
 // Every page is watched: no request leaves the server's origin, no page error.
 // The browser talks to the server through a small pacing proxy started here: it
 // forwards everything unchanged but passes the reply's SSE events on one at a
@@ -188,6 +191,7 @@ test('the page: gzip from the binary, the model named, a streamed reply with its
   const metrics = Object.fromEntries(text.split('\n').filter((l) => l && l[0] !== '#').map((l) => l.split(' ')).map(([k, v]) => [k, Number(v)]));
   const fmt = {
     deltafin_decode_tokens_per_second: (v) => v.toFixed(2),
+    deltafin_running_tokens_per_second: (v) => v.toFixed(2),
     deltafin_expert_cache_hit_ratio: (v) => (100 * v).toFixed(1) + ' %',
     deltafin_prompt_cache_hit_ratio: (v) => (100 * v).toFixed(1) + ' %',
     deltafin_expert_bytes_read_total: (v) => (v / 1048576).toFixed(1) + ' MiB',
@@ -201,6 +205,14 @@ test('the page: gzip from the binary, the model named, a streamed reply with its
     assert.equal(shown, (fmt[name] ?? ((v) => String(Math.round(v))))(metrics[name]), `${name} shown as ${shown}`);
   }
   assert.ok(metrics.deltafin_generated_tokens_total > 0);
+  // the reply's own figures, differences of the readings at its start and end: without drafts
+  // (this server proposes none) every decode pass made one token
+  const derived = (await page.textContent('#live-derived .v')).split(' · ');
+  assert.equal(derived.length, 3, derived.join(' · '));
+  if (metrics.deltafin_draft_proposed_total === 0) {
+    assert.equal(derived[0], 'no drafts');
+    assert.equal(derived[2], '1.00', 'tokens per decode pass without drafts');
+  }
   await shot(page, 'live-light');
   await page.click('#live-toggle');
   console.log(`# reply grew through ${steps.size} lengths over ${spanMs.toFixed(0)} ms; ${m.stats.chunks} chunks; ` +
@@ -484,6 +496,90 @@ test('documents: a PDF attached and a Markdown file dropped, counted by the serv
   await page.reload();
   assert.deepEqual((await page.locator('.m.user .doc').allTextContents()).sort(),
     [`code.pdf · ${nPdf} tokens`, `notes.md · ${nMd} tokens`]);
+});
+
+test('the Model panel: the plan and card of /v1/plan, the last reply\'s routes equal to /v1/routes', async () => {
+  // the conversation shown is the documents test's, its reply the server's last
+  await page.click('#model-toggle');
+  await page.waitForSelector('#plan-text');
+  const p = await (await fetch(`${URL_}/v1/plan`)).json();
+  assert.equal(await page.textContent('#plan-text'), p.plan_text);
+  assert.match(p.plan_text, /memory plan for --mem/);
+  if (p.card === null) assert.equal(await page.textContent('#model-card'), 'This model folder has no README.md.');
+  const facts = await page.textContent('.facts');
+  assert.ok(facts.includes(`${p.info.experts} per MoE layer, ${p.info.experts_per_token} per token`), facts);
+  const m = await lastMsg(page);
+  assert.match(m.id ?? '', /^chatcmpl-/, 'the reply keeps its completion id');
+  await page.waitForSelector('svg.routes');
+  const r = await (await fetch(`${URL_}/v1/routes?id=${m.id}`)).json();
+  assert.ok(r.rows > 0);
+  const cells = await page.$$eval('svg.routes rect', (els) => els.map((e) => [+e.dataset.layer, +e.dataset.expert, +e.dataset.count]));
+  assert.equal(cells.length, r.moe_layers.length * r.experts);
+  for (const [l, x, n] of cells) assert.equal(n, r.counts[r.moe_layers.indexOf(l)][x], `layer ${l} expert ${x}`);
+  assert.ok((await page.textContent('#routes-box')).includes(`${r.rows} rows evaluated for it`));
+  await page.locator('svg.routes').scrollIntoViewIfNeeded();
+  await shot(page, 'model');
+  // a conversation without a reply has no plot
+  await page.click('#new');
+  assert.equal(await page.textContent('#routes-box'), 'No reply yet in this conversation.');
+  await page.click('#model-toggle');
+});
+
+test('switching conversations while a reply streams: it goes on, and is whole when shown again', async () => {
+  const first = await page.evaluate(() => window.deltafin.convs[0].id);
+  await setField(page, 'mt', '300');
+  await page.fill('#q', 'Tell me a long story');
+  await page.press('#q', 'Enter');
+  const id = await page.evaluate(() => window.deltafin.convs.at(-1).id);
+  await page.waitForFunction(() => (window.deltafin.convs.at(-1).messages.at(-1).stats?.chunks ?? 0) >= 3, null, { timeout: 60000 });
+  await page.click(`.conv[data-id="${first}"] .title`);
+  assert.equal(await page.locator('.m.streaming').count(), 0, 'the other conversation shows no streaming reply');
+  const n0 = (await lastMsg(page)).stats.chunks;
+  await page.click(`.conv[data-id="${id}"] .title`);
+  if (await page.evaluate(() => window.deltafin.running)) {
+    assert.equal(await page.locator('.m.assistant.streaming').count(), 1, 'shown again: still streaming');
+    await page.waitForFunction((n) => window.deltafin.convs.at(-1).messages.at(-1).stats.chunks > n + 2, n0, { timeout: 60000 });
+  }
+  await idle(page);
+  const m = await lastMsg(page);
+  assert.ok(m.stats.chunks > n0);
+  assert.equal(await page.textContent('.m.assistant .reasoning-text'), m.reasoning);
+  assert.equal(await page.locator('.m.assistant.streaming').count(), 0);
+  assert.equal(await page.textContent('.m.assistant .meta'), await page.textContent('#st'));
+});
+
+// on the server without --max-request-bytes (the PREFILL one: its body cap is derived from the
+// context and holds a document's base64), in a browser context of its own
+test('an 8 MB PDF is kept across a reload: its bytes in IndexedDB, localStorage small', { skip: !process.env.DELTAFIN_URL_PREFILL }, async () => {
+  const srv = process.env.DELTAFIN_URL_PREFILL;
+  const c = await browser.newContext({ viewport: { width: 1000, height: 700 } });
+  const p = await c.newPage();
+  p.on('pageerror', (e) => errors.push(String(e)));
+  p.on('request', (r) => { if (!r.url().startsWith(srv + '/')) outside.push(r.url()); });
+  await p.goto(`${srv}/`);
+  const big = makePdf(['The vault number is 9931.'], { pad: 8 << 20 });
+  await p.setInputFiles('#attach', [{ name: 'big.pdf', mimeType: 'application/pdf', buffer: big }]);
+  await p.waitForFunction(() => window.deltafin.pending.length === 1 && (window.deltafin.pending[0].tokens != null ||
+    window.deltafin.pending[0].error), null, { timeout: 60000 });
+  const x = await p.evaluate(() => window.deltafin.pending[0]);
+  assert.equal(x.error, undefined);
+  await setField(p, 'mt', '4');
+  await p.fill('#q', 'What is the vault number?');
+  await p.click('#go');
+  await idle(p);
+  await p.evaluate(() => window.deltafin.storing);
+  const ls = await p.evaluate(() => localStorage.getItem('deltafin.conversations').length);
+  assert.ok(ls < 1 << 20, `localStorage holds ${ls} characters`);
+  assert.doesNotMatch(await p.textContent('#st'), /not saved|tab only/);
+  await p.reload();
+  assert.deepEqual(await p.locator('.m.user .doc').allTextContents(), [`big.pdf · ${x.tokens} tokens`]);
+  const reqP = p.waitForRequest((r) => r.url().endsWith('/v1/chat/completions'));
+  await p.click('.m.assistant .regen');
+  const sent = JSON.parse((await reqP).postData());
+  assert.equal(sent.messages.at(-1).content[0].file.file_data, 'data:application/pdf;base64,' + big.toString('base64'));
+  await idle(p);
+  assert.equal((await lastMsg(p)).stats.error, undefined);
+  await c.close();
 });
 
 test('no request left the server origin and no page error', () => {

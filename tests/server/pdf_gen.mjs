@@ -3,13 +3,14 @@
 // makePdf(pages): one page per string (lines split on \n, Helvetica 12 pt),
 // with a correct cross-reference table, so poppler reads it without repair.
 // makePdf([], { blank: n }): n pages with empty content streams (a "scan"
-// without a text layer, as far as text extraction can tell).
+// without a text layer, as far as text extraction can tell).  { pad: n } adds an
+// object of n incompressible bytes that no page uses (a large file with little text).
 
 function esc(s) {
   return s.replace(/\\/g, '\\\\').replace(/\(/g, '\\(').replace(/\)/g, '\\)');
 }
 
-export function makePdf(pages, { blank = 0 } = {}) {
+export function makePdf(pages, { blank = 0, pad = 0 } = {}) {
   const list = blank ? Array(blank).fill(null) : pages;
   const objs = [];
   objs.push('<< /Type /Catalog /Pages 2 0 R >>');
@@ -24,6 +25,12 @@ export function makePdf(pages, { blank = 0 } = {}) {
     objs.push(`<< /Length ${Buffer.byteLength(s, 'latin1')} >>\nstream\n${s}\nendstream`);
   });
   objs.push('<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>');
+  if (pad) {
+    // an object nothing refers to: pad bytes that do not compress (a fixed xorshift sequence), no text
+    let x = 0x9e3779b9, b = '';
+    for (let i = 0; i < pad; i++) { x ^= x << 13; x ^= x >>> 17; x ^= x << 5; b += String.fromCharCode(x & 0xff); }
+    objs.push(`<< /Length ${pad} >>\nstream\n${b}\nendstream`);
+  }
   let out = '%PDF-1.4\n';
   const offs = [];
   objs.forEach((o, i) => {

@@ -20,9 +20,10 @@ const weather = { type: 'function', name: 'get_weather', description: 'The weath
   parameters: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] } };
 const inputTokens = async (p) => (await oa.responses.create({ model: 'x', max_output_tokens: 1, ...p })).usage.input_tokens;
 
-// A raw SSE body: its events as {event, data} with data parsed.
+// A raw SSE body: its events as {event, data} with data parsed (comment blocks, the progress
+// pings during a prompt, are skipped as every SSE reader skips them).
 function sse(text) {
-  return text.split('\n\n').filter((b) => b.trim()).map((b) => {
+  return text.split('\n\n').filter((b) => b.trim() && !b.split('\n').every((l) => l.startsWith(':'))).map((b) => {
     const ev = b.split('\n').find((l) => l.startsWith('event: '))?.slice(7);
     const data = b.split('\n').filter((l) => l.startsWith('data: ')).map((l) => l.slice(6)).join('\n');
     return { event: ev, data: JSON.parse(data) };

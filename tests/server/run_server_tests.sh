@@ -140,6 +140,9 @@ console.log(ok ? "ok" : "bad: " + JSON.stringify(p.slice(0, 5)) + " of " + p.len
 ' "$LOG/long.sse" <(curl -s -d "$(sed 's/"stream":true/"stream":false/' "$LOG/long.json")" "http://127.0.0.1:$P3/v1/completions" | node -e '
 let s = ""; process.stdin.on("data", (d) => s += d).on("end", () => console.log(JSON.stringify(JSON.parse(s).usage)))'))"
 PID3=${pids[-1]} # kept for the chat page's progress test (page_test.mjs), stopped after it
+# what the live view reads: progress on every API, /metrics during a request, /v1/routes, /v1/plan
+DELTAFIN_URL_PREFILL=http://127.0.0.1:$P3 DELTAFIN_BIN=$BIN NODE_PATH=tests/server/node_modules \
+    node --test --test-reporter=spec tests/server/live_test.mjs || fail=1
 
 # /v1/messages/count_tokens: the prompt /v1/messages renders, counted (no max_tokens needed)
 CT=$(curl -s "$U/v1/messages/count_tokens" -d '{"model":"m","system":"be brief","messages":[{"role":"user","content":"count me"}]}' \

@@ -10,5 +10,6 @@ long parse_long(const char *s, const char *flag, long lo, long hi) { (void)flag;
 size_t parse_size(const char *s, const char *flag) { (void)flag; return (size_t)atol(s); }
 void parse_common(int argc, char **argv, run_args *a) { (void)argc; (void)argv; memset(a, 0, sizeof *a); }
 df_engine *open_engine(const run_args *a) { (void)a; abort(); }
+void plan_json(FILE *out, const df_plan *p, int ok, const char *msg) { (void)out, (void)p, (void)ok, (void)msg; abort(); }
 
 #endif

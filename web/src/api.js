@@ -23,7 +23,8 @@ export function chatBody(messages, s) {
 // POST /v1/chat/completions with stream: true; on(kind, text) for each delta
 // ('reasoning' | 'content' | 'tool' | 'error'), on('usage', obj) once, and
 // on('progress', { prompt_done, prompt_total, prompt_reused, seconds }) for each
-// ping the server sends while it evaluates the prompt (server.c progress_ping).
+// ping the server sends while it evaluates the prompt (server.c progress_ping),
+// on('id', id) once with the completion's id (GET /v1/routes?id= names it).
 // Resolves with the finish reason; rejects on an HTTP error (with its message)
 // or when signal aborts (AbortError).
 export async function streamChat(body, key, signal, on) {
@@ -34,7 +35,7 @@ export async function streamChat(body, key, signal, on) {
     throw new Error(`HTTP ${r.status}: ${msg}`);
   }
   const rd = r.body.getReader(), dec = new TextDecoder();
-  let buf = '', finish = null;
+  let buf = '', finish = null, lastId = null;
   for (;;) {
     const { done, value } = await rd.read();
     if (done) break;
@@ -51,6 +52,7 @@ export async function streamChat(body, key, signal, on) {
         if (d === '[DONE]') continue;
         const j = JSON.parse(d);
         if (j.error) { on('error', j.error.message ?? String(j.error)); continue; }
+        if (j.id && j.id !== lastId) { lastId = j.id; on('id', j.id); }
         if (j.usage) on('usage', j.usage);
         const ch = j.choices && j.choices[0];
         if (!ch) continue;

@@ -3,7 +3,8 @@
 // they are.  Each cell carries the metric it shows (data-metric) and the raw
 // value read (data-value), and its text is that value formatted here, so a
 // test can check the numbers against /metrics.  The figures of the reply
-// running (expert MiB per token) are differences of two readings.
+// running (expert MiB per position evaluated, tokens per decode pass) are
+// differences of two readings.
 import { metrics } from './api.js';
 
 const pct = (v) => (100 * v).toFixed(1) + ' %';
@@ -12,7 +13,10 @@ const int = (v) => String(Math.round(v));
 
 // [metric, label, format]; the order on the page
 export const CELLS = [
-  ['deltafin_decode_tokens_per_second', 'decode tok/s', (v) => v.toFixed(2)],
+  ['deltafin_running_prompt_done', 'prompt ids done (running)', int],
+  ['deltafin_running_prompt_total', 'prompt ids (running)', int],
+  ['deltafin_running_tokens_per_second', 'tok/s (running)', (v) => v.toFixed(2)],
+  ['deltafin_decode_tokens_per_second', 'decode tok/s (last reply)', (v) => v.toFixed(2)],
   ['deltafin_expert_cache_hit_ratio', 'expert cache hits', pct],
   ['deltafin_prompt_cache_hit_ratio', 'prompt tokens reused', pct],
   ['deltafin_expert_bytes_read_total', 'experts read', mib],
@@ -21,6 +25,7 @@ export const CELLS = [
   ['deltafin_positions_evaluated_total', 'positions evaluated', int],
   ['deltafin_generated_tokens_total', 'tokens generated', int],
   ['deltafin_prompt_tokens_total', 'prompt tokens', int],
+  ['deltafin_decode_passes_total', 'decode passes', int],
   ['deltafin_verify_passes_total', 'draft verify passes', int],
   ['deltafin_draft_accepted_total', 'drafts accepted', int],
   ['deltafin_draft_proposed_total', 'drafts proposed', int],
@@ -46,7 +51,7 @@ export class Live {
     }
     const extra = document.createElement('div');
     extra.className = 'cell derived'; extra.id = 'live-derived';
-    extra.innerHTML = '<span class="v">–</span><span class="k">acceptance · MiB/token (this reply)</span>';
+    extra.innerHTML = '<span class="v">–</span><span class="k">acceptance · MiB/position · tokens/pass (this reply)</span>';
     grid.appendChild(extra);
   }
 
@@ -64,13 +69,19 @@ export class Live {
       cell.querySelector('.v').textContent = formatCell(cell.dataset.metric, v);
     }
     const acc = m.deltafin_draft_proposed_total ? pct(m.deltafin_draft_accepted_total / m.deltafin_draft_proposed_total) : 'no drafts';
-    let per = '–';
+    let per = '–', tpp = '–';
     if (this.base) {
       const dt = m.deltafin_positions_evaluated_total - this.base.deltafin_positions_evaluated_total;
       const db = m.deltafin_expert_bytes_read_total - this.base.deltafin_expert_bytes_read_total;
       if (dt > 0) per = (db / dt / 1048576).toFixed(2);
+      // tokens per decode pass: above 1 when verified drafts are accepted (the running job's
+      // count while it runs, the finished total's difference after); the first token comes
+      // from the prompt's last pass, so it is not one a decode pass made
+      const dp = m.deltafin_decode_passes_total - this.base.deltafin_decode_passes_total;
+      const g = m.deltafin_running_generated_tokens || (m.deltafin_generated_tokens_total - this.base.deltafin_generated_tokens_total);
+      if (dp > 0 && g > 1) tpp = ((g - 1) / dp).toFixed(2);
     }
-    this.grid.querySelector('#live-derived .v').textContent = acc + ' · ' + per;
+    this.grid.querySelector('#live-derived .v').textContent = acc + ' · ' + per + ' · ' + tpp;
     this.when.textContent = `read ${this.reads} time${this.reads === 1 ? '' : 's'}, last ${new Date().toLocaleTimeString()}`;
     return m;
   }

@@ -18,6 +18,8 @@ import { renderMarkdown, renderStreaming } from './markdown.js';
 import { chatBody, modelInfo, streamChat } from './api.js';
 import { exportJson, importJson, loadConversations, loadSettings, newId, saveConversations, saveSettings, titleOf } from './store.js';
 import { Live } from './live.js';
+import { plan, renderPlan, renderRoutes, routes } from './model.js';
+import { loadData, pruneDocs, storeData, withoutData } from './docstore.js';
 import { ACCEPT, docTokens, readDoc, userContent } from './docs.js';
 
 const $ = (id) => document.getElementById(id);
@@ -39,8 +41,19 @@ const settings = loadSettings(DEFAULTS);
 const live = new Live($('live-grid'), $('live-when'), () => settings.key);
 
 const conv = () => convs.find((c) => c.id === cur);
+// the conversations into localStorage without the documents' bytes, which go to IndexedDB
+// first (docstore.js: localStorage's quota is a few MB); without a document to store, at once
+let storing = Promise.resolve();
+const allMessages = () => convs.flatMap((c) => c.messages);
+function save() {
+  try { saveConversations(withoutData(convs)); } catch (e) { status('not saved in this browser: ' + e.message); } // quota
+}
 function persist() {
-  try { saveConversations(convs); } catch (e) { status('not saved in this browser: ' + e.message); } // quota
+  if (!allMessages().some((m) => (m.docs ?? []).some((d) => d.data && !d.stored))) { save(); return; }
+  storing = storing.then(() => storeData(allMessages(), newId)).then((failed) => {
+    if (failed.length) status('documents kept in this tab only, not in the browser: ' + failed.join(', '));
+    save();
+  }).catch((e) => status('not saved in this browser: ' + e.message));
 }
 
 /* ---- the conversation list ---- */
@@ -66,6 +79,7 @@ function renderSide() {
       if (run && run.conv === c) run.ctl.abort();
       convs = convs.filter((x) => x !== c);
       persist();
+      storing = storing.then(() => pruneDocs(convs)).catch(() => { /* kept: nothing names them */ });
       select(convs.length ? [...convs].sort((a, b) => b.updated - a.updated)[0].id : null);
     };
     li.append(t, ren, del);
@@ -77,6 +91,7 @@ function select(id) {
   cur = id;
   renderSide();
   renderLog();
+  if (!$('model-panel').hidden) showRoutes();
 }
 
 function newConversation() {
@@ -120,7 +135,7 @@ function messageEl(m, i, c) {
   rg.onclick = () => regenerate(c, i);
   acts.append(cp, rg);
   d.appendChild(acts);
-  fillAssistant(d, m, false);
+  fillAssistant(d, m, !!run && run.msg === m); // the reply still streaming when the log is drawn again
   return d;
 }
 
@@ -228,6 +243,8 @@ function apiMessages(history) {
 
 async function generate(c) {
   const history = c.messages.slice();
+  // the documents' bytes, from IndexedDB after a reload
+  try { await loadData(history); } catch (e) { status(e.message); return; }
   const m = { role: 'assistant', content: '', reasoning: '', stats: { chunks: 0 } };
   c.messages.push(m);
   c.updated = Date.now();
@@ -235,8 +252,12 @@ async function generate(c) {
   if (cur !== c.id) cur = c.id;
   renderSide();
   renderLog();
-  const d = $('log').lastChild;
-  fillAssistant(d, m, true);
+  // the message's element now: none while another conversation is shown, a new one after
+  // the log was drawn again (switching away and back while the reply streams)
+  const node = () => {
+    const i = cur === c.id ? c.messages.indexOf(m) : -1;
+    return i < 0 ? null : $('log').querySelector(`.m[data-i="${i}"]`);
+  };
   const ctl = new AbortController();
   let ended;
   run = { ctl, conv: c, msg: m, done: new Promise((resolve) => { ended = resolve; }) };
@@ -245,6 +266,8 @@ async function generate(c) {
   let t1 = 0, frame = 0;
   const draw = () => {
     frame = 0;
+    const d = node();
+    if (!d) return;
     fillAssistant(d, m, true);
     const follow = $('log');
     follow.scrollTop = follow.scrollHeight;
@@ -254,6 +277,7 @@ async function generate(c) {
   live.start();
   try {
     m.stats.finish = await streamChat(chatBody(apiMessages(history), settings), settings.key, ctl.signal, (kind, v) => {
+      if (kind === 'id') { m.id = v; return; }
       if (kind === 'progress') {
         prog = v;
         status(prefillLine(prog, (performance.now() - t0) / 1000));
@@ -281,10 +305,12 @@ async function generate(c) {
     run = null;
     c.updated = Date.now();
     persist();
-    if (d.isConnected) fillAssistant(d, m, false);
+    const d = node();
+    if (d) fillAssistant(d, m, false);
     status(statsLine(m.stats));
     setRunning(false);
     live.end();
+    if (!$('model-panel').hidden && cur === c.id) showRoutes();
     ended();
   }
 }
@@ -380,6 +406,29 @@ async function showModel() {
   }
 }
 
+/* ---- the Model panel: the plan and card (once), the routes of the conversation's last reply ---- */
+
+let planShown = false;
+async function showPlan() {
+  try {
+    renderPlan($('plan-box'), await plan(settings.key));
+    planShown = true;
+  } catch (e) { $('plan-box').replaceChildren(el('p', 'muted', '/v1/plan: ' + e.message)); }
+}
+
+async function showRoutes() {
+  const box = $('routes-box'), c = conv();
+  const m = c && [...c.messages].reverse().find((x) => x.role === 'assistant' && x.id);
+  if (!m) { box.replaceChildren(el('p', 'muted', 'No reply yet in this conversation.')); return; }
+  if (run && run.msg === m) { box.replaceChildren(el('p', 'muted', 'The reply is still running.')); return; }
+  try {
+    renderRoutes(box, await routes(m.id, settings.key));
+  } catch (e) {
+    // a seat keeps its last reply's routes only; a later reply or a restart replaced them
+    box.replaceChildren(el('p', 'muted', `The routes of this conversation's last reply (${m.id}) are no longer kept: ${e.message}`));
+  }
+}
+
 function download(name, text) {
   const a = el('a');
   a.href = URL.createObjectURL(new Blob([text], { type: 'application/json' }));
@@ -408,10 +457,23 @@ function bind() {
   $('settings-toggle').onclick = () => togglePanel($('settings-toggle'), $('settings'));
   $('live-toggle').onclick = () => { if (togglePanel($('live-toggle'), $('live'))) live.poll(); };
   $('live-refresh').onclick = () => live.poll();
+  $('model-toggle').onclick = () => {
+    if (!togglePanel($('model-toggle'), $('model-panel'))) return;
+    if (!planShown) showPlan();
+    showRoutes();
+  };
   $('theme').onclick = () => applyTheme(THEMES[(THEMES.indexOf(localStorage.getItem('deltafin.theme') || 'system') + 1) % 3]);
   $('side-open').onclick = () => document.body.classList.add('side-shown');
   $('side-close').onclick = () => document.body.classList.remove('side-shown');
-  $('export').onclick = () => download('deltafin-conversations.json', exportJson(convs));
+  $('export').onclick = async () => {
+    // self-contained: each document with its bytes (from IndexedDB), without this browser's ref
+    const missing = [];
+    for (const c of convs) { try { await loadData(c.messages); } catch (e) { missing.push(e.message); } }
+    const out = convs.map((c) => ({ ...c, messages: c.messages.map((m) => (m.docs ?
+      { ...m, docs: m.docs.map(({ ref, stored, ...d }) => d) } : m)) }));
+    download('deltafin-conversations.json', exportJson(out));
+    if (missing.length) status('exported without: ' + missing.join('; '));
+  };
   // documents: the Attach button, a drop anywhere on the page, a paste of files
   $('attach').accept = ACCEPT;
   $('attach').onchange = (e) => { const fs = [...e.target.files]; e.target.value = ''; attach(fs); };
@@ -433,6 +495,7 @@ function bind() {
     if (!f) return;
     try {
       const got = importJson(await f.text(), convs);
+      for (const c of got) for (const m of c.messages) for (const d of m.docs ?? []) { delete d.ref; delete d.stored; }
       convs.push(...got);
       persist();
       if (got.length) select(got[got.length - 1].id);
@@ -446,5 +509,7 @@ bindSettings();
 applyTheme(localStorage.getItem('deltafin.theme') || 'system');
 select(convs.length ? [...convs].sort((a, b) => b.updated - a.updated)[0].id : null);
 showModel();
-// for the tests and the curious: the page's state, read-only in spirit
-window.deltafin = { get convs() { return convs; }, get running() { return !!run; }, get pending() { return pending; }, live };
+persist(); // conversations saved by an older page kept documents' bytes in localStorage: moved to IndexedDB
+// for the tests and the curious: the page's state, read-only in spirit (storing: the saves in flight)
+window.deltafin = { get convs() { return convs; }, get running() { return !!run; }, get pending() { return pending; }, live,
+  get storing() { return storing; } };
