@@ -118,7 +118,7 @@ $(BUILD)/libdeltafin.a: $(LIB_OBJ)
 	rm -f $@ && ar rcs $@ $^
 
 $(BUILD)/deltafin: $(BUILD)/cli.o $(BUILD)/cli_common.o $(BUILD)/options.o $(BUILD)/spec_state.o $(BUILD)/cli_bench.o $(BUILD)/cli_chat.o $(BUILD)/cli_kld.o $(BUILD)/cli_trace.o $(BUILD)/quantize.o $(BUILD)/lineedit.o $(BUILD)/server.o \
-                  $(BUILD)/server_request.o $(BUILD)/server_fields.o $(BUILD)/server_anthropic.o $(BUILD)/server_emit.o $(BUILD)/server_responses.o $(BUILD)/server_grammar.o $(BUILD)/server_cache.o $(BUILD)/server_json.o $(BUILD)/server_docs.o $(BUILD)/document.o $(BUILD)/setup.o $(BUILD)/setup_fetch.o $(BUILD)/setup_stream.o $(BUILD)/setup_parse.o $(BUILD)/doctor.o $(BUILD)/libdeltafin.a
+                  $(BUILD)/server_request.o $(BUILD)/server_fields.o $(BUILD)/server_anthropic.o $(BUILD)/server_emit.o $(BUILD)/server_responses.o $(BUILD)/server_grammar.o $(BUILD)/server_cache.o $(BUILD)/server_json.o $(BUILD)/server_docs.o $(BUILD)/document.o $(BUILD)/setup.o $(BUILD)/setup_fetch.o $(BUILD)/setup_stream.o $(BUILD)/setup_drafter.o $(BUILD)/setup_parse.o $(BUILD)/doctor.o $(BUILD)/libdeltafin.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 # the chat page (web/, issue 44): the committed bundle web/dist/index.html.gz as a

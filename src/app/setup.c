@@ -6,6 +6,8 @@
  *                  [--dry-run]
  *   deltafin setup --stream [--verify] [--disk-cache-max SIZE] ... (the same)
  *   deltafin setup --check DIR
+ *   deltafin setup --drafter ORG/NAME --out MODEL_DIR ... (setup_drafter.c:
+ *                  a draft model at MODEL_DIR/drafters/NAME, as --full)
  *
  * --stream: the trunk only, experts fetched on first use (setup_stream.c
  * plans it: which byte ranges of each shard to fetch, the manifest;
@@ -671,7 +673,7 @@ static int publish(setup *S, df_error *err)
 static int install(setup *S, int dry_run)
 {
     df_error err = {0};
-    if (resolve_commit(S, &err) || list_files(S, &err)) {
+    if (resolve_commit(S, &err) || list_files(S, &err) || (S->drafter_of && drafter_prepare(S, S->drafter_of, &err))) {
         fprintf(stderr, "deltafin: setup: %s\n", err.msg);
         return 1;
     }
@@ -705,7 +707,9 @@ static int install(setup *S, int dry_run)
         if (!bad) break;
     }
     progress_line(S, t0, tty, 1);
-    return publish(S, &err);
+    int prc = publish(S, &err);
+    if (!prc && S->drafter_of) drafter_installed(S->drafter_of, S->out);
+    return prc;
 }
 
 /* --check DIR: every file of install.json against its hash, offline */
@@ -798,7 +802,7 @@ int cmd_setup(int argc, char **argv)
 {
     static setup S_;
     setup *S = &S_;
-    const char *base = getenv("HF_ENDPOINT"), *repo = NULL, *rev = "main", *check = NULL;
+    const char *base = getenv("HF_ENDPOINT"), *repo = NULL, *rev = "main", *check = NULL, *drafter = NULL;
     int full = 0, dry = 0;
     S->workers = 8;
     S->chunk_size = 64u << 20;
@@ -812,6 +816,7 @@ int cmd_setup(int argc, char **argv)
         else if (!strcmp(f, "--disk-cache-max")) S->cache_max = parse_size(V(), f);
         else if (!strcmp(f, "--dry-run")) dry = 1;
         else if (!strcmp(f, "--repo")) repo = V();
+        else if (!strcmp(f, "--drafter")) drafter = V();
         else if (!strcmp(f, "--revision")) rev = V();
         else if (!strcmp(f, "--base-url")) base = V();
         else if (!strcmp(f, "--out")) S->out = V();
@@ -826,6 +831,24 @@ int cmd_setup(int argc, char **argv)
 #undef V
     }
     if (check) return check_install(check);
+    static char drafter_out[4200];
+    if (drafter) {
+        /* beside the model: MODEL_DIR/drafters/NAME, installed as --full */
+        if (full || S->stream || repo) die("--drafter ORG/NAME is the repository, installed whole: no --full, --stream or --repo");
+        if (!S->out || !*S->out) die("setup --drafter needs --out MODEL_DIR (the installed model it drafts for)");
+        if (!strchr(drafter, '/') || !setup_safe_path(drafter) || strchr(strchr(drafter, '/') + 1, '/'))
+            die("setup --drafter needs ORG/NAME, got \"%s\"", drafter);
+        struct stat st;
+        if (stat(S->out, &st) || !S_ISDIR(st.st_mode)) die("setup --drafter: %s is not a model directory", S->out);
+        char dir[4096];
+        snprintf(dir, sizeof dir, "%s/drafters", S->out);
+        if (mkdir(dir, 0755) && errno != EEXIST) die("setup --drafter: cannot create %s: %s", dir, strerror(errno));
+        S->drafter_of = S->out;
+        snprintf(drafter_out, sizeof drafter_out, "%s/%s", dir, strchr(drafter, '/') + 1);
+        S->out = drafter_out;
+        repo = drafter;
+        full = 1;
+    }
     if (full + S->stream != 1) die("setup needs one of --full and --stream (or --check DIR)");
     if (S->verify && !S->stream) die("--verify is for --stream (a --full install verifies every file anyway)");
     if (!repo || !strchr(repo, '/') || !setup_safe_path(repo)) die("setup needs --repo ORG/NAME");

@@ -36,6 +36,7 @@ typedef struct setup {
     int workers;
     /* --stream */
     int stream, verify;
+    const char *drafter_of;   /* --drafter: the model directory it installs beside (else NULL) */
     uint64_t cache_max;       /* --disk-cache-max (0: chosen from the free space) */
     int *shard;               /* [n_files] 1 = a safetensors shard */
     byte_range **want;        /* [n_files] a shard's trunk ranges (NULL: the whole file) */
@@ -83,6 +84,14 @@ int setup_hash_file(const char *path, const setup_file *f, char *got, size_t n_g
 
 /* setup.c: the first failure of the workers (later ones are dropped) */
 void setup_fail(setup *S, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* setup_drafter.c (setup --drafter) */
+/* After the listing: the target (model_dir/config.json) and the drafter's
+ * config.json checked (a Qwen3 or the target's model_type), the listing cut
+ * to what a drafter needs; nonzero with the reason. */
+int drafter_prepare(setup *S, const char *model_dir, df_error *err);
+/* After publishing at dir: how to use it and what it costs. */
+void drafter_installed(const char *model_dir, const char *dir);
 
 /* setup_stream.c */
 /* After the listing: every shard's header fetched and parsed, its experts

