@@ -298,6 +298,8 @@ $(BUILD)/bench_core: bench/bench_core.c $(BUILD)/libdeltafin.a | $(BUILD)
 	$(CC) $(CFLAGS) $(INC) $(LDFLAGS) -o $@ $< $(BUILD)/libdeltafin.a $(LDLIBS)
 $(BUILD)/bench_mla: bench/bench_mla.c $(BUILD)/libdeltafin.a | $(BUILD)
 	$(CC) $(CFLAGS) $(INC) $(LDFLAGS) -o $@ $< $(BUILD)/libdeltafin.a $(LDLIBS)
+$(BUILD)/bench_qwen3: bench/bench_qwen3.c $(BUILD)/libdeltafin.a | $(BUILD)
+	$(CC) $(CFLAGS) $(INC) $(LDFLAGS) -o $@ $< $(BUILD)/libdeltafin.a $(LDLIBS)
 $(BUILD)/bench_grammar: bench/bench_grammar.c $(BUILD)/libdeltafin.a | $(BUILD)
 	$(CC) $(CFLAGS) $(INC) $(LDFLAGS) -o $@ $< $(BUILD)/libdeltafin.a $(LDLIBS)
 

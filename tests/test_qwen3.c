@@ -6,11 +6,14 @@
  * architecture mistake (GPT-J interleaved RoPE, RoPE before the QK-norm,
  * kv head h % KV) lies far outside that, so the comparison would catch
  * each.  Evaluating the ids in one chunk, one at a time, in chunks of 5 and
- * after a truncation gives the same bits.  Bad folders are refused with the
+ * after a truncation gives the same bits.  With the matrix products on a
+ * kernel table (qwen3_set_kernels): within 1e-4 too, the same bits on every
+ * ISA this CPU runs, at every chunking and after a truncation.  Bad folders are refused with the
  * file and field named.  Skipped (said so) without python3-numpy.
  */
 #define _GNU_SOURCE
 #include "harness.h"
+#include "kernels.h"
 #include "qwen3.h"
 #include "util.h"
 
@@ -78,6 +81,48 @@ static float *eval_chunks(const qwen3_model *m, int chunk, int truncate_at)
     return lg;
 }
 
+/* The matrix products on each kernel table this CPU runs (qwen3_set_kernels):
+ * within the tolerance of the float64 reference, the same bits on every
+ * ISA, and at every chunking and after a truncation. */
+static void check_kernels(const char *name, qwen3_model *m, const double *want, size_t n)
+{
+    static const enum kernel_isa isas[] = {KERNEL_REF, KERNEL_AVX2, KERNEL_AVX512, KERNEL_NEON};
+    const kernel_table *tabs[] = {kernels_ref(), kernels_avx2(), kernels_avx512(), kernels_neon()};
+    float *first = NULL;
+    const char *first_name = NULL;
+    int ran = 0;
+    for (int k = 0; k < 4; k++) {
+        if (!tabs[k] || !kernels_cpu_has(isas[k])) continue;
+        qwen3_set_kernels(m, tabs[k]);
+        float *lg = eval_chunks(m, N_IDS, 0);
+        double d = want ? max_diff(lg, want, n) : INFINITY;
+        TCHECKF(d <= 1e-4, "%s on %s kernels: logits differ from the float64 reference by %.3g", name, tabs[k]->name, d);
+        if (!first) {
+            first = lg, first_name = tabs[k]->name;
+            printf("    %s on kernels: max |logit - float64 reference| %.2e\n", name, d);
+            static const int chunks[2] = {1, 5};
+            for (int i = 0; i < 2; i++) {
+                float *c = eval_chunks(m, chunks[i], 0);
+                TCHECKF(!memcmp(c, lg, n * sizeof *c), "%s on %s kernels: chunks of %d give other bits", name,
+                        tabs[k]->name, chunks[i]);
+                free(c);
+            }
+            float *tr = eval_chunks(m, N_IDS, 7);
+            TCHECKF(!memcmp(tr, lg, n * sizeof *tr), "%s on %s kernels: truncated and re-evaluated gives other bits",
+                    name, tabs[k]->name);
+            free(tr);
+        } else {
+            TCHECKF(!memcmp(lg, first, n * sizeof *lg), "%s: %s and %s kernels give other bits", name, first_name,
+                    tabs[k]->name);
+            free(lg);
+        }
+        ran++;
+    }
+    qwen3_set_kernels(m, NULL);
+    TCHECKF(ran >= 1, "%s: no kernel table ran", name);
+    free(first);
+}
+
 static void check_model(const char *name, const char *make_args, int mistakes)
 {
     char dir[600], args[1600], ref[700];
@@ -109,6 +154,7 @@ static void check_model(const char *name, const char *make_args, int mistakes)
     float *tr = eval_chunks(m, N_IDS, 7);
     TCHECKF(!memcmp(tr, all, n * sizeof *tr), "%s: truncated and re-evaluated gives other bits", name);
     free(tr);
+    check_kernels(name, m, want, n);
     /* each deliberate mistake is far outside the tolerance */
     static const char *mistake[3] = {"interleaved-rope", "rope-before-norm", "kv-mod"};
     for (int i = 0; i < mistakes; i++) {

@@ -20,10 +20,12 @@
  *     into another token), at most k.  Otherwise nothing is proposed and
  *     the translation counter grows.
  * Proposals never change a token: the target verifies each (generate.c).
- * The drafter is the Qwen3 scalar reference (qwen3.c).
+ * The drafter is qwen3.c with its matrix products on the best kernel table
+ * (the same bits on every ISA; norms, RoPE and attention in double).
  */
 #include "draft_xtok.h"
 #include "qwen3.h"
+#include "kernels.h"
 #include "util.h"
 
 #include <math.h>
@@ -224,7 +226,9 @@ int df_drafter_open_xtok(const char *path, const char *target_model, int n_ctx, 
     d->reset = xt_reset;
     d->destroy = xt_destroy;
     x->n_ctx = n_ctx;
+    const kernel_table *kt = NULL;
     if (tokenizer_load(target_model, &x->tt, err) || tokenizer_load(path, &x->dt, err) || qwen3_open(path, &x->m, err) ||
+        !(kt = kernels_select(NULL, err)) /* any ISA: the same bits */ || (qwen3_set_kernels(x->m, kt), 0) ||
         qwen3_state_new(x->m, n_ctx, &x->s, err)) {
         df_err_prefix(err, "--draft model:%s", path);
         xt_destroy(d);

@@ -2,11 +2,16 @@
  * each row's matrix products, norms, RoPE and attention accumulate in
  * double in index order, so a position's logits depend only on the ids
  * before it, never on how the ids were chunked.  Weights are f32 in memory
- * (BF16/F16 widened exactly); faster kernels come with the family seam.
+ * (BF16/F16 widened exactly).  With a kernel table (qwen3_set_kernels) the
+ * matrix products, which are nearly all of the work, run as the table's
+ * matmul_f32 on float activations (rounded once from the double state):
+ * one reduction order on every ISA, so the bits still depend on nothing
+ * but the ids.
  */
 #define _GNU_SOURCE
 #include "qwen3.h"
 #include "gguf.h"
+#include "kernels.h"
 #include "json.h"
 #include "qblock.h"
 #include "quant.h"
@@ -31,6 +36,7 @@ struct qwen3_model {
     float *embed, *norm, *head; /* head == embed when tied */
     q3_layer *l;
     double *inv_freq;           /* [head_dim / 2] */
+    const kernel_table *kt;     /* the matrix products' kernels, NULL: the double reference */
 };
 
 struct qwen3_state {
@@ -38,6 +44,7 @@ struct qwen3_state {
     float *k, *v;               /* [layers][n_ctx][kv_heads][head_dim] */
     /* scratch for one position */
     double *x, *h, *q, *kk, *vv, *att, *o, *g, *u, *sc;
+    float *xf, *yf;             /* a product's input and output rows in float (kernel path) */
 };
 
 static int cfg_int(const json_value *r, const char *k, int lo, int *out, const char *path, df_error *err)
@@ -504,6 +511,10 @@ int qwen3_state_new(const qwen3_model *m, int n_ctx, qwen3_state **out, df_error
     s->g = xmalloc(F * sizeof *s->g);
     s->u = xmalloc(F * sizeof *s->u);
     s->sc = xmalloc((size_t)n_ctx * sizeof *s->sc);
+    size_t widest = E > HD ? E : HD;
+    widest = widest > F ? widest : F;
+    s->xf = xmalloc(widest * sizeof *s->xf);
+    s->yf = xmalloc(widest * sizeof *s->yf);
     *out = s;
     return 0;
 }
@@ -512,7 +523,7 @@ void qwen3_state_free(qwen3_state *s)
 {
     if (!s) return;
     free(s->k), free(s->v), free(s->x), free(s->h), free(s->q), free(s->kk), free(s->vv), free(s->att);
-    free(s->o), free(s->g), free(s->u), free(s->sc);
+    free(s->o), free(s->g), free(s->u), free(s->sc), free(s->xf), free(s->yf);
     free(s);
 }
 
@@ -532,6 +543,21 @@ static void matvec(const float *W, const double *x, double *y, int out, int in)
         for (int i = 0; i < in; i++) a += (double)w[i] * x[i];
         y[o] = a;
     }
+}
+
+void qwen3_set_kernels(qwen3_model *m, const kernel_table *kt) { m->kt = kt; }
+
+/* y = W x by the model's path: the reference above, or the kernel table on
+ * x rounded to float (s->xf), its float results widened into y */
+static void product(const qwen3_model *m, qwen3_state *s, const float *W, const double *x, double *y, int out, int in)
+{
+    if (!m->kt) {
+        matvec(W, x, y, out, in);
+        return;
+    }
+    for (int i = 0; i < in; i++) s->xf[i] = (float)x[i];
+    m->kt->matmul_f32(W, (size_t)in, in, s->xf, (size_t)in, 1, s->yf, (size_t)out, 0, out);
+    for (int o = 0; o < out; o++) y[o] = (double)s->yf[o];
 }
 
 static void rmsnorm(const double *x, const float *w, double *y, int n, double eps)
@@ -587,9 +613,9 @@ static void layer(const qwen3_model *m, qwen3_state *s, int il)
     const q3_layer *L = &m->l[il];
     int E = c->hidden, D = c->head_dim, HD = c->heads * D, KD = c->kv_heads * D, F = c->ffn;
     rmsnorm(s->x, L->attn_norm, s->h, E, c->eps);
-    matvec(L->q, s->h, s->q, HD, E);
-    matvec(L->k, s->h, s->kk, KD, E);
-    matvec(L->v, s->h, s->vv, KD, E);
+    product(m, s, L->q, s->h, s->q, HD, E);
+    product(m, s, L->k, s->h, s->kk, KD, E);
+    product(m, s, L->v, s->h, s->vv, KD, E);
     /* per head: QK-norm, then RoPE */
     for (int h = 0; h < c->heads; h++) {
         rmsnorm(s->q + (size_t)h * D, L->q_norm, s->q + (size_t)h * D, D, c->eps);
@@ -602,13 +628,13 @@ static void layer(const qwen3_model *m, qwen3_state *s, int il)
     }
     for (int i = 0; i < KD; i++) s->k[at + i] = (float)s->kk[i], s->v[at + i] = (float)s->vv[i];
     attention(m, s, il);
-    matvec(L->o, s->att, s->o, E, HD);
+    product(m, s, L->o, s->att, s->o, E, HD);
     for (int i = 0; i < E; i++) s->x[i] += s->o[i];
     rmsnorm(s->x, L->ffn_norm, s->h, E, c->eps);
-    matvec(L->gate, s->h, s->g, F, E);
-    matvec(L->up, s->h, s->u, F, E);
+    product(m, s, L->gate, s->h, s->g, F, E);
+    product(m, s, L->up, s->h, s->u, F, E);
     for (int i = 0; i < F; i++) s->g[i] = s->g[i] / (1.0 + exp(-s->g[i])) * s->u[i];
-    matvec(L->down, s->g, s->o, E, F);
+    product(m, s, L->down, s->g, s->o, E, F);
     for (int i = 0; i < E; i++) s->x[i] += s->o[i];
 }
 
@@ -670,6 +696,13 @@ static int eval_rows(const qwen3_model *m, qwen3_state *s, const int32_t *ids, i
         if (logits && (!last_only || t == n - 1)) {
             rmsnorm(s->x, m->norm, s->h, c->hidden, c->eps);
             float *row = logits + (last_only ? 0 : (size_t)t * (size_t)c->vocab);
+            if (m->kt) { /* the head straight into the logits row */
+                for (int i = 0; i < c->hidden; i++) s->xf[i] = (float)s->h[i];
+                m->kt->matmul_f32(m->head, (size_t)c->hidden, c->hidden, s->xf, (size_t)c->hidden, 1, row,
+                                  (size_t)c->vocab, 0, c->vocab);
+                s->pos++;
+                continue;
+            }
             for (int o = 0; o < c->vocab; o++) {
                 const float *w = m->head + (size_t)o * (size_t)c->hidden;
                 double a = 0;

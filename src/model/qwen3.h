@@ -12,8 +12,12 @@
  * Every product and sum runs in a fixed order per row with double
  * accumulation (the scalar reference), so logits are the same bits
  * whatever the chunking of the ids: a prefill, one id at a time, or a
- * truncation and re-evaluation.  Not yet behind the engine's family
- * interface (the model-family seam of issue 42 is still to come).
+ * truncation and re-evaluation.  qwen3_set_kernels moves the matrix
+ * products (every projection and the head) onto a kernel table
+ * (kernels.h): float lanes in the table's one reduction order, the same
+ * bits on every ISA and at any chunking; norms, RoPE and attention stay in
+ * double.  Not yet behind the engine's family interface (the model-family
+ * seam of issue 42 is still to come).
  */
 #ifndef DF_QWEN3_H
 #define DF_QWEN3_H
@@ -29,6 +33,7 @@ typedef struct qwen3_config {
 } qwen3_config;
 
 typedef struct qwen3_model qwen3_model;
+struct kernel_table;
 typedef struct qwen3_state qwen3_state;
 
 /* path: a folder (safetensors) or a GGUF file.  Every error names the file
@@ -39,6 +44,10 @@ int qwen3_open(const char *dir, qwen3_model **out, df_error *err);
 int qwen3_read_config(const char *path, qwen3_config *c, df_error *err);
 size_t qwen3_bytes(const qwen3_config *c, int n_ctx);
 void qwen3_free(qwen3_model *m);
+/* The matrix products on kt (kernels.h: ISA-independent bits) instead of
+ * the double scalar reference; NULL returns to the reference.  Set it
+ * before qwen3_state_new (a state made under one mode works in the other). */
+void qwen3_set_kernels(qwen3_model *m, const struct kernel_table *kt);
 const qwen3_config *qwen3_cfg(const qwen3_model *m);
 
 /* A KV cache of n_ctx positions. */
