@@ -397,15 +397,20 @@ test('light, dark and a phone-sized screen', async () => {
   await phone.close();
 });
 
-// a server evaluating one position per pass (--batch 1 --threads 1 --ping-ms 100,
-// run_server_tests.sh): the progress its pings carry shows while the prompt is evaluated
-test('a long prompt shows its progress (ids done of the total, from the server\'s pings)', { skip: !process.env.DELTAFIN_URL_PREFILL }, async () => {
-  const slow = process.env.DELTAFIN_URL_PREFILL;
+// the page of another server (no pacing proxy) in a browser context of its own, watched like the others
+async function pageOn(url) {
   const c = await browser.newContext({ viewport: { width: 1000, height: 700 } });
   const p = await c.newPage();
   p.on('pageerror', (e) => errors.push(String(e)));
-  p.on('request', (r) => { if (!r.url().startsWith(slow + '/')) outside.push(r.url()); });
-  await p.goto(`${slow}/`);
+  p.on('request', (r) => { if (!r.url().startsWith(url + '/')) outside.push(r.url()); });
+  await p.goto(`${url}/`);
+  return { c, p };
+}
+
+// a server evaluating one position per pass (--batch 1 --threads 1 --ping-ms 100,
+// run_server_tests.sh): the progress its pings carry shows while the prompt is evaluated
+test('a long prompt shows its progress (ids done of the total, from the server\'s pings)', { skip: !process.env.DELTAFIN_URL_PREFILL }, async () => {
+  const { c, p } = await pageOn(process.env.DELTAFIN_URL_PREFILL);
   await setField(p, 'mt', '2');
   await p.evaluate(() => {
     window.lines = [];
@@ -551,12 +556,7 @@ test('switching conversations while a reply streams: it goes on, and is whole wh
 // on the server without --max-request-bytes (the PREFILL one: its body cap is derived from the
 // context and holds a document's base64), in a browser context of its own
 test('an 8 MB PDF is kept across a reload: its bytes in IndexedDB, localStorage small', { skip: !process.env.DELTAFIN_URL_PREFILL }, async () => {
-  const srv = process.env.DELTAFIN_URL_PREFILL;
-  const c = await browser.newContext({ viewport: { width: 1000, height: 700 } });
-  const p = await c.newPage();
-  p.on('pageerror', (e) => errors.push(String(e)));
-  p.on('request', (r) => { if (!r.url().startsWith(srv + '/')) outside.push(r.url()); });
-  await p.goto(`${srv}/`);
+  const { c, p } = await pageOn(process.env.DELTAFIN_URL_PREFILL);
   const big = makePdf(['The vault number is 9931.'], { pad: 8 << 20 });
   await p.setInputFiles('#attach', [{ name: 'big.pdf', mimeType: 'application/pdf', buffer: big }]);
   await p.waitForFunction(() => window.deltafin.pending.length === 1 && (window.deltafin.pending[0].tokens != null ||
