@@ -202,6 +202,7 @@ check:
 	$(MAKE) --no-print-directory tokenizer-oracle
 	$(MAKE) --no-print-directory qwen-tokenizer-oracle
 	$(MAKE) --no-print-directory server-test
+	$(MAKE) --no-print-directory skills-test
 	$(MAKE) --no-print-directory agent-test
 	$(MAKE) --no-print-directory setup-test
 	$(MAKE) --no-print-directory mpi-test
@@ -317,6 +318,12 @@ qwen-tokenizer-oracle: $(BUILD)/tests/tok_dump
 server-test: $(BUILD)/deltafin $(BUILD)/libdeltafin.a
 	tests/server/run_server_tests.sh $(BUILD)/deltafin
 
+# the default model's held-out skills through serve (tests/skills/skills_test.py, ~15 s):
+# 50 sums with thinking, 50 without, 50 OpenAI tool calls, each against a threshold a little
+# under the model card's number (models/k3-mini/README.md)
+skills-test: $(BUILD)/deltafin
+	/usr/bin/python3 tests/skills/skills_test.py --deltafin $(BUILD)/deltafin
+
 # Claude Code, Codex, Continue and OpenCode from npm (tests/agents: `npm install
 # --prefix tests/agents`, .ci/setup) driving deltafin serve on the default
 # model, and the rendering of their recorded requests
@@ -359,6 +366,6 @@ lint:
 clean:
 	rm -rf build build-san build-fuzz build-aarch64
 
-.PHONY: web web-check qemu-check qemu-check-all qemu-tools check-slow print-ldlibs llama-oracle server-test agent-test setup-test mpi-test tokenizer-oracle qwen-tokenizer-oracle all test test-fast test-san check fuzz fuzz-run fuzz-long bench bench-grammar format lint clean
+.PHONY: web web-check qemu-check qemu-check-all qemu-tools check-slow print-ldlibs llama-oracle server-test skills-test agent-test setup-test mpi-test tokenizer-oracle qwen-tokenizer-oracle all test test-fast test-san check fuzz fuzz-run fuzz-long bench bench-grammar format lint clean
 
 -include $(wildcard $(BUILD)/*.d $(BUILD)/tests/*.d)

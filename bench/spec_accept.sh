@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# spec_accept.sh - how often a draft model's proposals are accepted in real
+# speculative decoding against a target: chat answers and code, greedy.
+#
+#   bench/spec_accept.sh [TARGET] [DRAFTER]     (defaults: models/k3-mini, models/k3-mini-draft)
+#
+# Every run is `deltafin run ... --draft model:DRAFTER --draft-k K --bench-json`
+# with the draft count forced (--draft-k goes past the cost model and the guard,
+# so every step is drafted and acceptance is the drafter's, not the guard's);
+# proposed and accepted drafts are summed over the prompts of a set.  Printed
+# per set and K: accepted / proposed, and the target's tokens per pass (1 + the
+# accepted drafts per pass).  K 1 is the first draft's hit rate.  One thread,
+# nice 19 (nothing here is a speed claim).  Env: SPEC_NEW (tokens per answer,
+# 64), SPEC_K ("1 4").  The ids are checked against drafts off: a difference
+# fails the script.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+target=${1:-models/k3-mini}
+drafter=${2:-models/k3-mini-draft}
+new=${SPEC_NEW:-64}
+ks=${SPEC_K:-1 4}
+make -s build/deltafin
+field() { sed -n "s/.*\"$1\":\([0-9.e+-]*\).*/\1/p"; }
+ids_of() { sed -n 's/.*"ids":\[\([0-9,]*\)\].*/\1/p'; }
+
+chat=("What is 23 + 45?" "What is 17 + 38?" "Hello!" "What is your name?" "What is the capital of France?"
+      "Tell me about the sea and the ships on it." "How are you today?" "Tell me a fortune." "What is 64 + 29?"
+      "Thanks for your help!")
+code=('def fibonacci(n):\n    if n < 2:\n        return n\n    return fibonacci(n - 1) + fibonacci(n - 2)\n\ndef factorial(n):\n    if n < 2:\n        return 1\n    return'
+      'import os\nimport sys\n\n\ndef main():\n    for name in os.listdir(sys.argv[1]):\n        print(name)\n\n\nif __name__ =='
+      'class Stack:\n    def __init__(self):\n        self.items = []\n\n    def push(self, item):\n        self.items.append(item)\n\n    def pop(self):\n        return'
+      '>>> d = {"a": 1, "b": 2}\n>>> for key, value in d.items():\n...     print(key, value)\n'
+      'with open("data.txt") as f:\n    for line in f:\n        line = line.strip()\n        if not line:\n            continue\n')
+fail=0
+run_set() {
+    local label=$1 kind=$2; shift 2
+    for k in $ks; do
+        local prop=0 acc=0 steps=0 passes=0
+        for p in "$@"; do
+            local pa=(--prompt "$(printf "$p")")
+            [ "$kind" = chat ] && pa=(--chat --prompt "$p")
+            off=$(nice -n 19 build/deltafin run --model "$target" "${pa[@]}" --max-new "$new" --threads 1 --draft none \
+                  --bench-json 2>/dev/null | tail -1)
+            on=$(nice -n 19 build/deltafin run --model "$target" "${pa[@]}" --max-new "$new" --threads 1 \
+                 --draft "model:$drafter" --draft-k "$k" --bench-json 2>/dev/null | tail -1)
+            if [ "$(echo "$off" | ids_of)" != "$(echo "$on" | ids_of)" ]; then
+                echo "  !! $label: ids differ from drafts off for: $p"; fail=1
+            fi
+            prop=$((prop + $(echo "$on" | field draft_proposed))); acc=$((acc + $(echo "$on" | field draft_accepted)))
+            steps=$((steps + $(echo "$on" | field decode_steps))); passes=$((passes + $(echo "$on" | field decode_passes)))
+        done
+        awk -v l="$label" -v k="$k" -v n="$#" -v p="$prop" -v a="$acc" -v s="$steps" -v q="$passes" 'BEGIN {
+            printf "%-6s k=%d  %2d prompts  accepted %5d / %5d = %5.1f %%   tokens per target pass %.2f (%d tokens)\n",
+                   l, k, n, a, p, p ? 100 * a / p : 0, q ? s / q : 0, s }'
+    done
+}
+echo "target $target, drafter $drafter, greedy, $new new tokens, --draft-k forced, 1 thread"
+run_set chat chat "${chat[@]}"
+run_set code text "${code[@]}"
+exit "$fail"
