@@ -454,8 +454,11 @@ def main():
             if os.path.isdir(x):
                 shutil.rmtree(x)
         k3export.export_model(model, cfg, tmp, 4, args.tokenizer_from, quiet=True)
-        json.dump({"step": step, "elapsed_minutes": round(elapsed / 60, 2), "ids": step * args.batch * args.seq,
-                   "ids_total": prior_ids + step * args.batch * args.seq,
+        ids = step * args.batch * args.seq
+        if long_on:  # long steps have their own shape
+            ids = (step - step // args.long_every) * args.batch * args.seq + long_ids
+        json.dump({"step": step, "elapsed_minutes": round(elapsed / 60, 2), "ids": ids,
+                   "ids_total": prior_ids + ids,
                    "seq": args.seq, "batch": args.batch, "init_from": args.init_from, "qat": qat_on,
                    **({"copy_ids": copy_ids} if copy_on else {}),
                    **({"span_ids": span_ids} if span_on else {}),
@@ -592,6 +595,8 @@ def main():
     res = {"steps": step, "train_minutes": elapsed / 60, "tokens": step * args.batch * args.seq,
            "val_loss_bf16_experts_fp32": vb, "val_loss_mxfp4_experts": vq, "train_loss_mxfp4_experts": tl,
            "eval_tokens": nb * args.batch * args.seq}
+    if long_on:  # "tokens" above counts every step as a short one
+        res.update(long_ids=long_ids, tokens=(step - step // args.long_every) * args.batch * args.seq + long_ids)
     if copy_on or span_on:
         if copy_on:
             res.update(copy_ids=copy_ids, copy_eval_mxfp4=copy_eval())
