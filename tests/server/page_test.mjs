@@ -19,7 +19,8 @@
 //     others go as OpenAI file parts and stay with the message after a reload
 //   - the Model panel: /v1/plan's plan and card, the last reply's routes as /v1/routes has them
 //   - a reply keeps streaming while another conversation is shown, and is whole when shown again
-//   - an 8 MB PDF survives a reload (its bytes in IndexedDB; localStorage stays small)
+//   - an 8 MB PDF survives a reload (its bytes in IndexedDB; localStorage stays small), and
+//     documents an older page kept in localStorage move to IndexedDB on load
 // Every page is watched: no request leaves the server's origin, no page error.
 // The browser talks to the server through a small pacing proxy started here: it
 // forwards everything unchanged but passes the reply's SSE events on one at a
@@ -579,6 +580,28 @@ test('an 8 MB PDF is kept across a reload: its bytes in IndexedDB, localStorage 
   assert.equal(sent.messages.at(-1).content[0].file.file_data, 'data:application/pdf;base64,' + big.toString('base64'));
   await idle(p);
   assert.equal((await lastMsg(p)).stats.error, undefined);
+  await c.close();
+});
+
+test('documents an older page kept in localStorage move to IndexedDB on load, and are sent from there', { skip: !process.env.DELTAFIN_URL_PREFILL }, async () => {
+  const { c, p } = await pageOn(process.env.DELTAFIN_URL_PREFILL);
+  const md = Buffer.from('# Old notes\n\nkept by an older page\n').toString('base64');
+  const old = [{ id: 'old1', title: 'Old', created: 1, updated: 2, messages: [{ role: 'user', content: 'hi',
+    docs: [{ name: 'old.md', type: 'text/markdown', size: 33, tokens: 9, data: md }] }] }];
+  await p.evaluate((v) => localStorage.setItem('deltafin.conversations', JSON.stringify(v)), old);
+  await p.reload();
+  await p.evaluate(() => window.deltafin.storing);
+  const saved = await p.evaluate(() => localStorage.getItem('deltafin.conversations'));
+  assert.ok(!saved.includes(md), 'the bytes are still in localStorage');
+  assert.match(saved, /"ref":"/);
+  await p.reload(); // nothing in memory now: the bytes must come from IndexedDB
+  await setField(p, 'mt', '2');
+  const reqP = p.waitForRequest((r) => r.url().endsWith('/v1/chat/completions'));
+  await p.fill('#q', 'And?');
+  await p.click('#go');
+  const sent = JSON.parse((await reqP).postData());
+  assert.equal(sent.messages[0].content[0].file.file_data, 'data:text/markdown;base64,' + md);
+  await idle(p);
   await c.close();
 });
 
