@@ -953,9 +953,17 @@ static void test_cli_xtok(void)
     /* a drafter that does not fit its share of --mem is refused with the numbers */
     char spec[700];
     snprintf(spec, sizeof spec, "model:%s", qdir);
+    /* the family seam: a Qwen3 folder is no target (named, with --draft), but tokenize reads it */
+    const char *as_target[] = {build_bin("deltafin"), "run", "--model", qdir, "--prompt", "hi", NULL};
+    TCHECKF(t_run(as_target, NULL, 0, errs, sizeof errs) != 0 && strstr(errs, "is a Qwen3 (dense) model") &&
+                strstr(errs, spec),
+            "run --model QWEN3: %s", errs);
+    const char *tok[] = {build_bin("deltafin"), "tokenize", "--model", qdir, "Hello world", NULL};
+    TCHECKF(t_run(tok, out1, sizeof out1, errs, sizeof errs) == 0 && strstr(out1, "9707,1879"),
+            "tokenize --model QWEN3: %s%s", out1, errs);
     const char *small[] = {build_bin("deltafin"), "run", "--model", mini, "--prompt-ids", ids, "--max-new", "2",
                            "--draft", spec, "--draft-mem", "64K", NULL};
-    TCHECKF(t_run(small, NULL, 0, errs, sizeof errs) != 0 && strstr(errs, "the Qwen3 drafter needs") &&
+    TCHECKF(t_run(small, NULL, 0, errs, sizeof errs) != 0 && strstr(errs, "the drafter needs") && strstr(errs, "(Qwen3, ") &&
                 strstr(errs, "--draft-mem"),
             "%s", errs);
     /* plan charges it: an eighth of --mem off the model's budget, the drafter sized in it (f32 weights,

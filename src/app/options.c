@@ -12,7 +12,7 @@
 #include "document.h"
 #include "plan.h"
 #include "draft_xtok.h"
-#include "qwen3.h"
+#include "family.h"
 #include "spec_state.h"
 #include "tokenizer.h"
 
@@ -721,6 +721,14 @@ void parse_common(int argc, char **argv, run_args *a)
         die("--top-p, --top-k and --seed choose among samples: they need --temp > 0 (the default is greedy)");
     if (!a->model && (cmd & C_MODEL)) a->model = default_model();
     if (!a->model && (cmd & C_MODEL)) die("--model DIR is required (no default model found)");
+    if (cmd & C_SIZING) { /* a dense family's model (family.h) drafts; it is no target (tokenize reads it) */
+        df_error fe = {0};
+        const df_family *fam = family_of(a->model, &fe);
+        if (fam && !fam->engine)
+            die("--model %s is a %s model: deltafin runs it as a drafter beside a K3 target (--draft model:%s); "
+                "`deltafin tokenize --model %s` reads its tokenizer",
+                a->model, fam->title, a->model, a->model);
+    }
     if (cmd == C_RUN) check_run(a);
     if (cmd == C_CHAT && a->session) check_session_path(a->session);
     if (a->max_new_set == 0 && (a->chat || a->prompt)) a->max_new = 512;
@@ -824,8 +832,13 @@ df_drafter *open_drafter(const run_args *a, int vocab, int n_ctx)
     const char *spec = !strcmp(a->draft, "auto") ? "ngram" : a->draft;
     df_drafter *d;
     df_error err = {0};
-    if (!strncmp(spec, "model:", 6) && spec[6] && qwen3_probe(spec + 6)) {
-        /* a Qwen3 model: another tokenizer, drafts translated (draft_xtok.c) */
+    const df_family *fam = NULL;
+    if (!strncmp(spec, "model:", 6) && spec[6] && !(fam = family_of(spec + 6, &err))) {
+        fprintf(stderr, "deltafin: --draft %s: %s\n", spec, err.msg);
+        exit(1);
+    }
+    if (fam && !fam->engine) {
+        /* a dense family's model (Qwen3): another tokenizer, drafts translated (draft_xtok.c) */
         size_t total = a->mem ? a->mem : df_mem_budget_default();
         if (df_drafter_open_xtok(spec + 6, a->model, n_ctx, draft_share(a, total), &d, &err)) {
             fprintf(stderr, "deltafin: %s\n", err.msg);

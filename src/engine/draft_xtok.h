@@ -15,7 +15,7 @@ typedef struct xtok_stats {
     uint64_t cut_char;       /* drafts whose bytes ended inside a character (the partial one cut) */
 } xtok_stats;
 
-/* path: a Qwen3 model (qwen3.h) with its tokenizer (tokenizer.json, or the
+/* path: a model of a dense family (family.h: Qwen3) with its tokenizer (tokenizer.json, or the
  * GGUF's vocabulary); target_model: the target's folder or GGUF, for its
  * tokenizer; n_ctx: the target's context (the drafter's is at most
  * XT_MAX_CTX of it: it reads the current message only); mem_budget: what

@@ -10,6 +10,7 @@
  */
 #define _GNU_SOURCE
 #include "qwen3.h"
+#include "family.h"
 #include "gguf.h"
 #include "kernels.h"
 #include "json.h"
@@ -652,32 +653,6 @@ int qwen3_eval_last(const qwen3_model *m, qwen3_state *s, const int32_t *ids, in
     return eval_rows(m, s, ids, n, last, 1, err);
 }
 
-int qwen3_probe(const char *path)
-{
-    struct stat sb;
-    if (stat(path, &sb) != 0) return 0;
-    if (S_ISREG(sb.st_mode)) {
-        gguf_file g;
-        df_error e = {0};
-        if (gguf_open(path, &g, &e)) return 0;
-        const char *a;
-        size_t al;
-        int yes = !gguf_get_str(&g, "general.architecture", &a, &al, &e) && al == 5 && !memcmp(a, "qwen3", 5);
-        gguf_deinit(&g);
-        return yes;
-    }
-    char p[4096], *buf = NULL;
-    size_t len;
-    df_error e = {0};
-    snprintf(p, sizeof p, "%s/config.json", path);
-    if (read_small_file(p, &buf, &len, (size_t)1 << 20, &e)) return 0;
-    json_doc *d = json_parse(buf, len, &e);
-    free(buf);
-    const char *mt = d ? json_get_str(json_root(d), "model_type") : NULL;
-    int yes = mt && !strcmp(mt, "qwen3");
-    json_free(d);
-    return yes;
-}
 
 static int eval_rows(const qwen3_model *m, qwen3_state *s, const int32_t *ids, int n, float *logits, int last_only,
                      df_error *err)
@@ -714,3 +689,64 @@ static int eval_rows(const qwen3_model *m, qwen3_state *s, const int32_t *ids, i
     }
     return 0;
 }
+
+/* ---- the family table (family.h) ------------------------------------ */
+
+static int fam_info(const char *path, df_family_info *fi, df_error *err)
+{
+    qwen3_config c;
+    memset(fi, 0, sizeof *fi);
+    if (qwen3_read_config(path, &c, err)) return -1;
+    fi->layers = c.layers, fi->hidden = c.hidden, fi->vocab = c.vocab;
+    fi->weight_bytes = qwen3_bytes(&c, 0);
+    fi->state_per_pos = qwen3_bytes(&c, 1) - fi->weight_bytes;
+    snprintf(fi->summary, sizeof fi->summary, "Qwen3, %d layers, %d wide, %s head: f32 weights", c.layers, c.hidden,
+             c.tied ? "tied" : "untied");
+    return 0;
+}
+
+static int fam_open(const char *path, const kernel_table *kt, df_family_model **out, df_error *err)
+{
+    qwen3_model *m;
+    if (qwen3_open(path, &m, err)) return -1;
+    qwen3_set_kernels(m, kt);
+    *out = (df_family_model *)m;
+    return 0;
+}
+
+static void fam_close(df_family_model *m) { qwen3_free((qwen3_model *)m); }
+static int fam_vocab(const df_family_model *m) { return qwen3_cfg((const qwen3_model *)m)->vocab; }
+
+static int fam_state_new(const df_family_model *m, int n_ctx, df_family_state **out, df_error *err)
+{
+    return qwen3_state_new((const qwen3_model *)m, n_ctx, (qwen3_state **)out, err);
+}
+
+static void fam_state_free(df_family_state *s) { qwen3_state_free((qwen3_state *)s); }
+static int fam_pos(const df_family_state *s) { return qwen3_state_pos((const qwen3_state *)s); }
+static void fam_truncate(df_family_state *s, int pos) { qwen3_truncate((qwen3_state *)s, pos); }
+
+static int fam_forward(const df_family_model *m, df_family_state *s, const int32_t *ids, int n, float *logits,
+                       int last_only, df_error *err)
+{
+    if (last_only && n < 1) return df_err_set(err, DF_ERR_ARG, -1, "qwen3: no ids to evaluate");
+    return eval_rows((const qwen3_model *)m, (qwen3_state *)s, ids, n, logits, last_only, err);
+}
+
+static const char *const qwen3_types[] = {"qwen3", NULL};
+
+const df_family df_family_qwen3 = {
+    .name = "qwen3",
+    .title = "Qwen3 (dense)",
+    .types = qwen3_types,
+    .engine = 0,
+    .info = fam_info,
+    .open = fam_open,
+    .close = fam_close,
+    .vocab = fam_vocab,
+    .state_new = fam_state_new,
+    .state_free = fam_state_free,
+    .pos = fam_pos,
+    .truncate = fam_truncate,
+    .forward = fam_forward,
+};

@@ -16,8 +16,9 @@
  * products (every projection and the head) onto a kernel table
  * (kernels.h): float lanes in the table's one reduction order, the same
  * bits on every ISA and at any chunking; norms, RoPE and attention stay in
- * double.  Not yet behind the engine's family interface (the model-family
- * seam of issue 42 is still to come).
+ * double.  Callers outside this folder reach it through the family
+ * interface (family.h: df_family_qwen3, defined at the end of qwen3.c);
+ * the tests and tools that check it include this header.
  */
 #ifndef DF_QWEN3_H
 #define DF_QWEN3_H
@@ -60,8 +61,5 @@ void qwen3_truncate(qwen3_state *s, int pos);
 int qwen3_eval(const qwen3_model *m, qwen3_state *s, const int32_t *ids, int n, float *logits, df_error *err);
 /* The same, the logits of the last id only (last: [vocab]; n >= 1). */
 int qwen3_eval_last(const qwen3_model *m, qwen3_state *s, const int32_t *ids, int n, float *last, df_error *err);
-/* Whether path is a Qwen3 model qwen3_open would try (a folder whose
- * config.json says model_type "qwen3", or a GGUF of architecture qwen3). */
-int qwen3_probe(const char *path);
 
 #endif
