@@ -10,7 +10,7 @@
  * kernel table (qwen3_set_kernels): within 1e-4 too, the same bits on every
  * ISA this CPU runs, at every chunking and after a truncation.  Bad folders are refused with the
  * file and field named.  The family seam (family.h): the model's type picks
- * its family; the table's sizes are qwen3_bytes', its forward pass, marks
+ * its family; the table's sizes are the opened model's, its forward pass, marks
  * and truncation give qwen3.c's bits; K3's loader refuses a Qwen3 folder
  * naming --draft; an unknown type is named with the types known.  Skipped
  * (said so) without python3-numpy.
@@ -132,6 +132,32 @@ static void check_kernels(const char *name, qwen3_model *m, const double *want, 
     free(first);
 }
 
+/* Matrices kept in the file's type (BF16 here) give the bits of the same
+ * model widened to F32 at load, on a kernel table, in the memory the type
+ * says. */
+static void check_stored(const char *name, const char *dir, qwen3_model *m, size_t n)
+{
+    df_error err = {0};
+    qwen3_model *w = NULL;
+    const kernel_table *kt = kernels_select(NULL, &err);
+    TCHECKF(kt && qwen3_open_f32(dir, &w, &err) == 0, "%s: %s", name, err.msg);
+    if (!w || !kt) return;
+    qwen3_set_kernels(m, kt);
+    qwen3_set_kernels(w, kt);
+    float *a = eval_chunks(m, N_IDS, 0), *b = eval_chunks(w, N_IDS, 0);
+    TCHECKF(!memcmp(a, b, n * sizeof *a), "%s: the stored matrices give other bits than widened ones", name);
+    size_t kept = qwen3_model_bytes(m), wide = qwen3_model_bytes(w);
+    uint64_t from_headers = 0;
+    TCHECKF(qwen3_weight_bytes(dir, &from_headers, &err) == 0 && from_headers == kept, "%s: headers say %llu, loaded %zu",
+            name, (unsigned long long)from_headers, kept);
+    printf("    %s: weights %zu bytes as stored, %zu widened to f32: the same bits on %s\n", name, kept, wide, kt->name);
+    if (strstr(name, "bf16")) TCHECKF(kept < wide * 6 / 10, "%s: BF16 matrices take %zu of %zu bytes", name, kept, wide);
+    else TCHECK(kept == wide);
+    qwen3_set_kernels(m, NULL);
+    free(a), free(b);
+    qwen3_free(w);
+}
+
 static void check_model(const char *name, const char *make_args, int mistakes)
 {
     char dir[600], args[1600], ref[700];
@@ -164,6 +190,7 @@ static void check_model(const char *name, const char *make_args, int mistakes)
     TCHECKF(!memcmp(tr, all, n * sizeof *tr), "%s: truncated and re-evaluated gives other bits", name);
     free(tr);
     check_kernels(name, m, want, n);
+    check_stored(name, dir, m, n);
     /* each deliberate mistake is far outside the tolerance */
     static const char *mistake[3] = {"interleaved-rope", "rope-before-norm", "kv-mod"};
     for (int i = 0; i < mistakes; i++) {
@@ -261,8 +288,9 @@ static void test_family(void)
     df_family_info fi;
     TCHECKF(f->info(dir, &fi, &err) == 0, "%s", err.msg);
     TCHECK(fi.layers == c->layers && fi.hidden == c->hidden && fi.vocab == c->vocab);
-    TCHECKF(family_bytes(&fi, 4096) == qwen3_bytes(c, 4096) && family_bytes(&fi, 0) == qwen3_bytes(c, 0),
-            "sizes %llu against qwen3_bytes %zu", (unsigned long long)family_bytes(&fi, 4096), qwen3_bytes(c, 4096));
+    TCHECKF(family_bytes(&fi, 0) == qwen3_model_bytes(m) &&
+                family_bytes(&fi, 4096) == qwen3_model_bytes(m) + qwen3_state_bytes(c, 4096),
+            "sizes %llu against the opened model's %zu", (unsigned long long)family_bytes(&fi, 0), qwen3_model_bytes(m));
     TCHECKF(strstr(fi.summary, "Qwen3, 2 layers, 48 wide") != NULL, "%s", fi.summary);
     /* the table's pass gives qwen3.c's bits: all rows, the last row, after a truncation */
     const kernel_table *kt = kernels_select(NULL, &err);
@@ -273,7 +301,7 @@ static void test_family(void)
     df_family_state *fs = NULL;
     size_t V = (size_t)c->vocab;
     float *lg = xmalloc((size_t)N_IDS * V * sizeof *lg), *last = xmalloc(V * sizeof *last);
-    TCHECKF(f->open(dir, kt, &fm, &err) == 0 && f->vocab(fm) == c->vocab && f->state_new(fm, 64, &fs, &err) == 0,
+    TCHECKF(f->open(dir, kt, 2, &fm, &err) == 0 && f->vocab(fm) == c->vocab && f->state_new(fm, 64, &fs, &err) == 0,
             "%s", err.msg);
     if (fm && fs) {
         TCHECK(f->forward(fm, fs, IDS, N_IDS, lg, 0, &err) == 0 && f->pos(fs) == N_IDS);

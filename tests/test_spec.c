@@ -946,6 +946,23 @@ static void test_cli_xtok(void)
         TCHECKF(prop > 0 && acc > 0, "%s: %ld proposed, %ld accepted", wrong ? "wrong once" : "always right", prop, acc);
         /* within the chain every translated draft is the target's own next ids */
         if (!wrong) TCHECKF(acc == prop, "an always-right drafter had %ld of %ld accepted", acc, prop);
+        if (!wrong) { /* its products over two threads: the same drafts, ids and logits */
+            char out2[sizeof out1], dump2[700];
+            snprintf(dump2, sizeof dump2, "%s/xtok_t2.f32", test_scratch());
+            const char *a2[] = {build_bin("deltafin"), "run", "--model", mini, "--prompt-ids", ids, "--max-new", "12",
+                                "--bench-json", "--dump-logits", dump2, "--draft", spec, "--draft-k", "4",
+                                "--draft-threads", "2", NULL};
+            TCHECKF(t_run(a2, out2, sizeof out2, errs, sizeof errs) == 0, "%s", errs);
+            const char *i2 = strstr(out2, "\"ids\":["), *p2 = strstr(out2, "\"draft_proposed\":"),
+                       *c2 = strstr(out2, "\"draft_accepted\":");
+            TCHECKF(i2 && i1 && !strncmp(i1, i2, (size_t)(strchr(i1, ']') - i1)) && p2 && c2 && atol(p2 + 17) == prop &&
+                        atol(c2 + 17) == acc,
+                    "--draft-threads 2 drafts otherwise: %s", out2);
+            size_t n2 = 0;
+            char *e0 = t_slurp(dump0, &n0), *e2 = t_slurp(dump2, &n2);
+            TCHECKF(e0 && e2 && n0 == n2 && !memcmp(e0, e2, n0), "--dump-logits differs with --draft-threads 2");
+            free(e0), free(e2);
+        }
         else rejected = acc < prop;
         if (wrong) printf("      wrong at chain position %d of %zu: %s\n", wrong_at, keep, rejected ? "rejected" : "never verified");
     }
@@ -966,13 +983,14 @@ static void test_cli_xtok(void)
     TCHECKF(t_run(small, NULL, 0, errs, sizeof errs) != 0 && strstr(errs, "the drafter needs") && strstr(errs, "(Qwen3, ") &&
                 strstr(errs, "--draft-mem"),
             "%s", errs);
-    /* plan charges it: an eighth of --mem off the model's budget, the drafter sized in it (f32 weights,
-     * a KV cache of the target's context), refused with the numbers when it does not fit */
+    /* plan charges it: an eighth of --mem off the model's budget, the drafter sized in it (its weights
+     * as stored, a KV cache of the target's context), refused with the numbers when it does not fit */
     qwen3_config qcfg;
-    TCHECKF(qwen3_read_config(qdir, &qcfg, &err) == 0, "%s", err.msg);
+    uint64_t qw = 0;
+    TCHECKF(qwen3_read_config(qdir, &qcfg, &err) == 0 && qwen3_weight_bytes(qdir, &qw, &err) == 0, "%s", err.msg);
     char want[900];
     snprintf(want, sizeof want, "draft model %s: %.2f GiB of its 0.12 GiB share of --mem (--draft-mem) (Qwen3, %d layers",
-             qdir, (double)qwen3_bytes(&qcfg, 4096) / (double)(1u << 30), qcfg.layers);
+             qdir, (double)(qw + qwen3_state_bytes(&qcfg, 4096)) / (double)(1u << 30), qcfg.layers);
     const char *pl[] = {build_bin("deltafin"), "plan", "--model", mini, "--mem", "1G", "--ctx", "4096", "--draft", spec,
                         NULL};
     TCHECKF(t_run(pl, out1, sizeof out1, errs, sizeof errs) == 0 && strstr(out1, want) &&

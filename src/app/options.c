@@ -171,6 +171,9 @@ static void usage_options(FILE *f)
           "                       from measured pass times and acceptance, 0 when drafts do not pay\n"
           "  --draft-k N          exactly N drafts per step instead\n"
           "  --draft-mem SIZE     a draft model's share of --mem (default an eighth)\n"
+          "  --draft-threads N    the threads a draft model computes on (default 1: drafting is\n"
+          "                       latency-bound, and a second pool competes with the target's);\n"
+          "                       any count gives the same drafts\n"
           "  --spec-state FILE    keep what the drafts' cost model and guard learned (pass times,\n"
           "                       acceptance, the guard's verdict) per model and drafter in FILE: read\n"
           "                       at start, written after each answer, so drafts that paid start at once\n"
@@ -491,6 +494,7 @@ static const opt_def opts[] = {
     {"--seed", 1, C_RUN | C_CHAT},    {"--draft", 1, C_RUN | C_CHAT | C_SERVE | C_PLAN},
     {"--draft-max", 1, C_RUN | C_CHAT | C_SERVE | C_PLAN}, {"--draft-k", 1, C_RUN | C_CHAT | C_SERVE | C_PLAN},
     {"--draft-mem", 1, C_RUN | C_CHAT | C_SERVE | C_PLAN}, {"--spec-state", 1, C_RUN | C_CHAT | C_SERVE},
+    {"--draft-threads", 1, C_RUN | C_CHAT | C_SERVE},
     {"--session", 1, C_RUN | C_CHAT},    {"--file", 1, C_PERPLEXITY},      {"--window", 1, C_PERPLEXITY},
     {"--kl-divergence", 1, C_PERPLEXITY}, {"--save-logits", 1, C_PERPLEXITY},   {"--json", 0, C_PLAN | C_PERPLEXITY}, {"--ranks", 1, C_PLAN}, {"--trunk", 1, C_PLAN}, {"--disk-gbps", 1, C_PLAN},
     {"--serve", 0, C_PLAN},           {"--parallel", 1, C_PLAN},
@@ -546,6 +550,8 @@ static int draft_flag(run_args *a, const char *f, const char *v)
         a->draft_k = (int)parse_long(v, f, 1, GEN_MAX_DRAFT);
     } else if (!strcmp(f, "--draft-mem")) {
         a->draft_mem = parse_size(v, f);
+    } else if (!strcmp(f, "--draft-threads")) {
+        a->draft_threads = (int)parse_long(v, f, 1, 256);
     } else {
         return 0;
     }
@@ -840,7 +846,8 @@ df_drafter *open_drafter(const run_args *a, int vocab, int n_ctx)
     if (fam && !fam->engine) {
         /* a dense family's model (Qwen3): another tokenizer, drafts translated (draft_xtok.c) */
         size_t total = a->mem ? a->mem : df_mem_budget_default();
-        if (df_drafter_open_xtok(spec + 6, a->model, n_ctx, draft_share(a, total), &d, &err)) {
+        if (df_drafter_open_xtok(spec + 6, a->model, n_ctx, draft_share(a, total), a->draft_threads ? a->draft_threads : 1,
+                                 &d, &err)) {
             fprintf(stderr, "deltafin: %s\n", err.msg);
             exit(1);
         }
@@ -848,10 +855,10 @@ df_drafter *open_drafter(const run_args *a, int vocab, int n_ctx)
     }
     if (!strncmp(spec, "model:", 6) && spec[6]) check_draft_tokenizer(a->model, spec + 6);
     size_t total = a->mem ? a->mem : df_mem_budget_default();
-    /* a draft model runs on one thread: drafting is latency-bound on small
-     * models, and a second worker pool's spinning would compete with the
-     * target's on every pass */
-    if (df_drafter_open(spec, draft_share(a, total), n_ctx, 1, vocab, &d, &err)) {
+    /* a draft model runs on one thread unless --draft-threads: drafting is
+     * latency-bound on small models, and a second worker pool's spinning
+     * would compete with the target's on every pass */
+    if (df_drafter_open(spec, draft_share(a, total), n_ctx, a->draft_threads ? a->draft_threads : 1, vocab, &d, &err)) {
         fprintf(stderr, "deltafin: %s\n", err.msg);
         exit(1);
     }

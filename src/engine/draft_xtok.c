@@ -204,8 +204,8 @@ static void xt_destroy(df_drafter *d)
     d->state = NULL;
 }
 
-int df_drafter_open_xtok(const char *path, const char *target_model, int n_ctx, size_t mem_budget, df_drafter **out,
-                         df_error *err)
+int df_drafter_open_xtok(const char *path, const char *target_model, int n_ctx, size_t mem_budget, int n_threads,
+                         df_drafter **out, df_error *err)
 {
     *out = NULL;
     if (n_ctx > XT_MAX_CTX) n_ctx = XT_MAX_CTX;
@@ -236,7 +236,7 @@ int df_drafter_open_xtok(const char *path, const char *target_model, int n_ctx, 
     x->fam = fam;
     const kernel_table *kt = NULL;
     if (tokenizer_load(target_model, &x->tt, err) || tokenizer_load(path, &x->dt, err) ||
-        !(kt = kernels_select(NULL, err)) /* any ISA: the same bits */ || fam->open(path, kt, &x->m, err) ||
+        !(kt = kernels_select(NULL, err)) /* any ISA: the same bits */ || fam->open(path, kt, n_threads, &x->m, err) ||
         fam->state_new(x->m, n_ctx, &x->s, err)) {
         df_err_prefix(err, "--draft model:%s", path);
         xt_destroy(d);

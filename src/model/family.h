@@ -51,7 +51,8 @@ typedef struct df_family {
     int engine;                /* 1: the engine runs it (see the file comment); 0: dense, below */
     int (*info)(const char *path, df_family_info *out, df_error *err);
     /* dense families only (NULL for engine families): */
-    int (*open)(const char *path, const struct kernel_table *kt, df_family_model **out, df_error *err);
+    /* kt: the kernel table of its products; n_threads: the workers they may split over (1: the caller's) */
+    int (*open)(const char *path, const struct kernel_table *kt, int n_threads, df_family_model **out, df_error *err);
     void (*close)(df_family_model *m);
     int (*vocab)(const df_family_model *m);
     int (*state_new)(const df_family_model *m, int n_ctx, df_family_state **out, df_error *err);

@@ -17,6 +17,7 @@
 #include "qblock.h"
 #include "quant.h"
 #include "safetensors.h"
+#include "threadpool.h"
 #include "util.h"
 
 #include <fcntl.h>
@@ -28,16 +29,34 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+/* A matrix [rows][cols] as the file stores it: F32, BF16, F16 or a ggml
+ * block format (qblock.h).  Every kernel multiplies by the stored value
+ * widened to f32 in the one reduction order of kernels.h, so keeping the
+ * file's type changes no bit against widening it at load, and a BF16 model
+ * takes half the memory and half the bytes a step reads. */
+enum { Q3_F32, Q3_BF16, Q3_F16, Q3_QBLOCK };
+typedef struct q3mat {
+    int type;
+    const qblock_fmt *q;        /* Q3_QBLOCK: its format */
+    void *data;
+    size_t bytes;               /* of data */
+    int rows, cols;
+} q3mat;
+
 typedef struct q3_layer {
-    float *attn_norm, *q, *k, *v, *o, *q_norm, *k_norm, *ffn_norm, *gate, *up, *down;
+    float *attn_norm, *q_norm, *k_norm, *ffn_norm;
+    q3mat q, k, v, o, gate, up, down;
 } q3_layer;
 
 struct qwen3_model {
     qwen3_config c;
-    float *embed, *norm, *head; /* head == embed when tied */
+    q3mat embed, head;          /* head is embed (the same data) when tied */
+    float *norm;
     q3_layer *l;
+    int widen;                  /* qwen3_open_f32: every matrix widened to F32 at load */
     double *inv_freq;           /* [head_dim / 2] */
     const kernel_table *kt;     /* the matrix products' kernels, NULL: the double reference */
+    threadpool *pool;           /* qwen3_set_threads: the kernel path's products split by rows */
 };
 
 struct qwen3_state {
@@ -46,6 +65,7 @@ struct qwen3_state {
     /* scratch for one position */
     double *x, *h, *q, *kk, *vv, *att, *o, *g, *u, *sc;
     float *xf, *yf;             /* a product's input and output rows in float (kernel path) */
+    float *wr;                  /* one weight row widened to f32 (the reference path, the embedding) */
 };
 
 static int cfg_int(const json_value *r, const char *k, int lo, int *out, const char *path, df_error *err)
@@ -195,46 +215,61 @@ static int open_shards(const char *dir, shards *s, df_error *err)
     return rc;
 }
 
-/* Tensor `name` of the given shape into new f32 memory */
-static float *load_tensor(const shards *s, const char *name, int64_t d0, int64_t d1, df_error *err)
+/* What a tensor is kept as in memory: a vector (in == 0) as F32; a
+ * matrix in the file's type (F32, BF16, F16, a ggml block format), or F32
+ * when the model widens everything (qwen3_open_f32). */
+static size_t kept_bytes(const q3mat *w, size_t n)
 {
+    switch (w->type) {
+    case Q3_F32: return n * 4;
+    case Q3_BF16:
+    case Q3_F16: return n * 2;
+    default: return n / (size_t)w->q->block * (size_t)w->q->bytes;
+    }
+}
+
+/* Tensor `name` of the given shape into dst (see kept_bytes); with
+ * size_only nothing is read, dst says the type and bytes. */
+static int st_load(const void *src, const char *name, int64_t d0, int64_t d1, int widen, int size_only, q3mat *dst,
+                   df_error *err)
+{
+    const shards *s = src;
     for (int i = 0; i < s->n; i++) {
         const st_tensor *t = st_find(&s->f[i], name);
         if (!t) continue;
         int ok = (d1 ? t->n_dims == 2 && t->shape[1] == d1 : t->n_dims == 1) && t->shape[0] == d0;
-        if (!ok) {
-            df_err_set(err, DF_ERR_FORMAT, -1, "%s: %s has the wrong shape (expected [%lld%s%lld])", s->f[i].path, name,
-                       (long long)d0, d1 ? ", " : "", d1 ? (long long)d1 : 0LL);
-            return NULL;
-        }
-        if (t->dtype != ST_F32 && t->dtype != ST_BF16 && t->dtype != ST_F16) {
-            df_err_set(err, DF_ERR_UNSUPPORTED, -1, "%s: %s is %s (deltafin reads F32, BF16 and F16)", s->f[i].path, name,
-                       st_dtype_name(t->dtype));
-            return NULL;
-        }
+        if (!ok)
+            return df_err_set(err, DF_ERR_FORMAT, -1, "%s: %s has the wrong shape (expected [%lld%s%lld])",
+                              s->f[i].path, name, (long long)d0, d1 ? ", " : "", d1 ? (long long)d1 : 0LL);
+        if (t->dtype != ST_F32 && t->dtype != ST_BF16 && t->dtype != ST_F16)
+            return df_err_set(err, DF_ERR_UNSUPPORTED, -1, "%s: %s is %s (deltafin reads F32, BF16 and F16)",
+                              s->f[i].path, name, st_dtype_name(t->dtype));
         size_t n = (size_t)d0 * (size_t)(d1 ? d1 : 1), es = st_dtype_size(t->dtype);
+        int keep = d1 && !widen && t->dtype != ST_F32;
+        *dst = (q3mat){.type = keep ? (t->dtype == ST_BF16 ? Q3_BF16 : Q3_F16) : Q3_F32, .rows = (int)d0,
+                       .cols = (int)(d1 ? d1 : 1)};
+        dst->bytes = kept_bytes(dst, n);
+        if (size_only) return 0;
         uint8_t *raw = xmalloc(n * es);
-        float *out = xmalloc(n * sizeof *out);
         if (pread(s->fd[i], raw, n * es, (off_t)t->offset) != (ssize_t)(n * es)) {
             free(raw);
-            free(out);
-            df_err_set(err, DF_ERR_IO, -1, "%s: reading %s failed", s->f[i].path, name);
-            return NULL;
+            return df_err_set(err, DF_ERR_IO, -1, "%s: reading %s failed", s->f[i].path, name);
         }
+        if (keep || t->dtype == ST_F32) {
+            dst->data = raw;
+            return 0;
+        }
+        float *out = xmalloc(n * sizeof *out);
         for (size_t j = 0; j < n; j++) {
             uint16_t h;
-            if (t->dtype == ST_F32) {
-                memcpy(&out[j], raw + 4 * j, 4);
-                continue;
-            }
             memcpy(&h, raw + 2 * j, 2);
             out[j] = t->dtype == ST_BF16 ? bf16_to_f32(h) : f16_to_f32(h);
         }
         free(raw);
-        return out;
+        dst->data = out;
+        return 0;
     }
-    df_err_set(err, DF_ERR_FORMAT, -1, "the model has no tensor %s", name);
-    return NULL;
+    return df_err_set(err, DF_ERR_FORMAT, -1, "the model has no tensor %s", name);
 }
 
 /* A layer's tensors: the field, the safetensors and GGUF names after the
@@ -266,26 +301,42 @@ static int64_t roster_dim(const qwen3_config *c, int d)
 }
 
 /* Loads one tensor by its full name (a safetensors folder's or a GGUF's) */
-typedef float *(*tensor_loader)(const void *src, const char *name, int64_t out, int64_t in, df_error *err);
+typedef int (*tensor_loader)(const void *src, const char *name, int64_t out, int64_t in, int widen, int size_only,
+                             q3mat *dst, df_error *err);
 
-static int load_layers(qwen3_model *m, const void *src, tensor_loader load, int gguf, df_error *err)
+/* Every tensor of the model through `load`, by the names of one format;
+ * with size_only nothing is read and *bytes gets what they would take. */
+static int load_all(qwen3_model *m, const void *src, tensor_loader load, int gguf, int size_only, uint64_t *bytes,
+                    df_error *err)
 {
     const qwen3_config *c = &m->c;
+    q3mat w;
+    uint64_t sum = 0;
+    if (load(src, gguf ? "token_embd.weight" : "model.embed_tokens.weight", c->vocab, c->hidden, m->widen, size_only,
+             &m->embed, err) ||
+        load(src, gguf ? "output_norm.weight" : "model.norm.weight", c->hidden, 0, 1, size_only, &w, err))
+        return -1;
+    m->norm = w.data;
+    sum += m->embed.bytes + w.bytes;
     m->l = xcalloc((size_t)c->layers, sizeof *m->l);
     char n[160];
     for (int il = 0; il < c->layers; il++)
         for (size_t r = 0; r < sizeof q3_roster / sizeof q3_roster[0]; r++) {
             snprintf(n, sizeof n, gguf ? "blk.%d.%s" : "model.layers.%d.%s", il, gguf ? q3_roster[r].gguf : q3_roster[r].hf);
-            float *w = load(src, n, roster_dim(c, q3_roster[r].out), roster_dim(c, q3_roster[r].in), err);
-            if (!w) return -1;
-            *(float **)((char *)&m->l[il] + q3_roster[r].field) = w;
+            int in = q3_roster[r].in;
+            if (load(src, n, roster_dim(c, q3_roster[r].out), roster_dim(c, in), in ? m->widen : 1, size_only, &w, err))
+                return -1;
+            sum += w.bytes;
+            if (in) *(q3mat *)((char *)&m->l[il] + q3_roster[r].field) = w;
+            else *(float **)((char *)&m->l[il] + q3_roster[r].field) = w.data;
         }
+    if (c->tied) m->head = m->embed;
+    else if (load(src, gguf ? "output.weight" : "lm_head.weight", c->vocab, c->hidden, m->widen, size_only, &m->head,
+                  err))
+        return -1;
+    else sum += m->head.bytes;
+    if (bytes) *bytes = sum;
     return 0;
-}
-
-static float *st_loader(const void *src, const char *name, int64_t out, int64_t in, df_error *err)
-{
-    return load_tensor(src, name, out, in, err);
 }
 
 /* ---- a llama.cpp GGUF (general.architecture "qwen3") ---- */
@@ -331,114 +382,88 @@ static int gguf_config(const gguf_file *g, qwen3_config *c, df_error *err)
 }
 
 /* GGUF tensor `name` ({in, out} in ggml order: rows of `in` values) into new f32 memory */
-static float *gguf_tensor_f32(const gguf_file *g, int fd, const char *name, int64_t out_dim, int64_t in_dim, df_error *err)
-{
-    const gguf_tensor *t = gguf_find_tensor(g, name);
-    if (!t) {
-        df_err_set(err, DF_ERR_FORMAT, -1, "%s: no tensor %s", g->path, name);
-        return NULL;
-    }
-    int ok = in_dim ? t->n_dims == 2 && t->ne[0] == in_dim && t->ne[1] == out_dim : t->n_dims == 1 && t->ne[0] == out_dim;
-    if (!ok) {
-        df_err_set(err, DF_ERR_FORMAT, -1, "%s: %s has the wrong shape (expected {%lld%s%lld})", g->path, name,
-                   (long long)(in_dim ? in_dim : out_dim), in_dim ? ", " : "", in_dim ? (long long)out_dim : 0LL);
-        return NULL;
-    }
-    size_t n = (size_t)out_dim * (size_t)(in_dim ? in_dim : 1);
-    const qblock_fmt *q = NULL;
-    if (t->type != GGML_TYPE_F32 && t->type != GGML_TYPE_F16 && t->type != GGML_TYPE_BF16 &&
-        (!(q = qblock_fmt_of_ggml(t->type)) || (in_dim ? in_dim : out_dim) % q->block)) {
-        df_err_set(err, DF_ERR_UNSUPPORTED, -1, "%s: %s has ggml type %u (deltafin reads F32, F16, BF16, %s)", g->path,
-                   name, t->type, qblock_names());
-        return NULL;
-    }
-    size_t bytes = q ? n / (size_t)q->block * (size_t)q->bytes : n * (t->type == GGML_TYPE_F32 ? 4 : 2);
-    if (bytes != t->nbytes) {
-        df_err_set(err, DF_ERR_FORMAT, -1, "%s: %s holds %llu bytes, its type and shape say %zu", g->path, name,
-                   (unsigned long long)t->nbytes, bytes);
-        return NULL;
-    }
-    uint8_t *raw = xmalloc(bytes);
-    float *o = xmalloc(n * sizeof *o);
-    if (pread(fd, raw, bytes, (off_t)t->offset) != (ssize_t)bytes) {
-        free(raw), free(o);
-        df_err_set(err, DF_ERR_IO, -1, "%s: reading %s failed", g->path, name);
-        return NULL;
-    }
-    for (size_t j = 0; q && j < n / (size_t)q->block; j++) q->decode(raw + j * (size_t)q->bytes, o + j * (size_t)q->block);
-    for (size_t j = 0; !q && j < n; j++) {
-        uint16_t h;
-        if (t->type == GGML_TYPE_F32) {
-            memcpy(&o[j], raw + 4 * j, 4);
-            continue;
-        }
-        memcpy(&h, raw + 2 * j, 2);
-        o[j] = t->type == GGML_TYPE_BF16 ? bf16_to_f32(h) : f16_to_f32(h);
-    }
-    free(raw);
-    return o;
-}
-
 typedef struct {
     const gguf_file *g;
     int fd;
 } gguf_src;
 
-static float *gguf_loader(const void *src, const char *name, int64_t out, int64_t in, df_error *err)
+static int gguf_load(const void *src, const char *name, int64_t out_dim, int64_t in_dim, int widen, int size_only,
+                     q3mat *dst, df_error *err)
 {
-    const gguf_src *s = src;
-    return gguf_tensor_f32(s->g, s->fd, name, out, in, err);
+    const gguf_file *g = ((const gguf_src *)src)->g;
+    const gguf_tensor *t = gguf_find_tensor(g, name);
+    if (!t) return df_err_set(err, DF_ERR_FORMAT, -1, "%s: no tensor %s", g->path, name);
+    int ok = in_dim ? t->n_dims == 2 && t->ne[0] == in_dim && t->ne[1] == out_dim : t->n_dims == 1 && t->ne[0] == out_dim;
+    if (!ok)
+        return df_err_set(err, DF_ERR_FORMAT, -1, "%s: %s has the wrong shape (expected {%lld%s%lld})", g->path, name,
+                          (long long)(in_dim ? in_dim : out_dim), in_dim ? ", " : "", in_dim ? (long long)out_dim : 0LL);
+    size_t n = (size_t)out_dim * (size_t)(in_dim ? in_dim : 1);
+    const qblock_fmt *q = NULL;
+    if (t->type != GGML_TYPE_F32 && t->type != GGML_TYPE_F16 && t->type != GGML_TYPE_BF16 &&
+        (!(q = qblock_fmt_of_ggml(t->type)) || (in_dim ? in_dim : out_dim) % q->block))
+        return df_err_set(err, DF_ERR_UNSUPPORTED, -1, "%s: %s has ggml type %u (deltafin reads F32, F16, BF16, %s)",
+                          g->path, name, t->type, qblock_names());
+    size_t bytes = q ? n / (size_t)q->block * (size_t)q->bytes : n * (t->type == GGML_TYPE_F32 ? 4 : 2);
+    if (bytes != t->nbytes)
+        return df_err_set(err, DF_ERR_FORMAT, -1, "%s: %s holds %llu bytes, its type and shape say %zu", g->path, name,
+                          (unsigned long long)t->nbytes, bytes);
+    int keep = in_dim && !widen && t->type != GGML_TYPE_F32;
+    *dst = (q3mat){.type = !keep ? Q3_F32 : q ? Q3_QBLOCK : t->type == GGML_TYPE_BF16 ? Q3_BF16 : Q3_F16, .q = q,
+                   .rows = (int)out_dim, .cols = (int)(in_dim ? in_dim : 1)};
+    dst->bytes = kept_bytes(dst, n);
+    if (size_only) return 0;
+    uint8_t *raw = xmalloc(bytes);
+    if (pread(((const gguf_src *)src)->fd, raw, bytes, (off_t)t->offset) != (ssize_t)bytes) {
+        free(raw);
+        return df_err_set(err, DF_ERR_IO, -1, "%s: reading %s failed", g->path, name);
+    }
+    if (keep || t->type == GGML_TYPE_F32) {
+        dst->data = raw;
+        return 0;
+    }
+    float *o = xmalloc(n * sizeof *o);
+    for (size_t j = 0; q && j < n / (size_t)q->block; j++) q->decode(raw + j * (size_t)q->bytes, o + j * (size_t)q->block);
+    for (size_t j = 0; !q && j < n; j++) {
+        uint16_t h;
+        memcpy(&h, raw + 2 * j, 2);
+        o[j] = t->type == GGML_TYPE_BF16 ? bf16_to_f32(h) : f16_to_f32(h);
+    }
+    free(raw);
+    dst->data = o;
+    return 0;
 }
 
-static int gguf_weights(qwen3_model *m, const gguf_file *g, int fd, df_error *err)
+/* The model at path (a folder or a GGUF) read, or with size_only only
+ * sized (*bytes) from its headers. */
+static int read_model(const char *path, qwen3_model *m, int size_only, uint64_t *bytes, df_error *err)
 {
-    const qwen3_config *c = &m->c;
-    gguf_src src = {g, fd};
-    if (!(m->embed = gguf_tensor_f32(g, fd, "token_embd.weight", c->vocab, c->hidden, err)) ||
-        !(m->norm = gguf_tensor_f32(g, fd, "output_norm.weight", c->hidden, 0, err)) ||
-        load_layers(m, &src, gguf_loader, 1, err))
-        return -1;
-    m->head = c->tied ? m->embed : gguf_tensor_f32(g, fd, "output.weight", c->vocab, c->hidden, err);
-    return m->head ? 0 : -1;
-}
-
-static int open_gguf(const char *path, qwen3_model *m, df_error *err)
-{
-    gguf_file g;
-    if (gguf_open(path, &g, err)) return -1;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    int rc = fd < 0 ? df_err_set(err, DF_ERR_IO, -1, "%s: cannot open it", path) : 0;
-    if (!rc) rc = gguf_config(&g, &m->c, err) || gguf_weights(m, &g, fd, err) ? -1 : 0;
-    if (fd >= 0) close(fd);
-    gguf_deinit(&g);
+    struct stat sb;
+    if (stat(path, &sb) == 0 && S_ISREG(sb.st_mode)) {
+        gguf_file g;
+        if (gguf_open(path, &g, err)) return -1;
+        int fd = size_only ? -1 : open(path, O_RDONLY | O_CLOEXEC);
+        int rc = !size_only && fd < 0 ? df_err_set(err, DF_ERR_IO, -1, "%s: cannot open it", path) : 0;
+        gguf_src src = {&g, fd};
+        if (!rc) rc = gguf_config(&g, &m->c, err) || load_all(m, &src, gguf_load, 1, size_only, bytes, err) ? -1 : 0;
+        if (fd >= 0) close(fd);
+        gguf_deinit(&g);
+        return rc;
+    }
+    shards s = {0};
+    int rc = load_config(path, &m->c, err) || open_shards(path, &s, err) ||
+                     load_all(m, &s, st_load, 0, size_only, bytes, err)
+                 ? -1
+                 : 0;
+    shards_free(&s);
     return rc;
 }
 
-int qwen3_open(const char *dir, qwen3_model **out, df_error *err)
+static int open_as(const char *dir, int widen, qwen3_model **out, df_error *err)
 {
     *out = NULL;
     qwen3_model *m = xcalloc(1, sizeof *m);
-    shards s = {0};
-    struct stat sb;
-    int rc;
-    if (stat(dir, &sb) == 0 && S_ISREG(sb.st_mode)) {
-        rc = open_gguf(dir, m, err);
-        goto loaded;
-    }
-    rc = load_config(dir, &m->c, err) || open_shards(dir, &s, err) ? -1 : 0;
-    if (!rc) {
-        const qwen3_config *c = &m->c;
-        if (!(m->embed = load_tensor(&s, "model.embed_tokens.weight", c->vocab, c->hidden, err)) ||
-            !(m->norm = load_tensor(&s, "model.norm.weight", c->hidden, 0, err)) || load_layers(m, &s, st_loader, 0, err))
-            rc = -1;
-    }
-    if (!rc) {
-        if (m->c.tied) m->head = m->embed;
-        else if (!(m->head = load_tensor(&s, "lm_head.weight", m->c.vocab, m->c.hidden, err))) rc = -1;
-    }
-    shards_free(&s);
-loaded:
-    if (rc) {
+    m->widen = widen;
+    if (read_model(dir, m, 0, NULL, err)) {
         df_err_prefix(err, "qwen3 %s", dir);
         qwen3_free(m);
         return -1;
@@ -450,19 +475,33 @@ loaded:
     return 0;
 }
 
+int qwen3_open(const char *dir, qwen3_model **out, df_error *err) { return open_as(dir, 0, out, err); }
+int qwen3_open_f32(const char *dir, qwen3_model **out, df_error *err) { return open_as(dir, 1, out, err); }
+
+int qwen3_weight_bytes(const char *path, uint64_t *bytes, df_error *err)
+{
+    qwen3_model m;
+    memset(&m, 0, sizeof m);
+    int rc = read_model(path, &m, 1, bytes, err);
+    free(m.l);
+    if (rc) df_err_prefix(err, "qwen3 %s", path);
+    return rc;
+}
+
 void qwen3_free(qwen3_model *m)
 {
     if (!m) return;
     for (int il = 0; m->l && il < m->c.layers; il++) {
         q3_layer *L = &m->l[il];
-        free(L->attn_norm), free(L->q), free(L->k), free(L->v), free(L->o), free(L->q_norm), free(L->k_norm);
-        free(L->ffn_norm), free(L->gate), free(L->up), free(L->down);
+        free(L->attn_norm), free(L->q.data), free(L->k.data), free(L->v.data), free(L->o.data), free(L->q_norm);
+        free(L->k_norm), free(L->ffn_norm), free(L->gate.data), free(L->up.data), free(L->down.data);
     }
-    if (m->head != m->embed) free(m->head);
-    free(m->embed);
+    if (m->head.data != m->embed.data) free(m->head.data);
+    free(m->embed.data);
     free(m->norm);
     free(m->l);
     free(m->inv_freq);
+    threadpool_free(m->pool);
     free(m);
 }
 
@@ -481,14 +520,22 @@ int qwen3_read_config(const char *path, qwen3_config *c, df_error *err)
     return load_config(path, c, err);
 }
 
-size_t qwen3_bytes(const qwen3_config *c, int n_ctx)
+size_t qwen3_state_bytes(const qwen3_config *c, int n_ctx)
 {
-    size_t E = (size_t)c->hidden, HD = (size_t)c->heads * (size_t)c->head_dim;
-    size_t KD = (size_t)c->kv_heads * (size_t)c->head_dim, F = (size_t)c->ffn, V = (size_t)c->vocab;
-    size_t layer = 2 * E + 2 * (size_t)c->head_dim + HD * E * 2 + KD * E * 2 + 3 * F * E;
-    size_t weights = (V * E * (c->tied ? 1 : 2) + E + layer * (size_t)c->layers) * sizeof(float);
-    size_t kv = 2 * (size_t)c->layers * (size_t)n_ctx * KD * sizeof(float);
-    return weights + kv;
+    size_t KD = (size_t)c->kv_heads * (size_t)c->head_dim;
+    return 2 * (size_t)c->layers * (size_t)n_ctx * KD * sizeof(float);
+}
+
+size_t qwen3_model_bytes(const qwen3_model *m)
+{
+    const qwen3_config *c = &m->c;
+    size_t n = m->embed.bytes + (c->tied ? 0 : m->head.bytes) + (size_t)c->hidden * sizeof(float);
+    for (int il = 0; il < c->layers; il++) {
+        const q3_layer *L = &m->l[il];
+        n += L->q.bytes + L->k.bytes + L->v.bytes + L->o.bytes + L->gate.bytes + L->up.bytes + L->down.bytes;
+        n += (2 * (size_t)c->hidden + 2 * (size_t)c->head_dim) * sizeof(float);
+    }
+    return n;
 }
 
 int qwen3_state_new(const qwen3_model *m, int n_ctx, qwen3_state **out, df_error *err)
@@ -516,6 +563,7 @@ int qwen3_state_new(const qwen3_model *m, int n_ctx, qwen3_state **out, df_error
     widest = widest > F ? widest : F;
     s->xf = xmalloc(widest * sizeof *s->xf);
     s->yf = xmalloc(widest * sizeof *s->yf);
+    s->wr = xmalloc(widest * sizeof *s->wr);
     *out = s;
     return 0;
 }
@@ -524,7 +572,7 @@ void qwen3_state_free(qwen3_state *s)
 {
     if (!s) return;
     free(s->k), free(s->v), free(s->x), free(s->h), free(s->q), free(s->kk), free(s->vv), free(s->att);
-    free(s->o), free(s->g), free(s->u), free(s->sc), free(s->xf), free(s->yf);
+    free(s->o), free(s->g), free(s->u), free(s->sc), free(s->xf), free(s->yf), free(s->wr);
     free(s);
 }
 
@@ -535,30 +583,100 @@ void qwen3_truncate(qwen3_state *s, int pos)
     if (pos >= 0 && pos < s->pos) s->pos = pos;
 }
 
-/* y[o] = sum_i W[o][i] x[i], in index order, in double */
-static void matvec(const float *W, const double *x, double *y, int out, int in)
+/* Row r of w as f32: the stored row, or its values widened into tmp
+ * (w->cols floats) */
+static const float *mat_row(const q3mat *w, int r, float *tmp)
 {
-    for (int o = 0; o < out; o++) {
-        const float *w = W + (size_t)o * (size_t)in;
+    size_t C = (size_t)w->cols;
+    switch (w->type) {
+    case Q3_F32: return (const float *)w->data + (size_t)r * C;
+    case Q3_BF16:
+    case Q3_F16: {
+        const uint16_t *h = (const uint16_t *)w->data + (size_t)r * C;
+        for (size_t c = 0; c < C; c++) tmp[c] = w->type == Q3_BF16 ? bf16_to_f32(h[c]) : f16_to_f32(h[c]);
+        return tmp;
+    }
+    default: {
+        size_t nb = C / (size_t)w->q->block;
+        const uint8_t *b = (const uint8_t *)w->data + (size_t)r * nb * (size_t)w->q->bytes;
+        for (size_t j = 0; j < nb; j++) w->q->decode(b + j * (size_t)w->q->bytes, tmp + j * (size_t)w->q->block);
+        return tmp;
+    }
+    }
+}
+
+/* y[o] = sum_i W[o][i] x[i], in index order, in double */
+static void matvec(const q3mat *W, const double *x, double *y, float *tmp)
+{
+    for (int o = 0; o < W->rows; o++) {
+        const float *w = mat_row(W, o, tmp);
         double a = 0;
-        for (int i = 0; i < in; i++) a += (double)w[i] * x[i];
+        for (int i = 0; i < W->cols; i++) a += (double)w[i] * x[i];
         y[o] = a;
+    }
+}
+
+/* y[r0..r1) = W x on the kernel table, by the stored type's kernel (each
+ * gives the bits of matmul_f32 on the widened values) */
+static void mat_kernel(const kernel_table *kt, const q3mat *w, const float *x, float *y, int r0, int r1)
+{
+    size_t C = (size_t)w->cols;
+    switch (w->type) {
+    case Q3_F32: kt->matmul_f32(w->data, C, w->cols, x, C, 1, y, (size_t)w->rows, r0, r1); break;
+    case Q3_BF16: kt->matmul_bf16(w->data, C, w->cols, x, C, 1, y, (size_t)w->rows, r0, r1); break;
+    case Q3_F16: kt->matmul_f16(w->data, C, w->cols, x, C, 1, y, (size_t)w->rows, r0, r1); break;
+    default:
+        if (w->q->ggml_type == GGML_TYPE_Q8_0)
+            kt->matmul_q8_0(w->data, NULL, w->cols, x, C, 1, y, (size_t)w->rows, r0, r1);
+        else kt->matmul_qblock(w->q, w->data, w->cols, x, C, 1, y, (size_t)w->rows, r0, r1);
     }
 }
 
 void qwen3_set_kernels(qwen3_model *m, const kernel_table *kt) { m->kt = kt; }
 
-/* y = W x by the model's path: the reference above, or the kernel table on
- * x rounded to float (s->xf), its float results widened into y */
-static void product(const qwen3_model *m, qwen3_state *s, const float *W, const double *x, double *y, int out, int in)
+void qwen3_set_threads(qwen3_model *m, int n_threads)
 {
-    if (!m->kt) {
-        matvec(W, x, y, out, in);
+    threadpool_free(m->pool);
+    m->pool = n_threads > 1 ? threadpool_new(n_threads) : NULL;
+}
+
+typedef struct rows_job {
+    const kernel_table *kt;
+    const q3mat *w;
+    const float *x;
+    float *y;
+} rows_job;
+
+static void rows_fn(void *ctx, size_t begin, size_t end, int worker)
+{
+    (void)worker;
+    const rows_job *j = ctx;
+    mat_kernel(j->kt, j->w, j->x, j->y, (int)begin, (int)end);
+}
+
+/* y = W x on the kernel table, its rows over the pool when there is one
+ * (a row's bits do not depend on who computes it) */
+static void mat_rows(const qwen3_model *m, const q3mat *w, const float *x, float *y)
+{
+    if (!m->pool || w->rows < 128) {
+        mat_kernel(m->kt, w, x, y, 0, w->rows);
         return;
     }
-    for (int i = 0; i < in; i++) s->xf[i] = (float)x[i];
-    m->kt->matmul_f32(W, (size_t)in, in, s->xf, (size_t)in, 1, s->yf, (size_t)out, 0, out);
-    for (int o = 0; o < out; o++) y[o] = (double)s->yf[o];
+    rows_job j = {m->kt, w, x, y};
+    parallel_for(m->pool, (size_t)w->rows, 64, rows_fn, &j);
+}
+
+/* y = W x by the model's path: the reference above, or the kernel table on
+ * x rounded to float (s->xf), its float results widened into y */
+static void product(const qwen3_model *m, qwen3_state *s, const q3mat *W, const double *x, double *y)
+{
+    if (!m->kt) {
+        matvec(W, x, y, s->wr);
+        return;
+    }
+    for (int i = 0; i < W->cols; i++) s->xf[i] = (float)x[i];
+    mat_rows(m, W, s->xf, s->yf);
+    for (int o = 0; o < W->rows; o++) y[o] = (double)s->yf[o];
 }
 
 static void rmsnorm(const double *x, const float *w, double *y, int n, double eps)
@@ -612,11 +730,11 @@ static void layer(const qwen3_model *m, qwen3_state *s, int il)
 {
     const qwen3_config *c = &m->c;
     const q3_layer *L = &m->l[il];
-    int E = c->hidden, D = c->head_dim, HD = c->heads * D, KD = c->kv_heads * D, F = c->ffn;
+    int E = c->hidden, D = c->head_dim, KD = c->kv_heads * D, F = c->ffn;
     rmsnorm(s->x, L->attn_norm, s->h, E, c->eps);
-    product(m, s, L->q, s->h, s->q, HD, E);
-    product(m, s, L->k, s->h, s->kk, KD, E);
-    product(m, s, L->v, s->h, s->vv, KD, E);
+    product(m, s, &L->q, s->h, s->q);
+    product(m, s, &L->k, s->h, s->kk);
+    product(m, s, &L->v, s->h, s->vv);
     /* per head: QK-norm, then RoPE */
     for (int h = 0; h < c->heads; h++) {
         rmsnorm(s->q + (size_t)h * D, L->q_norm, s->q + (size_t)h * D, D, c->eps);
@@ -629,13 +747,13 @@ static void layer(const qwen3_model *m, qwen3_state *s, int il)
     }
     for (int i = 0; i < KD; i++) s->k[at + i] = (float)s->kk[i], s->v[at + i] = (float)s->vv[i];
     attention(m, s, il);
-    product(m, s, L->o, s->att, s->o, E, HD);
+    product(m, s, &L->o, s->att, s->o);
     for (int i = 0; i < E; i++) s->x[i] += s->o[i];
     rmsnorm(s->x, L->ffn_norm, s->h, E, c->eps);
-    product(m, s, L->gate, s->h, s->g, F, E);
-    product(m, s, L->up, s->h, s->u, F, E);
+    product(m, s, &L->gate, s->h, s->g);
+    product(m, s, &L->up, s->h, s->u);
     for (int i = 0; i < F; i++) s->g[i] = s->g[i] / (1.0 + exp(-s->g[i])) * s->u[i];
-    product(m, s, L->down, s->g, s->o, E, F);
+    product(m, s, &L->down, s->g, s->o);
     for (int i = 0; i < E; i++) s->x[i] += s->o[i];
 }
 
@@ -665,7 +783,7 @@ static int eval_rows(const qwen3_model *m, qwen3_state *s, const int32_t *ids, i
         if (ids[i] < 0 || ids[i] >= c->vocab)
             return df_err_set(err, DF_ERR_ARG, i, "qwen3: id %d is outside the vocabulary (%d)", ids[i], c->vocab);
     for (int t = 0; t < n; t++) {
-        const float *e = m->embed + (size_t)ids[t] * (size_t)c->hidden;
+        const float *e = mat_row(&m->embed, ids[t], s->wr);
         for (int i = 0; i < c->hidden; i++) s->x[i] = (double)e[i];
         for (int il = 0; il < c->layers; il++) layer(m, s, il);
         if (logits && (!last_only || t == n - 1)) {
@@ -673,13 +791,12 @@ static int eval_rows(const qwen3_model *m, qwen3_state *s, const int32_t *ids, i
             float *row = logits + (last_only ? 0 : (size_t)t * (size_t)c->vocab);
             if (m->kt) { /* the head straight into the logits row */
                 for (int i = 0; i < c->hidden; i++) s->xf[i] = (float)s->h[i];
-                m->kt->matmul_f32(m->head, (size_t)c->hidden, c->hidden, s->xf, (size_t)c->hidden, 1, row,
-                                  (size_t)c->vocab, 0, c->vocab);
+                mat_rows(m, &m->head, s->xf, row);
                 s->pos++;
                 continue;
             }
             for (int o = 0; o < c->vocab; o++) {
-                const float *w = m->head + (size_t)o * (size_t)c->hidden;
+                const float *w = mat_row(&m->head, o, s->wr);
                 double a = 0;
                 for (int i = 0; i < c->hidden; i++) a += (double)w[i] * s->h[i];
                 row[o] = (float)a;
@@ -698,18 +815,19 @@ static int fam_info(const char *path, df_family_info *fi, df_error *err)
     memset(fi, 0, sizeof *fi);
     if (qwen3_read_config(path, &c, err)) return -1;
     fi->layers = c.layers, fi->hidden = c.hidden, fi->vocab = c.vocab;
-    fi->weight_bytes = qwen3_bytes(&c, 0);
-    fi->state_per_pos = qwen3_bytes(&c, 1) - fi->weight_bytes;
-    snprintf(fi->summary, sizeof fi->summary, "Qwen3, %d layers, %d wide, %s head: f32 weights", c.layers, c.hidden,
-             c.tied ? "tied" : "untied");
+    if (qwen3_weight_bytes(path, &fi->weight_bytes, err)) return -1;
+    fi->state_per_pos = qwen3_state_bytes(&c, 1);
+    snprintf(fi->summary, sizeof fi->summary, "Qwen3, %d layers, %d wide, %s head: %.3f GiB of weights", c.layers,
+             c.hidden, c.tied ? "tied" : "untied", (double)fi->weight_bytes / (1u << 30));
     return 0;
 }
 
-static int fam_open(const char *path, const kernel_table *kt, df_family_model **out, df_error *err)
+static int fam_open(const char *path, const kernel_table *kt, int n_threads, df_family_model **out, df_error *err)
 {
     qwen3_model *m;
     if (qwen3_open(path, &m, err)) return -1;
     qwen3_set_kernels(m, kt);
+    if (kt) qwen3_set_threads(m, n_threads);
     *out = (df_family_model *)m;
     return 0;
 }
