@@ -15,7 +15,9 @@
 #include "family.h"
 #include "spec_state.h"
 #include "tokenizer.h"
+#include "util.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <limits.h>
 #include <stdarg.h>
@@ -165,7 +167,10 @@ static void usage_options(FILE *f)
           "  --stop-eos           stop after generating the model's eos token\n"
           "  --draft D            speculative decoding (run, chat, serve): none (default), ngram (prompt\n"
           "                       lookup), suffix (continuations seen in this process), model:PATH (a small\n"
-          "                       model with the same tokenizer) or auto (ngram).  Drafts only propose:\n"
+          "                       model with the same tokenizer, or a Qwen3 model whose drafts are\n"
+          "                       translated), lookup:FILE (ngram over the history,\n"
+          "                       then over FILE: a text, or ids in a file named .ids) or auto\n"
+          "                       (ngram).  Drafts only propose:\n"
           "                       greedy output and every logit are identical with and without them\n"
           "  --draft-max N        at most N drafts per step (default 8); the number is chosen each step\n"
           "                       from measured pass times and acceptance, 0 when drafts do not pay\n"
@@ -539,8 +544,8 @@ static int draft_flag(run_args *a, const char *f, const char *v)
 {
     if (!strcmp(f, "--draft")) {
         if (strcmp(v, "none") && strcmp(v, "ngram") && strcmp(v, "suffix") && strcmp(v, "auto") &&
-            (strncmp(v, "model:", 6) || !v[6]))
-            die("--draft wants none, ngram, suffix, auto or model:PATH, not \"%s\"", v);
+            (strncmp(v, "model:", 6) || !v[6]) && (strncmp(v, "lookup:", 7) || !v[7]))
+            die("--draft wants none, ngram, suffix, auto, model:PATH or lookup:FILE, not \"%s\"", v);
         a->draft = v;
     } else if (!strcmp(f, "--draft-max")) {
         a->draft_max = (int)parse_long(v, f, 1, GEN_MAX_DRAFT);
@@ -831,6 +836,50 @@ static void check_draft_tokenizer(const char *target, const char *draft)
     tokenizer_free(td);
 }
 
+/* --draft lookup:FILE: FILE's text in the target's ids, or, for a name
+ * ending in .ids, the ids it lists (decimal, separated by commas or white
+ * space: `--bench-json`'s "ids" of an earlier run, or tokenize's output). */
+static df_drafter *open_lookup(const run_args *a, const char *spec, int vocab)
+{
+    const char *path = spec + 7;
+    if (!*path) die("--draft lookup:FILE: no file named");
+    char *text = NULL;
+    size_t len = 0;
+    df_error err = {0};
+    if (read_small_file(path, &text, &len, (size_t)64 << 20, &err)) die("--draft %s: %s", spec, err.msg);
+    int32_t *ids = NULL;
+    size_t n = 0, cap = 0;
+    size_t pl = strlen(path);
+    if (pl > 4 && !strcmp(path + pl - 4, ".ids")) {
+        cap = len / 2 + 1;
+        ids = xmalloc(cap * sizeof *ids);
+        for (size_t i = 0; i < len;) {
+            if (text[i] == ',' || isspace((unsigned char)text[i])) {
+                i++;
+                continue;
+            }
+            if (!isdigit((unsigned char)text[i]))
+                die("--draft %s: byte %zu is '%c': a .ids file lists decimal ids separated by commas or spaces", spec, i,
+                    text[i]);
+            long v = 0;
+            size_t at = i;
+            while (i < len && isdigit((unsigned char)text[i]) && v <= vocab) v = v * 10 + (text[i++] - '0');
+            if (v >= vocab) die("--draft %s: id %ld (byte %zu) is outside the model's vocabulary (%d)", spec, v, at, vocab);
+            ids[n++] = (int32_t)v;
+        }
+    } else {
+        tokenizer *tk = NULL;
+        if (tokenizer_load(a->model, &tk, &err) || tokenizer_encode(tk, text, len, 0, &ids, &n, &cap, &err))
+            die("--draft %s: %s", spec, err.msg);
+        tokenizer_free(tk);
+    }
+    free(text);
+    df_drafter *d;
+    if (df_drafter_open_lookup(ids, n, spec, &d, &err)) die("%s", err.msg);
+    free(ids);
+    return d;
+}
+
 df_drafter *open_drafter(const run_args *a, int vocab, int n_ctx)
 {
     if (!drafting(a)) return NULL;
@@ -853,6 +902,7 @@ df_drafter *open_drafter(const run_args *a, int vocab, int n_ctx)
         }
         return d;
     }
+    if (!strncmp(spec, "lookup:", 7)) return open_lookup(a, spec, vocab);
     if (!strncmp(spec, "model:", 6) && spec[6]) check_draft_tokenizer(a->model, spec + 6);
     size_t total = a->mem ? a->mem : df_mem_budget_default();
     /* a draft model runs on one thread unless --draft-threads: drafting is
