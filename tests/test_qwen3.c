@@ -312,6 +312,22 @@ static void test_family(void)
         TCHECKF(!memcmp(last, want + (size_t)(N_IDS - 1) * V, V * sizeof *last),
                 "the last row after a truncation differs");
         TCHECK(f->forward(fm, fs, IDS, 0, last, 1, &err) == -1);
+        /* past one chunk of rows (Q3_ROWS, 32): 75 ids at once give the bits of one at a time */
+        enum { LONG = 75 };
+        int32_t lids[LONG];
+        for (int i = 0; i < LONG; i++) lids[i] = (int32_t)((i * 37 + 11) % c->vocab);
+        float *all = xmalloc((size_t)LONG * V * sizeof *all), *one = xmalloc(V * sizeof *one);
+        df_family_state *fa = NULL, *f1 = NULL;
+        TCHECKF(f->state_new(fm, 128, &fa, &err) == 0 && f->forward(fm, fa, lids, LONG, all, 0, &err) == 0 &&
+                    f->state_new(fm, 128, &f1, &err) == 0,
+                "%s", err.msg);
+        int same = 1;
+        for (int i = 0; f1 && i < LONG; i++)
+            same &= f->forward(fm, f1, lids + i, 1, one, 1, &err) == 0 && !memcmp(one, all + (size_t)i * V, V * sizeof *one);
+        TCHECKF(same, "75 ids in one call differ from one at a time");
+        if (f1) f->state_free(f1);
+        if (fa) f->state_free(fa);
+        free(all), free(one);
     }
     if (fs) f->state_free(fs);
     if (fm) f->close(fm);

@@ -59,10 +59,14 @@ struct qwen3_model {
     threadpool *pool;           /* qwen3_set_threads: the kernel path's products split by rows */
 };
 
+/* Ids are evaluated in chunks of up to Q3_ROWS: each layer's weights are
+ * read once for the chunk's rows. */
+#define Q3_ROWS 32
+
 struct qwen3_state {
     int n_ctx, pos;
     float *k, *v;               /* [layers][n_ctx][kv_heads][head_dim] */
-    /* scratch for one position */
+    /* scratch for a chunk of Q3_ROWS positions, [row][dim] */
     double *x, *h, *q, *kk, *vv, *att, *o, *g, *u, *sc;
     float *xf, *yf;             /* a product's input and output rows in float (kernel path) */
     float *wr;                  /* one weight row widened to f32 (the reference path, the embedding) */
@@ -548,21 +552,21 @@ int qwen3_state_new(const qwen3_model *m, int n_ctx, qwen3_state **out, df_error
     s->k = xmalloc(kv * sizeof *s->k);
     s->v = xmalloc(kv * sizeof *s->v);
     size_t E = (size_t)c->hidden, HD = (size_t)c->heads * (size_t)c->head_dim;
-    size_t KD = (size_t)c->kv_heads * (size_t)c->head_dim, F = (size_t)c->ffn;
-    s->x = xmalloc(E * sizeof *s->x);
-    s->h = xmalloc(E * sizeof *s->h);
-    s->q = xmalloc(HD * sizeof *s->q);
-    s->kk = xmalloc(KD * sizeof *s->kk);
-    s->vv = xmalloc(KD * sizeof *s->vv);
-    s->att = xmalloc(HD * sizeof *s->att);
-    s->o = xmalloc(E * sizeof *s->o);
-    s->g = xmalloc(F * sizeof *s->g);
-    s->u = xmalloc(F * sizeof *s->u);
+    size_t KD = (size_t)c->kv_heads * (size_t)c->head_dim, F = (size_t)c->ffn, R = Q3_ROWS;
+    s->x = xmalloc(R * E * sizeof *s->x);
+    s->h = xmalloc(R * E * sizeof *s->h);
+    s->q = xmalloc(R * HD * sizeof *s->q);
+    s->kk = xmalloc(R * KD * sizeof *s->kk);
+    s->vv = xmalloc(R * KD * sizeof *s->vv);
+    s->att = xmalloc(R * HD * sizeof *s->att);
+    s->o = xmalloc(R * E * sizeof *s->o);
+    s->g = xmalloc(R * F * sizeof *s->g);
+    s->u = xmalloc(R * F * sizeof *s->u);
     s->sc = xmalloc((size_t)n_ctx * sizeof *s->sc);
     size_t widest = E > HD ? E : HD;
     widest = widest > F ? widest : F;
-    s->xf = xmalloc(widest * sizeof *s->xf);
-    s->yf = xmalloc(widest * sizeof *s->yf);
+    s->xf = xmalloc(R * widest * sizeof *s->xf);
+    s->yf = xmalloc(R * widest * sizeof *s->yf);
     s->wr = xmalloc(widest * sizeof *s->wr);
     *out = s;
     return 0;
@@ -616,19 +620,21 @@ static void matvec(const q3mat *W, const double *x, double *y, float *tmp)
     }
 }
 
-/* y[r0..r1) = W x on the kernel table, by the stored type's kernel (each
- * gives the bits of matmul_f32 on the widened values) */
-static void mat_kernel(const kernel_table *kt, const q3mat *w, const float *x, float *y, int r0, int r1)
+/* Y[t][r0..r1) = W X[t] for the T rows of X (rows cols floats apart; Y's
+ * rows w->rows apart) on the kernel table, by the stored type's kernel
+ * (each gives the bits of matmul_f32 on the widened values; a row's result
+ * depends on nothing but that row) */
+static void mat_kernel(const kernel_table *kt, const q3mat *w, const float *x, int T, float *y, size_t ys, int r0,
+                       int r1)
 {
     size_t C = (size_t)w->cols;
     switch (w->type) {
-    case Q3_F32: kt->matmul_f32(w->data, C, w->cols, x, C, 1, y, (size_t)w->rows, r0, r1); break;
-    case Q3_BF16: kt->matmul_bf16(w->data, C, w->cols, x, C, 1, y, (size_t)w->rows, r0, r1); break;
-    case Q3_F16: kt->matmul_f16(w->data, C, w->cols, x, C, 1, y, (size_t)w->rows, r0, r1); break;
+    case Q3_F32: kt->matmul_f32(w->data, C, w->cols, x, C, T, y, ys, r0, r1); break;
+    case Q3_BF16: kt->matmul_bf16(w->data, C, w->cols, x, C, T, y, ys, r0, r1); break;
+    case Q3_F16: kt->matmul_f16(w->data, C, w->cols, x, C, T, y, ys, r0, r1); break;
     default:
-        if (w->q->ggml_type == GGML_TYPE_Q8_0)
-            kt->matmul_q8_0(w->data, NULL, w->cols, x, C, 1, y, (size_t)w->rows, r0, r1);
-        else kt->matmul_qblock(w->q, w->data, w->cols, x, C, 1, y, (size_t)w->rows, r0, r1);
+        if (w->q->ggml_type == GGML_TYPE_Q8_0) kt->matmul_q8_0(w->data, NULL, w->cols, x, C, T, y, ys, r0, r1);
+        else kt->matmul_qblock(w->q, w->data, w->cols, x, C, T, y, ys, r0, r1);
     }
 }
 
@@ -644,39 +650,43 @@ typedef struct rows_job {
     const kernel_table *kt;
     const q3mat *w;
     const float *x;
+    int T;
     float *y;
+    size_t ys;
 } rows_job;
 
 static void rows_fn(void *ctx, size_t begin, size_t end, int worker)
 {
     (void)worker;
     const rows_job *j = ctx;
-    mat_kernel(j->kt, j->w, j->x, j->y, (int)begin, (int)end);
+    mat_kernel(j->kt, j->w, j->x, j->T, j->y, j->ys, (int)begin, (int)end);
 }
 
-/* y = W x on the kernel table, its rows over the pool when there is one
- * (a row's bits do not depend on who computes it) */
-static void mat_rows(const qwen3_model *m, const q3mat *w, const float *x, float *y)
+/* Y = W X on the kernel table, W's rows over the pool when there is one */
+static void mat_rows(const qwen3_model *m, const q3mat *w, const float *x, int T, float *y, size_t ys)
 {
     if (!m->pool || w->rows < 128) {
-        mat_kernel(m->kt, w, x, y, 0, w->rows);
+        mat_kernel(m->kt, w, x, T, y, ys, 0, w->rows);
         return;
     }
-    rows_job j = {m->kt, w, x, y};
+    rows_job j = {m->kt, w, x, T, y, ys};
     parallel_for(m->pool, (size_t)w->rows, 64, rows_fn, &j);
 }
 
-/* y = W x by the model's path: the reference above, or the kernel table on
- * x rounded to float (s->xf), its float results widened into y */
-static void product(const qwen3_model *m, qwen3_state *s, const q3mat *W, const double *x, double *y)
+/* Y[t] = W X[t] for T rows (X's rows W->cols apart, Y's W->rows apart) by
+ * the model's path: the reference above, or the kernel table on X rounded
+ * to float (s->xf), its float results widened into Y; the weights are read
+ * once for the T rows */
+static void product(const qwen3_model *m, qwen3_state *s, const q3mat *W, const double *x, double *y, int T)
 {
+    size_t in = (size_t)W->cols, out = (size_t)W->rows;
     if (!m->kt) {
-        matvec(W, x, y, s->wr);
+        for (int t = 0; t < T; t++) matvec(W, x + (size_t)t * in, y + (size_t)t * out, s->wr);
         return;
     }
-    for (int i = 0; i < W->cols; i++) s->xf[i] = (float)x[i];
-    mat_rows(m, W, s->xf, s->yf);
-    for (int o = 0; o < W->rows; o++) y[o] = (double)s->yf[o];
+    for (size_t i = 0; i < (size_t)T * in; i++) s->xf[i] = (float)x[i];
+    mat_rows(m, W, s->xf, T, s->yf, out);
+    for (size_t o = 0; o < (size_t)T * out; o++) y[o] = (double)s->yf[o];
 }
 
 static void rmsnorm(const double *x, const float *w, double *y, int n, double eps)
@@ -697,15 +707,16 @@ static void rope(double *x, int D, int pos, const double *inv_freq)
     }
 }
 
-static void attention(const qwen3_model *m, qwen3_state *s, int il)
+/* Row t's attention (its query q, its output att) over positions 0..pos */
+static void attention(const qwen3_model *m, qwen3_state *s, int il, const double *qrow, double *att, int pos)
 {
     const qwen3_config *c = &m->c;
-    int D = c->head_dim, KV = c->kv_heads, rep = c->heads / c->kv_heads, n = s->pos + 1;
+    int D = c->head_dim, KV = c->kv_heads, rep = c->heads / c->kv_heads, n = pos + 1;
     const float *K = s->k + (size_t)il * s->n_ctx * KV * D, *V = s->v + (size_t)il * s->n_ctx * KV * D;
     double scale = 1.0 / sqrt((double)D);
     for (int h = 0; h < c->heads; h++) {
         int g = h / rep; /* repeat_kv: query head h reads kv head h / (H / KV) */
-        const double *q = s->q + (size_t)h * D;
+        const double *q = qrow + (size_t)h * D;
         double mx = -INFINITY;
         for (int p = 0; p < n; p++) {
             const float *k = K + ((size_t)p * KV + g) * D;
@@ -716,7 +727,7 @@ static void attention(const qwen3_model *m, qwen3_state *s, int il)
         }
         double sum = 0;
         for (int p = 0; p < n; p++) sum += (s->sc[p] = exp(s->sc[p] - mx));
-        double *o = s->att + (size_t)h * D;
+        double *o = att + (size_t)h * D;
         for (int i = 0; i < D; i++) o[i] = 0;
         for (int p = 0; p < n; p++) {
             const float *v = V + ((size_t)p * KV + g) * D;
@@ -726,35 +737,47 @@ static void attention(const qwen3_model *m, qwen3_state *s, int il)
     }
 }
 
-static void layer(const qwen3_model *m, qwen3_state *s, int il)
+/* Layer il over the T rows of s->x at positions s->pos .. s->pos + T - 1:
+ * each row's operations are those of one row alone, in the same order, so
+ * a chunk gives the bits of its ids one at a time */
+static void layer(const qwen3_model *m, qwen3_state *s, int il, int T)
 {
     const qwen3_config *c = &m->c;
     const q3_layer *L = &m->l[il];
-    int E = c->hidden, D = c->head_dim, KD = c->kv_heads * D, F = c->ffn;
-    rmsnorm(s->x, L->attn_norm, s->h, E, c->eps);
-    product(m, s, &L->q, s->h, s->q);
-    product(m, s, &L->k, s->h, s->kk);
-    product(m, s, &L->v, s->h, s->vv);
-    /* per head: QK-norm, then RoPE */
-    for (int h = 0; h < c->heads; h++) {
-        rmsnorm(s->q + (size_t)h * D, L->q_norm, s->q + (size_t)h * D, D, c->eps);
-        rope(s->q + (size_t)h * D, D, s->pos, m->inv_freq);
+    size_t E = (size_t)c->hidden, D = (size_t)c->head_dim, HD = (size_t)c->heads * D, KD = (size_t)c->kv_heads * D,
+           F = (size_t)c->ffn;
+    for (int t = 0; t < T; t++) rmsnorm(s->x + t * E, L->attn_norm, s->h + t * E, (int)E, c->eps);
+    product(m, s, &L->q, s->h, s->q, T);
+    product(m, s, &L->k, s->h, s->kk, T);
+    product(m, s, &L->v, s->h, s->vv, T);
+    for (int t = 0; t < T; t++) {
+        int pos = s->pos + t;
+        double *q = s->q + t * HD, *kk = s->kk + t * KD, *vv = s->vv + t * KD;
+        /* per head: QK-norm, then RoPE */
+        for (int h = 0; h < c->heads; h++) {
+            rmsnorm(q + (size_t)h * D, L->q_norm, q + (size_t)h * D, (int)D, c->eps);
+            rope(q + (size_t)h * D, (int)D, pos, m->inv_freq);
+        }
+        for (int h = 0; h < c->kv_heads; h++) {
+            rmsnorm(kk + (size_t)h * D, L->k_norm, kk + (size_t)h * D, (int)D, c->eps);
+            rope(kk + (size_t)h * D, (int)D, pos, m->inv_freq);
+        }
+        size_t at = (((size_t)il * s->n_ctx + (size_t)pos) * c->kv_heads) * D;
+        for (size_t i = 0; i < KD; i++) s->k[at + i] = (float)kk[i], s->v[at + i] = (float)vv[i];
     }
-    size_t at = (((size_t)il * s->n_ctx + (size_t)s->pos) * c->kv_heads) * D;
-    for (int h = 0; h < c->kv_heads; h++) {
-        rmsnorm(s->kk + (size_t)h * D, L->k_norm, s->kk + (size_t)h * D, D, c->eps);
-        rope(s->kk + (size_t)h * D, D, s->pos, m->inv_freq);
+    /* causal: row t reads positions up to its own, all written above */
+    for (int t = 0; t < T; t++) attention(m, s, il, s->q + t * HD, s->att + t * HD, s->pos + t);
+    product(m, s, &L->o, s->att, s->o, T);
+    for (int t = 0; t < T; t++) {
+        double *x = s->x + t * E, *o = s->o + t * E;
+        for (size_t i = 0; i < E; i++) x[i] += o[i];
+        rmsnorm(x, L->ffn_norm, s->h + t * E, (int)E, c->eps);
     }
-    for (int i = 0; i < KD; i++) s->k[at + i] = (float)s->kk[i], s->v[at + i] = (float)s->vv[i];
-    attention(m, s, il);
-    product(m, s, &L->o, s->att, s->o);
-    for (int i = 0; i < E; i++) s->x[i] += s->o[i];
-    rmsnorm(s->x, L->ffn_norm, s->h, E, c->eps);
-    product(m, s, &L->gate, s->h, s->g);
-    product(m, s, &L->up, s->h, s->u);
-    for (int i = 0; i < F; i++) s->g[i] = s->g[i] / (1.0 + exp(-s->g[i])) * s->u[i];
-    product(m, s, &L->down, s->g, s->o);
-    for (int i = 0; i < E; i++) s->x[i] += s->o[i];
+    product(m, s, &L->gate, s->h, s->g, T);
+    product(m, s, &L->up, s->h, s->u, T);
+    for (size_t i = 0; i < (size_t)T * F; i++) s->g[i] = s->g[i] / (1.0 + exp(-s->g[i])) * s->u[i];
+    product(m, s, &L->down, s->g, s->o, T);
+    for (size_t i = 0; i < (size_t)T * E; i++) s->x[i] += s->o[i];
 }
 
 static int eval_rows(const qwen3_model *m, qwen3_state *s, const int32_t *ids, int n, float *logits, int last_only,
@@ -771,6 +794,27 @@ int qwen3_eval_last(const qwen3_model *m, qwen3_state *s, const int32_t *ids, in
     return eval_rows(m, s, ids, n, last, 1, err);
 }
 
+/* The logits of rows [t0, t0 + T) of s->x (final norm, head) into out,
+ * rows vocab apart */
+static void head_rows(const qwen3_model *m, qwen3_state *s, int t0, int T, float *out)
+{
+    const qwen3_config *c = &m->c;
+    size_t E = (size_t)c->hidden;
+    for (int t = 0; t < T; t++) rmsnorm(s->x + (size_t)(t0 + t) * E, m->norm, s->h + (size_t)t * E, (int)E, c->eps);
+    if (m->kt) { /* the head straight into the logits rows */
+        for (size_t i = 0; i < (size_t)T * E; i++) s->xf[i] = (float)s->h[i];
+        mat_rows(m, &m->head, s->xf, T, out, (size_t)c->vocab);
+        return;
+    }
+    for (int t = 0; t < T; t++)
+        for (int o = 0; o < c->vocab; o++) {
+            const float *w = mat_row(&m->head, o, s->wr);
+            const double *h = s->h + (size_t)t * E;
+            double a = 0;
+            for (size_t i = 0; i < E; i++) a += (double)w[i] * h[i];
+            out[(size_t)t * (size_t)c->vocab + (size_t)o] = (float)a;
+        }
+}
 
 static int eval_rows(const qwen3_model *m, qwen3_state *s, const int32_t *ids, int n, float *logits, int last_only,
                      df_error *err)
@@ -782,27 +826,17 @@ static int eval_rows(const qwen3_model *m, qwen3_state *s, const int32_t *ids, i
     for (int i = 0; i < n; i++)
         if (ids[i] < 0 || ids[i] >= c->vocab)
             return df_err_set(err, DF_ERR_ARG, i, "qwen3: id %d is outside the vocabulary (%d)", ids[i], c->vocab);
-    for (int t = 0; t < n; t++) {
-        const float *e = mat_row(&m->embed, ids[t], s->wr);
-        for (int i = 0; i < c->hidden; i++) s->x[i] = (double)e[i];
-        for (int il = 0; il < c->layers; il++) layer(m, s, il);
-        if (logits && (!last_only || t == n - 1)) {
-            rmsnorm(s->x, m->norm, s->h, c->hidden, c->eps);
-            float *row = logits + (last_only ? 0 : (size_t)t * (size_t)c->vocab);
-            if (m->kt) { /* the head straight into the logits row */
-                for (int i = 0; i < c->hidden; i++) s->xf[i] = (float)s->h[i];
-                mat_rows(m, &m->head, s->xf, row);
-                s->pos++;
-                continue;
-            }
-            for (int o = 0; o < c->vocab; o++) {
-                const float *w = mat_row(&m->head, o, s->wr);
-                double a = 0;
-                for (int i = 0; i < c->hidden; i++) a += (double)w[i] * s->h[i];
-                row[o] = (float)a;
-            }
+    size_t E = (size_t)c->hidden;
+    for (int t0 = 0; t0 < n; t0 += Q3_ROWS) {
+        int T = n - t0 < Q3_ROWS ? n - t0 : Q3_ROWS;
+        for (int t = 0; t < T; t++) {
+            const float *e = mat_row(&m->embed, ids[t0 + t], s->wr);
+            for (size_t i = 0; i < E; i++) s->x[(size_t)t * E + i] = (double)e[i];
         }
-        s->pos++;
+        for (int il = 0; il < c->layers; il++) layer(m, s, il, T);
+        if (logits && !last_only) head_rows(m, s, 0, T, logits + (size_t)t0 * (size_t)c->vocab);
+        if (logits && last_only && t0 + T == n) head_rows(m, s, T - 1, 1, logits);
+        s->pos += T;
     }
     return 0;
 }
