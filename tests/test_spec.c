@@ -173,6 +173,7 @@ typedef struct truth {
     uint64_t rng;
     int V;
     int slow_first;           /* the first proposal takes 200 ms (as if the OS preempted it) */
+    int wrong_first;          /* the first proposal is wrong, the others as mode says */
 } truth;
 
 static int truth_propose(df_drafter *d, const int32_t *h, size_t n, int32_t *out, int k, df_error *err)
@@ -186,7 +187,8 @@ static int truth_propose(df_drafter *d, const int32_t *h, size_t n, int32_t *out
     }
     size_t at = n - t->prompt_n; /* ids of the continuation already in the history */
     int right = k;
-    if (t->mode == 1) right = 0;
+    if (t->mode == 1 || t->wrong_first) right = 0;
+    t->wrong_first = 0;
     if (t->mode == 2) {
         t->rng = t->rng * 6364136223846793005ull + 1442695040888963407ull;
         right = (int)((t->rng >> 33) % (uint64_t)(k + 1));
@@ -380,6 +382,22 @@ static void test_shadow_scoring(void)
                     (unsigned long long)got.st.passes);
             TCHECKF(got.st.draft_passes >= 1 && got.st.accepted == got.st.proposed,
                     "a preempted first proposal ended drafting: %llu draft passes", (unsigned long long)got.st.draft_passes);
+            free(got.rows);
+        }
+    }
+    /* wrong at its first (one-id) shadow, right after: the next shadow's
+     * ids move the acceptance as each is decided, so drafts start within a
+     * few passes, not once all of that proposal's ids are in */
+    {
+        truth tr = {.ids = ref.ids, .prompt_n = 12, .mode = 0, .V = V, .wrong_first = 1};
+        df_drafter d = {.name = "truth", .propose = truth_propose, .state = &tr};
+        run_out got = {0};
+        if (!generate(eng, &d, 0, GEN_N, 0, &got)) {
+            compare(&ref, &got, V, "wrong first, then right");
+            fprintf(stderr, "    wrong first, then right: first draft at pass %lld\n",
+                    (long long)got.st.first_draft_pass);
+            TCHECKF(got.st.first_draft_pass >= 0 && got.st.first_draft_pass <= 6,
+                    "wrong first, then right: first draft at pass %lld", (long long)got.st.first_draft_pass);
             free(got.rows);
         }
     }
