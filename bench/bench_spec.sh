@@ -22,6 +22,12 @@
 # again with the guard's state (--spec-state) from one earlier run of each, and
 # lookup:FILE with the answer itself as FILE (every draft right: the bound; the
 # random weights make every real drafter wrong there), without and with state.
+# Part 1 also runs a Qwen3-architecture drafter with the real Qwen3 tokenizer
+# (cross-tokenizer drafting, issue 42; BENCH_QWEN_DRAFTER, default
+# build/qwen3-drafter from tools/train/qwen3_drafter.sh; its blocks are skipped,
+# saying so, when the folder is not there) on code, a prose continuation and the
+# chat answer, beside the same-tokenizer drafter; a drafter spelled X@kN runs
+# with --draft-k N (drafts forced past the cost model and the guard).
 # Env: BENCH_REPS (5), BENCH_CHAT_REPS (3 x BENCH_REPS: the chat answers are
 # short, so timing noise is a larger share of each), BENCH_NEW (tokens per run, 96), BENCH_THREADS, BENCH_K3,
 # BENCH_DIR / BENCH_KEEP (part 2's scratch model under /var/tmp), BENCH_ONLY
@@ -65,6 +71,10 @@ run_block() {
                 dd=${d%+state}
                 cp "$tmp/learned.$(echo "$dd" | tr ':/' '__').json" "$tmp/run.json"
                 st=(--spec-state "$tmp/run.json")
+            fi
+            if [[ $dd == *@k[0-9]* ]]; then
+                st+=(--draft-k "${dd##*@k}")
+                dd=${dd%@k*}
             fi
             # shellcheck disable=SC2086
             out=$(build/deltafin run --model "$model" "${pa[@]}" $extra --max-new "$new" --threads "$threads" --draft "$dd" \
@@ -112,6 +122,10 @@ M=models/k3-mini
 D="model:models/k3-mini-draft"
 code='def fibonacci(n):\n    if n < 2:\n        return n\n    return fibonacci(n - 1) + fibonacci(n - 2)\n\ndef factorial(n):\n    if n < 2:\n        return 1\n    return'
 list='Monday, Tuesday, Wednesday, Thursday, Friday, Saturday, Sunday. Monday, Tuesday, Wednesday, Thursday,'
+# a held-out prose opening (build/train38/heldout.txt: in neither model's training data)
+prose='To every thing there is a season, and a time to every purpose under the heaven: A time to be born, and a time to die; a time to plant,'
+Q=${BENCH_QWEN_DRAFTER:-build/qwen3-drafter}
+QD="model:$Q"
 echo "deltafin speculative decoding, $threads threads, $reps rounds of $new tokens, greedy (medians; ids checked against drafts off)"
 for mode in ram stream; do
     mem=""
@@ -121,7 +135,16 @@ for mode in ram stream; do
     # a chat answer is ~20 tokens (a few ms): more rounds for the same confidence
     reps=$chat_reps run_block "$M" "k3-mini, chat answer (with reasoning), $mode, $chat_reps rounds" chat \
         "Tell me about the sea and the ships on it." "$mem" none off-again ngram suffix "$D"
+    if [ -f "$Q/config.json" ]; then
+        run_block "$M" "k3-mini, Qwen3 drafter, code prompt, $mode" text "$(printf "$code")" "$mem" \
+            none off-again "$D" "$D@k4" "$QD" "$QD@k4"
+        run_block "$M" "k3-mini, Qwen3 drafter, prose continuation, $mode" text "$prose" "$mem" \
+            none off-again "$D" "$D@k4" "$QD" "$QD@k4"
+        reps=$chat_reps run_block "$M" "k3-mini, Qwen3 drafter, chat answer (with reasoning), $mode, $chat_reps rounds" chat \
+            "Tell me about the sea and the ships on it." "$mem" none off-again "$D" "$D@k4" "$QD" "$QD@k4"
+    fi
 done
+[ -f "$Q/config.json" ] || echo "(Qwen3 drafter blocks skipped: no $Q/config.json; tools/train/qwen3_drafter.sh builds it)"
 
 if [ "${BENCH_K3:-1}" = 1 ]; then
     # a BENCH_DIR given is kept; a directory made here is removed at exit

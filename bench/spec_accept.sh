@@ -1,8 +1,13 @@
 #!/usr/bin/env bash
 # spec_accept.sh - how often a draft model's proposals are accepted in real
-# speculative decoding against a target: chat answers and code, greedy.
+# speculative decoding against a target: chat answers, code and (SPEC_SETS)
+# prose continuations, greedy.
 #
 #   bench/spec_accept.sh [TARGET] [DRAFTER]     (defaults: models/k3-mini, models/k3-mini-draft)
+#
+# DRAFTER may be a Qwen3 model folder (cross-tokenizer drafting, issue 42: e.g.
+# build/qwen3-drafter from tools/train/qwen3_drafter.sh); proposed / accepted
+# then count the K3 ids its translated drafts became.
 #
 # Every run is `deltafin run ... --draft model:DRAFTER --draft-k K --bench-json`
 # with the draft count forced (--draft-k goes past the cost model and the guard,
@@ -11,7 +16,9 @@
 # per set and K: accepted / proposed, and the target's tokens per pass (1 + the
 # accepted drafts per pass).  K 1 is the first draft's hit rate.  One thread,
 # nice 19 (nothing here is a speed claim).  Env: SPEC_NEW (tokens per answer,
-# 64), SPEC_K ("1 4").  The ids are checked against drafts off: a difference
+# 64), SPEC_K ("1 4"), SPEC_SETS ("chat code"; "chat prose code" adds five
+# openings of held-out prose documents, build/train38/heldout.txt's, in neither
+# model's training data).  The ids are checked against drafts off: a difference
 # fails the script.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,6 +26,11 @@ target=${1:-models/k3-mini}
 drafter=${2:-models/k3-mini-draft}
 new=${SPEC_NEW:-64}
 ks=${SPEC_K:-1 4}
+sets=${SPEC_SETS:-chat code}
+if [ ! -e "$drafter" ]; then
+    echo "spec_accept.sh: no drafter at $drafter (a model folder or a GGUF file)" >&2
+    exit 2
+fi
 make -s build/deltafin
 field() { sed -n "s/.*\"$1\":\([0-9.e+-]*\).*/\1/p"; }
 ids_of() { sed -n 's/.*"ids":\[\([0-9,]*\)\].*/\1/p'; }
@@ -31,6 +43,11 @@ code=('def fibonacci(n):\n    if n < 2:\n        return n\n    return fibonacci(
       'class Stack:\n    def __init__(self):\n        self.items = []\n\n    def push(self, item):\n        self.items.append(item)\n\n    def pop(self):\n        return'
       '>>> d = {"a": 1, "b": 2}\n>>> for key, value in d.items():\n...     print(key, value)\n'
       'with open("data.txt") as f:\n    for line in f:\n        line = line.strip()\n        if not line:\n            continue\n')
+prose=("To every thing there is a season, and a time to every purpose under the heaven: A time to be born, and a time to die; a time to plant,"
+       "The term ‘hacker’ also tends to connote membership in the global community defined by the net"
+       "The denunciation of the young is a necessary part of the hygiene of older"
+       "The modules described in this chapter parse various miscellaneous file formats"
+       "The tilde (~) is commonly used in a quantifying sense of ‘approximately’; that is,")
 fail=0
 run_set() {
     local label=$1 kind=$2; shift 2
@@ -55,6 +72,12 @@ run_set() {
     done
 }
 echo "target $target, drafter $drafter, greedy, $new new tokens, --draft-k forced, 1 thread"
-run_set chat chat "${chat[@]}"
-run_set code text "${code[@]}"
+for set in $sets; do
+    case $set in
+    chat) run_set chat chat "${chat[@]}" ;;
+    prose) run_set prose text "${prose[@]}" ;;
+    code) run_set code text "${code[@]}" ;;
+    *) echo "spec_accept.sh: unknown set $set (chat, prose, code)" >&2; exit 2 ;;
+    esac
+done
 exit "$fail"
