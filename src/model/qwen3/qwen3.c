@@ -232,6 +232,19 @@ static size_t kept_bytes(const q3mat *w, size_t n)
     }
 }
 
+/* n BF16 (bf16) or F16 values at raw widened into new f32 memory; raw is freed */
+static float *widen16(uint8_t *raw, size_t n, int bf16)
+{
+    float *out = xmalloc(n * sizeof *out);
+    for (size_t j = 0; j < n; j++) {
+        uint16_t h;
+        memcpy(&h, raw + 2 * j, 2);
+        out[j] = bf16 ? bf16_to_f32(h) : f16_to_f32(h);
+    }
+    free(raw);
+    return out;
+}
+
 /* Tensor `name` of the given shape into dst (see kept_bytes); with
  * size_only nothing is read, dst says the type and bytes. */
 static int st_load(const void *src, const char *name, int64_t d0, int64_t d1, int widen, int size_only, q3mat *dst,
@@ -263,14 +276,7 @@ static int st_load(const void *src, const char *name, int64_t d0, int64_t d1, in
             dst->data = raw;
             return 0;
         }
-        float *out = xmalloc(n * sizeof *out);
-        for (size_t j = 0; j < n; j++) {
-            uint16_t h;
-            memcpy(&h, raw + 2 * j, 2);
-            out[j] = t->dtype == ST_BF16 ? bf16_to_f32(h) : f16_to_f32(h);
-        }
-        free(raw);
-        dst->data = out;
+        dst->data = widen16(raw, n, t->dtype == ST_BF16);
         return 0;
     }
     return df_err_set(err, DF_ERR_FORMAT, -1, "the model has no tensor %s", name);
@@ -425,13 +431,12 @@ static int gguf_load(const void *src, const char *name, int64_t out_dim, int64_t
         dst->data = raw;
         return 0;
     }
-    float *o = xmalloc(n * sizeof *o);
-    for (size_t j = 0; q && j < n / (size_t)q->block; j++) q->decode(raw + j * (size_t)q->bytes, o + j * (size_t)q->block);
-    for (size_t j = 0; !q && j < n; j++) {
-        uint16_t h;
-        memcpy(&h, raw + 2 * j, 2);
-        o[j] = t->type == GGML_TYPE_BF16 ? bf16_to_f32(h) : f16_to_f32(h);
+    if (!q) {
+        dst->data = widen16(raw, n, t->type == GGML_TYPE_BF16);
+        return 0;
     }
+    float *o = xmalloc(n * sizeof *o);
+    for (size_t j = 0; j < n / (size_t)q->block; j++) q->decode(raw + j * (size_t)q->bytes, o + j * (size_t)q->block);
     free(raw);
     dst->data = o;
     return 0;
