@@ -174,12 +174,20 @@ typedef struct truth {
     int V;
     int slow_first;           /* the first proposal takes 200 ms (as if the OS preempted it) */
     int wrong_first;          /* the first proposal is wrong, the others as mode says */
+    int empty_ms;             /* propose nothing, after this many ms */
+    int calls;
 } truth;
 
 static int truth_propose(df_drafter *d, const int32_t *h, size_t n, int32_t *out, int k, df_error *err)
 {
     (void)err;
     truth *t = d->state;
+    t->calls++;
+    if (t->empty_ms) {
+        struct timespec ts = {0, (long)t->empty_ms * 1000000L};
+        nanosleep(&ts, NULL);
+        return 0;
+    }
     if (t->slow_first) {
         struct timespec ts = {0, 200000000};
         nanosleep(&ts, NULL);
@@ -398,6 +406,22 @@ static void test_shadow_scoring(void)
                     (long long)got.st.first_draft_pass);
             TCHECKF(got.st.first_draft_pass >= 0 && got.st.first_draft_pass <= 6,
                     "wrong first, then right: first draft at pass %lld", (long long)got.st.first_draft_pass);
+            free(got.rows);
+        }
+    }
+    /* a drafter that never proposes and takes 20 ms to say so (a cross-
+     * tokenizer drafter on markup): its empty answers cost their time, so
+     * it is not asked at every step */
+    {
+        truth tr = {.ids = ref.ids, .prompt_n = 12, .mode = 0, .V = V, .empty_ms = 20};
+        df_drafter d = {.name = "truth", .propose = truth_propose, .state = &tr};
+        run_out got = {0};
+        if (!generate(eng, &d, 0, GEN_N, 0, &got)) {
+            compare(&ref, &got, V, "never proposes, slowly");
+            fprintf(stderr, "    never proposes, 20 ms a call: asked %d times in %llu passes\n", tr.calls,
+                    (unsigned long long)got.st.passes);
+            TCHECKF(tr.calls <= 4, "a slow drafter that never proposes was asked %d times in %llu passes", tr.calls,
+                    (unsigned long long)got.st.passes);
             free(got.rows);
         }
     }

@@ -46,6 +46,8 @@ typedef struct xtok {
     int32_t *qids;              /* the drafter ids its state holds, [n_ctx] */
     int n_q;
     float *logits;              /* [V] */
+    double *ex, *ey;            /* [V]: the confidence's exponentials (the kernel table's exp_n) */
+    const kernel_table *kt;
     unsigned char *text;        /* the history's bytes */
     size_t text_cap;
     int32_t *enc;               /* encodings (grown by tokenizer_encode) */
@@ -89,8 +91,11 @@ static int generate(xtok *x, int m, int32_t *gen, df_error *err)
         int best = 0;
         for (int i = 1; i < x->V; i++)
             if (x->logits[i] > x->logits[best]) best = i;
-        double z = 0;
-        for (int i = 0; i < x->V; i++) z += exp((double)x->logits[i] - (double)x->logits[best]);
+        /* z = sum of exp(l - max), the exponentials in the kernel table's vector exp (df_exp's bits) */
+        double z = 0, mx = (double)x->logits[best];
+        for (int i = 0; i < x->V; i++) x->ex[i] = (double)x->logits[i] - mx;
+        x->kt->exp_n(x->ex, x->ey, (size_t)x->V);
+        for (int i = 0; i < x->V; i++) z += x->ey[i];
         if (1.0 / z < XT_CONFIDENCE || tokenizer_is_special(x->dt, best) || best >= tokenizer_n_vocab(x->dt)) break;
         gen[g++] = best;
         if (x->fam->forward(x->m, x->s, &gen[g - 1], 1, x->logits, 1, err)) return -1;
@@ -199,7 +204,7 @@ static void xt_destroy(df_drafter *d)
     tokenizer_free(x->dt);
     if (x->s) x->fam->state_free(x->s);
     if (x->m) x->fam->close(x->m);
-    free(x->qids), free(x->logits), free(x->text), free(x->enc);
+    free(x->qids), free(x->logits), free(x->ex), free(x->ey), free(x->text), free(x->enc);
     free(x);
     d->state = NULL;
 }
@@ -253,6 +258,9 @@ int df_drafter_open_xtok(const char *path, const char *target_model, int n_ctx, 
     }
     x->qids = xmalloc((size_t)n_ctx * sizeof *x->qids);
     x->logits = xmalloc((size_t)x->V * sizeof *x->logits);
+    x->ex = xmalloc((size_t)x->V * sizeof *x->ex);
+    x->ey = xmalloc((size_t)x->V * sizeof *x->ey);
+    x->kt = kt;
     *out = d;
     return 0;
 }

@@ -383,13 +383,15 @@ static int shadow_propose(gen_loop *g, df_error *err)
     if (n < 0) return -1;
     g->st.draft_sec += dt;
     if (n > want) n = want;
+    /* the cheapest recent cost per id, rising at most 10 % a proposal: a
+     * proposal preempted by the OS does not end shadowing, a drafter whose
+     * cost grows (a longer history to search) still shows it.  An empty
+     * proposal costs its time as one id: a drafter that seldom proposes
+     * but is costly to ask is not asked at every step for nothing */
+    double c = dt / (n > 0 ? n : 1);
+    g->sh_cost = g->sh_cost > 0 && c > g->sh_cost * 1.1 ? g->sh_cost * 1.1 : c;
     if (n > 0) {
         g->draft_tok_sec = g->draft_tok_sec > 0 ? DECAY * g->draft_tok_sec + (1 - DECAY) * dt / n : dt / n;
-        /* the cheapest recent cost per id, rising at most 10 % a proposal:
-         * a proposal preempted by the OS does not end shadowing, a drafter
-         * whose cost grows (a longer history to search) still shows it */
-        double c = dt / n;
-        g->sh_cost = g->sh_cost > 0 && c > g->sh_cost * 1.1 ? g->sh_cost * 1.1 : c;
         g->sh_n = n;
         g->sh_done = 0;
         g->sh_at = at;
