@@ -19,7 +19,9 @@
 # rest read on each miss).  Part 2 (BENCH_K3=1, the default): a K3-shaped model
 # (k3gen bench1g, ~1.2 GB of MXFP4 experts) whose experts stream from disk at
 # --mem 600M, drafts off / ngram / suffix on a repeating prompt, and ngram / suffix
-# again with the guard's state (--spec-state) from one earlier run of each.
+# again with the guard's state (--spec-state) from one earlier run of each, and
+# lookup:FILE with the answer itself as FILE (every draft right: the bound; the
+# random weights make every real drafter wrong there), without and with state.
 # Part 1 also runs a Qwen3-architecture drafter with the real Qwen3 tokenizer
 # (cross-tokenizer drafting, issue 42; BENCH_QWEN_DRAFTER, default
 # build/qwen3-drafter from tools/train/qwen3_drafter.sh; its blocks are skipped,
@@ -104,8 +106,8 @@ run_block() {
                   lo[k] = 1e9; hi[k] = 0
                   for (j = 1; j <= c[k]; j++) { r = round[k, j]; if (rt["none", r] > 0) { q = tps[k, j] / rt["none", r]
                       if (q < lo[k]) lo[k] = q; if (q > hi[k]) hi[k] = q } } }
-              for (i = 1; i <= n; i++) { k = o[i]
-                  printf "  %-34s %9.1f %7.2fx %6.2f-%5.2fx %10.2f %12.1f %9.0f%% %12s\n", k, m1[k], (m1["none"] > 0 ? m1[k] / m1["none"] : 0),
+              for (i = 1; i <= n; i++) { k = o[i]; name = k; sub(/:.*\//, ":", name)
+                  printf "  %-34s %9.1f %7.2fx %6.2f-%5.2fx %10.2f %12.1f %9.0f%% %12s\n", name, m1[k], (m1["none"] > 0 ? m1[k] / m1["none"] : 0),
                          lo[k], hi[k], m2[k], m3[k], (prop[k] ? 100 * acc[k] / prop[k] : 0),
                          (k == "none" || k == "off-again" ? "-" : m4[k] >= 1e9 ? "never" : sprintf("pass %d", m4[k])) }
               print "  1st draft: the median index of the first target pass with drafts (from 0; \"never\": none in the answer);"
@@ -153,7 +155,14 @@ if [ "${BENCH_K3:-1}" = 1 ]; then
     trap cleanup EXIT
     [ -f "$dir/m/config.json" ] || build/k3gen --out "$dir/m" --preset bench1g >/dev/null
     rep=$(awk 'BEGIN { for (i = 0; i < 48; i++) printf "%s%d", (i ? "," : ""), 100 + (i % 6) * 37 }')
+    # lookup's reference is this answer itself, from one drafts-off run before the rounds: every
+    # draft it proposes is right.  The random weights make every real drafter wrong on this
+    # model, so this arm is the bound: what drafts that pay buy when experts stream, and how
+    # soon the guard engages them (with an earlier run's state: the first draft pass).
+    build/deltafin run --model "$dir/m" --prompt-ids "$rep" --mem 600M --max-new "$new" --threads "$threads" \
+        --bench-json 2>/dev/null | tail -1 | ids_of >"$dir/answer.ids"
     run_block "$dir/m" "K3-shaped bench1g ($(du -sh "$dir/m" | cut -f1)), experts streamed at --mem 600M, repeating prompt" \
-        ids "$rep" "--mem 600M" none off-again ngram suffix ngram+state suffix+state
+        ids "$rep" "--mem 600M" none off-again ngram suffix ngram+state suffix+state "lookup:$dir/answer.ids" \
+        "lookup:$dir/answer.ids+state"
 fi
 exit "$fail"

@@ -1,4 +1,4 @@
-/* test_backend.c - the block-level backend seam (src/model/ops.h): the
+/* test_backend.c - the block-level backend seam (src/model/k3/ops.h): the
  * reference backend (ops_ref.c: one thread, plain C from the spec over the
  * scalar kernels) and the CPU backend give bit-identical logits on every
  * fixture model and path a forward pass can take: prompts in one pass and

@@ -1,4 +1,4 @@
-/* test_qwen3.c - the Qwen3 dense forward pass (src/model/qwen3.c) against an
+/* test_qwen3.c - the Qwen3 dense forward pass (src/model/qwen3/qwen3.c) against an
  * independent float64 reference (tools/qwen3/qwen3_toy.py, numpy) on random
  * models it generates: tied and untied embeddings, H*D != E and == E,
  * GQA and plain multi-head, F32 and BF16 tensors, several sizes.  Logits of
@@ -9,13 +9,22 @@
  * after a truncation gives the same bits.  With the matrix products on a
  * kernel table (qwen3_set_kernels): within 1e-4 too, the same bits on every
  * ISA this CPU runs, at every chunking and after a truncation.  Bad folders are refused with the
- * file and field named.  Skipped (said so) without python3-numpy.
+ * file and field named.  The family seam (family.h): the model's type picks
+ * its family; the table's sizes are the opened model's, its forward pass, marks
+ * and truncation give qwen3.c's bits; K3's loader refuses a Qwen3 folder
+ * naming --draft; an unknown type is named with the types known.  Skipped
+ * (said so) without python3-numpy.
  */
 #define _GNU_SOURCE
 #include "harness.h"
+#include "family.h"
 #include "kernels.h"
+#include "model.h"
 #include "qwen3.h"
 #include "util.h"
+
+#include <dirent.h>
+#include <sys/stat.h>
 
 #include <math.h>
 #include <stdio.h>
@@ -123,6 +132,32 @@ static void check_kernels(const char *name, qwen3_model *m, const double *want, 
     free(first);
 }
 
+/* Matrices kept in the file's type (BF16 here) give the bits of the same
+ * model widened to F32 at load, on a kernel table, in the memory the type
+ * says. */
+static void check_stored(const char *name, const char *dir, qwen3_model *m, size_t n)
+{
+    df_error err = {0};
+    qwen3_model *w = NULL;
+    const kernel_table *kt = kernels_select(NULL, &err);
+    TCHECKF(kt && qwen3_open_f32(dir, &w, &err) == 0, "%s: %s", name, err.msg);
+    if (!w || !kt) return;
+    qwen3_set_kernels(m, kt);
+    qwen3_set_kernels(w, kt);
+    float *a = eval_chunks(m, N_IDS, 0), *b = eval_chunks(w, N_IDS, 0);
+    TCHECKF(!memcmp(a, b, n * sizeof *a), "%s: the stored matrices give other bits than widened ones", name);
+    size_t kept = qwen3_model_bytes(m), wide = qwen3_model_bytes(w);
+    uint64_t from_headers = 0;
+    TCHECKF(qwen3_weight_bytes(dir, &from_headers, &err) == 0 && from_headers == kept, "%s: headers say %llu, loaded %zu",
+            name, (unsigned long long)from_headers, kept);
+    printf("    %s: weights %zu bytes as stored, %zu widened to f32: the same bits on %s\n", name, kept, wide, kt->name);
+    if (strstr(name, "bf16")) TCHECKF(kept < wide * 6 / 10, "%s: BF16 matrices take %zu of %zu bytes", name, kept, wide);
+    else TCHECK(kept == wide);
+    qwen3_set_kernels(m, NULL);
+    free(a), free(b);
+    qwen3_free(w);
+}
+
 static void check_model(const char *name, const char *make_args, int mistakes)
 {
     char dir[600], args[1600], ref[700];
@@ -155,6 +190,7 @@ static void check_model(const char *name, const char *make_args, int mistakes)
     TCHECKF(!memcmp(tr, all, n * sizeof *tr), "%s: truncated and re-evaluated gives other bits", name);
     free(tr);
     check_kernels(name, m, want, n);
+    check_stored(name, dir, m, n);
     /* each deliberate mistake is far outside the tolerance */
     static const char *mistake[3] = {"interleaved-rope", "rope-before-norm", "kv-mod"};
     for (int i = 0; i < mistakes; i++) {
@@ -231,9 +267,113 @@ static void test_refused(void)
     test_scratch_remove();
 }
 
+/* The family table (family.h) over the same code: what the type picks, the
+ * sizes it states, the bits it computes. */
+static void test_family(void)
+{
+    if (!have_numpy()) TSKIP("the models are written by tools/qwen3/qwen3_toy.py (python3-numpy)");
+    char dir[600], args[1200], sh[2400];
+    snprintf(dir, sizeof dir, "%s/fam", test_scratch());
+    snprintf(args, sizeof args, "make %s --layers 2 --hidden 48 --heads 4 --kv-heads 2 --head-dim 16 --ffn 64 --seed 5",
+             dir);
+    TCHECK(py(args) == 0);
+    df_error err = {0};
+    const df_family *f = family_of(dir, &err);
+    TCHECKF(f == &df_family_qwen3 && !f->engine && f->forward, "family_of: %s", f ? f->name : err.msg);
+    if (f != &df_family_qwen3) return;
+    qwen3_model *m = NULL;
+    TCHECKF(qwen3_open(dir, &m, &err) == 0, "%s", err.msg);
+    if (!m) return;
+    const qwen3_config *c = qwen3_cfg(m);
+    df_family_info fi;
+    TCHECKF(f->info(dir, &fi, &err) == 0, "%s", err.msg);
+    TCHECK(fi.layers == c->layers && fi.hidden == c->hidden && fi.vocab == c->vocab);
+    TCHECKF(family_bytes(&fi, 0) == qwen3_model_bytes(m) &&
+                family_bytes(&fi, 4096) == qwen3_model_bytes(m) + qwen3_state_bytes(c, 4096),
+            "sizes %llu against the opened model's %zu", (unsigned long long)family_bytes(&fi, 0), qwen3_model_bytes(m));
+    TCHECKF(strstr(fi.summary, "Qwen3, 2 layers, 48 wide") != NULL, "%s", fi.summary);
+    /* the table's pass gives qwen3.c's bits: all rows, the last row, after a truncation */
+    const kernel_table *kt = kernels_select(NULL, &err);
+    TCHECK(kt != NULL);
+    qwen3_set_kernels(m, kt);
+    float *want = eval_chunks(m, N_IDS, 0);
+    df_family_model *fm = NULL;
+    df_family_state *fs = NULL;
+    size_t V = (size_t)c->vocab;
+    float *lg = xmalloc((size_t)N_IDS * V * sizeof *lg), *last = xmalloc(V * sizeof *last);
+    TCHECKF(f->open(dir, kt, 2, &fm, &err) == 0 && f->vocab(fm) == c->vocab && f->state_new(fm, 64, &fs, &err) == 0,
+            "%s", err.msg);
+    if (fm && fs) {
+        TCHECK(f->forward(fm, fs, IDS, N_IDS, lg, 0, &err) == 0 && f->pos(fs) == N_IDS);
+        TCHECKF(!memcmp(lg, want, (size_t)N_IDS * V * sizeof *lg), "the family's rows differ from qwen3_eval's");
+        f->truncate(fs, 7);
+        TCHECK(f->pos(fs) == 7);
+        TCHECK(f->forward(fm, fs, IDS + 7, N_IDS - 7, last, 1, &err) == 0 && f->pos(fs) == N_IDS);
+        TCHECKF(!memcmp(last, want + (size_t)(N_IDS - 1) * V, V * sizeof *last),
+                "the last row after a truncation differs");
+        TCHECK(f->forward(fm, fs, IDS, 0, last, 1, &err) == -1);
+        /* past one chunk of rows (Q3_ROWS, 32): 75 ids at once give the bits of one at a time */
+        enum { LONG = 75 };
+        int32_t lids[LONG];
+        for (int i = 0; i < LONG; i++) lids[i] = (int32_t)((i * 37 + 11) % c->vocab);
+        float *all = xmalloc((size_t)LONG * V * sizeof *all), *one = xmalloc(V * sizeof *one);
+        df_family_state *fa = NULL, *f1 = NULL;
+        TCHECKF(f->state_new(fm, 128, &fa, &err) == 0 && f->forward(fm, fa, lids, LONG, all, 0, &err) == 0 &&
+                    f->state_new(fm, 128, &f1, &err) == 0,
+                "%s", err.msg);
+        int same = 1;
+        for (int i = 0; f1 && i < LONG; i++)
+            same &= f->forward(fm, f1, lids + i, 1, one, 1, &err) == 0 && !memcmp(one, all + (size_t)i * V, V * sizeof *one);
+        TCHECKF(same, "75 ids in one call differ from one at a time");
+        if (f1) f->state_free(f1);
+        if (fa) f->state_free(fa);
+        free(all), free(one);
+    }
+    if (fs) f->state_free(fs);
+    if (fm) f->close(fm);
+    free(lg), free(last), free(want);
+    qwen3_free(m);
+    /* K3's loader refuses it, naming what it is for */
+    k3_model km;
+    memset(&km, 0, sizeof km);
+    df_err_clear(&err);
+    TCHECKF(model_load(&km, dir, &err) == -1 && strstr(err.msg, "Qwen3") && strstr(err.msg, "--draft model:"), "%s",
+            err.msg);
+    model_unload(&km);
+    /* an unknown type: named, with the types known */
+    snprintf(sh, sizeof sh, "sed -i 's/\"model_type\": \"qwen3\"/\"model_type\": \"llama\"/' %s/config.json", dir);
+    TCHECK(system(sh) == 0);
+    df_err_clear(&err);
+    TCHECKF(!family_of(dir, &err) && strstr(err.msg, "\"llama\"") && strstr(err.msg, "\"qwen3\"") &&
+                strstr(err.msg, "\"kimi_k3\""),
+            "%s", err.msg);
+    /* K3: the default model's folder */
+    const char *k3 = "models/k3-mini";
+    struct stat sb;
+    if (stat(k3, &sb) == 0) {
+        df_err_clear(&err);
+        f = family_of(k3, &err);
+        TCHECKF(f == &df_family_k3 && f->engine && !f->forward && f->info(k3, &fi, &err) == 0, "%s", err.msg);
+        uint64_t files = 0;
+        DIR *d = opendir(k3);
+        struct dirent *e;
+        char p[1200];
+        while (d && (e = readdir(d)))
+            if (strstr(e->d_name, ".safetensors") && !strstr(e->d_name, ".json")) {
+                snprintf(p, sizeof p, "%s/%s", k3, e->d_name);
+                if (stat(p, &sb) == 0) files += (uint64_t)sb.st_size;
+            }
+        if (d) closedir(d);
+        TCHECKF(fi.weight_bytes == files && files > 0 && fi.layers > 0 && fi.vocab > 0,
+                "K3 info: %llu bytes against %llu", (unsigned long long)fi.weight_bytes, (unsigned long long)files);
+    }
+    test_scratch_remove();
+}
+
 static const test_case tests[] = {
     {"against_reference", test_against_reference},
     {"refused", test_refused},
+    {"family", test_family},
 };
 
 int main(int argc, char **argv) { return test_main(tests, NTESTS(tests), argc, argv); }

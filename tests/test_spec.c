@@ -173,12 +173,21 @@ typedef struct truth {
     uint64_t rng;
     int V;
     int slow_first;           /* the first proposal takes 200 ms (as if the OS preempted it) */
+    int wrong_first;          /* the first proposal is wrong, the others as mode says */
+    int empty_ms;             /* propose nothing, after this many ms */
+    int calls;
 } truth;
 
 static int truth_propose(df_drafter *d, const int32_t *h, size_t n, int32_t *out, int k, df_error *err)
 {
     (void)err;
     truth *t = d->state;
+    t->calls++;
+    if (t->empty_ms) {
+        struct timespec ts = {0, (long)t->empty_ms * 1000000L};
+        nanosleep(&ts, NULL);
+        return 0;
+    }
     if (t->slow_first) {
         struct timespec ts = {0, 200000000};
         nanosleep(&ts, NULL);
@@ -186,7 +195,8 @@ static int truth_propose(df_drafter *d, const int32_t *h, size_t n, int32_t *out
     }
     size_t at = n - t->prompt_n; /* ids of the continuation already in the history */
     int right = k;
-    if (t->mode == 1) right = 0;
+    if (t->mode == 1 || t->wrong_first) right = 0;
+    t->wrong_first = 0;
     if (t->mode == 2) {
         t->rng = t->rng * 6364136223846793005ull + 1442695040888963407ull;
         right = (int)((t->rng >> 33) % (uint64_t)(k + 1));
@@ -380,6 +390,38 @@ static void test_shadow_scoring(void)
                     (unsigned long long)got.st.passes);
             TCHECKF(got.st.draft_passes >= 1 && got.st.accepted == got.st.proposed,
                     "a preempted first proposal ended drafting: %llu draft passes", (unsigned long long)got.st.draft_passes);
+            free(got.rows);
+        }
+    }
+    /* wrong at its first (one-id) shadow, right after: the next shadow's
+     * ids move the acceptance as each is decided, so drafts start within a
+     * few passes, not once all of that proposal's ids are in */
+    {
+        truth tr = {.ids = ref.ids, .prompt_n = 12, .mode = 0, .V = V, .wrong_first = 1};
+        df_drafter d = {.name = "truth", .propose = truth_propose, .state = &tr};
+        run_out got = {0};
+        if (!generate(eng, &d, 0, GEN_N, 0, &got)) {
+            compare(&ref, &got, V, "wrong first, then right");
+            fprintf(stderr, "    wrong first, then right: first draft at pass %lld\n",
+                    (long long)got.st.first_draft_pass);
+            TCHECKF(got.st.first_draft_pass >= 0 && got.st.first_draft_pass <= 6,
+                    "wrong first, then right: first draft at pass %lld", (long long)got.st.first_draft_pass);
+            free(got.rows);
+        }
+    }
+    /* a drafter that never proposes and takes 20 ms to say so (a cross-
+     * tokenizer drafter on markup): its empty answers cost their time, so
+     * it is not asked at every step */
+    {
+        truth tr = {.ids = ref.ids, .prompt_n = 12, .mode = 0, .V = V, .empty_ms = 20};
+        df_drafter d = {.name = "truth", .propose = truth_propose, .state = &tr};
+        run_out got = {0};
+        if (!generate(eng, &d, 0, GEN_N, 0, &got)) {
+            compare(&ref, &got, V, "never proposes, slowly");
+            fprintf(stderr, "    never proposes, 20 ms a call: asked %d times in %llu passes\n", tr.calls,
+                    (unsigned long long)got.st.passes);
+            TCHECKF(tr.calls <= 4, "a slow drafter that never proposes was asked %d times in %llu passes", tr.calls,
+                    (unsigned long long)got.st.passes);
             free(got.rows);
         }
     }
@@ -946,6 +988,23 @@ static void test_cli_xtok(void)
         TCHECKF(prop > 0 && acc > 0, "%s: %ld proposed, %ld accepted", wrong ? "wrong once" : "always right", prop, acc);
         /* within the chain every translated draft is the target's own next ids */
         if (!wrong) TCHECKF(acc == prop, "an always-right drafter had %ld of %ld accepted", acc, prop);
+        if (!wrong) { /* its products over two threads: the same drafts, ids and logits */
+            char out2[sizeof out1], dump2[700];
+            snprintf(dump2, sizeof dump2, "%s/xtok_t2.f32", test_scratch());
+            const char *a2[] = {build_bin("deltafin"), "run", "--model", mini, "--prompt-ids", ids, "--max-new", "12",
+                                "--bench-json", "--dump-logits", dump2, "--draft", spec, "--draft-k", "4",
+                                "--draft-threads", "2", NULL};
+            TCHECKF(t_run(a2, out2, sizeof out2, errs, sizeof errs) == 0, "%s", errs);
+            const char *i2 = strstr(out2, "\"ids\":["), *p2 = strstr(out2, "\"draft_proposed\":"),
+                       *c2 = strstr(out2, "\"draft_accepted\":");
+            TCHECKF(i2 && i1 && !strncmp(i1, i2, (size_t)(strchr(i1, ']') - i1)) && p2 && c2 && atol(p2 + 17) == prop &&
+                        atol(c2 + 17) == acc,
+                    "--draft-threads 2 drafts otherwise: %s", out2);
+            size_t n2 = 0;
+            char *e0 = t_slurp(dump0, &n0), *e2 = t_slurp(dump2, &n2);
+            TCHECKF(e0 && e2 && n0 == n2 && !memcmp(e0, e2, n0), "--dump-logits differs with --draft-threads 2");
+            free(e0), free(e2);
+        }
         else rejected = acc < prop;
         if (wrong) printf("      wrong at chain position %d of %zu: %s\n", wrong_at, keep, rejected ? "rejected" : "never verified");
     }
@@ -953,18 +1012,27 @@ static void test_cli_xtok(void)
     /* a drafter that does not fit its share of --mem is refused with the numbers */
     char spec[700];
     snprintf(spec, sizeof spec, "model:%s", qdir);
+    /* the family seam: a Qwen3 folder is no target (named, with --draft), but tokenize reads it */
+    const char *as_target[] = {build_bin("deltafin"), "run", "--model", qdir, "--prompt", "hi", NULL};
+    TCHECKF(t_run(as_target, NULL, 0, errs, sizeof errs) != 0 && strstr(errs, "is a Qwen3 (dense) model") &&
+                strstr(errs, spec),
+            "run --model QWEN3: %s", errs);
+    const char *tok[] = {build_bin("deltafin"), "tokenize", "--model", qdir, "Hello world", NULL};
+    TCHECKF(t_run(tok, out1, sizeof out1, errs, sizeof errs) == 0 && strstr(out1, "9707,1879"),
+            "tokenize --model QWEN3: %s%s", out1, errs);
     const char *small[] = {build_bin("deltafin"), "run", "--model", mini, "--prompt-ids", ids, "--max-new", "2",
                            "--draft", spec, "--draft-mem", "64K", NULL};
-    TCHECKF(t_run(small, NULL, 0, errs, sizeof errs) != 0 && strstr(errs, "the Qwen3 drafter needs") &&
+    TCHECKF(t_run(small, NULL, 0, errs, sizeof errs) != 0 && strstr(errs, "the drafter needs") && strstr(errs, "(Qwen3, ") &&
                 strstr(errs, "--draft-mem"),
             "%s", errs);
-    /* plan charges it: an eighth of --mem off the model's budget, the drafter sized in it (f32 weights,
-     * a KV cache of the target's context), refused with the numbers when it does not fit */
+    /* plan charges it: an eighth of --mem off the model's budget, the drafter sized in it (its weights
+     * as stored, a KV cache of the target's context), refused with the numbers when it does not fit */
     qwen3_config qcfg;
-    TCHECKF(qwen3_read_config(qdir, &qcfg, &err) == 0, "%s", err.msg);
+    uint64_t qw = 0;
+    TCHECKF(qwen3_read_config(qdir, &qcfg, &err) == 0 && qwen3_weight_bytes(qdir, &qw, &err) == 0, "%s", err.msg);
     char want[900];
     snprintf(want, sizeof want, "draft model %s: %.2f GiB of its 0.12 GiB share of --mem (--draft-mem) (Qwen3, %d layers",
-             qdir, (double)qwen3_bytes(&qcfg, 4096) / (double)(1u << 30), qcfg.layers);
+             qdir, (double)(qw + qwen3_state_bytes(&qcfg, 4096)) / (double)(1u << 30), qcfg.layers);
     const char *pl[] = {build_bin("deltafin"), "plan", "--model", mini, "--mem", "1G", "--ctx", "4096", "--draft", spec,
                         NULL};
     TCHECKF(t_run(pl, out1, sizeof out1, errs, sizeof errs) == 0 && strstr(out1, want) &&
@@ -1030,6 +1098,110 @@ static void test_cli_grammar_drafts(void)
     TCHECKF(strstr(out[0], "\"name\"") && strstr(out[0], "\"tags\""), "%s", out[0]);
 }
 
+/* lookup:FILE's drafter: the longer of the history's match (as ngram) and
+ * the reference's (at the suffix's first occurrence there), the history's
+ * on a tie; nothing past the reference's end. */
+static void test_reference_lookup(void)
+{
+    static const int32_t ref[] = {5, 6, 7, 8, 9, 5, 6, 1, 2};
+    df_drafter *d = NULL;
+    df_error err = {0};
+    TCHECK(df_drafter_open_lookup(ref, 1, "lookup:t", &d, &err) == -1 && strstr(err.msg, "lookup:t") && !d);
+    df_err_clear(&err);
+    TCHECKF(df_drafter_open_lookup(ref, 9, "lookup:t", &d, &err) == 0, "%s", err.msg);
+    if (!d) return;
+    int32_t out[8];
+    static const int32_t h1[] = {1, 5, 6}, h2[] = {5, 6, 3, 5, 6}, h3[] = {42, 2}, h4[] = {9}, h5[] = {7, 6, 1},
+                         h6[] = {9, 5, 3, 8, 9, 5};
+    /* "5 6": first occurrence at 0, then 7 8 9 5 (not 1 2, its later one) */
+    TCHECK(d->propose(d, h1, 3, out, 4, &err) == 4 && out[0] == 7 && out[1] == 8 && out[2] == 9 && out[3] == 5);
+    /* the history holds "5 6" earlier, as long a match as the reference's: the history's continuation */
+    TCHECK(d->propose(d, h2, 5, out, 4, &err) == 3 && out[0] == 3 && out[1] == 5 && out[2] == 6);
+    /* "2" ends the reference: nothing follows it */
+    TCHECK(d->propose(d, h3, 2, out, 4, &err) == 0);
+    TCHECK(d->propose(d, h4, 1, out, 2, &err) == 2 && out[0] == 5 && out[1] == 6);
+    /* "6 1" (longer) beats "1" and "6"'s first occurrence */
+    TCHECK(d->propose(d, h5, 3, out, 4, &err) == 1 && out[0] == 2);
+    /* the history matches "9 5", the reference "8 9 5": the longer wins */
+    TCHECK(d->propose(d, h6, 6, out, 4, &err) == 3 && out[0] == 6 && out[1] == 1 && out[2] == 2);
+    df_drafter_free(d);
+}
+
+/* run --draft lookup:FILE on the default model, drafts forced (--draft-k
+ * 4): ids and every logit equal drafts off with the answer itself as the
+ * reference (its ids, and its text), and at least half of the drafts are
+ * accepted; bad files are named. */
+static void test_cli_lookup(void)
+{
+    char mini[600], d0[600], d1[600], ref[600], txt[600], spec[700];
+    snprintf(mini, sizeof mini, "%s/../models/k3-mini", testdata_dir());
+    snprintf(d0, sizeof d0, "%s/lk0.f32", test_scratch());
+    snprintf(d1, sizeof d1, "%s/lk1.f32", test_scratch());
+    snprintf(ref, sizeof ref, "%s/answer.ids", test_scratch());
+    snprintf(txt, sizeof txt, "%s/answer.txt", test_scratch());
+    static char out0[1 << 16], out1[1 << 16], errs[1 << 14];
+    const char *prompt = "Write the days of the week, then the months of the year.";
+    const char *a0[] = {build_bin("deltafin"), "run", "--model", mini, "--prompt", prompt, "--max-new", "32",
+                        "--bench-json", "--dump-logits", d0, NULL};
+    TCHECKF(t_run(a0, out0, sizeof out0, errs, sizeof errs) == 0, "%s", errs);
+    const char *i0 = strstr(out0, "\"ids\":[");
+    TCHECK(i0 != NULL);
+    if (!i0) return;
+    i0 += 7;
+    size_t il = (size_t)(strchr(i0, ']') - i0);
+    FILE *f = fopen(ref, "w");
+    CHECK(f && fwrite(i0, 1, il, f) == il && fclose(f) == 0);
+    /* the answer's text, for the text form */
+    tokenizer *tk = NULL;
+    df_error err = {0};
+    TCHECKF(tokenizer_load(mini, &tk, &err) == 0, "%s", err.msg);
+    f = fopen(txt, "w");
+    CHECK(f);
+    for (const char *p = i0; p < i0 + il;) {
+        size_t bl;
+        const char *b = tokenizer_token_bytes(tk, (int32_t)atol(p), &bl);
+        if (b) fwrite(b, 1, bl, f);
+        while (p < i0 + il && *p != ',') p++;
+        p++;
+    }
+    CHECK(fclose(f) == 0);
+    tokenizer_free(tk);
+    long prop = 0, acc = 0;
+    for (int run = 0; run < 2; run++) { /* the .ids file, the text */
+        snprintf(spec, sizeof spec, "lookup:%s", run == 0 ? ref : txt);
+        const char *a1[] = {build_bin("deltafin"), "run", "--model", mini, "--prompt", prompt, "--max-new", "32",
+                            "--bench-json", "--dump-logits", d1, "--draft", spec, "--draft-k", "4", NULL};
+        TCHECKF(t_run(a1, out1, sizeof out1, errs, sizeof errs) == 0, "%s", errs);
+        const char *i1 = strstr(out1, "\"ids\":[");
+        TCHECKF(i1 && !strncmp(i0, i1 + 7, il), "run %d: the ids differ from drafts off", run);
+        size_t n0 = 0, n1 = 0;
+        char *b0 = t_slurp(d0, &n0), *b1 = t_slurp(d1, &n1);
+        TCHECKF(b0 && b1 && n0 == n1 && !memcmp(b0, b1, n0), "run %d: --dump-logits differs from drafts off", run);
+        free(b0), free(b1);
+        const char *pr = strstr(out1, "\"draft_proposed\":"), *ac = strstr(out1, "\"draft_accepted\":");
+        TCHECK(pr && ac);
+        if (!pr || !ac) continue;
+        prop = atol(pr + 17), acc = atol(ac + 17);
+        printf("    lookup:%s, drafts forced: %ld proposed, %ld accepted\n", run == 0 ? "answer.ids" : "answer.txt", prop,
+               acc);
+        TCHECKF(prop > 0 && acc * 2 >= prop, "run %d: %ld proposed, %ld accepted", run, prop, acc);
+    }
+    /* bad references are named */
+    static const char *const bad[][2] = {{"12,x4", "byte 3 is 'x'"}, {"12,99999999", "outside the model's vocabulary"}, {"7", "at least 2"}};
+    for (int b = 0; b < 3; b++) {
+        f = fopen(ref, "w");
+        CHECK(f && fputs(bad[b][0], f) >= 0 && fclose(f) == 0);
+        snprintf(spec, sizeof spec, "lookup:%s", ref);
+        const char *a2[] = {build_bin("deltafin"), "run", "--model", mini, "--prompt", "hi", "--max-new", "2", "--draft", spec, NULL};
+        TCHECKF(t_run(a2, NULL, 0, errs, sizeof errs) != 0 && strstr(errs, bad[b][1]) && strstr(errs, ref), "%s: %s", bad[b][0], errs);
+    }
+    snprintf(spec, sizeof spec, "lookup:%s/none.txt", test_scratch());
+    const char *a3[] = {build_bin("deltafin"), "run", "--model", mini, "--prompt", "hi", "--draft", spec, NULL};
+    TCHECKF(t_run(a3, NULL, 0, errs, sizeof errs) != 0 && strstr(errs, "none.txt"), "%s", errs);
+    const char *a4[] = {build_bin("deltafin"), "run", "--model", mini, "--prompt", "hi", "--draft", "lookup:", NULL};
+    TCHECKF(t_run(a4, NULL, 0, errs, sizeof errs) != 0 && strstr(errs, "lookup:FILE"), "%s", errs);
+}
+
 static const test_case tests[] = {
     {"shadow_scoring", test_shadow_scoring},
     {"cli_grammar_drafts", test_cli_grammar_drafts},
@@ -1039,6 +1211,8 @@ static const test_case tests[] = {
     {"xtok_translation", test_xtok_translation},
     {"cli_xtok", test_cli_xtok},
     {"lookup_proposals", test_lookup_proposals},
+    {"reference_lookup", test_reference_lookup},
+    {"cli_lookup", test_cli_lookup},
     {"draft_guard", test_draft_guard},
     {"truncate_equals_shorter", test_truncate_equals_shorter},
     {"rollback_is_planned", test_rollback_is_planned},

@@ -39,12 +39,34 @@ for d in src/*/; do
 done
 while IFS= read -r f; do echo "check_layers: $f is outside the layer folders"; bad=1; done < <(find src -maxdepth 1 -type f)
 mapfile -t SRC < <(find src -mindepth 2 -name '*.[ch]' | sort)
+# The model-family seam (src/model/family.h): each family's folder under
+# src/model/ is its own; its headers are included by its folder and by the
+# top-level folders FAMILY_USERS names (the engine is K3's: it schedules
+# K3's passes), never by src/model/'s general files, another family or any
+# other layer, which reach a family through family.h's table.
+declare -A FAMILY_USERS=([k3]="engine" [qwen3]="")
+declare -A FH  # header name -> its family folder
+for d in src/model/*/; do
+    fam=${d%/}; fam=${fam##*/}
+    if [ -z "${FAMILY_USERS[$fam]+x}" ]; then echo "check_layers: family folder $d is not in FAMILY_USERS"; bad=1; continue; fi
+    while IFS= read -r h; do FH[$(basename "$h")]=$fam; done < <(find "$d" -name '*.h')
+done
 for path in "${SRC[@]}"; do
     top=${path#src/}; top=${top%%/*}; mine=${LAYER[$top]:-9}
     while IFS= read -r inc; do
         if [ -z "${H[$inc]+x}" ]; then echo "check_layers: $path includes \"$inc\", which is in no layer folder"; bad=1; continue; fi
         if [ "${H[$inc]}" -gt "$mine" ]; then
             echo "check_layers: $path (L$mine) includes \"$inc\" (L${H[$inc]}): a higher layer"; bad=1
+        fi
+        if [ -n "${FH[$inc]+x}" ]; then
+            fam=${FH[$inc]}
+            case $path in
+                src/model/"$fam"/*) ;;
+                src/model/*) echo "check_layers: $path includes \"$inc\", a header of the $fam family (src/model/$fam/): use family.h"; bad=1 ;;
+                *) if [[ " ${FAMILY_USERS[$fam]} " != *" $top "* ]]; then
+                       echo "check_layers: $path includes \"$inc\", a header of the $fam family (src/model/$fam/): use family.h"; bad=1
+                   fi ;;
+            esac
         fi
     done < <(sed -n 's/^#include "\([^"]*\)".*/\1/p' "$path")
     n=$(wc -l < "$path")

@@ -12,7 +12,7 @@
 #include "engine.h"
 #include "research.h"
 #include "plan.h"
-#include "qwen3.h"
+#include "family.h"
 #include "draft_xtok.h"
 #include "server.h"
 #include "util.h"
@@ -183,7 +183,7 @@ static double gib_(uint64_t b);
 
 /* plan --draft model:PATH: a draft model's share of --mem (--draft-mem,
  * else an eighth) is taken off the target's budget, as run and serve take
- * it, and the drafter is sized in it: a Qwen3 drafter by its f32 weights
+ * it, and the drafter is sized in it: a dense family's drafter (Qwen3) by its weights
  * and a KV cache of the target's context (at most XT_MAX_CTX), a drafter
  * of the target's family by its own plan at that share.  Prints one line;
  * returns -1 (said why) when it does not fit. */
@@ -192,17 +192,17 @@ static int plan_draft(const run_args *a, size_t total, int n_ctx, FILE *out)
     const char *path = a->draft + 6;
     size_t share = draft_share(a, total), need = 0;
     df_error err = {0};
-    char what[200];
-    if (qwen3_probe(path)) {
-        qwen3_config qc;
-        if (qwen3_read_config(path, &qc, &err)) {
-            fprintf(stderr, "deltafin: --draft model:%s: %s\n", path, err.msg);
-            return -1;
-        }
+    char what[320];
+    const df_family *fam = family_of(path, &err);
+    df_family_info fi;
+    if (!fam || fam->info(path, &fi, &err)) {
+        fprintf(stderr, "deltafin: --draft model:%s: %s\n", path, err.msg);
+        return -1;
+    }
+    if (!fam->engine) {
         int ctx = n_ctx < XT_MAX_CTX ? n_ctx : XT_MAX_CTX;
-        need = qwen3_bytes(&qc, ctx);
-        snprintf(what, sizeof what, "Qwen3, %d layers, %d wide: f32 weights and a KV cache of %d positions", qc.layers,
-                 qc.hidden, ctx);
+        need = family_bytes(&fi, ctx);
+        snprintf(what, sizeof what, "%s and a state of %d positions", fi.summary, ctx);
     } else {
         df_plan_opts o;
         plan_opts_from(a, &o, share);

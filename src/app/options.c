@@ -12,10 +12,12 @@
 #include "document.h"
 #include "plan.h"
 #include "draft_xtok.h"
-#include "qwen3.h"
+#include "family.h"
 #include "spec_state.h"
 #include "tokenizer.h"
+#include "util.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <limits.h>
 #include <stdarg.h>
@@ -165,12 +167,18 @@ static void usage_options(FILE *f)
           "  --stop-eos           stop after generating the model's eos token\n"
           "  --draft D            speculative decoding (run, chat, serve): none (default), ngram (prompt\n"
           "                       lookup), suffix (continuations seen in this process), model:PATH (a small\n"
-          "                       model with the same tokenizer) or auto (ngram).  Drafts only propose:\n"
+          "                       model with the same tokenizer, or a Qwen3 model whose drafts are\n"
+          "                       translated), lookup:FILE (ngram over the history,\n"
+          "                       then over FILE: a text, or ids in a file named .ids) or auto\n"
+          "                       (ngram).  Drafts only propose:\n"
           "                       greedy output and every logit are identical with and without them\n"
           "  --draft-max N        at most N drafts per step (default 8); the number is chosen each step\n"
           "                       from measured pass times and acceptance, 0 when drafts do not pay\n"
           "  --draft-k N          exactly N drafts per step instead\n"
           "  --draft-mem SIZE     a draft model's share of --mem (default an eighth)\n"
+          "  --draft-threads N    the threads a draft model computes on (default 1: drafting is\n"
+          "                       latency-bound, and a second pool competes with the target's);\n"
+          "                       any count gives the same drafts\n"
           "  --spec-state FILE    keep what the drafts' cost model and guard learned (pass times,\n"
           "                       acceptance, the guard's verdict) per model and drafter in FILE: read\n"
           "                       at start, written after each answer, so drafts that paid start at once\n"
@@ -491,6 +499,7 @@ static const opt_def opts[] = {
     {"--seed", 1, C_RUN | C_CHAT},    {"--draft", 1, C_RUN | C_CHAT | C_SERVE | C_PLAN},
     {"--draft-max", 1, C_RUN | C_CHAT | C_SERVE | C_PLAN}, {"--draft-k", 1, C_RUN | C_CHAT | C_SERVE | C_PLAN},
     {"--draft-mem", 1, C_RUN | C_CHAT | C_SERVE | C_PLAN}, {"--spec-state", 1, C_RUN | C_CHAT | C_SERVE},
+    {"--draft-threads", 1, C_RUN | C_CHAT | C_SERVE},
     {"--session", 1, C_RUN | C_CHAT},    {"--file", 1, C_PERPLEXITY},      {"--window", 1, C_PERPLEXITY},
     {"--kl-divergence", 1, C_PERPLEXITY}, {"--save-logits", 1, C_PERPLEXITY},   {"--json", 0, C_PLAN | C_PERPLEXITY}, {"--ranks", 1, C_PLAN}, {"--trunk", 1, C_PLAN}, {"--disk-gbps", 1, C_PLAN},
     {"--serve", 0, C_PLAN},           {"--parallel", 1, C_PLAN},
@@ -535,8 +544,8 @@ static int draft_flag(run_args *a, const char *f, const char *v)
 {
     if (!strcmp(f, "--draft")) {
         if (strcmp(v, "none") && strcmp(v, "ngram") && strcmp(v, "suffix") && strcmp(v, "auto") &&
-            (strncmp(v, "model:", 6) || !v[6]))
-            die("--draft wants none, ngram, suffix, auto or model:PATH, not \"%s\"", v);
+            (strncmp(v, "model:", 6) || !v[6]) && (strncmp(v, "lookup:", 7) || !v[7]))
+            die("--draft wants none, ngram, suffix, auto, model:PATH or lookup:FILE, not \"%s\"", v);
         a->draft = v;
     } else if (!strcmp(f, "--draft-max")) {
         a->draft_max = (int)parse_long(v, f, 1, GEN_MAX_DRAFT);
@@ -546,6 +555,8 @@ static int draft_flag(run_args *a, const char *f, const char *v)
         a->draft_k = (int)parse_long(v, f, 1, GEN_MAX_DRAFT);
     } else if (!strcmp(f, "--draft-mem")) {
         a->draft_mem = parse_size(v, f);
+    } else if (!strcmp(f, "--draft-threads")) {
+        a->draft_threads = (int)parse_long(v, f, 1, 256);
     } else {
         return 0;
     }
@@ -721,6 +732,14 @@ void parse_common(int argc, char **argv, run_args *a)
         die("--top-p, --top-k and --seed choose among samples: they need --temp > 0 (the default is greedy)");
     if (!a->model && (cmd & C_MODEL)) a->model = default_model();
     if (!a->model && (cmd & C_MODEL)) die("--model DIR is required (no default model found)");
+    if (cmd & C_SIZING) { /* a dense family's model (family.h) drafts; it is no target (tokenize reads it) */
+        df_error fe = {0};
+        const df_family *fam = family_of(a->model, &fe);
+        if (fam && !fam->engine)
+            die("--model %s is a %s model: deltafin runs it as a drafter beside a K3 target (--draft model:%s); "
+                "`deltafin tokenize --model %s` reads its tokenizer",
+                a->model, fam->title, a->model, a->model);
+    }
     if (cmd == C_RUN) check_run(a);
     if (cmd == C_CHAT && a->session) check_session_path(a->session);
     if (a->max_new_set == 0 && (a->chat || a->prompt)) a->max_new = 512;
@@ -817,6 +836,50 @@ static void check_draft_tokenizer(const char *target, const char *draft)
     tokenizer_free(td);
 }
 
+/* --draft lookup:FILE: FILE's text in the target's ids, or, for a name
+ * ending in .ids, the ids it lists (decimal, separated by commas or white
+ * space: `--bench-json`'s "ids" of an earlier run, or tokenize's output). */
+static df_drafter *open_lookup(const run_args *a, const char *spec, int vocab)
+{
+    const char *path = spec + 7;
+    if (!*path) die("--draft lookup:FILE: no file named");
+    char *text = NULL;
+    size_t len = 0;
+    df_error err = {0};
+    if (read_small_file(path, &text, &len, (size_t)64 << 20, &err)) die("--draft %s: %s", spec, err.msg);
+    int32_t *ids = NULL;
+    size_t n = 0, cap = 0;
+    size_t pl = strlen(path);
+    if (pl > 4 && !strcmp(path + pl - 4, ".ids")) {
+        cap = len / 2 + 1;
+        ids = xmalloc(cap * sizeof *ids);
+        for (size_t i = 0; i < len;) {
+            if (text[i] == ',' || isspace((unsigned char)text[i])) {
+                i++;
+                continue;
+            }
+            if (!isdigit((unsigned char)text[i]))
+                die("--draft %s: byte %zu is '%c': a .ids file lists decimal ids separated by commas or spaces", spec, i,
+                    text[i]);
+            long v = 0;
+            size_t at = i;
+            while (i < len && isdigit((unsigned char)text[i]) && v <= vocab) v = v * 10 + (text[i++] - '0');
+            if (v >= vocab) die("--draft %s: id %ld (byte %zu) is outside the model's vocabulary (%d)", spec, v, at, vocab);
+            ids[n++] = (int32_t)v;
+        }
+    } else {
+        tokenizer *tk = NULL;
+        if (tokenizer_load(a->model, &tk, &err) || tokenizer_encode(tk, text, len, 0, &ids, &n, &cap, &err))
+            die("--draft %s: %s", spec, err.msg);
+        tokenizer_free(tk);
+    }
+    free(text);
+    df_drafter *d;
+    if (df_drafter_open_lookup(ids, n, spec, &d, &err)) die("%s", err.msg);
+    free(ids);
+    return d;
+}
+
 df_drafter *open_drafter(const run_args *a, int vocab, int n_ctx)
 {
     if (!drafting(a)) return NULL;
@@ -824,21 +887,28 @@ df_drafter *open_drafter(const run_args *a, int vocab, int n_ctx)
     const char *spec = !strcmp(a->draft, "auto") ? "ngram" : a->draft;
     df_drafter *d;
     df_error err = {0};
-    if (!strncmp(spec, "model:", 6) && spec[6] && qwen3_probe(spec + 6)) {
-        /* a Qwen3 model: another tokenizer, drafts translated (draft_xtok.c) */
+    const df_family *fam = NULL;
+    if (!strncmp(spec, "model:", 6) && spec[6] && !(fam = family_of(spec + 6, &err))) {
+        fprintf(stderr, "deltafin: --draft %s: %s\n", spec, err.msg);
+        exit(1);
+    }
+    if (fam && !fam->engine) {
+        /* a dense family's model (Qwen3): another tokenizer, drafts translated (draft_xtok.c) */
         size_t total = a->mem ? a->mem : df_mem_budget_default();
-        if (df_drafter_open_xtok(spec + 6, a->model, n_ctx, draft_share(a, total), &d, &err)) {
+        if (df_drafter_open_xtok(spec + 6, a->model, n_ctx, draft_share(a, total), a->draft_threads ? a->draft_threads : 1,
+                                 &d, &err)) {
             fprintf(stderr, "deltafin: %s\n", err.msg);
             exit(1);
         }
         return d;
     }
+    if (!strncmp(spec, "lookup:", 7)) return open_lookup(a, spec, vocab);
     if (!strncmp(spec, "model:", 6) && spec[6]) check_draft_tokenizer(a->model, spec + 6);
     size_t total = a->mem ? a->mem : df_mem_budget_default();
-    /* a draft model runs on one thread: drafting is latency-bound on small
-     * models, and a second worker pool's spinning would compete with the
-     * target's on every pass */
-    if (df_drafter_open(spec, draft_share(a, total), n_ctx, 1, vocab, &d, &err)) {
+    /* a draft model runs on one thread unless --draft-threads: drafting is
+     * latency-bound on small models, and a second worker pool's spinning
+     * would compete with the target's on every pass */
+    if (df_drafter_open(spec, draft_share(a, total), n_ctx, a->draft_threads ? a->draft_threads : 1, vocab, &d, &err)) {
         fprintf(stderr, "deltafin: %s\n", err.msg);
         exit(1);
     }

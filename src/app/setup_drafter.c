@@ -6,8 +6,8 @@
  *
  * Before anything is downloaded: the target must be installed (its
  * config.json), and the drafter's own config.json (fetched alone) must
- * name a family deltafin drafts with: "qwen3" (another tokenizer, drafts
- * translated: draft_xtok.c) or the target's own model_type (same
+ * name a family deltafin drafts with: a dense family of family.h, "qwen3"
+ * (another tokenizer, drafts translated: draft_xtok.c) or the target's own model_type (same
  * tokenizer, checked when --draft opens it).  The listing is cut to what a
  * drafter needs (config, tokenizer and generation files, the safetensors
  * and their index); other weight formats and files (PyTorch .bin, ONNX,
@@ -17,7 +17,7 @@
 #define _GNU_SOURCE
 #include "setup_impl.h"
 #include "json.h"
-#include "qwen3.h"
+#include "family.h"
 #include "util.h"
 
 #include <stdio.h>
@@ -75,7 +75,9 @@ int drafter_prepare(setup *S, const char *model_dir, df_error *err)
     rc = model_type_of(text, n, url, draft_type, sizeof draft_type, err);
     free(text);
     if (rc) return -1;
-    if (strcmp(draft_type, "qwen3") && strcmp(draft_type, target_type))
+    /* a dense family (family.h: its drafts translated) or the target's own type */
+    const df_family *fam = family_named(draft_type);
+    if (!(fam && !fam->engine) && strcmp(draft_type, target_type))
         return df_err_set(err, DF_ERR_FORMAT, -1,
                           "%s is a \"%s\" model: deltafin drafts with Qwen3 models (\"qwen3\", another tokenizer) "
                           "or models of the target's own family (\"%s\", %s)",
@@ -114,15 +116,15 @@ int drafter_prepare(setup *S, const char *model_dir, df_error *err)
 void drafter_installed(const char *model_dir, const char *dir)
 {
     fprintf(stderr, "deltafin: setup: drafter ready: --draft model:%s (with --model %s)\n", dir, model_dir);
-    if (qwen3_probe(dir)) {
-        qwen3_config c;
-        df_error err = {0};
-        if (!qwen3_read_config(dir, &c, &err))
-            fprintf(stderr,
-                    "deltafin: setup: it takes %.2f GiB at a 4,096-position KV cache (f32 weights), charged to "
-                    "--draft-mem (default an eighth of --mem): `deltafin plan --model %s --draft model:%s` shows the "
-                    "budget\n",
-                    (double)qwen3_bytes(&c, 4096) / (1u << 30), model_dir, dir);
+    df_error err = {0};
+    df_family_info fi;
+    const df_family *fam = family_of(dir, &err);
+    if (fam && !fam->engine && !fam->info(dir, &fi, &err)) {
+        fprintf(stderr,
+                "deltafin: setup: it takes %.2f GiB at a 4,096-position state (%s), charged to "
+                "--draft-mem (default an eighth of --mem): `deltafin plan --model %s --draft model:%s` shows the "
+                "budget\n",
+                (double)family_bytes(&fi, 4096) / (1u << 30), fi.summary, model_dir, dir);
     } else
         fprintf(stderr, "deltafin: setup: `deltafin plan --model %s --draft model:%s` shows what it takes of --mem\n",
                 model_dir, dir);

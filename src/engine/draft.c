@@ -10,24 +10,126 @@
 
 #define NGRAM_MAX 4
 
-static int ngram_propose(df_drafter *d, const int32_t *h, size_t n, int32_t *out, int k, df_error *err)
+/* The longest suffix of h[0..n) (NGRAM_MAX ids down to 1) found earlier in
+ * it, most recent occurrence: its length, and where what followed it
+ * starts (*from); 0 when none. */
+static int ngram_match(const int32_t *h, size_t n, size_t *from)
 {
-    (void)d, (void)err;
     for (int m = NGRAM_MAX; m >= 1; m--) {
         if ((size_t)m >= n) continue;
         const int32_t *suf = h + n - m;
-        /* the most recent earlier occurrence of the last m ids */
-        for (size_t at = n - m; at-- > 0;) {
-            if (h[at] != suf[0] || memcmp(h + at, suf, (size_t)m * sizeof *h)) continue;
-            size_t from = at + (size_t)m;
-            int got = 0;
-            while (got < k && from + (size_t)got < n) {
-                out[got] = h[from + (size_t)got];
-                got++;
+        for (size_t at = n - m; at-- > 0;)
+            if (h[at] == suf[0] && !memcmp(h + at, suf, (size_t)m * sizeof *h)) {
+                *from = at + (size_t)m; /* < n: the occurrence is earlier */
+                return m;
             }
-            if (got) return got;
-        }
     }
+    return 0;
+}
+
+static int ngram_propose(df_drafter *d, const int32_t *h, size_t n, int32_t *out, int k, df_error *err)
+{
+    (void)d, (void)err;
+    size_t from;
+    if (!ngram_match(h, n, &from)) return 0;
+    int got = 0;
+    for (; got < k && from + (size_t)got < n; got++) out[got] = h[from + (size_t)got];
+    return got;
+}
+
+/* ----------------------------------------------------------------- lookup */
+
+/* A reference text's ids (lookup:FILE): the history's longest suffix (4 ids
+ * down to 1) is looked up in the history (as ngram) and in the reference,
+ * at its first occurrence there; what followed the longer match is
+ * proposed, the history's on a tie (the more recent text).
+ * The reference's 1- to 4-id contexts are indexed once at open (open
+ * addressing on the context's hash, the first occurrence kept), so a
+ * proposal costs four probes, not a scan. */
+typedef struct lookup {
+    int32_t *ref;
+    size_t n;
+    uint32_t *slot;           /* [cap]: position + 1 of a context's first occurrence's end, 0 = empty */
+    uint64_t *key;            /* [cap] */
+    size_t cap;
+} lookup;
+
+static uint64_t lk_key(const int32_t *c, int m)
+{
+    uint64_t h = 0x51ED27A3u + (uint64_t)m;
+    for (int i = 0; i < m; i++) {
+        h ^= (uint64_t)(uint32_t)c[i] + 0x9E3779B97F4A7C15ull + (h << 6) + (h >> 2);
+        h *= 0xBF58476D1CE4E5B9ull;
+    }
+    return h | 1;
+}
+
+/* The end of the first occurrence of c[0..m) in the reference (the index of
+ * what follows it), or 0 when none. */
+static size_t lk_find(const lookup *x, const int32_t *c, int m)
+{
+    uint64_t k = lk_key(c, m);
+    for (size_t i = (size_t)(k >> 5) & (x->cap - 1);; i = (i + 1) & (x->cap - 1)) {
+        if (!x->slot[i]) return 0;
+        size_t end = x->slot[i];
+        if (x->key[i] == k && end >= (size_t)m && !memcmp(x->ref + end - m, c, (size_t)m * sizeof *c)) return end;
+    }
+}
+
+static int lookup_propose(df_drafter *d, const int32_t *h, size_t n, int32_t *out, int k, df_error *err)
+{
+    (void)err;
+    const lookup *x = d->state;
+    size_t hfrom = 0, rfrom = 0;
+    int mh = ngram_match(h, n, &hfrom), mr = 0;
+    for (int m = NGRAM_MAX; m > mh && !mr; m--)
+        if ((size_t)m <= n && (rfrom = lk_find(x, h + n - m, m)) && rfrom < x->n) mr = m;
+    const int32_t *src = mr ? x->ref : h;
+    size_t from = mr ? rfrom : hfrom, end = mr ? x->n : n;
+    int got = 0;
+    if (mr || mh)
+        for (; got < k && from + (size_t)got < end; got++) out[got] = src[from + (size_t)got];
+    return got;
+}
+
+static void lookup_destroy(df_drafter *d)
+{
+    lookup *x = d->state;
+    if (!x) return;
+    free(x->ref), free(x->slot), free(x->key);
+    free(x);
+    d->state = NULL;
+}
+
+int df_drafter_open_lookup(const int32_t *ids, size_t n, const char *name, df_drafter **out, df_error *err)
+{
+    *out = NULL;
+    if (n < 2) return df_err_set(err, DF_ERR_ARG, -1, "--draft %s: the reference has %zu ids (at least 2)", name, n);
+    if (n > ((size_t)1 << 22)) /* its index takes 96 bytes an id */
+        return df_err_set(err, DF_ERR_LIMIT, -1, "--draft %s: the reference has %zu ids (at most 4,194,304)", name, n);
+    lookup *x = xcalloc(1, sizeof *x);
+    x->ref = xmalloc(n * sizeof *x->ref);
+    memcpy(x->ref, ids, n * sizeof *ids);
+    x->n = n;
+    for (x->cap = 64; x->cap < 2 * NGRAM_MAX * n; x->cap *= 2) {}
+    x->slot = xcalloc(x->cap, sizeof *x->slot);
+    x->key = xcalloc(x->cap, sizeof *x->key);
+    for (size_t end = 1; end < n; end++) /* contexts ending before the last id: something follows them */
+        for (int m = 1; m <= NGRAM_MAX && (size_t)m <= end; m++) {
+            const int32_t *c = ids + end - m;
+            if (lk_find(x, c, m)) continue; /* the first occurrence stays */
+            uint64_t k = lk_key(c, m);
+            size_t i = (size_t)(k >> 5) & (x->cap - 1);
+            while (x->slot[i]) i = (i + 1) & (x->cap - 1);
+            x->slot[i] = (uint32_t)end;
+            x->key[i] = k;
+        }
+    df_drafter *d = xcalloc(1, sizeof *d);
+    d->name = "lookup";
+    d->state = x;
+    d->propose = lookup_propose;
+    d->destroy = lookup_destroy;
+    *out = d;
     return 0;
 }
 

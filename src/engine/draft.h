@@ -16,6 +16,12 @@
  *              rollback (df_session_mark / df_session_truncate); after a gap
  *              of over 256 ids (drafting held off), it restarts on the last
  *              256 instead of evaluating the gap.
+ *   lookup:FILE ngram over the history, then over a reference text's ids
+ *              (a file the answer is likely to quote: the code being edited,
+ *              a document, an earlier answer): the history's longest suffix
+ *              at its first occurrence in the reference, what followed it.
+ *              The front end reads and tokenizes FILE
+ *              (df_drafter_open_lookup).
  * A Qwen3 model as model:PATH drafts across tokenizers instead
  * (draft_xtok.h; the front end opens it).
  */
@@ -30,6 +36,8 @@
  * name the spec. */
 int df_drafter_open(const char *spec, size_t mem_budget, int n_ctx, int n_threads, int target_vocab, df_drafter **out,
                     df_error *err);
+/* lookup over ids[0..n) (copied; indexed once); name is the spec, for errors. */
+int df_drafter_open_lookup(const int32_t *ids, size_t n, const char *name, df_drafter **out, df_error *err);
 void df_drafter_free(df_drafter *d);
 /* A model drafter's draft session: the history position it starts at
  * (0, or where a proposal after a long gap restarted it) and how many ids it

@@ -20,11 +20,12 @@
  *     into another token), at most k.  Otherwise nothing is proposed and
  *     the translation counter grows.
  * Proposals never change a token: the target verifies each (generate.c).
- * The drafter is qwen3.c with its matrix products on the best kernel table
- * (the same bits on every ISA; norms, RoPE and attention in double).
+ * The drafter is any dense family's model (family.h: Qwen3 today), opened
+ * through the family table with its matrix products on the best kernel
+ * table (the same bits on every ISA).
  */
 #include "draft_xtok.h"
-#include "qwen3.h"
+#include "family.h"
 #include "kernels.h"
 #include "util.h"
 
@@ -38,12 +39,15 @@
 
 typedef struct xtok {
     tokenizer *tt, *dt;         /* the target's and the drafter's */
-    qwen3_model *m;
-    qwen3_state *s;
+    const df_family *fam;
+    df_family_model *m;
+    df_family_state *s;
     int n_ctx, V;
     int32_t *qids;              /* the drafter ids its state holds, [n_ctx] */
     int n_q;
     float *logits;              /* [V] */
+    double *ex, *ey;            /* [V]: the confidence's exponentials (the kernel table's exp_n) */
+    const kernel_table *kt;
     unsigned char *text;        /* the history's bytes */
     size_t text_cap;
     int32_t *enc;               /* encodings (grown by tokenizer_encode) */
@@ -87,11 +91,14 @@ static int generate(xtok *x, int m, int32_t *gen, df_error *err)
         int best = 0;
         for (int i = 1; i < x->V; i++)
             if (x->logits[i] > x->logits[best]) best = i;
-        double z = 0;
-        for (int i = 0; i < x->V; i++) z += exp((double)x->logits[i] - (double)x->logits[best]);
+        /* z = sum of exp(l - max), the exponentials in the kernel table's vector exp (df_exp's bits) */
+        double z = 0, mx = (double)x->logits[best];
+        for (int i = 0; i < x->V; i++) x->ex[i] = (double)x->logits[i] - mx;
+        x->kt->exp_n(x->ex, x->ey, (size_t)x->V);
+        for (int i = 0; i < x->V; i++) z += x->ey[i];
         if (1.0 / z < XT_CONFIDENCE || tokenizer_is_special(x->dt, best) || best >= tokenizer_n_vocab(x->dt)) break;
         gen[g++] = best;
-        if (qwen3_eval_last(x->m, x->s, &gen[g - 1], 1, x->logits, err)) return -1;
+        if (x->fam->forward(x->m, x->s, &gen[g - 1], 1, x->logits, 1, err)) return -1;
         x->qids[x->n_q++] = gen[g - 1];
     }
     return g;
@@ -165,8 +172,8 @@ static int xt_propose(df_drafter *d, const int32_t *hist, size_t n, int32_t *out
     int same = 0;
     while (same < x->n_q && (size_t)same < ne && x->qids[same] == x->enc[same]) same++;
     if ((size_t)same == ne) same--; /* the last id is evaluated again for its logits */
-    qwen3_truncate(x->s, same);
-    if (qwen3_eval_last(x->m, x->s, x->enc + same, (int)ne - same, x->logits, err)) return -1;
+    x->fam->truncate(x->s, same);
+    if (x->fam->forward(x->m, x->s, x->enc + same, (int)ne - same, x->logits, 1, err)) return -1;
     memcpy(x->qids + same, x->enc + same, (ne - (size_t)same) * sizeof *x->qids);
     x->n_q = (int)ne;
     /* 3. greedy drafter tokens */
@@ -185,7 +192,7 @@ static int xt_propose(df_drafter *d, const int32_t *hist, size_t n, int32_t *out
 static void xt_reset(df_drafter *d)
 {
     xtok *x = d->state;
-    qwen3_truncate(x->s, 0);
+    x->fam->truncate(x->s, 0);
     x->n_q = 0;
 }
 
@@ -195,29 +202,34 @@ static void xt_destroy(df_drafter *d)
     if (!x) return;
     tokenizer_free(x->tt);
     tokenizer_free(x->dt);
-    qwen3_state_free(x->s);
-    qwen3_free(x->m);
-    free(x->qids), free(x->logits), free(x->text), free(x->enc);
+    if (x->s) x->fam->state_free(x->s);
+    if (x->m) x->fam->close(x->m);
+    free(x->qids), free(x->logits), free(x->ex), free(x->ey), free(x->text), free(x->enc);
     free(x);
     d->state = NULL;
 }
 
-int df_drafter_open_xtok(const char *path, const char *target_model, int n_ctx, size_t mem_budget, df_drafter **out,
-                         df_error *err)
+int df_drafter_open_xtok(const char *path, const char *target_model, int n_ctx, size_t mem_budget, int n_threads,
+                         df_drafter **out, df_error *err)
 {
     *out = NULL;
     if (n_ctx > XT_MAX_CTX) n_ctx = XT_MAX_CTX;
-    qwen3_config qc;
-    if (qwen3_read_config(path, &qc, err)) {
+    df_family_info fi;
+    const df_family *fam = family_of(path, err);
+    if (!fam || fam->info(path, &fi, err)) {
         df_err_prefix(err, "--draft model:%s", path);
         return -1;
     }
-    size_t need = qwen3_bytes(&qc, n_ctx);
+    if (fam->engine)
+        return df_err_set(err, DF_ERR_ARG, -1,
+                          "--draft model:%s: a %s model drafts with the target's own tokenizer, not translated", path,
+                          fam->title);
+    uint64_t need = family_bytes(&fi, n_ctx);
     if (need > mem_budget)
         return df_err_set(err, DF_ERR_LIMIT, -1,
-                          "--draft model:%s: the Qwen3 drafter needs %.2f GiB (f32 weights and a KV cache of %d "
-                          "positions); its share of --mem is %.2f GiB (--draft-mem)",
-                          path, need / 1073741824.0, n_ctx, mem_budget / 1073741824.0);
+                          "--draft model:%s: the drafter needs %.2f GiB (%s; a state of %d positions); its share of "
+                          "--mem is %.2f GiB (--draft-mem)",
+                          path, need / 1073741824.0, fi.summary, n_ctx, mem_budget / 1073741824.0);
     xtok *x = xcalloc(1, sizeof *x);
     df_drafter *d = xcalloc(1, sizeof *d);
     d->name = "xtok";
@@ -226,16 +238,17 @@ int df_drafter_open_xtok(const char *path, const char *target_model, int n_ctx, 
     d->reset = xt_reset;
     d->destroy = xt_destroy;
     x->n_ctx = n_ctx;
+    x->fam = fam;
     const kernel_table *kt = NULL;
-    if (tokenizer_load(target_model, &x->tt, err) || tokenizer_load(path, &x->dt, err) || qwen3_open(path, &x->m, err) ||
-        !(kt = kernels_select(NULL, err)) /* any ISA: the same bits */ || (qwen3_set_kernels(x->m, kt), 0) ||
-        qwen3_state_new(x->m, n_ctx, &x->s, err)) {
+    if (tokenizer_load(target_model, &x->tt, err) || tokenizer_load(path, &x->dt, err) ||
+        !(kt = kernels_select(NULL, err)) /* any ISA: the same bits */ || fam->open(path, kt, n_threads, &x->m, err) ||
+        fam->state_new(x->m, n_ctx, &x->s, err)) {
         df_err_prefix(err, "--draft model:%s", path);
         xt_destroy(d);
         free(d);
         return -1;
     }
-    x->V = qwen3_cfg(x->m)->vocab;
+    x->V = fam->vocab(x->m);
     if (x->V < tokenizer_n_vocab(x->dt)) {
         df_err_set(err, DF_ERR_FORMAT, -1, "--draft model:%s: the model's vocabulary (%d) is smaller than its tokenizer's (%d)",
                    path, x->V, tokenizer_n_vocab(x->dt));
@@ -245,6 +258,9 @@ int df_drafter_open_xtok(const char *path, const char *target_model, int n_ctx, 
     }
     x->qids = xmalloc((size_t)n_ctx * sizeof *x->qids);
     x->logits = xmalloc((size_t)x->V * sizeof *x->logits);
+    x->ex = xmalloc((size_t)x->V * sizeof *x->ex);
+    x->ey = xmalloc((size_t)x->V * sizeof *x->ey);
+    x->kt = kt;
     *out = d;
     return 0;
 }

@@ -15,14 +15,16 @@ typedef struct xtok_stats {
     uint64_t cut_char;       /* drafts whose bytes ended inside a character (the partial one cut) */
 } xtok_stats;
 
-/* path: a Qwen3 model (qwen3.h) with its tokenizer (tokenizer.json, or the
+/* path: a model of a dense family (family.h: Qwen3) with its tokenizer (tokenizer.json, or the
  * GGUF's vocabulary); target_model: the target's folder or GGUF, for its
  * tokenizer; n_ctx: the target's context (the drafter's is at most
  * XT_MAX_CTX of it: it reads the current message only); mem_budget: what
  * its weights and KV cache may take (refused, with the numbers, when they
- * need more).  Errors name the spec. */
+ * need more); n_threads: the workers its matrix products split over (the
+ * target's: the two never run at once).  Errors name the spec. */
 #define XT_MAX_CTX 4096
-int df_drafter_open_xtok(const char *path, const char *target_model, int n_ctx, size_t mem_budget, df_drafter **out,
+int df_drafter_open_xtok(const char *path, const char *target_model, int n_ctx, size_t mem_budget, int n_threads,
+                         df_drafter **out,
                          df_error *err);
 /* A cross-tokenizer drafter's counters; -1 for another drafter. */
 int df_drafter_xtok_stats(const df_drafter *d, xtok_stats *st);

@@ -315,30 +315,38 @@ static int choose_k(gen_loop *g)
 /* One observation of the drafter: a of nd proposed ids were right (in a run
  * from the first).  Each right id is a success, the first wrong one a
  * failure; later ids are not observed. */
-static void observe(gen_loop *g, int a, int nd)
+static void observe_part(gen_loop *g, int a, int failed, int fresh)
 {
-    double trials = (double)a + (a < nd);
-    double w = DECAY * g->acc_w;
+    double trials = (double)a + failed;
+    double w = (fresh ? DECAY : 1.0) * g->acc_w; /* one decay a proposal, however many parts */
     g->acc = (w * g->acc + (double)a) / (w + trials);
     g->acc_w = w + trials;
 }
 
-/* Score the shadow proposal against the tokens that followed it, once they
- * show how many of its ids were right. */
+static void observe(gen_loop *g, int a, int nd) { observe_part(g, a, a < nd, 1); }
+
+/* Score the shadow proposal against the tokens that followed it, as they
+ * are decided: each id found right is observed then (a long proposal that
+ * is right moves the acceptance from its first token on, not after all of
+ * its tokens), the first wrong one ends it. */
 static void score_shadow(gen_loop *g)
 {
     /* the ids known: the history, then the queue of decided ones */
     size_t known = g->n_hist + (size_t)g->q_len;
     if (!g->sh_n || known <= g->sh_at) return;
     size_t seen = known - g->sh_at;
-    int a = 0;
+    int a = g->sh_done;
     for (; a < g->sh_n && (size_t)a < seen; a++) {
         size_t i = g->sh_at + (size_t)a;
         int32_t x = i < g->n_hist ? g->hist[i] : g->queue[g->q_head + (int)(i - g->n_hist)];
         if (x != g->sh_ids[a]) break;
     }
-    if (a < g->sh_n && (size_t)a == seen) return; /* right so far: wait for the next token */
-    observe(g, a, g->sh_n);
+    int failed = a < g->sh_n && (size_t)a < seen;
+    if (a > g->sh_done || failed) observe_part(g, a - g->sh_done, failed, g->sh_done == 0);
+    if (!failed && a < g->sh_n) { /* right so far: the rest with the next tokens */
+        g->sh_done = a;
+        return;
+    }
     g->st.shadow_scored++;
     g->st.shadow_proposed += (uint64_t)g->sh_n;
     g->st.shadow_right += (uint64_t)a;
@@ -375,14 +383,17 @@ static int shadow_propose(gen_loop *g, df_error *err)
     if (n < 0) return -1;
     g->st.draft_sec += dt;
     if (n > want) n = want;
+    /* the cheapest recent cost per id, rising at most 10 % a proposal: a
+     * proposal preempted by the OS does not end shadowing, a drafter whose
+     * cost grows (a longer history to search) still shows it.  An empty
+     * proposal costs its time as one id: a drafter that seldom proposes
+     * but is costly to ask is not asked at every step for nothing */
+    double c = dt / (n > 0 ? n : 1);
+    g->sh_cost = g->sh_cost > 0 && c > g->sh_cost * 1.1 ? g->sh_cost * 1.1 : c;
     if (n > 0) {
         g->draft_tok_sec = g->draft_tok_sec > 0 ? DECAY * g->draft_tok_sec + (1 - DECAY) * dt / n : dt / n;
-        /* the cheapest recent cost per id, rising at most 10 % a proposal:
-         * a proposal preempted by the OS does not end shadowing, a drafter
-         * whose cost grows (a longer history to search) still shows it */
-        double c = dt / n;
-        g->sh_cost = g->sh_cost > 0 && c > g->sh_cost * 1.1 ? g->sh_cost * 1.1 : c;
         g->sh_n = n;
+        g->sh_done = 0;
         g->sh_at = at;
     }
     return 0;

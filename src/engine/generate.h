@@ -161,6 +161,7 @@ typedef struct gen_loop {
     /* a shadow proposal waiting to be scored: sh_n ids proposed to follow hist[0..sh_at) */
     int32_t sh_ids[GEN_MAX_DRAFT];
     int sh_n;
+    int sh_done;              /* its first ids already observed right (scored as they are decided) */
     size_t sh_at;
     gen_stats st;
     gen_constraint con;       /* con.mask NULL: none (gen_constrain) */

@@ -347,7 +347,7 @@ else
     echo "FAIL m4-q4_k_m-mix: the plan line, info or --bench-json do not name its requantized experts: $(head -c 300 "$tmp/bj.out") $(grep plan: "$tmp/bj.err")" >&2; fail=1
 fi
 [ "$fail" != "$qfail" ] || echo "ok   llama.cpp's quantized files, each the same logits at 2 threads, 1 thread in batches of 3, a 1 MiB expert cache, --backend ref and as gguf-py's F32 copy: ${qdone[*]}"
-# Qwen3 dense (src/model/qwen3.c, issue 42's drafters): generated models (tools/qwen3/qwen3_toy.py)
+# Qwen3 dense (src/model/qwen3/qwen3.c, issue 42's drafters): generated models (tools/qwen3/qwen3_toy.py)
 # written by gguf-py as llama.cpp's converter would, in F32, F16, BF16 and Q8_0.  deltafin on each
 # GGUF against a float64 reference of the weights gguf-py dequantizes (1e-4), the F32 file's logits
 # bit-identical to the safetensors', and llama.cpp on the F32 file within 5e-5 (measured 6.7e-6:

@@ -175,7 +175,7 @@ if diff -r -x install.json -x pytorch_model.bin -x README.md "$T/qsrc" "$D" >/de
        && [ ! -e "$D/README.md" ] && grep -q "leaves pytorch_model.bin on the mirror" "$T/logd1"; then
     ok "the drafter's config, tokenizer and safetensors installed at MODEL/drafters/NAME, the rest left and named"
 else bad "drafter files: $(ls "$D" 2>&1 | tr '\n' ' ') $(tail -3 "$T/logd1")"; fi
-grep -q -- "--draft model:$D" "$T/logd1" && grep -q "GiB at a 4,096-position KV cache" "$T/logd1" \
+grep -q -- "--draft model:$D" "$T/logd1" && grep -q "GiB at a 4,096-position state (Qwen3, " "$T/logd1" \
     && ok "setup --drafter says how to use it and what it takes" || bad "drafter use line: $(tail -2 "$T/logd1")"
 "$BIN" setup --check "$D" 2>"$T/logd2" && ok "--check passes on the drafter" || bad "--check drafter: $(cat "$T/logd2")"
 "$BIN" run --model "$T/inst3" --prompt-ids 5,6,7,8 --max-new 6 --dump-logits "$T/d0.bin" >"$T/d0.ids" 2>/dev/null || true

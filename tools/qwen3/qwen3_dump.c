@@ -1,5 +1,5 @@
 /* qwen3_dump.c - the logits of every position of a Qwen3 model
- * (src/model/qwen3.c) for the llama.cpp oracle (tests/llama/
+ * (src/model/qwen3/qwen3.c) for the llama.cpp oracle (tests/llama/
  * run_llama_oracle.sh):
  *   qwen3_dump MODEL IDS OUT.f32     MODEL a folder or a GGUF; IDS "1,2,3";
  * writes little-endian f32 [n_ids][vocab], as llama_peer --dump-logits.

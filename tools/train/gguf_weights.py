@@ -1,7 +1,7 @@
 """The weights of a llama.cpp kimi-k3 GGUF as the release's checkpoint names, in float64, for the
 float64 reference (k3.py): every tensor dequantized by gguf-py (llama.cpp's own Python reader,
 whose values tests/llama/gguf_f32_copy.py checks against ggml's) and llama.cpp's conversions
-undone, independently of deltafin's loader (src/model/model_gguf.c):
+undone, independently of deltafin's loader (src/model/k3/model_gguf.c):
 
   * names: blk.L.attn_q.weight -> language_model.model.layers.L.self_attn.q_proj.weight, ...
     (the table below, written from llama.cpp's tensor names and the release's);

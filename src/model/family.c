@@ -1,0 +1,80 @@
+/* family.c - the family registry (family.h): what type a model on disk
+ * states, and which family reads it.  Knows the families only by their
+ * tables (family.h declares them; each folder defines its own), so this
+ * file includes no family's header.
+ */
+#include "family.h"
+#include "gguf.h"
+#include "json.h"
+#include "util.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+static const df_family *const families[] = {&df_family_k3, &df_family_qwen3};
+enum { N_FAMILIES = (int)(sizeof families / sizeof families[0]) };
+
+int family_type_of(const char *path, char *out, size_t n_out, df_error *err)
+{
+    struct stat sb;
+    if (stat(path, &sb)) return df_err_set(err, DF_ERR_IO, -1, "%s: no such file or folder", path);
+    out[0] = 0;
+    if (S_ISREG(sb.st_mode)) { /* a GGUF file */
+        gguf_file g;
+        if (gguf_open(path, &g, err)) return -1;
+        const char *a;
+        size_t al;
+        int rc = gguf_get_str(&g, "general.architecture", &a, &al, err);
+        if (!rc) snprintf(out, n_out, "%.*s", (int)al, a);
+        gguf_deinit(&g);
+        if (rc) df_err_prefix(err, "%s", path);
+        return rc ? -1 : 0;
+    }
+    char p[4096], *buf = NULL;
+    size_t len;
+    if ((size_t)snprintf(p, sizeof p, "%s/config.json", path) >= sizeof p)
+        return df_err_set(err, DF_ERR_ARG, -1, "%s: path too long", path);
+    if (read_small_file(p, &buf, &len, (size_t)64 << 20, err)) return -1;
+    df_error je = {0};
+    json_doc *d = json_parse(buf, len, &je);
+    free(buf);
+    if (!d) return df_err_set(err, DF_ERR_FORMAT, je.pos, "%s: %s", p, je.msg);
+    const json_value *r = json_root(d);
+    const char *mt = r->type == JSON_OBJECT ? json_get_str(r, "model_type") : NULL;
+    if (mt) snprintf(out, n_out, "%s", mt);
+    json_free(d);
+    if (!mt) return df_err_set(err, DF_ERR_FORMAT, -1, "%s: no \"model_type\" (which model family is this?)", p);
+    return 0;
+}
+
+const df_family *family_named(const char *type)
+{
+    for (int i = 0; i < N_FAMILIES; i++)
+        for (const char *const *t = families[i]->types; *t; t++)
+            if (!strcmp(*t, type)) return families[i];
+    return NULL;
+}
+
+const df_family *family_of(const char *path, df_error *err)
+{
+    char type[128];
+    if (family_type_of(path, type, sizeof type, err)) return NULL;
+    const df_family *f = family_named(type);
+    if (f) return f;
+    char known[512];
+    size_t k = 0;
+    known[0] = 0;
+    for (int i = 0; i < N_FAMILIES; i++)
+        for (const char *const *t = families[i]->types; *t; t++)
+            k += (size_t)snprintf(known + k, k < sizeof known ? sizeof known - k : 0, "%s\"%s\"", k ? ", " : "", *t);
+    df_err_set(err, DF_ERR_UNSUPPORTED, -1, "%s: a model of type \"%s\", which deltafin does not run (it reads %s)",
+               path, type, known);
+    return NULL;
+}
+
+uint64_t family_bytes(const df_family_info *fi, int n_ctx)
+{
+    return fi->weight_bytes + fi->state_fixed + fi->state_per_pos * (uint64_t)(n_ctx > 0 ? n_ctx : 0);
+}
