@@ -368,4 +368,10 @@ clean:
 
 .PHONY: web web-check qemu-check qemu-check-all qemu-tools check-slow print-ldlibs llama-oracle server-test skills-test agent-test setup-test mpi-test tokenizer-oracle qwen-tokenizer-oracle all test test-fast test-san check fuzz fuzz-run fuzz-long bench bench-grammar format lint clean
 
+# A source that moved to another folder (src/model/ into src/model/k3/) is
+# still named by the .d file of a build made before the move, and make would
+# stop at "No rule to make target src/model/model.c": such a .d file and its
+# object are dropped, and the object is built again from the new place.
+$(shell for d in $(BUILD)/*.d; do [ -f "$$d" ] || continue; s=$$(sed -n '1s/^[^:]*: *\([^ ]*\).*/\1/p' "$$d"); \
+    if [ "$${s%.c}" != "$$s" ] && [ ! -e "$$s" ]; then rm -f "$$d" "$${d%.d}.o"; fi; done)
 -include $(wildcard $(BUILD)/*.d $(BUILD)/tests/*.d)
