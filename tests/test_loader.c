@@ -2,7 +2,9 @@
  * clear error that names the file, the tensor or key and the problem, and
  * never crash.  Each case copies the fixture checkpoint into a temporary
  * directory and breaks one thing (config, index, a shard header, shard
- * bytes).  Also: vision tensors are skipped, and the loader never writes.
+ * bytes).  Also: vision tensors are skipped, the loader never writes, and
+ * one model.safetensors without an index or 5 shards give the fixture's
+ * logits bit for bit (model/weights.c opens every layout).
  */
 #define _GNU_SOURCE
 #include "harness.h"
@@ -413,11 +415,76 @@ static void test_loader_does_not_write(void)
     cleanup();
 }
 
+/* The fixture's logits from the checkpoint at dir (all rows of 9 ids),
+ * or NULL with the error printed. */
+static float *logits_of(const char *dir, int *V)
+{
+    static const int32_t ids[9] = {1, 5, 9, 42, 7, 3, 100, 5, 9};
+    df_engine_opts o;
+    df_engine_opts_default(&o);
+    o.quiet = 1;
+    o.n_threads = 1;
+    df_engine *eng = NULL;
+    df_session *s = NULL;
+    df_error err = {0};
+    float *out = NULL;
+    if (df_engine_open(dir, &o, &eng, &err) == 0) {
+        df_model_info mi;
+        df_engine_info(eng, &mi);
+        *V = mi.vocab;
+        df_session_opts so;
+        df_session_opts_default(&so);
+        out = xmalloc((size_t)9 * (size_t)mi.vocab * sizeof *out);
+        if (df_session_new(eng, &so, &s, &err) || df_session_eval(s, ids, 9, out, 1, &err)) {
+            free(out);
+            out = NULL;
+        }
+    }
+    if (!out) fprintf(stderr, "    %s: %s\n", dir, err.msg);
+    if (s) df_session_free(s);
+    if (eng) df_engine_close(eng);
+    return out;
+}
+
+/* The same checkpoint in one model.safetensors without an index, and in 5
+ * shards with one (tools/st_reshard.py, the tensors' bytes unchanged): the
+ * same logits, bit for bit, as the fixture's 3 shards; a folder with
+ * neither file is refused naming both. */
+static void test_layouts(void)
+{
+    char src[512], dst[600], cmd[1400];
+    snprintf(src, sizeof src, "%s/k3-tiny-a/checkpoint", testdata_dir());
+    int V = 0, V2 = 0;
+    float *want = logits_of(src, &V);
+    TCHECK(want != NULL);
+    if (!want) return;
+    for (int n = 1; n <= 5; n += 4) {
+        snprintf(dst, sizeof dst, "%s/layout%d", test_scratch(), n);
+        snprintf(cmd, sizeof cmd, "/usr/bin/python3 tools/st_reshard.py %s %s %d", src, dst, n);
+        TCHECKF(system(cmd) == 0, "%s", cmd);
+        snprintf(cmd, sizeof cmd, "%s/model.safetensors.index.json", dst);
+        struct stat sb;
+        TCHECKF((stat(cmd, &sb) == 0) == (n > 1), "%d shards: the index is %s", n, n > 1 ? "missing" : "there");
+        float *got = logits_of(dst, &V2);
+        TCHECKF(got && V2 == V && !memcmp(got, want, (size_t)9 * (size_t)V * sizeof *got),
+                "%d shard(s): the logits differ from the fixture's", n);
+        free(got);
+    }
+    snprintf(dst, sizeof dst, "%s/layout1/model.safetensors", test_scratch());
+    TCHECK(unlink(dst) == 0);
+    snprintf(dst, sizeof dst, "%s/layout1", test_scratch());
+    snprintf(tmpdir, sizeof tmpdir, "%.200s", dst);
+    expect_error("no weight files", "model.safetensors.index.json", "model.safetensors (a model folder", NULL);
+    free(want);
+    test_scratch_remove();
+}
+
 static const test_case tests[] = {
     {"config_errors_named", test_config_errors},
     {"index_errors_named", test_index_errors},
     {"shard_errors_named", test_shard_errors},
     {"loader_reads_only", test_loader_does_not_write},
+    {"layouts_same_bits", test_layouts},
 };
 
 int main(int argc, char **argv) { return test_main(tests, NTESTS(tests), argc, argv); }

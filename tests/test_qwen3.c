@@ -6,7 +6,8 @@
  * architecture mistake (GPT-J interleaved RoPE, RoPE before the QK-norm,
  * kv head h % KV) lies far outside that, so the comparison would catch
  * each.  Evaluating the ids in one chunk, one at a time, in chunks of 5 and
- * after a truncation gives the same bits.  With the matrix products on a
+ * after a truncation gives the same bits, and so does the model in 3 shards
+ * with an index (tools/st_reshard.py).  With the matrix products on a
  * kernel table (qwen3_set_kernels): within 1e-4 too, the same bits on every
  * ISA this CPU runs, at every chunking and after a truncation.  Bad folders are refused with the
  * file and field named.  The family seam (family.h): the model's type picks
@@ -191,6 +192,20 @@ static void check_model(const char *name, const char *make_args, int mistakes)
     free(tr);
     check_kernels(name, m, want, n);
     check_stored(name, dir, m, n);
+    /* the same tensors in 3 shards with an index (tools/st_reshard.py): the same bits */
+    char sharded[700];
+    snprintf(sharded, sizeof sharded, "%s-sharded", dir);
+    snprintf(args, sizeof args, "/usr/bin/python3 tools/st_reshard.py %s %s 3", dir, sharded);
+    TCHECKF(system(args) == 0, "%s", args);
+    qwen3_model *m3 = NULL;
+    df_err_clear(&err);
+    TCHECKF(qwen3_open(sharded, &m3, &err) == 0, "%s in 3 shards: %s", name, err.msg);
+    if (m3) {
+        float *lg = eval_chunks(m3, N_IDS, 0);
+        TCHECKF(!memcmp(lg, all, n * sizeof *lg), "%s: 3 shards with an index give other bits", name);
+        free(lg);
+        qwen3_free(m3);
+    }
     /* each deliberate mistake is far outside the tolerance */
     static const char *mistake[3] = {"interleaved-rope", "rope-before-norm", "kv-mod"};
     for (int i = 0; i < mistakes; i++) {
@@ -235,7 +250,7 @@ static void test_refused(void)
         {"\"rms_norm_eps\": 1e-06,", "", "rms_norm_eps"},
         {"\"num_key_value_heads\": 1", "\"num_key_value_heads\": 3", "kv heads"},
         {"\"vocab_size\": 512", "\"vocab_size\": 513", "model.embed_tokens.weight has the wrong shape"},
-        {"\"num_hidden_layers\": 1", "\"num_hidden_layers\": 2", "no tensor model.layers.1."},
+        {"\"num_hidden_layers\": 1", "\"num_hidden_layers\": 2", "tensor model.layers.1.input_layernorm.weight is missing"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         snprintf(sh, sizeof sh, "cp %s/config.json %s/config.orig && /usr/bin/python3 -c \"import sys; p='%s/config.json'; "

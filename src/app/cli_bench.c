@@ -24,6 +24,7 @@
 #define _GNU_SOURCE
 #include "cli.h"
 #include "json.h"
+#include "weights.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -98,23 +99,19 @@ static void exe_dir(char *out, size_t n)
     if (sl) *sl = 0;
 }
 
-/* The model's bytes: the file, or every file of a gguf-split model given by
- * its first file (PREFIX-00001-of-0000N.gguf). */
+/* The model's bytes: its weight files (weights.h: a folder's shards, a
+ * GGUF and the files of its gguf-split), or the file itself when it is
+ * not a model deltafin reads. */
 static double model_bytes(const char *path)
 {
-    struct stat sb;
-    if (stat(path, &sb)) return 0;
-    double total = (double)sb.st_size;
-    size_t n = strlen(path);
-    int count;
-    if (n > 20 && sscanf(path + n - 20, "-00001-of-%5d.gguf", &count) == 1 && count > 1) {
-        char p[PATH_MAX];
-        for (int i = 2; i <= count; i++) {
-            snprintf(p, sizeof p, "%.*s-%05d-of-%05d.gguf", (int)(n - 20), path, i, count);
-            if (stat(p, &sb) == 0) total += (double)sb.st_size;
-        }
+    wset w;
+    if (wset_open(path, NULL, &w, NULL) == 0) {
+        double n = (double)wset_file_bytes(&w);
+        wset_close(&w);
+        return n;
     }
-    return total;
+    struct stat sb;
+    return stat(path, &sb) ? 0 : (double)sb.st_size;
 }
 
 static double median(double *v, int n)

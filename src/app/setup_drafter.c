@@ -16,24 +16,12 @@
  */
 #define _GNU_SOURCE
 #include "setup_impl.h"
-#include "json.h"
 #include "family.h"
 #include "util.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* The model_type of a config.json held in memory, into out ("" when none). */
-static int model_type_of(const char *text, size_t n, const char *what, char *out, size_t n_out, df_error *err)
-{
-    json_doc *d = json_parse(text, n, err);
-    if (!d) return df_err_prefix(err, "%s", what), -1;
-    const char *t = json_get_str(json_root(d), "model_type");
-    snprintf(out, n_out, "%s", t ? t : "");
-    json_free(d);
-    return 0;
-}
 
 /* What a drafter needs of a repository: its config, tokenizer and
  * generation files and its safetensors (with their index). */
@@ -59,7 +47,7 @@ int drafter_prepare(setup *S, const char *model_dir, df_error *err)
     size_t n = 0;
     if (read_small_file(path, &text, &n, 1 << 24, err))
         return df_err_prefix(err, "--drafter installs beside a model: %s", model_dir), -1;
-    int rc = model_type_of(text, n, path, target_type, sizeof target_type, err);
+    int rc = family_config_type(text, n, path, target_type, sizeof target_type, err);
     free(text);
     if (rc) return -1;
     /* the drafter's family, from its config.json alone */
@@ -72,7 +60,7 @@ int drafter_prepare(setup *S, const char *model_dir, df_error *err)
     snprintf(url, sizeof url, "%s/%s/resolve/%s/config.json", S->base, S->repo, S->commit);
     text = NULL;
     if (setup_get(S, url, NULL, &text, &n, 1 << 24, NULL, 0, err)) return -1;
-    rc = model_type_of(text, n, url, draft_type, sizeof draft_type, err);
+    rc = family_config_type(text, n, url, draft_type, sizeof draft_type, err);
     free(text);
     if (rc) return -1;
     /* a dense family (family.h: its drafts translated) or the target's own type */

@@ -37,15 +37,23 @@ int family_type_of(const char *path, char *out, size_t n_out, df_error *err)
     if ((size_t)snprintf(p, sizeof p, "%s/config.json", path) >= sizeof p)
         return df_err_set(err, DF_ERR_ARG, -1, "%s: path too long", path);
     if (read_small_file(p, &buf, &len, (size_t)64 << 20, err)) return -1;
-    df_error je = {0};
-    json_doc *d = json_parse(buf, len, &je);
+    int rc = family_config_type(buf, len, p, out, n_out, err);
     free(buf);
-    if (!d) return df_err_set(err, DF_ERR_FORMAT, je.pos, "%s: %s", p, je.msg);
+    if (rc) return -1;
+    if (!out[0]) return df_err_set(err, DF_ERR_FORMAT, -1, "%s: no \"model_type\" (which model family is this?)", p);
+    return 0;
+}
+
+int family_config_type(const char *text, size_t len, const char *label, char *out, size_t n_out, df_error *err)
+{
+    out[0] = 0;
+    df_error je = {0};
+    json_doc *d = json_parse(text, len, &je);
+    if (!d) return df_err_set(err, DF_ERR_FORMAT, je.pos, "%s: %s", label, je.msg);
     const json_value *r = json_root(d);
     const char *mt = r->type == JSON_OBJECT ? json_get_str(r, "model_type") : NULL;
     if (mt) snprintf(out, n_out, "%s", mt);
     json_free(d);
-    if (!mt) return df_err_set(err, DF_ERR_FORMAT, -1, "%s: no \"model_type\" (which model family is this?)", p);
     return 0;
 }
 

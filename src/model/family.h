@@ -1,7 +1,8 @@
 /* family.h - the model-family seam: which family a model on disk belongs
  * to, and the one interface every family answers to.
  *
- * src/model/ holds what is general (this interface, the memory planner);
+ * src/model/ holds what is general (this interface, a model's weight files
+ * in weights.h, the memory planner);
  * each family lives in its own folder below it (src/model/k3/: Kimi K3,
  * the MoE target whose forward passes the engine schedules and streams;
  * src/model/qwen3/: Qwen3 dense, the drafters K3 users have).  Nothing
@@ -74,6 +75,9 @@ extern const df_family df_family_k3, df_family_qwen3;
  * the GGUF's general.architecture (path a file), into out.  -1 with the
  * file and field named when neither can be read. */
 int family_type_of(const char *path, char *out, size_t n_out, df_error *err);
+/* The model_type of a config.json's text (label names it in errors) into
+ * out, "" when it states none; -1 when it is not JSON. */
+int family_config_type(const char *text, size_t len, const char *label, char *out, size_t n_out, df_error *err);
 /* The family of a type name; NULL when none reads it. */
 const df_family *family_named(const char *type);
 /* The family of the model at path: NULL with an error naming the type

@@ -353,6 +353,7 @@ fi
 # bit-identical to the safetensors', and llama.cpp on the F32 file within 5e-5 (measured 6.7e-6:
 # f32 summation order), same top-1.  llama.cpp on the F16/BF16/Q8_0 files rounds its activations
 # (its arithmetic, not a disagreement about Qwen3): those differences are printed, not bounded.
+# The F32 file split in 3 (gguf-split's layout) gives the whole file's bits.
 gpy=$(BUILD="$build" "$here/get_gguf_py.sh")
 qids=5,17,300,42,7,99,5,17,250,3,488,61
 for qm in "gqa-tied --layers 2 --hidden 64 --heads 4 --kv-heads 2 --head-dim 32 --ffn 96 --seed 11" \
@@ -396,6 +397,16 @@ PY
         fi
         out=""
     done
+    # the F32 model split in 3 files as gguf-split writes them (weights.c opens them): the same bits
+    # from the first file, and the second file given alone is refused naming the first
+    if PYTHONPATH="$gpy" /usr/bin/python3 tools/qwen3/qwen3_toy.py gguf "$qd" "$qd/split.gguf" --type f32 --split 3 &&
+        "$build/qwen3_dump" "$qd/split-00001-of-00003.gguf" "$qids" "$qd/split.f32" && cmp -s "$qd/split.f32" "$qd/f32.f32" &&
+        ! "$build/qwen3_dump" "$qd/split-00002-of-00003.gguf" "$qids" "$qd/split2.f32" 2>"$qd/split2.err" &&
+        grep -q "give the first file" "$qd/split2.err"; then
+        echo "ok   qwen3 $qn f32 in 3 split files: the whole file's bits; a later split alone is refused"
+    else
+        echo "FAIL qwen3 $qn f32 split in 3 files: $(tail -1 "$qd/split2.err" 2>/dev/null)" >&2; fail=1
+    fi
 done
 if [ "$fail" = 0 ]; then echo "llama oracle: all comparisons passed"; else echo "llama oracle: FAILED" >&2; fi
 exit "$fail"

@@ -13,10 +13,12 @@ float64 reference logits, for deltafin's Qwen3 tests (tests/test_qwen3.c).
       the next id; any other id gives all-zero logits, so no confident token).  Each chain id
       must have one successor (the caller cuts the chain where that stops holding).  --wrong-at J
       makes the successor of chain id J another id (a drafter that diverges there).
-  qwen3_toy.py gguf MODEL_DIR OUT.gguf [--type f32|f16|bf16|q8_0]
+  qwen3_toy.py gguf MODEL_DIR OUT.gguf [--type f32|f16|bf16|q8_0] [--split N]
       the same model as llama.cpp's converter writes it (conversion/qwen.py: general.architecture
       qwen3, its keys, blk.N.* tensor names, no output.weight when tied) with the weights in that
       type (1-D norms stay F32); a minimal "gpt2" vocabulary of byte tokens so llama.cpp loads it.
+      --split N: in N files as llama.cpp's gguf-split writes them (OUT-00001-of-0000N.gguf, ...:
+      gguf-py's writer with at most ceil(tensors / N) tensors a file, the metadata in the first).
       Needs gguf-py (PYTHONPATH; tests/llama/get_gguf_py.sh).
   qwen3_toy.py ref MODEL_DIR|FILE.gguf IDS OUT.f64 [--mistake interleaved-rope|rope-before-norm|kv-mod]
       the logits of every position of the comma-separated ids, float64 [n][vocab], computed from
@@ -240,13 +242,14 @@ def ref(model_dir, ids, out, mistake):
     (x @ head.T).astype("<f8").tofile(out)
 
 
-def to_gguf(model_dir, out, qtype):
+def to_gguf(model_dir, out, qtype, split=1):
     import gguf
     cfg = json.load(open(model_dir + "/config.json"))
     W = read_safetensors(model_dir + "/model.safetensors")
     E, L, H, KV = cfg["hidden_size"], cfg["num_hidden_layers"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
     D, V = cfg.get("head_dim", E // H), cfg["vocab_size"]
-    w = gguf.GGUFWriter(out, "qwen3")
+    per_file = -(-len(W) // split) if split > 1 else 0
+    w = gguf.GGUFWriter(out, "qwen3", split_max_tensors=per_file)
     w.add_block_count(L)
     w.add_context_length(cfg.get("max_position_embeddings", 4096))
     w.add_embedding_length(E)
@@ -295,7 +298,7 @@ if __name__ == "__main__":
     elif len(a) >= 3 and a[0] == "scripted":
         scripted(a[1], [int(t) for t in a[2].split(",")], arg(a, "--vocab", 151936), arg(a, "--wrong-at", -1))
     elif len(a) >= 3 and a[0] == "gguf":
-        to_gguf(a[1], a[2], arg(a, "--type", "f32"))
+        to_gguf(a[1], a[2], arg(a, "--type", "f32"), arg(a, "--split", 1))
     elif len(a) >= 4 and a[0] == "ref":
         ref(a[1], [int(t) for t in a[2].split(",")], a[3], arg(a, "--mistake", ""))
     else:

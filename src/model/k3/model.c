@@ -19,6 +19,7 @@
 #include "roster.h"
 #include "safetensors.h"
 #include "util.h"
+#include "weights.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -244,30 +245,18 @@ done:
 
 /* ------------------------------------------------------------ tensor index */
 
-typedef struct name_entry {
-    const char *name;   /* points into the index document */
-    int shard;
-} name_entry;
-
 typedef struct loader {
     k3_model *eng;
     int cur_layer;      /* the layer being bound (-1 embedding, NL the output head) */
-    const char *dir;
-    st_file *files;
-    name_entry *names;
-    size_t n_names;
+    const wset *ws;     /* the weight files (NULL when synthetic) */
     /* config only (df_plan_model on a config.json): every tensor is made
      * up with the expected shape, BF16 floats and U8 experts as K3 ships,
-     * laid out one after another */
+     * laid out one after another in the one "file" syn_path */
     int synthetic;
+    const char *syn_path;
     st_tensor syn;
     uint64_t syn_off;
 } loader;
-
-static int cmp_entry(const void *a, const void *b)
-{
-    return strcmp(((const name_entry *)a)->name, ((const name_entry *)b)->name);
-}
 
 static int is_vision(const char *name)
 {
@@ -275,22 +264,9 @@ static int is_vision(const char *name)
            !strncmp(name, PFX "vision_tower.", sizeof PFX + 12) || !strncmp(name, PFX "mm_projector.", sizeof PFX + 12);
 }
 
-static const st_tensor *find_tensor(loader *ld, const char *name, int *shard, df_error *err)
+static const char *shard_path(const loader *ld, int shard)
 {
-    name_entry key = {.name = name};
-    const name_entry *e = bsearch(&key, ld->names, ld->n_names, sizeof key, cmp_entry);
-    if (!e) {
-        df_err_set(err, DF_ERR_FORMAT, -1, "%s/model.safetensors.index.json: tensor %s is missing from weight_map", ld->dir, name);
-        return NULL;
-    }
-    const st_tensor *t = st_find(&ld->files[e->shard], name);
-    if (!t) {
-        df_err_set(err, DF_ERR_FORMAT, -1, "%s: tensor %s is listed in the index for this shard but not in its header",
-                   ld->files[e->shard].path, name);
-        return NULL;
-    }
-    *shard = e->shard;
-    return t;
+    return ld->synthetic ? ld->syn_path : wset_path(ld->ws, shard);
 }
 
 static void fmt_shape(const st_tensor *t, char *buf, size_t n)
@@ -317,9 +293,9 @@ static const st_tensor *expect(loader *ld, const char *name, int64_t d0, int64_t
         *shard = 0;
         return y;
     }
-    const st_tensor *t = find_tensor(ld, name, shard, err);
+    const st_tensor *t = wset_st(ld->ws, name, shard, err);
     if (!t) return NULL;
-    const char *path = ld->files[*shard].path;
+    const char *path = shard_path(ld, *shard);
     if (!((1u << t->dtype) & dtypes)) {
         df_err_set(err, DF_ERR_FORMAT, -1, "%s: tensor %s has dtype %s, expected %s", path, name,
                    st_dtype_name(t->dtype),
@@ -468,7 +444,7 @@ static float *load_vec(loader *ld, const char *name, int64_t d0, int64_t d1, int
     if (!t) return NULL;
     size_t n = (size_t)d0 * (size_t)(d1 ? d1 : 1) * (size_t)(d2 ? d2 : 1);
     uint8_t *raw = xcalloc(t->nbytes ? t->nbytes : 1, 1);
-    if (!ld->eng->headers_only && model_pread(ld->files[shard].path, raw, t->nbytes, t->offset, err)) {
+    if (!ld->eng->headers_only && model_pread(shard_path(ld, shard), raw, t->nbytes, t->offset, err)) {
         free(raw);
         return NULL;
     }
@@ -528,7 +504,7 @@ static int bind_layer(loader *ld, int il, df_error *err)
             int shard;
             const st_tensor *t = expect(ld, NAME(n1, suffix), shp[p][0], shp[p][1], 0, 1u << ST_U8, &shard, err);
             if (!t) return -1;
-            int f = expert_store_add_file(&eng->store, ld->files[shard].path, err);
+            int f = expert_store_add_file(&eng->store, shard_path(ld, shard), err);
             if (f < 0) return -1;
             if (file >= 0 && f != file)
                 return df_err_set(err, DF_ERR_UNSUPPORTED, -1,
@@ -566,8 +542,8 @@ int model_load_safetensors(k3_model *eng, const char *dir, df_error *err)
     char path[PATH_MAX];
     char *text = NULL;
     size_t len = 0;
-    json_doc *idx = NULL;
-    loader ld = {.eng = eng, .dir = dir};
+    wset ws = {0};
+    loader ld = {.eng = eng, .ws = &ws};
     int rc = -1;
     k3_config *c = &eng->cfg;
 
@@ -578,61 +554,14 @@ int model_load_safetensors(k3_model *eng, const char *dir, df_error *err)
         df_err_prefix(err, "%s", dir);
         goto done;
     }
-    free(text);
-    text = NULL;
-
-    if (path_join(path, sizeof path, dir, "model.safetensors.index.json", err) ||
-        read_small_file(path, &text, &len, 1u << 30, err))
-        goto done;
-    df_error jerr = {0};
-    idx = json_parse(text, len, &jerr);
-    if (!idx) {
-        df_err_set(err, DF_ERR_FORMAT, jerr.pos, "%s: %s", path, jerr.msg);
-        goto done;
-    }
-    const json_value *wm = json_get(json_root(idx), "weight_map");
-    if (!wm || wm->type != JSON_OBJECT) {
-        df_err_set(err, DF_ERR_FORMAT, -1, "%s: missing \"weight_map\" object", path);
-        goto done;
-    }
-    /* distinct shard files, in first-seen order */
-    const char **shard_names = xcalloc(wm->len + 1, sizeof *shard_names);
-    int n_sh = 0;
-    ld.names = xcalloc(wm->len + 1, sizeof *ld.names);
-    for (size_t i = 0; i < wm->len; i++) {
-        const json_value *v = wm->items[i];
-        if (v->type != JSON_STRING || !v->str[0] || strchr(v->str, '/') || !strcmp(v->str, "..")) {
-            df_err_set(err, DF_ERR_FORMAT, v->pos, "%s: weight_map[\"%s\"] is not a plain shard file name", path,
-                       wm->keys[i]);
-            free((void *)shard_names);
-            goto done;
-        }
-        if (is_vision(wm->keys[i])) continue;
-        int s;
-        for (s = n_sh - 1; s >= 0; s--)
-            if (!strcmp(shard_names[s], v->str)) break;
-        if (s < 0) {
-            s = n_sh;
-            shard_names[n_sh++] = v->str;
-        }
-        ld.names[ld.n_names].name = wm->keys[i];
-        ld.names[ld.n_names].shard = s;
-        ld.n_names++;
-    }
-    qsort(ld.names, ld.n_names, sizeof *ld.names, cmp_entry);
-    ld.files = xcalloc((size_t)n_sh + 1, sizeof *ld.files);
-    eng->shards = xcalloc((size_t)n_sh + 1, sizeof *eng->shards);
-    eng->n_shards = n_sh;
-    for (int s = 0; s < n_sh; s++) {
+    /* the shards (the index's, or one model.safetensors), vision skipped */
+    if (wset_open(dir, is_vision, &ws, err)) goto done;
+    eng->shards = xcalloc((size_t)ws.n_files + 1, sizeof *eng->shards);
+    eng->n_shards = ws.n_files;
+    for (int s = 0; s < ws.n_files; s++) {
         eng->shards[s].fd = -1;
-        char sp[PATH_MAX];
-        if (path_join(sp, sizeof sp, dir, shard_names[s], err) || st_open(sp, &ld.files[s], err)) {
-            free((void *)shard_names);
-            goto done;
-        }
-        eng->shards[s].path = xstrdup(sp);
+        eng->shards[s].path = xstrdup(wset_path(&ws, s));
     }
-    free((void *)shard_names);
 
     /* globals */
     ld.cur_layer = -1;
@@ -661,11 +590,7 @@ int model_load_safetensors(k3_model *eng, const char *dir, df_error *err)
     rc = 0;
 done:
     free(text);
-    json_free(idx);
-    if (ld.files)
-        for (int s = 0; s < eng->n_shards; s++) st_deinit(&ld.files[s]);
-    free(ld.files);
-    free(ld.names);
+    wset_close(&ws);
     return rc;
 }
 
@@ -688,8 +613,7 @@ int model_load_config_only(k3_model *eng, const char *path, df_error *err)
     eng->shards[0].fd = -1;
     eng->shards[0].path = xstrdup(path);
     eng->n_shards = 1;
-    st_file fake = {.path = eng->shards[0].path};
-    loader ld = {.eng = eng, .dir = path, .files = &fake, .synthetic = 1};
+    loader ld = {.eng = eng, .synthetic = 1, .syn_path = eng->shards[0].path};
     ld.cur_layer = -1;
     if (bind_mat(&ld, PFX "model.embed_tokens.weight", c->V, c->h, &eng->embed, err)) return -1;
     ld.cur_layer = c->NL;

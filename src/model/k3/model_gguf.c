@@ -37,6 +37,7 @@
 #include "quant.h"
 #include "roster.h"
 #include "util.h"
+#include "weights.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -45,11 +46,10 @@
 
 #define A "kimi-k3."
 
-#define MAX_SPLITS 4096
-
 typedef struct gload {
     k3_model *eng;
-    gguf_file *g;       /* [n_files]: the first file holds the metadata */
+    const wset *ws;     /* the file and its splits (weights.h) */
+    const gguf_file *g; /* the first file, which holds the metadata */
     int n_files;
     int layer;
     int *store_file;    /* [n_files] expert_store file index */
@@ -57,17 +57,7 @@ typedef struct gload {
 } gload;
 
 /* A tensor by name in whichever split holds it (sets gl->at). */
-static const gguf_tensor *find_any(gload *gl, const char *name)
-{
-    for (int f = 0; f < gl->n_files; f++) {
-        const gguf_tensor *t = gguf_find_tensor(&gl->g[f], name);
-        if (t) {
-            gl->at = f;
-            return t;
-        }
-    }
-    return NULL;
-}
+static const gguf_tensor *find_any(gload *gl, const char *name) { return wset_gguf(gl->ws, name, &gl->at, NULL); }
 
 static const char *type_name(uint32_t type)
 {
@@ -106,7 +96,7 @@ static const gguf_tensor *gfind(gload *gl, const char *name, int nd, const int64
                    gl->n_files > 1 ? " (from every split)" : "");
         return NULL;
     }
-    const char *path = gl->g[gl->at].path;
+    const char *path = wset_path(gl->ws, gl->at);
     int ok = 1;
     for (int d = 0; d < GGUF_MAX_DIMS; d++) ok &= t->ne[d] == (d < nd ? ne[d] : 1);
     if (!ok) {
@@ -147,7 +137,7 @@ static int map_typed(gload *gl, int file, const gguf_tensor *t, int rows, int co
     const qblock_fmt *f = qblock_fmt_of_ggml(t->type);
     if (f && cols % f->block)
         return df_err_set(err, DF_ERR_FORMAT, (int64_t)t->info_pos, "%s: tensor %s is %s with rows of %d values, "
-                          "not whole blocks of %d", gl->g[file].path, name, f->name, cols, f->block);
+                          "not whole blocks of %d", wset_path(gl->ws, file), name, f->name, cols, f->block);
     if (model_map_mat(gl->eng, gl->layer, file, t->offset, t->nbytes, model_wtype_of_ggml(t->type), rows, cols, name, out, err))
         return -1;
     out->qb = model_wtype_of_ggml(t->type) == W_QB ? f : NULL;
@@ -176,7 +166,7 @@ static float *gvec(gload *gl, const char *name, int64_t n0, int64_t n1, int64_t 
     if (!t) return NULL;
     size_t n = (size_t)(n0 * n1 * n2);
     uint8_t *raw = xcalloc(t->nbytes ? (size_t)t->nbytes : 1, 1);
-    if (!gl->eng->headers_only && model_pread(gl->g[gl->at].path, raw, (size_t)t->nbytes, t->offset, err)) {
+    if (!gl->eng->headers_only && model_pread(wset_path(gl->ws, gl->at), raw, (size_t)t->nbytes, t->offset, err)) {
         free(raw);
         return NULL;
     }
@@ -455,14 +445,14 @@ static int bind_layer(gload *gl, int il, df_error *err)
         const qblock_fmt *f = qblock_fmt_of_ggml(t->type);
         if (f && ne[p][0] % f->block)
             return df_err_set(err, DF_ERR_FORMAT, (int64_t)t->info_pos,
-                              "%s: tensor %s is %s with rows of %lld values, not whole blocks of %d", gl->g[gl->at].path,
+                              "%s: tensor %s is %s with rows of %lld values, not whole blocks of %d", wset_path(gl->ws, gl->at),
                               t->name, f->name, (long long)ne[p][0], f->block);
         /* one expert's slice: the tensor's bytes over E (gguf.c checked
          * nbytes against the type's block size and ne) */
         uint64_t slice = t->nbytes / (uint64_t)c->E;
         if (slice * (uint64_t)c->E != t->nbytes || slice > UINT32_MAX)
             return df_err_set(err, DF_ERR_FORMAT, (int64_t)t->info_pos, "%s: tensor %s: %llu bytes are not %d slices",
-                              gl->g[gl->at].path, t->name, (unsigned long long)t->nbytes, c->E);
+                              wset_path(gl->ws, gl->at), t->name, (unsigned long long)t->nbytes, c->E);
         expert_store_set_piece_type(&eng->store, il, p, t->type, (uint32_t)slice);
         for (int e = 0; e < c->E; e++)
             expert_store_set_piece(&eng->store, il, e, p, gl->store_file[gl->at], t->offset + (uint64_t)e * slice);
@@ -476,61 +466,14 @@ static int bind_layer(gload *gl, int il, df_error *err)
     return 0;
 }
 
-/* llama.cpp's gguf-split layout: PREFIX-00001-of-0000N.gguf holds the
- * metadata and split.no / split.count; the other files hold the remaining
- * tensors (each tensor whole in one file).  Opens files 2..N into g[1..]. */
-static int open_splits(gguf_file *g, int *n_files, df_error *err)
-{
-    uint64_t count = 1, no = 0;
-    if (gguf_find_kv(&g[0], "split.count") && gguf_get_u64(&g[0], "split.count", &count, err)) return -1;
-    if (count <= 1) return 0;
-    if (count > MAX_SPLITS)
-        return df_err_set(err, DF_ERR_FORMAT, -1, "%s: split.count %llu is more than %d", g[0].path,
-                          (unsigned long long)count, MAX_SPLITS);
-    if (gguf_get_u64(&g[0], "split.no", &no, err)) return -1;
-    if (no != 0)
-        return df_err_set(err, DF_ERR_ARG, -1,
-                          "%s is split %llu of %llu of a model: give the first file (...-00001-of-%05llu.gguf)",
-                          g[0].path, (unsigned long long)no + 1, (unsigned long long)count,
-                          (unsigned long long)count);
-    char suffix[48];
-    snprintf(suffix, sizeof suffix, "-00001-of-%05llu.gguf", (unsigned long long)count);
-    size_t pl = strlen(g[0].path), sl = strlen(suffix);
-    if (pl <= sl || strcmp(g[0].path + pl - sl, suffix))
-        return df_err_set(err, DF_ERR_ARG, -1, "%s: the first of %llu split files must be named PREFIX%s", g[0].path,
-                          (unsigned long long)count, suffix);
-    for (uint64_t i = 1; i < count; i++) {
-        size_t n = pl + 8;
-        char *p = xmalloc(n);
-        snprintf(p, n, "%.*s-%05llu-of-%05llu.gguf", (int)(pl - sl), g[0].path, (unsigned long long)i + 1,
-                 (unsigned long long)count);
-        int rc = gguf_open(p, &g[i], err);
-        free(p);
-        if (rc) return -1;
-        *n_files = (int)i + 1;
-        uint64_t gi = 0, gc = 0;
-        if (gguf_get_u64(&g[i], "split.no", &gi, err) || gguf_get_u64(&g[i], "split.count", &gc, err)) return -1;
-        if (gi != i || gc != count)
-            return df_err_set(err, DF_ERR_FORMAT, -1, "%s: split.no %llu of %llu, expected %llu of %llu", g[i].path,
-                              (unsigned long long)gi + 1, (unsigned long long)gc, (unsigned long long)i + 1,
-                              (unsigned long long)count);
-        for (size_t t = 0; t < g[i].n_tensors; t++)
-            for (uint64_t j = 0; j < i; j++)
-                if (gguf_find_tensor(&g[j], g[i].tensors[t].name))
-                    return df_err_set(err, DF_ERR_FORMAT, -1, "%s: tensor %s is also in %s", g[i].path,
-                                      g[i].tensors[t].name, g[j].path);
-    }
-    return 0;
-}
-
 int model_load_gguf(k3_model *eng, const char *path, df_error *err)
 {
-    gguf_file *g = xcalloc(MAX_SPLITS, sizeof *g);
+    wset ws = {0};
     int n_files = 0, rc = -1;
     int *store_file = NULL;
-    if (gguf_open(path, &g[0], err)) goto done;
-    n_files = 1;
-    if (open_splits(g, &n_files, err)) goto done;
+    if (wset_open(path, NULL, &ws, err)) goto done;
+    n_files = ws.n_files;
+    const gguf_file *g = ws.gg;
     k3_config *c = &eng->cfg;
     if (k3_config_from_gguf(&g[0], c, err)) goto done;
     eng->shards = xcalloc((size_t)n_files, sizeof *eng->shards);
@@ -540,7 +483,7 @@ int model_load_gguf(k3_model *eng, const char *path, df_error *err)
     }
     eng->n_shards = n_files;
     store_file = xcalloc((size_t)n_files, sizeof *store_file);
-    gload gl = {.eng = eng, .g = g, .n_files = n_files, .layer = -1, .store_file = store_file};
+    gload gl = {.eng = eng, .ws = &ws, .g = g, .n_files = n_files, .layer = -1, .store_file = store_file};
     if (gmat(&gl, "token_embd.weight", c->V, c->h, &eng->embed, err)) goto done;
     gl.layer = c->NL;
     if (gmat(&gl, "output.weight", c->V, c->h, &eng->lm_head, err)) goto done;
@@ -558,8 +501,7 @@ int model_load_gguf(k3_model *eng, const char *path, df_error *err)
     if (expert_store_finish(&eng->store, c->layer_moe, eng->io_mode, eng->io_depth, eng->io_backend, err)) goto done;
     rc = 0;
 done:
-    for (int f = 0; f < n_files; f++) gguf_deinit(&g[f]);
-    free(g);
+    wset_close(&ws);
     free(store_file);
     return rc;
 }

@@ -1,8 +1,9 @@
 /* qwen3.c - see qwen3.h.  The scalar reference of the Qwen3 forward pass:
  * each row's matrix products, norms, RoPE and attention accumulate in
  * double in index order, so a position's logits depend only on the ids
- * before it, never on how the ids were chunked.  Weights are f32 in memory
- * (BF16/F16 widened exactly).  With a kernel table (qwen3_set_kernels) the
+ * before it, never on how the ids were chunked.  Matrices stay in memory in
+ * their file's type (q3mat below); the weight files, a safetensors folder or
+ * a GGUF and its splits, are opened by weights.h.  With a kernel table (qwen3_set_kernels) the
  * matrix products, which are nearly all of the work, run as the table's
  * matmul_f32 on float activations (rounded once from the double state):
  * one reduction order on every ISA, so the bits still depend on nothing
@@ -19,6 +20,7 @@
 #include "safetensors.h"
 #include "threadpool.h"
 #include "util.h"
+#include "weights.h"
 
 #include <fcntl.h>
 #include <math.h>
@@ -151,72 +153,31 @@ out:
     return rc;
 }
 
-/* The shard files: model.safetensors, or those the index names */
-typedef struct shards {
-    st_file *f;
+/* The weight files (weights.h) and a descriptor for each, to read from */
+typedef struct q3src {
+    wset ws;
     int *fd;
-    int n;
-} shards;
+} q3src;
 
-static void shards_free(shards *s)
+static void src_close(q3src *s)
 {
-    for (int i = 0; i < s->n; i++) {
+    for (int i = 0; s->fd && i < s->ws.n_files; i++)
         if (s->fd[i] >= 0) close(s->fd[i]);
-        st_deinit(&s->f[i]);
-    }
-    free(s->f);
     free(s->fd);
-    memset(s, 0, sizeof *s);
+    wset_close(&s->ws);
 }
 
-static int shard_add(shards *s, const char *path, df_error *err)
+/* opens the files for reading unless size_only */
+static int src_open(q3src *s, const char *path, int size_only, df_error *err)
 {
-    s->f = xrealloc(s->f, (size_t)(s->n + 1) * sizeof *s->f);
-    s->fd = xrealloc(s->fd, (size_t)(s->n + 1) * sizeof *s->fd);
-    s->fd[s->n] = -1;
-    if (st_open(path, &s->f[s->n], err)) return -1;
-    s->fd[s->n] = open(path, O_RDONLY | O_CLOEXEC);
-    s->n++;
-    if (s->fd[s->n - 1] < 0) return df_err_set(err, DF_ERR_IO, -1, "%s: cannot open it", path);
+    memset(s, 0, sizeof *s);
+    if (wset_open(path, NULL, &s->ws, err)) return -1;
+    s->fd = xcalloc((size_t)s->ws.n_files, sizeof *s->fd);
+    for (int i = 0; i < s->ws.n_files; i++) {
+        s->fd[i] = size_only ? -1 : open(wset_path(&s->ws, i), O_RDONLY | O_CLOEXEC);
+        if (!size_only && s->fd[i] < 0) return df_err_set(err, DF_ERR_IO, -1, "%s: cannot open it", wset_path(&s->ws, i));
+    }
     return 0;
-}
-
-static int open_shards(const char *dir, shards *s, df_error *err)
-{
-    memset(s, 0, sizeof *s);
-    char path[4096];
-    struct stat sb;
-    snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
-    if (stat(path, &sb) != 0) {
-        snprintf(path, sizeof path, "%s/model.safetensors", dir);
-        return shard_add(s, path, err);
-    }
-    char *buf;
-    size_t len;
-    if (read_small_file(path, &buf, &len, (size_t)64 << 20, err)) return -1;
-    json_doc *d = json_parse(buf, len, err);
-    free(buf);
-    if (!d) {
-        df_err_prefix(err, "%s", path);
-        return -1;
-    }
-    const json_value *wm = json_get(json_root(d), "weight_map");
-    int rc = wm && wm->type == JSON_OBJECT ? 0 : df_err_set(err, DF_ERR_FORMAT, -1, "%s: no weight_map", path);
-    for (size_t i = 0; !rc && i < wm->len; i++) {
-        const json_value *v = wm->items[i];
-        if (v->type != JSON_STRING || strchr(v->str, '/')) {
-            rc = df_err_set(err, DF_ERR_FORMAT, v->pos, "%s: weight_map[\"%s\"] is not a file name", path, wm->keys[i]);
-            break;
-        }
-        int seen = 0;
-        for (size_t j = 0; j < i && !seen; j++) seen = !strcmp(wm->items[j]->str, v->str);
-        if (seen) continue;
-        char sp[4096];
-        snprintf(sp, sizeof sp, "%s/%s", dir, v->str);
-        rc = shard_add(s, sp, err);
-    }
-    json_free(d);
-    return rc;
 }
 
 /* What a tensor is kept as in memory: a vector (in == 0) as F32; a
@@ -247,39 +208,37 @@ static float *widen16(uint8_t *raw, size_t n, int bf16)
 
 /* Tensor `name` of the given shape into dst (see kept_bytes); with
  * size_only nothing is read, dst says the type and bytes. */
-static int st_load(const void *src, const char *name, int64_t d0, int64_t d1, int widen, int size_only, q3mat *dst,
+static int st_load(const q3src *s, const char *name, int64_t d0, int64_t d1, int widen, int size_only, q3mat *dst,
                    df_error *err)
 {
-    const shards *s = src;
-    for (int i = 0; i < s->n; i++) {
-        const st_tensor *t = st_find(&s->f[i], name);
-        if (!t) continue;
-        int ok = (d1 ? t->n_dims == 2 && t->shape[1] == d1 : t->n_dims == 1) && t->shape[0] == d0;
-        if (!ok)
-            return df_err_set(err, DF_ERR_FORMAT, -1, "%s: %s has the wrong shape (expected [%lld%s%lld])",
-                              s->f[i].path, name, (long long)d0, d1 ? ", " : "", d1 ? (long long)d1 : 0LL);
-        if (t->dtype != ST_F32 && t->dtype != ST_BF16 && t->dtype != ST_F16)
-            return df_err_set(err, DF_ERR_UNSUPPORTED, -1, "%s: %s is %s (deltafin reads F32, BF16 and F16)",
-                              s->f[i].path, name, st_dtype_name(t->dtype));
-        size_t n = (size_t)d0 * (size_t)(d1 ? d1 : 1), es = st_dtype_size(t->dtype);
-        int keep = d1 && !widen && t->dtype != ST_F32;
-        *dst = (q3mat){.type = keep ? (t->dtype == ST_BF16 ? Q3_BF16 : Q3_F16) : Q3_F32, .rows = (int)d0,
-                       .cols = (int)(d1 ? d1 : 1)};
-        dst->bytes = kept_bytes(dst, n);
-        if (size_only) return 0;
-        uint8_t *raw = xmalloc(n * es);
-        if (pread(s->fd[i], raw, n * es, (off_t)t->offset) != (ssize_t)(n * es)) {
-            free(raw);
-            return df_err_set(err, DF_ERR_IO, -1, "%s: reading %s failed", s->f[i].path, name);
-        }
-        if (keep || t->dtype == ST_F32) {
-            dst->data = raw;
-            return 0;
-        }
-        dst->data = widen16(raw, n, t->dtype == ST_BF16);
+    int i;
+    const st_tensor *t = wset_st(&s->ws, name, &i, err);
+    if (!t) return -1;
+    const char *path = wset_path(&s->ws, i);
+    int ok = (d1 ? t->n_dims == 2 && t->shape[1] == d1 : t->n_dims == 1) && t->shape[0] == d0;
+    if (!ok)
+        return df_err_set(err, DF_ERR_FORMAT, -1, "%s: %s has the wrong shape (expected [%lld%s%lld])", path, name,
+                          (long long)d0, d1 ? ", " : "", d1 ? (long long)d1 : 0LL);
+    if (t->dtype != ST_F32 && t->dtype != ST_BF16 && t->dtype != ST_F16)
+        return df_err_set(err, DF_ERR_UNSUPPORTED, -1, "%s: %s is %s (deltafin reads F32, BF16 and F16)", path, name,
+                          st_dtype_name(t->dtype));
+    size_t n = (size_t)d0 * (size_t)(d1 ? d1 : 1), es = st_dtype_size(t->dtype);
+    int keep = d1 && !widen && t->dtype != ST_F32;
+    *dst = (q3mat){.type = keep ? (t->dtype == ST_BF16 ? Q3_BF16 : Q3_F16) : Q3_F32, .rows = (int)d0,
+                   .cols = (int)(d1 ? d1 : 1)};
+    dst->bytes = kept_bytes(dst, n);
+    if (size_only) return 0;
+    uint8_t *raw = xmalloc(n * es);
+    if (pread(s->fd[i], raw, n * es, (off_t)t->offset) != (ssize_t)(n * es)) {
+        free(raw);
+        return df_err_set(err, DF_ERR_IO, -1, "%s: reading %s failed", path, name);
+    }
+    if (keep || t->dtype == ST_F32) {
+        dst->data = raw;
         return 0;
     }
-    return df_err_set(err, DF_ERR_FORMAT, -1, "the model has no tensor %s", name);
+    dst->data = widen16(raw, n, t->dtype == ST_BF16);
+    return 0;
 }
 
 /* A layer's tensors: the field, the safetensors and GGUF names after the
@@ -311,12 +270,12 @@ static int64_t roster_dim(const qwen3_config *c, int d)
 }
 
 /* Loads one tensor by its full name (a safetensors folder's or a GGUF's) */
-typedef int (*tensor_loader)(const void *src, const char *name, int64_t out, int64_t in, int widen, int size_only,
+typedef int (*tensor_loader)(const q3src *src, const char *name, int64_t out, int64_t in, int widen, int size_only,
                              q3mat *dst, df_error *err);
 
 /* Every tensor of the model through `load`, by the names of one format;
  * with size_only nothing is read and *bytes gets what they would take. */
-static int load_all(qwen3_model *m, const void *src, tensor_loader load, int gguf, int size_only, uint64_t *bytes,
+static int load_all(qwen3_model *m, const q3src *src, tensor_loader load, int gguf, int size_only, uint64_t *bytes,
                     df_error *err)
 {
     const qwen3_config *c = &m->c;
@@ -392,30 +351,26 @@ static int gguf_config(const gguf_file *g, qwen3_config *c, df_error *err)
 }
 
 /* GGUF tensor `name` ({in, out} in ggml order: rows of `in` values) into new f32 memory */
-typedef struct {
-    const gguf_file *g;
-    int fd;
-} gguf_src;
-
-static int gguf_load(const void *src, const char *name, int64_t out_dim, int64_t in_dim, int widen, int size_only,
+static int gguf_load(const q3src *src, const char *name, int64_t out_dim, int64_t in_dim, int widen, int size_only,
                      q3mat *dst, df_error *err)
 {
-    const gguf_file *g = ((const gguf_src *)src)->g;
-    const gguf_tensor *t = gguf_find_tensor(g, name);
-    if (!t) return df_err_set(err, DF_ERR_FORMAT, -1, "%s: no tensor %s", g->path, name);
+    int file;
+    const gguf_tensor *t = wset_gguf(&src->ws, name, &file, err);
+    if (!t) return -1;
+    const char *path = wset_path(&src->ws, file);
     int ok = in_dim ? t->n_dims == 2 && t->ne[0] == in_dim && t->ne[1] == out_dim : t->n_dims == 1 && t->ne[0] == out_dim;
     if (!ok)
-        return df_err_set(err, DF_ERR_FORMAT, -1, "%s: %s has the wrong shape (expected {%lld%s%lld})", g->path, name,
+        return df_err_set(err, DF_ERR_FORMAT, -1, "%s: %s has the wrong shape (expected {%lld%s%lld})", path, name,
                           (long long)(in_dim ? in_dim : out_dim), in_dim ? ", " : "", in_dim ? (long long)out_dim : 0LL);
     size_t n = (size_t)out_dim * (size_t)(in_dim ? in_dim : 1);
     const qblock_fmt *q = NULL;
     if (t->type != GGML_TYPE_F32 && t->type != GGML_TYPE_F16 && t->type != GGML_TYPE_BF16 &&
         (!(q = qblock_fmt_of_ggml(t->type)) || (in_dim ? in_dim : out_dim) % q->block))
         return df_err_set(err, DF_ERR_UNSUPPORTED, -1, "%s: %s has ggml type %u (deltafin reads F32, F16, BF16, %s)",
-                          g->path, name, t->type, qblock_names());
+                          path, name, t->type, qblock_names());
     size_t bytes = q ? n / (size_t)q->block * (size_t)q->bytes : n * (t->type == GGML_TYPE_F32 ? 4 : 2);
     if (bytes != t->nbytes)
-        return df_err_set(err, DF_ERR_FORMAT, -1, "%s: %s holds %llu bytes, its type and shape say %zu", g->path, name,
+        return df_err_set(err, DF_ERR_FORMAT, -1, "%s: %s holds %llu bytes, its type and shape say %zu", path, name,
                           (unsigned long long)t->nbytes, bytes);
     int keep = in_dim && !widen && t->type != GGML_TYPE_F32;
     *dst = (q3mat){.type = !keep ? Q3_F32 : q ? Q3_QBLOCK : t->type == GGML_TYPE_BF16 ? Q3_BF16 : Q3_F16, .q = q,
@@ -423,9 +378,9 @@ static int gguf_load(const void *src, const char *name, int64_t out_dim, int64_t
     dst->bytes = kept_bytes(dst, n);
     if (size_only) return 0;
     uint8_t *raw = xmalloc(bytes);
-    if (pread(((const gguf_src *)src)->fd, raw, bytes, (off_t)t->offset) != (ssize_t)bytes) {
+    if (pread(src->fd[file], raw, bytes, (off_t)t->offset) != (ssize_t)bytes) {
         free(raw);
-        return df_err_set(err, DF_ERR_IO, -1, "%s: reading %s failed", g->path, name);
+        return df_err_set(err, DF_ERR_IO, -1, "%s: reading %s failed", path, name);
     }
     if (keep || t->type == GGML_TYPE_F32) {
         dst->data = raw;
@@ -447,23 +402,13 @@ static int gguf_load(const void *src, const char *name, int64_t out_dim, int64_t
 static int read_model(const char *path, qwen3_model *m, int size_only, uint64_t *bytes, df_error *err)
 {
     struct stat sb;
-    if (stat(path, &sb) == 0 && S_ISREG(sb.st_mode)) {
-        gguf_file g;
-        if (gguf_open(path, &g, err)) return -1;
-        int fd = size_only ? -1 : open(path, O_RDONLY | O_CLOEXEC);
-        int rc = !size_only && fd < 0 ? df_err_set(err, DF_ERR_IO, -1, "%s: cannot open it", path) : 0;
-        gguf_src src = {&g, fd};
-        if (!rc) rc = gguf_config(&g, &m->c, err) || load_all(m, &src, gguf_load, 1, size_only, bytes, err) ? -1 : 0;
-        if (fd >= 0) close(fd);
-        gguf_deinit(&g);
-        return rc;
-    }
-    shards s = {0};
-    int rc = load_config(path, &m->c, err) || open_shards(path, &s, err) ||
-                     load_all(m, &s, st_load, 0, size_only, bytes, err)
-                 ? -1
-                 : 0;
-    shards_free(&s);
+    int folder = stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
+    if (folder && load_config(path, &m->c, err)) return -1; /* the config first: it names what the files must hold */
+    q3src src;
+    int rc = src_open(&src, path, size_only, err);
+    if (!rc && !folder && src.ws.format == WSET_GGUF) rc = gguf_config(&src.ws.gg[0], &m->c, err);
+    if (!rc) rc = load_all(m, &src, folder ? st_load : gguf_load, !folder, size_only, bytes, err);
+    src_close(&src);
     return rc;
 }
 
