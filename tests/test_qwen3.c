@@ -12,12 +12,13 @@
  * ISA this CPU runs, at every chunking and after a truncation.  Bad folders are refused with the
  * file and field named.  The family seam (family.h): the model's type picks
  * its family; the table's sizes are the opened model's, its forward pass, marks
- * and truncation give qwen3.c's bits; K3's loader refuses a Qwen3 folder
+ * and truncation give qwen3.c's bits; the engine refuses a Qwen3 folder
  * naming --draft; an unknown type is named with the types known.  Skipped
  * (said so) without python3-numpy.
  */
 #define _GNU_SOURCE
 #include "harness.h"
+#include "engine.h"
 #include "family.h"
 #include "kernels.h"
 #include "model.h"
@@ -348,13 +349,21 @@ static void test_family(void)
     if (fm) f->close(fm);
     free(lg), free(last), free(want);
     qwen3_free(m);
-    /* K3's loader refuses it, naming what it is for */
-    k3_model km;
-    memset(&km, 0, sizeof km);
+    /* the engine (open and plan) refuses it, naming what it is for */
+    df_engine_opts eo;
+    df_engine_opts_default(&eo);
+    eo.quiet = 1;
+    df_engine *eng = NULL;
     df_err_clear(&err);
-    TCHECKF(model_load(&km, dir, &err) == -1 && strstr(err.msg, "Qwen3") && strstr(err.msg, "--draft model:"), "%s",
-            err.msg);
-    model_unload(&km);
+    TCHECKF(df_engine_open(dir, &eo, &eng, &err) == -1 && !eng && strstr(err.msg, "Qwen3") &&
+                strstr(err.msg, "--draft model:"),
+            "%s", err.msg);
+    df_plan_opts po = {0};
+    df_plan pl;
+    df_err_clear(&err);
+    TCHECKF(df_plan_model(dir, &po, &pl, NULL, &err) == -1 && strstr(err.msg, "Qwen3") &&
+                strstr(err.msg, "--draft model:"),
+            "%s", err.msg);
     /* an unknown type: named, with the types known */
     snprintf(sh, sizeof sh, "sed -i 's/\"model_type\": \"qwen3\"/\"model_type\": \"llama\"/' %s/config.json", dir);
     TCHECK(system(sh) == 0);

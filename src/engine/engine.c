@@ -13,6 +13,7 @@
 #include "plan.h"
 #include "prefetch.h"
 #include "engine_impl.h"
+#include "family.h"
 #include "expert_remote.h"
 #include "mathfn.h"
 #include "quant.h"
@@ -148,6 +149,23 @@ static int heat_warm(df_engine *eng, int verbose, df_error *err)
     return 0;
 }
 
+int engine_model_load(k3_model *m, const char *path, df_error *err)
+{
+    /* the family the model states (family.h): the engine runs engine
+     * families (K3); a dense family's model drafts beside one.  A type no
+     * family reads, or none, is left to K3's loader, which names what is
+     * wrong with it as a K3 */
+    char type[128];
+    df_error fe = {0};
+    const df_family *f = family_type_of(path, type, sizeof type, &fe) ? NULL : family_named(type);
+    if (f && !f->engine)
+        return df_err_set(err, DF_ERR_UNSUPPORTED, -1,
+                          "%s is a %s model (\"%s\"): deltafin runs it as a drafter beside a K3 target "
+                          "(--draft model:%s), not as the model itself",
+                          path, f->title, type, path);
+    return model_load(m, path, err);
+}
+
 int df_engine_open(const char *model_dir, const df_engine_opts *opts, df_engine **out, df_error *err)
 {
     df_engine_opts def;
@@ -173,7 +191,7 @@ int df_engine_open(const char *model_dir, const df_engine_opts *opts, df_engine 
         free(eng);
         return -1;
     }
-    if (model_load(&eng->m, model_dir, err)) {
+    if (engine_model_load(&eng->m, model_dir, err)) {
         model_unload(&eng->m);
         free(eng);
         return -1;

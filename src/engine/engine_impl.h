@@ -109,6 +109,10 @@ struct df_session {
  * hash of every weight file), computed once per engine; session files and
  * MPI ranks compare it. */
 int engine_model_identity(df_engine *eng, uint8_t id[16], df_error *err);
+/* The model at path into m (model_load), after refusing a model of a
+ * family the engine does not run (family.h: a dense drafter) with what it
+ * is for (engine.c). */
+int engine_model_load(k3_model *m, const char *path, df_error *err);
 
 /* trunk_stream.c: the trunk read layer by layer into two buffers (one
  * computing, one loading) when it does not fit the memory budget */

@@ -235,7 +235,7 @@ int df_plan_model(const char *path, const df_plan_opts *o, df_plan *p, df_model_
     eng->n_threads = o->n_threads > 0 ? o->n_threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
     if (eng->n_threads < 1) eng->n_threads = 1;
     eng->m.syn_trunk = syn;
-    int rc = ends_with(path, ".json") ? model_load_config_only(&eng->m, path, err) : model_load(&eng->m, path, err);
+    int rc = ends_with(path, ".json") ? model_load_config_only(&eng->m, path, err) : engine_model_load(&eng->m, path, err);
     if (!rc) {
         df_session_opts so;
         df_session_opts_default(&so);

@@ -319,8 +319,12 @@ static int g_u32(const gguf_file *g, const char *key, int lo, int *out, df_error
     return 0;
 }
 
-static int gguf_config(const gguf_file *g, qwen3_config *c, df_error *err)
+/* The configuration from the first file's keys; the tensors that say more
+ * (the vocabulary's size, an untied head) are looked up in every split. */
+static int gguf_config(const wset *ws, qwen3_config *c, df_error *err)
 {
+    const gguf_file *g = &ws->gg[0];
+    int at;
     const char *arch;
     size_t al;
     memset(c, 0, sizeof *c);
@@ -341,11 +345,11 @@ static int gguf_config(const gguf_file *g, qwen3_config *c, df_error *err)
     if (c->heads % c->kv_heads || c->head_dim % 2 || !(c->theta > 1) || !(c->eps > 0 && c->eps < 1))
         return df_err_set(err, DF_ERR_FORMAT, -1, "%s: not a Qwen3 attention (heads, kv heads, head_dim, theta, eps)",
                           g->path);
-    const gguf_tensor *emb = gguf_find_tensor(g, "token_embd.weight");
+    const gguf_tensor *emb = wset_gguf(ws, "token_embd.weight", &at, NULL);
     if (!emb || emb->n_dims != 2) return df_err_set(err, DF_ERR_FORMAT, -1, "%s: no 2-D token_embd.weight", g->path);
     c->vocab = (int)emb->ne[1];
-    c->tied = !gguf_find_tensor(g, "output.weight");
-    if (gguf_find_tensor(g, "blk.0.attn_qkv.weight"))
+    c->tied = !wset_gguf(ws, "output.weight", &at, NULL);
+    if (wset_gguf(ws, "blk.0.attn_qkv.weight", &at, NULL))
         return df_err_set(err, DF_ERR_UNSUPPORTED, -1, "%s: a fused blk.N.attn_qkv.weight is not read yet", g->path);
     return 0;
 }
@@ -406,7 +410,7 @@ static int read_model(const char *path, qwen3_model *m, int size_only, uint64_t 
     if (folder && load_config(path, &m->c, err)) return -1; /* the config first: it names what the files must hold */
     q3src src;
     int rc = src_open(&src, path, size_only, err);
-    if (!rc && !folder && src.ws.format == WSET_GGUF) rc = gguf_config(&src.ws.gg[0], &m->c, err);
+    if (!rc && !folder && src.ws.format == WSET_GGUF) rc = gguf_config(&src.ws, &m->c, err);
     if (!rc) rc = load_all(m, &src, folder ? st_load : gguf_load, !folder, size_only, bytes, err);
     src_close(&src);
     return rc;
@@ -465,10 +469,10 @@ int qwen3_read_config(const char *path, qwen3_config *c, df_error *err)
 {
     struct stat sb;
     if (stat(path, &sb) == 0 && S_ISREG(sb.st_mode)) {
-        gguf_file g;
-        if (gguf_open(path, &g, err)) return -1;
-        int rc = gguf_config(&g, c, err);
-        gguf_deinit(&g);
+        wset ws;
+        if (wset_open(path, NULL, &ws, err)) return -1;
+        int rc = gguf_config(&ws, c, err);
+        wset_close(&ws);
         return rc;
     }
     return load_config(path, c, err);
