@@ -190,24 +190,28 @@ test-san:
 	$(MAKE) --no-print-directory BUILD=build-san SANITIZE=address,undefined DEBUG=1 all $(TESTS:%=build-san/tests/%)
 	DF_SANITIZED=1 BUILD=build-san tests/run_tests.sh $(TESTS:%=build-san/tests/%)
 
+# Each step of check prints its wall time ("check: NAME took N s"): CI has a
+# budget of about 30 minutes, and these lines say where it goes.
+timed = t0=$$(date +%s); $(1) && echo "check: $(2) took $$(( $$(date +%s) - t0 )) s"
+
 # What CI runs (README's test command): -Werror build and both suites, every
 # fuzz target for FUZZ_SECONDS (default 10) under ASan + UBSan, the
 # tokenizer against tiktoken, the server against the real SDKs, and the
 # forward pass against llama.cpp.
 check:
-	BUILD=$(BUILD) tools/check_layers.sh
-	$(MAKE) --no-print-directory web-check
-	$(MAKE) --no-print-directory WERROR=1 test
-	$(MAKE) --no-print-directory fuzz-run FUZZ_SECONDS=$${FUZZ_SECONDS:-10}
-	$(MAKE) --no-print-directory tokenizer-oracle
-	$(MAKE) --no-print-directory qwen-tokenizer-oracle
-	$(MAKE) --no-print-directory server-test
-	$(MAKE) --no-print-directory skills-test
-	$(MAKE) --no-print-directory agent-test
-	$(MAKE) --no-print-directory setup-test
-	$(MAKE) --no-print-directory mpi-test
-	$(MAKE) --no-print-directory llama-oracle
-	$(MAKE) --no-print-directory qemu-check
+	@$(call timed,BUILD=$(BUILD) tools/check_layers.sh,check_layers)
+	@$(call timed,$(MAKE) --no-print-directory web-check,web-check)
+	@$(call timed,$(MAKE) --no-print-directory WERROR=1 test,test)
+	@$(call timed,$(MAKE) --no-print-directory fuzz-run FUZZ_SECONDS=$${FUZZ_SECONDS:-10},fuzz-run)
+	@$(call timed,$(MAKE) --no-print-directory tokenizer-oracle,tokenizer-oracle)
+	@$(call timed,$(MAKE) --no-print-directory qwen-tokenizer-oracle,qwen-tokenizer-oracle)
+	@$(call timed,$(MAKE) --no-print-directory server-test,server-test)
+	@$(call timed,$(MAKE) --no-print-directory skills-test,skills-test)
+	@$(call timed,$(MAKE) --no-print-directory agent-test,agent-test)
+	@$(call timed,$(MAKE) --no-print-directory setup-test,setup-test)
+	@$(call timed,$(MAKE) --no-print-directory mpi-test,mpi-test)
+	@$(call timed,$(MAKE) --no-print-directory llama-oracle,llama-oracle)
+	@$(call timed,$(MAKE) --no-print-directory qemu-check,qemu-check)
 
 # What takes too long for CI (README, HACKING): run before calling an issue
 # resolved.  Prompts past the argument limit evaluated whole (65,000 ids,

@@ -997,10 +997,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         r = xcalloc(1, sizeof *r);
         *con_cls = r;
         const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
-        /* a body a little over the limit is read and dropped, so that the client
-         * sees the 413 instead of a reset while it is still sending; a huge one
-         * is refused at once and the connection closed */
-        if (post && cl && strtoull(cl, NULL, 10) > S->max_body + ((size_t)16 << 20)) {
+        /* a body up to 256 MiB over the limit is read and dropped, so that the
+         * client sees the 413 instead of a reset while it is still sending
+         * (closing a socket with unread bytes resets it, and the reset can
+         * overtake the reply); a larger one is refused at once and the
+         * connection closed: a client that sent "Expect: 100-continue" gets
+         * the 413 before it sends the body, one that did not may see a reset */
+        if (post && cl && strtoull(cl, NULL, 10) > S->max_body + ((size_t)256 << 20)) {
             r->too_big = 1;
             rq_err e = {0};
             rq_fail(&e, 413, NULL, "the request body is larger than %zu bytes (%s)", (size_t)S->max_body,
