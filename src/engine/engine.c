@@ -13,7 +13,6 @@
 #include "plan.h"
 #include "prefetch.h"
 #include "engine_impl.h"
-#include "family.h"
 #include "expert_remote.h"
 #include "mathfn.h"
 #include "quant.h"
@@ -147,23 +146,6 @@ static int heat_warm(df_engine *eng, int verbose, df_error *err)
         df_log("warmed the cache with %ld experts from %s (%.1f MiB in %.2f s)", done, eng->heat_path,
                done * (double)eng->m.store.expert_bytes / (1 << 20), now_sec() - t0);
     return 0;
-}
-
-int engine_model_load(k3_model *m, const char *path, df_error *err)
-{
-    /* the family the model states (family.h): the engine runs engine
-     * families (K3); a dense family's model drafts beside one.  A type no
-     * family reads, or none, is left to K3's loader, which names what is
-     * wrong with it as a K3 */
-    char type[128];
-    df_error fe = {0};
-    const df_family *f = family_type_of(path, type, sizeof type, &fe) ? NULL : family_named(type);
-    if (f && !f->engine)
-        return df_err_set(err, DF_ERR_UNSUPPORTED, -1,
-                          "%s is a %s model (\"%s\"): deltafin runs it as a drafter beside a K3 target "
-                          "(--draft model:%s), not as the model itself",
-                          path, f->title, type, path);
-    return model_load(m, path, err);
 }
 
 int df_engine_open(const char *model_dir, const df_engine_opts *opts, df_engine **out, df_error *err)

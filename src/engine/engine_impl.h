@@ -111,7 +111,7 @@ struct df_session {
 int engine_model_identity(df_engine *eng, uint8_t id[16], df_error *err);
 /* The model at path into m (model_load), after refusing a model of a
  * family the engine does not run (family.h: a dense drafter) with what it
- * is for (engine.c). */
+ * is for (engine_plan.c). */
 int engine_model_load(k3_model *m, const char *path, df_error *err);
 
 /* trunk_stream.c: the trunk read layer by layer into two buffers (one
