@@ -91,6 +91,7 @@ class Data:
         # a conversation or long-reply window near the end of the file is moved back so that it
         # holds T + 1 ids (conversation_starts only keeps starts 300 ids from the end)
         off = np.minimum(off, len(self.a) - T - 1)
+        self.last_off = off  # the windows' start offsets (train.py --kl-weight-from)
         x = torch.from_numpy(np.stack([np.asarray(self.a[o:o + T + 1]) for o in off]).astype(np.int64))
         if self.m is None:
             return x, torch.ones(B, T)
@@ -165,6 +166,12 @@ def main():
     ap.add_argument("--export-minutes", type=float, default=30.0)
     ap.add_argument("--tokenizer-from", default="models/k3-mini", help="tokenizer files copied into --export-dir")
     ap.add_argument("--distill-from", default="", help="teacher checkpoint (KL on its logits + LM loss)")
+    ap.add_argument("--kl-weight", type=float, default=0.5,
+                    help="with --distill-from: short steps' loss = (1 - W) x LM loss + W x KL to the teacher")
+    ap.add_argument("--kl-weight-from", default="",
+                    help='"OFF:W": rows of the --train file whose window starts at id offset >= OFF (e.g. a block '
+                         'of sum rows appended after OFF ids) get KL weight W instead of --kl-weight (per-id mix '
+                         'over the batch\'s masked ids; copy / span rows keep --kl-weight)')
     ap.add_argument("--no-mask", action="store_true", help="train on every id (ignore the .mask files)")
     ap.add_argument("--chat-frac", type=float, default=0.0,
                     help="fraction of training windows that start at a chat conversation start")
@@ -486,6 +493,12 @@ def main():
                         "long_ids": long_ids} if long_on else {})}, tmp)
         os.replace(tmp, os.path.join(args.out, tag + ".pt"))
 
+    kl_from = None
+    kl_rows_hi = 0  # rows trained with the --kl-weight-from weight
+    if args.kl_weight_from:
+        o, wv = args.kl_weight_from.split(":")
+        kl_from = (int(o), float(wv))
+        log("KL weight %.2f; %.2f on --train rows from offset %d" % (args.kl_weight, kl_from[1], kl_from[0]))
     is_long = False
     while elapsed < budget and (args.max_steps == 0 or step < args.max_steps):
         frac = elapsed / budget
@@ -533,10 +546,24 @@ def main():
             lg = model(x[:, :-1])
             with torch.no_grad():
                 tl = teacher(x[:, :-1])
-            lml = lm_loss(model, xb, lg)
-            kl = (F.kl_div(F.log_softmax(lg, -1), F.log_softmax(tl, -1), log_target=True,
-                           reduction="none").sum(-1) * msk).sum() / msk.sum().clamp(min=1.0)
-            loss = 0.5 * lml + 0.5 * kl
+            if not kl_from:
+                lml = lm_loss(model, xb, lg)
+                kl = (F.kl_div(F.log_softmax(lg, -1), F.log_softmax(tl, -1), log_target=True,
+                               reduction="none").sum(-1) * msk).sum() / msk.sum().clamp(min=1.0)
+                loss = (1 - args.kl_weight) * lml + args.kl_weight * kl
+            else:
+                # per-row KL weight: the train-file rows (the batch's last rows) from offset kl_from[0] on
+                w = torch.full((x.shape[0], 1), args.kl_weight)
+                nt = x.shape[0] - nc - ns
+                if nt > 0:
+                    w[nc + ns:, 0] = torch.where(torch.from_numpy(train.last_off[-nt:] >= kl_from[0]),
+                                                 kl_from[1], args.kl_weight)
+                kl_rows_hi += int((w[:, 0] != args.kl_weight).sum())
+                ce = F.cross_entropy(lg.reshape(-1, lg.shape[-1]), x[:, 1:].reshape(-1),
+                                     reduction="none").reshape(msk.shape)
+                kd = F.kl_div(F.log_softmax(lg, -1), F.log_softmax(tl, -1), log_target=True,
+                              reduction="none").sum(-1)
+                loss = (((1 - w) * ce + w * kd) * msk).sum() / msk.sum().clamp(min=1.0)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         gn = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -561,7 +588,8 @@ def main():
                  step_ids / max(1e-9, now - t20),
                  " copy-rows %d/%d alphabet %d" % (nc, args.batch, cc.value_at(copy_alpha, step - 1) or V - 256)
                  if copy_on else "") + (" span-rows %d/%d" % (ns, args.batch) if span_on else "")
-                + (" long-ids %d" % long_ids if long_on else ""))
+                + (" long-ids %d" % long_ids if long_on else "")
+                + (" kl-rows-hi %d" % kl_rows_hi if kl_from else ""))
             t20 = now
             run_loss, run_n, step_ids = 0.0, 0, 0
         if now - t_ev > args.eval_minutes * 60:
