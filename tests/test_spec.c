@@ -953,10 +953,12 @@ static void test_cli_xtok(void)
     TCHECKF(keep > 12, "only %zu Qwen ids before a repeat: pick another prompt", keep);
     char chain[8192] = "";
     for (size_t i = 0; i < keep; i++) snprintf(chain + strlen(chain), sizeof chain - strlen(chain), "%s%d", i ? "," : "", q[i]);
-    /* wrong once: at two thirds of the chain, else at the next positions,
-     * then the earlier ones down to the prompt's end (a wrong id held back
-     * as the last of a proposal is never verified); the first position
-     * whose draft is verified must be rejected */
+    /* wrong once (the drafter skips a chain id there and goes on confidently,
+     * so the wrong text lies inside a proposal): at two thirds of the chain,
+     * else at the next positions, then the earlier ones down to the prompt's
+     * end (a wrong last id of a proposal is dropped as a possibly unfinished
+     * word, never verified); the first position whose draft is verified
+     * must be rejected */
     int cand[64], n_cand = 0, rejected = 0, wrong_at = -1;
     for (int c = (int)(keep * 2 / 3); c < (int)keep - 1 && n_cand < 64; c++) cand[n_cand++] = c;
     for (int c = (int)(keep * 2 / 3) - 1; c >= (int)np - 1 && n_cand < 64; c--) cand[n_cand++] = c;

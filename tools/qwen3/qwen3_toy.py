@@ -12,7 +12,8 @@ float64 reference logits, for deltafin's Qwen3 tests (tests/test_qwen3.c).
       the embedding: chain id i's row is the one-hot e_i, scaled; the untied lm_head maps e_i to
       the next id; any other id gives all-zero logits, so no confident token).  Each chain id
       must have one successor (the caller cuts the chain where that stops holding).  --wrong-at J
-      makes the successor of chain id J another id (a drafter that diverges there).
+      makes the successor of chain id J the id after next (a drafter that diverges there by
+      skipping a piece of the text and goes on confidently), or an id outside the chain at its end.
   qwen3_toy.py gguf MODEL_DIR OUT.gguf [--type f32|f16|bf16|q8_0] [--split N]
       the same model as llama.cpp's converter writes it (conversion/qwen.py: general.architecture
       qwen3, its keys, blk.N.* tensor names, no output.weight when tied) with the weights in that
@@ -138,7 +139,12 @@ def scripted(out, chain, V, wrong_at):
     for i, t in enumerate(chain):
         emb[t, i] = 1.0
         if i + 1 < n:
-            nxt = chain[i + 1] if i != wrong_at else (chain[i + 1] + 1) % V
+            nxt = chain[i + 1]
+            if i == wrong_at:
+                # skip a chain id: the drafter stays confident (chain[i + 2] has its successor), so the
+                # wrong text lies inside a proposal and is verified, not held back as its last, perhaps
+                # unfinished, word; an id outside the chain when there is nothing to skip to
+                nxt = chain[i + 2] if i + 2 < n and chain[i + 2] != chain[i + 1] else (chain[i + 1] + 1) % V
             head[nxt, i] = 8.0
     p = "model.layers.0."
     z = lambda o, i: np.zeros((o, i), np.float32)
