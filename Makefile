@@ -202,6 +202,7 @@ check:
 	@$(call timed,BUILD=$(BUILD) tools/check_layers.sh,check_layers)
 	@$(call timed,$(MAKE) --no-print-directory web-check,web-check)
 	@$(call timed,$(MAKE) --no-print-directory WERROR=1 test,test)
+	@$(call timed,$(MAKE) --no-print-directory -j2 fuzz,fuzz-build)
 	@$(call timed,$(MAKE) --no-print-directory fuzz-run FUZZ_SECONDS=$${FUZZ_SECONDS:-10},fuzz-run)
 	@$(call timed,$(MAKE) --no-print-directory tokenizer-oracle,tokenizer-oracle)
 	@$(call timed,$(MAKE) --no-print-directory qwen-tokenizer-oracle,qwen-tokenizer-oracle)
@@ -256,26 +257,30 @@ FUZZ_SRC := util clock file filehash json json_write safetensors weights model m
             kernels_avx512 kernels_neon tokenizer tokenizer_hf tokenizer_families tokenizer_load chat_template gguf sampler grammar grammar_match gr_string json_schema constraint \
             trace
 FUZZ_PATHS = $(foreach f,$(FUZZ_SRC),$(wildcard $(SRC_DIRS:%=src/%/$(f).c)))
-build-fuzz/%: fuzz/%.c $(FUZZ_PATHS)
-	mkdir -p build-fuzz
-	$(FUZZ_CC) -std=c11 -g -O1 -ffp-contract=off -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all $(INC) -o $@ $< \
-	    $(FUZZ_PATHS) -pthread -lm -lpcre2-8 -lutf8proc -lcurl
+FUZZ_CFLAGS = -std=c11 -g -O1 -ffp-contract=off -fno-sanitize-recover=all $(INC)
+FUZZ_LIBS := -pthread -lm -lpcre2-8 -lutf8proc -lcurl
+# Every source is compiled once (libFuzzer's coverage, ASan, UBSan) into
+# build-fuzz/obj/, and each target links its own entry point with them: the
+# targets share the objects instead of each compiling every source again.
+FUZZ_OBJ = $(FUZZ_PATHS:src/%.c=build-fuzz/obj/%.o)
+build-fuzz/obj/%.o: src/%.c
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link,address,undefined -MMD -MP -c $< -o $@
+-include $(wildcard build-fuzz/obj/*/*.d build-fuzz/obj/*/*/*.d)
+build-fuzz/%: fuzz/%.c $(FUZZ_OBJ)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer,address,undefined -o $@ $< $(FUZZ_OBJ) $(FUZZ_LIBS)
 build-fuzz/fuzz_chat_render: fuzz/fuzz_chat_parser.c
 # only what validation needs: no HTTP, worker, engine or command line to stub
 SERVER_SRC := src/app/server_json.c src/app/server_fields.c src/app/server_request.c src/app/server_anthropic.c src/app/server_emit.c src/app/server_responses.c src/app/server_grammar.c src/app/server_docs.c src/app/document.c
-build-fuzz/fuzz_server_request: fuzz/fuzz_server_request.c $(SERVER_SRC) $(FUZZ_PATHS)
-	mkdir -p build-fuzz
-	$(FUZZ_CC) -std=c11 -g -O1 -ffp-contract=off -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all $(INC) -o $@ $< \
-	    $(SERVER_SRC) $(FUZZ_PATHS) -pthread -lm -lpcre2-8 -lutf8proc -lmicrohttpd -lcurl
-build-fuzz/fuzz_document: fuzz/fuzz_document.c src/app/document.c $(FUZZ_PATHS)
-	mkdir -p build-fuzz
-	$(FUZZ_CC) -std=c11 -g -O1 -ffp-contract=off -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all $(INC) -o $@ $< \
-	    src/app/document.c $(FUZZ_PATHS) -pthread -lm -lpcre2-8 -lutf8proc -lcurl
+SERVER_FUZZ_OBJ = $(SERVER_SRC:src/%.c=build-fuzz/obj/%.o)
+build-fuzz/fuzz_server_request: fuzz/fuzz_server_request.c $(SERVER_FUZZ_OBJ) $(FUZZ_OBJ)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer,address,undefined -o $@ $< $(SERVER_FUZZ_OBJ) $(FUZZ_OBJ) $(FUZZ_LIBS) -lmicrohttpd
+build-fuzz/fuzz_document: fuzz/fuzz_document.c build-fuzz/obj/app/document.o $(FUZZ_OBJ)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer,address,undefined -o $@ $< build-fuzz/obj/app/document.o $(FUZZ_OBJ) $(FUZZ_LIBS)
 SETUP_FUZZ_SRC := src/app/setup_parse.c
-build-fuzz/fuzz_setup: fuzz/fuzz_setup.c $(SETUP_FUZZ_SRC) $(FUZZ_PATHS)
-	mkdir -p build-fuzz
-	$(FUZZ_CC) -std=c11 -g -O1 -ffp-contract=off -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all $(INC) -o $@ $< \
-	    $(SETUP_FUZZ_SRC) $(FUZZ_PATHS) -pthread -lm -lpcre2-8 -lutf8proc -lcurl
+build-fuzz/fuzz_setup: fuzz/fuzz_setup.c $(SETUP_FUZZ_SRC:src/%.c=build-fuzz/obj/%.o) $(FUZZ_OBJ)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer,address,undefined -o $@ $< $(SETUP_FUZZ_SRC:src/%.c=build-fuzz/obj/%.o) \
+	    $(FUZZ_OBJ) $(FUZZ_LIBS)
 # Run each target for FUZZ_SECONDS on a scratch copy of its seed corpus.
 fuzz-run: fuzz
 	for t in $(FUZZ_TARGETS); do rm -rf build-fuzz/corpus-$$t && cp -r fuzz/corpus/$$t build-fuzz/corpus-$$t && \
