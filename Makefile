@@ -263,24 +263,25 @@ FUZZ_LIBS := -pthread -lm -lpcre2-8 -lutf8proc -lcurl
 # build-fuzz/obj/, and each target links its own entry point with them: the
 # targets share the objects instead of each compiling every source again.
 FUZZ_OBJ = $(FUZZ_PATHS:src/%.c=build-fuzz/obj/%.o)
+# a target: its entry point ($<), the objects of its extra sources ($(1)), the shared ones, the libraries
+fuzz_link = $(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer,address,undefined -o $@ $< $(1) $(FUZZ_OBJ) $(FUZZ_LIBS) $(2)
 build-fuzz/obj/%.o: src/%.c
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link,address,undefined -MMD -MP -c $< -o $@
 -include $(wildcard build-fuzz/obj/*/*.d build-fuzz/obj/*/*/*.d)
 build-fuzz/%: fuzz/%.c $(FUZZ_OBJ)
-	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer,address,undefined -o $@ $< $(FUZZ_OBJ) $(FUZZ_LIBS)
+	$(call fuzz_link)
 build-fuzz/fuzz_chat_render: fuzz/fuzz_chat_parser.c
 # only what validation needs: no HTTP, worker, engine or command line to stub
 SERVER_SRC := src/app/server_json.c src/app/server_fields.c src/app/server_request.c src/app/server_anthropic.c src/app/server_emit.c src/app/server_responses.c src/app/server_grammar.c src/app/server_docs.c src/app/document.c
 SERVER_FUZZ_OBJ = $(SERVER_SRC:src/%.c=build-fuzz/obj/%.o)
 build-fuzz/fuzz_server_request: fuzz/fuzz_server_request.c $(SERVER_FUZZ_OBJ) $(FUZZ_OBJ)
-	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer,address,undefined -o $@ $< $(SERVER_FUZZ_OBJ) $(FUZZ_OBJ) $(FUZZ_LIBS) -lmicrohttpd
+	$(call fuzz_link,$(SERVER_FUZZ_OBJ),-lmicrohttpd)
 build-fuzz/fuzz_document: fuzz/fuzz_document.c build-fuzz/obj/app/document.o $(FUZZ_OBJ)
-	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer,address,undefined -o $@ $< build-fuzz/obj/app/document.o $(FUZZ_OBJ) $(FUZZ_LIBS)
-SETUP_FUZZ_SRC := src/app/setup_parse.c
-build-fuzz/fuzz_setup: fuzz/fuzz_setup.c $(SETUP_FUZZ_SRC:src/%.c=build-fuzz/obj/%.o) $(FUZZ_OBJ)
-	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer,address,undefined -o $@ $< $(SETUP_FUZZ_SRC:src/%.c=build-fuzz/obj/%.o) \
-	    $(FUZZ_OBJ) $(FUZZ_LIBS)
+	$(call fuzz_link,build-fuzz/obj/app/document.o)
+SETUP_FUZZ_OBJ := build-fuzz/obj/app/setup_parse.o
+build-fuzz/fuzz_setup: fuzz/fuzz_setup.c $(SETUP_FUZZ_OBJ) $(FUZZ_OBJ)
+	$(call fuzz_link,$(SETUP_FUZZ_OBJ))
 # Run each target for FUZZ_SECONDS on a scratch copy of its seed corpus.
 fuzz-run: fuzz
 	for t in $(FUZZ_TARGETS); do rm -rf build-fuzz/corpus-$$t && cp -r fuzz/corpus/$$t build-fuzz/corpus-$$t && \
