@@ -27,7 +27,10 @@
 # build/qwen3-drafter from tools/train/qwen3_drafter.sh; its blocks are skipped,
 # saying so, when the folder is not there) on code, a prose continuation and the
 # chat answer, beside the same-tokenizer drafter; a drafter spelled X@kN runs
-# with --draft-k N (drafts forced past the cost model and the guard).
+# with --draft-k N (drafts forced past the cost model and the guard), and X^W
+# with --draft-wide W: a smaller Qwen3 drafter (BENCH_QWEN_PROBE, default
+# build/qwen3-probe, trained by tools/train/qwen3_drafter.sh's probe step) first,
+# the Qwen3 drafter asked where it is unsure (the original's 0.6B / 1.7B pair).
 # Env: BENCH_REPS (5), BENCH_CHAT_REPS (3 x BENCH_REPS: the chat answers are
 # short, so timing noise is a larger share of each), BENCH_NEW (tokens per run, 96), BENCH_THREADS, BENCH_K3,
 # BENCH_DIR / BENCH_KEEP (part 2's scratch model under /var/tmp), BENCH_ONLY
@@ -76,10 +79,14 @@ run_block() {
                 st+=(--draft-k "${dd##*@k}")
                 dd=${dd%@k*}
             fi
+            if [[ $dd == *^* ]]; then
+                st+=(--draft-wide "${dd#*^}")
+                dd=${dd%%^*}
+            fi
             # shellcheck disable=SC2086
             out=$(build/deltafin run --model "$model" "${pa[@]}" $extra --max-new "$new" --threads "$threads" --draft "$dd" \
                   "${st[@]}" --bench-json 2>/dev/null | tail -1)
-            echo "$out" | ids_of >"$tmp/ids.$r.${d//[:\/+]/_}"
+            echo "$out" | ids_of >"$tmp/ids.$r.${d//[:\/+^]/_}"
             n=$(echo "$out" | field decode_steps); s=$(echo "$out" | field decode_s)
             p=$(echo "$out" | field decode_passes); b=$(echo "$out" | field decode_expert_bytes)
             pr=$(echo "$out" | field draft_proposed); ac=$(echo "$out" | field draft_accepted)
@@ -106,7 +113,7 @@ run_block() {
                   lo[k] = 1e9; hi[k] = 0
                   for (j = 1; j <= c[k]; j++) { r = round[k, j]; if (rt["none", r] > 0) { q = tps[k, j] / rt["none", r]
                       if (q < lo[k]) lo[k] = q; if (q > hi[k]) hi[k] = q } } }
-              for (i = 1; i <= n; i++) { k = o[i]; name = k; sub(/:.*\//, ":", name)
+              for (i = 1; i <= n; i++) { k = o[i]; name = k; sub(/:.*\//, ":", name); sub(/\^.*\//, "^", name)
                   printf "  %-34s %9.1f %7.2fx %6.2f-%5.2fx %10.2f %12.1f %9.0f%% %12s\n", name, m1[k], (m1["none"] > 0 ? m1[k] / m1["none"] : 0),
                          lo[k], hi[k], m2[k], m3[k], (prop[k] ? 100 * acc[k] / prop[k] : 0),
                          (k == "none" || k == "off-again" ? "-" : m4[k] >= 1e9 ? "never" : sprintf("pass %d", m4[k])) }
@@ -126,6 +133,9 @@ list='Monday, Tuesday, Wednesday, Thursday, Friday, Saturday, Sunday. Monday, Tu
 prose='To every thing there is a season, and a time to every purpose under the heaven: A time to be born, and a time to die; a time to plant,'
 Q=${BENCH_QWEN_DRAFTER:-build/qwen3-drafter}
 QD="model:$Q"
+P=${BENCH_QWEN_PROBE:-build/qwen3-probe}
+QC=()
+[ -f "$P/config.json" ] && QC=("model:$P" "model:$P@k4" "model:$P^$Q" "model:$P^$Q@k4")
 echo "deltafin speculative decoding, $threads threads, $reps rounds of $new tokens, greedy (medians; ids checked against drafts off)"
 for mode in ram stream; do
     mem=""
@@ -137,14 +147,16 @@ for mode in ram stream; do
         "Tell me about the sea and the ships on it." "$mem" none off-again ngram suffix "$D"
     if [ -f "$Q/config.json" ]; then
         run_block "$M" "k3-mini, Qwen3 drafter, code prompt, $mode" text "$(printf "$code")" "$mem" \
-            none off-again "$D" "$D@k4" "$QD" "$QD@k4"
+            none off-again "$D" "$D@k4" "$QD" "$QD@k4" "${QC[@]}"
         run_block "$M" "k3-mini, Qwen3 drafter, prose continuation, $mode" text "$prose" "$mem" \
-            none off-again "$D" "$D@k4" "$QD" "$QD@k4"
+            none off-again "$D" "$D@k4" "$QD" "$QD@k4" "${QC[@]}"
         reps=$chat_reps run_block "$M" "k3-mini, Qwen3 drafter, chat answer (with reasoning), $mode, $chat_reps rounds" chat \
-            "Tell me about the sea and the ships on it." "$mem" none off-again "$D" "$D@k4" "$QD" "$QD@k4"
+            "Tell me about the sea and the ships on it." "$mem" none off-again "$D" "$D@k4" "$QD" "$QD@k4" "${QC[@]}"
     fi
 done
 [ -f "$Q/config.json" ] || echo "(Qwen3 drafter blocks skipped: no $Q/config.json; tools/train/qwen3_drafter.sh builds it)"
+[ ! -f "$Q/config.json" ] || [ -f "$P/config.json" ] ||
+    echo "(the probe and chained Qwen3 drafters skipped: no $P/config.json; tools/train/qwen3_drafter.sh builds it)"
 
 if [ "${BENCH_K3:-1}" = 1 ]; then
     # a BENCH_DIR given is kept; a directory made here is removed at exit

@@ -7,7 +7,9 @@
 #
 # DRAFTER may be a Qwen3 model folder (cross-tokenizer drafting, issue 42: e.g.
 # build/qwen3-drafter from tools/train/qwen3_drafter.sh); proposed / accepted
-# then count the K3 ids its translated drafts became.
+# then count the K3 ids its translated drafts became.  SPEC_WIDE=PATH adds
+# --draft-wide PATH (a second Qwen3 drafter asked when the first is unsure);
+# the wide drafter's share of the proposals taken is then printed per set.
 #
 # Every run is `deltafin run ... --draft model:DRAFTER --draft-k K --bench-json`
 # with the draft count forced (--draft-k goes past the cost model and the guard,
@@ -49,29 +51,42 @@ prose=("To every thing there is a season, and a time to every purpose under the 
        "The modules described in this chapter parse various miscellaneous file formats"
        "The tilde (~) is commonly used in a quantifying sense of ‘approximately’; that is,")
 fail=0
+wide=()
+[ -z "${SPEC_WIDE:-}" ] || wide=(--draft-wide "$SPEC_WIDE")
+errf=$(mktemp)
+trap 'rm -f "$errf"' EXIT
 run_set() {
     local label=$1 kind=$2; shift 2
     for k in $ks; do
-        local prop=0 acc=0 steps=0 passes=0
+        local prop=0 acc=0 steps=0 passes=0 asked=0 taken=0 dsec=0
         for p in "$@"; do
             local pa=(--prompt "$(printf "$p")")
             [ "$kind" = chat ] && pa=(--chat --prompt "$p")
             off=$(nice -n 19 build/deltafin run --model "$target" "${pa[@]}" --max-new "$new" --threads 1 --draft none \
                   --bench-json 2>/dev/null | tail -1)
             on=$(nice -n 19 build/deltafin run --model "$target" "${pa[@]}" --max-new "$new" --threads 1 \
-                 --draft "model:$drafter" --draft-k "$k" --bench-json 2>/dev/null | tail -1)
+                 --draft "model:$drafter" "${wide[@]}" --draft-k "$k" --bench-json --stats 2>"$errf" | tail -1)
+            local wl; wl=$(grep 'wide drafter: asked for' "$errf" || true)
+            if [ -n "$wl" ]; then
+                asked=$((asked + $(echo "$wl" | sed 's/.*asked for \([0-9]*\) .*/\1/')))
+                taken=$((taken + $(echo "$wl" | sed 's/.*unsure of, \([0-9]*\) .*/\1/')))
+            fi
+            dsec=$(awk -v a="$dsec" -v b="$(sed -n 's/.*; \([0-9.]*\) s drafting$/\1/p' "$errf")" 'BEGIN { print a + b }')
             if [ "$(echo "$off" | ids_of)" != "$(echo "$on" | ids_of)" ]; then
                 echo "  !! $label: ids differ from drafts off for: $p"; fail=1
             fi
             prop=$((prop + $(echo "$on" | field draft_proposed))); acc=$((acc + $(echo "$on" | field draft_accepted)))
             steps=$((steps + $(echo "$on" | field decode_steps))); passes=$((passes + $(echo "$on" | field decode_passes)))
         done
-        awk -v l="$label" -v k="$k" -v n="$#" -v p="$prop" -v a="$acc" -v s="$steps" -v q="$passes" 'BEGIN {
-            printf "%-6s k=%d  %2d prompts  accepted %5d / %5d = %5.1f %%   tokens per target pass %.2f (%d tokens)\n",
-                   l, k, n, a, p, p ? 100 * a / p : 0, q ? s / q : 0, s }'
+        awk -v l="$label" -v k="$k" -v n="$#" -v p="$prop" -v a="$acc" -v s="$steps" -v q="$passes" -v w="$asked" \
+            -v t="$taken" -v ds="$dsec" -v wide="${#wide[@]}" 'BEGIN {
+            printf "%-6s k=%d  %2d prompts  accepted %5d / %5d = %5.1f %%   tokens per target pass %.2f (%d tokens)   drafting %.3f s",
+                   l, k, n, a, p, p ? 100 * a / p : 0, q ? s / q : 0, s, ds
+            if (wide) printf "   wide asked %d, taken %d", w, t
+            printf "\n" }'
     done
 }
-echo "target $target, drafter $drafter, greedy, $new new tokens, --draft-k forced, 1 thread"
+echo "target $target, drafter $drafter${SPEC_WIDE:+ with --draft-wide $SPEC_WIDE}, greedy, $new new tokens, --draft-k forced, 1 thread"
 for set in $sets; do
     case $set in
     chat) run_set chat chat "${chat[@]}" ;;

@@ -1011,6 +1011,86 @@ static void test_cli_xtok(void)
         if (wrong) printf("      wrong at chain position %d of %zu: %s\n", wrong_at, keep, rejected ? "rejected" : "never verified");
     }
     TCHECKF(rejected, "a drafter wrong once had all its drafts accepted at each of %d positions", n_cand);
+    /* --draft-wide: a drafter that knows the first half of the chain (unsure after it) backed by one
+     * that knows all of it: the wide one is asked where the first is unsure and its drafts are taken;
+     * wrong once, it is rejected; ids and logits equal drafts off throughout.  The same model as both
+     * makes exactly the first's proposals (the two keep their own states over the same text). */
+    {
+        size_t half = keep / 2 + 1;
+        char pchain[8192] = "", pdir[600], wdir[600], cmd[20000], pspec[700];
+        for (size_t i = 0; i < half; i++)
+            snprintf(pchain + strlen(pchain), sizeof pchain - strlen(pchain), "%s%d", i ? "," : "", q[i]);
+        snprintf(pdir, sizeof pdir, "%s/xtok_probe", test_scratch());
+        snprintf(wdir, sizeof wdir, "%s/xtok_wide", test_scratch());
+        snprintf(cmd, sizeof cmd,
+                 "/usr/bin/python3 tools/qwen3/qwen3_toy.py scripted %s %s --vocab 151936 && cp %s %s/ && "
+                 "/usr/bin/python3 tools/qwen3/qwen3_toy.py scripted %s %s --vocab 151936 && cp %s %s/",
+                 pdir, pchain, qtok, pdir, wdir, chain, qtok, wdir);
+        TCHECKF(system(cmd) == 0, "writing the scripted drafters");
+        snprintf(pspec, sizeof pspec, "model:%s", pdir);
+        long pr[4], ac[4], taken[4];
+        for (int v = 0; v < 4; v++) { /* the first alone, with the wide, with itself as the wide, with a wrong wide */
+            const char *wide = v == 1 ? wdir : v == 2 ? pdir : NULL;
+            if (v == 3) {
+                /* wrong once in the second half: the first position whose draft is verified is rejected */
+                int bad = 0;
+                for (size_t w = half; w + 1 < keep && !bad; w++) {
+                    snprintf(cmd, sizeof cmd,
+                             "/usr/bin/python3 tools/qwen3/qwen3_toy.py scripted %s %s --vocab 151936 --wrong-at %zu",
+                             wdir, chain, w);
+                    TCHECKF(system(cmd) == 0, "writing the scripted drafter");
+                    const char *a3[] = {build_bin("deltafin"), "run", "--model", mini, "--prompt-ids", ids,
+                                        "--max-new", "12", "--bench-json", "--dump-logits", dump1, "--draft", pspec,
+                                        "--draft-wide", wdir, "--draft-k", "4", "--stats", NULL};
+                    TCHECKF(t_run(a3, out1, sizeof out1, errs, sizeof errs) == 0, "%s", errs);
+                    const char *p3 = strstr(out1, "\"draft_proposed\":"), *c3 = strstr(out1, "\"draft_accepted\":");
+                    bad = p3 && c3 && atol(c3 + 17) < atol(p3 + 17);
+                    const char *i0 = strstr(out0, "\"ids\":["), *i1 = strstr(out1, "\"ids\":[");
+                    TCHECK(i0 && i1 && !strncmp(i0, i1, (size_t)(strchr(i0, ']') - i0)));
+                    size_t n0 = 0, n1 = 0;
+                    char *d0 = t_slurp(dump0, &n0), *d1 = t_slurp(dump1, &n1);
+                    TCHECKF(d0 && d1 && n0 == n1 && !memcmp(d0, d1, n0), "--dump-logits differs with a wrong wide drafter");
+                    free(d0), free(d1);
+                    if (bad) printf("    wide drafter wrong at chain position %zu of %zu: rejected\n", w, keep);
+                }
+                TCHECKF(bad, "a wide drafter wrong once had all its drafts accepted at each position after %zu", half);
+                break;
+            }
+            const char *a[24] = {build_bin("deltafin"), "run", "--model", mini, "--prompt-ids", ids, "--max-new", "12",
+                                 "--bench-json", "--dump-logits", dump1, "--draft", pspec, "--draft-k", "4", "--stats"};
+            if (wide) a[16] = "--draft-wide", a[17] = wide;
+            TCHECKF(t_run(a, out1, sizeof out1, errs, sizeof errs) == 0, "%s", errs);
+            const char *i0 = strstr(out0, "\"ids\":["), *i1 = strstr(out1, "\"ids\":[");
+            TCHECK(i0 && i1 && !strncmp(i0, i1, (size_t)(strchr(i0, ']') - i0)));
+            size_t n0 = 0, n1 = 0;
+            char *d0 = t_slurp(dump0, &n0), *d1 = t_slurp(dump1, &n1);
+            TCHECKF(d0 && d1 && n0 == n1 && !memcmp(d0, d1, n0), "--dump-logits differs with --draft-wide (%d)", v);
+            free(d0), free(d1);
+            const char *p1 = strstr(out1, "\"draft_proposed\":"), *c1 = strstr(out1, "\"draft_accepted\":");
+            pr[v] = p1 ? atol(p1 + 17) : -1, ac[v] = c1 ? atol(c1 + 17) : -1;
+            const char *w = strstr(errs, "wide drafter: asked for ");
+            const char *tk = w ? strstr(w, "proposals the first was unsure of, ") : NULL;
+            taken[v] = tk ? atol(tk + 35) : -1;
+            TCHECKF(!wide == !w, "--stats %s a wide drafter line: %s", wide ? "lacks" : "has", errs);
+        }
+        printf("    first drafter alone: %ld proposed, %ld accepted; with the wide one: %ld proposed, %ld accepted "
+               "(%ld of its proposals taken); with itself as the wide one: %ld / %ld\n",
+               pr[0], ac[0], pr[1], ac[1], taken[1], pr[2], ac[2]);
+        TCHECKF(ac[1] == pr[1] && taken[1] > 0 && ac[1] > ac[0], "the wide drafter: %ld of %ld accepted, %ld taken; "
+                "the first alone %ld accepted", ac[1], pr[1], taken[1], ac[0]);
+        TCHECKF(pr[2] == pr[0] && ac[2] == ac[0], "the first drafter as its own wide one proposes otherwise");
+        /* plan charges both; a wide drafter without a cross-tokenizer drafter is refused */
+        const char *pw[] = {build_bin("deltafin"), "plan", "--model", mini, "--mem", "1G", "--ctx", "4096", "--draft",
+                            pspec, "--draft-wide", wdir, NULL};
+        TCHECKF(t_run(pw, out1, sizeof out1, errs, sizeof errs) == 0 && strstr(out1, "with --draft-wide") &&
+                    strstr(out1, wdir),
+                "plan --draft-wide: %s%s", out1, errs);
+        const char *nw[] = {build_bin("deltafin"), "run", "--model", mini, "--prompt", "hi", "--draft", "ngram",
+                            "--draft-wide", wdir, NULL};
+        TCHECKF(t_run(nw, NULL, 0, errs, sizeof errs) != 0 && strstr(errs, "--draft-wide") &&
+                    strstr(errs, "needs --draft model:PATH"),
+                "--draft ngram --draft-wide: %s", errs);
+    }
     /* a drafter that does not fit its share of --mem is refused with the numbers */
     char spec[700];
     snprintf(spec, sizeof spec, "model:%s", qdir);

@@ -185,24 +185,48 @@ static double gib_(uint64_t b);
  * else an eighth) is taken off the target's budget, as run and serve take
  * it, and the drafter is sized in it: a dense family's drafter (Qwen3) by its weights
  * and a KV cache of the target's context (at most XT_MAX_CTX), a drafter
- * of the target's family by its own plan at that share.  Prints one line;
+ * of the target's family by its own plan at that share; --draft-wide's
+ * drafter is added to the first's (both in the one share).  Prints one line;
  * returns -1 (said why) when it does not fit. */
 static int plan_draft(const run_args *a, size_t total, int n_ctx, FILE *out)
 {
     const char *path = a->draft + 6;
     size_t share = draft_share(a, total), need = 0;
     df_error err = {0};
-    char what[320];
+    char what[480];
     const df_family *fam = family_of(path, &err);
     df_family_info fi;
     if (!fam || fam->info(path, &fi, &err)) {
         fprintf(stderr, "deltafin: --draft model:%s: %s\n", path, err.msg);
         return -1;
     }
+    if (a->draft_wide && fam->engine) {
+        fprintf(stderr, "deltafin: --draft-wide %s: a wide drafter backs a drafter of another tokenizer (--draft "
+                        "model:PATH of a Qwen3 model), not --draft %s\n", a->draft_wide, a->draft);
+        return -1;
+    }
     if (!fam->engine) {
         int ctx = n_ctx < XT_MAX_CTX ? n_ctx : XT_MAX_CTX;
         need = family_bytes(&fi, ctx);
         snprintf(what, sizeof what, "%s and a state of %d positions", fi.summary, ctx);
+        if (a->draft_wide) {
+            /* the wide drafter comes out of the same share */
+            df_family_info wi;
+            const df_family *wf = family_of(a->draft_wide, &err);
+            if (!wf || wf->info(a->draft_wide, &wi, &err)) {
+                fprintf(stderr, "deltafin: --draft-wide %s: %s\n", a->draft_wide, err.msg);
+                return -1;
+            }
+            if (wf->engine) {
+                fprintf(stderr, "deltafin: --draft-wide %s: a %s model drafts with the target's own tokenizer, not "
+                                "translated\n", a->draft_wide, wf->title);
+                return -1;
+            }
+            need += family_bytes(&wi, ctx);
+            size_t wl = strlen(what);
+            snprintf(what + wl, sizeof what - wl, "; with --draft-wide %s: %s and a state of %d positions",
+                     a->draft_wide, wi.summary, ctx);
+        }
     } else {
         df_plan_opts o;
         plan_opts_from(a, &o, share);
@@ -220,8 +244,8 @@ static int plan_draft(const run_args *a, size_t total, int n_ctx, FILE *out)
     fprintf(out, "draft model %s: %.2f GiB of its %.2f GiB share of --mem (--draft-mem) (%s)\n", path, gib_(need),
             gib_(share), what);
     if (need > share) {
-        fprintf(stderr, "deltafin: the draft model needs %.2f GiB; its share of --mem is %.2f GiB: raise --draft-mem\n",
-                gib_(need), gib_(share));
+        fprintf(stderr, "deltafin: the draft model%s %.2f GiB; %s share of --mem is %.2f GiB: raise --draft-mem\n",
+                a->draft_wide ? "s need" : " needs", gib_(need), a->draft_wide ? "their" : "its", gib_(share));
         return -1;
     }
     return 0;

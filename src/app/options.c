@@ -179,6 +179,9 @@ static void usage_options(FILE *f)
           "  --draft-threads N    the threads a draft model computes on (default 1: drafting is\n"
           "                       latency-bound, and a second pool competes with the target's);\n"
           "                       any count gives the same drafts\n"
+          "  --draft-wide PATH    a second, larger Qwen3 drafter beside --draft model:PATH, asked when\n"
+          "                       the first is unsure before N drafts; the longer proposal is taken\n"
+          "                       (both in --draft-mem's share)\n"
           "  --spec-state FILE    keep what the drafts' cost model and guard learned (pass times,\n"
           "                       acceptance, the guard's verdict) per model and drafter in FILE: read\n"
           "                       at start, written after each answer, so drafts that paid start at once\n"
@@ -499,7 +502,7 @@ static const opt_def opts[] = {
     {"--seed", 1, C_RUN | C_CHAT},    {"--draft", 1, C_RUN | C_CHAT | C_SERVE | C_PLAN},
     {"--draft-max", 1, C_RUN | C_CHAT | C_SERVE | C_PLAN}, {"--draft-k", 1, C_RUN | C_CHAT | C_SERVE | C_PLAN},
     {"--draft-mem", 1, C_RUN | C_CHAT | C_SERVE | C_PLAN}, {"--spec-state", 1, C_RUN | C_CHAT | C_SERVE},
-    {"--draft-threads", 1, C_RUN | C_CHAT | C_SERVE},
+    {"--draft-threads", 1, C_RUN | C_CHAT | C_SERVE}, {"--draft-wide", 1, C_RUN | C_CHAT | C_SERVE | C_PLAN},
     {"--session", 1, C_RUN | C_CHAT},    {"--file", 1, C_PERPLEXITY},      {"--window", 1, C_PERPLEXITY},
     {"--kl-divergence", 1, C_PERPLEXITY}, {"--save-logits", 1, C_PERPLEXITY},   {"--json", 0, C_PLAN | C_PERPLEXITY}, {"--ranks", 1, C_PLAN}, {"--trunk", 1, C_PLAN}, {"--disk-gbps", 1, C_PLAN},
     {"--serve", 0, C_PLAN},           {"--parallel", 1, C_PLAN},
@@ -557,6 +560,9 @@ static int draft_flag(run_args *a, const char *f, const char *v)
         a->draft_mem = parse_size(v, f);
     } else if (!strcmp(f, "--draft-threads")) {
         a->draft_threads = (int)parse_long(v, f, 1, 256);
+    } else if (!strcmp(f, "--draft-wide")) {
+        if (!*v) die("--draft-wide wants the folder or GGUF of a second cross-tokenizer drafter");
+        a->draft_wide = v;
     } else {
         return 0;
     }
@@ -728,6 +734,9 @@ void parse_common(int argc, char **argv, run_args *a)
         else die("internal: option %s has no handler", f);
     }
     if (a->greedy && a->temp > 0) die("--greedy and --temp %g contradict each other", a->temp);
+    if (a->draft_wide && (!a->draft || strncmp(a->draft, "model:", 6)))
+        die("--draft-wide %s: a wide drafter backs a drafter of another tokenizer: it needs --draft model:PATH",
+            a->draft_wide);
     if (!a->temp && (a->top_p || a->top_k || a->seed_set))
         die("--top-p, --top-k and --seed choose among samples: they need --temp > 0 (the default is greedy)");
     if (!a->model && (cmd & C_MODEL)) a->model = default_model();
@@ -892,10 +901,14 @@ df_drafter *open_drafter(const run_args *a, int vocab, int n_ctx)
         fprintf(stderr, "deltafin: --draft %s: %s\n", spec, err.msg);
         exit(1);
     }
+    if (a->draft_wide && (!fam || fam->engine))
+        die("--draft-wide %s: a wide drafter backs a drafter of another tokenizer (--draft model:PATH of a Qwen3 "
+            "model), not --draft %s",
+            a->draft_wide, spec);
     if (fam && !fam->engine) {
         /* a dense family's model (Qwen3): another tokenizer, drafts translated (draft_xtok.c) */
         size_t total = a->mem ? a->mem : df_mem_budget_default();
-        if (df_drafter_open_xtok(spec + 6, a->model, n_ctx, draft_share(a, total), a->draft_threads ? a->draft_threads : 1,
+        if (df_drafter_open_xtok(spec + 6, a->draft_wide, a->model, n_ctx, draft_share(a, total), a->draft_threads ? a->draft_threads : 1,
                                  &d, &err)) {
             fprintf(stderr, "deltafin: %s\n", err.msg);
             exit(1);
@@ -936,6 +949,11 @@ void print_xtok_stats(const df_drafter *dr)
             "character\n",
             (unsigned long long)x.proposals, (unsigned long long)x.drafter_tokens, (unsigned long long)x.untranslated,
             (unsigned long long)x.boundary, (unsigned long long)x.cut_char);
+    if (x.wide)
+        fprintf(stderr,
+                "deltafin: wide drafter: asked for %llu proposals the first was unsure of, %llu of its proposals "
+                "taken, %llu wide drafter tokens\n",
+                (unsigned long long)x.wide_asked, (unsigned long long)x.wide_used, (unsigned long long)x.wide_tokens);
 }
 
 void print_draft_stats(const gen_stats *st)

@@ -54,6 +54,7 @@ typedef struct {
     int draft_max, draft_k;
     size_t draft_mem;    /* a draft model's share of --mem (0 = an eighth) */
     int draft_threads;   /* --draft-threads (0: one) */
+    const char *draft_wide; /* --draft-wide PATH: a second cross-tokenizer drafter, asked when the first is unsure */
     const char *spec_state; /* --spec-state FILE: what the drafts' cost model and guard learned, kept
                                across runs (gen_memory, spec_state.c) */
     int checkpoints;     /* conversation checkpoints per session (serve --checkpoints) */

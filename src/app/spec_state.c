@@ -6,7 +6,7 @@
  *                "mean": [OFF, ON]}}, ...]}
  * t_pass[T] is the mean seconds of a pass of T rows (index 0 unused).  The
  * model is keyed by its real path, the drafter by its --draft spelling
- * ("auto" is ngram).  Other entries are copied through unchanged.
+ * ("auto" is ngram; with --draft-wide W, "SPEC --draft-wide W").  Other entries are copied through unchanged.
  */
 #define _GNU_SOURCE
 #include "spec_state.h"
@@ -29,12 +29,14 @@ static int applies(const run_args *a, const gen_loop *g)
     return a->spec_state && g->dr && g->kmax && !g->k_fixed;
 }
 
-static void key_of(const run_args *a, char *model, size_t cap, const char **drafter)
+static void key_of(const run_args *a, char *model, size_t cap, char *drafter, size_t dcap)
 {
     char *rp = a->model ? realpath(a->model, NULL) : NULL;
     snprintf(model, cap, "%s", rp ? rp : a->model ? a->model : "");
     free(rp);
-    *drafter = !strcmp(a->draft, "auto") ? "ngram" : a->draft;
+    /* a wide drafter makes another drafter: "model:P --draft-wide W" */
+    snprintf(drafter, dcap, "%s%s%s", !strcmp(a->draft, "auto") ? "ngram" : a->draft,
+             a->draft_wide ? " --draft-wide " : "", a->draft_wide ? a->draft_wide : "");
 }
 
 static double num(const json_value *o, const char *k, double dflt)
@@ -145,14 +147,14 @@ static int is_entry(const json_value *e, const char *model, const char *drafter)
 /* This run's key and the file's entries */
 typedef struct state_view {
     char model[PATH_MAX + 1];
-    const char *drafter;
+    char drafter[2 * PATH_MAX + 32];
     json_doc *doc;
     const json_value *entries;
 } state_view;
 
 static int view_open(const run_args *a, state_view *v, df_error *err)
 {
-    key_of(a, v->model, sizeof v->model, &v->drafter);
+    key_of(a, v->model, sizeof v->model, v->drafter, sizeof v->drafter);
     return read_state(a->spec_state, &v->doc, &v->entries, err);
 }
 

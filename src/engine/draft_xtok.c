@@ -19,6 +19,12 @@
  *     last one (it may be an unfinished word that more text would merge
  *     into another token), at most k.  Otherwise nothing is proposed and
  *     the translation counter grows.
+ * With a wide drafter (--draft-wide: a larger model, as the original pairs
+ * Qwen3-0.6B with 1.7B), a proposal shorter than k ids, the first drafter
+ * unsure before k, asks the wide one too (its own state, kept over the
+ * common prefix in the same way: it catches up in one batched pass when
+ * asked), and the longer of the two proposals is taken, the wide one's on
+ * a tie.  The first drafter's sure proposals cost the wide one nothing.
  * Proposals never change a token: the target verifies each (generate.c).
  * The drafter is any dense family's model (family.h: Qwen3 today), opened
  * through the family table with its matrix products on the best kernel
@@ -37,8 +43,9 @@
 #define XT_TAIL 4
 #define XT_CONFIDENCE 0.30
 
-typedef struct xtok {
-    tokenizer *tt, *dt;         /* the target's and the drafter's */
+/* One drafter model: its tokenizer, its state and the ids that state holds. */
+typedef struct xt_lane {
+    tokenizer *dt;
     const df_family *fam;
     df_family_model *m;
     df_family_state *s;
@@ -47,9 +54,17 @@ typedef struct xtok {
     int n_q;
     float *logits;              /* [V] */
     double *ex, *ey;            /* [V]: the confidence's exponentials (the kernel table's exp_n) */
+} xt_lane;
+
+typedef struct xtok {
+    tokenizer *tt;              /* the target's */
+    xt_lane lane[2];            /* the drafter, and the wide one asked when it is unsure (n_lanes 2) */
+    int n_lanes;
     const kernel_table *kt;
-    unsigned char *text;        /* the history's bytes */
+    unsigned char *text;        /* the history's bytes (the current message) */
     size_t text_cap;
+    unsigned char *tr;          /* a translation's bytes: the tail's, then the draft's */
+    size_t tr_cap;
     int32_t *enc;               /* encodings (grown by tokenizer_encode) */
     size_t enc_cap;
     xtok_stats st;
@@ -72,59 +87,65 @@ static size_t cut_partial(const unsigned char *p, size_t n)
     return n;
 }
 
-static void text_put(xtok *x, size_t *len, const char *b, size_t n)
+static void buf_put(unsigned char **buf, size_t *cap, size_t *len, const char *b, size_t n)
 {
-    if (*len + n + 1 > x->text_cap) {
-        x->text_cap = (*len + n + 1) * 2;
-        x->text = xrealloc(x->text, x->text_cap);
+    if (*len + n + 1 > *cap) {
+        *cap = (*len + n + 1) * 2;
+        *buf = xrealloc(*buf, *cap);
     }
-    memcpy(x->text + *len, b, n);
+    memcpy(*buf + *len, b, n);
     *len += n;
 }
 
-/* Greedy drafter tokens after the state's ids: at most m, stopping before a
- * token under the confidence; the logits of the state's last id are in x->logits. */
-static int generate(xtok *x, int m, int32_t *gen, df_error *err)
+/* Greedy drafter tokens after the lane's ids: at most m, stopping before a
+ * token under the confidence; the logits of the state's last id are in
+ * l->logits.  *unsure: the stop was the confidence's (or a special's), not m. */
+static int generate(const xtok *x, xt_lane *l, int m, int32_t *gen, int *unsure, df_error *err)
 {
     int g = 0;
-    while (g < m && x->n_q < x->n_ctx) {
+    *unsure = 0;
+    while (g < m && l->n_q < l->n_ctx) {
         int best = 0;
-        for (int i = 1; i < x->V; i++)
-            if (x->logits[i] > x->logits[best]) best = i;
+        for (int i = 1; i < l->V; i++)
+            if (l->logits[i] > l->logits[best]) best = i;
         /* z = sum of exp(l - max), the exponentials in the kernel table's vector exp (df_exp's bits) */
-        double z = 0, mx = (double)x->logits[best];
-        for (int i = 0; i < x->V; i++) x->ex[i] = (double)x->logits[i] - mx;
-        x->kt->exp_n(x->ex, x->ey, (size_t)x->V);
-        for (int i = 0; i < x->V; i++) z += x->ey[i];
-        if (1.0 / z < XT_CONFIDENCE || tokenizer_is_special(x->dt, best) || best >= tokenizer_n_vocab(x->dt)) break;
+        double z = 0, mx = (double)l->logits[best];
+        for (int i = 0; i < l->V; i++) l->ex[i] = (double)l->logits[i] - mx;
+        x->kt->exp_n(l->ex, l->ey, (size_t)l->V);
+        for (int i = 0; i < l->V; i++) z += l->ey[i];
+        if (1.0 / z < XT_CONFIDENCE || tokenizer_is_special(l->dt, best) || best >= tokenizer_n_vocab(l->dt)) {
+            *unsure = 1;
+            break;
+        }
         gen[g++] = best;
-        if (x->fam->forward(x->m, x->s, &gen[g - 1], 1, x->logits, 1, err)) return -1;
-        x->qids[x->n_q++] = gen[g - 1];
+        if (l->fam->forward(l->m, l->s, &gen[g - 1], 1, l->logits, 1, err)) return -1;
+        l->qids[l->n_q++] = gen[g - 1];
     }
+    if (g < m && !*unsure) *unsure = 1; /* the drafter's context ended it */
     return g;
 }
 
 /* Step 4: the drafter ids gen[0..g), after the target ids tail[0..nt), as
  * at most k target ids in out; 0 when nothing translates. */
-static int translate(xtok *x, const int32_t *tail, size_t nt, const int32_t *gen, int g, int k, int32_t *out,
-                     df_error *err)
+static int translate(xtok *x, const tokenizer *dt, const int32_t *tail, size_t nt, const int32_t *gen, int g, int k,
+                     int32_t *out, df_error *err)
 {
     size_t dl = 0;
     for (size_t i = 0; i < nt; i++) {
         size_t bl;
         const char *b = tokenizer_token_bytes(x->tt, tail[i], &bl);
-        if (b) text_put(x, &dl, b, bl);
+        if (b) buf_put(&x->tr, &x->tr_cap, &dl, b, bl);
     }
     size_t tail_bytes = dl;
     for (int i = 0; i < g; i++) {
         size_t bl;
-        const char *b = tokenizer_token_bytes(x->dt, gen[i], &bl);
-        if (b) text_put(x, &dl, b, bl);
+        const char *b = tokenizer_token_bytes(dt, gen[i], &bl);
+        if (b) buf_put(&x->tr, &x->tr_cap, &dl, b, bl);
     }
-    size_t whole = tail_bytes + cut_partial(x->text + tail_bytes, dl - tail_bytes);
+    size_t whole = tail_bytes + cut_partial(x->tr + tail_bytes, dl - tail_bytes);
     x->st.cut_char += whole != dl;
     size_t ne = 0;
-    if (tokenizer_encode(x->tt, (const char *)x->text, whole, 0, &x->enc, &ne, &x->enc_cap, err)) return -1;
+    if (tokenizer_encode(x->tt, (const char *)x->tr, whole, 0, &x->enc, &ne, &x->enc_cap, err)) return -1;
     if (ne < nt || memcmp(x->enc, tail, nt * sizeof *tail)) {
         x->st.untranslated++;
         return 0;
@@ -141,12 +162,40 @@ int xtok_translate(const tokenizer *target, const tokenizer *drafter, const int3
     xtok x;
     memset(&x, 0, sizeof x);
     x.tt = (tokenizer *)(uintptr_t)target;
-    x.dt = (tokenizer *)(uintptr_t)drafter;
-    int np = translate(&x, tail, nt, gen, g, k, out, err);
-    free(x.text);
+    int np = translate(&x, drafter, tail, nt, gen, g, k, out, err);
+    free(x.tr);
     free(x.enc);
     if (st) *st = x.st;
     return np;
+}
+
+/* Steps 2-4 for one lane: its proposal (at most k target ids) for the
+ * text x->text[0..len) whose target ids end with tail[0..nt); *unsure as
+ * generate's; *gen_n gets the drafter tokens it generated. */
+static int lane_propose(xtok *x, xt_lane *l, size_t len, const int32_t *tail, size_t nt, int k, int32_t *out,
+                        int *unsure, int *gen_n, df_error *err)
+{
+    *unsure = 1;
+    *gen_n = 0;
+    /* 2. the drafter's ids, its cache kept over the common prefix */
+    size_t ne = 0;
+    if (tokenizer_encode(l->dt, (const char *)x->text, len, 0, &x->enc, &ne, &x->enc_cap, err)) return -1;
+    if (ne + (size_t)k + 3 > (size_t)l->n_ctx) return 0; /* past the drafter's context */
+    int same = 0;
+    while (same < l->n_q && (size_t)same < ne && l->qids[same] == x->enc[same]) same++;
+    if ((size_t)same == ne) same--; /* the last id is evaluated again for its logits */
+    l->fam->truncate(l->s, same);
+    if (l->fam->forward(l->m, l->s, x->enc + same, (int)ne - same, l->logits, 1, err)) return -1;
+    memcpy(l->qids + same, x->enc + same, (ne - (size_t)same) * sizeof *l->qids);
+    l->n_q = (int)ne;
+    /* 3. greedy drafter tokens */
+    int32_t gen[GEN_MAX_DRAFT + 2];
+    int g = generate(x, l, k + 2 < GEN_MAX_DRAFT + 2 ? k + 2 : GEN_MAX_DRAFT + 2, gen, unsure, err);
+    if (g < 0) return -1;
+    *gen_n = g;
+    if (!g) return 0;
+    /* 4. the draft's bytes after the tail's, in the target's ids */
+    return translate(x, l->dt, tail, nt, gen, g, k, out, err);
 }
 
 static int xt_propose(df_drafter *d, const int32_t *hist, size_t n, int32_t *out, int k, df_error *err)
@@ -159,32 +208,33 @@ static int xt_propose(df_drafter *d, const int32_t *hist, size_t n, int32_t *out
     for (size_t i = from; i < n; i++) {
         size_t bl;
         const char *b = tokenizer_token_bytes(x->tt, hist[i], &bl);
-        if (b) text_put(x, &len, b, bl);
+        if (b) buf_put(&x->text, &x->text_cap, &len, b, bl);
     }
     if (!len || !utf8_complete(x->text, len)) {
         x->st.boundary += len != 0;
         return 0;
     }
-    /* 2. the drafter's ids, its cache kept over the common prefix */
-    size_t ne = 0;
-    if (tokenizer_encode(x->dt, (const char *)x->text, len, 0, &x->enc, &ne, &x->enc_cap, err)) return -1;
-    if (ne + (size_t)k + 3 > (size_t)x->n_ctx) return 0; /* past the drafter's context */
-    int same = 0;
-    while (same < x->n_q && (size_t)same < ne && x->qids[same] == x->enc[same]) same++;
-    if ((size_t)same == ne) same--; /* the last id is evaluated again for its logits */
-    x->fam->truncate(x->s, same);
-    if (x->fam->forward(x->m, x->s, x->enc + same, (int)ne - same, x->logits, 1, err)) return -1;
-    memcpy(x->qids + same, x->enc + same, (ne - (size_t)same) * sizeof *x->qids);
-    x->n_q = (int)ne;
-    /* 3. greedy drafter tokens */
-    int32_t gen[GEN_MAX_DRAFT + 2];
-    int g = generate(x, k + 2 < GEN_MAX_DRAFT + 2 ? k + 2 : GEN_MAX_DRAFT + 2, gen, err);
-    if (g < 0) return -1;
-    x->st.drafter_tokens += (uint64_t)g;
-    if (!g) return 0;
-    /* 4. the draft's bytes after the tail's, in the target's ids */
     size_t tail0 = n - (n - from < XT_TAIL ? n - from : XT_TAIL);
-    int np = translate(x, hist + tail0, n - tail0, gen, g, k, out, err);
+    int unsure, g;
+    int np = lane_propose(x, &x->lane[0], len, hist + tail0, n - tail0, k, out, &unsure, &g, err);
+    if (np < 0) return -1;
+    x->st.drafter_tokens += (uint64_t)g;
+    if (x->n_lanes > 1 && np < k) {
+        /* the drafter was unsure before k ids: the wide one is asked, and
+         * its proposal is taken when it is at least as long (sure for as
+         * many ids, and the larger model) */
+        int32_t wide[GEN_MAX_DRAFT];
+        int wu, wg;
+        int nw = lane_propose(x, &x->lane[1], len, hist + tail0, n - tail0, k, wide, &wu, &wg, err);
+        if (nw < 0) return -1;
+        x->st.wide_asked++;
+        x->st.wide_tokens += (uint64_t)wg;
+        if (nw > 0 && nw >= np) {
+            memcpy(out, wide, (size_t)nw * sizeof *out);
+            np = nw;
+            x->st.wide_used++;
+        }
+    }
     x->st.proposals += np > 0;
     return np;
 }
@@ -192,8 +242,19 @@ static int xt_propose(df_drafter *d, const int32_t *hist, size_t n, int32_t *out
 static void xt_reset(df_drafter *d)
 {
     xtok *x = d->state;
-    x->fam->truncate(x->s, 0);
-    x->n_q = 0;
+    for (int i = 0; i < x->n_lanes; i++) {
+        x->lane[i].fam->truncate(x->lane[i].s, 0);
+        x->lane[i].n_q = 0;
+    }
+}
+
+static void lane_free(xt_lane *l)
+{
+    tokenizer_free(l->dt);
+    if (l->s) l->fam->state_free(l->s);
+    if (l->m) l->fam->close(l->m);
+    free(l->qids), free(l->logits), free(l->ex), free(l->ey);
+    memset(l, 0, sizeof *l);
 }
 
 static void xt_destroy(df_drafter *d)
@@ -201,35 +262,72 @@ static void xt_destroy(df_drafter *d)
     xtok *x = d->state;
     if (!x) return;
     tokenizer_free(x->tt);
-    tokenizer_free(x->dt);
-    if (x->s) x->fam->state_free(x->s);
-    if (x->m) x->fam->close(x->m);
-    free(x->qids), free(x->logits), free(x->ex), free(x->ey), free(x->text), free(x->enc);
+    for (int i = 0; i < 2; i++) lane_free(&x->lane[i]);
+    free(x->text), free(x->tr), free(x->enc);
     free(x);
     d->state = NULL;
 }
 
-int df_drafter_open_xtok(const char *path, const char *target_model, int n_ctx, size_t mem_budget, int n_threads,
-                         df_drafter **out, df_error *err)
+/* What the model at path needs for a state of n_ctx positions, into *need
+ * (its family and info in *fam, *fi); an engine family is refused. */
+static int lane_size(const char *path, int n_ctx, const df_family **fam, df_family_info *fi, uint64_t *need,
+                     df_error *err)
+{
+    *fam = family_of(path, err);
+    if (!*fam || (*fam)->info(path, fi, err)) return -1;
+    if ((*fam)->engine)
+        return df_err_set(err, DF_ERR_ARG, -1, "a %s model drafts with the target's own tokenizer, not translated",
+                          (*fam)->title);
+    *need = family_bytes(fi, n_ctx);
+    return 0;
+}
+
+static int lane_open(xt_lane *l, const char *path, const df_family *fam, const kernel_table *kt, int n_ctx,
+                     int n_threads, df_error *err)
+{
+    l->n_ctx = n_ctx;
+    l->fam = fam;
+    if (tokenizer_load(path, &l->dt, err) || fam->open(path, kt, n_threads, &l->m, err) ||
+        fam->state_new(l->m, n_ctx, &l->s, err))
+        return -1;
+    l->V = fam->vocab(l->m);
+    if (l->V < tokenizer_n_vocab(l->dt))
+        return df_err_set(err, DF_ERR_FORMAT, -1, "the model's vocabulary (%d) is smaller than its tokenizer's (%d)", l->V,
+                          tokenizer_n_vocab(l->dt));
+    l->qids = xmalloc((size_t)n_ctx * sizeof *l->qids);
+    l->logits = xmalloc((size_t)l->V * sizeof *l->logits);
+    l->ex = xmalloc((size_t)l->V * sizeof *l->ex);
+    l->ey = xmalloc((size_t)l->V * sizeof *l->ey);
+    return 0;
+}
+
+int df_drafter_open_xtok(const char *path, const char *wide, const char *target_model, int n_ctx, size_t mem_budget,
+                         int n_threads, df_drafter **out, df_error *err)
 {
     *out = NULL;
     if (n_ctx > XT_MAX_CTX) n_ctx = XT_MAX_CTX;
-    df_family_info fi;
-    const df_family *fam = family_of(path, err);
-    if (!fam || fam->info(path, &fi, err)) {
-        df_err_prefix(err, "--draft model:%s", path);
-        return -1;
-    }
-    if (fam->engine)
-        return df_err_set(err, DF_ERR_ARG, -1,
-                          "--draft model:%s: a %s model drafts with the target's own tokenizer, not translated", path,
-                          fam->title);
-    uint64_t need = family_bytes(&fi, n_ctx);
-    if (need > mem_budget)
+    const char *paths[2] = {path, wide};
+    int n_lanes = wide ? 2 : 1;
+    const df_family *fam[2];
+    df_family_info fi[2];
+    uint64_t need[2] = {0, 0};
+    for (int i = 0; i < n_lanes; i++)
+        if (lane_size(paths[i], n_ctx, &fam[i], &fi[i], &need[i], err)) {
+            df_err_prefix(err, "%s%s", i ? "--draft-wide " : "--draft model:", paths[i]);
+            return -1;
+        }
+    if (need[0] + need[1] > mem_budget) {
+        if (wide)
+            return df_err_set(err, DF_ERR_LIMIT, -1,
+                              "--draft model:%s with --draft-wide %s: the drafters need %.2f + %.2f GiB (%s; %s; states "
+                              "of %d positions); their share of --mem is %.2f GiB (--draft-mem)",
+                              path, wide, need[0] / 1073741824.0, need[1] / 1073741824.0, fi[0].summary, fi[1].summary,
+                              n_ctx, mem_budget / 1073741824.0);
         return df_err_set(err, DF_ERR_LIMIT, -1,
                           "--draft model:%s: the drafter needs %.2f GiB (%s; a state of %d positions); its share of "
                           "--mem is %.2f GiB (--draft-mem)",
-                          path, need / 1073741824.0, fi.summary, n_ctx, mem_budget / 1073741824.0);
+                          path, need[0] / 1073741824.0, fi[0].summary, n_ctx, mem_budget / 1073741824.0);
+    }
     xtok *x = xcalloc(1, sizeof *x);
     df_drafter *d = xcalloc(1, sizeof *d);
     d->name = "xtok";
@@ -237,30 +335,23 @@ int df_drafter_open_xtok(const char *path, const char *target_model, int n_ctx, 
     d->propose = xt_propose;
     d->reset = xt_reset;
     d->destroy = xt_destroy;
-    x->n_ctx = n_ctx;
-    x->fam = fam;
+    x->n_lanes = n_lanes;
+    x->st.wide = n_lanes > 1;
     const kernel_table *kt = NULL;
-    if (tokenizer_load(target_model, &x->tt, err) || tokenizer_load(path, &x->dt, err) ||
-        !(kt = kernels_select(NULL, err)) /* any ISA: the same bits */ || fam->open(path, kt, n_threads, &x->m, err) ||
-        fam->state_new(x->m, n_ctx, &x->s, err)) {
+    if (tokenizer_load(target_model, &x->tt, err) || !(kt = kernels_select(NULL, err)) /* any ISA: the same bits */) {
         df_err_prefix(err, "--draft model:%s", path);
         xt_destroy(d);
         free(d);
         return -1;
     }
-    x->V = fam->vocab(x->m);
-    if (x->V < tokenizer_n_vocab(x->dt)) {
-        df_err_set(err, DF_ERR_FORMAT, -1, "--draft model:%s: the model's vocabulary (%d) is smaller than its tokenizer's (%d)",
-                   path, x->V, tokenizer_n_vocab(x->dt));
-        xt_destroy(d);
-        free(d);
-        return -1;
-    }
-    x->qids = xmalloc((size_t)n_ctx * sizeof *x->qids);
-    x->logits = xmalloc((size_t)x->V * sizeof *x->logits);
-    x->ex = xmalloc((size_t)x->V * sizeof *x->ex);
-    x->ey = xmalloc((size_t)x->V * sizeof *x->ey);
     x->kt = kt;
+    for (int i = 0; i < n_lanes; i++)
+        if (lane_open(&x->lane[i], paths[i], fam[i], kt, n_ctx, n_threads, err)) {
+            df_err_prefix(err, "%s%s", i ? "--draft-wide " : "--draft model:", paths[i]);
+            xt_destroy(d);
+            free(d);
+            return -1;
+        }
     *out = d;
     return 0;
 }

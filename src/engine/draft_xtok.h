@@ -13,19 +13,23 @@ typedef struct xtok_stats {
     uint64_t untranslated;   /* drafts whose bytes did not re-encode after the history's tail */
     uint64_t boundary;       /* histories ending inside a UTF-8 character (nothing proposed) */
     uint64_t cut_char;       /* drafts whose bytes ended inside a character (the partial one cut) */
+    int wide;                /* 1: a wide drafter is on */
+    uint64_t wide_asked;     /* proposals the first drafter was unsure of, where the wide one was asked */
+    uint64_t wide_used;      /* ... and the wide one's proposal was taken */
+    uint64_t wide_tokens;    /* the wide drafter's tokens (drafter_tokens: the first one's) */
 } xtok_stats;
 
 /* path: a model of a dense family (family.h: Qwen3) with its tokenizer (tokenizer.json, or the
- * GGUF's vocabulary); target_model: the target's folder or GGUF, for its
+ * GGUF's vocabulary); wide: NULL, or a second such model asked when the
+ * first is unsure (draft_xtok.c); target_model: the target's folder or GGUF, for its
  * tokenizer; n_ctx: the target's context (the drafter's is at most
  * XT_MAX_CTX of it: it reads the current message only); mem_budget: what
- * its weights and KV cache may take (refused, with the numbers, when they
+ * its weights and KV cache may take, both drafters' (refused, with the numbers, when they
  * need more); n_threads: the workers its matrix products split over (the
  * target's: the two never run at once).  Errors name the spec. */
 #define XT_MAX_CTX 4096
-int df_drafter_open_xtok(const char *path, const char *target_model, int n_ctx, size_t mem_budget, int n_threads,
-                         df_drafter **out,
-                         df_error *err);
+int df_drafter_open_xtok(const char *path, const char *wide, const char *target_model, int n_ctx, size_t mem_budget,
+                         int n_threads, df_drafter **out, df_error *err);
 /* A cross-tokenizer drafter's counters; -1 for another drafter. */
 int df_drafter_xtok_stats(const df_drafter *d, xtok_stats *st);
 
