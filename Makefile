@@ -178,17 +178,19 @@ $(BUILD) $(BUILD)/tests:
 
 .PRECIOUS: $(BUILD)/tests/%.o
 
-# The unit suite, then the same suite under ASan+UBSan in build-san/.
+# The unit suite, then the same suite under ASan+UBSan in build-san/;
+# TEST_JOBS test binaries run at once (tests/run_tests.sh).
+TEST_JOBS ?= 2
 test: all $(TEST_BIN)
-	BUILD=$(BUILD) tests/run_tests.sh $(TEST_BIN)
+	BUILD=$(BUILD) TEST_JOBS=$(TEST_JOBS) tests/run_tests.sh $(TEST_BIN)
 	$(MAKE) --no-print-directory test-san
 
 test-fast: all $(TEST_BIN)
-	BUILD=$(BUILD) tests/run_tests.sh $(TEST_BIN)
+	BUILD=$(BUILD) TEST_JOBS=$(TEST_JOBS) tests/run_tests.sh $(TEST_BIN)
 
 test-san:
 	$(MAKE) --no-print-directory BUILD=build-san SANITIZE=address,undefined DEBUG=1 all $(TESTS:%=build-san/tests/%)
-	DF_SANITIZED=1 BUILD=build-san tests/run_tests.sh $(TESTS:%=build-san/tests/%)
+	DF_SANITIZED=1 BUILD=build-san TEST_JOBS=$(TEST_JOBS) tests/run_tests.sh $(TESTS:%=build-san/tests/%)
 
 # Each step of check prints its wall time ("check: NAME took N s"): CI has a
 # budget of about 30 minutes, and these lines say where it goes.
@@ -201,7 +203,7 @@ timed = t0=$$(date +%s); $(1) && echo "check: $(2) took $$(( $$(date +%s) - t0 )
 check:
 	@$(call timed,BUILD=$(BUILD) tools/check_layers.sh,check_layers)
 	@$(call timed,$(MAKE) --no-print-directory web-check,web-check)
-	@$(call timed,$(MAKE) --no-print-directory WERROR=1 test,test)
+	@$(call timed,$(MAKE) --no-print-directory -j2 WERROR=1 test,test)
 	@$(call timed,$(MAKE) --no-print-directory -j2 fuzz,fuzz-build)
 	@$(call timed,$(MAKE) --no-print-directory fuzz-run FUZZ_SECONDS=$${FUZZ_SECONDS:-10},fuzz-run)
 	@$(call timed,$(MAKE) --no-print-directory tokenizer-oracle,tokenizer-oracle)
