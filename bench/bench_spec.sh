@@ -113,7 +113,7 @@ run_block() {
                   lo[k] = 1e9; hi[k] = 0
                   for (j = 1; j <= c[k]; j++) { r = round[k, j]; if (rt["none", r] > 0) { q = tps[k, j] / rt["none", r]
                       if (q < lo[k]) lo[k] = q; if (q > hi[k]) hi[k] = q } } }
-              for (i = 1; i <= n; i++) { k = o[i]; name = k; sub(/:.*\//, ":", name); sub(/\^.*\//, "^", name)
+              for (i = 1; i <= n; i++) { k = o[i]; name = k; sub(/\^.*\//, "^", name); sub(/:.*\//, ":", name)
                   printf "  %-34s %9.1f %7.2fx %6.2f-%5.2fx %10.2f %12.1f %9.0f%% %12s\n", name, m1[k], (m1["none"] > 0 ? m1[k] / m1["none"] : 0),
                          lo[k], hi[k], m2[k], m3[k], (prop[k] ? 100 * acc[k] / prop[k] : 0),
                          (k == "none" || k == "off-again" ? "-" : m4[k] >= 1e9 ? "never" : sprintf("pass %d", m4[k])) }

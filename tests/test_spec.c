@@ -1011,30 +1011,38 @@ static void test_cli_xtok(void)
         if (wrong) printf("      wrong at chain position %d of %zu: %s\n", wrong_at, keep, rejected ? "rejected" : "never verified");
     }
     TCHECKF(rejected, "a drafter wrong once had all its drafts accepted at each of %d positions", n_cand);
-    /* --draft-wide: a drafter that knows the first half of the chain (unsure after it) backed by one
-     * that knows all of it: the wide one is asked where the first is unsure and its drafts are taken;
-     * wrong once, it is rejected; ids and logits equal drafts off throughout.  The same model as both
-     * makes exactly the first's proposals (the two keep their own states over the same text). */
+    /* --draft-wide: a drafter that knows the chain but is unsure after every third position, backed by
+     * one that knows all of it: the wide one is asked where the first stops short and its drafts are
+     * taken; wrong once, it is rejected; ids and logits equal drafts off throughout.  The same model as
+     * both makes exactly the first's proposals (the two keep their own states over the same text). */
     {
-        size_t half = keep / 2 + 1;
-        char pchain[8192] = "", pdir[600], wdir[600], cmd[20000], pspec[700];
-        for (size_t i = 0; i < half; i++)
-            snprintf(pchain + strlen(pchain), sizeof pchain - strlen(pchain), "%s%d", i ? "," : "", q[i]);
+        char holes[512] = "", pdir[600], wdir[600], cmd[20000], pspec[700];
+        for (size_t i = 2; i + 1 < keep; i += 3)
+            snprintf(holes + strlen(holes), sizeof holes - strlen(holes), "%s%zu", holes[0] ? "," : "", i);
         snprintf(pdir, sizeof pdir, "%s/xtok_probe", test_scratch());
         snprintf(wdir, sizeof wdir, "%s/xtok_wide", test_scratch());
         snprintf(cmd, sizeof cmd,
-                 "/usr/bin/python3 tools/qwen3/qwen3_toy.py scripted %s %s --vocab 151936 && cp %s %s/ && "
+                 "/usr/bin/python3 tools/qwen3/qwen3_toy.py scripted %s %s --vocab 151936 --unsure-at %s && cp %s %s/ && "
                  "/usr/bin/python3 tools/qwen3/qwen3_toy.py scripted %s %s --vocab 151936 && cp %s %s/",
-                 pdir, pchain, qtok, pdir, wdir, chain, qtok, wdir);
+                 pdir, chain, holes, qtok, pdir, wdir, chain, qtok, wdir);
         TCHECKF(system(cmd) == 0, "writing the scripted drafters");
         snprintf(pspec, sizeof pspec, "model:%s", pdir);
-        long pr[4], ac[4], taken[4];
-        for (int v = 0; v < 4; v++) { /* the first alone, with the wide, with itself as the wide, with a wrong wide */
-            const char *wide = v == 1 ? wdir : v == 2 ? pdir : NULL;
-            if (v == 3) {
-                /* wrong once in the second half: the first position whose draft is verified is rejected */
+        /* a first drafter never sure of a token: the wide one is never asked */
+        char ndir[600], nspec[700], every[512] = "";
+        for (size_t i = 0; i + 1 < keep; i++) snprintf(every + strlen(every), sizeof every - strlen(every), "%s%zu", i ? "," : "", i);
+        snprintf(ndir, sizeof ndir, "%s/xtok_never", test_scratch());
+        snprintf(cmd, sizeof cmd, "/usr/bin/python3 tools/qwen3/qwen3_toy.py scripted %s %s --vocab 151936 --unsure-at %s && cp %s %s/",
+                 ndir, chain, every, qtok, ndir);
+        TCHECKF(system(cmd) == 0, "writing the scripted drafter");
+        snprintf(nspec, sizeof nspec, "model:%s", ndir);
+        long pr[5], ac[5], taken[5], asked[5];
+        /* the first alone, with the wide, with itself as the wide, the never-sure one with the wide, a wrong wide */
+        for (int v = 0; v < 5; v++) {
+            const char *wide = v == 1 || v == 3 ? wdir : v == 2 ? pdir : NULL;
+            if (v == 4) {
+                /* wrong once: the first position whose draft is verified is rejected */
                 int bad = 0;
-                for (size_t w = half; w + 1 < keep && !bad; w++) {
+                for (size_t w = 0; w + 1 < keep && !bad; w++) {
                     snprintf(cmd, sizeof cmd,
                              "/usr/bin/python3 tools/qwen3/qwen3_toy.py scripted %s %s --vocab 151936 --wrong-at %zu",
                              wdir, chain, w);
@@ -1053,11 +1061,12 @@ static void test_cli_xtok(void)
                     free(d0), free(d1);
                     if (bad) printf("    wide drafter wrong at chain position %zu of %zu: rejected\n", w, keep);
                 }
-                TCHECKF(bad, "a wide drafter wrong once had all its drafts accepted at each position after %zu", half);
+                TCHECKF(bad, "a wide drafter wrong once had all its drafts accepted at each of %zu positions", keep - 1);
                 break;
             }
             const char *a[24] = {build_bin("deltafin"), "run", "--model", mini, "--prompt-ids", ids, "--max-new", "12",
-                                 "--bench-json", "--dump-logits", dump1, "--draft", pspec, "--draft-k", "4", "--stats"};
+                                 "--bench-json", "--dump-logits", dump1, "--draft", v == 3 ? nspec : pspec, "--draft-k", "4",
+                                 "--stats"};
             if (wide) a[16] = "--draft-wide", a[17] = wide;
             TCHECKF(t_run(a, out1, sizeof out1, errs, sizeof errs) == 0, "%s", errs);
             const char *i0 = strstr(out0, "\"ids\":["), *i1 = strstr(out1, "\"ids\":[");
@@ -1071,6 +1080,7 @@ static void test_cli_xtok(void)
             const char *w = strstr(errs, "wide drafter: asked for ");
             const char *tk = w ? strstr(w, "proposals the first was unsure of, ") : NULL;
             taken[v] = tk ? atol(tk + 35) : -1;
+            asked[v] = w ? atol(w + 24) : -1;
             TCHECKF(!wide == !w, "--stats %s a wide drafter line: %s", wide ? "lacks" : "has", errs);
         }
         printf("    first drafter alone: %ld proposed, %ld accepted; with the wide one: %ld proposed, %ld accepted "
@@ -1079,6 +1089,8 @@ static void test_cli_xtok(void)
         TCHECKF(ac[1] == pr[1] && taken[1] > 0 && ac[1] > ac[0], "the wide drafter: %ld of %ld accepted, %ld taken; "
                 "the first alone %ld accepted", ac[1], pr[1], taken[1], ac[0]);
         TCHECKF(pr[2] == pr[0] && ac[2] == ac[0], "the first drafter as its own wide one proposes otherwise");
+        TCHECKF(asked[3] == 0 && pr[3] == 0, "a first drafter never sure of a token: the wide one asked %ld times, %ld "
+                "proposed", asked[3], pr[3]);
         /* plan charges both; a wide drafter without a cross-tokenizer drafter is refused */
         const char *pw[] = {build_bin("deltafin"), "plan", "--model", mini, "--mem", "1G", "--ctx", "4096", "--draft",
                             pspec, "--draft-wide", wdir, NULL};

@@ -6,7 +6,7 @@ float64 reference logits, for deltafin's Qwen3 tests (tests/test_qwen3.c).
                             --ffn 96 --vocab 512 --untied --dtype f32|bf16 --seed 1 --embed-scale 0.5]
       config.json (model_type qwen3) and model.safetensors: weights N(0, 1/fan_in), norm weights
       1 + N(0, 0.1), embeddings N(0, embed-scale^2) (a large scale makes a confident drafter); tied embeddings unless --untied (then lm_head.weight).
-  qwen3_toy.py scripted OUT_DIR IDS --vocab V [--wrong-at J]
+  qwen3_toy.py scripted OUT_DIR IDS --vocab V [--wrong-at J] [--unsure-at J,K,...]
       a Qwen3 model that proposes a known chain: after chain id i it predicts chain id i + 1 with
       probability ~1 (one layer whose attention and MLP outputs are zero, so the hidden state is
       the embedding: chain id i's row is the one-hot e_i, scaled; the untied lm_head maps e_i to
@@ -14,6 +14,8 @@ float64 reference logits, for deltafin's Qwen3 tests (tests/test_qwen3.c).
       must have one successor (the caller cuts the chain where that stops holding).  --wrong-at J
       makes the successor of chain id J the id after next (a drafter that diverges there by
       skipping a piece of the text and goes on confidently), or an id outside the chain at its end.
+      --unsure-at J,K,...: after those chain positions no id is confident (a drafter that knows the
+      text but for a few places, sure again once the target has gone past them).
   qwen3_toy.py gguf MODEL_DIR OUT.gguf [--type f32|f16|bf16|q8_0] [--split N]
       the same model as llama.cpp's converter writes it (conversion/qwen.py: general.architecture
       qwen3, its keys, blk.N.* tensor names, no output.weight when tied) with the weights in that
@@ -129,7 +131,7 @@ def make(out, args):
     json.dump(cfg, open(out + "/config.json", "w"), indent=1)
 
 
-def scripted(out, chain, V, wrong_at):
+def scripted(out, chain, V, wrong_at, unsure_at=()):
     import os
     n = len(chain)
     E = max(16, ((n + 15) // 16) * 16)
@@ -145,7 +147,8 @@ def scripted(out, chain, V, wrong_at):
                 # wrong text lies inside a proposal and is verified, not held back as its last, perhaps
                 # unfinished, word; an id outside the chain when there is nothing to skip to
                 nxt = chain[i + 2] if i + 2 < n and chain[i + 2] != chain[i + 1] else (chain[i + 1] + 1) % V
-            head[nxt, i] = 8.0
+            if i not in unsure_at:
+                head[nxt, i] = 8.0
     p = "model.layers.0."
     z = lambda o, i: np.zeros((o, i), np.float32)
     one = lambda k: np.ones(k, np.float32)
@@ -302,7 +305,9 @@ if __name__ == "__main__":
     if len(a) >= 2 and a[0] == "make":
         make(a[1], a[2:])
     elif len(a) >= 3 and a[0] == "scripted":
-        scripted(a[1], [int(t) for t in a[2].split(",")], arg(a, "--vocab", 151936), arg(a, "--wrong-at", -1))
+        unsure = arg(a, "--unsure-at", "")
+        scripted(a[1], [int(t) for t in a[2].split(",")], arg(a, "--vocab", 151936), arg(a, "--wrong-at", -1),
+                 {int(t) for t in unsure.split(",")} if unsure else set())
     elif len(a) >= 3 and a[0] == "gguf":
         to_gguf(a[1], a[2], arg(a, "--type", "f32"), arg(a, "--split", 1))
     elif len(a) >= 4 and a[0] == "ref":
