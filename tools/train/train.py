@@ -99,6 +99,68 @@ class Data:
         return x, m
 
 
+OPEN_ID, CLOSE_ID, TOOLS_ID = 3843, 3844, 294  # k3-mini tokenizer: <|open|>, <|close|>, `tools`
+
+
+def call_ids_mask(x):
+    """(B, T) float mask over the targets x[:, 1:]: 1 inside a tool-call block, from the id after
+    `<|open|>tools` to the `tools` of `<|close|>tools` (a window that starts inside a block counts
+    from its start)"""
+    a = x.numpy()
+    B, T1 = a.shape
+    ev = np.zeros((B, T1), dtype=np.int64)
+    op = (a[:, :-1] == OPEN_ID) & (a[:, 1:] == TOOLS_ID)
+    cl = (a[:, :-1] == CLOSE_ID) & (a[:, 1:] == TOOLS_ID)
+    ev[:, 1:] += op.astype(np.int64)
+    ev[:, 1:] -= cl.astype(np.int64)
+    for b in range(B):
+        nz = np.nonzero(ev[b])[0]
+        if len(nz) and ev[b, nz[0]] < 0:
+            ev[b, 0] += 1
+    depth = np.cumsum(ev, axis=1)
+    # target j is x[j + 1]: inside when the depth after position j is > 0, or it is the closing `tools`
+    ins = (depth[:, :-1] > 0)
+    return torch.from_numpy(ins.astype(np.float32))
+
+
+SEP_ID, END_ID, QUOTE_ID, EQQ_ID, TOOL_KEY_ID = 3845, 3842, 1, 2995, 291  # <|sep|> <|end_of_msg|> `"` `="` ` tool`
+TOOL_MSG = (3843, 306, 292, 2995, 258)  # <|open|>message role="tool
+
+
+def call_weights(x, msk, call_w, first_w, answer_w):
+    """(B, T) LM-loss weights over the targets x[:, 1:] (stage N): call_w inside a tool-call block
+    (call_ids_mask), first_w on the first id of each argument value (after `type="string"<|sep|>`,
+    i.e. `"` then <|sep|>) and of the tool name (after ` tool="`) in a block, answer_w on the reply
+    ids after a tool message (up to the reply's masked <|end_of_msg|>), 1 elsewhere. Returns the
+    weights and the call mask."""
+    cm = call_ids_mask(x)
+    w = torch.ones_like(msk) + (call_w - 1) * cm
+    a = x.numpy()
+    if first_w > 0:
+        prev, cur = a[:, :-2], a[:, 1:-1]  # target j >= 1: x[j - 1], x[j]
+        f = ((cur == SEP_ID) & (prev == QUOTE_ID)) | ((cur == EQQ_ID) & (prev == TOOL_KEY_ID))
+        fm = torch.zeros_like(msk)
+        fm[:, 1:] = torch.from_numpy(f.astype(np.float32))
+        fm = fm * cm
+        w = torch.where(fm > 0, torch.full_like(w, first_w), w)
+    if answer_w != 1.0:
+        mk = msk.numpy()
+        am = np.zeros(mk.shape, dtype=np.float32)
+        B, T1 = a.shape
+        L = len(TOOL_MSG)
+        for b in range(B):
+            hs = np.nonzero(np.all([a[b, k:T1 - L + 1 + k] == TOOL_MSG[k] for k in range(L)], axis=0))[0]
+            for h in hs:
+                # targets j (x[j + 1]) from the header on, through the first masked <|end_of_msg|>
+                j0 = h + L - 1
+                ends = np.nonzero((a[b, j0 + 1:] == END_ID) & (mk[b, j0:] > 0))[0]
+                j1 = j0 + ends[0] + 1 if len(ends) else T1 - 1
+                am[b, j0:j1] = 1.0
+        am = torch.from_numpy(am) * msk
+        w = torch.where(am > 0, torch.full_like(w, answer_w), w)
+    return w, cm
+
+
 def lm_loss(model, xb, logits=None):
     x, m = xb
     lg = model(x[:, :-1]) if logits is None else logits
@@ -171,7 +233,20 @@ def main():
     ap.add_argument("--kl-weight-from", default="",
                     help='"OFF:W": rows of the --train file whose window starts at id offset >= OFF (e.g. a block '
                          'of sum rows appended after OFF ids) get KL weight W instead of --kl-weight (per-id mix '
-                         'over the batch\'s masked ids; copy / span rows keep --kl-weight)')
+                         'over the batch\'s masked ids; copy / span rows keep --kl-weight); "OFF1:W1,OFF2:W2,...": '
+                         'the largest OFFi <= the window start applies')
+    ap.add_argument("--call-weight", type=float, default=1.0,
+                    help="stage N: LM-loss weight of the reply ids inside a tool-call block (`<|open|>tools` .. "
+                         "`<|close|>tools`: the tool name, argument keys and values) in the short steps; 1 = off")
+    ap.add_argument("--call-kl", type=float, default=-1.0,
+                    help="stage N, with --distill-from: KL weight of the ids inside a tool-call block instead of "
+                         "their row's weight (e.g. 0: plain LM loss on the call); < 0 = off")
+    ap.add_argument("--call-first-weight", type=float, default=0.0,
+                    help="stage N: LM-loss weight of the FIRST id of each argument value and of the tool name inside "
+                         "a tool-call block (instead of --call-weight); 0 = --call-weight")
+    ap.add_argument("--answer-weight", type=float, default=1.0,
+                    help="stage N: LM-loss weight of the assistant reply right after a tool result (`<|open|>message "
+                         "role=\"tool\"` .. the reply's `<|end_of_msg|>`); 1 = off")
     ap.add_argument("--no-mask", action="store_true", help="train on every id (ignore the .mask files)")
     ap.add_argument("--chat-frac", type=float, default=0.0,
                     help="fraction of training windows that start at a chat conversation start")
@@ -496,9 +571,17 @@ def main():
     kl_from = None
     kl_rows_hi = 0  # rows trained with the --kl-weight-from weight
     if args.kl_weight_from:
-        o, wv = args.kl_weight_from.split(":")
-        kl_from = (int(o), float(wv))
-        log("KL weight %.2f; %.2f on --train rows from offset %d" % (args.kl_weight, kl_from[1], kl_from[0]))
+        kl_from = [(int(t.split(":")[0]), float(t.split(":")[1])) for t in args.kl_weight_from.split(",")]
+        kl_from.sort()
+        for o, wv in kl_from:
+            log("KL weight %.2f; %.2f on --train rows from offset %d" % (args.kl_weight, wv, o))
+    call_on = (args.call_weight != 1.0 or args.call_first_weight > 0 or args.answer_weight != 1.0
+               or (teacher is not None and args.call_kl >= 0))
+    call_ids = 0  # reply ids inside tool-call blocks in the short steps (with --call-weight / --call-kl)
+    if call_on:
+        log("tool-call ids: LM weight %.2f (first ids %.2f), KL weight %s; replies after a tool result: LM weight %.2f"
+            % (args.call_weight, args.call_first_weight or args.call_weight,
+               args.call_kl if args.call_kl >= 0 else "the row's", args.answer_weight))
     is_long = False
     while elapsed < budget and (args.max_steps == 0 or step < args.max_steps):
         frac = elapsed / budget
@@ -539,31 +622,51 @@ def main():
             step_ids += args.batch * args.seq
         if is_long:
             loss = long_loss(xb)
-        elif teacher is None:
+        elif teacher is None and not call_on:
             loss = lm_loss(model, xb)
+        elif teacher is None:
+            x, msk = xb
+            cw, cm = call_weights(x, msk, args.call_weight, args.call_first_weight, args.answer_weight)
+            call_ids += int((cm * msk).sum())
+            lg = model(x[:, :-1])
+            ce = F.cross_entropy(lg.reshape(-1, lg.shape[-1]), x[:, 1:].reshape(-1),
+                                 reduction="none").reshape(msk.shape)
+            loss = (ce * cw * msk).sum() / msk.sum().clamp(min=1.0)
         else:
             x, msk = xb
             lg = model(x[:, :-1])
             with torch.no_grad():
                 tl = teacher(x[:, :-1])
-            if not kl_from:
+            if not kl_from and not call_on:
                 lml = lm_loss(model, xb, lg)
                 kl = (F.kl_div(F.log_softmax(lg, -1), F.log_softmax(tl, -1), log_target=True,
                                reduction="none").sum(-1) * msk).sum() / msk.sum().clamp(min=1.0)
                 loss = (1 - args.kl_weight) * lml + args.kl_weight * kl
             else:
-                # per-row KL weight: the train-file rows (the batch's last rows) from offset kl_from[0] on
+                # per-row KL weight: the train-file rows (the batch's last rows) by their window start (kl_from)
                 w = torch.full((x.shape[0], 1), args.kl_weight)
                 nt = x.shape[0] - nc - ns
-                if nt > 0:
-                    w[nc + ns:, 0] = torch.where(torch.from_numpy(train.last_off[-nt:] >= kl_from[0]),
-                                                 kl_from[1], args.kl_weight)
+                if nt > 0 and kl_from:
+                    offs = train.last_off[-nt:]
+                    wr = np.full(nt, args.kl_weight)
+                    for o, wv in kl_from:  # sorted by offset: the largest offset <= the start wins
+                        wr = np.where(offs >= o, wv, wr)
+                    w[nc + ns:, 0] = torch.from_numpy(wr).to(w.dtype)
                 kl_rows_hi += int((w[:, 0] != args.kl_weight).sum())
                 ce = F.cross_entropy(lg.reshape(-1, lg.shape[-1]), x[:, 1:].reshape(-1),
                                      reduction="none").reshape(msk.shape)
                 kd = F.kl_div(F.log_softmax(lg, -1), F.log_softmax(tl, -1), log_target=True,
                               reduction="none").sum(-1)
-                loss = (((1 - w) * ce + w * kd) * msk).sum() / msk.sum().clamp(min=1.0)
+                if call_on:
+                    cw, cm = call_weights(x, msk, args.call_weight, args.call_first_weight, args.answer_weight)
+                    cm = cm * msk
+                    call_ids += int(cm.sum())
+                    w = w.expand_as(msk)
+                    if args.call_kl >= 0:
+                        w = torch.where(cm > 0, torch.full_like(w, args.call_kl), w)
+                    loss = (((1 - w) * ce * cw + w * kd) * msk).sum() / msk.sum().clamp(min=1.0)
+                else:
+                    loss = (((1 - w) * ce + w * kd) * msk).sum() / msk.sum().clamp(min=1.0)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         gn = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -589,7 +692,8 @@ def main():
                  " copy-rows %d/%d alphabet %d" % (nc, args.batch, cc.value_at(copy_alpha, step - 1) or V - 256)
                  if copy_on else "") + (" span-rows %d/%d" % (ns, args.batch) if span_on else "")
                 + (" long-ids %d" % long_ids if long_on else "")
-                + (" kl-rows-hi %d" % kl_rows_hi if kl_from else ""))
+                + (" kl-rows-hi %d" % kl_rows_hi if kl_from else "")
+                + (" call-ids %d" % call_ids if call_on else ""))
             t20 = now
             run_loss, run_n, step_ids = 0.0, 0, 0
         if now - t_ev > args.eval_minutes * 60:
