@@ -1091,6 +1091,17 @@ static void test_cli_xtok(void)
         TCHECKF(t_run(pw, out1, sizeof out1, errs, sizeof errs) == 0 && strstr(out1, "with --draft-wide") &&
                     strstr(out1, wdir),
                 "plan --draft-wide: %s%s", out1, errs);
+        /* --spec-state keeps the pair's costs under its own key, apart from the first drafter's */
+        char ss[700], key[1600];
+        snprintf(ss, sizeof ss, "%s/xtok_state.json", test_scratch());
+        const char *sa[] = {build_bin("deltafin"), "run", "--model", mini, "--prompt-ids", ids, "--max-new", "8",
+                            "--draft", pspec, "--draft-wide", wdir, "--spec-state", ss, NULL};
+        TCHECKF(t_run(sa, NULL, 0, errs, sizeof errs) == 0, "%s", errs);
+        size_t sl = 0;
+        char *st = t_slurp(ss, &sl);
+        snprintf(key, sizeof key, "\"drafter\":\"%s --draft-wide %s\"", pspec, wdir);
+        TCHECKF(st && strstr(st, key), "--spec-state with --draft-wide: no entry %s in %s", key, st ? st : "(none)");
+        free(st);
         const char *nw[] = {build_bin("deltafin"), "run", "--model", mini, "--prompt", "hi", "--draft", "ngram",
                             "--draft-wide", wdir, NULL};
         TCHECKF(t_run(nw, NULL, 0, errs, sizeof errs) != 0 && strstr(errs, "--draft-wide") &&
