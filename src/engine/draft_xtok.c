@@ -101,11 +101,10 @@ static void buf_put(unsigned char **buf, size_t *cap, size_t *len, const char *b
 
 /* Greedy drafter tokens after the lane's ids: at most m, stopping before a
  * token under the confidence; the logits of the state's last id are in
- * l->logits.  *unsure: the stop was the confidence's (or a special's), not m. */
-static int generate(const xtok *x, xt_lane *l, int m, int32_t *gen, int *unsure, df_error *err)
+ * l->logits. */
+static int generate(const xtok *x, xt_lane *l, int m, int32_t *gen, df_error *err)
 {
     int g = 0;
-    *unsure = 0;
     while (g < m && l->n_q < l->n_ctx) {
         int best = 0;
         for (int i = 1; i < l->V; i++)
@@ -115,15 +114,11 @@ static int generate(const xtok *x, xt_lane *l, int m, int32_t *gen, int *unsure,
         for (int i = 0; i < l->V; i++) l->ex[i] = (double)l->logits[i] - mx;
         x->kt->exp_n(l->ex, l->ey, (size_t)l->V);
         for (int i = 0; i < l->V; i++) z += l->ey[i];
-        if (1.0 / z < XT_CONFIDENCE || tokenizer_is_special(l->dt, best) || best >= tokenizer_n_vocab(l->dt)) {
-            *unsure = 1;
-            break;
-        }
+        if (1.0 / z < XT_CONFIDENCE || tokenizer_is_special(l->dt, best) || best >= tokenizer_n_vocab(l->dt)) break;
         gen[g++] = best;
         if (l->fam->forward(l->m, l->s, &gen[g - 1], 1, l->logits, 1, err)) return -1;
         l->qids[l->n_q++] = gen[g - 1];
     }
-    if (g < m && !*unsure) *unsure = 1; /* the drafter's context ended it */
     return g;
 }
 
@@ -172,12 +167,11 @@ int xtok_translate(const tokenizer *target, const tokenizer *drafter, const int3
 }
 
 /* Steps 2-4 for one lane: its proposal (at most k target ids) for the
- * text x->text[0..len) whose target ids end with tail[0..nt); *unsure as
- * generate's; *gen_n gets the drafter tokens it generated. */
+ * text x->text[0..len) whose target ids end with tail[0..nt); *gen_n gets
+ * the drafter tokens it generated. */
 static int lane_propose(xtok *x, xt_lane *l, size_t len, const int32_t *tail, size_t nt, int k, int32_t *out,
-                        int *unsure, int *gen_n, df_error *err)
+                        int *gen_n, df_error *err)
 {
-    *unsure = 1;
     *gen_n = 0;
     /* 2. the drafter's ids, its cache kept over the common prefix */
     size_t ne = 0;
@@ -192,7 +186,7 @@ static int lane_propose(xtok *x, xt_lane *l, size_t len, const int32_t *tail, si
     l->n_q = (int)ne;
     /* 3. greedy drafter tokens */
     int32_t gen[GEN_MAX_DRAFT + 2];
-    int g = generate(x, l, k + 2 < GEN_MAX_DRAFT + 2 ? k + 2 : GEN_MAX_DRAFT + 2, gen, unsure, err);
+    int g = generate(x, l, k + 2 < GEN_MAX_DRAFT + 2 ? k + 2 : GEN_MAX_DRAFT + 2, gen, err);
     if (g < 0) return -1;
     *gen_n = g;
     if (!g) return 0;
@@ -217,8 +211,8 @@ static int xt_propose(df_drafter *d, const int32_t *hist, size_t n, int32_t *out
         return 0;
     }
     size_t tail0 = n - (n - from < XT_TAIL ? n - from : XT_TAIL);
-    int unsure, g;
-    int np = lane_propose(x, &x->lane[0], len, hist + tail0, n - tail0, k, out, &unsure, &g, err);
+    int g;
+    int np = lane_propose(x, &x->lane[0], len, hist + tail0, n - tail0, k, out, &g, err);
     if (np < 0) return -1;
     x->st.drafter_tokens += (uint64_t)g;
     if (x->n_lanes > 1 && np < k && g > 0) {
@@ -230,8 +224,8 @@ static int xt_propose(df_drafter *d, const int32_t *hist, size_t n, int32_t *out
          * (README: ~200 asks for 6-40 taken, against 14-45 for the same
          * tokens per pass) */
         int32_t wide[GEN_MAX_DRAFT];
-        int wu, wg;
-        int nw = lane_propose(x, &x->lane[1], len, hist + tail0, n - tail0, k, wide, &wu, &wg, err);
+        int wg;
+        int nw = lane_propose(x, &x->lane[1], len, hist + tail0, n - tail0, k, wide, &wg, err);
         if (nw < 0) return -1;
         x->st.wide_asked++;
         x->st.wide_tokens += (uint64_t)wg;
