@@ -82,7 +82,7 @@ endif
 LIB_SRC := util clock ab_timing file filehash json json_write threadpool sha http safetensors quant qblock mathfn kernels_ref kernels_avx2 kernels_avx512 kernels_neon \
            backend_cpu expert_store expert_manifest expert_remote expert_cache model model_load roster attnres kda mla moe moe_cpu ops_cpu ops_ref layer engine engine_info engine_plan expert_paths session session_rollback schedule forward observe observe_debug observe_trace observe_attn observe_events observe_prompt observe_routes heat iobench machine place trunk_stream \
            grammar grammar_match gr_string json_schema constraint tokenizer tokenizer_hf tokenizer_families tokenizer_load chat_template gguf model_gguf plan prefetch expert_fetch sampler generate draft draft_xtok session_file ranks \
-           trace trace_stats trace_diff trace_prefetch trace_plot svg cachesim qwen3 family family_k3 weights
+           trace trace_stats trace_diff trace_prefetch trace_plot svg cachesim qwen3 family family_k3 families weights
 LIB_OBJ := $(LIB_SRC:%=$(BUILD)/%.o)
 
 TESTS := test_schedule test_backend test_grammar test_grammar_string test_json_schema test_json test_safetensors test_kernels test_model test_loader test_engine test_generated test_io test_tokenizer test_tokenizer_hf test_chat_template test_repl test_gguf test_plan test_prefetch test_prefill test_perplexity test_sampler test_mini test_spec test_session test_sha test_prompt test_trace test_qwen3 test_document

@@ -19,7 +19,7 @@
 #define _GNU_SOURCE
 #include "harness.h"
 #include "engine.h"
-#include "family.h"
+#include "families.h"
 #include "kernels.h"
 #include "model.h"
 #include "qwen3.h"
@@ -295,7 +295,8 @@ static void test_family(void)
     TCHECK(py(args) == 0);
     df_error err = {0};
     const df_family *f = family_of(dir, &err);
-    TCHECKF(f == &df_family_qwen3 && !f->engine && f->forward, "family_of: %s", f ? f->name : err.msg);
+    TCHECKF(f == &df_family_qwen3 && !f->target && f->forward && f->mark && f->plan, "family_of: %s",
+            f ? f->name : err.msg);
     if (f != &df_family_qwen3) return;
     qwen3_model *m = NULL;
     TCHECKF(qwen3_open(dir, &m, &err) == 0, "%s", err.msg);
@@ -308,6 +309,16 @@ static void test_family(void)
                 family_bytes(&fi, 4096) == qwen3_model_bytes(m) + qwen3_state_bytes(c, 4096),
             "sizes %llu against the opened model's %zu", (unsigned long long)family_bytes(&fi, 0), qwen3_model_bytes(m));
     TCHECKF(strstr(fi.summary, "Qwen3, 2 layers, 48 wide") != NULL, "%s", fi.summary);
+    /* its plan: the same bytes, and a budget under them refused with both */
+    uint64_t pb = 0;
+    char what[300];
+    df_family_opts po0 = {.n_ctx = 4096};
+    TCHECKF(f->plan(dir, &po0, &pb, what, sizeof what, &err) == 0 && pb == family_bytes(&fi, 4096) &&
+                strstr(what, "a state of 4096 positions"),
+            "plan: %llu, %s", (unsigned long long)pb, err.code ? err.msg : what);
+    po0.mem_budget = pb - 1;
+    TCHECK(f->plan(dir, &po0, &pb, what, sizeof what, &err) == -1 && err.code == DF_ERR_NOMEM);
+    df_err_clear(&err);
     /* the table's pass gives qwen3.c's bits: all rows, the last row, after a truncation */
     const kernel_table *kt = kernels_select(NULL, &err);
     TCHECK(kt != NULL);
@@ -317,13 +328,13 @@ static void test_family(void)
     df_family_state *fs = NULL;
     size_t V = (size_t)c->vocab;
     float *lg = xmalloc((size_t)N_IDS * V * sizeof *lg), *last = xmalloc(V * sizeof *last);
-    TCHECKF(f->open(dir, kt, 2, &fm, &err) == 0 && f->vocab(fm) == c->vocab && f->state_new(fm, 64, &fs, &err) == 0,
+    df_family_opts fo = {.kt = kt, .n_threads = 2};
+    TCHECKF(f->open(dir, &fo, &fm, &err) == 0 && f->vocab(fm) == c->vocab && f->state_new(fm, 64, &fs, &err) == 0,
             "%s", err.msg);
     if (fm && fs) {
         TCHECK(f->forward(fm, fs, IDS, N_IDS, lg, 0, &err) == 0 && f->pos(fs) == N_IDS);
         TCHECKF(!memcmp(lg, want, (size_t)N_IDS * V * sizeof *lg), "the family's rows differ from qwen3_eval's");
-        f->truncate(fs, 7);
-        TCHECK(f->pos(fs) == 7);
+        TCHECK(f->truncate(fs, 7) == 7 && f->pos(fs) == 7 && f->mark(fs, &err) == 0);
         TCHECK(f->forward(fm, fs, IDS + 7, N_IDS - 7, last, 1, &err) == 0 && f->pos(fs) == N_IDS);
         TCHECKF(!memcmp(last, want + (size_t)(N_IDS - 1) * V, V * sizeof *last),
                 "the last row after a truncation differs");
@@ -377,7 +388,7 @@ static void test_family(void)
     if (stat(k3, &sb) == 0) {
         df_err_clear(&err);
         f = family_of(k3, &err);
-        TCHECKF(f == &df_family_k3 && f->engine && !f->forward && f->info(k3, &fi, &err) == 0, "%s", err.msg);
+        TCHECKF(f == &df_family_k3 && f->target && f->forward && f->info(k3, &fi, &err) == 0, "%s", err.msg);
         uint64_t files = 0;
         DIR *d = opendir(k3);
         struct dirent *e;
@@ -394,10 +405,85 @@ static void test_family(void)
     test_scratch_remove();
 }
 
+/* K3 through the family table (families.h: the engine behind it): the
+ * rows of a state equal df_session_eval's on an engine opened directly,
+ * at another thread count; truncate after the mark reaches the position
+ * and gives the bits of a state that only saw that prefix; before the mark
+ * it returns 0 with the state emptied; its plan is the engine's. */
+static void test_family_k3(void)
+{
+    const char *k3 = "models/k3-mini";
+    struct stat sb;
+    if (stat(k3, &sb) != 0) TSKIP("no models/k3-mini here");
+    enum { N = 24 };
+    int32_t ids[N];
+    for (int i = 0; i < N; i++) ids[i] = (int32_t)((i * 131 + 7) % 3000);
+    df_error err = {0};
+    df_engine_opts eo;
+    df_engine_opts_default(&eo);
+    eo.quiet = 1;
+    eo.n_threads = 1;
+    eo.no_prefetch = 1;
+    df_engine *eng = NULL;
+    df_session *s = NULL;
+    df_session_opts so = {.n_ctx = 256, .max_batch = 8};
+    TCHECKF(df_engine_open(k3, &eo, &eng, &err) == 0 && df_session_new(eng, &so, &s, &err) == 0, "%s", err.msg);
+    if (!s) {
+        df_engine_close(eng);
+        return;
+    }
+    df_model_info info;
+    df_engine_info(eng, &info);
+    size_t V = (size_t)info.vocab;
+    float *want = xmalloc((size_t)N * V * sizeof *want), *got = xmalloc((size_t)N * V * sizeof *got);
+    float *last = xmalloc(V * sizeof *last);
+    TCHECKF(df_session_eval(s, ids, N, want, 1, &err) == 0, "%s", err.msg);
+    df_session_free(s);
+    df_engine_close(eng);
+
+    const df_family *f = family_of(k3, &err);
+    TCHECKF(f == &df_family_k3, "%s", f ? f->name : err.msg);
+    df_family_model *fm = NULL;
+    df_family_state *fs = NULL;
+    df_family_opts fo = {.n_threads = 2, .mem_budget = (uint64_t)1 << 30, .n_ctx = 256, .max_rows = 16, .rollback = 18};
+    TCHECKF(f->open(k3, &fo, &fm, &err) == 0 && f->vocab(fm) == (int)V && f->state_new(fm, 256, &fs, &err) == 0, "%s",
+            err.msg);
+    if (fm && fs) {
+        TCHECKF(f->forward(fm, fs, ids, N, got, 0, &err) == 0 && f->pos(fs) == N, "%s", err.msg);
+        TCHECKF(!memcmp(got, want, (size_t)N * V * sizeof *got), "the table's rows differ from df_session_eval's");
+        /* mark at 10, then back to 14 and to 10: the bits of the prefix */
+        TCHECK(f->truncate(fs, 10) == 0 && f->pos(fs) == 0); /* no mark: emptied */
+        TCHECK(f->forward(fm, fs, ids, 10, NULL, 0, &err) == 0 && f->mark(fs, &err) == 0);
+        TCHECK(f->forward(fm, fs, ids + 10, N - 10, NULL, 0, &err) == 0 && f->pos(fs) == N);
+        TCHECK(f->truncate(fs, 14) == 14 && f->pos(fs) == 14);
+        TCHECK(f->forward(fm, fs, ids + 14, N - 14, last, 1, &err) == 0);
+        TCHECKF(!memcmp(last, want + (size_t)(N - 1) * V, V * sizeof *last), "the last row after truncate(14) differs");
+        TCHECK(f->truncate(fs, 10) == 10 && f->forward(fm, fs, ids + 10, 1, last, 1, &err) == 0);
+        TCHECKF(!memcmp(last, want + 10 * V, V * sizeof *last), "row 10 after truncate(10) differs");
+        /* before the mark: emptied, and evaluated again from 0 the same */
+        TCHECK(f->truncate(fs, 4) == 0 && f->pos(fs) == 0);
+        TCHECK(f->forward(fm, fs, ids, 5, last, 1, &err) == 0);
+        TCHECKF(!memcmp(last, want + 4 * V, V * sizeof *last), "row 4 after an emptied state differs");
+        TCHECK(f->truncate(fs, f->pos(fs)) == 5); /* the current position: nothing to do */
+    }
+    if (fs) f->state_free(fs);
+    if (fm) f->close(fm);
+    /* its plan is df_plan_model's for one session as the table opens it */
+    uint64_t bytes = 0;
+    char what[300];
+    df_plan_opts po = {.mem_budget = (size_t)1 << 30, .n_ctx = 256, .max_batch = 16, .rollback_rows = 18, .n_threads = 2};
+    df_plan p;
+    TCHECKF(f->plan(k3, &fo, &bytes, what, sizeof what, &err) == 0 && df_plan_model(k3, &po, &p, NULL, &err) == 0 &&
+                bytes == p.used && bytes > 0 && strstr(what, "trunk resident"),
+            "%llu against %llu: %s", (unsigned long long)bytes, (unsigned long long)p.used, err.code ? err.msg : what);
+    free(want), free(got), free(last);
+}
+
 static const test_case tests[] = {
     {"against_reference", test_against_reference},
     {"refused", test_refused},
     {"family", test_family},
+    {"family_k3", test_family_k3},
 };
 
 int main(int argc, char **argv) { return test_main(tests, NTESTS(tests), argc, argv); }

@@ -724,10 +724,13 @@ static void test_cli_drafts(void)
                           "model:/nonexistent", NULL};
     TCHECK(t_run(bad2, NULL, 0, err, sizeof err) != 0 && strstr(err, "/nonexistent"));
     /* the same weights and vocabulary size, two tokens' bytes swapped in the
-     * tokenizer: refused by the tokenizer, not its size (ids 300 and 301 mean
-     * other bytes, so its drafts would be nonsense) */
-    char other[700], sh[6000];
+     * tokenizer: told apart by the tokenizer, not its size (ids 300 and 301
+     * mean other bytes, so its ids would be nonsense to the target), and
+     * drafted across tokenizers instead (draft_xtok.c over the K3 family's
+     * table): the same ids and logits as drafts off */
+    char other[700], sh[6000], dump2[600];
     snprintf(other, sizeof other, "%s/spec_othertok", test_scratch());
+    snprintf(dump2, sizeof dump2, "%s/spec2.bin", test_scratch());
     snprintf(sh, sizeof sh,
              "rm -rf '%s' && mkdir '%s' && for f in '%s'/*; do ln -s \"$f\" '%s'/; done && rm '%s/tiktoken.model' && "
              "awk 'NR==301{a=$1;next} NR==302{print $1\" 300\"; print a\" 301\"; next} {print}' '%s/tiktoken.model' "
@@ -737,9 +740,22 @@ static void test_cli_drafts(void)
     TCHECKF(t_run(mk, NULL, 0, err, sizeof err) == 0, "making the other tokenizer: %s", err);
     char ospec[720];
     snprintf(ospec, sizeof ospec, "model:%s", other);
-    const char *bad3[] = {build_bin("deltafin"), "run", "--model", dir, "--prompt-ids", "1,2", "--draft", ospec, NULL};
-    TCHECKF(t_run(bad3, NULL, 0, err, sizeof err) != 0 && strstr(err, "not the target's") && strstr(err, "id 300 "),
-            "a draft model with another tokenizer of the same size: %s", err);
+    const char *a2[] = {build_bin("deltafin"), "run", "--model", dir, "--prompt-ids", ids, "--max-new", "40",
+                        "--dump-logits", dump2, "--bench-json", "--draft", ospec, "--draft-k", "3", "--stats", NULL};
+    TCHECKF(t_run(a2, out1, sizeof out1, err, sizeof err) == 0, "a draft model with another tokenizer: %s", err);
+    TCHECKF(strstr(err, "cross-tokenizer drafter:"), "its drafts are not translated: %s", err);
+    const char *i2 = strstr(out1, "\"ids\":[");
+    TCHECK(i0 && i2);
+    if (i0 && i2) TCHECKF(!strncmp(i0, i2, (size_t)(strchr(i0, ']') - i0)), "ids differ with a translating drafter");
+    d0 = t_slurp(dump0, &n0);
+    d1 = t_slurp(dump2, &n1);
+    TCHECKF(d0 && d1 && n0 == n1 && n0 > 0 && !memcmp(d0, d1, n0), "--dump-logits differs with a translating drafter");
+    free(d0);
+    free(d1);
+    /* plan says which: the drafts translated */
+    const char *pl[] = {build_bin("deltafin"), "plan", "--model", dir, "--mem", "4G", "--draft", ospec, NULL};
+    TCHECKF(t_run(pl, out1, sizeof out1, err, sizeof err) == 0 && strstr(out1, "its drafts translated"), "%s%s", out1,
+            err);
 }
 
 /* Under a grammar (run --json-schema): the same ids and logits with drafts
@@ -1301,6 +1317,116 @@ static void test_cli_lookup(void)
     TCHECKF(t_run(a4, NULL, 0, errs, sizeof errs) != 0 && strstr(errs, "lookup:FILE"), "%s", errs);
 }
 
+/* A draft model of another family with the target's tokenizer (a Qwen3
+ * model holding K3's tiktoken.model): the tokenizers compare equal, so it
+ * drafts the target's ids through the family table (draft.c), with no
+ * translation; always right, every draft is accepted; wrong at one chain
+ * position, a draft is rejected; ids and --dump-logits equal drafts off. */
+static void test_cli_family_draft(void)
+{
+    if (system("/usr/bin/python3 -c 'import numpy' >/dev/null 2>&1") != 0) TSKIP("needs python3-numpy");
+    char mini[600], ids[4096] = "", dump0[600], dump1[600], qdir[600];
+    snprintf(mini, sizeof mini, "%s/../models/k3-mini", testdata_dir());
+    snprintf(dump0, sizeof dump0, "%s/fam0.bin", test_scratch());
+    snprintf(dump1, sizeof dump1, "%s/fam1.bin", test_scratch());
+    tokenizer *tt = NULL;
+    df_error err = {0};
+    TCHECKF(tokenizer_load(mini, &tt, &err) == 0, "%s", err.msg);
+    if (!tt) return;
+    static const char prompt[] = "Name three colors";
+    int32_t *pid = NULL;
+    size_t np = 0, cap = 0;
+    CHECK(tokenizer_encode(tt, prompt, strlen(prompt), 0, &pid, &np, &cap, &err) == 0);
+    for (size_t i = 0; i < np; i++) snprintf(ids + strlen(ids), sizeof ids - strlen(ids), "%s%d", i ? "," : "", pid[i]);
+    static char out0[1 << 16], out1[1 << 16], errs[1 << 14];
+    /* the chain: the prompt's ids and a greedy answer 8 ids longer than the
+     * runs below (no proposal runs past it), cut where an id would need a
+     * second successor */
+    const char *ac0[] = {build_bin("deltafin"), "run", "--model", mini, "--prompt-ids", ids, "--max-new", "20",
+                         "--bench-json", NULL};
+    TCHECKF(t_run(ac0, out0, sizeof out0, errs, sizeof errs) == 0, "%s", errs);
+    int32_t all[512];
+    size_t na = 0;
+    for (size_t i = 0; i < np; i++) all[na++] = pid[i];
+    const char *g = strstr(out0, "\"ids\":[");
+    for (const char *p = g ? g + 7 : ""; *p && *p != ']' && na < 512;) {
+        char *e;
+        all[na++] = (int32_t)strtol(p, &e, 10);
+        p = *e == ',' ? e + 1 : e;
+    }
+    size_t keep = na;
+    for (size_t i = 0; i + 1 < na && keep == na; i++)
+        for (size_t j = 0; j < i; j++)
+            if (all[j] == all[i] && all[j + 1] != all[i + 1]) keep = i + 1;
+    TCHECKF(keep > np + 12, "only %zu ids before a repeat: pick another prompt", keep); /* the 12 ids verified */
+    const char *a0[] = {build_bin("deltafin"), "run", "--model", mini, "--prompt-ids", ids, "--max-new", "12",
+                        "--bench-json", "--dump-logits", dump0, NULL};
+    TCHECKF(t_run(a0, out0, sizeof out0, errs, sizeof errs) == 0, "%s", errs);
+    char chain[8192] = "";
+    for (size_t i = 0; i < keep; i++) snprintf(chain + strlen(chain), sizeof chain - strlen(chain), "%s%d", i ? "," : "", all[i]);
+    for (int wrong = 0; wrong < 2; wrong++) {
+        snprintf(qdir, sizeof qdir, "%s/fam_q%d", test_scratch(), wrong);
+        char cmd[12000];
+        snprintf(cmd, sizeof cmd,
+                 "/usr/bin/python3 tools/qwen3/qwen3_toy.py scripted %s %s --vocab %d --wrong-at %d && "
+                 "cp %s/tiktoken.model %s/tokenizer_config.json %s/",
+                 qdir, chain, tokenizer_n_vocab(tt), wrong ? (int)np + 2 : -1, mini, mini, qdir);
+        TCHECKF(system(cmd) == 0, "writing the scripted drafter");
+        char spec[700];
+        snprintf(spec, sizeof spec, "model:%s", qdir);
+        const char *a1[] = {build_bin("deltafin"), "run", "--model", mini, "--prompt-ids", ids, "--max-new", "12",
+                            "--bench-json", "--dump-logits", dump1, "--draft", spec, "--draft-k", "4", "--stats", NULL};
+        TCHECKF(t_run(a1, out1, sizeof out1, errs, sizeof errs) == 0, "%s", errs);
+        TCHECKF(!strstr(errs, "cross-tokenizer drafter"), "the same tokenizer's drafts were translated: %s", errs);
+        same_as_drafts_off(out0, out1, dump0, dump1, wrong ? "a Qwen3 drafter of K3's tokenizer wrong once"
+                                                            : "a Qwen3 drafter of K3's tokenizer");
+        const char *pr = strstr(out1, "\"draft_proposed\":"), *ac = strstr(out1, "\"draft_accepted\":");
+        long prop = pr ? atol(pr + 17) : -1, acc = ac ? atol(ac + 17) : -1;
+        printf("    Qwen3 drafter with K3's tokenizer%s: %ld proposed, %ld accepted\n", wrong ? " (wrong once)" : "",
+               prop, acc);
+        if (!wrong) TCHECKF(prop > 0 && acc == prop, "always right: %ld of %ld accepted", acc, prop);
+        else TCHECKF(prop > 0 && acc < prop, "wrong once: %ld of %ld accepted", acc, prop);
+    }
+    /* the target itself under a tokenizer with two ids' bytes swapped: a K3
+     * model of another tokenizer, its drafts translated (draft_xtok.c over
+     * the K3 table's states, marks and truncations): nearly all accepted */
+    char other[700], sh[6000];
+    snprintf(other, sizeof other, "%s/fam_k3other", test_scratch());
+    snprintf(sh, sizeof sh,
+             "rm -rf '%s' && mkdir '%s' && for f in '%s'/*; do ln -s \"$(readlink -f \"$f\")\" '%s'/; done && "
+             "rm '%s/tiktoken.model' && awk 'NR==301{a=$1;next} NR==302{print $1\" 300\"; print a\" 301\"; next} "
+             "{print}' '%s/tiktoken.model' > '%s/tiktoken.model'",
+             other, other, mini, other, other, mini, other);
+    TCHECKF(system(sh) == 0, "making the other tokenizer");
+    char ospec[720];
+    snprintf(ospec, sizeof ospec, "model:%s", other);
+    /* a chat answer, where the drafter is sure often enough to propose */
+    const char *c0[] = {build_bin("deltafin"), "run", "--model", mini, "--chat", "--no-think", "--prompt", prompt,
+                        "--max-new", "24", "--bench-json", "--dump-logits", dump0, NULL};
+    TCHECKF(t_run(c0, out0, sizeof out0, errs, sizeof errs) == 0, "%s", errs);
+    const char *a2[] = {build_bin("deltafin"), "run", "--model", mini, "--chat", "--no-think", "--prompt", prompt,
+                        "--max-new", "24", "--bench-json", "--dump-logits", dump1, "--draft", ospec, "--draft-k", "4",
+                        "--stats", NULL};
+    TCHECKF(t_run(a2, out1, sizeof out1, errs, sizeof errs) == 0, "%s", errs);
+    TCHECKF(strstr(errs, "cross-tokenizer drafter: "), "a K3 drafter of another tokenizer was not translated: %s", errs);
+    same_as_drafts_off(out0, out1, dump0, dump1, "a K3 drafter of another tokenizer");
+    {
+        const char *pr = strstr(out1, "\"draft_proposed\":"), *ac = strstr(out1, "\"draft_accepted\":");
+        long prop = pr ? atol(pr + 17) : -1, acc = ac ? atol(ac + 17) : -1;
+        printf("    k3-mini under a tokenizer with 2 ids swapped, translated: %ld proposed, %ld accepted\n", prop, acc);
+        TCHECKF(prop > 0 && acc > 0, "%ld proposed, %ld accepted", prop, acc);
+    }
+    /* plan charges the Qwen3 drafter by its family's plan, untranslated */
+    char spec[700];
+    snprintf(spec, sizeof spec, "model:%s", qdir);
+    const char *pl[] = {build_bin("deltafin"), "plan", "--model", mini, "--mem", "4G", "--draft", spec, NULL};
+    TCHECKF(t_run(pl, out1, sizeof out1, errs, sizeof errs) == 0 && strstr(out1, "draft model ") &&
+                strstr(out1, "Qwen3, 1 layers") && !strstr(out1, "translated"),
+            "%s%s", out1, errs);
+    free(pid);
+    tokenizer_free(tt);
+}
+
 static const test_case tests[] = {
     {"shadow_scoring", test_shadow_scoring},
     {"cli_grammar_drafts", test_cli_grammar_drafts},
@@ -1309,6 +1435,7 @@ static const test_case tests[] = {
     {"cli_spec_state", test_cli_spec_state},
     {"xtok_translation", test_xtok_translation},
     {"cli_xtok", test_cli_xtok},
+    {"cli_family_draft", test_cli_family_draft},
     {"lookup_proposals", test_lookup_proposals},
     {"reference_lookup", test_reference_lookup},
     {"cli_lookup", test_cli_lookup},

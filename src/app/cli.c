@@ -12,7 +12,7 @@
 #include "engine.h"
 #include "research.h"
 #include "plan.h"
-#include "family.h"
+#include "families.h"
 #include "draft_xtok.h"
 #include "server.h"
 #include "util.h"
@@ -183,67 +183,59 @@ static double gib_(uint64_t b);
 
 /* plan --draft model:PATH: a draft model's share of --mem (--draft-mem,
  * else an eighth) is taken off the target's budget, as run and serve take
- * it, and the drafter is sized in it: a dense family's drafter (Qwen3) by its weights
- * and a KV cache of the target's context (at most XT_MAX_CTX), a drafter
- * of the target's family by its own plan at that share; --draft-wide's
- * drafter is added to the first's (both in the one share).  Prints one line;
- * returns -1 (said why) when it does not fit. */
+ * it, and the drafter is sized in it by its family's plan (families.h: a
+ * Qwen3 model by its weights and a KV cache, a K3 model by the engine's
+ * plan at that share), for a state of the target's context, or of at most
+ * XT_MAX_CTX positions when its tokenizer is another (its drafts are then
+ * translated); --draft-wide's drafter is added to the first's (both in the
+ * one share).  Prints one line; returns -1 (said why) when it does not
+ * fit. */
 static int plan_draft(const run_args *a, size_t total, int n_ctx, FILE *out)
 {
     const char *path = a->draft + 6;
-    size_t share = draft_share(a, total), need = 0;
+    size_t share = draft_share(a, total);
+    uint64_t need = 0, wneed = 0;
     df_error err = {0};
-    char what[480];
+    char what[300], wwhat[300], line[720];
     const df_family *fam = family_of(path, &err);
-    df_family_info fi;
-    if (!fam || fam->info(path, &fi, &err)) {
+    if (!fam) {
         fprintf(stderr, "deltafin: --draft model:%s: %s\n", path, err.msg);
         return -1;
     }
-    if (a->draft_wide && fam->engine) {
+    int same = draft_same_tokenizer(a->model, path, NULL, 0);
+    if (a->draft_wide && same) {
         fprintf(stderr, "deltafin: --draft-wide %s: a wide drafter backs a drafter of another tokenizer (--draft "
-                        "model:PATH of a Qwen3 model), not --draft %s\n", a->draft_wide, a->draft);
+                        "model:PATH of a Qwen3 model), not --draft %s, which shares the target's tokenizer\n",
+                a->draft_wide, a->draft);
         return -1;
     }
-    if (!fam->engine) {
-        int ctx = n_ctx < XT_MAX_CTX ? n_ctx : XT_MAX_CTX;
-        need = family_bytes(&fi, ctx);
-        snprintf(what, sizeof what, "%s and a state of %d positions", fi.summary, ctx);
-        if (a->draft_wide) {
-            /* the wide drafter comes out of the same share */
-            df_family_info wi;
-            const df_family *wf = family_of(a->draft_wide, &err);
-            if (!wf || wf->info(a->draft_wide, &wi, &err)) {
-                fprintf(stderr, "deltafin: --draft-wide %s: %s\n", a->draft_wide, err.msg);
-                return -1;
-            }
-            if (wf->engine) {
-                fprintf(stderr, "deltafin: --draft-wide %s: a %s model drafts with the target's own tokenizer, not "
-                                "translated\n", a->draft_wide, wf->title);
-                return -1;
-            }
-            need += family_bytes(&wi, ctx);
-            size_t wl = strlen(what);
-            snprintf(what + wl, sizeof what - wl, "; with --draft-wide %s: %s and a state of %d positions",
-                     a->draft_wide, wi.summary, ctx);
-        }
-    } else {
-        df_plan_opts o;
-        plan_opts_from(a, &o, share);
-        o.n_ctx = n_ctx;
-        df_plan p;
-        if (df_plan_model(path, &o, &p, NULL, &err)) {
-            fprintf(stderr, "deltafin: --draft model:%s at its share of --mem (%.2f GiB, --draft-mem): %s\n", path,
-                    gib_(share), err.msg);
+    /* as the drafter opens: a drafter of another tokenizer reads the
+     * current message only (a state of at most XT_MAX_CTX positions) */
+    int ctx = same ? n_ctx : n_ctx < XT_MAX_CTX ? n_ctx : XT_MAX_CTX;
+    df_family_opts o = {.n_threads = a->draft_threads ? a->draft_threads : 1, .mem_budget = share, .n_ctx = ctx,
+                        .max_rows = 64, .rollback = GEN_MAX_DRAFT + 2};
+    int rc = fam->plan(path, &o, &need, what, sizeof what, &err);
+    if (rc && err.code != DF_ERR_NOMEM) {
+        fprintf(stderr, "deltafin: --draft model:%s at its share of --mem (%.2f GiB, --draft-mem): %s\n", path,
+                gib_(share), err.msg);
+        return -1;
+    }
+    snprintf(line, sizeof line, "%s%s", what, same ? "" : "; its drafts translated into the target's ids");
+    if (a->draft_wide) {
+        /* the wide drafter comes out of the same share */
+        const df_family *wf = family_of(a->draft_wide, &err);
+        int wrc = wf ? wf->plan(a->draft_wide, &o, &wneed, wwhat, sizeof wwhat, &err) : -1;
+        if (!wf || (wrc && err.code != DF_ERR_NOMEM)) {
+            fprintf(stderr, "deltafin: --draft-wide %s: %s\n", a->draft_wide, err.msg);
             return -1;
         }
-        need = p.used;
-        snprintf(what, sizeof what, "its own plan at that share: trunk %s, %.2f GiB of experts cached",
-                 p.trunk_mode == DF_TRUNK_RESIDENT ? "resident" : "streamed", gib_(p.cache_bytes));
+        need += wneed;
+        size_t wl = strlen(line);
+        snprintf(line + wl, sizeof line - wl, "; with --draft-wide %s: %s", a->draft_wide, wwhat);
     }
     fprintf(out, "draft model %s: %.2f GiB of its %.2f GiB share of --mem (--draft-mem) (%s)\n", path, gib_(need),
-            gib_(share), what);
-    if (need > share) {
+            gib_(share), line);
+    if (need > share || rc) {
         fprintf(stderr, "deltafin: the draft model%s %.2f GiB; %s share of --mem is %.2f GiB: raise --draft-mem\n",
                 a->draft_wide ? "s need" : " needs", gib_(need), a->draft_wide ? "their" : "its", gib_(share));
         return -1;

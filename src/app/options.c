@@ -12,7 +12,7 @@
 #include "document.h"
 #include "plan.h"
 #include "draft_xtok.h"
-#include "family.h"
+#include "families.h"
 #include "spec_state.h"
 #include "tokenizer.h"
 #include "util.h"
@@ -167,8 +167,8 @@ static void usage_options(FILE *f)
           "  --stop-eos           stop after generating the model's eos token\n"
           "  --draft D            speculative decoding (run, chat, serve): none (default), ngram (prompt\n"
           "                       lookup), suffix (continuations seen in this process), model:PATH (a small\n"
-          "                       model with the same tokenizer, or a Qwen3 model whose drafts are\n"
-          "                       translated), lookup:FILE (ngram over the history,\n"
+          "                       model, K3 or Qwen3: with the target's tokenizer it drafts its ids,\n"
+          "                       with another its drafts are translated), lookup:FILE (ngram over the history,\n"
           "                       then over FILE: a text, or ids in a file named .ids) or auto\n"
           "                       (ngram).  Drafts only propose:\n"
           "                       greedy output and every logit are identical with and without them\n"
@@ -744,7 +744,7 @@ void parse_common(int argc, char **argv, run_args *a)
     if (cmd & C_SIZING) { /* a dense family's model (family.h) drafts; it is no target (tokenize reads it) */
         df_error fe = {0};
         const df_family *fam = family_of(a->model, &fe);
-        if (fam && !fam->engine)
+        if (fam && !fam->target)
             die("--model %s is a %s model: deltafin runs it as a drafter beside a K3 target (--draft model:%s); "
                 "`deltafin tokenize --model %s` reads its tokenizer",
                 a->model, fam->title, a->model, a->model);
@@ -812,10 +812,7 @@ int draft_rows(const run_args *a)
 
 size_t draft_share(const run_args *a, size_t total) { return a->draft_mem ? a->draft_mem : total / 8; }
 
-/* A draft model must mean the same bytes by every id as the target (the
- * engine only sees vocabulary sizes): the two tokenizers' fingerprints
- * are compared, and the first id that differs is named. */
-static void check_draft_tokenizer(const char *target, const char *draft)
+int draft_same_tokenizer(const char *target, const char *draft, char *why, size_t n_why)
 {
     tokenizer *tt = NULL, *td = NULL;
     df_error err = {0};
@@ -828,21 +825,20 @@ static void check_draft_tokenizer(const char *target, const char *draft)
     uint8_t ft[32], fd[32];
     tokenizer_fingerprint(tt, ft);
     tokenizer_fingerprint(td, fd);
-    if (memcmp(ft, fd, sizeof ft)) {
+    int same = !memcmp(ft, fd, sizeof ft);
+    if (!same && why) {
         int nt = tokenizer_n_vocab(tt), nd = tokenizer_n_vocab(td), id = 0;
         for (; id < nt && id < nd; id++) {
             size_t lt, ld;
             const char *bt = tokenizer_token_bytes(tt, id, &lt), *bd = tokenizer_token_bytes(td, id, &ld);
             if (lt != ld || memcmp(bt, bd, lt)) break;
         }
-        tokenizer_free(tt);
-        tokenizer_free(td);
-        die("--draft model:%s: its tokenizer is not the target's (%d ids against %d; id %d is the first that "
-            "differs): a draft model must share the target's tokenizer",
-            draft, nd, nt, id);
+        snprintf(why, n_why, "its tokenizer is not the target's (%d ids against %d; id %d is the first that differs)",
+                 nd, nt, id);
     }
     tokenizer_free(tt);
     tokenizer_free(td);
+    return same;
 }
 
 /* --draft lookup:FILE: FILE's text in the target's ids, or, for a name
@@ -896,17 +892,20 @@ df_drafter *open_drafter(const run_args *a, int vocab, int n_ctx)
     const char *spec = !strcmp(a->draft, "auto") ? "ngram" : a->draft;
     df_drafter *d;
     df_error err = {0};
-    const df_family *fam = NULL;
-    if (!strncmp(spec, "model:", 6) && spec[6] && !(fam = family_of(spec + 6, &err))) {
+    int model = !strncmp(spec, "model:", 6) && spec[6], same = 1;
+    if (model && !family_of(spec + 6, &err)) {
         fprintf(stderr, "deltafin: --draft %s: %s\n", spec, err.msg);
         exit(1);
     }
-    if (a->draft_wide && (!fam || fam->engine))
+    /* a draft model of any family: with the target's tokenizer it drafts
+     * the target's ids (draft.c), with another its drafts are translated
+     * (draft_xtok.c) */
+    if (model) same = draft_same_tokenizer(a->model, spec + 6, NULL, 0);
+    if (a->draft_wide && (!model || same))
         die("--draft-wide %s: a wide drafter backs a drafter of another tokenizer (--draft model:PATH of a Qwen3 "
-            "model), not --draft %s",
-            a->draft_wide, spec);
-    if (fam && !fam->engine) {
-        /* a dense family's model (Qwen3): another tokenizer, drafts translated (draft_xtok.c) */
+            "model), not --draft %s%s",
+            a->draft_wide, spec, model ? ", which shares the target's tokenizer" : "");
+    if (!same) {
         size_t total = a->mem ? a->mem : df_mem_budget_default();
         if (df_drafter_open_xtok(spec + 6, a->draft_wide, a->model, n_ctx, draft_share(a, total), a->draft_threads ? a->draft_threads : 1,
                                  &d, &err)) {
@@ -916,7 +915,6 @@ df_drafter *open_drafter(const run_args *a, int vocab, int n_ctx)
         return d;
     }
     if (!strncmp(spec, "lookup:", 7)) return open_lookup(a, spec, vocab);
-    if (!strncmp(spec, "model:", 6) && spec[6]) check_draft_tokenizer(a->model, spec + 6);
     size_t total = a->mem ? a->mem : df_mem_budget_default();
     /* a draft model runs on one thread unless --draft-threads: drafting is
      * latency-bound on small models, and a second worker pool's spinning

@@ -96,6 +96,11 @@ int drafting(const run_args *a);
 int draft_rows(const run_args *a);
 /* A draft model's share of the total memory: --draft-mem, else an eighth. */
 size_t draft_share(const run_args *a, size_t total);
+/* 1 when the draft model's tokenizer is the target's (the fingerprints of
+ * their tables: it drafts the target's ids), 0 when not (its drafts are
+ * translated), with why (may be NULL) naming the first id that differs;
+ * exits naming the file when either cannot be read. */
+int draft_same_tokenizer(const char *target, const char *draft, char *why, size_t n_why);
 df_drafter *open_drafter(const run_args *a, int vocab, int n_ctx);
 /* gen_init with the --draft-k / --draft-max options (exits on error). */
 void gen_from_args(gen_loop *g, const run_args *a, df_engine *eng, df_session *s, sampler *smp, df_drafter *dr);

@@ -6,9 +6,9 @@
  *
  * Before anything is downloaded: the target must be installed (its
  * config.json), and the drafter's own config.json (fetched alone) must
- * name a family deltafin drafts with: a dense family of family.h, "qwen3"
- * (another tokenizer, drafts translated: draft_xtok.c) or the target's own model_type (same
- * tokenizer, checked when --draft opens it).  The listing is cut to what a
+ * name a family deltafin reads (families.h: "qwen3", K3's types); any
+ * of them drafts, with the target's tokenizer directly and with another
+ * translated (draft_xtok.c), which --draft decides when it opens it.  The listing is cut to what a
  * drafter needs (config, tokenizer and generation files, the safetensors
  * and their index); other weight formats and files (PyTorch .bin, ONNX,
  * GGUF, images) are left on the mirror and named.  After publishing, the
@@ -16,7 +16,7 @@
  */
 #define _GNU_SOURCE
 #include "setup_impl.h"
-#include "family.h"
+#include "families.h"
 #include "util.h"
 
 #include <stdio.h>
@@ -63,12 +63,12 @@ int drafter_prepare(setup *S, const char *model_dir, df_error *err)
     rc = family_config_type(text, n, url, draft_type, sizeof draft_type, err);
     free(text);
     if (rc) return -1;
-    /* a dense family (family.h: its drafts translated) or the target's own type */
-    const df_family *fam = family_named(draft_type);
-    if (!(fam && !fam->engine) && strcmp(draft_type, target_type))
+    /* a model of any family deltafin knows (families.h) drafts: with the
+     * target's tokenizer directly, with another translated */
+    if (!family_named(draft_type))
         return df_err_set(err, DF_ERR_FORMAT, -1,
-                          "%s is a \"%s\" model: deltafin drafts with Qwen3 models (\"qwen3\", another tokenizer) "
-                          "or models of the target's own family (\"%s\", %s)",
+                          "%s is a \"%s\" model, of no family deltafin reads: it drafts with Qwen3 models (\"qwen3\") "
+                          "and K3 models (\"%s\", as %s)",
                           S->repo, draft_type[0] ? draft_type : "(no model_type)", target_type, model_dir);
     /* the listing cut to what a drafter needs */
     int kept = 0, skipped = 0, weights = 0;
@@ -94,10 +94,9 @@ int drafter_prepare(setup *S, const char *model_dir, df_error *err)
         return df_err_set(err, DF_ERR_FORMAT, -1,
                           "%s at %s has no .safetensors weights (a GGUF drafter: download the file and pass "
                           "--draft model:FILE.gguf)", S->repo, S->commit);
-    fprintf(stderr, "deltafin: setup: drafter %s (%s) for %s (%s)%s\n", S->repo, draft_type, model_dir, target_type,
-            strcmp(draft_type, target_type) ? ": another tokenizer, its drafts translated into the target's ids"
-                                            : ": the same family; its tokenizer is checked against the target's when "
-                                              "--draft opens it");
+    fprintf(stderr, "deltafin: setup: drafter %s (%s) for %s (%s): its tokenizer is compared with the target's when "
+                    "--draft opens it (the same: it drafts the target's ids; another: its drafts are translated)\n",
+            S->repo, draft_type, model_dir, target_type);
     return 0;
 }
 
@@ -105,14 +104,16 @@ void drafter_installed(const char *model_dir, const char *dir)
 {
     fprintf(stderr, "deltafin: setup: drafter ready: --draft model:%s (with --model %s)\n", dir, model_dir);
     df_error err = {0};
-    df_family_info fi;
     const df_family *fam = family_of(dir, &err);
-    if (fam && !fam->engine && !fam->info(dir, &fi, &err)) {
+    uint64_t bytes = 0;
+    char what[300];
+    df_family_opts o = {.n_threads = 1, .n_ctx = 4096, .max_rows = 64};
+    if (fam && !fam->target && !fam->plan(dir, &o, &bytes, what, sizeof what, &err)) {
         fprintf(stderr,
-                "deltafin: setup: it takes %.2f GiB at a 4,096-position state (%s), charged to "
-                "--draft-mem (default an eighth of --mem): `deltafin plan --model %s --draft model:%s` shows the "
-                "budget\n",
-                (double)family_bytes(&fi, 4096) / (1u << 30), fi.summary, model_dir, dir);
+                "deltafin: setup: it takes %.2f GiB at a 4,096-position state (%s), charged to --draft-mem (default "
+                "an eighth of --mem): "
+                "`deltafin plan --model %s --draft model:%s` shows the budget\n",
+                (double)bytes / (1u << 30), what, model_dir, dir);
     } else
         fprintf(stderr, "deltafin: setup: `deltafin plan --model %s --draft model:%s` shows what it takes of --mem\n",
                 model_dir, dir);

@@ -1,6 +1,8 @@
 /* draft.c - see draft.h.  Each drafter owns its memory from open to free;
  * proposing allocates nothing. */
 #include "draft.h"
+#include "families.h"
+#include "kernels.h"
 #include "util.h"
 
 #include <stdlib.h>
@@ -244,26 +246,27 @@ static void sfx_destroy(df_drafter *d)
 /* ------------------------------------------------------------------ model */
 
 typedef struct mdraft {
-    df_engine *eng;
-    df_session *s;
+    const df_family *fam;
+    df_family_model *fm;
+    df_family_state *s;
     int V;
     float *logits;            /* [V] */
-    int32_t *held;            /* ids in the draft session (history from `base`), then drafts */
+    int32_t *held;            /* ids in the draft state (history from `base`), then drafts */
     size_t n_held, cap;
     size_t base;              /* the history position of held[0] */
     int fresh;                /* logits is the distribution after held[n_held - 1] */
 } mdraft;
 
 /* A proposal after a gap longer than this (the drafter was held off, and
- * the draft session did not follow the history) restarts the draft
- * session on the last MD_WINDOW ids instead of evaluating the whole gap:
- * a held-off draft model then costs a bounded amount at each retry, not
- * its own pass over every token of the run. */
+ * the draft state did not follow the history) restarts the draft state on
+ * the last MD_WINDOW ids instead of evaluating the whole gap: a held-off
+ * draft model then costs a bounded amount at each retry, not its own pass
+ * over every token of the run. */
 #define MD_GAP_MAX 256
 #define MD_WINDOW 256
 
-/* Evaluate what the draft session lacks of h[0..n) (`win` > 0: at most
- * win ids after a long gap or past the draft context): afterwards it holds
+/* Evaluate what the draft state lacks of h[0..n) (`win` > 0: at most win
+ * ids after a long gap or past the draft context): afterwards it holds
  * h[base..n) and m->logits is the distribution after it. */
 static int md_catch_up(mdraft *m, const int32_t *h, size_t n, size_t win, df_error *err)
 {
@@ -276,19 +279,15 @@ static int md_catch_up(mdraft *m, const int32_t *h, size_t n, size_t win, df_err
     int restart = !L && m->base > 0;
     if (win && (gap > MD_GAP_MAX || n - m->base + 1 > m->cap)) restart = 1;
     if (restart) {
-        df_session_reset(m->s);
+        m->fam->truncate(m->s, 0);
         m->base = win && n > win ? n - win : 0;
         L = 0;
     } else if (L < m->n_held) {
-        df_error e2 = {0};
-        if (df_session_truncate(m->s, (int)L, &e2)) {
-            df_session_reset(m->s);
-            L = 0;
-        }
+        L = (size_t)m->fam->truncate(m->s, (int)L); /* less where the state cannot go back to L */
     }
     m->n_held = L;
     m->fresh = 0;
-    if (df_session_eval(m->s, h + m->base + L, (int)(n - m->base - L), m->logits, 0, err)) {
+    if (m->fam->forward(m->fm, m->s, h + m->base + L, (int)(n - m->base - L), m->logits, 1, err)) {
         df_err_prefix(err, "draft model");
         return -1;
     }
@@ -320,11 +319,11 @@ static int md_propose(df_drafter *d, const int32_t *h, size_t n, int32_t *out, i
     }
     if (md_catch_up(m, h, n, win, err)) return -1;
     if (n - m->base + (size_t)k + 1 > m->cap) return 0; /* past the draft context: no drafts */
-    if (df_session_mark(m->s, err)) return -1;
+    if (m->fam->mark(m->s, err)) return -1;
     for (int i = 0; i < k; i++) {
         out[i] = (int32_t)df_argmax(m->logits, m->V);
         if (i + 1 == k) break;
-        if (df_session_eval(m->s, &out[i], 1, m->logits, 0, err)) {
+        if (m->fam->forward(m->fm, m->s, &out[i], 1, m->logits, 1, err)) {
             df_err_prefix(err, "draft model");
             return -1;
         }
@@ -336,7 +335,7 @@ static int md_propose(df_drafter *d, const int32_t *h, size_t n, int32_t *out, i
 static void md_reset(df_drafter *d)
 {
     mdraft *m = d->state;
-    df_session_reset(m->s);
+    m->fam->truncate(m->s, 0);
     m->n_held = 0;
     m->base = 0;
     m->fresh = 0;
@@ -345,8 +344,8 @@ static void md_reset(df_drafter *d)
 static void md_destroy(df_drafter *d)
 {
     mdraft *m = d->state;
-    df_session_free(m->s);
-    df_engine_close(m->eng);
+    if (m->s) m->fam->state_free(m->s);
+    if (m->fm) m->fam->close(m->fm);
     free(m->logits);
     free(m->held);
     free(m);
@@ -356,47 +355,36 @@ static int model_open(const char *path, size_t mem_budget, int n_ctx, int n_thre
                       df_error *err)
 {
     mdraft *m = xcalloc(1, sizeof *m);
-    df_engine_opts o;
-    df_engine_opts_default(&o);
-    o.quiet = 1;
-    o.mem_budget = mem_budget;
-    o.n_threads = n_threads;
-    o.plan_ctx = n_ctx;
-    o.plan_batch = 64;
-    o.plan_rollback = GEN_MAX_DRAFT + 2;
-    o.no_prefetch = 1;
-    if (df_engine_open(path, &o, &m->eng, err)) {
-        df_err_prefix(err, "--draft model:%s", path);
-        free(m);
-        return -1;
+    d->state = m;
+    d->destroy = md_destroy;
+    /* the kernels: $DF_KERNELS, else the best this CPU has (the same bits on each) */
+    const char *ks = getenv("DF_KERNELS");
+    df_family_opts o = {.n_threads = n_threads, .mem_budget = mem_budget, .n_ctx = n_ctx, .max_rows = 64,
+                        .rollback = GEN_MAX_DRAFT + 2};
+    if (!(m->fam = family_of(path, err)) || !(o.kt = kernels_select(ks && *ks ? ks : NULL, err)) ||
+        m->fam->open(path, &o, &m->fm, err))
+        goto fail;
+    m->V = m->fam->vocab(m->fm);
+    if (m->V != target_vocab) {
+        df_err_set(err, DF_ERR_ARG, -1,
+                   "its vocabulary has %d ids, the target's %d (a draft model must share the target's tokenizer)",
+                   m->V, target_vocab);
+        goto fail;
     }
-    df_model_info info;
-    df_engine_info(m->eng, &info);
-    if (info.vocab != target_vocab) {
-        df_engine_close(m->eng);
-        free(m);
-        return df_err_set(err, DF_ERR_ARG, -1,
-                          "--draft model:%s: its vocabulary has %d ids, the target's %d (a draft model must share "
-                          "the target's tokenizer)",
-                          path, info.vocab, target_vocab);
-    }
-    df_session_opts so = {.n_ctx = n_ctx, .max_batch = 64, .rollback_rows = GEN_MAX_DRAFT + 2};
-    if (df_session_new(m->eng, &so, &m->s, err)) {
-        df_err_prefix(err, "--draft model:%s", path);
-        df_engine_close(m->eng);
-        free(m);
-        return -1;
-    }
-    m->V = info.vocab;
+    if (m->fam->state_new(m->fm, n_ctx, &m->s, err)) goto fail;
     m->logits = xmalloc((size_t)m->V * sizeof *m->logits);
     m->cap = (size_t)n_ctx;
     m->held = xmalloc(m->cap * sizeof *m->held);
-    d->state = m;
     d->propose = md_propose;
     d->sync = md_sync;
     d->reset = md_reset;
-    d->destroy = md_destroy;
     return 0;
+fail:
+    df_err_prefix(err, "--draft model:%s", path);
+    md_destroy(d);
+    d->state = NULL;
+    d->destroy = NULL;
+    return -1;
 }
 
 /* ------------------------------------------------------------------- open */

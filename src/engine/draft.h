@@ -10,11 +10,12 @@
  *              last 1-4 ids, the counts of what came next; proposes the most
  *              frequent continuation while it holds at least half of its
  *              context's count (the confidence), longer contexts first.
- *   model:PATH a small model with the target's tokenizer (any checkpoint or
- *              GGUF the engine opens) as a second engine in its own memory
- *              share, greedy, its session kept in step with the history by
- *              rollback (df_session_mark / df_session_truncate); after a gap
- *              of over 256 ids (drafting held off), it restarts on the last
+ *   model:PATH a small model with the target's tokenizer, of any family
+ *              (families.h: a K3 checkpoint or GGUF as a second engine, a
+ *              Qwen3 model), opened through the family table in its own
+ *              memory share, greedy, its state kept in step with the
+ *              history by the table's mark and truncate; after a gap of
+ *              over 256 ids (drafting held off), it restarts on the last
  *              256 instead of evaluating the gap.
  *   lookup:FILE ngram over the history, then over a reference text's ids
  *              (a file the answer is likely to quote: the code being edited,
@@ -22,8 +23,9 @@
  *              at its first occurrence in the reference, what followed it.
  *              The front end reads and tokenizes FILE
  *              (df_drafter_open_lookup).
- * A Qwen3 model as model:PATH drafts across tokenizers instead
- * (draft_xtok.h; the front end opens it).
+ * A model with another tokenizer as model:PATH drafts across tokenizers
+ * instead (draft_xtok.h; the front end compares the tokenizers and opens
+ * it).
  */
 #ifndef DF_DRAFT_H
 #define DF_DRAFT_H

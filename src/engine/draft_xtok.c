@@ -8,8 +8,10 @@
  *     (the current message; markup is the target's, not text the drafter
  *     knows).  A text ending inside a UTF-8 character proposes nothing.
  *  2. The drafter's ids: the text encoded by its tokenizer (NFC and its
- *     regex, tokenizer.h).  Its KV cache is kept over the longest common
- *     prefix with the ids it last evaluated; only the rest is evaluated.
+ *     regex, tokenizer.h).  Its state is kept over the longest common
+ *     prefix with the ids it last evaluated (as far as the family's
+ *     truncate reaches: a mark is set XT_MARK_BACK ids before the text's
+ *     end, for K3's recurrent state); only the rest is evaluated.
  *  3. Up to k + 2 greedy drafter tokens, stopping before the first whose
  *     own probability is under XT_CONFIDENCE.
  *  4. The draft's bytes, less a trailing partial character, appended to
@@ -28,12 +30,12 @@
  * the positions where it is unsure of its first token, cost the wide one
  * nothing.
  * Proposals never change a token: the target verifies each (generate.c).
- * The drafter is any dense family's model (family.h: Qwen3 today), opened
- * through the family table with its matrix products on the best kernel
- * table (the same bits on every ISA).
+ * The drafter is a model of any family (families.h: Qwen3, or K3 with
+ * another tokenizer), opened through the family table with its matrix
+ * products on the best kernel table (the same bits on every ISA).
  */
 #include "draft_xtok.h"
-#include "family.h"
+#include "families.h"
 #include "kernels.h"
 #include "util.h"
 
@@ -44,6 +46,7 @@
 
 #define XT_TAIL 4
 #define XT_CONFIDENCE 0.30
+#define XT_MARK_BACK 8
 
 /* One drafter model: its tokenizer, its state and the ids that state holds. */
 typedef struct xt_lane {
@@ -180,8 +183,16 @@ static int lane_propose(xtok *x, xt_lane *l, size_t len, const int32_t *tail, si
     int same = 0;
     while (same < l->n_q && (size_t)same < ne && l->qids[same] == x->enc[same]) same++;
     if ((size_t)same == ne) same--; /* the last id is evaluated again for its logits */
-    l->fam->truncate(l->s, same);
-    if (l->fam->forward(l->m, l->s, x->enc + same, (int)ne - same, l->logits, 1, err)) return -1;
+    same = l->fam->truncate(l->s, same); /* less where the state cannot go back (K3 before its mark) */
+    /* a mark XT_MARK_BACK ids before the text's end: the next proposal's
+     * text, the same with the accepted ids after it, may re-encode its
+     * last word differently, and a state that goes back only to its mark
+     * (K3's) then goes back there instead of starting over */
+    int mk = (int)ne - XT_MARK_BACK > same ? (int)ne - XT_MARK_BACK : same;
+    if (mk > same && l->fam->forward(l->m, l->s, x->enc + same, mk - same, NULL, 0, err)) return -1;
+    if (l->fam->mark(l->s, err) ||
+        l->fam->forward(l->m, l->s, x->enc + mk, (int)ne - mk, l->logits, 1, err))
+        return -1;
     memcpy(l->qids + same, x->enc + same, (ne - (size_t)same) * sizeof *l->qids);
     l->n_q = (int)ne;
     /* 3. greedy drafter tokens */
@@ -268,33 +279,33 @@ static void xt_destroy(df_drafter *d)
     d->state = NULL;
 }
 
-/* What the model at path needs for a state of n_ctx positions, into *need
- * (its family and info in *fam, *fi); an engine family is refused. */
-static int lane_size(const char *path, int n_ctx, const df_family **fam, df_family_info *fi, uint64_t *need,
-                     df_error *err)
+/* The family of the model at path (*fam) and what it takes opened with o
+ * (*need, *what). */
+static int lane_size(const char *path, const df_family_opts *o, const df_family **fam, uint64_t *need, char *what,
+                     size_t n_what, df_error *err)
 {
     *fam = family_of(path, err);
-    if (!*fam || (*fam)->info(path, fi, err)) return -1;
-    if ((*fam)->engine)
-        return df_err_set(err, DF_ERR_ARG, -1, "a %s model drafts with the target's own tokenizer, not translated",
-                          (*fam)->title);
-    *need = family_bytes(fi, n_ctx);
+    if (!*fam) return -1;
+    df_error pe = {0};
+    if ((*fam)->plan(path, o, need, what, n_what, &pe) && pe.code != DF_ERR_NOMEM) { /* too large: said below */
+        *err = pe;
+        return -1;
+    }
     return 0;
 }
 
-static int lane_open(xt_lane *l, const char *path, const df_family *fam, const kernel_table *kt, int n_ctx,
-                     int n_threads, df_error *err)
+static int lane_open(xt_lane *l, const char *path, const df_family *fam, const df_family_opts *o, df_error *err)
 {
-    l->n_ctx = n_ctx;
+    l->n_ctx = o->n_ctx;
     l->fam = fam;
-    if (tokenizer_load(path, &l->dt, err) || fam->open(path, kt, n_threads, &l->m, err) ||
-        fam->state_new(l->m, n_ctx, &l->s, err))
+    if (tokenizer_load(path, &l->dt, err) || fam->open(path, o, &l->m, err) ||
+        fam->state_new(l->m, o->n_ctx, &l->s, err))
         return -1;
     l->V = fam->vocab(l->m);
     if (l->V < tokenizer_n_vocab(l->dt))
         return df_err_set(err, DF_ERR_FORMAT, -1, "the model's vocabulary (%d) is smaller than its tokenizer's (%d)", l->V,
                           tokenizer_n_vocab(l->dt));
-    l->qids = xmalloc((size_t)n_ctx * sizeof *l->qids);
+    l->qids = xmalloc((size_t)o->n_ctx * sizeof *l->qids);
     l->logits = xmalloc((size_t)l->V * sizeof *l->logits);
     l->ex = xmalloc((size_t)l->V * sizeof *l->ex);
     l->ey = xmalloc((size_t)l->V * sizeof *l->ey);
@@ -309,24 +320,29 @@ int df_drafter_open_xtok(const char *path, const char *wide, const char *target_
     const char *paths[2] = {path, wide};
     int n_lanes = wide ? 2 : 1;
     const df_family *fam[2];
-    df_family_info fi[2];
+    char what[2][256];
     uint64_t need[2] = {0, 0};
+    const kernel_table *kt = kernels_select(NULL, err); /* any ISA: the same bits */
+    if (!kt) return -1;
+    /* each drafter planned alone at the whole share; together checked below */
+    df_family_opts o = {.kt = kt, .n_threads = n_threads, .mem_budget = mem_budget, .n_ctx = n_ctx, .max_rows = 64,
+                        .rollback = XT_MARK_BACK + GEN_MAX_DRAFT + 2};
     for (int i = 0; i < n_lanes; i++)
-        if (lane_size(paths[i], n_ctx, &fam[i], &fi[i], &need[i], err)) {
+        if (lane_size(paths[i], &o, &fam[i], &need[i], what[i], sizeof what[i], err)) {
             df_err_prefix(err, "%s%s", i ? "--draft-wide " : "--draft model:", paths[i]);
             return -1;
         }
     if (need[0] + need[1] > mem_budget) {
         if (wide)
             return df_err_set(err, DF_ERR_LIMIT, -1,
-                              "--draft model:%s with --draft-wide %s: the drafters need %.2f + %.2f GiB (%s; %s; states "
-                              "of %d positions); their share of --mem is %.2f GiB (--draft-mem)",
-                              path, wide, need[0] / 1073741824.0, need[1] / 1073741824.0, fi[0].summary, fi[1].summary,
-                              n_ctx, mem_budget / 1073741824.0);
+                              "--draft model:%s with --draft-wide %s: the drafters need %.2f + %.2f GiB (%s; %s); their "
+                              "share of --mem is %.2f GiB (--draft-mem)",
+                              path, wide, need[0] / 1073741824.0, need[1] / 1073741824.0, what[0], what[1],
+                              mem_budget / 1073741824.0);
         return df_err_set(err, DF_ERR_LIMIT, -1,
-                          "--draft model:%s: the drafter needs %.2f GiB (%s; a state of %d positions); its share of "
-                          "--mem is %.2f GiB (--draft-mem)",
-                          path, need[0] / 1073741824.0, fi[0].summary, n_ctx, mem_budget / 1073741824.0);
+                          "--draft model:%s: the drafter needs %.2f GiB (%s); its share of --mem is %.2f GiB "
+                          "(--draft-mem)",
+                          path, need[0] / 1073741824.0, what[0], mem_budget / 1073741824.0);
     }
     xtok *x = xcalloc(1, sizeof *x);
     df_drafter *d = xcalloc(1, sizeof *d);
@@ -337,21 +353,25 @@ int df_drafter_open_xtok(const char *path, const char *wide, const char *target_
     d->destroy = xt_destroy;
     x->n_lanes = n_lanes;
     x->st.wide = n_lanes > 1;
-    const kernel_table *kt = NULL;
-    if (tokenizer_load(target_model, &x->tt, err) || !(kt = kernels_select(NULL, err)) /* any ISA: the same bits */) {
+    if (tokenizer_load(target_model, &x->tt, err)) {
         df_err_prefix(err, "--draft model:%s", path);
         xt_destroy(d);
         free(d);
         return -1;
     }
     x->kt = kt;
-    for (int i = 0; i < n_lanes; i++)
-        if (lane_open(&x->lane[i], paths[i], fam[i], kt, n_ctx, n_threads, err)) {
+    for (int i = 0; i < n_lanes; i++) {
+        /* alone, the drafter has the whole share; of two, the first what
+         * its plan takes and the second the rest */
+        df_family_opts oi = o;
+        if (wide) oi.mem_budget = i ? mem_budget - need[0] : need[0];
+        if (lane_open(&x->lane[i], paths[i], fam[i], &oi, err)) {
             df_err_prefix(err, "%s%s", i ? "--draft-wide " : "--draft model:", paths[i]);
             xt_destroy(d);
             free(d);
             return -1;
         }
+    }
     *out = d;
     return 0;
 }

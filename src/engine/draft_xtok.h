@@ -1,5 +1,5 @@
 /* draft_xtok.h - drafting with a model of another tokenizer (a Qwen3 model
- * for a K3 target; draft_xtok.c says how a proposal is made and
+ * for a K3 target, or any family's; draft_xtok.c says how a proposal is made and
  * translated).  Proposals never change a token: the target verifies them. */
 #ifndef DF_DRAFT_XTOK_H
 #define DF_DRAFT_XTOK_H
@@ -19,8 +19,8 @@ typedef struct xtok_stats {
     uint64_t wide_tokens;    /* the wide drafter's tokens (drafter_tokens: the first one's) */
 } xtok_stats;
 
-/* path: a model of a dense family (family.h: Qwen3) with its tokenizer (tokenizer.json, or the
- * GGUF's vocabulary); wide: NULL, or a second such model asked when the
+/* path: a model of any family (families.h: Qwen3, or K3) with its tokenizer (tokenizer.json,
+ * tiktoken.model, or the GGUF's vocabulary); wide: NULL, or a second such model asked when the
  * first is unsure (draft_xtok.c); target_model: the target's folder or GGUF, for its
  * tokenizer; n_ctx: the target's context (the drafter's is at most
  * XT_MAX_CTX of it: it reads the current message only); mem_budget: what

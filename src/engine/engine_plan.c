@@ -10,7 +10,7 @@
 #include "plan.h"
 #include "prefetch.h"
 #include "engine_impl.h"
-#include "family.h"
+#include "families.h"
 #include "expert_remote.h"
 #include "mathfn.h"
 #include "quant.h"
@@ -211,14 +211,14 @@ static int ends_with(const char *s, const char *suf)
 
 int engine_model_load(k3_model *m, const char *path, df_error *err)
 {
-    /* the family the model states (family.h): the engine runs engine
-     * families (K3); a dense family's model drafts beside one.  A type no
+    /* the family the model states (families.h): the engine runs the
+     * target families (K3); another family's model drafts beside one.  A type no
      * family reads, or none, is left to K3's loader, which names what is
      * wrong with it as a K3 */
     char type[128];
     df_error fe = {0};
     const df_family *f = family_type_of(path, type, sizeof type, &fe) ? NULL : family_named(type);
-    if (f && !f->engine)
+    if (f && !f->target)
         return df_err_set(err, DF_ERR_UNSUPPORTED, -1,
                           "%s is a %s model (\"%s\"): deltafin runs it as a drafter beside a K3 target "
                           "(--draft model:%s), not as the model itself",

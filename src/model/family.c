@@ -1,7 +1,6 @@
-/* family.c - the family registry (family.h): what type a model on disk
- * states, and which family reads it.  Knows the families only by their
- * tables (family.h declares them; each folder defines its own), so this
- * file includes no family's header.
+/* family.c - what type a model on disk states (family.h): config.json's
+ * model_type or a GGUF's general.architecture, read without its weights;
+ * which family reads that type is the registry's (engine/families.c).
  */
 #include "family.h"
 #include "gguf.h"
@@ -12,9 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-
-static const df_family *const families[] = {&df_family_k3, &df_family_qwen3};
-enum { N_FAMILIES = (int)(sizeof families / sizeof families[0]) };
 
 int family_type_of(const char *path, char *out, size_t n_out, df_error *err)
 {
@@ -55,31 +51,6 @@ int family_config_type(const char *text, size_t len, const char *label, char *ou
     if (mt) snprintf(out, n_out, "%s", mt);
     json_free(d);
     return 0;
-}
-
-const df_family *family_named(const char *type)
-{
-    for (int i = 0; i < N_FAMILIES; i++)
-        for (const char *const *t = families[i]->types; *t; t++)
-            if (!strcmp(*t, type)) return families[i];
-    return NULL;
-}
-
-const df_family *family_of(const char *path, df_error *err)
-{
-    char type[128];
-    if (family_type_of(path, type, sizeof type, err)) return NULL;
-    const df_family *f = family_named(type);
-    if (f) return f;
-    char known[512];
-    size_t k = 0;
-    known[0] = 0;
-    for (int i = 0; i < N_FAMILIES; i++)
-        for (const char *const *t = families[i]->types; *t; t++)
-            k += (size_t)snprintf(known + k, k < sizeof known ? sizeof known - k : 0, "%s\"%s\"", k ? ", " : "", *t);
-    df_err_set(err, DF_ERR_UNSUPPORTED, -1, "%s: a model of type \"%s\", which deltafin does not run (it reads %s)",
-               path, type, known);
-    return NULL;
 }
 
 uint64_t family_bytes(const df_family_info *fi, int n_ctx)

@@ -810,12 +810,26 @@ static int fam_info(const char *path, df_family_info *fi, df_error *err)
     return 0;
 }
 
-static int fam_open(const char *path, const kernel_table *kt, int n_threads, df_family_model **out, df_error *err)
+static int fam_plan(const char *path, const df_family_opts *o, uint64_t *bytes, char *what, size_t n_what,
+                    df_error *err)
+{
+    df_family_info fi;
+    if (fam_info(path, &fi, err)) return -1;
+    int n_ctx = o->n_ctx > 0 ? o->n_ctx : 4096;
+    *bytes = family_bytes(&fi, n_ctx);
+    snprintf(what, n_what, "%s and a state of %d positions", fi.summary, n_ctx);
+    if (o->mem_budget && *bytes > o->mem_budget)
+        return df_err_set(err, DF_ERR_NOMEM, -1, "%s: %.2f GiB (%s) do not fit %.2f GiB", path,
+                          (double)*bytes / (1u << 30), what, (double)o->mem_budget / (1u << 30));
+    return 0;
+}
+
+static int fam_open(const char *path, const df_family_opts *o, df_family_model **out, df_error *err)
 {
     qwen3_model *m;
     if (qwen3_open(path, &m, err)) return -1;
-    qwen3_set_kernels(m, kt);
-    if (kt) qwen3_set_threads(m, n_threads);
+    qwen3_set_kernels(m, o->kt);
+    if (o->kt) qwen3_set_threads(m, o->n_threads);
     *out = (df_family_model *)m;
     return 0;
 }
@@ -823,14 +837,20 @@ static int fam_open(const char *path, const kernel_table *kt, int n_threads, df_
 static void fam_close(df_family_model *m) { qwen3_free((qwen3_model *)m); }
 static int fam_vocab(const df_family_model *m) { return qwen3_cfg((const qwen3_model *)m)->vocab; }
 
-static int fam_state_new(const df_family_model *m, int n_ctx, df_family_state **out, df_error *err)
+static int fam_state_new(df_family_model *m, int n_ctx, df_family_state **out, df_error *err)
 {
     return qwen3_state_new((const qwen3_model *)m, n_ctx, (qwen3_state **)out, err);
 }
 
 static void fam_state_free(df_family_state *s) { qwen3_state_free((qwen3_state *)s); }
 static int fam_pos(const df_family_state *s) { return qwen3_state_pos((const qwen3_state *)s); }
-static void fam_truncate(df_family_state *s, int pos) { qwen3_truncate((qwen3_state *)s, pos); }
+static int fam_mark(df_family_state *s, df_error *err) { (void)s, (void)err; return 0; } /* a KV cache goes back anywhere */
+
+static int fam_truncate(df_family_state *s, int pos)
+{
+    qwen3_truncate((qwen3_state *)s, pos);
+    return qwen3_state_pos((qwen3_state *)s);
+}
 
 static int fam_forward(const df_family_model *m, df_family_state *s, const int32_t *ids, int n, float *logits,
                        int last_only, df_error *err)
@@ -845,14 +865,16 @@ const df_family df_family_qwen3 = {
     .name = "qwen3",
     .title = "Qwen3 (dense)",
     .types = qwen3_types,
-    .engine = 0,
+    .target = 0,
     .info = fam_info,
+    .plan = fam_plan,
     .open = fam_open,
     .close = fam_close,
     .vocab = fam_vocab,
     .state_new = fam_state_new,
     .state_free = fam_state_free,
     .pos = fam_pos,
+    .mark = fam_mark,
     .truncate = fam_truncate,
     .forward = fam_forward,
 };
