@@ -681,6 +681,20 @@ static void test_lookup_proposals(void)
     df_drafter_free(sf);
 }
 
+/* dst: the model at src (its files linked) with a tiktoken.model whose
+ * ids 300 and 301 swap their bytes: the same weights and vocabulary size,
+ * another tokenizer.  0 on success. */
+static int swapped_tokenizer(const char *src, const char *dst)
+{
+    char sh[6000];
+    snprintf(sh, sizeof sh,
+             "rm -rf '%s' && mkdir '%s' && for f in '%s'/*; do ln -s \"$(readlink -f \"$f\")\" '%s'/; done && "
+             "rm '%s/tiktoken.model' && awk 'NR==301{a=$1;next} NR==302{print $1\" 300\"; print a\" 301\"; next} "
+             "{print}' '%s/tiktoken.model' > '%s/tiktoken.model'",
+             dst, dst, src, dst, dst, src, dst);
+    return system(sh) == 0 ? 0 : -1;
+}
+
 /* `deltafin run` with --draft: the same ids and the same --dump-logits file
  * as without; --bench-json and --events report the drafts; bad --draft
  * values are refused by name. */
@@ -728,17 +742,10 @@ static void test_cli_drafts(void)
      * mean other bytes, so its ids would be nonsense to the target), and
      * drafted across tokenizers instead (draft_xtok.c over the K3 family's
      * table): the same ids and logits as drafts off */
-    char other[700], sh[6000], dump2[600];
-    snprintf(other, sizeof other, "%s/spec_othertok", test_scratch());
+    char other[700], dump2[600], ospec[720];
     snprintf(dump2, sizeof dump2, "%s/spec2.bin", test_scratch());
-    snprintf(sh, sizeof sh,
-             "rm -rf '%s' && mkdir '%s' && for f in '%s'/*; do ln -s \"$f\" '%s'/; done && rm '%s/tiktoken.model' && "
-             "awk 'NR==301{a=$1;next} NR==302{print $1\" 300\"; print a\" 301\"; next} {print}' '%s/tiktoken.model' "
-             "> '%s/tiktoken.model'",
-             other, other, dir, other, other, dir, other);
-    const char *mk[] = {"/bin/sh", "-c", sh, NULL};
-    TCHECKF(t_run(mk, NULL, 0, err, sizeof err) == 0, "making the other tokenizer: %s", err);
-    char ospec[720];
+    snprintf(other, sizeof other, "%s/spec_othertok", test_scratch());
+    TCHECKF(swapped_tokenizer(dir, other) == 0, "making the other tokenizer");
     snprintf(ospec, sizeof ospec, "model:%s", other);
     const char *a2[] = {build_bin("deltafin"), "run", "--model", dir, "--prompt-ids", ids, "--max-new", "40",
                         "--dump-logits", dump2, "--bench-json", "--draft", ospec, "--draft-k", "3", "--stats", NULL};
@@ -917,6 +924,58 @@ static void test_xtok_translation(void)
  * accepted; once more with its chain wrong at one position, where a draft
  * is then rejected.  Ids and every logit equal drafts off in both.  Skipped, saying why, without python3-numpy or the
  * npm tokenizer. */
+/* The prompt's ids in tt, as a comma-separated list in ids[n] too. */
+static size_t prompt_ids(const tokenizer *tt, const char *prompt, char *ids, size_t n, int32_t **pid)
+{
+    df_error err = {0};
+    size_t np = 0, cap = 0;
+    *pid = NULL;
+    ids[0] = 0;
+    CHECK(tokenizer_encode(tt, prompt, strlen(prompt), 0, pid, &np, &cap, &err) == 0);
+    for (size_t i = 0; i < np; i++) snprintf(ids + strlen(ids), n - strlen(ids), "%s%d", i ? "," : "", (*pid)[i]);
+    return np;
+}
+
+/* pid[0..np) then the ids of a --bench-json output, into all[cap]. */
+static size_t history_ids(const int32_t *pid, size_t np, const char *bench_json, int32_t *all, size_t cap)
+{
+    size_t na = 0;
+    for (size_t i = 0; i < np && na < cap; i++) all[na++] = pid[i];
+    const char *g = strstr(bench_json, "\"ids\":[");
+    for (const char *p = g ? g + 7 : ""; *p && *p != ']' && na < cap;) {
+        char *e;
+        all[na++] = (int32_t)strtol(p, &e, 10);
+        p = *e == ',' ? e + 1 : e;
+    }
+    return na;
+}
+
+/* How much of a[0..n) a scripted drafter can know (qwen3_toy.py scripted:
+ * each id one successor): cut where an id would need a second one; the
+ * kept ids as a comma-separated chain in chain[cn]. */
+static size_t chain_of(const int32_t *a, size_t n, char *chain, size_t cn)
+{
+    size_t keep = n;
+    for (size_t i = 0; i + 1 < n && keep == n; i++)
+        for (size_t j = 0; j < i; j++)
+            if (a[j] == a[i] && a[j + 1] != a[i + 1]) keep = i + 1;
+    chain[0] = 0;
+    for (size_t i = 0; i < keep; i++) snprintf(chain + strlen(chain), cn - strlen(chain), "%s%d", i ? "," : "", a[i]);
+    return keep;
+}
+
+/* `run` of 12 ids after the prompt ids with --draft model:qdir, 4 drafts
+ * a step, --stats and --dump-logits dump. */
+static int run_drafted(const char *model, const char *ids, const char *qdir, const char *dump, char *out, size_t n_out,
+                       char *errs, size_t n_errs)
+{
+    char spec[700];
+    snprintf(spec, sizeof spec, "model:%s", qdir);
+    const char *a[] = {build_bin("deltafin"), "run", "--model", model, "--prompt-ids", ids, "--max-new", "12",
+                       "--bench-json", "--dump-logits", dump, "--draft", spec, "--draft-k", "4", "--stats", NULL};
+    return t_run(a, out, n_out, errs, n_errs);
+}
+
 /* The ids in --bench-json's out1 and the --dump-logits file dump1 equal
  * drafts off's (out0, dump0); what names the run in a failure. */
 static void same_as_drafts_off(const char *out0, const char *out1, const char *dump0, const char *dump1, const char *what)
@@ -946,9 +1005,7 @@ static void test_cli_xtok(void)
     if (!tt || !qt) return;
     static const char prompt[] = "Name three colors";
     int32_t *pid = NULL;
-    size_t np = 0, cap = 0;
-    CHECK(tokenizer_encode(tt, prompt, strlen(prompt), 0, &pid, &np, &cap, &err) == 0);
-    for (size_t i = 0; i < np; i++) snprintf(ids + strlen(ids), sizeof ids - strlen(ids), "%s%d", i ? "," : "", pid[i]);
+    size_t np = prompt_ids(tt, prompt, ids, sizeof ids, &pid);
     static char out0[1 << 16], out1[1 << 16], errs[1 << 14];
     const char *a0[] = {build_bin("deltafin"), "run", "--model", mini, "--prompt-ids", ids, "--max-new", "12",
                         "--bench-json", "--dump-logits", dump0, NULL};
@@ -956,15 +1013,8 @@ static void test_cli_xtok(void)
     /* the history's text: the prompt and the greedy answer */
     char text[8192];
     size_t tl = 0;
-    const char *g = strstr(out0, "\"ids\":[");
     int32_t all[512];
-    size_t na = 0;
-    for (size_t i = 0; i < np; i++) all[na++] = pid[i];
-    for (const char *p = g ? g + 7 : ""; *p && *p != ']' && na < 512;) {
-        char *e;
-        all[na++] = (int32_t)strtol(p, &e, 10);
-        p = *e == ',' ? e + 1 : e;
-    }
+    size_t na = history_ids(pid, np, out0, all, 512);
     for (size_t i = 0; i < na; i++) {
         size_t bl;
         const char *b = tokenizer_token_bytes(tt, all[i], &bl);
@@ -974,13 +1024,9 @@ static void test_cli_xtok(void)
     int32_t *q = NULL;
     size_t nq = 0, qc = 0;
     CHECK(tokenizer_encode(qt, text, tl, 0, &q, &nq, &qc, &err) == 0);
-    size_t keep = nq;
-    for (size_t i = 0; i + 1 < nq && keep == nq; i++)
-        for (size_t j = 0; j < i; j++)
-            if (q[j] == q[i] && q[j + 1] != q[i + 1]) keep = i + 1;
+    char chain[8192];
+    size_t keep = chain_of(q, nq, chain, sizeof chain);
     TCHECKF(keep > 12, "only %zu Qwen ids before a repeat: pick another prompt", keep);
-    char chain[8192] = "";
-    for (size_t i = 0; i < keep; i++) snprintf(chain + strlen(chain), sizeof chain - strlen(chain), "%s%d", i ? "," : "", q[i]);
     /* wrong once (the drafter skips a chain id there and goes on confidently,
      * so the wrong text lies inside a proposal): at two thirds of the chain,
      * else at the next positions, then the earlier ones down to the prompt's
@@ -999,11 +1045,7 @@ static void test_cli_xtok(void)
                  "/usr/bin/python3 tools/qwen3/qwen3_toy.py scripted %s %s --vocab 151936 --wrong-at %d && cp %s %s/",
                  qdir, chain, wrong_at, qtok, qdir);
         TCHECKF(system(cmd) == 0, "writing the scripted drafter");
-        char spec[700];
-        snprintf(spec, sizeof spec, "model:%s", qdir);
-        const char *a1[] = {build_bin("deltafin"), "run", "--model", mini, "--prompt-ids", ids, "--max-new", "12",
-                            "--bench-json", "--dump-logits", dump1, "--draft", spec, "--draft-k", "4", "--stats", NULL};
-        TCHECKF(t_run(a1, out1, sizeof out1, errs, sizeof errs) == 0, "%s", errs);
+        TCHECKF(run_drafted(mini, ids, qdir, dump1, out1, sizeof out1, errs, sizeof errs) == 0, "%s", errs);
         TCHECKF(strstr(errs, "cross-tokenizer drafter: ") && strstr(errs, "did not translate"),
                 "--stats has no cross-tokenizer line");
         same_as_drafts_off(out0, out1, dump0, dump1, wrong ? "a scripted drafter wrong once" : "a scripted drafter");
@@ -1014,7 +1056,8 @@ static void test_cli_xtok(void)
         /* within the chain every translated draft is the target's own next ids */
         if (!wrong) TCHECKF(acc == prop, "an always-right drafter had %ld of %ld accepted", acc, prop);
         if (!wrong) { /* its products over two threads: the same drafts, ids and logits */
-            char out2[sizeof out1], dump2[700];
+            char out2[sizeof out1], dump2[700], spec[700];
+            snprintf(spec, sizeof spec, "model:%s", qdir);
             snprintf(dump2, sizeof dump2, "%s/xtok_t2.f32", test_scratch());
             const char *a2[] = {build_bin("deltafin"), "run", "--model", mini, "--prompt-ids", ids, "--max-new", "12",
                                 "--bench-json", "--dump-logits", dump2, "--draft", spec, "--draft-k", "4",
@@ -1335,9 +1378,7 @@ static void test_cli_family_draft(void)
     if (!tt) return;
     static const char prompt[] = "Name three colors";
     int32_t *pid = NULL;
-    size_t np = 0, cap = 0;
-    CHECK(tokenizer_encode(tt, prompt, strlen(prompt), 0, &pid, &np, &cap, &err) == 0);
-    for (size_t i = 0; i < np; i++) snprintf(ids + strlen(ids), sizeof ids - strlen(ids), "%s%d", i ? "," : "", pid[i]);
+    size_t np = prompt_ids(tt, prompt, ids, sizeof ids, &pid);
     static char out0[1 << 16], out1[1 << 16], errs[1 << 14];
     /* the chain: the prompt's ids and a greedy answer 8 ids longer than the
      * runs below (no proposal runs past it), cut where an id would need a
@@ -1346,24 +1387,12 @@ static void test_cli_family_draft(void)
                          "--bench-json", NULL};
     TCHECKF(t_run(ac0, out0, sizeof out0, errs, sizeof errs) == 0, "%s", errs);
     int32_t all[512];
-    size_t na = 0;
-    for (size_t i = 0; i < np; i++) all[na++] = pid[i];
-    const char *g = strstr(out0, "\"ids\":[");
-    for (const char *p = g ? g + 7 : ""; *p && *p != ']' && na < 512;) {
-        char *e;
-        all[na++] = (int32_t)strtol(p, &e, 10);
-        p = *e == ',' ? e + 1 : e;
-    }
-    size_t keep = na;
-    for (size_t i = 0; i + 1 < na && keep == na; i++)
-        for (size_t j = 0; j < i; j++)
-            if (all[j] == all[i] && all[j + 1] != all[i + 1]) keep = i + 1;
+    char chain[8192];
+    size_t keep = chain_of(all, history_ids(pid, np, out0, all, 512), chain, sizeof chain);
     TCHECKF(keep > np + 12, "only %zu ids before a repeat: pick another prompt", keep); /* the 12 ids verified */
     const char *a0[] = {build_bin("deltafin"), "run", "--model", mini, "--prompt-ids", ids, "--max-new", "12",
                         "--bench-json", "--dump-logits", dump0, NULL};
     TCHECKF(t_run(a0, out0, sizeof out0, errs, sizeof errs) == 0, "%s", errs);
-    char chain[8192] = "";
-    for (size_t i = 0; i < keep; i++) snprintf(chain + strlen(chain), sizeof chain - strlen(chain), "%s%d", i ? "," : "", all[i]);
     for (int wrong = 0; wrong < 2; wrong++) {
         snprintf(qdir, sizeof qdir, "%s/fam_q%d", test_scratch(), wrong);
         char cmd[12000];
@@ -1372,11 +1401,7 @@ static void test_cli_family_draft(void)
                  "cp %s/tiktoken.model %s/tokenizer_config.json %s/",
                  qdir, chain, tokenizer_n_vocab(tt), wrong ? (int)np + 2 : -1, mini, mini, qdir);
         TCHECKF(system(cmd) == 0, "writing the scripted drafter");
-        char spec[700];
-        snprintf(spec, sizeof spec, "model:%s", qdir);
-        const char *a1[] = {build_bin("deltafin"), "run", "--model", mini, "--prompt-ids", ids, "--max-new", "12",
-                            "--bench-json", "--dump-logits", dump1, "--draft", spec, "--draft-k", "4", "--stats", NULL};
-        TCHECKF(t_run(a1, out1, sizeof out1, errs, sizeof errs) == 0, "%s", errs);
+        TCHECKF(run_drafted(mini, ids, qdir, dump1, out1, sizeof out1, errs, sizeof errs) == 0, "%s", errs);
         TCHECKF(!strstr(errs, "cross-tokenizer drafter"), "the same tokenizer's drafts were translated: %s", errs);
         same_as_drafts_off(out0, out1, dump0, dump1, wrong ? "a Qwen3 drafter of K3's tokenizer wrong once"
                                                             : "a Qwen3 drafter of K3's tokenizer");
@@ -1390,15 +1415,9 @@ static void test_cli_family_draft(void)
     /* the target itself under a tokenizer with two ids' bytes swapped: a K3
      * model of another tokenizer, its drafts translated (draft_xtok.c over
      * the K3 table's states, marks and truncations): nearly all accepted */
-    char other[700], sh[6000];
+    char other[700], ospec[720];
     snprintf(other, sizeof other, "%s/fam_k3other", test_scratch());
-    snprintf(sh, sizeof sh,
-             "rm -rf '%s' && mkdir '%s' && for f in '%s'/*; do ln -s \"$(readlink -f \"$f\")\" '%s'/; done && "
-             "rm '%s/tiktoken.model' && awk 'NR==301{a=$1;next} NR==302{print $1\" 300\"; print a\" 301\"; next} "
-             "{print}' '%s/tiktoken.model' > '%s/tiktoken.model'",
-             other, other, mini, other, other, mini, other);
-    TCHECKF(system(sh) == 0, "making the other tokenizer");
-    char ospec[720];
+    TCHECKF(swapped_tokenizer(mini, other) == 0, "making the other tokenizer");
     snprintf(ospec, sizeof ospec, "model:%s", other);
     /* a chat answer, where the drafter is sure often enough to propose */
     const char *c0[] = {build_bin("deltafin"), "run", "--model", mini, "--chat", "--no-think", "--prompt", prompt,
