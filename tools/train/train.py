@@ -183,6 +183,10 @@ def lr_at(args, step, frac):
     args.min_lr_frac of it over the time budget (frac: share of it spent)."""
     if step < args.warmup:
         return args.lr * (step + 1) / args.warmup
+    if args.anneal_minutes > 0:
+        # stage O: constant args.lr, then the cosine over the budget's last --anneal-minutes only
+        a = min(args.anneal_minutes / args.minutes, 1.0)
+        frac = max(0.0, (frac - (1.0 - a)) / a)
     return args.lr * (args.min_lr_frac + (1 - args.min_lr_frac) * 0.5 * (1 + math.cos(math.pi * min(frac, 1.0))))
 
 
@@ -211,6 +215,9 @@ def main():
     ap.add_argument("--min-lr-frac", type=float, default=0.05)
     ap.add_argument("--wd", type=float, default=0.1)
     ap.add_argument("--warmup", type=int, default=60, help="warmup steps")
+    ap.add_argument("--anneal-minutes", type=float, default=0.0,
+                    help="stage O: lr constant (--lr) after the warmup, then the cosine down to --min-lr-frac over "
+                         "the budget's last M minutes only; 0 = the cosine over the whole budget")
     ap.add_argument("--qat-frac", type=float, default=0.12, help="last fraction of the budget with MXFP4 QAT")
     ap.add_argument("--bias-gamma", type=float, default=1e-3)
     ap.add_argument("--ckpt-minutes", type=float, default=5.0)
@@ -227,7 +234,8 @@ def main():
                          "(release layout, MXFP4 experts, ~14 MB; no optimizer state) that --init-from takes")
     ap.add_argument("--export-minutes", type=float, default=30.0)
     ap.add_argument("--tokenizer-from", default="models/k3-mini", help="tokenizer files copied into --export-dir")
-    ap.add_argument("--distill-from", default="", help="teacher checkpoint (KL on its logits + LM loss)")
+    ap.add_argument("--distill-from", default="", help="teacher checkpoint (KL on its logits + LM loss): a train.py "
+                    ".pt, or (stage O) an exported model folder (config.json + safetensors, as --init-from reads it)")
     ap.add_argument("--kl-weight", type=float, default=0.5,
                     help="with --distill-from: short steps' loss = (1 - W) x LM loss + W x KL to the teacher")
     ap.add_argument("--kl-weight-from", default="",
@@ -363,9 +371,15 @@ def main():
 
     teacher = None
     if args.distill_from:
-        ts = torch.load(args.distill_from, map_location="cpu")
-        teacher = k3.K3(ts["config"])
-        teacher.load_state_dict(ts["model"])
+        if os.path.isdir(args.distill_from):
+            teacher = k3.K3(json.load(open(os.path.join(args.distill_from, "config.json"))))
+            _, ttens = st.load_checkpoint(args.distill_from)
+            k3.state_from_checkpoint(teacher, {k: torch.from_numpy(v).to(torch.float32) for k, v in ttens.items()})
+            del ttens
+        else:
+            ts = torch.load(args.distill_from, map_location="cpu")
+            teacher = k3.K3(ts["config"])
+            teacher.load_state_dict(ts["model"])
         teacher.eval()
         teacher.set_qat(True)
         for p in teacher.parameters():

@@ -13,7 +13,7 @@ Only training phrasings are used (make_corpus38.split_asks); held-out phrasings,
 evaluation's tool lists are untouched (check_heldout38.py checks the output).
 
   /usr/bin/python3 tools/train/corpus/toolspan38.py OUT.jsonl [--n 20000] [--seed 38051] [--one-word-frac 0]
-      [--tail-frac 0] [--multi-frac 0]
+      [--tail-frac 0] [--multi-frac 0] [--vary-frac 0]
 
 Stage J (both off by default; with both at 0 the rows are byte-identical to before):
 * --tail-frac F: with probability F the request is one of TAIL_ASKS (training-only phrasings in which
@@ -22,6 +22,10 @@ Stage J (both off by default; with both at 0 the rows are byte-identical to befo
   word boundary before a known word (stage I's run-ons: `Beijing today`, `GOOG doing`, `Osaka. What`);
 * --multi-frac F: with probability F the row offers 2 or 3 tools (else 1-3 as make_corpus38 draws), so
   more rows need the tool picked from the request (stage I: wrong tool / no call 4 -> 10 of 100).
+
+Stage O (off by default; at 0 no extra draw, so the rows are byte-identical to before):
+* --vary-frac F: with probability F the request is one of VARIED_ASKS (18-22 more training phrasings per kind,
+  many without the kind's usual word), replacing the --tail-frac draw for that row.
 """
 import argparse
 import json
@@ -164,6 +168,83 @@ TAIL_ASKS = {
 }
 
 
+# Stage O (--vary-frac): more varied training phrasings per kind, written for stage O without looking at the
+# held-out phrasings (many without the kind's usual word: "Should I wear a coat in {city} today?", "Is it lunchtime
+# in {city} yet?", "What's in {file}?" against "What's inside {folder}?"), so that the tool is picked from what
+# the request asks for, not from one keyword (stage N: 8 of 100 held-out cases a wrong tool or no call).
+# check_heldout38.py checks the rows.
+VARIED_ASKS = {
+    "weather": ["Should I wear a coat in {city} today?", "How hot is it in {city}?", "Any rain expected in {city}?",
+                "Is {city} snowy right now?", "What are conditions like in {city}?",
+                "Give me the current conditions for {city}.", "Temperature in {city}?", "{city} weather",
+                "Could you find out whether it is warm in {city}?",
+                "My friend is in {city}. Is it nice outside there?", "Is it a good day for a walk in {city}?",
+                "How many degrees is it in {city}?", "What's it like outside in {city}?",
+                "Tell me if it's windy in {city}.", "Planning a picnic in {city}. What's the sky doing?",
+                "Is the sun out in {city}?", "Report the conditions in {city}.",
+                "I'm heading out in {city}; will I need sunglasses?", "How chilly is {city}?",
+                "Please look up the climate right now in {city}.", "Is it freezing in {city}?",
+                "What should I expect outdoors in {city}?"],
+    "get_time": ["What hour is it over in {city}?", "Is it morning or evening in {city}?",
+                 "Would my colleague in {city} be awake now?", "Current time, {city}?", "{city} time",
+                 "Can I phone someone in {city} without waking them?", "Find out what time {city} is on.",
+                 "How far into the day is {city}?", "Is it lunchtime in {city} yet?", "Tell me the hour in {city}.",
+                 "My sister lives in {city}. Is it night there?", "Look up the local hour for {city}.",
+                 "Is it after midnight in {city}?", "What o'clock is it in {city}?",
+                 "Are shops in {city} open at this hour?", "Get me {city}'s current time.",
+                 "Is it too early to call {city}?", "How many hours into the day is it in {city}?",
+                 "Has the working day started in {city}?", "Give me the exact hour and minute in {city}."],
+    "list_files": ["What's inside {folder}?", "Show the contents of {folder}.", "Can you list {folder}?",
+                   "Enumerate the files under {folder}.", "Which documents are stored in {folder}?",
+                   "Give me a listing of {folder}.", "What's in the {folder} directory?",
+                   "I forgot what I saved in {folder}. Can you check?", "Browse {folder} for me.",
+                   "How many files are in {folder}, and what are they?", "Peek into {folder}.",
+                   "Directory listing for {folder}, please.", "Name everything in {folder}.",
+                   "Is there anything in {folder}?", "{folder}: what files?", "Let me see the folder {folder}.",
+                   "What did I put in {folder}?", "Tell me what {folder} holds.",
+                   "Scan {folder} and name what you find.", "What is stored under {folder}?"],
+    "read_file": ["What's in {file}?", "Display the text of {file}.", "Can you open {file} and tell me what it says?",
+                  "I need the contents of {file}.", "Load {file} and show it.", "Give me what {file} says.",
+                  "Dump {file}.", "Let me see {file}.", "What is the text inside {file}?",
+                  "Please fetch the contents of {file}.", "Summarise {file} for me.", "Have a look at {file}.",
+                  "What did I write in {file}?", "{file} - show contents", "Quote {file} back to me.",
+                  "Read out {file}.", "What does the file {file} say?", "I can't open {file}. What's in it?",
+                  "Tell me the contents of {file}.", "Go through {file} and tell me what it says."],
+    "search_web": ["What does the internet say about {topic}?", "Find me something on {topic}.", "Research {topic}.",
+                   "Can you dig up information about {topic}?", "I'm curious about {topic}. Find a source.",
+                   "Any articles on {topic}?", "Do a quick lookup on {topic}.", "Find a link about {topic}.",
+                   "Browse for {topic}.", "What can you find online regarding {topic}?", "Query the web: {topic}.",
+                   "Hunt down a page on {topic}.", "Who has written about {topic}? Search it.",
+                   "Get me a good page about {topic}.", "Is there a guide to {topic} somewhere online?",
+                   "Find out more about {topic}.", "{topic} - search", "Give me a source on {topic}."],
+    "send_email": ["Drop {to} a line with the subject {subject}.", "Shoot an email to {to} titled {subject}.",
+                   "Notify {to} by email: subject {subject}.",
+                   "Compose a message to {to}, subject {subject}, and send it.",
+                   "Let {to} know by mail. Subject: {subject}.", "Message {to} with the subject line {subject}.",
+                   "Please send a mail titled {subject} to {to}.",
+                   "Get an email out to {to}; the subject should be {subject}.",
+                   "Contact {to} by email with subject {subject}.", "Fire off a note to {to} with subject {subject}.",
+                   "Ping {to} by email, subject {subject}.", "New email: to {to}, subject {subject}.",
+                   "Can you email {to}? Use the subject {subject}."],
+    "convert_currency": ["{amount} {cur1} in {cur2}?",
+                         "What's {amount} {cur1} worth in {cur2}?", "Turn {amount} {cur1} into {cur2}.",
+                         "Price {amount} {cur1} in {cur2}.", "I'm paying {amount} {cur1}. What is that in {cur2}?",
+                         "Rate check: {amount} {cur1} to {cur2}.", "Work out {amount} {cur1} in {cur2}.",
+                         "Calculate {amount} {cur1} as {cur2}.", "{amount} {cur1} to {cur2}, please.",
+                         "What would I get in {cur2} for {amount} {cur1}?", "Express {amount} {cur1} in {cur2}.",
+                         "My bill is {amount} {cur1}. How much {cur2} is that?",
+                         "Translate {amount} {cur1} into {cur2} money."],
+    "stock_price": ["Quote for {ticker}?", "{ticker} price", "Where is {ticker} trading?",
+                    "Get me the latest quote on {ticker}.", "What's the market saying about {ticker}?",
+                    "Look up the ticker {ticker}.", "How is {ticker} priced right now?",
+                    "Current value of {ticker} stock?", "Fetch {ticker}'s price.",
+                    "What's the going rate for {ticker}?", "Give me a price check on {ticker}.",
+                    "Stock quote: {ticker}.", "How much would I pay for {ticker} today?",
+                    "Where did {ticker} close?", "What are {ticker} shares going for?",
+                    "Find the market price of {ticker}."],
+}
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("out")
@@ -176,6 +257,9 @@ def main():
                     help="share of rows asked with a TAIL_ASKS phrasing (words after the value; stage J)")
     ap.add_argument("--multi-frac", type=float, default=0.0,
                     help="share of rows offering 2-3 tools (stage J); 0 = make_corpus38's 1-3 draw only")
+    ap.add_argument("--vary-frac", type=float, default=0.0,
+                    help="share of rows asked with a VARIED_ASKS phrasing (stage O; drawn after --tail-frac, and "
+                         "replacing it); 0 = no extra draw, the rows of before")
     a = ap.parse_args()
     rng = random.Random(a.seed)
     n = {"tool": 0, "renamed": 0}
@@ -183,12 +267,16 @@ def main():
         for i in range(a.n):
             think = rng.random() < 0.5
             rebind(rng, a.one_word_frac)
-            if a.tail_frac > 0 or a.multi_frac > 0:
+            if a.tail_frac > 0 or a.multi_frac > 0 or a.vary_frac > 0:
                 kind = rng.choice(m38.TOOL_KINDS)
                 n_tools = rng.choice([2, 3]) if a.multi_frac > 0 and rng.random() < a.multi_frac else None
                 tail = a.tail_frac > 0 and rng.random() < a.tail_frac
+                vary = a.vary_frac > 0 and rng.random() < a.vary_frac
                 saved = m38.TOOLS[kind]["asks"]
-                if tail:
+                if vary:
+                    m38.TOOLS[kind]["asks"] = VARIED_ASKS[kind]
+                    n["vary"] = n.get("vary", 0) + 1
+                elif tail:
                     m38.TOOLS[kind]["asks"] = TAIL_ASKS[kind]
                     n["tail"] = n.get("tail", 0) + 1
                 try:
