@@ -214,7 +214,7 @@ check:
 	@$(call timed,$(MAKE) --no-print-directory setup-test,setup-test)
 	@$(call timed,$(MAKE) --no-print-directory mpi-test,mpi-test)
 	@$(call timed,$(MAKE) --no-print-directory llama-oracle,llama-oracle)
-	@$(call timed,$(MAKE) --no-print-directory qemu-check,qemu-check)
+	@$(call timed,$(MAKE) --no-print-directory -j2 qemu-check,qemu-check)
 
 # What takes too long for CI (README, HACKING): run before calling an issue
 # resolved.  Prompts past the argument limit evaluated whole (65,000 ids,
