@@ -2,7 +2,6 @@
  * proposing allocates nothing. */
 #include "draft.h"
 #include "families.h"
-#include "kernels.h"
 #include "util.h"
 
 #include <stdlib.h>
@@ -357,12 +356,10 @@ static int model_open(const char *path, size_t mem_budget, int n_ctx, int n_thre
     mdraft *m = xcalloc(1, sizeof *m);
     d->state = m;
     d->destroy = md_destroy;
-    /* the kernels: $DF_KERNELS, else the best this CPU has (the same bits on each) */
-    const char *ks = getenv("DF_KERNELS");
+    /* the kernels: the family's choice (the same bits on each) */
     df_family_opts o = {.n_threads = n_threads, .mem_budget = mem_budget, .n_ctx = n_ctx, .max_rows = 64,
                         .rollback = GEN_MAX_DRAFT + 2};
-    if (!(m->fam = family_of(path, err)) || !(o.kt = kernels_select(ks && *ks ? ks : NULL, err)) ||
-        m->fam->open(path, &o, &m->fm, err))
+    if (!(m->fam = family_of(path, err)) || m->fam->open(path, &o, &m->fm, err))
         goto fail;
     m->V = m->fam->vocab(m->fm);
     if (m->V != target_vocab) {

@@ -32,7 +32,7 @@
  * Proposals never change a token: the target verifies each (generate.c).
  * The drafter is a model of any family (families.h: Qwen3, or K3 with
  * another tokenizer), opened through the family table with its matrix
- * products on the best kernel table (the same bits on every ISA).
+ * products on the family's choice of kernels (the same bits on every ISA).
  */
 #include "draft_xtok.h"
 #include "families.h"
@@ -322,10 +322,11 @@ int df_drafter_open_xtok(const char *path, const char *wide, const char *target_
     const df_family *fam[2];
     char what[2][256];
     uint64_t need[2] = {0, 0};
-    const kernel_table *kt = kernels_select(NULL, err); /* any ISA: the same bits */
+    const kernel_table *kt = kernels_select(NULL, err); /* the confidence's exponentials: any ISA, the same bits */
     if (!kt) return -1;
-    /* each drafter planned alone at the whole share; together checked below */
-    df_family_opts o = {.kt = kt, .n_threads = n_threads, .mem_budget = mem_budget, .n_ctx = n_ctx, .max_rows = 64,
+    /* each drafter planned alone at the whole share; together checked
+     * below; its products on its family's choice of kernels */
+    df_family_opts o = {.n_threads = n_threads, .mem_budget = mem_budget, .n_ctx = n_ctx, .max_rows = 64,
                         .rollback = XT_MARK_BACK + GEN_MAX_DRAFT + 2};
     for (int i = 0; i < n_lanes; i++)
         if (lane_size(paths[i], &o, &fam[i], &need[i], what[i], sizeof what[i], err)) {

@@ -47,7 +47,8 @@ typedef struct df_family_info {
 
 /* How a model is opened and what its memory plan is sized for. */
 typedef struct df_family_opts {
-    const struct kernel_table *kt; /* its products' kernels (NULL: the family's reference path; K3: the best) */
+    const struct kernel_table *kt; /* its products' kernels (NULL: the family's choice: Qwen3 the best
+                                      table for this CPU, K3 the engine's: $DF_BACKEND / $DF_KERNELS, else the best) */
     int n_threads;             /* the workers its products may split over (<= 1: the caller's thread) */
     uint64_t mem_budget;       /* what the model and one state may take (0: the machine's default) */
     int n_ctx;                 /* the positions that state holds (0: 4096) */

@@ -826,10 +826,14 @@ static int fam_plan(const char *path, const df_family_opts *o, uint64_t *bytes, 
 
 static int fam_open(const char *path, const df_family_opts *o, df_family_model **out, df_error *err)
 {
+    /* the products on the kernel table asked for, else the best this CPU
+     * has (the same bits on each; qwen3_open alone keeps the scalar
+     * reference path) */
+    const kernel_table *kt = o->kt ? o->kt : kernels_select(NULL, err);
     qwen3_model *m;
-    if (qwen3_open(path, &m, err)) return -1;
-    qwen3_set_kernels(m, o->kt);
-    if (o->kt) qwen3_set_threads(m, o->n_threads);
+    if (!kt || qwen3_open(path, &m, err)) return -1;
+    qwen3_set_kernels(m, kt);
+    qwen3_set_threads(m, o->n_threads);
     *out = (df_family_model *)m;
     return 0;
 }
