@@ -209,11 +209,12 @@ static int plan_draft(const run_args *a, size_t total, int n_ctx, FILE *out)
                 a->draft_wide, a->draft);
         return -1;
     }
-    /* as the drafter opens: a drafter of another tokenizer reads the
-     * current message only (a state of at most XT_MAX_CTX positions) */
-    int ctx = same ? n_ctx : n_ctx < XT_MAX_CTX ? n_ctx : XT_MAX_CTX;
-    df_family_opts o = {.n_threads = a->draft_threads ? a->draft_threads : 1, .mem_budget = share, .n_ctx = ctx,
-                        .max_rows = 64, .rollback = GEN_MAX_DRAFT + 2};
+    /* as the drafter opens (a drafter of another tokenizer reads the
+     * current message only: a state of at most XT_MAX_CTX positions) */
+    df_family_opts o;
+    int threads = a->draft_threads ? a->draft_threads : 1;
+    if (same) df_drafter_model_opts(share, n_ctx, threads, &o);
+    else df_drafter_xtok_opts(share, n_ctx, threads, &o);
     int rc = fam->plan(path, &o, &need, what, sizeof what, &err);
     if (rc && err.code != DF_ERR_NOMEM) {
         fprintf(stderr, "deltafin: --draft model:%s at its share of --mem (%.2f GiB, --draft-mem): %s\n", path,

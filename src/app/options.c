@@ -905,8 +905,8 @@ df_drafter *open_drafter(const run_args *a, int vocab, int n_ctx)
         die("--draft-wide %s: a wide drafter backs a drafter of another tokenizer (--draft model:PATH of a Qwen3 "
             "model), not --draft %s%s",
             a->draft_wide, spec, model ? ", which shares the target's tokenizer" : "");
+    size_t total = a->mem ? a->mem : df_mem_budget_default();
     if (!same) {
-        size_t total = a->mem ? a->mem : df_mem_budget_default();
         if (df_drafter_open_xtok(spec + 6, a->draft_wide, a->model, n_ctx, draft_share(a, total), a->draft_threads ? a->draft_threads : 1,
                                  &d, &err)) {
             fprintf(stderr, "deltafin: %s\n", err.msg);
@@ -915,7 +915,6 @@ df_drafter *open_drafter(const run_args *a, int vocab, int n_ctx)
         return d;
     }
     if (!strncmp(spec, "lookup:", 7)) return open_lookup(a, spec, vocab);
-    size_t total = a->mem ? a->mem : df_mem_budget_default();
     /* a draft model runs on one thread unless --draft-threads: drafting is
      * latency-bound on small models, and a second worker pool's spinning
      * would compete with the target's on every pass */

@@ -350,15 +350,21 @@ static void md_destroy(df_drafter *d)
     free(m);
 }
 
+void df_drafter_model_opts(size_t mem_budget, int n_ctx, int n_threads, df_family_opts *o)
+{
+    /* the kernels: the family's choice (the same bits on each) */
+    *o = (df_family_opts){.n_threads = n_threads, .mem_budget = mem_budget, .n_ctx = n_ctx, .max_rows = 64,
+                          .rollback = GEN_MAX_DRAFT + 2};
+}
+
 static int model_open(const char *path, size_t mem_budget, int n_ctx, int n_threads, int target_vocab, df_drafter *d,
                       df_error *err)
 {
     mdraft *m = xcalloc(1, sizeof *m);
     d->state = m;
     d->destroy = md_destroy;
-    /* the kernels: the family's choice (the same bits on each) */
-    df_family_opts o = {.n_threads = n_threads, .mem_budget = mem_budget, .n_ctx = n_ctx, .max_rows = 64,
-                        .rollback = GEN_MAX_DRAFT + 2};
+    df_family_opts o;
+    df_drafter_model_opts(mem_budget, n_ctx, n_threads, &o);
     if (!(m->fam = family_of(path, err)) || m->fam->open(path, &o, &m->fm, err))
         goto fail;
     m->V = m->fam->vocab(m->fm);

@@ -30,12 +30,16 @@
 #ifndef DF_DRAFT_H
 #define DF_DRAFT_H
 
+#include "family.h"
 #include "generate.h"
 
 /* "none" gives *out = NULL.  `spec` is none | ngram | suffix | model:PATH;
  * for model drafters, mem_budget is the draft engine's --mem share and
  * n_ctx its context; target_vocab must match the draft model's.  Errors
  * name the spec. */
+/* The family options a model:PATH drafter with the target's tokenizer
+ * opens its model with (plan --draft sizes it with the same). */
+void df_drafter_model_opts(size_t mem_budget, int n_ctx, int n_threads, df_family_opts *o);
 int df_drafter_open(const char *spec, size_t mem_budget, int n_ctx, int n_threads, int target_vocab, df_drafter **out,
                     df_error *err);
 /* lookup over ids[0..n) (copied; indexed once); name is the spec, for errors. */

@@ -312,11 +312,18 @@ static int lane_open(xt_lane *l, const char *path, const df_family *fam, const d
     return 0;
 }
 
+void df_drafter_xtok_opts(size_t mem_budget, int n_ctx, int n_threads, df_family_opts *o)
+{
+    /* its products on its family's choice of kernels */
+    *o = (df_family_opts){.n_threads = n_threads, .mem_budget = mem_budget,
+                          .n_ctx = n_ctx < XT_MAX_CTX ? n_ctx : XT_MAX_CTX, .max_rows = 64,
+                          .rollback = XT_MARK_BACK + GEN_MAX_DRAFT + 2};
+}
+
 int df_drafter_open_xtok(const char *path, const char *wide, const char *target_model, int n_ctx, size_t mem_budget,
                          int n_threads, df_drafter **out, df_error *err)
 {
     *out = NULL;
-    if (n_ctx > XT_MAX_CTX) n_ctx = XT_MAX_CTX;
     const char *paths[2] = {path, wide};
     int n_lanes = wide ? 2 : 1;
     const df_family *fam[2];
@@ -324,10 +331,9 @@ int df_drafter_open_xtok(const char *path, const char *wide, const char *target_
     uint64_t need[2] = {0, 0};
     const kernel_table *kt = kernels_select(NULL, err); /* the confidence's exponentials: any ISA, the same bits */
     if (!kt) return -1;
-    /* each drafter planned alone at the whole share; together checked
-     * below; its products on its family's choice of kernels */
-    df_family_opts o = {.n_threads = n_threads, .mem_budget = mem_budget, .n_ctx = n_ctx, .max_rows = 64,
-                        .rollback = XT_MARK_BACK + GEN_MAX_DRAFT + 2};
+    /* each drafter planned alone at the whole share; together checked below */
+    df_family_opts o;
+    df_drafter_xtok_opts(mem_budget, n_ctx, n_threads, &o);
     for (int i = 0; i < n_lanes; i++)
         if (lane_size(paths[i], &o, &fam[i], &need[i], what[i], sizeof what[i], err)) {
             df_err_prefix(err, "%s%s", i ? "--draft-wide " : "--draft model:", paths[i]);

@@ -4,6 +4,7 @@
 #ifndef DF_DRAFT_XTOK_H
 #define DF_DRAFT_XTOK_H
 
+#include "family.h"
 #include "generate.h"
 #include "tokenizer.h"
 
@@ -28,6 +29,11 @@ typedef struct xtok_stats {
  * need more); n_threads: the workers its matrix products split over (the
  * target's: the two never run at once).  Errors name the spec. */
 #define XT_MAX_CTX 4096
+/* The family options each of its drafters is planned with (at the whole
+ * share; opened, of two, the first with what its plan takes and the
+ * second with the rest), its context cut to XT_MAX_CTX; plan --draft
+ * sizes them with the same. */
+void df_drafter_xtok_opts(size_t mem_budget, int n_ctx, int n_threads, df_family_opts *o);
 int df_drafter_open_xtok(const char *path, const char *wide, const char *target_model, int n_ctx, size_t mem_budget,
                          int n_threads, df_drafter **out, df_error *err);
 /* A cross-tokenizer drafter's counters; -1 for another drafter. */
