@@ -43,6 +43,9 @@ Stage P addition (off unless the modes name it: without "spell" the streams abov
   sentence holds its canonical tokenization WITH the space and the answer the canonical tokenization
   WITHOUT it (spell(): the tokenizer's byte-pair merges by rank, checked against the engine's tokenizer by
   `copy_span.py --check-spell`). The fixed set of seed 30_014 is logged as "span-spell eval".
+* a sixth framing, "bare" (--modes ...,bare:P): the spelling table alone, ` W` <|sep|> W END, ~20 to a
+  window (the space-led word, then the same word without the space); held-out set seed 30_015, logged
+  as "span-bare eval".
 
 Examples are packed into windows of T+1 ids like copy_check.make_windows (the rest is PAD) and returned
 in the same form (x, mask, example id per target, number of examples), so copy_check.evaluate scores
@@ -54,7 +57,7 @@ import torch
 # boundary tokens of the k3-mini tokenizer (tiktoken ids): . , ? ! ) " : ; \n .\n and to in or
 PUNCT = np.array([13, 11, 30, 0, 8, 1, 25, 26, 198, 325, 331, 339, 322, 510], dtype=np.int64)
 END = 1  # '"'
-MODES = ("quote", "pair", "punct", "word", "spell")
+MODES = ("quote", "pair", "punct", "word", "spell", "bare")
 DEFAULT_MODES = (0.35, 0.2, 0.45, 0.0)
 _WORDS = None
 _COMMON = None
@@ -158,7 +161,7 @@ def parse_modes(text):
         if k.strip() not in MODES:
             raise ValueError("unknown span mode %r (one of %s)" % (k, MODES))
         d[k.strip()] = float(v)
-    keys = MODES if d.get("spell", 0.0) > 0 else MODES[:4]   # no spell: the 4-tuple (and stream) of before
+    keys = MODES if d.get("spell", 0.0) + d.get("bare", 0.0) > 0 else MODES[:4]   # neither: the stream of before
     p = np.array([d.get(k, 0.0) for k in keys])
     return tuple(float(x) for x in p / p.sum())
 
@@ -193,11 +196,13 @@ def make_example(rng, nsym, lo, hi, max_values, bos, sep, eos, modes=None, clean
     elif len(modes) == 4:
         mode = rng.choice(4, p=list(modes))        # quote, pair, punct, word
     else:
-        mode = rng.choice(5, p=list(modes))        # ..., spell
+        mode = rng.choice(len(modes), p=list(modes))   # ..., spell, bare
     if mode == 3:
         return _word_example(rng, nsym, k, hi, bos, sep, eos, common)
     if mode == 4:
         return _spell_example(rng, nsym, k, hi, bos, sep, eos, common)
+    if mode == 5:
+        return _bare_example(rng, nsym, hi, sep)
     punct = set(int(p) for p in PUNCT)
     bad = {END}
     if mode == 0:
@@ -351,6 +356,23 @@ def _spell_example(rng, nsym, k, hi, bos, sep, eos, common=0.0):
     return _answer(rng, sent, keys, vals, outs, sep, eos)
 
 
+def _spell_word(rng, hi):
+    """(ids with the space, ids without it) of a random word: a space-led Upper*lower* piece + 0..2 lowercase"""
+    start, low, inv, toks = spell_tables()
+    w = toks[int(start[rng.integers(len(start))])][1:] + b"".join(
+        toks[int(low[rng.integers(len(low))])] for _ in range(int(rng.integers(0, min(hi, 3)))))
+    return spell(b" " + w, inv), spell(w, inv)
+
+
+def _bare_example(rng, nsym, hi, sep):
+    """the "bare" framing: the spelling table alone, `` Chicago`` <|sep|> ``Chicago`` END (no BOS, no key:
+    a window packs ~20 of them); loss on the word without its space and END"""
+    src, out = _spell_word(rng, hi)
+    ids = list(src) + [sep] + list(out) + [END]
+    tgt = [0.0] * len(src) + [1.0] * (len(out) + 1)
+    return np.array(ids, dtype=np.int64), np.array(tgt, dtype=np.float32)
+
+
 def make_span_windows(rng, nwin, T, V, lo, hi, max_values, bos, sep, eos, pad, modes=None, clean=False, common=0.0):
     """-> x [nwin, T+1] int64, mask [nwin, T], seqid [nwin, T] (-1 where no target), number of examples"""
     nsym = V - 256
@@ -396,6 +418,11 @@ def heldout_spell_set(spec, T, windows):
     """a fixed held-out set of the "spell" framing only (seed 30_014)"""
     return make_span_windows(np.random.default_rng(30_014), windows, T, *spec[:8], (0.0, 0.0, 0.0, 0.0, 1.0), True,
                              0.5)
+
+
+def heldout_bare_set(spec, T, windows):
+    """a fixed held-out set of the "bare" framing only (seed 30_015)"""
+    return make_span_windows(np.random.default_rng(30_015), windows, T, *spec[:8], (0.0, 0.0, 0.0, 0.0, 0.0, 1.0), True)
 
 
 def check_spell(model_dir, n, seed):

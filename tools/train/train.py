@@ -299,7 +299,8 @@ def main():
                     help='span framings and their shares, e.g. "quote:0.25,pair:0.15,punct:0.2,word:0.4" (copy_span.py; '
                          'empty: the stage-H mix quote 0.35 / pair 0.2 / punct 0.45); with word > 0 a held-out '
                          'word-framing set is logged too ("span-word eval"); spell:P (stage P) adds the spell framing '
-                         '(the value without its space, canonically tokenized) and logs "span-spell eval"')
+                         '(the value without its space, canonically tokenized) and logs "span-spell eval"; bare:P the '
+                         'spelling table alone ("span-bare eval")')
     ap.add_argument("--span-clean", action="store_true",
                     help="span rows: a connector id only before an open id (quote / pair framings)")
     ap.add_argument("--span-common-next", type=float, default=0.0,
@@ -469,6 +470,8 @@ def main():
                           if span_modes[3] > 0 and args.span_common_next > 0 else None)
         span_spell_ev = (cs.heldout_spell_set(span_spec, args.span_eval_seq, args.span_eval_windows)
                          if len(span_modes) > 4 else None)
+        span_bare_ev = (cs.heldout_bare_set(span_spec, args.span_eval_seq, args.span_eval_windows)
+                        if len(span_modes) > 5 else None)
         span_fracs = (cc.parse_schedule(args.span_frac_schedule, float) if args.span_frac_schedule
                       else [(args.span_frac, None)])
         span_rng = np.random.default_rng(args.seed + 39_000)
@@ -509,6 +512,10 @@ def main():
             log("step %d span-spell eval loss %.4f tok-acc %.4f full-copy %.4f" % (step, el, ta, fa))
             rec.update(span_spell_eval_loss=round(el, 4), span_spell_tok_acc=round(ta, 4),
                        span_spell_full=round(fa, 4))
+        if span_bare_ev is not None:
+            el, ta, fa = cc.evaluate(model, span_bare_ev, 16)
+            log("step %d span-bare eval loss %.4f tok-acc %.4f full-copy %.4f" % (step, el, ta, fa))
+            rec.update(span_bare_eval_loss=round(el, 4), span_bare_tok_acc=round(ta, 4), span_bare_full=round(fa, 4))
         return rec
 
     def synth_evals():
