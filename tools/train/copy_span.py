@@ -77,15 +77,7 @@ def word_ids():
     of the k3-mini tokenizer (models/k3-mini/tiktoken.model: base64 piece + id per line)"""
     global _WORDS
     if _WORDS is None:
-        import base64
-        import os
-        path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "models", "k3-mini",
-                            "tiktoken.model")
-        toks = {}
-        for line in open(path):
-            b, r = line.split()
-            toks[int(r)] = base64.b64decode(b)
-        inv = {t: i for i, t in toks.items()}
+        toks, inv = _pieces()
         start = sorted(i for i, t in toks.items() if len(t) > 1 and t[:1] == b" " and t[1:].isalpha())
         cont = sorted(i for i, t in toks.items() if t.isalpha())
         strip = {i: inv[toks[i][1:]] for i in start if toks[i][1:] in inv}
@@ -283,8 +275,8 @@ def _word_example(rng, nsym, k, hi, bos, sep, eos, common=0.0):
     common > 0: the next word is one of common_ids() with probability common (one extra draw per value)"""
     start, cont, strip = word_ids()
     start, cont = start[start < nsym], cont[cont < nsym]
-    freq = common_ids() if common else None
-    keys, vals, outs = [], [], []
+    freq = (common_ids(), common) if common else None
+    vals, outs = [], []
     used = {END}
     for _ in range(k):
         n = int(rng.integers(1, min(hi, 3) + 1))
@@ -296,25 +288,34 @@ def _word_example(rng, nsym, k, hi, bos, sep, eos, common=0.0):
         outs.append(o)
     for v in vals:
         used |= set(v)
-    for _ in range(k):
+    keys, sent = _word_sentence(rng, nsym, vals, used, start, freq, bos)
+    return _answer(rng, sent, keys, vals, outs, sep, eos)
+
+
+def _word_sentence(rng, nsym, vals, used, nexts, freq, bos):
+    """-> (keys, sentence) of the word framings: a fresh key per value (none in used), each value behind its
+    key and closed by a next word (nexts; freq's with probability common when freq is given) or, 1 in 4, a
+    boundary token, with random filler around"""
+    keys = []
+    for _ in range(len(vals)):
         key = int(_draw(rng, nsym, 1, used)[0])
         used.add(key)
         keys.append(key)
     fill_bad = set(keys) | {END}
     sent = [bos] + list(_draw(rng, nsym, int(rng.integers(1, 7)), fill_bad))
-    for i in range(k):
+    for i in range(len(vals)):
         sent.append(keys[i])
         sent += vals[i]
         if rng.random() < 0.75:
-            if common and rng.random() < common:
-                sent.append(int(freq[rng.integers(len(freq))]))
+            if freq is not None and rng.random() < freq[1]:
+                sent.append(int(freq[0][rng.integers(len(freq[0]))]))
             else:
-                sent.append(int(start[rng.integers(len(start))]))
+                sent.append(int(nexts[rng.integers(len(nexts))]))
         else:
             sent.append(int(PUNCT[rng.integers(len(PUNCT))]))
         sent += list(_draw(rng, nsym, int(rng.integers(0, 5)), fill_bad))
     sent += list(_draw(rng, nsym, int(rng.integers(0, 4)), fill_bad))
-    return _answer(rng, sent, keys, vals, outs, sep, eos)
+    return keys, sent
 
 
 def _spell_example(rng, nsym, k, hi, bos, sep, eos, common=0.0):
@@ -324,8 +325,8 @@ def _spell_example(rng, nsym, k, hi, bos, sep, eos, common=0.0):
     start, low = start[start < nsym], low[low < nsym]
     wstart = word_ids()[0]
     wstart = wstart[wstart < nsym]
-    freq = common_ids() if common else None
-    keys, vals, outs = [], [], []
+    freq = (common_ids(), common) if common else None
+    vals, outs = [], []
     for _ in range(k):
         n = int(rng.integers(1, min(hi, 3) + 1))
         w = toks[int(start[rng.integers(len(start))])][1:] + b"".join(
@@ -335,24 +336,7 @@ def _spell_example(rng, nsym, k, hi, bos, sep, eos, common=0.0):
     used = {END}
     for v in vals + outs:
         used |= set(v)
-    for _ in range(k):
-        key = int(_draw(rng, nsym, 1, used)[0])
-        used.add(key)
-        keys.append(key)
-    fill_bad = set(keys) | {END}
-    sent = [bos] + list(_draw(rng, nsym, int(rng.integers(1, 7)), fill_bad))
-    for i in range(k):
-        sent.append(keys[i])
-        sent += vals[i]
-        if rng.random() < 0.75:
-            if common and rng.random() < common:
-                sent.append(int(freq[rng.integers(len(freq))]))
-            else:
-                sent.append(int(wstart[rng.integers(len(wstart))]))
-        else:
-            sent.append(int(PUNCT[rng.integers(len(PUNCT))]))
-        sent += list(_draw(rng, nsym, int(rng.integers(0, 5)), fill_bad))
-    sent += list(_draw(rng, nsym, int(rng.integers(0, 4)), fill_bad))
+    keys, sent = _word_sentence(rng, nsym, vals, used, wstart, freq, bos)
     return _answer(rng, sent, keys, vals, outs, sep, eos)
 
 

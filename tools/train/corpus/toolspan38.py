@@ -109,6 +109,16 @@ def rphrase(rng, lo, hi):
                     for _ in range(rng.randint(lo, hi)))
 
 
+def rcodes(rng):
+    """the row's ticker and its two different currencies"""
+    m38.TICKERS = [rcode(rng, 2, 5)]
+    c1 = rcode(rng, 3, 3)
+    c2 = rcode(rng, 3, 3)
+    while c2 == c1:
+        c2 = rcode(rng, 3, 3)
+    m38.CURRENCIES = [c1, c2]
+
+
 def pword(rng, upper=False):
     """a word of tokenizer pieces: a space-led letter piece (capitalised ones if upper) + 0-2 lowercase ones"""
     start, low, _, toks = copy_span.spell_tables()
@@ -126,12 +136,7 @@ def rebind_pieces(rng):
     m38.TIMEZONE_CITIES = m38.CITIES
     m38.FOLDERS = [pword(rng)]
     m38.FILE_STEMS = [pword(rng) for _ in range(5)]
-    m38.TICKERS = [rcode(rng, 2, 5)]
-    c1 = rcode(rng, 3, 3)
-    c2 = rcode(rng, 3, 3)
-    while c2 == c1:
-        c2 = rcode(rng, 3, 3)
-    m38.CURRENCIES = [c1, c2]
+    rcodes(rng)
     m38.TOPICS = [pword(rng)]
     m38.PEOPLE = [remail(rng)]
     w = pword(rng)
@@ -147,12 +152,7 @@ def rebind(rng, one_word=0.0):
         m38.TIMEZONE_CITIES = m38.CITIES
         m38.FOLDERS = [rname(rng)]
         m38.FILE_STEMS = [rname(rng) for _ in range(5)]
-        m38.TICKERS = [rcode(rng, 2, 5)]
-        c1 = rcode(rng, 3, 3)
-        c2 = rcode(rng, 3, 3)
-        while c2 == c1:
-            c2 = rcode(rng, 3, 3)
-        m38.CURRENCIES = [c1, c2]
+        rcodes(rng)
         m38.TOPICS = [rphrase(rng, 1, 1)]
         m38.PEOPLE = [remail(rng)]
         w = rphrase(rng, 1, 1)
@@ -162,12 +162,7 @@ def rebind(rng, one_word=0.0):
     m38.TIMEZONE_CITIES = m38.CITIES
     m38.FOLDERS = [rfolder(rng)]
     m38.FILE_STEMS = [rname(rng) for _ in range(5)]
-    m38.TICKERS = [rcode(rng, 2, 5)]
-    c1 = rcode(rng, 3, 3)
-    c2 = rcode(rng, 3, 3)
-    while c2 == c1:
-        c2 = rcode(rng, 3, 3)
-    m38.CURRENCIES = [c1, c2]
+    rcodes(rng)
     m38.TOPICS = [rphrase(rng, 1, 4)]
     m38.PEOPLE = [remail(rng)]
     w = rphrase(rng, 1, 4)
