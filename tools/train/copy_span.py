@@ -33,6 +33,20 @@ Stage J addition (off by default: common=0 draws nothing extra, so the stage-I s
   `GOOG doing`) end before a known word, and random next words rarely look like one. The fixed
   word-framing set with common next words (seed 30_013) is logged as "span-common eval".
 
+Stage P addition (off unless the modes name it: without "spell" the streams above are unchanged):
+* a fifth framing, "spell" (--modes ...,spell:P): the "word" framing as the JSON value really needs it. A
+  request says ` Chicago` (ids ` Ch` `ic` `ago`), but the string value is tokenized without the space
+  (`C` `hic` `ago`): only 425 of the tokenizer's 1,941 space-led letter ids have the same piece without
+  the space, so the "word" framing's copy (the space-led id kept half the time, or swapped for its
+  space-less twin) never showed the other 78 %. Here the word is a space-led letter piece of the form
+  Upper*lower* (drawn uniformly from all of them, so every one is seen) and 0..2 lowercase pieces; the
+  sentence holds its canonical tokenization WITH the space and the answer the canonical tokenization
+  WITHOUT it (spell(): the tokenizer's byte-pair merges by rank, checked against the engine's tokenizer by
+  `copy_span.py --check-spell`). The fixed set of seed 30_014 is logged as "span-spell eval".
+* a sixth framing, "bare" (--modes ...,bare:P): the spelling table alone, ` W` <|sep|> W END, ~20 to a
+  window (the space-led word, then the same word without the space); held-out set seed 30_015, logged
+  as "span-bare eval".
+
 Examples are packed into windows of T+1 ids like copy_check.make_windows (the rest is PAD) and returned
 in the same form (x, mask, example id per target, number of examples), so copy_check.evaluate scores
 them (token accuracy over values + END, full-copy = every value of the example right).
@@ -43,10 +57,11 @@ import torch
 # boundary tokens of the k3-mini tokenizer (tiktoken ids): . , ? ! ) " : ; \n .\n and to in or
 PUNCT = np.array([13, 11, 30, 0, 8, 1, 25, 26, 198, 325, 331, 339, 322, 510], dtype=np.int64)
 END = 1  # '"'
-MODES = ("quote", "pair", "punct", "word")
+MODES = ("quote", "pair", "punct", "word", "spell", "bare")
 DEFAULT_MODES = (0.35, 0.2, 0.45, 0.0)
 _WORDS = None
 _COMMON = None
+_SPELL = None
 COMMON_WORDS = """today doing worth now right please there here the a an is are was be to of in on at for with by
 from and or but not this that these those it its my me your our their his her share shares stock price cost
 costs trading market weather time folder directory file files tonight tomorrow morning evening week
@@ -62,20 +77,53 @@ def word_ids():
     of the k3-mini tokenizer (models/k3-mini/tiktoken.model: base64 piece + id per line)"""
     global _WORDS
     if _WORDS is None:
-        import base64
-        import os
-        path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "models", "k3-mini",
-                            "tiktoken.model")
-        toks = {}
-        for line in open(path):
-            b, r = line.split()
-            toks[int(r)] = base64.b64decode(b)
-        inv = {t: i for i, t in toks.items()}
+        toks, inv = _pieces()
         start = sorted(i for i, t in toks.items() if len(t) > 1 and t[:1] == b" " and t[1:].isalpha())
         cont = sorted(i for i, t in toks.items() if t.isalpha())
         strip = {i: inv[toks[i][1:]] for i in start if toks[i][1:] in inv}
         _WORDS = (np.array(start, dtype=np.int64), np.array(cont, dtype=np.int64), strip)
     return _WORDS
+
+
+def _pieces():
+    """{id: bytes} and {bytes: id} of the k3-mini tokenizer"""
+    import base64
+    import os
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "models", "k3-mini",
+                        "tiktoken.model")
+    toks = {}
+    for line in open(path):
+        b, r = line.split()
+        toks[int(r)] = base64.b64decode(b)
+    return toks, {t: i for i, t in toks.items()}
+
+
+def spell_tables():
+    """(space-led letter ids of the form ' ' Upper* lower*, lowercase letter ids, {bytes: id})"""
+    global _SPELL
+    if _SPELL is None:
+        import re
+        toks, inv = _pieces()
+        pat = re.compile(rb"^ [A-Z]*[a-z]*$")
+        start = sorted(i for i, t in toks.items() if len(t) > 2 and pat.match(t))
+        low = sorted(i for i, t in toks.items() if re.match(rb"^[a-z]+$", t))
+        _SPELL = (np.array(start, dtype=np.int64), np.array(low, dtype=np.int64), inv, toks)
+    return _SPELL
+
+
+def spell(data, inv):
+    """canonical ids of ONE pre-token (bytes): byte-pair merges by rank, lowest first (tiktoken's rule)"""
+    parts = [bytes([b]) for b in data]
+    while len(parts) > 1:
+        best, at = None, -1
+        for i in range(len(parts) - 1):
+            r = inv.get(parts[i] + parts[i + 1])
+            if r is not None and (best is None or r < best):
+                best, at = r, i
+        if best is None:
+            break
+        parts[at:at + 2] = [parts[at] + parts[at + 1]]
+    return [inv[p] for p in parts]
 
 
 def common_ids():
@@ -105,7 +153,8 @@ def parse_modes(text):
         if k.strip() not in MODES:
             raise ValueError("unknown span mode %r (one of %s)" % (k, MODES))
         d[k.strip()] = float(v)
-    p = np.array([d.get(k, 0.0) for k in MODES])
+    keys = MODES if d.get("spell", 0.0) + d.get("bare", 0.0) > 0 else MODES[:4]   # neither: the stream of before
+    p = np.array([d.get(k, 0.0) for k in keys])
     return tuple(float(x) for x in p / p.sum())
 
 
@@ -136,10 +185,16 @@ def make_example(rng, nsym, lo, hi, max_values, bos, sep, eos, modes=None, clean
     k = int(rng.integers(1, max_values + 1))
     if modes is None:
         mode = rng.choice(3, p=[0.35, 0.2, 0.45])  # quote, pair, punct (the stage-H stream)
-    else:
+    elif len(modes) == 4:
         mode = rng.choice(4, p=list(modes))        # quote, pair, punct, word
+    else:
+        mode = rng.choice(len(modes), p=list(modes))   # ..., spell, bare
     if mode == 3:
         return _word_example(rng, nsym, k, hi, bos, sep, eos, common)
+    if mode == 4:
+        return _spell_example(rng, nsym, k, hi, bos, sep, eos, common)
+    if mode == 5:
+        return _bare_example(rng, nsym, hi, sep)
     punct = set(int(p) for p in PUNCT)
     bad = {END}
     if mode == 0:
@@ -220,8 +275,8 @@ def _word_example(rng, nsym, k, hi, bos, sep, eos, common=0.0):
     common > 0: the next word is one of common_ids() with probability common (one extra draw per value)"""
     start, cont, strip = word_ids()
     start, cont = start[start < nsym], cont[cont < nsym]
-    freq = common_ids() if common else None
-    keys, vals, outs = [], [], []
+    freq = (common_ids(), common) if common else None
+    vals, outs = [], []
     used = {END}
     for _ in range(k):
         n = int(rng.integers(1, min(hi, 3) + 1))
@@ -233,25 +288,73 @@ def _word_example(rng, nsym, k, hi, bos, sep, eos, common=0.0):
         outs.append(o)
     for v in vals:
         used |= set(v)
-    for _ in range(k):
+    keys, sent = _word_sentence(rng, nsym, vals, used, start, freq, bos)
+    return _answer(rng, sent, keys, vals, outs, sep, eos)
+
+
+def _word_sentence(rng, nsym, vals, used, nexts, freq, bos):
+    """-> (keys, sentence) of the word framings: a fresh key per value (none in used), each value behind its
+    key and closed by a next word (nexts; freq's with probability common when freq is given) or, 1 in 4, a
+    boundary token, with random filler around"""
+    keys = []
+    for _ in range(len(vals)):
         key = int(_draw(rng, nsym, 1, used)[0])
         used.add(key)
         keys.append(key)
     fill_bad = set(keys) | {END}
     sent = [bos] + list(_draw(rng, nsym, int(rng.integers(1, 7)), fill_bad))
-    for i in range(k):
+    for i in range(len(vals)):
         sent.append(keys[i])
         sent += vals[i]
         if rng.random() < 0.75:
-            if common and rng.random() < common:
-                sent.append(int(freq[rng.integers(len(freq))]))
+            if freq is not None and rng.random() < freq[1]:
+                sent.append(int(freq[0][rng.integers(len(freq[0]))]))
             else:
-                sent.append(int(start[rng.integers(len(start))]))
+                sent.append(int(nexts[rng.integers(len(nexts))]))
         else:
             sent.append(int(PUNCT[rng.integers(len(PUNCT))]))
         sent += list(_draw(rng, nsym, int(rng.integers(0, 5)), fill_bad))
     sent += list(_draw(rng, nsym, int(rng.integers(0, 4)), fill_bad))
+    return keys, sent
+
+
+def _spell_example(rng, nsym, k, hi, bos, sep, eos, common=0.0):
+    """the "spell" framing: as "word", but the word is written with its space in the sentence and copied
+    without it, both in their canonical tokenization (the JSON string value's ids)"""
+    start, low, inv, toks = spell_tables()
+    start, low = start[start < nsym], low[low < nsym]
+    wstart = word_ids()[0]
+    wstart = wstart[wstart < nsym]
+    freq = (common_ids(), common) if common else None
+    vals, outs = [], []
+    for _ in range(k):
+        n = int(rng.integers(1, min(hi, 3) + 1))
+        w = toks[int(start[rng.integers(len(start))])][1:] + b"".join(
+            toks[int(low[rng.integers(len(low))])] for _ in range(n - 1))
+        vals.append(spell(b" " + w, inv))
+        outs.append(spell(w, inv))
+    used = {END}
+    for v in vals + outs:
+        used |= set(v)
+    keys, sent = _word_sentence(rng, nsym, vals, used, wstart, freq, bos)
     return _answer(rng, sent, keys, vals, outs, sep, eos)
+
+
+def _spell_word(rng, hi):
+    """(ids with the space, ids without it) of a random word: a space-led Upper*lower* piece + 0..2 lowercase"""
+    start, low, inv, toks = spell_tables()
+    w = toks[int(start[rng.integers(len(start))])][1:] + b"".join(
+        toks[int(low[rng.integers(len(low))])] for _ in range(int(rng.integers(0, min(hi, 3)))))
+    return spell(b" " + w, inv), spell(w, inv)
+
+
+def _bare_example(rng, nsym, hi, sep):
+    """the "bare" framing: the spelling table alone, `` Chicago`` <|sep|> ``Chicago`` END (no BOS, no key:
+    a window packs ~20 of them); loss on the word without its space and END"""
+    src, out = _spell_word(rng, hi)
+    ids = list(src) + [sep] + list(out) + [END]
+    tgt = [0.0] * len(src) + [1.0] * (len(out) + 1)
+    return np.array(ids, dtype=np.int64), np.array(tgt, dtype=np.float32)
 
 
 def make_span_windows(rng, nwin, T, V, lo, hi, max_values, bos, sep, eos, pad, modes=None, clean=False, common=0.0):
@@ -295,7 +398,44 @@ def heldout_common_set(spec, T, windows):
     return make_span_windows(np.random.default_rng(30_013), windows, T, *spec[:8], (0.0, 0.0, 0.0, 1.0), True, 1.0)
 
 
+def heldout_spell_set(spec, T, windows):
+    """a fixed held-out set of the "spell" framing only (seed 30_014)"""
+    return make_span_windows(np.random.default_rng(30_014), windows, T, *spec[:8], (0.0, 0.0, 0.0, 0.0, 1.0), True,
+                             0.5)
+
+
+def heldout_bare_set(spec, T, windows):
+    """a fixed held-out set of the "bare" framing only (seed 30_015)"""
+    return make_span_windows(np.random.default_rng(30_015), windows, T, *spec[:8], (0.0, 0.0, 0.0, 0.0, 0.0, 1.0), True)
+
+
+def check_spell(model_dir, n, seed):
+    """spell() against the engine's tokenizer (deltafin tokenize) on n random words of the spell framing"""
+    import subprocess
+    start, low, inv, toks = spell_tables()
+    rng = np.random.default_rng(seed)
+    words = []
+    for _ in range(n):
+        w = toks[int(start[rng.integers(len(start))])][1:] + b"".join(
+            toks[int(low[rng.integers(len(low))])] for _ in range(int(rng.integers(0, 3))))
+        words.append(w.decode())
+    bad = 0
+    for w in words:
+        for text in (" " + w, w):
+            out = subprocess.run(["./build/deltafin", "tokenize", "--model", model_dir, text],
+                                 capture_output=True, text=True, check=True).stdout.split()
+            got = [int(x) for x in out[-1].split(",")]
+            if got != spell(text.encode(), inv):
+                bad += 1
+                print("differs: %r engine %s spell %s" % (text, got, spell(text.encode(), inv)))
+    print("check-spell: %d words, %d tokenizations differ" % (n, bad))
+    return bad
+
+
 if __name__ == "__main__":
+    import sys
+    if len(sys.argv) > 1 and sys.argv[1] == "--check-spell":
+        sys.exit(1 if check_spell("models/k3-mini", int(sys.argv[2]) if len(sys.argv) > 2 else 200, 7) else 0)
     rng = np.random.default_rng(0)
     for _ in range(3):
         ids, tg = make_example(rng, 3840, 1, 6, 3, 3840, 3845, 3842)

@@ -243,6 +243,9 @@ def main():
                          'of sum rows appended after OFF ids) get KL weight W instead of --kl-weight (per-id mix '
                          'over the batch\'s masked ids; copy / span rows keep --kl-weight); "OFF1:W1,OFF2:W2,...": '
                          'the largest OFFi <= the window start applies')
+    ap.add_argument("--synth-kl", type=float, default=-1.0,
+                    help="stage P, with --kl-weight-from: KL weight of the copy / span rows instead of --kl-weight "
+                         "(0: plain LM loss, so a skill the teacher lacks is not pulled back to it); < 0 = off")
     ap.add_argument("--call-weight", type=float, default=1.0,
                     help="stage N: LM-loss weight of the reply ids inside a tool-call block (`<|open|>tools` .. "
                          "`<|close|>tools`: the tool name, argument keys and values) in the short steps; 1 = off")
@@ -295,7 +298,9 @@ def main():
     ap.add_argument("--span-modes", default="",
                     help='span framings and their shares, e.g. "quote:0.25,pair:0.15,punct:0.2,word:0.4" (copy_span.py; '
                          'empty: the stage-H mix quote 0.35 / pair 0.2 / punct 0.45); with word > 0 a held-out '
-                         'word-framing set is logged too ("span-word eval")')
+                         'word-framing set is logged too ("span-word eval"); spell:P (stage P) adds the spell framing '
+                         '(the value without its space, canonically tokenized) and logs "span-spell eval"; bare:P the '
+                         'spelling table alone ("span-bare eval")')
     ap.add_argument("--span-clean", action="store_true",
                     help="span rows: a connector id only before an open id (quote / pair framings)")
     ap.add_argument("--span-common-next", type=float, default=0.0,
@@ -463,6 +468,10 @@ def main():
                         if span_modes[3] > 0 else None)
         span_common_ev = (cs.heldout_common_set(span_spec, args.span_eval_seq, args.span_eval_windows)
                           if span_modes[3] > 0 and args.span_common_next > 0 else None)
+        span_spell_ev = (cs.heldout_spell_set(span_spec, args.span_eval_seq, args.span_eval_windows)
+                         if len(span_modes) > 4 else None)
+        span_bare_ev = (cs.heldout_bare_set(span_spec, args.span_eval_seq, args.span_eval_windows)
+                        if len(span_modes) > 5 else None)
         span_fracs = (cc.parse_schedule(args.span_frac_schedule, float) if args.span_frac_schedule
                       else [(args.span_frac, None)])
         span_rng = np.random.default_rng(args.seed + 39_000)
@@ -498,6 +507,15 @@ def main():
             log("step %d span-common eval loss %.4f tok-acc %.4f full-copy %.4f" % (step, el, ta, fa))
             rec.update(span_common_eval_loss=round(el, 4), span_common_tok_acc=round(ta, 4),
                        span_common_full=round(fa, 4))
+        if span_spell_ev is not None:
+            el, ta, fa = cc.evaluate(model, span_spell_ev, 16)
+            log("step %d span-spell eval loss %.4f tok-acc %.4f full-copy %.4f" % (step, el, ta, fa))
+            rec.update(span_spell_eval_loss=round(el, 4), span_spell_tok_acc=round(ta, 4),
+                       span_spell_full=round(fa, 4))
+        if span_bare_ev is not None:
+            el, ta, fa = cc.evaluate(model, span_bare_ev, 16)
+            log("step %d span-bare eval loss %.4f tok-acc %.4f full-copy %.4f" % (step, el, ta, fa))
+            rec.update(span_bare_eval_loss=round(el, 4), span_bare_tok_acc=round(ta, 4), span_bare_full=round(fa, 4))
         return rec
 
     def synth_evals():
@@ -666,6 +684,8 @@ def main():
                     for o, wv in kl_from:  # sorted by offset: the largest offset <= the start wins
                         wr = np.where(offs >= o, wv, wr)
                     w[nc + ns:, 0] = torch.from_numpy(wr).to(w.dtype)
+                if args.synth_kl >= 0 and nc + ns > 0:
+                    w[:nc + ns, 0] = args.synth_kl
                 kl_rows_hi += int((w[:, 0] != args.kl_weight).sum())
                 ce = F.cross_entropy(lg.reshape(-1, lg.shape[-1]), x[:, 1:].reshape(-1),
                                      reduction="none").reshape(msk.shape)

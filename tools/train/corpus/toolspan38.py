@@ -26,6 +26,15 @@ Stage J (both off by default; with both at 0 the rows are byte-identical to befo
 Stage O (off by default; at 0 no extra draw, so the rows are byte-identical to before):
 * --vary-frac F: with probability F the request is one of VARIED_ASKS (18-22 more training phrasings per kind,
   many without the kind's usual word), replacing the --tail-frac draw for that row.
+
+Stage P (off by default; at 0 no extra draw, so the rows are byte-identical to before):
+* --piece-word-frac F: with probability F the row's place, folder, file stems, topic and subject are
+  words built from the tokenizer's own pieces: a space-led letter piece drawn uniformly from all of them
+  (copy_span.spell_tables: ` Chi`, ` Man`; capitalised ones for places) and 0-2 lowercase pieces. The
+  string value is tokenized without the space, and 78 % of the space-led pieces have no space-less twin,
+  so the call must spell the first piece (` Man` -> `M` `an`): the held-out misses `Mila` for Manila and
+  `Icago` for Chicago are that step. Random letter strings (the rows above) start with short pieces
+  and rarely show it.
 """
 import argparse
 import json
@@ -38,6 +47,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import make_corpus38 as m38  # noqa: E402
 import tools38  # noqa: E402
+sys.path.insert(0, os.path.dirname(HERE))
+import copy_span  # noqa: E402
 
 LOW, UP, DIG = string.ascii_lowercase, string.ascii_uppercase, string.digits
 CV_C, CV_V = "bcdfghjklmnprstvwz", "aeiou"
@@ -98,6 +109,40 @@ def rphrase(rng, lo, hi):
                     for _ in range(rng.randint(lo, hi)))
 
 
+def rcodes(rng):
+    """the row's ticker and its two different currencies"""
+    m38.TICKERS = [rcode(rng, 2, 5)]
+    c1 = rcode(rng, 3, 3)
+    c2 = rcode(rng, 3, 3)
+    while c2 == c1:
+        c2 = rcode(rng, 3, 3)
+    m38.CURRENCIES = [c1, c2]
+
+
+def pword(rng, upper=False):
+    """a word of tokenizer pieces: a space-led letter piece (capitalised ones if upper) + 0-2 lowercase ones"""
+    start, low, _, toks = copy_span.spell_tables()
+    if upper:
+        start = [int(i) for i in start if toks[int(i)][1:2].isupper()]
+    w = toks[int(rng.choice(list(start)))][1:].decode()
+    for _ in range(rng.randint(0, 2)):
+        w += toks[int(rng.choice(list(low)))].decode()
+    return w
+
+
+def rebind_pieces(rng):
+    """stage P: the row's one-word values made of tokenizer pieces (pword)"""
+    m38.CITIES = [pword(rng, True)]
+    m38.TIMEZONE_CITIES = m38.CITIES
+    m38.FOLDERS = [pword(rng)]
+    m38.FILE_STEMS = [pword(rng) for _ in range(5)]
+    rcodes(rng)
+    m38.TOPICS = [pword(rng)]
+    m38.PEOPLE = [remail(rng)]
+    w = pword(rng)
+    m38.SUBJECTS = [w[0].upper() + w[1:]]
+
+
 def rebind(rng, one_word=0.0):
     """fresh one-row value pools for make_corpus38.tool_case; with probability one_word (stage I,
     --one-word-frac) the row's place, topic and subject are ONE word (no extra draw when it is 0)"""
@@ -107,12 +152,7 @@ def rebind(rng, one_word=0.0):
         m38.TIMEZONE_CITIES = m38.CITIES
         m38.FOLDERS = [rname(rng)]
         m38.FILE_STEMS = [rname(rng) for _ in range(5)]
-        m38.TICKERS = [rcode(rng, 2, 5)]
-        c1 = rcode(rng, 3, 3)
-        c2 = rcode(rng, 3, 3)
-        while c2 == c1:
-            c2 = rcode(rng, 3, 3)
-        m38.CURRENCIES = [c1, c2]
+        rcodes(rng)
         m38.TOPICS = [rphrase(rng, 1, 1)]
         m38.PEOPLE = [remail(rng)]
         w = rphrase(rng, 1, 1)
@@ -122,12 +162,7 @@ def rebind(rng, one_word=0.0):
     m38.TIMEZONE_CITIES = m38.CITIES
     m38.FOLDERS = [rfolder(rng)]
     m38.FILE_STEMS = [rname(rng) for _ in range(5)]
-    m38.TICKERS = [rcode(rng, 2, 5)]
-    c1 = rcode(rng, 3, 3)
-    c2 = rcode(rng, 3, 3)
-    while c2 == c1:
-        c2 = rcode(rng, 3, 3)
-    m38.CURRENCIES = [c1, c2]
+    rcodes(rng)
     m38.TOPICS = [rphrase(rng, 1, 4)]
     m38.PEOPLE = [remail(rng)]
     w = rphrase(rng, 1, 4)
@@ -260,13 +295,20 @@ def main():
     ap.add_argument("--vary-frac", type=float, default=0.0,
                     help="share of rows asked with a VARIED_ASKS phrasing (stage O; drawn after --tail-frac, and "
                          "replacing it); 0 = no extra draw, the rows of before")
+    ap.add_argument("--piece-word-frac", type=float, default=0.0,
+                    help="share of rows whose one-word values are made of tokenizer pieces (stage P; drawn before "
+                         "--one-word-frac and replacing it); 0 = no extra draw, the rows of before")
     a = ap.parse_args()
     rng = random.Random(a.seed)
     n = {"tool": 0, "renamed": 0}
     with open(a.out, "w", encoding="utf-8") as g:
         for i in range(a.n):
             think = rng.random() < 0.5
-            rebind(rng, a.one_word_frac)
+            if a.piece_word_frac > 0 and rng.random() < a.piece_word_frac:
+                rebind_pieces(rng)
+                n["pieces"] = n.get("pieces", 0) + 1
+            else:
+                rebind(rng, a.one_word_frac)
             if a.tail_frac > 0 or a.multi_frac > 0 or a.vary_frac > 0:
                 kind = rng.choice(m38.TOOL_KINDS)
                 n_tools = rng.choice([2, 3]) if a.multi_frac > 0 and rng.random() < a.multi_frac else None
