@@ -652,6 +652,9 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
     if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
     while (j->sent == j->out.len && !j->done) {
         if (pthread_cond_timedwait(&j->cv, &j->mu, &ts) == ETIMEDOUT) {
+            /* the timeout can race an event written just before it: that event goes first (a
+             * Responses keepalive numbered after it, sent before it, would break the order) */
+            if (j->sent != j->out.len || j->done) break;
             /* prefill or a slow token: a keep-alive clients count: an SSE comment, Anthropic's
              * own ping event on /v1/messages, a keepalive event on /v1/responses */
             /* while the prompt is evaluated, the progress comment first (every API: a comment is
