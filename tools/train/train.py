@@ -181,8 +181,11 @@ def update_router_bias(model, gamma):
 def lr_at(args, step, frac):
     """Linear warmup over args.warmup steps, then cosine from args.lr down to
     args.min_lr_frac of it over the time budget (frac: share of it spent)."""
-    if step < args.warmup:
-        return args.lr * (step + 1) / args.warmup
+    prime = getattr(args, "adam_prime", 0)
+    if step < prime:
+        return 0.0  # the optimizer's moments fill up; the weights do not move
+    if step - prime < args.warmup:
+        return args.lr * (step - prime + 1) / args.warmup
     if args.anneal_minutes > 0:
         # stage O: constant args.lr, then the cosine over the budget's last --anneal-minutes only
         a = min(args.anneal_minutes / args.minutes, 1.0)
@@ -249,6 +252,13 @@ def main():
     ap.add_argument("--synth-lr-mult", type=float, default=0.0,
                     help="stage Q: a step with copy / span rows and --train rows makes two updates, the synthetic "
                          "rows alone at lr x M, then the --train rows at lr (0 = one update over the whole batch)")
+    ap.add_argument("--adam-prime", type=int, default=0,
+                    help="the first K steps run at lr 0, so that a fresh optimizer (--init-from) starts with moments "
+                         "averaged over K batches instead of the sign-like first steps of an empty Adam; the warmup "
+                         "follows them (0 = off)")
+    ap.add_argument("--synth-params", default="",
+                    help="stage Q, with --synth-lr-mult: the synthetic-row update changes only the parameters whose "
+                         "name matches this regular expression (e.g. 'layers\\.[67]\\.block_sparse_moe\\.(w[123]|shared)')")
     ap.add_argument("--call-weight", type=float, default=1.0,
                     help="stage N: LM-loss weight of the reply ids inside a tool-call block (`<|open|>tools` .. "
                          "`<|close|>tools`: the tool name, argument keys and values) in the short steps; 1 = off")
@@ -617,6 +627,14 @@ def main():
         log("tool-call ids: LM weight %.2f (first ids %.2f), KL weight %s; replies after a tool result: LM weight %.2f"
             % (args.call_weight, args.call_first_weight or args.call_weight,
                args.call_kl if args.call_kl >= 0 else "the row's", args.answer_weight))
+    frozen_synth = []
+    if args.synth_params:
+        import re
+        rx = re.compile(args.synth_params)
+        frozen_synth = [p_ for n_, p_ in model.named_parameters() if not rx.search(n_)]
+        n_on = sum(p_.numel() for n_, p_ in model.named_parameters() if rx.search(n_))
+        log("synthetic-row updates touch %d parameters (%r); %d tensors left alone"
+            % (n_on, args.synth_params, len(frozen_synth)))
     is_long = False
     while elapsed < budget and (args.max_steps == 0 or step < args.max_steps):
         frac = elapsed / budget
@@ -711,9 +729,12 @@ def main():
                         loss = (((1 - w) * ce + w * kd) * msk).sum() / msk.sum().clamp(min=1.0)
             return loss
 
-        def update(loss):
+        def update(loss, only=None):
             opt.zero_grad(set_to_none=True)
             loss.backward()
+            if only is not None:  # the other parameters keep no gradient, so Adam leaves them (and their moments) alone
+                for p_ in frozen_synth:
+                    p_.grad = None
             gn = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             if not (torch.isfinite(loss) and torch.isfinite(gn)):
                 log("step %d: non-finite loss/gradient, update skipped" % step)
@@ -727,7 +748,7 @@ def main():
             # two updates: the synthetic rows alone at lr x mult, then the --train rows at lr (stage Q)
             for g in opt.param_groups:
                 g["lr"] = lr * args.synth_lr_mult
-            ls, gn = update(step_loss((xb[0][:k_syn], xb[1][:k_syn]), nc, ns))
+            ls, gn = update(step_loss((xb[0][:k_syn], xb[1][:k_syn]), nc, ns), args.synth_params or None)
             for g in opt.param_groups:
                 g["lr"] = lr
             lm_, gn = update(step_loss((xb[0][k_syn:], xb[1][k_syn:]), 0, 0))
