@@ -635,6 +635,78 @@ def main():
         n_on = sum(p_.numel() for n_, p_ in model.named_parameters() if rx.search(n_))
         log("synthetic-row updates touch %d parameters (%r); %d tensors left alone"
             % (n_on, args.synth_params, len(frozen_synth)))
+    def step_loss(xb, nc, ns):
+        """this step's loss over the rows xb, whose first nc rows are copy rows and next ns span rows"""
+        nonlocal kl_rows_hi, call_ids
+        if is_long:
+            return long_loss(xb)
+        elif teacher is None and not call_on:
+            loss = lm_loss(model, xb)
+        elif teacher is None:
+            x, msk = xb
+            cw, cm = call_weights(x, msk, args.call_weight, args.call_first_weight, args.answer_weight)
+            call_ids += int((cm * msk).sum())
+            lg = model(x[:, :-1])
+            ce = F.cross_entropy(lg.reshape(-1, lg.shape[-1]), x[:, 1:].reshape(-1),
+                                 reduction="none").reshape(msk.shape)
+            loss = (ce * cw * msk).sum() / msk.sum().clamp(min=1.0)
+        elif (kl_from or call_on) and nc + ns == xb[0].shape[0] and args.synth_kl == 0:
+            # synthetic rows alone at KL weight 0 (the same loss as the branch below): no teacher pass
+            kl_rows_hi += int(args.kl_weight != 0) * (nc + ns)
+            return lm_loss(model, xb)
+        else:
+            x, msk = xb
+            lg = model(x[:, :-1])
+            with torch.no_grad():
+                tl = teacher(x[:, :-1])
+            if not kl_from and not call_on:
+                lml = lm_loss(model, xb, lg)
+                kl = (F.kl_div(F.log_softmax(lg, -1), F.log_softmax(tl, -1), log_target=True,
+                               reduction="none").sum(-1) * msk).sum() / msk.sum().clamp(min=1.0)
+                loss = (1 - args.kl_weight) * lml + args.kl_weight * kl
+            else:
+                # per-row KL weight: the train-file rows (the batch's last rows) by their window start (kl_from)
+                w = torch.full((x.shape[0], 1), args.kl_weight)
+                nt = x.shape[0] - nc - ns
+                if nt > 0 and kl_from:
+                    offs = train.last_off[-nt:]
+                    wr = np.full(nt, args.kl_weight)
+                    for o, wv in kl_from:  # sorted by offset: the largest offset <= the start wins
+                        wr = np.where(offs >= o, wv, wr)
+                    w[nc + ns:, 0] = torch.from_numpy(wr).to(w.dtype)
+                if args.synth_kl >= 0 and nc + ns > 0:
+                    w[:nc + ns, 0] = args.synth_kl
+                kl_rows_hi += int((w[:, 0] != args.kl_weight).sum())
+                ce = F.cross_entropy(lg.reshape(-1, lg.shape[-1]), x[:, 1:].reshape(-1),
+                                     reduction="none").reshape(msk.shape)
+                kd = F.kl_div(F.log_softmax(lg, -1), F.log_softmax(tl, -1), log_target=True,
+                              reduction="none").sum(-1)
+                if call_on:
+                    cw, cm = call_weights(x, msk, args.call_weight, args.call_first_weight, args.answer_weight)
+                    cm = cm * msk
+                    call_ids += int(cm.sum())
+                    w = w.expand_as(msk)
+                    if args.call_kl >= 0:
+                        w = torch.where(cm > 0, torch.full_like(w, args.call_kl), w)
+                    loss = (((1 - w) * ce * cw + w * kd) * msk).sum() / msk.sum().clamp(min=1.0)
+                else:
+                    loss = (((1 - w) * ce + w * kd) * msk).sum() / msk.sum().clamp(min=1.0)
+        return loss
+
+    def update(loss, only=None):
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        if only is not None:  # the other parameters keep no gradient, so Adam leaves them (and their moments) alone
+            for p_ in frozen_synth:
+                p_.grad = None
+        gn = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        if not (torch.isfinite(loss) and torch.isfinite(gn)):
+            log("step %d: non-finite loss/gradient, update skipped" % step)
+            opt.zero_grad(set_to_none=True)
+            return torch.zeros(()), gn
+        opt.step()
+        return loss, gn
+
     is_long = False
     while elapsed < budget and (args.max_steps == 0 or step < args.max_steps):
         frac = elapsed / budget
@@ -673,76 +745,6 @@ def main():
             xb = (torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts]))
         if not is_long:
             step_ids += args.batch * args.seq
-        def step_loss(xb, nc, ns):
-            """this step's loss over the rows xb, whose first nc rows are copy rows and next ns span rows"""
-            nonlocal kl_rows_hi, call_ids
-            if is_long:
-                return long_loss(xb)
-            elif teacher is None and not call_on:
-                loss = lm_loss(model, xb)
-            elif teacher is None:
-                x, msk = xb
-                cw, cm = call_weights(x, msk, args.call_weight, args.call_first_weight, args.answer_weight)
-                call_ids += int((cm * msk).sum())
-                lg = model(x[:, :-1])
-                ce = F.cross_entropy(lg.reshape(-1, lg.shape[-1]), x[:, 1:].reshape(-1),
-                                     reduction="none").reshape(msk.shape)
-                loss = (ce * cw * msk).sum() / msk.sum().clamp(min=1.0)
-            elif nc + ns == xb[0].shape[0] and args.synth_kl == 0:
-                return lm_loss(model, xb)  # synthetic rows alone, no KL: the teacher's logits are not needed
-            else:
-                x, msk = xb
-                lg = model(x[:, :-1])
-                with torch.no_grad():
-                    tl = teacher(x[:, :-1])
-                if not kl_from and not call_on:
-                    lml = lm_loss(model, xb, lg)
-                    kl = (F.kl_div(F.log_softmax(lg, -1), F.log_softmax(tl, -1), log_target=True,
-                                   reduction="none").sum(-1) * msk).sum() / msk.sum().clamp(min=1.0)
-                    loss = (1 - args.kl_weight) * lml + args.kl_weight * kl
-                else:
-                    # per-row KL weight: the train-file rows (the batch's last rows) by their window start (kl_from)
-                    w = torch.full((x.shape[0], 1), args.kl_weight)
-                    nt = x.shape[0] - nc - ns
-                    if nt > 0 and kl_from:
-                        offs = train.last_off[-nt:]
-                        wr = np.full(nt, args.kl_weight)
-                        for o, wv in kl_from:  # sorted by offset: the largest offset <= the start wins
-                            wr = np.where(offs >= o, wv, wr)
-                        w[nc + ns:, 0] = torch.from_numpy(wr).to(w.dtype)
-                    if args.synth_kl >= 0 and nc + ns > 0:
-                        w[:nc + ns, 0] = args.synth_kl
-                    kl_rows_hi += int((w[:, 0] != args.kl_weight).sum())
-                    ce = F.cross_entropy(lg.reshape(-1, lg.shape[-1]), x[:, 1:].reshape(-1),
-                                         reduction="none").reshape(msk.shape)
-                    kd = F.kl_div(F.log_softmax(lg, -1), F.log_softmax(tl, -1), log_target=True,
-                                  reduction="none").sum(-1)
-                    if call_on:
-                        cw, cm = call_weights(x, msk, args.call_weight, args.call_first_weight, args.answer_weight)
-                        cm = cm * msk
-                        call_ids += int(cm.sum())
-                        w = w.expand_as(msk)
-                        if args.call_kl >= 0:
-                            w = torch.where(cm > 0, torch.full_like(w, args.call_kl), w)
-                        loss = (((1 - w) * ce * cw + w * kd) * msk).sum() / msk.sum().clamp(min=1.0)
-                    else:
-                        loss = (((1 - w) * ce + w * kd) * msk).sum() / msk.sum().clamp(min=1.0)
-            return loss
-
-        def update(loss, only=None):
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            if only is not None:  # the other parameters keep no gradient, so Adam leaves them (and their moments) alone
-                for p_ in frozen_synth:
-                    p_.grad = None
-            gn = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            if not (torch.isfinite(loss) and torch.isfinite(gn)):
-                log("step %d: non-finite loss/gradient, update skipped" % step)
-                opt.zero_grad(set_to_none=True)
-                return torch.zeros(()), gn
-            opt.step()
-            return loss, gn
-
         k_syn = nc + ns
         if args.synth_lr_mult > 0 and not is_long and 0 < k_syn < args.batch:
             # two updates: the synthetic rows alone at lr x mult, then the --train rows at lr (stage Q)
