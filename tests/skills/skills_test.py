@@ -4,7 +4,7 @@
   /usr/bin/python3 tests/skills/skills_test.py [--deltafin build/deltafin] [--model models/k3-mini]
 
 A small sample of each skill the model card measures (models/k3-mini/README.md, table made by
-tools/train/model_card.py on 100 held-out cases each), greedy, one server, one thread:
+tools/train/model_card.py on held-out cases), greedy, one server, one thread:
 
   add           the first 50 held-out pairs of tools/train/corpus/heldout_pairs.txt, "What is A + B?",
                 thinking on (the default effort); the reply must state A + B = (A+B)
@@ -14,12 +14,14 @@ tools/train/model_card.py on 100 held-out cases each), greedy, one server, one t
                 call of the right tool with JSON arguments equal to the expected ones and, after the
                 tool's result, the answer holds the result's key facts
 
-Every case is one of the card's cases (the first 50 of its 100), and greedy decoding in deltafin is
-exact, so a model and engine that give the card's numbers give the same counts here every run
-(the stage-Q model: 50, 50 and 35 of 50, 38 right calls); a threshold sits a little under the
-card's rate (47, 45 and 27 of 50 against the card's 100 %, 100 % and 72 %; for the tool calls about
-2.7 standard deviations of a 50-case binomial sample; THRESHOLDS), so a regression in the weights,
-the template, the sampler, the server's tool-call parsing or the forward pass fails it.  Against the model shipped
+The sums are the first 50 of the card's 100 pairs.  The card measures the tool calls on cases 101-300 of
+seed 3838 (cases 1-100 chose among training exports through stage Q, so they read high); this test keeps
+cases 1-50, a fixed regression sample.  Greedy decoding in deltafin is exact, so a model and engine that
+give the card's numbers give the same counts here every run (the stage-R model: 50, 50 and 34 of 50, 37
+right calls); a threshold sits a little under the card's rate (47, 45 and 27 of 50 against the card's
+100 %, 100 % and 71 %; for the tool calls about 2.7 standard deviations of a 50-case binomial sample;
+THRESHOLDS), so a regression in the weights, the template, the sampler, the server's tool-call parsing
+or the forward pass fails it.  Against the model shipped
 before issue 38 (models/k3-mini at 330c8c0) it fails every task.  About 15 s.
 Stdlib only (eval_skills.py and make_corpus38.py are stdlib too).
 """
@@ -33,11 +35,11 @@ sys.path.insert(0, os.path.join(ROOT, "tools", "train"))
 import eval_skills as ev  # noqa: E402
 
 N = 50
-# task: (card's rate on 100 held-out cases, the least right of the 50 here)
+# task: (card's rate on its held-out cases, the least right of the 50 here)
 THRESHOLDS = {
     "add": (1.00, 47),          # card 100 / 100
     "add_nothink": (1.00, 45),  # card 100 / 100
-    "tool": (0.72, 27),         # card 72 / 100 (a right call and an answer from its result)
+    "tool": (0.71, 27),         # card 142 / 200, cases 101-300 (a right call and an answer from its result)
 }
 
 

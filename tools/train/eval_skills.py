@@ -223,8 +223,14 @@ def main():
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--deltafin", default="build/deltafin")
     ap.add_argument("--seed", type=int, default=3838)
+    ap.add_argument("--tool-n", type=int, default=0, help="tool cases (default --n)")
+    ap.add_argument("--tool-skip", type=int, default=0,
+                    help="drop the first K tool cases of the seed's sequence (cases K+1 .. K+tool-n), e.g. those "
+                         "that chose among training exports")
     ap.add_argument("--json", default="")
     a = ap.parse_args()
+    if a.tool_n < 0 or a.tool_skip < 0:
+        raise SystemExit("--tool-n and --tool-skip must be >= 0")
     ho = json.load(open(os.path.join(HERE, "corpus", "heldout38.json")))
     add_pairs = read_pairs(os.path.join(HERE, "corpus", "heldout_pairs.txt"))
     S = Server(a.model, a.ctx, a.threads, a.deltafin)
@@ -240,10 +246,12 @@ def main():
                 ok, rows = arith(S, pairs, "-" if task == "sub" else "*", False)
                 n = len(rows)
             elif task in ("tool", "tool_anthropic"):
-                cases = tool_cases(a.n, a.seed)
+                tn = a.tool_n or a.n
+                cases = tool_cases(a.tool_skip + tn, a.seed)[a.tool_skip:]
                 ok, calls, rows = tool_eval(S, cases, anthropic=task == "tool_anthropic")
                 n = len(rows)
                 res[task + "_calls_right"] = calls
+                res[task + "_first_case"] = a.tool_skip + 1
             elif task == "long":
                 rows, ok = [], 0
                 for i, (x, y) in enumerate(add_pairs[: min(a.n, 20)]):
