@@ -36,6 +36,7 @@ def main():
     cfg = None
     acc = {}
     keep = {}
+    dtypes = {}  # the first checkpoint's tensor order and dtypes, which the output keeps
     for path, wi in zip(a.ckpts, w):
         ck = torch.load(path, map_location="cpu")
         if "config" not in ck or "model" not in ck:
@@ -45,6 +46,8 @@ def main():
         elif json.dumps(ck["config"], sort_keys=True) != json.dumps(cfg, sort_keys=True):
             sys.exit("soup: %s has another model config than %s" % (path, a.ckpts[0]))
         sd = ck["model"]
+        if not dtypes:
+            dtypes = {n: t.dtype for n, t in sd.items()}
         if acc or keep:
             names = set(acc) | set(keep)
             if set(sd) != names:
@@ -62,8 +65,7 @@ def main():
                     sys.exit("soup: %s: the non-float tensor %s differs from %s's" % (path, n, a.ckpts[0]))
                 keep.setdefault(n, t.clone())
         del ck, sd
-    ref = torch.load(a.ckpts[0], map_location="cpu")["model"]
-    model = {n: (acc[n].to(ref[n].dtype) if n in acc else keep[n]) for n in ref}
+    model = {n: (acc[n].to(dt) if n in acc else keep[n]) for n, dt in dtypes.items()}
     torch.save({"config": cfg, "model": model, "soup": {"ckpts": a.ckpts, "weights": w}}, a.out)
     print("soup: %d checkpoints, %d tensors averaged, %d kept -> %s" % (len(a.ckpts), len(acc), len(keep), a.out))
 
