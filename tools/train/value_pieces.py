@@ -6,7 +6,8 @@ A value the user wrote after a space ("Find me something about coffee.") is toke
 its first piece: " coffee" -> [ co][ff][ee].  The call writes it after a quote, "coffee" -> [c][off][ee].  The
 first piece always differs (the space); this script asks whether the rest does too.  Where the rest is the
 same, the model writes the value by spelling one piece and copying the others; where it differs, every piece
-has to be re-spelled.  Run from the repository root (it needs build/deltafin):
+has to be re-spelled.  It also counts the values whose message-side first piece (" co") has a space-less
+twin in the vocabulary ("co").  Run from the repository root (it needs build/deltafin):
 
   /usr/bin/python3 tools/train/value_pieces.py --model models/k3-mini build/eval/card-skills.json
 """
@@ -32,6 +33,13 @@ def main():
             cache[s] = [int(x) for x in r.stdout.replace(",", " ").split()]
         return cache[s]
 
+    def decode(i):
+        r = subprocess.run([a.deltafin, "tokenize", "--model", a.model, "--decode", str(i)], capture_output=True,
+                           text=True)
+        if r.returncode != 0:
+            sys.exit("value_pieces: deltafin tokenize --decode failed: " + r.stderr.strip())
+        return r.stdout.rstrip("\n")
+
     for path in a.results:
         try:
             d = json.load(open(path))
@@ -41,6 +49,7 @@ def main():
             if task not in d:
                 continue
             tab = {"rest equal": [0, 0], "rest differs": [0, 0]}
+            twins = 0  # values whose message-side first piece has a one-piece twin without the space
             for c in d[task]["cases"]:
                 want_name, want = c["want"]
                 got_name, got = c["got"]
@@ -51,11 +60,14 @@ def main():
                     call = tok('"' + v + '"')[1:-1]   # as the call writes it, after the quote
                     src = tok(" " + v)                # as the message has it, after a space
                     key = "rest equal" if call[1:] == src[1:] else "rest differs"
+                    first = decode(src[0])
+                    twins += first.startswith(" ") and len(tok(first[1:])) == 1
                     right = got_name == want_name and isinstance(got, dict) and got.get(k) == v
                     tab[key][0] += right
                     tab[key][1] += 1
             print("%s %s: " % (path, task) + ", ".join(
-                "%s %d / %d right" % (key, r, n) for key, (r, n) in tab.items()))
+                "%s %d / %d right" % (key, r, n) for key, (r, n) in tab.items()) +
+                "; first piece has a space-less twin: %d of %d" % (twins, sum(n for _, n in tab.values())))
 
 
 if __name__ == "__main__":
