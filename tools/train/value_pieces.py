@@ -5,8 +5,8 @@ is right in an eval_skills.py result (--json FILE of a run with the tool / tool_
 A value the user wrote after a space ("Find me something about coffee.") is tokenized there with the space in
 its first piece: " coffee" -> [ co][ff][ee].  The call writes it after a quote, "coffee" -> [c][off][ee].  The
 first piece always differs (the space); this script asks whether the rest does too.  Where the rest is the
-same, the model writes the value by spelling one piece and copying the others; where it differs, every piece
-has to be re-spelled.  It also counts the values whose message-side first piece (" co") has a space-less
+same, the model writes the value by spelling one piece and copying the others; where it differs, the whole
+word has to be cut anew.  It also counts the values whose message-side first piece (" co") has a space-less
 twin in the vocabulary ("co").  Run from the repository root (it needs build/deltafin):
 
   /usr/bin/python3 tools/train/value_pieces.py --model models/k3-mini build/eval/card-skills.json
@@ -23,7 +23,7 @@ def main():
     ap.add_argument("--model", default="models/k3-mini", help="the model folder whose tokenizer to use")
     ap.add_argument("--deltafin", default="build/deltafin")
     a = ap.parse_args()
-    cache = {}
+    cache = {}  # text -> ids and id -> text: values and first pieces repeat across cases
 
     def tok(s):
         if s not in cache:
@@ -34,11 +34,14 @@ def main():
         return cache[s]
 
     def decode(i):
+        if i in cache:
+            return cache[i]
         r = subprocess.run([a.deltafin, "tokenize", "--model", a.model, "--decode", str(i)], capture_output=True,
                            text=True)
         if r.returncode != 0:
             sys.exit("value_pieces: deltafin tokenize --decode failed: " + r.stderr.strip())
-        return r.stdout.rstrip("\n")
+        cache[i] = r.stdout.rstrip("\n")
+        return cache[i]
 
     for path in a.results:
         try:
