@@ -332,8 +332,10 @@ server-test: $(BUILD)/deltafin $(BUILD)/libdeltafin.a
 
 # the default model's held-out skills through serve (tests/skills/skills_test.py, ~15 s):
 # 50 sums with thinking, 50 without, 50 OpenAI tool calls, each against a threshold a little
-# under the model card's number (models/k3-mini/README.md)
-skills-test: $(BUILD)/deltafin
+# under the model card's number (models/k3-mini/README.md); and corpus_ids --recut-values, the
+# training data's tool-call values in the message's pieces (tests/skills/corpus_ids_test.py, ~1 s)
+skills-test: $(BUILD)/deltafin $(BUILD)/corpus_ids
+	/usr/bin/python3 tests/skills/corpus_ids_test.py --corpus-ids $(BUILD)/corpus_ids --deltafin $(BUILD)/deltafin
 	/usr/bin/python3 tests/skills/skills_test.py --deltafin $(BUILD)/deltafin
 
 # Claude Code, Codex, Continue and OpenCode from npm (tests/agents: `npm install

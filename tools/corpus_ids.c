@@ -3,7 +3,7 @@
  * engine's own tokenizer and XTML chat template, so that training sees exactly
  * the ids `deltafin run --chat` feeds and generates.
  *
- *   corpus_ids --model DIR --in FILE.jsonl --out FILE.u16 [--mask FILE.u8]
+ *   corpus_ids --model DIR --in FILE.jsonl --out FILE.u16 [--mask FILE.u8] [--recut-values]
  *
  * Each input line is one object:
  *   {"text": "..."}     prose: encoded with allow_special = 0, then the
@@ -23,6 +23,18 @@
  * --mask writes one byte per id: 1 where the id belongs to an assistant reply
  * (the ids after the generation prompt, through <|end_of_msg|>), else 0; prose
  * ids are 1.  Owns nothing else; exits on the first bad line (named by number).
+ *
+ * --recut-values: a tool call's string argument that the conversation wrote
+ * earlier after a space is written in the call with the pieces it had there.
+ * The template encodes the value on its own, so BPE may cut the whole word
+ * differently from the message (" coffee" = [ co][ff][ee], "coffee" =
+ * [c][off][ee]) and the model would have to re-spell every piece.  With the
+ * flag the call gets the message's first piece without its space (its
+ * one-piece twin, else that text encoded alone) and then the message's other
+ * pieces verbatim: one spelling step and a copy.  The text is the same (the
+ * detokenizer does not care how it is cut) and every other id is unchanged;
+ * only values whose " value" ids occur earlier in the rendered conversation
+ * are recut.  For training rows only: the server renders history canonically.
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -34,6 +46,8 @@
 #include <string.h>
 
 #include "chat_template.h"
+#include "df_error.h"
+#include "util.h"
 #include "json.h"
 #include "tokenizer.h"
 
@@ -54,6 +68,94 @@ typedef struct ids_buf {
     size_t n, cap;
 } ids_buf;
 
+static int recut_values;
+static long n_values, n_recut, n_recut_changed;
+
+static int seg_is(const chat_segment *g, const char *text)
+{
+    return !g->control && g->len == strlen(text) && !memcmp(g->text, text, g->len);
+}
+
+/* seg[i] is a string argument's value: <|open|>argument key="K" type="string"<|sep|>VALUE<|close|>argument */
+static int is_string_value(const chat_segments *s, size_t i)
+{
+    if (i < 5 || i + 2 >= s->n || s->seg[i].control || !s->seg[i].len) return 0;
+    const chat_segment *g = s->seg;
+    return g[i - 1].control && !strcmp(g[i - 1].text, "<|sep|>") && seg_is(&g[i - 2], "\"") &&
+           seg_is(&g[i - 3], "string") && seg_is(&g[i - 4], "=\"") && seg_is(&g[i - 5], " type") &&
+           g[i + 1].control && !strcmp(g[i + 1].text, "<|close|>") && seg_is(&g[i + 2], "argument");
+}
+
+/* Append the recut ids of value v to b and return 1, or return 0 (append
+ * nothing) when the ids of " v" do not occur in b->ids[0..b->n). */
+static int recut_value(const tokenizer *t, const char *v, size_t len, ids_buf *b, df_error *err)
+{
+    static ids_buf src, first;
+    static char *sp;
+    static size_t sp_cap;
+    if (len + 2 > sp_cap) {
+        sp_cap = 2 * len + 2;
+        sp = realloc(sp, sp_cap);
+        if (!sp) return df_err_set(err, DF_ERR_NOMEM, -1, "out of memory");
+    }
+    sp[0] = ' ';
+    memcpy(sp + 1, v, len);
+    src.n = 0;
+    if (tokenizer_encode(t, sp, len + 1, 0, &src.ids, &src.n, &src.cap, err)) return -1;
+    if (!src.n || src.n > b->n) return 0;
+    size_t k0 = 0;
+    for (; k0 + src.n <= b->n; k0++)
+        if (!memcmp(b->ids + k0, src.ids, src.n * sizeof *src.ids)) break;
+    if (k0 + src.n > b->n) return 0;
+    size_t flen;
+    const char *f = tokenizer_token_bytes(t, src.ids[0], &flen);
+    if (!f || !flen || f[0] != ' ') return 0;
+    first.n = 0;
+    if (flen > 1 && tokenizer_encode(t, f + 1, flen - 1, 0, &first.ids, &first.n, &first.cap, err)) return -1;
+    size_t need = b->n + first.n + src.n;
+    if (need > b->cap) {
+        b->cap = 2 * need;
+        b->ids = realloc(b->ids, b->cap * sizeof *b->ids);
+        if (!b->ids) return df_err_set(err, DF_ERR_NOMEM, -1, "out of memory");
+    }
+    size_t at = b->n;
+    memcpy(b->ids + b->n, first.ids, first.n * sizeof *first.ids);
+    b->n += first.n;
+    memcpy(b->ids + b->n, src.ids + 1, (src.n - 1) * sizeof *src.ids);
+    b->n += src.n - 1;
+    /* the same text, whatever the cut */
+    char *dec;
+    size_t dlen;
+    if (tokenizer_decode(t, b->ids + at, b->n - at, &dec, &dlen, err)) return -1;
+    int same = dlen == len && !memcmp(dec, v, len);
+    free(dec);
+    if (!same) return df_err_set(err, DF_ERR_ARG, -1, "recut value does not decode to itself");
+    /* count the values whose ids differ from the canonical cut */
+    src.n = 0;
+    if (tokenizer_encode(t, v, len, 0, &src.ids, &src.n, &src.cap, err)) return -1;
+    n_recut++;
+    n_recut_changed += src.n != b->n - at || memcmp(src.ids, b->ids + at, src.n * sizeof *src.ids);
+    return 1;
+}
+
+static int encode_segments(const tokenizer *t, const chat_segments *s, ids_buf *b, df_error *err)
+{
+    if (!recut_values) return chat_encode(t, s, &b->ids, &b->n, &b->cap, err);
+    for (size_t i = 0; i < s->n; i++) {
+        if (is_string_value(s, i)) {
+            n_values++;
+            int rc = recut_value(t, s->seg[i].text, s->seg[i].len, b, err);
+            if (rc < 0) return -1;
+            if (rc) continue;
+        }
+        chat_segments one = *s;
+        one.seg = &s->seg[i];
+        one.n = 1;
+        if (chat_encode(t, &one, &b->ids, &b->n, &b->cap, err)) return -1;
+    }
+    return 0;
+}
+
 /* Render messages[0..n_msg) and append the ids; n_msg < len renders a
  * sub-conversation through a temporary array. */
 static int render_ids(const tokenizer *t, const json_value *msgs, size_t n_msg, int think, int gen_prompt,
@@ -69,7 +171,7 @@ static int render_ids(const tokenizer *t, const json_value *msgs, size_t n_msg, 
     o.tools = tools;
     chat_segments *seg;
     if (chat_render(&sub, &o, &seg, err)) return -1;
-    int rc = chat_encode(t, seg, &b->ids, &b->n, &b->cap, err);
+    int rc = encode_segments(t, seg, b, err);
     chat_segments_free(seg);
     return rc;
 }
@@ -82,8 +184,10 @@ int main(int argc, char **argv)
         else if (i + 1 < argc && !strcmp(argv[i], "--in")) in = argv[++i];
         else if (i + 1 < argc && !strcmp(argv[i], "--out")) out = argv[++i];
         else if (i + 1 < argc && !strcmp(argv[i], "--mask")) mask_path = argv[++i];
+        else if (!strcmp(argv[i], "--recut-values")) recut_values = 1;
         else {
-            fprintf(stderr, "usage: corpus_ids --model DIR --in FILE.jsonl --out FILE.u16 [--mask FILE.u8]\n");
+            fprintf(stderr, "usage: corpus_ids --model DIR --in FILE.jsonl --out FILE.u16 [--mask FILE.u8] "
+                            "[--recut-values]\n");
             return 2;
         }
     }
@@ -188,6 +292,10 @@ int main(int argc, char **argv)
            n_text_ids ? (double)n_bytes / (double)n_text_ids : 0.0, n_chat,
            (unsigned long long)(n_ids - n_text_ids - (uint64_t)n_text), fm ? ", reply ids counted in the mask" : "",
            (unsigned long long)n_ids);
+    if (recut_values)
+        printf("corpus_ids: --recut-values: of %ld string argument values, %ld written with the message's pieces "
+               "(%ld of them differ from the canonical cut); counted once per render, the mask renders included\n",
+               n_values, n_recut, n_recut_changed);
     if (fm)
         printf("corpus_ids: mask: %llu assistant-reply ids in the conversations\n", (unsigned long long)n_reply);
     free(line);

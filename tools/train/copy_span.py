@@ -58,6 +58,10 @@ import torch
 PUNCT = np.array([13, 11, 30, 0, 8, 1, 25, 26, 198, 325, 331, 339, 322, 510], dtype=np.int64)
 END = 1  # '"'
 MODES = ("quote", "pair", "punct", "word", "spell", "bare")
+# train.py --span-recut: the "spell" and "bare" framings copy the word the way corpus_ids --recut-values writes a
+# tool-call value: the first piece of the space-led word spelled without its space (its one-piece twin where the
+# vocabulary has one), then the word's other pieces verbatim; off, the copy is the word's canonical cut
+RECUT = False
 DEFAULT_MODES = (0.35, 0.2, 0.45, 0.0)
 _WORDS = None
 _COMMON = None
@@ -124,6 +128,16 @@ def spell(data, inv):
             break
         parts[at:at + 2] = [parts[at] + parts[at + 1]]
     return [inv[p] for p in parts]
+
+
+def copy_cut(src, w, inv, toks):
+    """the ids of word w (bytes) written without its space, given src = spell(b" " + w): canonical, or with RECUT
+    the first piece's text without the space spelled alone, then src[1:] as they are"""
+    if not RECUT:
+        return spell(w, inv)
+    first = toks[int(src[0])]
+    assert first[:1] == b" ", first
+    return (spell(first[1:], inv) if len(first) > 1 else []) + list(src[1:])
 
 
 def common_ids():
@@ -332,7 +346,7 @@ def _spell_example(rng, nsym, k, hi, bos, sep, eos, common=0.0):
         w = toks[int(start[rng.integers(len(start))])][1:] + b"".join(
             toks[int(low[rng.integers(len(low))])] for _ in range(n - 1))
         vals.append(spell(b" " + w, inv))
-        outs.append(spell(w, inv))
+        outs.append(copy_cut(vals[-1], w, inv, toks))
     used = {END}
     for v in vals + outs:
         used |= set(v)
@@ -345,7 +359,8 @@ def _spell_word(rng, hi):
     start, low, inv, toks = spell_tables()
     w = toks[int(start[rng.integers(len(start))])][1:] + b"".join(
         toks[int(low[rng.integers(len(low))])] for _ in range(int(rng.integers(0, min(hi, 3)))))
-    return spell(b" " + w, inv), spell(w, inv)
+    src = spell(b" " + w, inv)
+    return src, copy_cut(src, w, inv, toks)
 
 
 def _bare_example(rng, nsym, hi, sep):

@@ -314,6 +314,10 @@ def main():
                          'word-framing set is logged too ("span-word eval"); spell:P (stage P) adds the spell framing '
                          '(the value without its space, canonically tokenized) and logs "span-spell eval"; bare:P the '
                          'spelling table alone ("span-bare eval")')
+    ap.add_argument("--span-recut", action="store_true",
+                    help="spell / bare span rows copy the word as corpus_ids --recut-values writes a tool-call "
+                         "value (the first piece spelled without its space, the other pieces verbatim) instead of "
+                         "its canonical cut; the span-spell / span-bare evals then measure that copy")
     ap.add_argument("--span-clean", action="store_true",
                     help="span rows: a connector id only before an open id (quote / pair framings)")
     ap.add_argument("--span-common-next", type=float, default=0.0,
@@ -473,6 +477,7 @@ def main():
     if span_on:
         import copy_check as cc
         import copy_span as cs
+        cs.RECUT = args.span_recut
         span_modes = cs.parse_modes(args.span_modes)
         span_spec = cs.span_spec(c, args.span_min_len, args.span_max_len, args.span_max_values, span_modes,
                                  args.span_clean, args.span_common_next)
