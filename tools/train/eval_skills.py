@@ -120,12 +120,14 @@ def arith(S, pairs, op, think, system=None, max_tokens=96):
     return ok_n, rows
 
 
-def tool_cases(n, seed):
+def tool_cases(n, seed, heldout=True):
+    """n tool cases of the seed's sequence; heldout=False draws the TRAINING phrasings instead (a diagnostic of
+    the held-out gap, never a skill number)"""
     rng = random.Random(seed)
     cases = []
     for i in range(n):
         kind = mc38.TOOL_KINDS[i % len(mc38.TOOL_KINDS)]
-        msgs, tools, info = mc38.tool_conv(rng, None, heldout=True, n_tools=rng.choice([1, 2]), kind=kind)
+        msgs, tools, info = mc38.tool_conv(rng, None, heldout=heldout, n_tools=rng.choice([1, 2]), kind=kind)
         cases.append((msgs, tools, info))
     return cases
 
@@ -227,14 +229,19 @@ def main():
     ap.add_argument("--tool-skip", type=int, default=0,
                     help="drop the first K tool cases of the seed's sequence (cases K+1 .. K+tool-n), e.g. those "
                          "that chose among training exports")
+    ap.add_argument("--train-phrasings", action="store_true",
+                    help="tool cases phrased as the TRAINING rows are (values and tools drawn as for the held-out "
+                         "cases): how much of the held-out miss rate is the phrasing; not a held-out number")
     ap.add_argument("--json", default="")
     a = ap.parse_args()
     if a.tool_n < 0 or a.tool_skip < 0:
         raise SystemExit("--tool-n and --tool-skip must be >= 0")
+    if a.train_phrasings:
+        print("eval_skills: tool cases in the TRAINING phrasings (--train-phrasings): a diagnostic, not held out")
     ho = json.load(open(os.path.join(HERE, "corpus", "heldout38.json")))
     add_pairs = read_pairs(os.path.join(HERE, "corpus", "heldout_pairs.txt"))
     S = Server(a.model, a.ctx, a.threads, a.deltafin)
-    res = {"model": a.model}
+    res = {"model": a.model, "train_phrasings": a.train_phrasings}
     try:
         for task in a.tasks.split(","):
             t0 = time.time()
@@ -247,7 +254,7 @@ def main():
                 n = len(rows)
             elif task in ("tool", "tool_anthropic"):
                 tn = a.tool_n or a.n
-                cases = tool_cases(a.tool_skip + tn, a.seed)[a.tool_skip:]
+                cases = tool_cases(a.tool_skip + tn, a.seed, not a.train_phrasings)[a.tool_skip:]
                 ok, calls, rows = tool_eval(S, cases, anthropic=task == "tool_anthropic")
                 n = len(rows)
                 res[task + "_calls_right"] = calls
