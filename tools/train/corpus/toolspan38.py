@@ -35,6 +35,17 @@ Stage P (off by default; at 0 no extra draw, so the rows are byte-identical to b
   so the call must spell the first piece (` Man` -> `M` `an`): the held-out misses `Mila` for Manila and
   `Icago` for Chicago are that step. Random letter strings (the rows above) start with short pieces
   and rarely show it.
+
+Stage W (off by default; at 0 no extra draw, so the rows are byte-identical to before):
+* --real-word-frac F: with probability F the row's place, folder, file stems, topic and subject are real
+  English words from the training prose (--words-from, default build/train38/corpus/train.jsonl; half by
+  frequency, half uniform over the distinct words). A real word after a space is often cut differently
+  from the word alone (` coffee` = ` co` `ff` `ee`, `coffee` = `c` `off` `ee`), as a third of the held-out
+  cases' values are; piece words and random letters almost never are (corpus_ids --recut-values counts
+  4-10 % of the tool rows' values), so the rows had not taught that re-spelling.
+  --real-hard P: a share P of those words is drawn from the words whose call is not a one-piece twin plus a
+  copy (the first piece has no twin, or the word's own cut starts differently): 15 of the selection sample's
+  85 one-word values and the ones it misses most.
 """
 import argparse
 import json
@@ -141,6 +152,67 @@ def rebind_pieces(rng):
     m38.PEOPLE = [remail(rng)]
     w = pword(rng)
     m38.SUBJECTS = [w[0].upper() + w[1:]]
+
+
+_REAL = None
+
+
+def real_words(path):
+    """(occurrences, distinct) of the English words (3-12 letters, lowercased) in a corpus JSONL's prose rows"""
+    global _REAL
+    if _REAL is None:
+        import re
+        occ = []
+        for line in open(path, encoding="utf-8"):
+            r = json.loads(line)
+            if "text" in r:
+                occ += [w.lower() for w in re.findall(r"(?<![A-Za-z0-9_'])[A-Za-z][a-z]{2,11}(?![A-Za-z0-9_'])", r["text"])]
+        if not occ:
+            raise SystemExit("toolspan38: no prose words in %s" % path)
+        _REAL = (occ, sorted(set(occ)))
+    return _REAL
+
+
+_HARD = {}
+
+
+def hard_words(path, capital):
+    """the distinct real words (capitalised or not) that the call cannot write as the one-piece twin of their
+    space-led first piece plus a copy of the rest: the first piece has no twin, or the word's own cut differs"""
+    if capital not in _HARD:
+        start, low, inv, toks = copy_span.spell_tables()
+        out = []
+        for w in real_words(path)[1]:
+            b = (w[0].upper() + w[1:] if capital else w).encode()
+            src = copy_span.spell(b" " + b, inv)
+            if toks[int(src[0])][1:] not in inv or copy_span.spell(b, inv)[:1] != [inv[toks[int(src[0])][1:]]]:
+                out.append(b.decode())
+        _HARD[capital] = out
+    return _HARD[capital]
+
+
+def rword_real(rng, path, hard=0.0, capital=False):
+    """a real English word from the training prose: with probability hard one of hard_words(), else half the
+    time by its frequency, half uniform over the words"""
+    if hard > 0 and rng.random() < hard:
+        return rng.choice(hard_words(path, capital))
+    occ, distinct = real_words(path)
+    w = rng.choice(occ) if rng.random() < 0.5 else rng.choice(distinct)
+    return w[0].upper() + w[1:] if capital else w
+
+
+def rebind_real(rng, path, hard=0.0):
+    """stage W: the row's one-word values are real English words, a share hard of them words whose call is not
+    a twin plus a copy (as coffee, drafts, AAPL, Amsterdam in the held-out cases)"""
+    m38.CITIES = [rword_real(rng, path, hard, True)]
+    m38.TIMEZONE_CITIES = m38.CITIES
+    m38.FOLDERS = [rword_real(rng, path, hard)]
+    m38.FILE_STEMS = [rword_real(rng, path, hard) for _ in range(5)]
+    rcodes(rng)
+    m38.TOPICS = [rword_real(rng, path, hard) if rng.random() < 0.6 else
+                  " ".join(rword_real(rng, path) for _ in range(rng.randint(2, 3)))]
+    m38.PEOPLE = [remail(rng)]
+    m38.SUBJECTS = [rword_real(rng, path, hard, True)]
 
 
 def rebind(rng, one_word=0.0):
@@ -298,13 +370,24 @@ def main():
     ap.add_argument("--piece-word-frac", type=float, default=0.0,
                     help="share of rows whose one-word values are made of tokenizer pieces (stage P; drawn before "
                          "--one-word-frac and replacing it); 0 = no extra draw, the rows of before")
+    ap.add_argument("--real-word-frac", type=float, default=0.0,
+                    help="share of rows whose one-word values are real English words from --words-from's prose "
+                         "(stage W; drawn before --piece-word-frac and replacing it); 0 = no extra draw")
+    ap.add_argument("--real-hard", type=float, default=0.0,
+                    help="with --real-word-frac: share of the words drawn from those whose call is not the twin "
+                         "of the first piece plus a copy (toolspan38.hard_words)")
+    ap.add_argument("--words-from", default="build/train38/corpus/train.jsonl",
+                    help="the corpus JSONL whose prose rows give --real-word-frac its words")
     a = ap.parse_args()
     rng = random.Random(a.seed)
     n = {"tool": 0, "renamed": 0}
     with open(a.out, "w", encoding="utf-8") as g:
         for i in range(a.n):
             think = rng.random() < 0.5
-            if a.piece_word_frac > 0 and rng.random() < a.piece_word_frac:
+            if a.real_word_frac > 0 and rng.random() < a.real_word_frac:
+                rebind_real(rng, a.words_from, a.real_hard)
+                n["real"] = n.get("real", 0) + 1
+            elif a.piece_word_frac > 0 and rng.random() < a.piece_word_frac:
                 rebind_pieces(rng)
                 n["pieces"] = n.get("pieces", 0) + 1
             else:
