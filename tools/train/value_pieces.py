@@ -7,7 +7,10 @@ its first piece: " coffee" -> [ co][ff][ee].  The call writes it after a quote, 
 first piece always differs (the space); this script asks whether the rest does too.  Where the rest is the
 same, the model writes the value by spelling one piece and copying the others; where it differs, the whole
 word has to be cut anew.  It also counts the values whose message-side first piece (" co") has a space-less
-twin in the vocabulary ("co").  Run from the repository root (it needs build/deltafin):
+twin in the vocabulary ("co").  A second line splits the values by the cut the call needs: the twin of the
+message's first piece then a copy of the rest; the first piece spelled in 2+ pieces then a copy; or a cut that
+differs from both (the only kind corpus_ids --recut-values rewrites).  Run from the repository root (it needs
+build/deltafin):
 
   /usr/bin/python3 tools/train/value_pieces.py --model models/k3-mini build/eval/card-skills.json
 """
@@ -52,6 +55,8 @@ def main():
             if task not in d:
                 continue
             tab = {"rest equal": [0, 0], "rest differs": [0, 0]}
+            # the cut the call needs, against "the first piece's twin, then a copy" (corpus_ids --recut-values)
+            kinds = {"twin + copy": [0, 0], "first spelled + copy": [0, 0], "cut differs": [0, 0]}
             twins = 0  # values whose message-side first piece has a one-piece twin without the space
             for c in d[task]["cases"]:
                 want_name, want = c["want"]
@@ -68,9 +73,16 @@ def main():
                     right = got_name == want_name and isinstance(got, dict) and got.get(k) == v
                     tab[key][0] += right
                     tab[key][1] += 1
+                    if first.startswith(" "):
+                        head = tok(first[1:]) if len(first) > 1 else []
+                        kind = ("cut differs" if head + src[1:] != call else
+                                "twin + copy" if len(head) == 1 else "first spelled + copy")
+                        kinds[kind][0] += right
+                        kinds[kind][1] += 1
             print("%s %s: " % (path, task) + ", ".join(
                 "%s %d / %d right" % (key, r, n) for key, (r, n) in tab.items()) +
                 "; first piece has a space-less twin: %d of %d" % (twins, sum(n for _, n in tab.values())))
+            print("%s %s: " % (path, task) + ", ".join("%s %d / %d right" % (key, r, n) for key, (r, n) in kinds.items()))
 
 
 if __name__ == "__main__":
