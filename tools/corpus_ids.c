@@ -93,11 +93,7 @@ static int recut_value(const tokenizer *t, const char *v, size_t len, ids_buf *b
     static ids_buf src, first;
     static char *sp;
     static size_t sp_cap;
-    if (len + 2 > sp_cap) {
-        sp_cap = 2 * len + 2;
-        sp = realloc(sp, sp_cap);
-        if (!sp) return df_err_set(err, DF_ERR_NOMEM, -1, "out of memory");
-    }
+    if (len + 2 > sp_cap) sp = xrealloc(sp, sp_cap = 2 * len + 2);
     sp[0] = ' ';
     memcpy(sp + 1, v, len);
     src.n = 0;
@@ -113,11 +109,7 @@ static int recut_value(const tokenizer *t, const char *v, size_t len, ids_buf *b
     first.n = 0;
     if (flen > 1 && tokenizer_encode(t, f + 1, flen - 1, 0, &first.ids, &first.n, &first.cap, err)) return -1;
     size_t need = b->n + first.n + src.n;
-    if (need > b->cap) {
-        b->cap = 2 * need;
-        b->ids = realloc(b->ids, b->cap * sizeof *b->ids);
-        if (!b->ids) return df_err_set(err, DF_ERR_NOMEM, -1, "out of memory");
-    }
+    if (need > b->cap) b->ids = xrealloc(b->ids, (b->cap = 2 * need) * sizeof *b->ids);
     size_t at = b->n;
     memcpy(b->ids + b->n, first.ids, first.n * sizeof *first.ids);
     b->n += first.n;

@@ -178,14 +178,14 @@ _HARD = {}
 
 def hard_words(path, capital):
     """the distinct real words (capitalised or not) that the call cannot write as the one-piece twin of their
-    space-led first piece plus a copy of the rest: the first piece has no twin, or the word's own cut differs"""
+    space-led first piece plus a copy: the first piece has no twin, or the word's own cut does not start with it"""
     if capital not in _HARD:
         start, low, inv, toks = copy_span.spell_tables()
         out = []
         for w in real_words(path)[1]:
             b = (w[0].upper() + w[1:] if capital else w).encode()
-            src = copy_span.spell(b" " + b, inv)
-            if toks[int(src[0])][1:] not in inv or copy_span.spell(b, inv)[:1] != [inv[toks[int(src[0])][1:]]]:
+            twin = inv.get(toks[int(copy_span.spell(b" " + b, inv)[0])][1:])
+            if twin is None or copy_span.spell(b, inv)[0] != twin:
                 out.append(b.decode())
         _HARD[capital] = out
     return _HARD[capital]
