@@ -336,6 +336,7 @@ server-test: $(BUILD)/deltafin $(BUILD)/libdeltafin.a
 # training data's tool-call values in the message's pieces (tests/skills/corpus_ids_test.py, ~1 s)
 skills-test: $(BUILD)/deltafin $(BUILD)/corpus_ids
 	/usr/bin/python3 tests/skills/corpus_ids_test.py --corpus-ids $(BUILD)/corpus_ids --deltafin $(BUILD)/deltafin
+	/usr/bin/python3 tests/skills/corpus_tools_test.py --deltafin $(BUILD)/deltafin
 	/usr/bin/python3 tests/skills/skills_test.py --deltafin $(BUILD)/deltafin
 
 # Claude Code, Codex, Continue and OpenCode from npm (tests/agents: `npm install

@@ -127,12 +127,12 @@ SEP_ID, END_ID, QUOTE_ID, EQQ_ID, TOOL_KEY_ID = 3845, 3842, 1, 2995, 291  # <|se
 TOOL_MSG = (3843, 306, 292, 2995, 258)  # <|open|>message role="tool
 
 
-def call_weights(x, msk, call_w, first_w, answer_w):
+def call_weights(x, msk, call_w, first_w, answer_w, want_answer=False):
     """(B, T) LM-loss weights over the targets x[:, 1:] (stage N): call_w inside a tool-call block
     (call_ids_mask), first_w on the first id of each argument value (after `type="string"<|sep|>`,
     i.e. `"` then <|sep|>) and of the tool name (after ` tool="`) in a block, answer_w on the reply
     ids after a tool message (up to the reply's masked <|end_of_msg|>), 1 elsewhere. Returns the
-    weights and the call mask."""
+    weights and the call mask (want_answer: and the answer mask, as a third value)."""
     cm = call_ids_mask(x)
     w = torch.ones_like(msk) + (call_w - 1) * cm
     a = x.numpy()
@@ -143,7 +143,8 @@ def call_weights(x, msk, call_w, first_w, answer_w):
         fm[:, 1:] = torch.from_numpy(f.astype(np.float32))
         fm = fm * cm
         w = torch.where(fm > 0, torch.full_like(w, first_w), w)
-    if answer_w != 1.0:
+    am = torch.zeros_like(msk)
+    if answer_w != 1.0 or want_answer:
         mk = msk.numpy()
         am = np.zeros(mk.shape, dtype=np.float32)
         B, T1 = a.shape
@@ -158,6 +159,8 @@ def call_weights(x, msk, call_w, first_w, answer_w):
                 am[b, j0:j1] = 1.0
         am = torch.from_numpy(am) * msk
         w = torch.where(am > 0, torch.full_like(w, answer_w), w)
+    if want_answer:
+        return w, cm, am
     return w, cm
 
 
@@ -271,6 +274,10 @@ def main():
     ap.add_argument("--answer-weight", type=float, default=1.0,
                     help="stage N: LM-loss weight of the assistant reply right after a tool result (`<|open|>message "
                          "role=\"tool\"` .. the reply's `<|end_of_msg|>`); 1 = off")
+    ap.add_argument("--answer-kl", type=float, default=-1.0,
+                    help="stage X, with --distill-from: KL weight of the reply ids after a tool result (the ids "
+                         "--answer-weight weighs) instead of their row's weight (0: plain LM loss, so answers "
+                         "written in a new form are not pulled back to the teacher's); < 0 = off")
     ap.add_argument("--no-mask", action="store_true", help="train on every id (ignore the .mask files)")
     ap.add_argument("--chat-frac", type=float, default=0.0,
                     help="fraction of training windows that start at a chat conversation start")
@@ -626,12 +633,13 @@ def main():
         for o, wv in kl_from:
             log("KL weight %.2f; %.2f on --train rows from offset %d" % (args.kl_weight, wv, o))
     call_on = (args.call_weight != 1.0 or args.call_first_weight > 0 or args.answer_weight != 1.0
-               or (teacher is not None and args.call_kl >= 0))
+               or (teacher is not None and (args.call_kl >= 0 or args.answer_kl >= 0)))
     call_ids = 0  # reply ids inside tool-call blocks in the short steps (with --call-weight / --call-kl)
     if call_on:
-        log("tool-call ids: LM weight %.2f (first ids %.2f), KL weight %s; replies after a tool result: LM weight %.2f"
-            % (args.call_weight, args.call_first_weight or args.call_weight,
-               args.call_kl if args.call_kl >= 0 else "the row's", args.answer_weight))
+        log("tool-call ids: LM weight %.2f (first ids %.2f), KL weight %s; replies after a tool result: LM weight %.2f, "
+            "KL weight %s" % (args.call_weight, args.call_first_weight or args.call_weight,
+                              args.call_kl if args.call_kl >= 0 else "the row's", args.answer_weight,
+                              args.answer_kl if args.answer_kl >= 0 else "the row's"))
     frozen_synth = []
     if args.synth_params:
         import re
@@ -687,12 +695,15 @@ def main():
                 kd = F.kl_div(F.log_softmax(lg, -1), F.log_softmax(tl, -1), log_target=True,
                               reduction="none").sum(-1)
                 if call_on:
-                    cw, cm = call_weights(x, msk, args.call_weight, args.call_first_weight, args.answer_weight)
+                    cw, cm, am = call_weights(x, msk, args.call_weight, args.call_first_weight, args.answer_weight,
+                                              want_answer=True)
                     cm = cm * msk
                     call_ids += int(cm.sum())
                     w = w.expand_as(msk)
                     if args.call_kl >= 0:
                         w = torch.where(cm > 0, torch.full_like(w, args.call_kl), w)
+                    if args.answer_kl >= 0:
+                        w = torch.where(am > 0, torch.full_like(w, args.answer_kl), w)
                     loss = (((1 - w) * ce * cw + w * kd) * msk).sum() / msk.sum().clamp(min=1.0)
                 else:
                     loss = (((1 - w) * ce + w * kd) * msk).sum() / msk.sum().clamp(min=1.0)

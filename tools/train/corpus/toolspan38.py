@@ -36,6 +36,10 @@ Stage P (off by default; at 0 no extra draw, so the rows are byte-identical to b
   `Icago` for Chicago are that step. Random letter strings (the rows above) start with short pieces
   and rarely show it.
 
+Stage X (off by default; at 0 no extra draw, so the rows are byte-identical to before):
+* --grammar-frac F: with probability F the request is a phrasing from asks38.py's grammar (thousands per kind,
+  none near a held-out one), replacing the --vary-frac / --tail-frac draws for that row.
+
 Stage W (off by default; at 0 no extra draw, so the rows are byte-identical to before):
 * --real-word-frac F: with probability F the row's place, folder, file stems, topic and subject are real
   English words from the training prose (--words-from, default build/train38/corpus/train.jsonl; half by
@@ -57,6 +61,7 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import make_corpus38 as m38  # noqa: E402
+import asks38  # noqa: E402
 import tools38  # noqa: E402
 sys.path.insert(0, os.path.dirname(HERE))
 import copy_span  # noqa: E402
@@ -376,6 +381,9 @@ def main():
     ap.add_argument("--real-hard", type=float, default=0.0,
                     help="with --real-word-frac: share of the words drawn from those whose call is not the twin "
                          "of the first piece plus a copy (toolspan38.hard_words)")
+    ap.add_argument("--grammar-frac", type=float, default=0.0,
+                    help="share of rows asked with a phrasing from asks38.py's grammar (stage X; drawn last, "
+                         "replacing --vary-frac's and --tail-frac's draws); 0 = no extra draw, the rows of before")
     ap.add_argument("--words-from", default="build/train38/corpus/train.jsonl",
                     help="the corpus JSONL whose prose rows give --real-word-frac its words")
     a = ap.parse_args()
@@ -392,13 +400,17 @@ def main():
                 n["pieces"] = n.get("pieces", 0) + 1
             else:
                 rebind(rng, a.one_word_frac)
-            if a.tail_frac > 0 or a.multi_frac > 0 or a.vary_frac > 0:
+            if a.tail_frac > 0 or a.multi_frac > 0 or a.vary_frac > 0 or a.grammar_frac > 0:
                 kind = rng.choice(m38.TOOL_KINDS)
                 n_tools = rng.choice([2, 3]) if a.multi_frac > 0 and rng.random() < a.multi_frac else None
                 tail = a.tail_frac > 0 and rng.random() < a.tail_frac
                 vary = a.vary_frac > 0 and rng.random() < a.vary_frac
+                gram = a.grammar_frac > 0 and rng.random() < a.grammar_frac
                 saved = m38.TOOLS[kind]["asks"]
-                if vary:
+                if gram:
+                    m38.TOOLS[kind]["asks"] = [asks38.grammar_ask(rng, kind)]
+                    n["grammar"] = n.get("grammar", 0) + 1
+                elif vary:
                     m38.TOOLS[kind]["asks"] = VARIED_ASKS[kind]
                     n["vary"] = n.get("vary", 0) + 1
                 elif tail:
