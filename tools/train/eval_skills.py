@@ -201,7 +201,7 @@ def tool_eval(S, cases, anthropic=False, think=True):
             ans_ok = facts_ok(info["kind"], res, ans)
         ok_n += call_ok and ans_ok
         rows.append({"user": user, "want": [info["tool"], info["args"]], "got": [name, args], "call_ok": call_ok,
-                     "answer": ans, "ok": call_ok and ans_ok})
+                     "result": msgs[2]["content"], "answer": ans, "ok": call_ok and ans_ok})
     return ok_n, call_n, rows
 
 

@@ -8,17 +8,34 @@ The output holds the config and the averaged weights only (no optimizer state), 
   /usr/bin/python3 tools/train/export.py --ckpt build/soup.pt --out build/soup --tokenizer-from models/k3-mini
 
 The average is taken on the fp32 master weights, before MXFP4: export.py quantizes the averaged experts once.
+An input may also be an exported model folder (config.json + safetensors, as train.py --init-from reads it):
+its BF16 trunk and dequantized MXFP4 experts stand in for master weights that are gone (a new machine).
 """
 import argparse
 import json
+import os
 import sys
 
 import torch
 
 
+def load(path):
+    """a train.py checkpoint, or an exported model folder read back as one ({config, model})"""
+    if not os.path.isdir(path):
+        return torch.load(path, map_location="cpu")
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import k3
+    import st
+    cfg = json.load(open(os.path.join(path, "config.json")))
+    model = k3.K3(cfg)
+    _, tens = st.load_checkpoint(path)
+    k3.state_from_checkpoint(model, {k: torch.from_numpy(v).to(torch.float32) for k, v in tens.items()})
+    return {"config": cfg, "model": model.state_dict()}
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("ckpts", nargs="+", help="train.py checkpoints (.pt) to average")
+    ap.add_argument("ckpts", nargs="+", help="train.py checkpoints (.pt) or exported model folders to average")
     ap.add_argument("--weights", default=None, help="comma-separated weights, one per checkpoint (default: equal)")
     ap.add_argument("--out", required=True, help="the averaged checkpoint (.pt)")
     a = ap.parse_args()
@@ -38,7 +55,7 @@ def main():
     keep = {}
     dtypes = {}  # the first checkpoint's tensor order and dtypes, which the output keeps
     for path, wi in zip(a.ckpts, w):
-        ck = torch.load(path, map_location="cpu")
+        ck = load(path)
         if "config" not in ck or "model" not in ck:
             sys.exit("soup: %s is not a train.py checkpoint (no config / model)" % path)
         if cfg is None:
