@@ -18,16 +18,8 @@ import sys
 import tempfile
 
 MODEL = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "models", "k3-mini")
-passed = failed = 0
-
-
-def check(ok, what):
-    global passed, failed
-    if ok:
-        passed += 1
-    else:
-        failed += 1
-        print("FAIL: " + what)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from unit import check, finish  # noqa: E402
 
 
 def main():
@@ -101,8 +93,7 @@ def main():
         # it; the answer's prompt and the answer's reply through it); the spaced one is recut in each
         check("of 8 string argument values, 4 written with the message's pieces (4 of them differ" in
               out["--recut-values"][2], "corpus_ids reports the recut: " + out["--recut-values"][2])
-    print("unit: %d passed, %d failed, 0 skipped" % (passed, failed))
-    sys.exit(1 if failed else 0)
+    finish()
 
 
 if __name__ == "__main__":

@@ -143,7 +143,6 @@ def call_weights(x, msk, call_w, first_w, answer_w, want_answer=False):
         fm[:, 1:] = torch.from_numpy(f.astype(np.float32))
         fm = fm * cm
         w = torch.where(fm > 0, torch.full_like(w, first_w), w)
-    am = torch.zeros_like(msk)
     if answer_w != 1.0 or want_answer:
         mk = msk.numpy()
         am = np.zeros(mk.shape, dtype=np.float32)

@@ -20,8 +20,11 @@ and check_heldout38.py still checks every row for an exact held-out pattern.
 import json
 import os
 import re
+import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import check_heldout38  # noqa: E402
 
 PREFIX = ["Hi! ", "Hey, ", "Hello. ", "Quick question: ", "Okay, ", "So, ", "Excuse me, ", "Sorry to bother you, ",
           "Hi there. ", "Good morning! ", "One thing: ", "Right, ", "If you can, ", "When you get a chance, "]
@@ -189,9 +192,7 @@ def held():
     global _HELD
     if _HELD is None:
         ho = json.load(open(os.path.join(HERE, "heldout38.json")))["tool_phrasings"]
-        pats = [re.compile("^" + re.sub(r"\\\{[a-z0-9]+\\\}", ".+", re.escape(p)) + "$")
-                for v in ho.values() for p in v]
-        _HELD = ({k: [norm(p) for p in v] for k, v in ho.items()}, pats)
+        _HELD = ({k: [norm(p) for p in v] for k, v in ho.items()}, check_heldout38.heldout_patterns(ho))
     return _HELD
 
 

@@ -13,6 +13,14 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
+def heldout_patterns(tool_phrasings=None):
+    """one regular expression per held-out tool phrasing (a slot matches any text)"""
+    if tool_phrasings is None:
+        tool_phrasings = json.load(open(os.path.join(HERE, "heldout38.json")))["tool_phrasings"]
+    return [re.compile("^" + re.sub(r"\\\{[a-z0-9]+\\\}", ".+", re.escape(p)) + "$")
+            for v in tool_phrasings.values() for p in v]
+
+
 def main():
     ho = json.load(open(os.path.join(HERE, "heldout38.json")))
     held = {"+": set(), "-": set(map(tuple, ho["sub_pairs"])), "*": set(map(tuple, ho["mul_pairs"]))}
@@ -20,8 +28,7 @@ def main():
         if line.strip() and not line.startswith("#"):
             a, b = line.split()[:2]
             held["+"].add((int(a), int(b)))
-    pats = [re.compile("^" + re.sub(r"\\\{[a-z0-9]+\\\}", ".+", re.escape(p)) + "$")
-            for v in ho["tool_phrasings"].values() for p in v]
+    pats = heldout_patterns(ho["tool_phrasings"])
     leaks = 0
     for fn in sys.argv[1:]:
         for line in open(fn, encoding="utf-8"):
